@@ -1,0 +1,386 @@
+package limiter
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultMaxKeys is the key bound of an Engine whose Config leaves it zero.
+const DefaultMaxKeys = 1 << 20
+
+// numShards is the number of independently locked parts of an Engine. A
+// power of two, so a key picks its shard with a mask.
+const numShards = 256
+
+// reclaimSample is how many entries an insert into a full shard looks at for
+// expired ones it can drop before it falls back to the overflow counter.
+const reclaimSample = 16
+
+// Request asks to spend Cost units of Limit under Key.
+type Request struct {
+	Key Key
+	// Zone is the seed of the zone the key belongs to (Hasher.Zone). When
+	// the engine is full, new keys of a zone share one overflow counter per
+	// zone instead of getting counters of their own.
+	Zone  uint64
+	Limit Limit
+	// Cost is the number of units to spend; zero means 1.
+	Cost int64
+}
+
+func (r *Request) cost() int64 {
+	if r.Cost <= 0 {
+		return 1
+	}
+	return r.Cost
+}
+
+// Config sets up an Engine.
+type Config struct {
+	// MaxKeys bounds the number of counters held. Zero means DefaultMaxKeys.
+	MaxKeys int
+}
+
+// Stats are an Engine's counters since it was created.
+type Stats struct {
+	// Keys is the number of counters held now, expired ones included until
+	// they are swept.
+	Keys int
+	// MaxKeys is the configured bound.
+	MaxKeys int
+	// Reclaimed counts expired counters dropped to make room for new ones.
+	Reclaimed uint64
+	// Overflowed counts requests of new keys that were counted in their
+	// zone's shared overflow counter because the engine was full.
+	Overflowed uint64
+	// Swept counts expired counters dropped by Sweep.
+	Swept uint64
+}
+
+// Engine counts requests per key, exactly: every update to a key happens
+// under its shard's lock, so concurrent requests always see each other's
+// effect (single writer, read-your-writes).
+//
+// Memory is bounded by MaxKeys. Expired counters are dropped lazily: when
+// a full shard needs room, and by Sweep, which the owner calls periodically
+// (one shard per call; there is no timer or goroutine per key). When a shard
+// is full of live counters, a new key does not get a counter of its own: it
+// is counted in an overflow counter shared by all such keys of its zone, with
+// the zone's normal limit. So a flood of distinct keys can make new clients
+// share a budget (over-limiting them) but never gives anyone an unlimited or
+// a fresh budget, and existing clients keep their exact counts.
+//
+// An Engine is safe for concurrent use. Time is always passed in.
+type Engine struct {
+	shards     [numShards]shard
+	overflow   shard // keyed by zone seed
+	shardCap   atomic.Int64
+	maxKeys    atomic.Int64
+	sweepNext  atomic.Uint32
+	reclaimed  atomic.Uint64
+	overflowed atomic.Uint64
+	swept      atomic.Uint64
+}
+
+type shard struct {
+	mu      sync.Mutex
+	entries map[Key]entry
+	_       [48]byte // one shard per cache line: no false sharing of locks
+}
+
+// New returns an empty Engine.
+func New(cfg Config) *Engine {
+	e := new(Engine)
+	for i := range e.shards {
+		e.shards[i].entries = make(map[Key]entry)
+	}
+	e.overflow.entries = make(map[Key]entry)
+	e.SetMaxKeys(cfg.MaxKeys)
+	return e
+}
+
+// SetMaxKeys changes the key bound; zero means DefaultMaxKeys. Lowering it
+// drops no counters: shards above the new bound stop growing until expired
+// counters are swept.
+func (e *Engine) SetMaxKeys(n int) {
+	if n <= 0 {
+		n = DefaultMaxKeys
+	}
+	e.maxKeys.Store(int64(n))
+	e.shardCap.Store(int64(max(1, (n+numShards-1)/numShards)))
+}
+
+func shardOf(k Key) uint32 {
+	// The low bits mix in the zone; the high bits are the route. Use both so
+	// one client's zones and one zone's clients both spread over shards.
+	return uint32(mix64(uint64(k))) & (numShards - 1)
+}
+
+// Take spends the requests' units if every one of them can be granted, and
+// none of them otherwise: the decision across all requests and the commit
+// happen atomically. It fills res (which must be as long as reqs) and
+// reports whether the requests were granted.
+func (e *Engine) Take(now time.Time, reqs []Request, res []Result) bool {
+	ns := now.UnixNano()
+	if len(reqs) == 1 {
+		return e.takeOne(ns, &reqs[0], &res[0])
+	}
+	return e.takeMany(ns, reqs, res)
+}
+
+// TakeOne is Take for a single request.
+func (e *Engine) TakeOne(now time.Time, req Request) Result {
+	var res Result
+	e.takeOne(now.UnixNano(), &req, &res)
+	return res
+}
+
+func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
+	s := &e.shards[shardOf(req.Key)]
+	s.mu.Lock()
+	cur, ok := s.entries[req.Key]
+	if !ok && !e.makeRoom(s, now) {
+		s.mu.Unlock()
+		return e.takeOverflow(now, req, res)
+	}
+	next, r := req.Limit.apply(cur, now, req.cost())
+	if r.Allowed {
+		s.entries[req.Key] = next
+	}
+	s.mu.Unlock()
+	*res = r
+	return r.Allowed
+}
+
+// takeOverflow counts req in its zone's overflow counter.
+func (e *Engine) takeOverflow(now int64, req *Request, res *Result) bool {
+	e.overflowed.Add(1)
+	o := &e.overflow
+	k := Key(req.Zone)
+	o.mu.Lock()
+	next, r := req.Limit.apply(o.entries[k], now, req.cost())
+	if r.Allowed {
+		o.entries[k] = next
+	}
+	o.mu.Unlock()
+	*res = r
+	return r.Allowed
+}
+
+// makeRoom reports whether shard s, whose lock is held, can take a new key,
+// dropping expired entries from a sample if it is full.
+func (e *Engine) makeRoom(s *shard, now int64) bool {
+	limit := int(e.shardCap.Load())
+	if len(s.entries) < limit {
+		return true
+	}
+	seen := 0
+	for k, v := range s.entries { // map iteration starts at a random place
+		if v.expires <= now {
+			delete(s.entries, k)
+			e.reclaimed.Add(1)
+		}
+		if seen++; seen == reclaimSample {
+			break
+		}
+	}
+	return len(s.entries) < limit
+}
+
+// maxBatch is the largest batch Take handles without allocating.
+const maxBatch = 8
+
+func (e *Engine) takeMany(now int64, reqs []Request, res []Result) bool {
+	var idxBuf [maxBatch]uint32
+	idx := idxBuf[:0]
+	for i := range reqs {
+		idx = insertSorted(idx, shardOf(reqs[i].Key))
+	}
+	for _, i := range idx {
+		e.shards[i].mu.Lock()
+	}
+	// The overflow shard is always locked last, after any regular shard, so
+	// the lock order is the same for every caller.
+	var overflowBuf [maxBatch]bool
+	overflow := overflowBuf[:0]
+	usesOverflow := false
+	for i := range reqs {
+		s := &e.shards[shardOf(reqs[i].Key)]
+		_, ok := s.entries[reqs[i].Key]
+		of := !ok && !e.makeRoom(s, now)
+		overflow = append(overflow, of)
+		usesOverflow = usesOverflow || of
+	}
+	if usesOverflow {
+		e.overflow.mu.Lock()
+	}
+
+	var nextBuf [maxBatch]entry
+	next := nextBuf[:0]
+	all := true
+	for i := range reqs {
+		m, k := e.shards[shardOf(reqs[i].Key)].entries, reqs[i].Key
+		if overflow[i] {
+			m, k = e.overflow.entries, Key(reqs[i].Zone)
+			e.overflowed.Add(1)
+		}
+		cur := m[k]
+		for j := range i { // an earlier request in this batch on the same counter
+			if sameCounter(reqs, overflow, i, j) {
+				cur = next[j]
+			}
+		}
+		n, r := reqs[i].Limit.apply(cur, now, reqs[i].cost())
+		if !r.Allowed {
+			n = cur
+		}
+		next = append(next, n)
+		res[i] = r
+		all = all && r.Allowed
+	}
+	if all {
+		for i := range reqs {
+			if overflow[i] {
+				e.overflow.entries[Key(reqs[i].Zone)] = next[i]
+			} else {
+				e.shards[shardOf(reqs[i].Key)].entries[reqs[i].Key] = next[i]
+			}
+		}
+	} else {
+		// Nothing was spent: the allowed ones still have their units.
+		for i := range res {
+			if res[i].Allowed {
+				res[i].Remaining += reqs[i].cost()
+			}
+		}
+	}
+
+	if usesOverflow {
+		e.overflow.mu.Unlock()
+	}
+	for _, i := range idx {
+		e.shards[i].mu.Unlock()
+	}
+	return all
+}
+
+func sameCounter(reqs []Request, overflow []bool, i, j int) bool {
+	if overflow[i] != overflow[j] {
+		return false
+	}
+	if overflow[i] {
+		return reqs[i].Zone == reqs[j].Zone
+	}
+	return reqs[i].Key == reqs[j].Key
+}
+
+// insertSorted adds v to the sorted set s.
+func insertSorted(s []uint32, v uint32) []uint32 {
+	i := 0
+	for i < len(s) && s[i] < v {
+		i++
+	}
+	if i < len(s) && s[i] == v {
+		return s
+	}
+	s = append(s, 0)
+	copy(s[i+1:], s[i:])
+	s[i] = v
+	return s
+}
+
+// Peek returns what Take would answer for req without spending anything.
+func (e *Engine) Peek(now time.Time, req Request) Result {
+	ns := now.UnixNano()
+	s := &e.shards[shardOf(req.Key)]
+	s.mu.Lock()
+	cur := s.entries[req.Key]
+	s.mu.Unlock()
+	_, r := req.Limit.apply(cur, ns, req.cost())
+	if r.Allowed {
+		r.Remaining += req.cost()
+	}
+	return r
+}
+
+// Refund gives back the units of req, spent earlier by Take, when the
+// request was turned away by a decision made elsewhere.
+func (e *Engine) Refund(now time.Time, req Request) {
+	ns := now.UnixNano()
+	s := &e.shards[shardOf(req.Key)]
+	s.mu.Lock()
+	if cur, ok := s.entries[req.Key]; ok {
+		s.entries[req.Key] = req.Limit.refund(cur, ns, req.cost())
+	}
+	s.mu.Unlock()
+}
+
+// Reset drops the counters of the given keys, so their next requests start
+// with a full quota. It reports how many counters existed.
+func (e *Engine) Reset(keys ...Key) int {
+	n := 0
+	for _, k := range keys {
+		s := &e.shards[shardOf(k)]
+		s.mu.Lock()
+		if _, ok := s.entries[k]; ok {
+			delete(s.entries, k)
+			n++
+		}
+		s.mu.Unlock()
+	}
+	return n
+}
+
+// Sweep drops the expired counters of the next shard in turn and reports how
+// many it dropped. Calling it numShards times covers the whole engine.
+func (e *Engine) Sweep(now time.Time) int {
+	ns := now.UnixNano()
+	i := (e.sweepNext.Add(1) - 1) % numShards
+	if i == numShards-1 {
+		e.sweepOverflow(ns)
+	}
+	s := &e.shards[i]
+	dropped := 0
+	s.mu.Lock()
+	for k, v := range s.entries {
+		if v.expires <= ns {
+			delete(s.entries, k)
+			dropped++
+		}
+	}
+	s.mu.Unlock()
+	e.swept.Add(uint64(dropped))
+	return dropped
+}
+
+func (e *Engine) sweepOverflow(now int64) {
+	e.overflow.mu.Lock()
+	for k, v := range e.overflow.entries {
+		if v.expires <= now {
+			delete(e.overflow.entries, k)
+		}
+	}
+	e.overflow.mu.Unlock()
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() Stats {
+	st := Stats{
+		MaxKeys:    int(e.maxKeys.Load()),
+		Reclaimed:  e.reclaimed.Load(),
+		Overflowed: e.overflowed.Load(),
+		Swept:      e.swept.Load(),
+	}
+	for i := range e.shards {
+		s := &e.shards[i]
+		s.mu.Lock()
+		st.Keys += len(s.entries)
+		s.mu.Unlock()
+	}
+	return st
+}
+
+// SweepEvery is how often the owner of an Engine should call Sweep so that
+// every shard is swept about once a minute.
+const SweepEvery = time.Minute / numShards

@@ -1,0 +1,296 @@
+package limiter
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+)
+
+// Algorithm is how a Limit counts.
+type Algorithm uint8
+
+const (
+	// SlidingWindow weights the previous fixed window's count by how much of
+	// it still overlaps the sliding window ending now (the two-bucket
+	// estimate). In each aligned window it admits at most the quota; over an
+	// arbitrary interval of one window's length the estimate assumes the
+	// previous window's requests were spread evenly, so with adversarial
+	// timing (all of them at its very end) up to 2×quota-1 can land in one
+	// such interval, the same bound as a fixed window but reached only at
+	// that extreme. With evenly spread traffic it is exact.
+	SlidingWindow Algorithm = iota
+	// FixedWindow counts in windows aligned to the Unix epoch. Cheap, and
+	// up to twice the quota can pass around a window boundary.
+	FixedWindow
+	// TokenBucket is the generic cell rate algorithm (GCRA): a bucket of
+	// Burst tokens refilled at Quota per Window, kept as one timestamp.
+	TokenBucket
+)
+
+var algorithmNames = [...]string{
+	SlidingWindow: "sliding_window",
+	FixedWindow:   "fixed_window",
+	TokenBucket:   "token_bucket",
+}
+
+// AlgorithmNames lists the accepted algorithm names, for error messages.
+var AlgorithmNames = strings.Join(algorithmNames[:], ", ")
+
+// String returns the configuration name of a.
+func (a Algorithm) String() string {
+	if int(a) < len(algorithmNames) {
+		return algorithmNames[a]
+	}
+	return fmt.Sprintf("algorithm(%d)", a)
+}
+
+// ParseAlgorithm returns the algorithm with the given configuration name;
+// the empty name means SlidingWindow.
+func ParseAlgorithm(name string) (Algorithm, error) {
+	if name == "" {
+		return SlidingWindow, nil
+	}
+	for i, n := range algorithmNames {
+		if n == name {
+			return Algorithm(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown algorithm %q (allowed: %s)", name, AlgorithmNames)
+}
+
+// MaxQuota is the largest quota or burst a Limit may have.
+const MaxQuota = math.MaxInt32
+
+// MaxWindow is the longest window a Limit may have.
+const MaxWindow = 366 * 24 * time.Hour
+
+// Limit is how many units a key may spend per window.
+type Limit struct {
+	Algorithm Algorithm
+	// Quota is the number of units per Window, 1 to MaxQuota.
+	Quota int64
+	// Window is the period the quota applies to, 1ms to MaxWindow.
+	Window time.Duration
+	// Burst is the bucket size of a TokenBucket; zero means Quota. Other
+	// algorithms must leave it zero.
+	Burst int64
+}
+
+// Validate reports what is wrong with l, if anything.
+func (l Limit) Validate() error {
+	if int(l.Algorithm) >= len(algorithmNames) {
+		return fmt.Errorf("unknown algorithm %d (allowed: %s)", l.Algorithm, AlgorithmNames)
+	}
+	if l.Quota < 1 || l.Quota > MaxQuota {
+		return fmt.Errorf("quota %d out of range (allowed: 1 to %d)", l.Quota, int64(MaxQuota))
+	}
+	if l.Window < time.Millisecond || l.Window > MaxWindow {
+		return fmt.Errorf("window %s out of range (allowed: 1ms to %s)", l.Window, MaxWindow)
+	}
+	if l.Burst != 0 && l.Algorithm != TokenBucket {
+		return fmt.Errorf("burst %d is only allowed with %s, not %s", l.Burst, TokenBucket, l.Algorithm)
+	}
+	if l.Burst < 0 || l.Burst > MaxQuota {
+		return fmt.Errorf("burst %d out of range (allowed: 1 to %d)", l.Burst, int64(MaxQuota))
+	}
+	return nil
+}
+
+// Scale returns l with its quota and burst multiplied by ratio, never below 1.
+// The fallback path and, later, reputation use it.
+func (l Limit) Scale(ratio float64) Limit {
+	if ratio == 1 {
+		return l
+	}
+	l.Quota = scaleCount(l.Quota, ratio)
+	if l.Burst != 0 {
+		l.Burst = scaleCount(l.Burst, ratio)
+	}
+	return l
+}
+
+func scaleCount(n int64, ratio float64) int64 {
+	s := int64(float64(n) * ratio)
+	return max(1, min(s, MaxQuota))
+}
+
+// capacity is the number of units available to a fresh key.
+func (l Limit) capacity() int64 {
+	if l.Algorithm == TokenBucket && l.Burst > 0 {
+		return l.Burst
+	}
+	return l.Quota
+}
+
+// Result is the outcome of one request against one Limit.
+type Result struct {
+	// Allowed reports whether the units were (or, in a batch that was
+	// denied elsewhere, would have been) granted.
+	Allowed bool
+	// Remaining is the number of units left after this request.
+	Remaining int64
+	// Reset is the time until the quota is restored: the end of the current
+	// window for the window algorithms, the time until the bucket is full
+	// for TokenBucket. When denied, it equals RetryAfter.
+	Reset time.Duration
+	// RetryAfter is how long to wait before the same request can pass;
+	// zero when allowed.
+	RetryAfter time.Duration
+}
+
+// entry is the state of one key: 24 bytes.
+//
+// Window algorithms keep the start of the current window in stamp, the counts
+// of the current and previous windows in cur and prev, and set expires to
+// stamp + 2×window, so the window length can be recovered without the Limit
+// (hand-off needs that). TokenBucket keeps the theoretical arrival time in
+// stamp and sets expires = stamp. An entry whose expires has passed is
+// equivalent to no entry at all, so it can be dropped at any moment.
+type entry struct {
+	stamp   int64
+	expires int64
+	cur     uint32
+	prev    uint32
+}
+
+// apply spends n units of l at now from state e. It returns the next state
+// (meaningful only when allowed) and the result.
+func (l Limit) apply(e entry, now, n int64) (entry, Result) {
+	if l.Algorithm == TokenBucket {
+		return l.applyGCRA(e, now, n)
+	}
+	return l.applyWindow(e, now, n)
+}
+
+// roll brings a window entry forward to the window containing now.
+func (l Limit) roll(e entry, now int64) entry {
+	w := int64(l.Window)
+	start := now - now%w
+	if e.expires <= now || e.expires == e.stamp {
+		// Expired, or state of another algorithm: start afresh.
+		return entry{stamp: start, expires: start + 2*w}
+	}
+	switch {
+	case now < e.stamp+w:
+		// Same window (also when the window grew since e was written).
+	case now < e.stamp+2*w:
+		e.prev, e.cur = e.cur, 0
+		e.stamp = start
+	default:
+		e.prev, e.cur = 0, 0
+		e.stamp = start
+	}
+	e.expires = e.stamp + 2*w
+	return e
+}
+
+func (l Limit) applyWindow(e entry, now, n int64) (entry, Result) {
+	e = l.roll(e, now)
+	w := int64(l.Window)
+	elapsed := now - e.stamp
+	if elapsed >= w { // the window shrank since e was written
+		elapsed = w - 1
+	}
+	used := float64(e.cur)
+	weight := 0.0
+	if l.Algorithm == SlidingWindow && e.prev > 0 {
+		weight = float64(w-elapsed) / float64(w)
+		used += float64(e.prev) * weight
+	}
+	toEnd := time.Duration(w - elapsed)
+	if used+float64(n) <= float64(l.Quota) {
+		e.cur += uint32(n)
+		return e, Result{
+			Allowed:   true,
+			Remaining: int64(float64(l.Quota) - used - float64(n)),
+			Reset:     toEnd,
+		}
+	}
+	retry := l.windowRetry(e, elapsed, n)
+	return e, Result{Remaining: max(0, int64(float64(l.Quota)-used)), Reset: retry, RetryAfter: retry}
+}
+
+// windowRetry returns how long until n units fit, given the rolled entry e
+// and the time elapsed in its window.
+func (l Limit) windowRetry(e entry, elapsed, n int64) time.Duration {
+	w := float64(l.Window)
+	quota := float64(l.Quota)
+	cur, prev := float64(e.cur), float64(e.prev)
+	if float64(n) > quota {
+		return l.Window // can never fit; ask to come back after a window
+	}
+	if l.Algorithm == SlidingWindow {
+		// Within this window, prev's weight falls linearly to zero.
+		if room := quota - cur - float64(n); room >= 0 && prev > 0 {
+			at := w * (1 - room/prev) // time into the window when it fits
+			if d := at - float64(elapsed); at < w {
+				return ceilDuration(max(d, 1))
+			}
+		}
+		// Next window: cur becomes prev and decays from full weight.
+		d := w - float64(elapsed)
+		if cur > quota-float64(n) {
+			d += w * (1 - (quota-float64(n))/cur)
+		}
+		return ceilDuration(d)
+	}
+	return time.Duration(l.Window) - time.Duration(elapsed)
+}
+
+func ceilDuration(ns float64) time.Duration {
+	return time.Duration(math.Ceil(ns))
+}
+
+func (l Limit) applyGCRA(e entry, now, n int64) (entry, Result) {
+	interval := int64(l.Window) / l.Quota // time to earn one token
+	if interval < 1 {
+		interval = 1
+	}
+	burst := l.capacity()
+	tolerance := interval * burst
+	tat := e.stamp
+	if e.expires != e.stamp || tat < now {
+		tat = now // fresh, expired or state of another algorithm
+	}
+	next := tat + n*interval
+	if next-now <= tolerance {
+		remaining := (tolerance - (next - now)) / interval
+		return entry{stamp: next, expires: next}, Result{
+			Allowed:   true,
+			Remaining: remaining,
+			Reset:     time.Duration(next - now),
+		}
+	}
+	retry := time.Duration(next - now - tolerance)
+	if n > burst {
+		retry = time.Duration(tolerance) // can never fit
+	}
+	return e, Result{
+		Remaining:  max(0, (tolerance-(tat-now))/interval),
+		Reset:      retry,
+		RetryAfter: retry,
+	}
+}
+
+// refund gives n units back to a state, for a request that was admitted here
+// but then turned away elsewhere. Units spent in an earlier window are gone.
+func (l Limit) refund(e entry, now, n int64) entry {
+	if e.expires <= now {
+		return e
+	}
+	if l.Algorithm == TokenBucket {
+		if e.expires != e.stamp {
+			return e
+		}
+		interval := max(int64(l.Window)/l.Quota, 1)
+		e.stamp = max(e.stamp-n*interval, now)
+		e.expires = e.stamp
+		return e
+	}
+	if e.expires == e.stamp || now >= e.stamp+int64(l.Window) {
+		return e
+	}
+	e.cur -= uint32(min(int64(e.cur), n))
+	return e
+}

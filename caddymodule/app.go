@@ -1,0 +1,166 @@
+package caddymodule
+
+import (
+	"crypto/rand"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+func init() {
+	caddy.RegisterModule(new(App))
+}
+
+// App is the tollgate app: it owns Tollgate's process-wide state (the
+// counters, and later the cluster node) for every tollgate handler. The
+// state outlives config reloads: a reload provisions a new App, which finds
+// the state of the old one in a pool and keeps using it.
+//
+// Configure it with the `tollgate` global option in the Caddyfile. Without
+// it, a tollgate handler loads the app with its defaults.
+type App struct {
+	// MaxKeys bounds the number of counters held in memory, across all
+	// zones. When the bound is reached, counters that have expired are
+	// dropped first; if there are none, new keys of a zone share one
+	// overflow counter with the zone's limit until room frees up, so memory
+	// stays bounded and nobody gets an unlimited budget. Default: 1048576
+	// (about 80 MiB at most).
+	MaxKeys int `json:"max_keys,omitempty"`
+
+	state  *state
+	logger *zap.Logger
+
+	mu    sync.Mutex
+	zones map[string]int // zones provisioned so far in this config, by name
+}
+
+// CaddyModule returns the Caddy module information.
+func (*App) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "tollgate",
+		New: func() caddy.Module { return new(App) },
+	}
+}
+
+// Provision finds or creates the process-wide state and applies the config.
+func (a *App) Provision(ctx caddy.Context) error {
+	a.logger = ctx.Logger()
+	a.zones = make(map[string]int)
+	val, loaded, err := pool.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
+		return newState(a.MaxKeys)
+	})
+	if err != nil {
+		return fmt.Errorf("creating tollgate state: %w", err)
+	}
+	a.state = val.(*state)
+	if loaded {
+		a.state.engine.SetMaxKeys(a.MaxKeys)
+	}
+	return nil
+}
+
+// Validate rejects a config that cannot work.
+func (a *App) Validate() error {
+	if a.MaxKeys < 0 {
+		return fmt.Errorf("max_keys %d: must be a positive number of keys", a.MaxKeys)
+	}
+	return nil
+}
+
+// Start implements caddy.App. The state runs from Provision on.
+func (*App) Start() error { return nil }
+
+// Stop implements caddy.App. The state is released in Cleanup.
+func (*App) Stop() error { return nil }
+
+// Cleanup releases this config's hold on the process-wide state; the last
+// config to let go of it stops it.
+func (a *App) Cleanup() error {
+	if a.state == nil {
+		return nil
+	}
+	_, err := pool.Delete(poolKey)
+	return err
+}
+
+// zoneIdentity returns the identity under which a zone's counters are kept.
+// A shared zone is known by its name alone, so every handler that declares a
+// shared zone of that name counts in the same place. Other zones are scoped
+// to their handler: the n-th zone called "api" in the config (in the order
+// Caddy provisions handlers, which is the config's order) is "api#n". The
+// same config, or one with changed limits, yields the same identities, so
+// counts survive reloads.
+func (a *App) zoneIdentity(name string, shared bool) string {
+	if shared {
+		return name
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.zones[name]++
+	return name + "#" + strconv.Itoa(a.zones[name])
+}
+
+// pool holds the state shared by every config of this process.
+var pool = caddy.NewUsagePool()
+
+const poolKey = "tollgate"
+
+// state is what survives config reloads.
+type state struct {
+	engine *limiter.Engine
+	hasher limiter.Hasher
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func newState(maxKeys int) (*state, error) {
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return nil, fmt.Errorf("generating key hash secret: %w", err)
+	}
+	s := &state{
+		engine: limiter.New(limiter.Config{MaxKeys: maxKeys}),
+		hasher: limiter.NewHasher(secret),
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	go s.sweep()
+	return s, nil
+}
+
+// sweep drops expired counters in the background, a shard at a time.
+func (s *state) sweep() {
+	defer close(s.done)
+	t := time.NewTicker(limiter.SweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case now := <-t.C:
+			s.engine.Sweep(now)
+		case <-s.stop:
+			return
+		}
+	}
+}
+
+// Destruct stops the state's background work.
+func (s *state) Destruct() error {
+	close(s.stop)
+	<-s.done
+	return nil
+}
+
+// Interface guards
+var (
+	_ caddy.App          = (*App)(nil)
+	_ caddy.Provisioner  = (*App)(nil)
+	_ caddy.Validator    = (*App)(nil)
+	_ caddy.CleanerUpper = (*App)(nil)
+	_ caddy.Destructor   = (*state)(nil)
+)

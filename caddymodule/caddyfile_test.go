@@ -1,0 +1,158 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+)
+
+func TestUnmarshalCaddyfile(t *testing.T) {
+	h := new(Handler)
+	err := h.UnmarshalCaddyfile(caddyfile.NewTestDispenser(`tollgate {
+		zone api {
+			limit 100 1m
+			key {http.request.header.X-API-Key}
+			match {
+				path /api/*
+			}
+		}
+		zone burst {
+			limit 10 1s
+			algorithm token_bucket
+			burst 40
+			shared
+		}
+		dry_run
+	}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.DryRun || len(h.Zones) != 2 {
+		t.Fatalf("parsed %+v", h)
+	}
+	api, burst := h.Zones[0], h.Zones[1]
+	if api.Name != "api" || api.Limit != 100 || time.Duration(api.Window) != time.Minute ||
+		api.Key != "{http.request.header.X-API-Key}" || api.Algorithm != "" || api.MatchRaw["path"] == nil || api.Shared {
+		t.Errorf("zone api parsed as %+v", api)
+	}
+	if burst.Name != "burst" || burst.Limit != 10 || time.Duration(burst.Window) != time.Second ||
+		burst.Algorithm != "token_bucket" || burst.Burst != 40 || !burst.Shared {
+		t.Errorf("zone burst parsed as %+v", burst)
+	}
+}
+
+func TestUnmarshalCaddyfileErrors(t *testing.T) {
+	zone := func(body string) string { return "tollgate {\n zone api {\n" + body + "\n }\n}" }
+	for _, tc := range []struct {
+		name, input, want string
+	}{
+		{"limit zero", zone("limit 0 1m"), `limit "0" must be a whole number from 1 to 2147483647`},
+		{"limit negative", zone("limit -5 1m"), `limit "-5" must be a whole number from 1`},
+		{"limit not an integer", zone("limit 1.5 1m"), `limit "1.5" must be a whole number`},
+		{"limit not a number", zone("limit many 1m"), `limit "many" must be a whole number`},
+		{"limit absurd", zone("limit 3000000000 1m"), `limit "3000000000" must be a whole number from 1 to 2147483647`},
+		{"limit one argument", zone("limit 100"), "limit takes 2 argument(s), got 1: limit <N> <window>"},
+		{"limit three arguments", zone("limit 100 1m 5"), "limit takes 2 argument(s), got 3"},
+		{"window zero", zone("limit 10 0s"), `limit window "0s" must be from 1ms to 8784h0m0s`},
+		{"window negative", zone("limit 10 -1m"), `limit window "-1m" must be from 1ms`},
+		{"window without unit", zone("limit 10 60"), `limit window "60" needs a unit, e.g. 30s, 1m, 1h or 1d`},
+		{"window garbage", zone("limit 10 soon"), `limit window "soon" is not a duration`},
+		{"window too long", zone("limit 10 400d"), `limit window "400d" must be from 1ms to 8784h0m0s`},
+		{"limit missing", zone("key {http.request.host}"), `zone "api": limit is required`},
+		{"limit repeated", zone("limit 10 1m\nlimit 20 1m"), `zone "api": limit is given twice`},
+		{"key repeated", zone("limit 10 1m\nkey a\nkey b"), `zone "api": key is given twice`},
+		{"key without value", zone("limit 10 1m\nkey"), "key takes 1 argument(s), got 0"},
+		{"unknown zone subdirective", zone("limit 10 1m\nrate 5"), `zone "api": unknown subdirective "rate" (allowed: limit, key, algorithm, burst, match, shared)`},
+		{"unknown algorithm", zone("limit 10 1m\nalgorithm leaky_bucket"), `unknown algorithm "leaky_bucket" (allowed: sliding_window, fixed_window, token_bucket)`},
+		{"burst without token bucket", zone("limit 10 1m\nburst 5"), "burst is only allowed with algorithm token_bucket, not sliding_window"},
+		{"burst with fixed window", zone("limit 10 1m\nalgorithm fixed_window\nburst 5"), "burst is only allowed with algorithm token_bucket, not fixed_window"},
+		{"burst zero", zone("limit 10 1m\nalgorithm token_bucket\nburst 0"), `burst "0" must be a whole number from 1`},
+		{"burst not a number", zone("limit 10 1m\nalgorithm token_bucket\nburst lots"), `burst "lots" must be a whole number`},
+		{"shared with argument", zone("limit 10 1m\nshared yes"), "shared takes 0 argument(s), got 1"},
+		{"match with arguments", zone("limit 10 1m\nmatch path /x"), "match takes a block of request matchers"},
+		{"unknown matcher", zone("limit 10 1m\nmatch {\nnosuch x\n}"), "nosuch"},
+		{"duplicate zone", "tollgate {\n zone api {\n limit 1 1m\n }\n zone api {\n limit 2 1m\n }\n}", `zone "api" is declared twice`},
+		{"zone without name", "tollgate {\n zone {\n limit 1 1m\n }\n}", "zone needs a name"},
+		{"zone name with space", "tollgate {\n zone \"my api\" {\n limit 1 1m\n }\n}", `zone name "my api": only letters, digits`},
+		{"zone name quote", "tollgate {\n zone a\"b {\n limit 1 1m\n }\n}", "only letters, digits"},
+		{"zone extra argument", "tollgate {\n zone api 100 {\n limit 1 1m\n }\n}", `zone "api": unexpected argument "100"`},
+		{"no zone", "tollgate {\n}", "no zone configured"},
+		{"no block", "tollgate", "no zone configured"},
+		{"argument after directive", "tollgate api", `unexpected argument "api"`},
+		{"unknown subdirective", "tollgate {\n rate 5\n}", `unknown subdirective "rate" (allowed: zone, dry_run)`},
+		{"dry_run argument", "tollgate {\n dry_run yes\n zone a {\n limit 1 1m\n }\n}", `dry_run takes no argument, got "yes"`},
+		{"dry_run twice", "tollgate {\n dry_run\n dry_run\n zone a {\n limit 1 1m\n }\n}", "dry_run is given twice"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := new(Handler).UnmarshalCaddyfile(caddyfile.NewTestDispenser(tc.input))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v\nwant one containing %q", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), "tollgate") && tc.name != "unknown matcher" {
+				t.Errorf("error %q does not name the directive", err)
+			}
+		})
+	}
+}
+
+func TestParseAppGlobalOption(t *testing.T) {
+	v, err := parseApp(caddyfile.NewTestDispenser("tollgate {\n max_keys 5000\n}"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var app App
+	if err := json.Unmarshal(v.(httpcaddyfile.App).Value, &app); err != nil || app.MaxKeys != 5000 {
+		t.Fatalf("parsed %+v, %v", app, err)
+	}
+
+	for input, want := range map[string]string{
+		"tollgate {\n max_keys 0\n}":              `max_keys "0": must be a whole number of at least 1`,
+		"tollgate {\n max_keys lots\n}":           `max_keys "lots": must be a whole number`,
+		"tollgate {\n max_keys\n}":                "max_keys needs a number",
+		"tollgate {\n max_keys 5 6\n}":            `max_keys takes one argument, got also "6"`,
+		"tollgate {\n max_keys 5\n max_keys 6\n}": "max_keys is given twice",
+		"tollgate {\n max_entries 5\n}":           `unknown global option "max_entries" (allowed: max_keys)`,
+		"tollgate on":                             `unexpected argument "on"`,
+	} {
+		_, err := parseApp(caddyfile.NewTestDispenser(input), nil)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: error = %v; want one containing %q", input, err, want)
+		}
+	}
+}
+
+// TestValidateRejectsBadJSON checks that config given as JSON, which skips
+// the Caddyfile parser, is rejected by `caddy validate` with the same care.
+func TestValidateRejectsBadJSON(t *testing.T) {
+	route := func(handler string) string {
+		return `{"admin":{"disabled":true},"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:0"],"routes":[{"handle":[` + handler + `]}]}}}}}`
+	}
+	for _, tc := range []struct{ name, config, want string }{
+		{"no zones", route(`{"handler":"tollgate"}`), "no zone configured"},
+		{"limit zero", route(`{"handler":"tollgate","zones":[{"name":"a","limit":0,"window":"1m"}]}`), `zone "a": limit 0: must be a whole number from 1`},
+		{"limit negative", route(`{"handler":"tollgate","zones":[{"name":"a","limit":-1,"window":"1m"}]}`), `zone "a": limit -1`},
+		{"window missing", route(`{"handler":"tollgate","zones":[{"name":"a","limit":5}]}`), `zone "a": limit window 0s: must be from 1ms`},
+		{"window negative", route(`{"handler":"tollgate","zones":[{"name":"a","limit":5,"window":"-1m"}]}`), `limit window -1m0s`},
+		{"algorithm unknown", route(`{"handler":"tollgate","zones":[{"name":"a","limit":5,"window":"1m","algorithm":"gcra"}]}`), `unknown algorithm "gcra"`},
+		{"burst without bucket", route(`{"handler":"tollgate","zones":[{"name":"a","limit":5,"window":"1m","burst":3}]}`), "burst is only allowed with algorithm token_bucket"},
+		{"duplicate zones", route(`{"handler":"tollgate","zones":[{"name":"a","limit":5,"window":"1m"},{"name":"a","limit":5,"window":"1m"}]}`), `zone "a" is declared twice`},
+		{"nameless zone", route(`{"handler":"tollgate","zones":[{"limit":5,"window":"1m"}]}`), "zone without a name"},
+		{"max_keys negative", `{"admin":{"disabled":true},"apps":{"tollgate":{"max_keys":-1}}}`, "max_keys -1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cfg caddy.Config
+			if err := json.Unmarshal([]byte(tc.config), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			err := caddy.Validate(&cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("validate error = %v\nwant one containing %q", err, tc.want)
+			}
+		})
+	}
+}

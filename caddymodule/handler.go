@@ -1,0 +1,246 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+func init() {
+	caddy.RegisterModule(new(Handler))
+}
+
+// Handler is the tollgate middleware: it counts each request in every zone
+// that matches it and lets it through only if none of them is exhausted. A
+// denied request spends nothing in any zone.
+//
+// Allowed requests carry the RateLimit-Policy and RateLimit headers of the
+// IETF draft; denied ones get a 429 error (shape it with handle_errors) with
+// the same headers and Retry-After. Each decision sets placeholders:
+//
+//	{http.tollgate.decision}     allow, deny or dry_run_deny
+//	{http.tollgate.zone}         the zone that denied, or the one with the least left
+//	{http.tollgate.remaining}    requests left in that zone
+//	{http.tollgate.reset}        seconds until that zone's quota is restored
+//	{http.tollgate.retry_after}  seconds to wait, when denied
+//
+// Each denial is logged and emits the event tollgate_denied.
+type Handler struct {
+	// Zones are the limits this handler applies, in order.
+	Zones []*Zone `json:"zones,omitempty"`
+
+	// DryRun counts requests, sets headers and placeholders and logs
+	// denials, but never denies: for trying out limits on live traffic.
+	DryRun bool `json:"dry_run,omitempty"`
+
+	ctx       caddy.Context
+	engine    *limiter.Engine
+	hasher    limiter.Hasher
+	logger    *zap.Logger
+	events    *caddyevents.App
+	policyAll string // RateLimit-Policy when every zone matches
+}
+
+// CaddyModule returns the Caddy module information.
+func (*Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.tollgate",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision connects the handler to the tollgate app and prepares its zones.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.ctx = ctx
+	h.logger = ctx.Logger()
+	appIface, err := ctx.App("tollgate")
+	if err != nil {
+		return fmt.Errorf("loading tollgate app: %w", err)
+	}
+	app := appIface.(*App)
+	h.engine = app.state.engine
+	h.hasher = app.state.hasher
+	eventsIface, err := ctx.App("events")
+	if err != nil {
+		return fmt.Errorf("loading events app: %w", err)
+	}
+	h.events = eventsIface.(*caddyevents.App)
+
+	if err := h.Validate(); err != nil {
+		return err
+	}
+	policies := make([]string, 0, len(h.Zones))
+	for _, z := range h.Zones {
+		if err := z.provision(ctx, app); err != nil {
+			return err
+		}
+		policies = append(policies, z.policy)
+	}
+	h.policyAll = strings.Join(policies, ", ")
+	return nil
+}
+
+// Validate rejects zones that cannot work, naming the zone and the value.
+func (h *Handler) Validate() error {
+	if len(h.Zones) == 0 {
+		return fmt.Errorf("tollgate: no zone configured; add at least one `zone <name> { limit <N> <window> }`")
+	}
+	seen := make(map[string]bool, len(h.Zones))
+	for _, z := range h.Zones {
+		if z == nil {
+			return fmt.Errorf("tollgate: empty zone")
+		}
+		if err := z.validate(); err != nil {
+			return fmt.Errorf("tollgate: %w", err)
+		}
+		if seen[z.Name] {
+			return fmt.Errorf("tollgate: zone %q is declared twice; zone names must be unique within a handler", z.Name)
+		}
+		seen[z.Name] = true
+	}
+	return nil
+}
+
+// maxInline is the number of matching zones handled without allocating.
+const maxInline = 8
+
+// ServeHTTP counts r in its zones and passes it on or denies it.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+
+	var (
+		zoneBuf [maxInline]*Zone
+		reqBuf  [maxInline]limiter.Request
+		resBuf  [maxInline]limiter.Result
+	)
+	zones, reqs := zoneBuf[:0], reqBuf[:0]
+	for _, z := range h.Zones {
+		ok, err := z.match(r)
+		if err != nil {
+			return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("zone %q: matching request: %w", z.Name, err))
+		}
+		if !ok {
+			continue
+		}
+		zones = append(zones, z)
+		reqs = append(reqs, limiter.Request{
+			Key:   limiter.ZoneKey(z.hashKey(h.hasher, r, repl), z.seed),
+			Zone:  z.seed,
+			Limit: z.limit,
+		})
+	}
+	if len(reqs) == 0 {
+		return next.ServeHTTP(w, r)
+	}
+	res := resBuf[:len(reqs)]
+	if len(reqs) > maxInline {
+		res = make([]limiter.Result, len(reqs))
+	}
+	allowed := h.engine.Take(time.Now(), reqs, res)
+
+	h.setHeaders(w.Header(), zones, res)
+	decider := decidingZone(res)
+	d := res[decider]
+	repl.Set("http.tollgate.zone", zones[decider].Name)
+	repl.Set("http.tollgate.remaining", d.Remaining)
+	repl.Set("http.tollgate.reset", headerSeconds(d.Reset))
+	if allowed {
+		repl.Set("http.tollgate.decision", "allow")
+		return next.ServeHTTP(w, r)
+	}
+
+	retry := headerSeconds(d.RetryAfter)
+	repl.Set("http.tollgate.retry_after", retry)
+	h.reportDenial(r, zones[decider], reqs[decider].Key, retry)
+	if h.DryRun {
+		repl.Set("http.tollgate.decision", "dry_run_deny")
+		return next.ServeHTTP(w, r)
+	}
+	repl.Set("http.tollgate.decision", "deny")
+	w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
+	return caddyhttp.Error(http.StatusTooManyRequests, zones[decider].denyError)
+}
+
+// decidingZone returns the index of the zone that speaks for a decision:
+// the denying zone that asks for the longest wait, or, when all allowed,
+// the zone with the fewest requests left.
+func decidingZone(res []limiter.Result) int {
+	best := 0
+	for i := 1; i < len(res); i++ {
+		a, b := &res[i], &res[best]
+		switch {
+		case a.Allowed != b.Allowed:
+			if !a.Allowed {
+				best = i
+			}
+		case !a.Allowed:
+			if a.RetryAfter > b.RetryAfter {
+				best = i
+			}
+		case a.Remaining < b.Remaining:
+			best = i
+		}
+	}
+	return best
+}
+
+// setHeaders writes the RateLimit-Policy and RateLimit headers
+// (draft-ietf-httpapi-ratelimit-headers) for the zones that counted r.
+func (h *Handler) setHeaders(hdr http.Header, zones []*Zone, res []limiter.Result) {
+	policy := h.policyAll
+	if len(zones) != len(h.Zones) {
+		parts := make([]string, len(zones))
+		for i, z := range zones {
+			parts[i] = z.policy
+		}
+		policy = strings.Join(parts, ", ")
+	}
+	buf := make([]byte, 0, 32*len(zones))
+	for i, z := range zones {
+		if i > 0 {
+			buf = append(buf, ", "...)
+		}
+		buf = strconv.AppendQuote(buf, z.Name)
+		buf = append(buf, ";r="...)
+		buf = strconv.AppendInt(buf, max(0, res[i].Remaining), 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, headerSeconds(res[i].Reset), 10)
+	}
+	hdr["Ratelimit-Policy"] = []string{policy}
+	hdr["Ratelimit"] = []string{string(buf)}
+}
+
+// reportDenial logs a denial and emits the tollgate_denied event. Neither
+// carries the key itself: the log has its keyed hash only.
+func (h *Handler) reportDenial(r *http.Request, z *Zone, key limiter.Key, retry int64) {
+	if ce := h.logger.Check(zapcore.InfoLevel, "request denied"); ce != nil {
+		ce.Write(
+			zap.String("zone", z.Name),
+			zap.String("key_hash", strconv.FormatUint(uint64(key), 16)),
+			zap.Int64("retry_after", retry),
+			zap.Bool("dry_run", h.DryRun),
+		)
+	}
+	h.events.Emit(h.ctx, "tollgate_denied", map[string]any{
+		"zone":        z.Name,
+		"retry_after": retry,
+		"dry_run":     h.DryRun,
+	})
+}
+
+// Interface guards
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+)

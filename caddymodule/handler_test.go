@@ -1,0 +1,398 @@
+package caddymodule
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyevents"
+)
+
+// clearOfWindowEdge waits, if needed, until the next edge of epoch-aligned
+// windows of length w is at least margin away, so that a test's requests
+// all fall in one window.
+func clearOfWindowEdge(w, margin time.Duration) {
+	if toEdge := w - time.Duration(time.Now().UnixNano()%int64(w)); toEdge < margin {
+		time.Sleep(toEdge)
+	}
+}
+
+func TestConcurrentRequestsThroughCaddyAreExact(t *testing.T) {
+	for _, tc := range []struct{ name, zone string }{
+		{"sliding_window", "limit 100 1h"},
+		{"fixed_window", "limit 100 1h\nalgorithm fixed_window"},
+		{"token_bucket", "limit 100 24h\nalgorithm token_bucket"}, // refills one per 864s
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := startCaddy(t, "", fmt.Sprintf(`
+	tollgate {
+		zone api {
+			%s
+		}
+	}
+	respond "ok"`, tc.zone))
+			clearOfWindowEdge(time.Hour, 20*time.Second)
+
+			const n = 500
+			statuses := make([]*http.Response, n)
+			var start, done sync.WaitGroup
+			start.Add(1)
+			for i := range n {
+				done.Go(func() {
+					start.Wait()
+					resp, err := http.Get(srv.URL + "/")
+					if err != nil {
+						t.Errorf("request %d: %v", i, err)
+						return
+					}
+					resp.Body.Close()
+					statuses[i] = resp
+				})
+			}
+			start.Done()
+			done.Wait()
+
+			var ok, limited int
+			for _, resp := range statuses {
+				switch {
+				case resp == nil:
+				case resp.StatusCode == http.StatusOK:
+					ok++
+					if resp.Header.Get("RateLimit-Policy") != `"api";q=100;w=`+policyWindow(tc.zone) {
+						t.Errorf("allowed response RateLimit-Policy = %q", resp.Header.Get("RateLimit-Policy"))
+					}
+				case resp.StatusCode == http.StatusTooManyRequests:
+					limited++
+					retry, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+					if err != nil || retry < 1 {
+						t.Errorf("429 with Retry-After %q", resp.Header.Get("Retry-After"))
+					}
+					if !regexp.MustCompile(`^"api";r=0;t=\d+$`).MatchString(resp.Header.Get("RateLimit")) {
+						t.Errorf("429 with RateLimit %q", resp.Header.Get("RateLimit"))
+					}
+				default:
+					t.Errorf("unexpected status %d", resp.StatusCode)
+				}
+			}
+			if ok != 100 || limited != n-100 {
+				t.Fatalf("%d concurrent requests against a limit of 100: %d allowed, %d limited", n, ok, limited)
+			}
+		})
+	}
+}
+
+func policyWindow(zone string) string {
+	if strings.Contains(zone, "24h") {
+		return "86400"
+	}
+	return "3600"
+}
+
+func TestAllowedResponsesCarryHeadersAndPlaceholders(t *testing.T) {
+	srv := startCaddy(t, "", `
+	tollgate {
+		zone api {
+			limit 3 1h
+		}
+	}
+	respond "{http.tollgate.decision} {http.tollgate.zone} {http.tollgate.remaining} {http.tollgate.reset}"`)
+	clearOfWindowEdge(time.Hour, 10*time.Second)
+
+	for want := 2; want >= 0; want-- {
+		status, body := srv.body("/")
+		if status != http.StatusOK {
+			t.Fatalf("request with %d left: status %d", want+1, status)
+		}
+		var decision, zone string
+		var remaining, reset int
+		if _, err := fmt.Sscanf(body, "%s %s %d %d", &decision, &zone, &remaining, &reset); err != nil {
+			t.Fatalf("body %q: %v", body, err)
+		}
+		if decision != "allow" || zone != "api" || remaining != want || reset < 1 || reset > 3600 {
+			t.Errorf("placeholders %q; want allow api %d <reset in 1..3600>", body, want)
+		}
+	}
+	resp := srv.get("/")
+	if resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("4th request: status %d, want 429", resp.StatusCode)
+	}
+}
+
+func TestHandleErrorsShapesTheDenial(t *testing.T) {
+	srv := startCaddy(t, "", `
+	tollgate {
+		zone login {
+			limit 1 1h
+		}
+	}
+	respond "welcome"
+	handle_errors 429 {
+		respond "slow down: {http.tollgate.zone}, retry in {http.tollgate.retry_after}s ({http.tollgate.decision})" 429
+	}`)
+	clearOfWindowEdge(time.Hour, 10*time.Second)
+
+	if status, _ := srv.body("/"); status != http.StatusOK {
+		t.Fatalf("first request: %d", status)
+	}
+	status, body := srv.body("/")
+	if status != http.StatusTooManyRequests || !regexp.MustCompile(`^slow down: login, retry in \d+s \(deny\)$`).MatchString(body) {
+		t.Fatalf("denied request: %d %q", status, body)
+	}
+	if resp := srv.get("/"); resp.Header.Get("Retry-After") == "" || resp.Header.Get("RateLimit") == "" {
+		t.Errorf("shaped 429 lost its headers: %v", resp.Header)
+	}
+}
+
+func TestDeniedRequestSpendsNothingInOtherZones(t *testing.T) {
+	srv := startCaddy(t, "", `
+	tollgate {
+		zone all {
+			limit 5 1h
+		}
+		zone strict {
+			limit 2 1h
+			match {
+				path /strict/*
+			}
+		}
+	}
+	respond "ok"`)
+	clearOfWindowEdge(time.Hour, 10*time.Second)
+
+	for i := range 2 {
+		if s := srv.status("/strict/x"); s != http.StatusOK {
+			t.Fatalf("strict request %d: %d", i, s)
+		}
+	}
+	for i := range 3 {
+		resp := srv.get("/strict/x")
+		if resp.StatusCode != http.StatusTooManyRequests {
+			t.Fatalf("strict request past its limit: %d", resp.StatusCode)
+		}
+		if got := resp.Header.Get("RateLimit"); got != `"all";r=3;t=`+tSuffix(got) || !strings.Contains(got, `"strict";r=0`) {
+			t.Errorf("denied request %d: RateLimit %q; want all with 3 left", i, got)
+		}
+	}
+	// The three denials took nothing from "all": 3 more pass there.
+	for i := range 3 {
+		if s := srv.status("/other"); s != http.StatusOK {
+			t.Fatalf("request %d in zone all after strict denials: %d", i, s)
+		}
+	}
+	if s := srv.status("/other"); s != http.StatusTooManyRequests {
+		t.Fatalf("zone all past its limit: %d", s)
+	}
+}
+
+// tSuffix returns the part of a RateLimit value after the first ";t=" up
+// to the next list member, so tests can compare the rest exactly.
+func tSuffix(v string) string {
+	_, after, _ := strings.Cut(v, ";t=")
+	before, _, _ := strings.Cut(after, ",")
+	return before + strings.TrimPrefix(after, before)
+}
+
+func TestKeyPlaceholderSeparatesBudgets(t *testing.T) {
+	srv := startCaddy(t, "", `
+	tollgate {
+		zone api {
+			limit 2 1h
+			key {http.request.header.X-API-Key}
+		}
+	}
+	respond "ok"`)
+	clearOfWindowEdge(time.Hour, 10*time.Second)
+
+	for _, key := range []string{"alice", "bob"} {
+		for i := range 2 {
+			if s := srv.status("/", "X-API-Key", key); s != http.StatusOK {
+				t.Fatalf("%s request %d: %d", key, i, s)
+			}
+		}
+		if s := srv.status("/", "X-API-Key", key); s != http.StatusTooManyRequests {
+			t.Fatalf("%s past the limit: %d", key, s)
+		}
+	}
+}
+
+func TestDryRunNeverBlocks(t *testing.T) {
+	srv := startCaddy(t, "", `
+	tollgate {
+		zone api {
+			limit 2 1h
+		}
+		dry_run
+	}
+	respond "{http.tollgate.decision}"`)
+	clearOfWindowEdge(time.Hour, 10*time.Second)
+
+	var last string
+	for i := range 5 {
+		status, body := srv.body("/")
+		if status != http.StatusOK {
+			t.Fatalf("dry run request %d: %d", i, status)
+		}
+		last = body
+	}
+	if last != "dry_run_deny" {
+		t.Errorf("decision after the limit in dry run = %q; want dry_run_deny", last)
+	}
+	if resp := srv.get("/"); !strings.HasPrefix(resp.Header.Get("RateLimit"), `"api";r=0;`) {
+		t.Errorf("dry run RateLimit = %q; want 0 left", resp.Header.Get("RateLimit"))
+	}
+	if !strings.Contains(srv.logs(), `"dry_run":true`) {
+		t.Error("dry run denial was not logged")
+	}
+}
+
+func TestReloadKeepsCountsAndAppliesNewLimits(t *testing.T) {
+	site := func(limit int) string {
+		return fmt.Sprintf(`
+	tollgate {
+		zone api {
+			limit %d 1h
+		}
+	}
+	respond "ok"`, limit)
+	}
+	srv := startCaddy(t, "", site(10))
+	clearOfWindowEdge(time.Hour, 20*time.Second)
+
+	for range 6 {
+		srv.get("/")
+	}
+	srv.reload("", site(10)) // the same config
+	if got := srv.get("/").Header.Get("RateLimit"); !strings.HasPrefix(got, `"api";r=3;`) {
+		t.Fatalf("after reloading the same config: RateLimit %q; want 3 left of 10 (7 spent)", got)
+	}
+	srv.reload("", site(8)) // a lower limit applies to the spent count at once
+	if got := srv.get("/").Header.Get("RateLimit"); !strings.HasPrefix(got, `"api";r=0;`) {
+		t.Fatalf("after lowering the limit to 8: RateLimit %q; want 0 left (8 spent)", got)
+	}
+	if s := srv.status("/"); s != http.StatusTooManyRequests {
+		t.Fatalf("past the lowered limit: %d", s)
+	}
+	srv.reload("", site(20))
+	if got := srv.get("/").Header.Get("RateLimit"); !strings.HasPrefix(got, `"api";r=11;`) {
+		t.Fatalf("after raising the limit to 20: RateLimit %q; want 11 left (9 spent)", got)
+	}
+}
+
+func TestZonesAreScopedToTheirHandlerUnlessShared(t *testing.T) {
+	srv := startCaddy(t, "", `
+	handle /a/* {
+		tollgate {
+			zone api {
+				limit 2 1h
+			}
+			zone global {
+				limit 3 1h
+				shared
+			}
+		}
+		respond "a"
+	}
+	handle /b/* {
+		tollgate {
+			zone api {
+				limit 2 1h
+			}
+			zone global {
+				limit 3 1h
+				shared
+			}
+		}
+		respond "b"
+	}`)
+	clearOfWindowEdge(time.Hour, 10*time.Second)
+
+	// Two in /a spend a's "api" and two of the three shared "global".
+	for range 2 {
+		if s := srv.status("/a/x"); s != http.StatusOK {
+			t.Fatalf("/a: %d", s)
+		}
+	}
+	// /b has an "api" zone of its own, but only one "global" unit is left.
+	resp := srv.get("/b/x")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("RateLimit"), `"api";r=1;`) {
+		t.Fatalf("/b first request: %d %q; want 200 with its own api budget", resp.StatusCode, resp.Header.Get("RateLimit"))
+	}
+	if s := srv.status("/b/x"); s != http.StatusTooManyRequests {
+		t.Fatalf("/b past the shared zone: %d", s)
+	}
+}
+
+func TestDenialEmitsEvent(t *testing.T) {
+	srv := startCaddy(t, `	events {
+		on tollgate_denied tollgate_test_recorder
+	}`, `
+	tollgate {
+		zone api {
+			limit 1 1h
+		}
+	}
+	respond "ok"`)
+	clearOfWindowEdge(time.Hour, 10*time.Second)
+	recorded.reset()
+
+	srv.get("/")
+	srv.get("/")
+	events := recorded.all()
+	if len(events) != 1 {
+		t.Fatalf("recorded %d events; want 1", len(events))
+	}
+	if events[0].Name() != "tollgate_denied" || events[0].Data["zone"] != "api" {
+		t.Errorf("event %s %v", events[0].Name(), events[0].Data)
+	}
+	if _, leaked := events[0].Data["key"]; leaked {
+		t.Error("the event carries the key")
+	}
+}
+
+// eventRecorder is an event handler that keeps the events it is given.
+type eventRecorder struct{}
+
+var recorded recording
+
+type recording struct {
+	mu     sync.Mutex
+	events []caddy.Event
+}
+
+func (r *recording) reset() { r.mu.Lock(); r.events = nil; r.mu.Unlock() }
+func (r *recording) all() []caddy.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]caddy.Event(nil), r.events...)
+}
+
+func init() { caddy.RegisterModule(eventRecorder{}) }
+
+func (eventRecorder) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "events.handlers.tollgate_test_recorder",
+		New: func() caddy.Module { return eventRecorder{} },
+	}
+}
+
+func (eventRecorder) Handle(_ context.Context, e caddy.Event) error {
+	recorded.mu.Lock()
+	recorded.events = append(recorded.events, e)
+	recorded.mu.Unlock()
+	return nil
+}
+
+func (eventRecorder) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+	d.Next()
+	return nil
+}
+
+var _ caddyevents.Handler = eventRecorder{}

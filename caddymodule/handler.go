@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -42,6 +43,12 @@ type Handler struct {
 	// DryRun counts requests, sets headers and placeholders and logs
 	// denials, but never denies: for trying out limits on live traffic.
 	DryRun bool `json:"dry_run,omitempty"`
+
+	// Headers says which responses carry the RateLimit-Policy and RateLimit
+	// headers: "always" (default; every response a zone counted), "denied"
+	// (429s only, for sites that would rather not publish their limits to
+	// clients in good standing) or "off". Retry-After is always set on a 429.
+	Headers string `json:"headers,omitempty"`
 
 	ctx       caddy.Context
 	engine    *limiter.Engine
@@ -90,8 +97,20 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	return nil
 }
 
+// The values of Handler.Headers.
+const (
+	headersAlways = "always"
+	headersDenied = "denied"
+	headersOff    = "off"
+)
+
 // Validate rejects zones that cannot work, naming the zone and the value.
 func (h *Handler) Validate() error {
+	switch h.Headers {
+	case "", headersAlways, headersDenied, headersOff:
+	default:
+		return fmt.Errorf("tollgate: headers %q: must be always, denied or off", h.Headers)
+	}
 	if len(h.Zones) == 0 {
 		return fmt.Errorf("tollgate: no zone configured; add at least one `zone <name> { limit <N> <window> }`")
 	}
@@ -114,61 +133,86 @@ func (h *Handler) Validate() error {
 // maxInline is the number of matching zones handled without allocating.
 const maxInline = 8
 
+// scratch is the working memory of one decision. It comes from a pool rather
+// than the stack: Caddy's handler chains run deep, and a large frame here
+// makes goroutine stacks grow (and, after each GC shrinks them, grow again).
+type scratch struct {
+	zones [maxInline]*Zone
+	reqs  [maxInline]limiter.Request
+	res   [maxInline]limiter.Result
+	text  [128]byte
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
 // ServeHTTP counts r in its zones and passes it on or denies it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	repl := r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	sc := scratchPool.Get().(*scratch)
+	v, err := h.decide(w, r, sc)
+	scratchPool.Put(sc)
+	if err != nil {
+		return err
+	}
+	if v != nil && v.decision == decisionDeny {
+		return caddyhttp.Error(http.StatusTooManyRequests, v.zone.denyError)
+	}
+	return next.ServeHTTP(w, r)
+}
 
-	var (
-		zoneBuf [maxInline]*Zone
-		reqBuf  [maxInline]limiter.Request
-		resBuf  [maxInline]limiter.Result
-	)
-	zones, reqs := zoneBuf[:0], reqBuf[:0]
+// decide counts r in the zones that match it, sets the response headers and
+// returns the request's verdict, or nil if no zone matched.
+func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*verdict, error) {
+	req := request{r: r}
+	req.vars, _ = r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+
+	zones, reqs := sc.zones[:0], sc.reqs[:0]
 	for _, z := range h.Zones {
 		ok, err := z.match(r)
 		if err != nil {
-			return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("zone %q: matching request: %w", z.Name, err))
+			return nil, caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("zone %q: matching request: %w", z.Name, err))
 		}
 		if !ok {
 			continue
 		}
 		zones = append(zones, z)
 		reqs = append(reqs, limiter.Request{
-			Key:   limiter.ZoneKey(z.hashKey(h.hasher, r, repl), z.seed),
+			Key:   limiter.ZoneKey(z.hashKey(h.hasher, &req), z.seed),
 			Zone:  z.seed,
 			Limit: z.limit,
 		})
 	}
 	if len(reqs) == 0 {
-		return next.ServeHTTP(w, r)
+		return nil, nil
 	}
-	res := resBuf[:len(reqs)]
+	res := sc.res[:len(reqs)]
 	if len(reqs) > maxInline {
 		res = make([]limiter.Result, len(reqs))
 	}
 	allowed := h.engine.Take(time.Now(), reqs, res)
 
-	h.setHeaders(w.Header(), zones, res)
-	decider := decidingZone(res)
-	d := res[decider]
-	repl.Set("http.tollgate.zone", zones[decider].Name)
-	repl.Set("http.tollgate.remaining", d.Remaining)
-	repl.Set("http.tollgate.reset", headerSeconds(d.Reset))
+	v := req.verdict()
+	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !allowed) {
+		h.setHeaders(w.Header(), v, sc.text[:0], zones, res)
+	}
+	i := decidingZone(res)
+	v.zone = zones[i]
+	v.remaining = max(0, res[i].Remaining)
+	v.reset = headerSeconds(res[i].Reset)
+	v.retryAfter = 0
 	if allowed {
-		repl.Set("http.tollgate.decision", "allow")
-		return next.ServeHTTP(w, r)
+		v.decision = decisionAllow
+		return v, nil
 	}
 
-	retry := headerSeconds(d.RetryAfter)
-	repl.Set("http.tollgate.retry_after", retry)
-	h.reportDenial(r, zones[decider], reqs[decider].Key, retry)
+	v.retryAfter = headerSeconds(res[i].RetryAfter)
+	h.reportDenial(zones[i], reqs[i].Key, v.retryAfter)
 	if h.DryRun {
-		repl.Set("http.tollgate.decision", "dry_run_deny")
-		return next.ServeHTTP(w, r)
+		v.decision = decisionDryRunDeny
+		return v, nil
 	}
-	repl.Set("http.tollgate.decision", "deny")
-	w.Header().Set("Retry-After", strconv.FormatInt(retry, 10))
-	return caddyhttp.Error(http.StatusTooManyRequests, zones[decider].denyError)
+	v.decision = decisionDeny
+	w.Header().Set("Retry-After", strconv.FormatInt(v.retryAfter, 10))
+	return v, nil
 }
 
 // decidingZone returns the index of the zone that speaks for a decision:
@@ -196,7 +240,7 @@ func decidingZone(res []limiter.Result) int {
 
 // setHeaders writes the RateLimit-Policy and RateLimit headers
 // (draft-ietf-httpapi-ratelimit-headers) for the zones that counted r.
-func (h *Handler) setHeaders(hdr http.Header, zones []*Zone, res []limiter.Result) {
+func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, zones []*Zone, res []limiter.Result) {
 	policy := h.policyAll
 	if len(zones) != len(h.Zones) {
 		parts := make([]string, len(zones))
@@ -205,24 +249,24 @@ func (h *Handler) setHeaders(hdr http.Header, zones []*Zone, res []limiter.Resul
 		}
 		policy = strings.Join(parts, ", ")
 	}
-	buf := make([]byte, 0, 32*len(zones))
 	for i, z := range zones {
 		if i > 0 {
 			buf = append(buf, ", "...)
 		}
-		buf = strconv.AppendQuote(buf, z.Name)
+		buf = append(buf, z.quoted...)
 		buf = append(buf, ";r="...)
 		buf = strconv.AppendInt(buf, max(0, res[i].Remaining), 10)
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, headerSeconds(res[i].Reset), 10)
 	}
-	hdr["Ratelimit-Policy"] = []string{policy}
-	hdr["Ratelimit"] = []string{string(buf)}
+	v.headers[0], v.headers[1] = policy, string(buf)
+	hdr["Ratelimit-Policy"] = v.headers[0:1:1]
+	hdr["Ratelimit"] = v.headers[1:2:2]
 }
 
 // reportDenial logs a denial and emits the tollgate_denied event. Neither
 // carries the key itself: the log has its keyed hash only.
-func (h *Handler) reportDenial(r *http.Request, z *Zone, key limiter.Key, retry int64) {
+func (h *Handler) reportDenial(z *Zone, key limiter.Key, retry int64) {
 	if ce := h.logger.Check(zapcore.InfoLevel, "request denied"); ce != nil {
 		ce.Write(
 			zap.String("zone", z.Name),

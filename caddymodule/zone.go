@@ -55,6 +55,7 @@ type Zone struct {
 	seed      uint64 // the zone's identity, hashed
 	keyFixed  bool   // Key has no placeholders
 	keyHash   uint64 // hash of Key when keyFixed
+	quoted    string // Name as a structured-field string
 	policy    string // this zone's RateLimit-Policy list member
 	denyError error
 }
@@ -82,7 +83,8 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		z.keyFixed = true
 		z.keyHash = app.state.hasher.Sum64(z.Key)
 	}
-	z.policy = fmt.Sprintf("%q;q=%d;w=%d", z.Name, z.Limit, headerSeconds(z.limit.Window))
+	z.quoted = strconv.Quote(z.Name) // names are validated to need no escapes
+	z.policy = fmt.Sprintf("%s;q=%d;w=%d", z.quoted, z.Limit, headerSeconds(z.limit.Window))
 	z.denyError = fmt.Errorf("rate limit of zone %q exceeded", z.Name)
 	return nil
 }
@@ -162,16 +164,15 @@ func (z *Zone) match(r *http.Request) (bool, error) {
 	return z.matchers.MatchWithError(r)
 }
 
-// keyHash returns the hash of the key r is counted by in z.
-func (z *Zone) hashKey(h limiter.Hasher, r *http.Request, repl *caddy.Replacer) uint64 {
+// hashKey returns the hash of the key a request is counted by in z.
+func (z *Zone) hashKey(h limiter.Hasher, q *request) uint64 {
 	switch {
 	case z.keyFixed:
 		return z.keyHash
 	case z.Key == "":
-		ip, _ := caddyhttp.GetVar(r.Context(), caddyhttp.ClientIPVarKey).(string)
-		return h.Sum64(ip)
+		return h.Sum64(q.clientIP())
 	default:
-		return h.Sum64(repl.ReplaceAll(z.Key, ""))
+		return h.Sum64(q.replacer().ReplaceAll(z.Key, ""))
 	}
 }
 

@@ -1,0 +1,93 @@
+package caddymodule
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// verdict is the outcome of the tollgate handlers for one request, served as
+// the {http.tollgate.*} placeholders. When several tollgate handlers see a
+// request, the placeholders describe the last decision.
+type verdict struct {
+	decision   string // one of the decision constants
+	zone       *Zone  // the zone that speaks for the decision
+	remaining  int64
+	reset      int64 // seconds
+	retryAfter int64 // seconds; 0 unless denied
+
+	headers [2]string // backing for the RateLimit-Policy and RateLimit values
+}
+
+// The values of {http.tollgate.decision}.
+const (
+	decisionAllow      = "allow"
+	decisionDeny       = "deny"
+	decisionDryRunDeny = "dry_run_deny"
+)
+
+// verdictVar is the request variable that holds a request's verdict.
+const verdictVar = "tollgate.verdict"
+
+// placeholderPrefix starts every placeholder Tollgate provides.
+const placeholderPrefix = "http.tollgate."
+
+// request is what the handler looks up about one request, each thing at
+// most once: Caddy's context chain is deep, and walking it costs.
+type request struct {
+	r    *http.Request
+	vars map[string]any // Caddy's request variables
+	repl *caddy.Replacer
+}
+
+// replacer returns the request's placeholder replacer.
+func (q *request) replacer() *caddy.Replacer {
+	if q.repl == nil {
+		q.repl = q.r.Context().Value(caddy.ReplacerCtxKey).(*caddy.Replacer)
+	}
+	return q.repl
+}
+
+// clientIP returns the client IP Caddy determined (trusted_proxies apply).
+func (q *request) clientIP() string {
+	ip, _ := q.vars[caddyhttp.ClientIPVarKey].(string)
+	return ip
+}
+
+// verdict returns the request's verdict, creating it and registering its
+// placeholders on the first call for the request.
+func (q *request) verdict() *verdict {
+	if v, ok := q.vars[verdictVar].(*verdict); ok {
+		return v
+	}
+	v := new(verdict)
+	if q.vars != nil {
+		q.vars[verdictVar] = v
+	}
+	q.replacer().Map(v.replace)
+	return v
+}
+
+// replace serves the {http.tollgate.*} placeholders. Values are computed
+// only when a placeholder is used.
+func (v *verdict) replace(key string) (any, bool) {
+	name, ok := strings.CutPrefix(key, placeholderPrefix)
+	if !ok {
+		return nil, false
+	}
+	switch name {
+	case "decision":
+		return v.decision, true
+	case "zone":
+		return v.zone.Name, true
+	case "remaining":
+		return v.remaining, true
+	case "reset":
+		return v.reset, true
+	case "retry_after":
+		return v.retryAfter, true
+	}
+	return nil, false
+}

@@ -36,6 +36,7 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //	        shared                      # count with every shared zone of this name
 //	    }
 //	    dry_run                         # count, set headers, log; never block
+//	    headers always|denied|off       # which responses get RateLimit headers; default always
 //	}
 //
 // Every value is checked here, so `caddy adapt` already rejects bad ones.
@@ -44,9 +45,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	if d.NextArg() {
 		return d.Errf("tollgate: unexpected argument %q; zones go in a block: tollgate { zone <name> { ... } }", d.Val())
 	}
-	seenDryRun := false
+	seen := make(map[string]bool)
 	for d.NextBlock(0) {
-		switch d.Val() {
+		sub := d.Val()
+		if sub != "zone" && seen[sub] {
+			return d.Errf("tollgate: %s is given twice", sub)
+		}
+		seen[sub] = true
+		switch sub {
 		case "zone":
 			z, err := parseZone(d)
 			if err != nil {
@@ -59,16 +65,24 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 			h.Zones = append(h.Zones, z)
 		case "dry_run":
-			if seenDryRun {
-				return d.Err("tollgate: dry_run is given twice")
-			}
 			if d.NextArg() {
 				return d.Errf("tollgate: dry_run takes no argument, got %q", d.Val())
 			}
-			seenDryRun = true
 			h.DryRun = true
+		case "headers":
+			if !d.NextArg() {
+				return d.Err("tollgate: headers needs a value: always, denied or off")
+			}
+			switch h.Headers = d.Val(); h.Headers {
+			case headersAlways, headersDenied, headersOff:
+			default:
+				return d.Errf("tollgate: headers %q: must be always, denied or off", h.Headers)
+			}
+			if d.NextArg() {
+				return d.Errf("tollgate: headers takes one argument, got also %q", d.Val())
+			}
 		default:
-			return d.Errf("tollgate: unknown subdirective %q (allowed: zone, dry_run)", d.Val())
+			return d.Errf("tollgate: unknown subdirective %q (allowed: zone, dry_run, headers)", sub)
 		}
 	}
 	if len(h.Zones) == 0 {

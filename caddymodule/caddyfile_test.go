@@ -84,7 +84,10 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"no zone", "tollgate {\n}", "no zone configured"},
 		{"no block", "tollgate", "no zone configured"},
 		{"argument after directive", "tollgate api", `unexpected argument "api"`},
-		{"unknown subdirective", "tollgate {\n rate 5\n}", `unknown subdirective "rate" (allowed: zone, dry_run)`},
+		{"unknown subdirective", "tollgate {\n rate 5\n}", `unknown subdirective "rate" (allowed: zone, dry_run, headers)`},
+		{"headers unknown", "tollgate {\n headers sometimes\n zone a {\n limit 1 1m\n }\n}", `headers "sometimes": must be always, denied or off`},
+		{"headers missing", "tollgate {\n headers\n zone a {\n limit 1 1m\n }\n}", "headers needs a value"},
+		{"headers twice", "tollgate {\n headers off\n headers off\n zone a {\n limit 1 1m\n }\n}", "headers is given twice"},
 		{"dry_run argument", "tollgate {\n dry_run yes\n zone a {\n limit 1 1m\n }\n}", `dry_run takes no argument, got "yes"`},
 		{"dry_run twice", "tollgate {\n dry_run\n dry_run\n zone a {\n limit 1 1m\n }\n}", "dry_run is given twice"},
 	} {
@@ -107,7 +110,7 @@ func TestParseAppGlobalOption(t *testing.T) {
 	}
 	var app App
 	if err := json.Unmarshal(v.(httpcaddyfile.App).Value, &app); err != nil || app.MaxKeys != 5000 {
-		t.Fatalf("parsed %+v, %v", app, err)
+		t.Fatalf("parsed max_keys %d, %v", app.MaxKeys, err)
 	}
 
 	for input, want := range map[string]string{
@@ -141,6 +144,7 @@ func TestValidateRejectsBadJSON(t *testing.T) {
 		{"algorithm unknown", route(`{"handler":"tollgate","zones":[{"name":"a","limit":5,"window":"1m","algorithm":"gcra"}]}`), `unknown algorithm "gcra"`},
 		{"burst without bucket", route(`{"handler":"tollgate","zones":[{"name":"a","limit":5,"window":"1m","burst":3}]}`), "burst is only allowed with algorithm token_bucket"},
 		{"duplicate zones", route(`{"handler":"tollgate","zones":[{"name":"a","limit":5,"window":"1m"},{"name":"a","limit":5,"window":"1m"}]}`), `zone "a" is declared twice`},
+		{"headers unknown", route(`{"handler":"tollgate","headers":"never","zones":[{"name":"a","limit":5,"window":"1m"}]}`), `headers "never": must be always, denied or off`},
 		{"nameless zone", route(`{"handler":"tollgate","zones":[{"limit":5,"window":"1m"}]}`), "zone without a name"},
 		{"max_keys negative", `{"admin":{"disabled":true},"apps":{"tollgate":{"max_keys":-1}}}`, "max_keys -1"},
 	} {

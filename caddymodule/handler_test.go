@@ -396,3 +396,36 @@ func (eventRecorder) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 }
 
 var _ caddyevents.Handler = eventRecorder{}
+
+func TestHeadersOption(t *testing.T) {
+	for _, tc := range []struct {
+		mode                string
+		onAllowed, onDenied bool
+	}{
+		{"always", true, true},
+		{"denied", false, true},
+		{"off", false, false},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			srv := startCaddy(t, "", fmt.Sprintf(`
+	tollgate {
+		zone api {
+			limit 1 1h
+		}
+		headers %s
+	}
+	respond "ok"`, tc.mode))
+			clearOfWindowEdge(time.Hour, 10*time.Second)
+			allowed, denied := srv.get("/"), srv.get("/")
+			if denied.StatusCode != http.StatusTooManyRequests || denied.Header.Get("Retry-After") == "" {
+				t.Fatalf("second request: %d, Retry-After %q; want 429 with Retry-After", denied.StatusCode, denied.Header.Get("Retry-After"))
+			}
+			if got := allowed.Header.Get("RateLimit") != ""; got != tc.onAllowed {
+				t.Errorf("RateLimit on an allowed response: %v, want %v", got, tc.onAllowed)
+			}
+			if got := denied.Header.Get("RateLimit-Policy") != ""; got != tc.onDenied {
+				t.Errorf("RateLimit-Policy on a 429: %v, want %v", got, tc.onDenied)
+			}
+		})
+	}
+}

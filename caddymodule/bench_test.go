@@ -1,0 +1,100 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+)
+
+// BenchmarkServe runs requests through Caddy's whole HTTP pipeline in
+// process, without the network, with clients spread over 10,000 IPs: a plain
+// `respond` site, the same site behind a tollgate zone that never triggers,
+// and, for reference, behind `vars` (about the cheapest Caddy middleware).
+// The ratio of plain to tollgate is the share of Caddy's throughput Tollgate
+// keeps before any network cost; bench/load.sh measures it with the network.
+func BenchmarkServe(b *testing.B) {
+	plainPort, gatedPort, varsPort := freePort(b), freePort(b), freePort(b)
+	startCaddy(b, "", `respond "ok"`) // admin, storage and logs
+	cfg := adapt(b, fmt.Sprintf(`{
+	admin off
+	persist_config off
+	auto_https off
+	log {
+		output discard
+	}
+}
+http://127.0.0.1:%d {
+	respond "ok"
+}
+http://127.0.0.1:%d {
+	tollgate {
+		zone site {
+			limit 1000000000 1h
+		}
+	}
+	respond "ok"
+}
+http://127.0.0.1:%d {
+	vars x y
+	respond "ok"
+}
+`, plainPort, gatedPort, varsPort))
+	if err := caddy.Load(cfg, true); err != nil {
+		b.Fatal(err)
+	}
+	appIface, err := caddy.ActiveContext().App("http")
+	if err != nil {
+		b.Fatal(err)
+	}
+	servers := appIface.(*caddyhttp.App).Servers
+	for name, port := range map[string]int{"plain": plainPort, "tollgate": gatedPort, "vars": varsPort} {
+		srv := serverOn(b, servers, port)
+		b.Run(name, func(b *testing.B) {
+			reqs := make([]*http.Request, benchClients)
+			for i := range reqs {
+				reqs[i] = httptest.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/", port), nil)
+				reqs[i].RemoteAddr = fmt.Sprintf("198.51.%d.%d:40000", i/256, i%256)
+			}
+			w := &discardWriter{header: make(http.Header)}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				clear(w.header)
+				srv.ServeHTTP(w, reqs[i%len(reqs)])
+				i++
+			}
+			if w.status != http.StatusOK {
+				b.Fatalf("last status %d", w.status)
+			}
+		})
+	}
+}
+
+func serverOn(b *testing.B, servers map[string]*caddyhttp.Server, port int) *caddyhttp.Server {
+	for _, s := range servers {
+		for _, l := range s.Listen {
+			if l == fmt.Sprintf("127.0.0.1:%d", port) || l == fmt.Sprintf(":%d", port) {
+				return s
+			}
+		}
+	}
+	b.Fatalf("no server listens on %d", port)
+	return nil
+}
+
+// discardWriter is the cheapest http.ResponseWriter: it keeps the status.
+type discardWriter struct {
+	header http.Header
+	status int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.header }
+func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *discardWriter) WriteHeader(status int)      { w.status = status }
+
+// benchClients is the number of client IPs BenchmarkServe spreads over.
+const benchClients = 10000

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/keyhash"
 )
 
 // DefaultMaxKeys is the key bound of an Engine whose Config leaves it zero.
@@ -114,7 +116,7 @@ func (e *Engine) SetMaxKeys(n int) {
 func shardOf(k Key) uint32 {
 	// The low bits mix in the zone; the high bits are the route. Use both so
 	// one client's zones and one zone's clients both spread over shards.
-	return uint32(mix64(uint64(k))) & (numShards - 1)
+	return uint32(keyhash.Mix(uint64(k))) & (numShards - 1)
 }
 
 // Take spends the requests' units if every one of them can be granted, and

@@ -1,0 +1,104 @@
+// Package keyhash is the keyed hash (SipHash-2-4) Tollgate uses wherever a
+// value must be hashed so that outsiders can neither predict nor aim it.
+package keyhash
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"math/bits"
+)
+
+// Hasher is SipHash-2-4 under one 128-bit key. The zero value is not
+// usable; call New.
+type Hasher struct {
+	k0, k1 uint64
+}
+
+// New derives a hasher from secret for one purpose: hashers derived from
+// one secret with different labels are independent.
+func New(secret []byte, label string) Hasher {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte(label))
+	sum := mac.Sum(nil)
+	return Hasher{
+		k0: binary.LittleEndian.Uint64(sum[0:8]),
+		k1: binary.LittleEndian.Uint64(sum[8:16]),
+	}
+}
+
+// FromKey returns the hasher with the given 128-bit key.
+func FromKey(k0, k1 uint64) Hasher { return Hasher{k0, k1} }
+
+// String hashes s. It does not allocate.
+func (h Hasher) String(s string) uint64 { return sum(h.k0, h.k1, s) }
+
+// Bytes hashes b. It does not allocate.
+func (h Hasher) Bytes(b []byte) uint64 { return sum(h.k0, h.k1, b) }
+
+// Uint64 hashes one 64-bit value.
+func (h Hasher) Uint64(v uint64) uint64 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], v)
+	return sum(h.k0, h.k1, b[:])
+}
+
+// Mix is the splitmix64 finalizer: a bijection with good avalanche, for
+// combining values that are already keyed hashes.
+func Mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// sum is SipHash-2-4.
+func sum[T string | []byte](k0, k1 uint64, s T) uint64 {
+	v0 := k0 ^ 0x736f6d6570736575
+	v1 := k1 ^ 0x646f72616e646f6d
+	v2 := k0 ^ 0x6c7967656e657261
+	v3 := k1 ^ 0x7465646279746573
+	n := len(s)
+	for len(s) >= 8 {
+		m := uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+			uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+		v3 ^= m
+		v0, v1, v2, v3 = round(v0, v1, v2, v3)
+		v0, v1, v2, v3 = round(v0, v1, v2, v3)
+		v0 ^= m
+		s = s[8:]
+	}
+	m := uint64(n) << 56
+	for i := len(s) - 1; i >= 0; i-- {
+		m |= uint64(s[i]) << (8 * uint(i))
+	}
+	v3 ^= m
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0 ^= m
+	v2 ^= 0xff
+	for range 4 {
+		v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	}
+	return v0 ^ v1 ^ v2 ^ v3
+}
+
+func round(v0, v1, v2, v3 uint64) (uint64, uint64, uint64, uint64) {
+	v0 += v1
+	v1 = bits.RotateLeft64(v1, 13)
+	v1 ^= v0
+	v0 = bits.RotateLeft64(v0, 32)
+	v2 += v3
+	v3 = bits.RotateLeft64(v3, 16)
+	v3 ^= v2
+	v0 += v3
+	v3 = bits.RotateLeft64(v3, 21)
+	v3 ^= v0
+	v2 += v1
+	v1 = bits.RotateLeft64(v1, 17)
+	v1 ^= v2
+	v2 = bits.RotateLeft64(v2, 32)
+	return v0, v1, v2, v3
+}

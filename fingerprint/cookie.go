@@ -1,0 +1,245 @@
+package fingerprint
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"hash"
+	"sync"
+	"time"
+)
+
+// MinSecretLen is the shortest secret accepted, in bytes.
+const MinSecretLen = 32
+
+// Session is what a session cookie carries: a random ID and when it was
+// issued.
+type Session struct {
+	ID     [16]byte
+	Issued time.Time // whole seconds
+}
+
+// NewSession returns a session with a random (version 4 UUID) ID issued at now.
+func NewSession(now time.Time) (Session, error) {
+	var s Session
+	if _, err := rand.Read(s.ID[:]); err != nil {
+		return s, fmt.Errorf("generating session ID: %w", err)
+	}
+	s.ID[6] = s.ID[6]&0x0f | 0x40 // version 4
+	s.ID[8] = s.ID[8]&0x3f | 0x80 // RFC 4122 variant
+	s.Issued = now.Truncate(time.Second)
+	return s, nil
+}
+
+// AppendID appends the session ID in UUID form.
+func (s Session) AppendID(b []byte) []byte {
+	var buf [36]byte
+	hex.Encode(buf[0:8], s.ID[0:4])
+	buf[8] = '-'
+	hex.Encode(buf[9:13], s.ID[4:6])
+	buf[13] = '-'
+	hex.Encode(buf[14:18], s.ID[6:8])
+	buf[18] = '-'
+	hex.Encode(buf[19:23], s.ID[8:10])
+	buf[23] = '-'
+	hex.Encode(buf[24:36], s.ID[10:16])
+	return append(b, buf[:]...)
+}
+
+// CookieStatus is what verifying a cookie found.
+type CookieStatus uint8
+
+const (
+	// CookieAbsent: the request has no session cookie.
+	CookieAbsent CookieStatus = iota
+	// CookieValid: signed with the current secret, within its max age.
+	CookieValid
+	// CookieOldSecret: valid, but signed with a secret other than the
+	// first, so it should be issued again under the first.
+	CookieOldSecret
+	// CookieMalformed: not a cookie Tollgate could have written (bad
+	// encoding, length or version, or truncated).
+	CookieMalformed
+	// CookieForged: well formed, but no secret signed it.
+	CookieForged
+	// CookieExpired: validly signed, issued longer than the max age ago.
+	CookieExpired
+	// CookieFuture: validly signed, issued later than now (beyond the
+	// allowed clock skew).
+	CookieFuture
+)
+
+var cookieStatusNames = [...]string{"absent", "valid", "old_secret", "malformed", "forged", "expired", "future"}
+
+// String names the status, as used in metric labels.
+func (s CookieStatus) String() string {
+	if int(s) < len(cookieStatusNames) {
+		return cookieStatusNames[s]
+	}
+	return fmt.Sprintf("cookie_status(%d)", s)
+}
+
+// Usable reports whether the cookie identifies a session.
+func (s CookieStatus) Usable() bool { return s == CookieValid || s == CookieOldSecret }
+
+// Invalid reports whether a cookie was present but unusable.
+func (s CookieStatus) Invalid() bool { return s >= CookieMalformed }
+
+// cookieVersion is the first byte of every cookie, so the format can change.
+const cookieVersion = 1
+
+// Cookie layout: version (1) | session ID (16) | issued, Unix seconds (8) |
+// HMAC-SHA256 of the preceding bytes (32). 57 bytes, 76 in base64url.
+const (
+	cookieSigned  = 1 + 16 + 8
+	cookieBytes   = cookieSigned + sha256.Size
+	cookieEncoded = (cookieBytes*8 + 5) / 6
+)
+
+// MaxClockSkew is how far in the future a cookie's issue time may be, to
+// allow for clocks of different nodes disagreeing a little.
+const MaxClockSkew = time.Minute
+
+// Signer signs and verifies session cookies with a list of secrets: the
+// first signs, all verify. It is safe for concurrent use.
+type Signer struct {
+	macs []*sync.Pool // of hash.Hash, one pool per secret
+}
+
+// NewSigner returns a Signer for the given secrets, each at least
+// MinSecretLen bytes long.
+func NewSigner(secrets [][]byte) (*Signer, error) {
+	if len(secrets) == 0 {
+		return nil, fmt.Errorf("no secret")
+	}
+	s := &Signer{}
+	for i, secret := range secrets {
+		if len(secret) < MinSecretLen {
+			return nil, fmt.Errorf("secret #%d is %d bytes; it must be at least %d", i+1, len(secret), MinSecretLen)
+		}
+		key := cookieMACKey(secret)
+		s.macs = append(s.macs, &sync.Pool{New: func() any { return &macState{h: hmac.New(sha256.New, key)} }})
+	}
+	return s, nil
+}
+
+// cookieMACKey derives the cookie-signing key from a secret, so the secret
+// itself signs nothing a client sees.
+func cookieMACKey(secret []byte) []byte {
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte("tollgate cookie v1"))
+	return mac.Sum(nil)
+}
+
+// macState is a keyed HMAC with buffers of its own: bytes handed to a
+// hash.Hash escape to the heap, so the message is copied into the pooled
+// state rather than passed from the caller's stack.
+type macState struct {
+	h   hash.Hash
+	msg [cookieSigned]byte
+	sum [sha256.Size]byte
+}
+
+// mac returns the HMAC of msg under secret i.
+func (s *Signer) mac(i int, msg *[cookieSigned]byte) [sha256.Size]byte {
+	st := s.macs[i].Get().(*macState)
+	st.msg = *msg
+	st.h.Reset()
+	st.h.Write(st.msg[:])
+	st.h.Sum(st.sum[:0])
+	sum := st.sum
+	s.macs[i].Put(st)
+	return sum
+}
+
+// Encode returns the cookie value for sess, signed with the first secret.
+func (s *Signer) Encode(sess Session) string {
+	var raw [cookieBytes]byte
+	raw[0] = cookieVersion
+	copy(raw[1:17], sess.ID[:])
+	binary.BigEndian.PutUint64(raw[17:25], uint64(sess.Issued.Unix()))
+	sum := s.mac(0, (*[cookieSigned]byte)(raw[:cookieSigned]))
+	copy(raw[cookieSigned:], sum[:])
+	return base64.RawURLEncoding.EncodeToString(raw[:])
+}
+
+// Decode verifies a cookie value at now. A cookie older than maxAge (if
+// positive) is expired. The signature is compared in constant time.
+func (s *Signer) Decode(value string, now time.Time, maxAge time.Duration) (Session, CookieStatus) {
+	var sess Session
+	if value == "" {
+		return sess, CookieAbsent
+	}
+	var raw [cookieBytes]byte
+	if len(value) != cookieEncoded {
+		return sess, CookieMalformed
+	}
+	if !decodeBase64URL(raw[:], value) {
+		return sess, CookieMalformed
+	}
+	if raw[0] != cookieVersion {
+		return sess, CookieMalformed
+	}
+	status := CookieForged
+	for i := range s.macs {
+		if sum := s.mac(i, (*[cookieSigned]byte)(raw[:cookieSigned])); hmac.Equal(sum[:], raw[cookieSigned:]) {
+			status = CookieValid
+			if i > 0 {
+				status = CookieOldSecret
+			}
+			break
+		}
+	}
+	if status == CookieForged {
+		return sess, status
+	}
+	copy(sess.ID[:], raw[1:17])
+	issued := int64(binary.BigEndian.Uint64(raw[17:25]))
+	sess.Issued = time.Unix(issued, 0)
+	switch {
+	case sess.Issued.After(now.Add(MaxClockSkew)):
+		return Session{}, CookieFuture
+	case maxAge > 0 && now.Sub(sess.Issued) > maxAge:
+		return Session{}, CookieExpired
+	}
+	return sess, status
+}
+
+// decodeBase64URL decodes unpadded base64url s into dst, which must be
+// exactly as long as s decodes to, without allocating. It rejects any
+// character outside the alphabet and non-zero padding bits.
+func decodeBase64URL(dst []byte, s string) bool {
+	if len(s) != (len(dst)*8+5)/6 {
+		return false
+	}
+	var acc uint32
+	bits, j := 0, 0
+	for i := 0; i < len(s); i++ {
+		v := base64URLValue[s[i]]
+		if v == 0xff {
+			return false
+		}
+		acc = acc<<6 | uint32(v)
+		if bits += 6; bits >= 8 {
+			bits -= 8
+			dst[j] = byte(acc >> bits)
+			j++
+		}
+	}
+	return acc&(1<<bits-1) == 0
+}
+
+var base64URLValue = func() (t [256]byte) {
+	for i := range t {
+		t[i] = 0xff
+	}
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	for i := range len(alphabet) {
+		t[alphabet[i]] = byte(i)
+	}
+	return t
+}()

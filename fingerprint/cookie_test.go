@@ -1,0 +1,149 @@
+package fingerprint
+
+import (
+	"bytes"
+	"encoding/base64"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	secretA = []byte("0123456789abcdef0123456789abcdef-a")
+	secretB = []byte("0123456789abcdef0123456789abcdef-b")
+	t0      = time.Unix(1_790_000_000, 0)
+)
+
+func mustSigner(t testing.TB, secrets ...[]byte) *Signer {
+	t.Helper()
+	s, err := NewSigner(secrets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustSession(t testing.TB, now time.Time) Session {
+	t.Helper()
+	s, err := NewSession(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestCookieRoundTrip(t *testing.T) {
+	s := mustSigner(t, secretA)
+	sess := mustSession(t, t0)
+	value := s.Encode(sess)
+	if len(value) != cookieEncoded || strings.ContainsAny(value, "+/=") {
+		t.Fatalf("cookie %q: want %d base64url characters", value, cookieEncoded)
+	}
+	got, status := s.Decode(value, t0.Add(time.Hour), 24*time.Hour)
+	if status != CookieValid || got.ID != sess.ID || !got.Issued.Equal(sess.Issued) {
+		t.Fatalf("Decode = %+v, %v; want %+v, valid", got, status, sess)
+	}
+	if id := string(sess.AppendID(nil)); len(id) != 36 || id[14] != '4' {
+		t.Errorf("session ID %q is not a version 4 UUID", id)
+	}
+}
+
+func TestCookieRotation(t *testing.T) {
+	old := mustSigner(t, secretA)
+	rotated := mustSigner(t, secretB, secretA) // new secret first
+	sess := mustSession(t, t0)
+
+	_, status := rotated.Decode(old.Encode(sess), t0, time.Hour)
+	if status != CookieOldSecret || !status.Usable() {
+		t.Fatalf("cookie signed with the old secret: %v; want old_secret (usable, to be issued again)", status)
+	}
+	if _, status := rotated.Decode(rotated.Encode(sess), t0, time.Hour); status != CookieValid {
+		t.Fatalf("cookie signed with the new secret: %v", status)
+	}
+	// Once the old secret is dropped, its cookies are forged.
+	if _, status := mustSigner(t, secretB).Decode(old.Encode(sess), t0, time.Hour); status != CookieForged {
+		t.Fatalf("cookie of a dropped secret: %v; want forged", status)
+	}
+}
+
+func TestCookieRejections(t *testing.T) {
+	s := mustSigner(t, secretA)
+	sess := mustSession(t, t0)
+	good := s.Encode(sess)
+	raw, _ := base64.RawURLEncoding.DecodeString(good)
+
+	flip := func(i int) string {
+		b := bytes.Clone(raw)
+		b[i] ^= 1
+		return base64.RawURLEncoding.EncodeToString(b)
+	}
+	for _, tc := range []struct {
+		name  string
+		value string
+		now   time.Time
+		want  CookieStatus
+	}{
+		{"empty", "", t0, CookieAbsent},
+		{"truncated", good[:len(good)-1], t0, CookieMalformed},
+		{"too long", good + "A", t0, CookieMalformed},
+		{"not base64", strings.Repeat("*", cookieEncoded), t0, CookieMalformed},
+		{"standard base64", base64.StdEncoding.EncodeToString(raw)[:cookieEncoded], t0, CookieMalformed},
+		{"other version", flip(0), t0, CookieMalformed},
+		{"session ID changed", flip(5), t0, CookieForged},
+		{"issue time changed", flip(24), t0, CookieForged},
+		{"signature changed", flip(40), t0, CookieForged},
+		{"expired", good, t0.Add(24*time.Hour + time.Second), CookieExpired},
+		{"future dated", good, t0.Add(-MaxClockSkew - time.Second), CookieFuture},
+		{"within clock skew", good, t0.Add(-MaxClockSkew + time.Second), CookieValid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, status := s.Decode(tc.value, tc.now, 24*time.Hour)
+			if status != tc.want {
+				t.Fatalf("status %v, want %v", status, tc.want)
+			}
+			if !status.Usable() && got != (Session{}) {
+				t.Errorf("an unusable cookie returned a session %+v", got)
+			}
+		})
+	}
+}
+
+func TestNewSignerRejectsShortSecrets(t *testing.T) {
+	_, err := NewSigner([][]byte{secretA, []byte("too short")})
+	if err == nil || !strings.Contains(err.Error(), "secret #2 is 9 bytes; it must be at least 32") {
+		t.Fatalf("error = %v", err)
+	}
+	if _, err := NewSigner(nil); err == nil {
+		t.Fatal("no secrets accepted")
+	}
+}
+
+// FuzzDecodeCookie feeds arbitrary values to the cookie parser: it must
+// never panic, and whatever it accepts must be exactly what Encode writes.
+func FuzzDecodeCookie(f *testing.F) {
+	s := mustSigner(f, secretA, secretB)
+	good := s.Encode(mustSession(f, t0))
+	f.Add(good)
+	f.Add(good[:40])
+	f.Add("")
+	f.Add(strings.Repeat("A", cookieEncoded))
+	f.Add(strings.Repeat("_", cookieEncoded))
+	f.Add("AQ" + good[2:])
+	f.Fuzz(func(t *testing.T, value string) {
+		sess, status := s.Decode(value, t0, time.Hour)
+		if status.Usable() && s.Encode(sess) != value {
+			t.Fatalf("accepted %q, which encodes back as %q", value, s.Encode(sess))
+		}
+	})
+}
+
+func BenchmarkDecodeCookie(b *testing.B) {
+	s := mustSigner(b, secretA)
+	value := s.Encode(mustSession(b, t0))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, st := s.Decode(value, t0, time.Hour); st != CookieValid {
+			b.Fatal(st)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"crypto/rand"
 	"fmt"
 	"strconv"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -33,8 +33,41 @@ type App struct {
 	// (about 80 MiB at most).
 	MaxKeys int `json:"max_keys,omitempty"`
 
+	// Secrets sign session cookies and key every hash Tollgate keeps (of
+	// keys, IP networks and fingerprints). Each must be at least 32 bytes;
+	// placeholders such as {env.TOLLGATE_SECRET} are replaced. The first
+	// signs new cookies, all verify; hashes are keyed with the last, so to
+	// rotate, put the new secret first and drop the old one a cookie max
+	// age later. Default: one generated on first start and kept in Caddy's
+	// storage (under tollgate/secret), fine for a single node.
+	Secrets []string `json:"secrets,omitempty"`
+
+	// Cookie configures the session cookie. Default: issued to every
+	// client without one, named __tollgate, valid 30 days.
+	Cookie *CookieConfig `json:"cookie,omitempty"`
+
+	// IPv4Prefix is how many leading bits of an IPv4 address make one
+	// client network (1 to 32). Default: 32.
+	IPv4Prefix int `json:"ipv4_prefix,omitempty"`
+
+	// IPv6Prefix is how many leading bits of an IPv6 address make one
+	// client network (1 to 128). Default: 64.
+	IPv6Prefix int `json:"ipv6_prefix,omitempty"`
+
+	// IPPressure squeezes the cookie-less limits of IP networks that show
+	// many distinct fingerprints. Default: on, 20 in 10m, 0.5, for 1h.
+	IPPressure *PressureConfig `json:"ip_pressure,omitempty"`
+
 	state  *state
 	logger *zap.Logger
+
+	hasher      limiter.Hasher
+	identifier  *fingerprint.Identifier
+	pressure    *fingerprint.Pressure // nil when IP pressure is off
+	issue       string                // cookie issuance policy
+	issueHeader string
+	issueLimit  limiter.Limit
+	issueZone   uint64
 
 	mu    sync.Mutex
 	zones map[string]int // zones provisioned so far in this config, by name
@@ -62,7 +95,7 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if loaded {
 		a.state.engine.SetMaxKeys(a.MaxKeys)
 	}
-	return nil
+	return a.provisionIdentity(ctx)
 }
 
 // Validate rejects a config that cannot work.
@@ -70,7 +103,7 @@ func (a *App) Validate() error {
 	if a.MaxKeys < 0 {
 		return fmt.Errorf("max_keys %d: must be a positive number of keys", a.MaxKeys)
 	}
-	return nil
+	return a.validateIdentity()
 }
 
 // Start implements caddy.App. The state runs from Provision on.
@@ -114,24 +147,38 @@ const poolKey = "tollgate"
 // state is what survives config reloads.
 type state struct {
 	engine *limiter.Engine
-	hasher limiter.Hasher
 	stop   chan struct{}
 	done   chan struct{}
+
+	mu       sync.Mutex
+	pressure *fingerprint.Pressure
 }
 
 func newState(maxKeys int) (*state, error) {
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		return nil, fmt.Errorf("generating key hash secret: %w", err)
-	}
 	s := &state{
 		engine: limiter.New(limiter.Config{MaxKeys: maxKeys}),
-		hasher: limiter.NewHasher(secret),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
 	}
 	go s.sweep()
 	return s, nil
+}
+
+// pressureFor returns the IP pressure tracker for cfg: the one kept from
+// the previous config when its settings are the same, so a reload does not
+// forget which networks are squeezed.
+func (s *state) pressureFor(cfg fingerprint.PressureConfig) (*fingerprint.Pressure, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want, err := fingerprint.NewPressure(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if s.pressure != nil && s.pressure.Config() == want.Config() {
+		return s.pressure, nil
+	}
+	s.pressure = want
+	return want, nil
 }
 
 // sweep drops expired counters in the background, a shard at a time.

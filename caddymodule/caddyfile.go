@@ -2,12 +2,16 @@ package caddymodule
 
 import (
 	"strconv"
+	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/tollgate/tollgate/fingerprint"
 )
 
 func init() {
@@ -180,7 +184,22 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 // parseApp parses the `tollgate` global option:
 //
 //	tollgate {
-//	    max_keys <N>    # counters held in memory; default 1048576
+//	    max_keys <N>                    # counters held in memory; default 1048576
+//	    secret <secret> [<older>...]    # ≥ 32 bytes each; {env.*} allowed; default: generated and stored
+//	    cookie {
+//	        name <name>                 # default __tollgate
+//	        max_age <duration>          # default 720h
+//	        issue always|off|header <Header-Name>   # default always
+//	        issue_limit <N> <window>    # new sessions per cookie-less client; default 10 1h
+//	    }
+//	    ip_prefix <IPv4 bits> <IPv6 bits>   # one client network; default 32 64
+//	    ip_pressure off
+//	    ip_pressure {
+//	        threshold <N> <window>      # distinct cookie-less fingerprints; default 20 10m
+//	        squeeze <factor>            # limit multiplier, (0, 1]; default 0.5
+//	        duration <duration>         # default 1h
+//	        max_networks <N>            # networks watched; default 65536
+//	    }
 //	}
 func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 	app := new(App)
@@ -198,27 +217,178 @@ func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 			return nil, d.Errf("tollgate: %s is given twice", sub)
 		}
 		seen[sub] = true
+		var err error
 		switch sub {
 		case "max_keys":
-			if !d.NextArg() {
-				return nil, d.Err("tollgate: max_keys needs a number, e.g. max_keys 1000000")
+			app.MaxKeys, err = intArg(d, "max_keys", "e.g. max_keys 1000000", 1, 1<<40)
+		case "secret":
+			app.Secrets = d.RemainingArgs()
+			if len(app.Secrets) == 0 {
+				return nil, d.Err("tollgate: secret needs at least one value, e.g. secret {env.TOLLGATE_SECRET}")
 			}
-			n, err := strconv.Atoi(d.Val())
-			if err != nil || n < 1 {
-				return nil, d.Errf("tollgate: max_keys %q: must be a whole number of at least 1", d.Val())
+			for i, s := range app.Secrets {
+				if !strings.Contains(s, "{") && len(s) < fingerprint.MinSecretLen {
+					return nil, d.Errf("tollgate: secret #%d is %d bytes; it must be at least %d (e.g. openssl rand -base64 48)", i+1, len(s), fingerprint.MinSecretLen)
+				}
 			}
-			if d.NextArg() {
-				return nil, d.Errf("tollgate: max_keys takes one argument, got also %q", d.Val())
+		case "cookie":
+			app.Cookie, err = parseCookie(d)
+		case "ip_prefix":
+			args := d.RemainingArgs()
+			if len(args) != 2 {
+				return nil, d.Errf("tollgate: ip_prefix takes 2 arguments, got %d: ip_prefix <IPv4 bits> <IPv6 bits>, e.g. ip_prefix 32 64", len(args))
 			}
-			app.MaxKeys = n
+			if app.IPv4Prefix, err = strconv.Atoi(args[0]); err != nil || app.IPv4Prefix < 1 || app.IPv4Prefix > 32 {
+				return nil, d.Errf("tollgate: ip_prefix IPv4 bits %q: must be a whole number from 1 to 32", args[0])
+			}
+			if app.IPv6Prefix, err = strconv.Atoi(args[1]); err != nil || app.IPv6Prefix < 1 || app.IPv6Prefix > 128 {
+				return nil, d.Errf("tollgate: ip_prefix IPv6 bits %q: must be a whole number from 1 to 128", args[1])
+			}
+		case "ip_pressure":
+			app.IPPressure, err = parsePressure(d)
 		default:
-			return nil, d.Errf("tollgate: unknown global option %q (allowed: max_keys)", sub)
+			return nil, d.Errf("tollgate: unknown global option %q (allowed: max_keys, secret, cookie, ip_prefix, ip_pressure)", sub)
 		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := app.validateIdentity(); err != nil {
+		return nil, d.Err(err.Error())
 	}
 	return httpcaddyfile.App{
 		Name:  "tollgate",
 		Value: caddyconfig.JSON(app, nil),
 	}, nil
+}
+
+// parseCookie parses the `cookie { ... }` block of the global option.
+func parseCookie(d *caddyfile.Dispenser) (*CookieConfig, error) {
+	c := new(CookieConfig)
+	if d.NextArg() {
+		return nil, d.Errf("tollgate: cookie: unexpected argument %q; settings go in a block", d.Val())
+	}
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		sub := d.Val()
+		if seen[sub] {
+			return nil, d.Errf("tollgate: cookie %s is given twice", sub)
+		}
+		seen[sub] = true
+		args := d.RemainingArgs()
+		switch sub {
+		case "name":
+			if len(args) != 1 {
+				return nil, d.Errf("tollgate: cookie name takes 1 argument, got %d", len(args))
+			}
+			c.Name = args[0]
+		case "max_age":
+			if len(args) != 1 {
+				return nil, d.Errf("tollgate: cookie max_age takes 1 argument, got %d: max_age <duration>, e.g. max_age 720h", len(args))
+			}
+			dur, err := parseDuration(args[0], time.Minute)
+			if err != nil {
+				return nil, d.Errf("tollgate: cookie max_age %v", err)
+			}
+			c.MaxAge = caddy.Duration(dur)
+		case "issue":
+			switch {
+			case len(args) == 1 && (args[0] == issueAlways || args[0] == issueOff):
+				c.Issue = args[0]
+			case len(args) == 2 && args[0] == issueHeader:
+				c.Issue, c.IssueHeader = issueHeader, args[1]
+			default:
+				return nil, d.Errf("tollgate: cookie issue %q: must be always, off or header <Header-Name>", strings.Join(args, " "))
+			}
+		case "issue_limit":
+			if len(args) != 2 {
+				return nil, d.Errf("tollgate: cookie issue_limit takes 2 arguments, got %d: issue_limit <N> <window>, e.g. issue_limit 10 1h", len(args))
+			}
+			n, err := parseLimit(args[0])
+			if err != nil {
+				return nil, d.Errf("tollgate: cookie issue_limit %v", err)
+			}
+			w, err := parseWindow(args[1])
+			if err != nil {
+				return nil, d.Errf("tollgate: cookie issue_limit window %v", err)
+			}
+			c.IssueLimit, c.IssueWindow = n, caddy.Duration(w)
+		default:
+			return nil, d.Errf("tollgate: cookie: unknown subdirective %q (allowed: name, max_age, issue, issue_limit)", sub)
+		}
+	}
+	if c.Name != "" {
+		if _, err := fingerprint.NewIdentifier(fingerprint.Config{Secrets: [][]byte{make([]byte, fingerprint.MinSecretLen)}, CookieName: c.Name}); err != nil {
+			return nil, d.Errf("tollgate: cookie %v", err)
+		}
+	}
+	return c, nil
+}
+
+// parsePressure parses `ip_pressure off` or an `ip_pressure { ... }` block.
+func parsePressure(d *caddyfile.Dispenser) (*PressureConfig, error) {
+	p := new(PressureConfig)
+	if d.NextArg() {
+		if d.Val() != "off" || d.NextArg() {
+			return nil, d.Errf("tollgate: ip_pressure %q: the only argument is off; settings go in a block", d.Val())
+		}
+		p.Off = true
+		return p, nil
+	}
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		sub := d.Val()
+		if seen[sub] {
+			return nil, d.Errf("tollgate: ip_pressure %s is given twice", sub)
+		}
+		seen[sub] = true
+		args := d.RemainingArgs()
+		if want := map[string]int{"threshold": 2}[sub]; want == 0 && len(args) != 1 || want == 2 && len(args) != 2 {
+			return nil, d.Errf("tollgate: ip_pressure %s takes %d argument(s), got %d", sub, max(want, 1), len(args))
+		}
+		var err error
+		switch sub {
+		case "threshold":
+			if p.Threshold, err = strconv.Atoi(args[0]); err != nil || p.Threshold < 1 || p.Threshold > 10000 {
+				return nil, d.Errf("tollgate: ip_pressure threshold %q: must be a whole number from 1 to 10000", args[0])
+			}
+			w, err := parseWindow(args[1])
+			if err != nil {
+				return nil, d.Errf("tollgate: ip_pressure threshold window %v", err)
+			}
+			p.Window = caddy.Duration(w)
+		case "squeeze":
+			if p.Squeeze, err = strconv.ParseFloat(args[0], 64); err != nil || !(p.Squeeze > 0 && p.Squeeze <= 1) {
+				return nil, d.Errf("tollgate: ip_pressure squeeze %q: must be a number above 0 and at most 1, e.g. 0.5", args[0])
+			}
+		case "duration":
+			dur, err := parseDuration(args[0], time.Second)
+			if err != nil {
+				return nil, d.Errf("tollgate: ip_pressure duration %v", err)
+			}
+			p.Duration = caddy.Duration(dur)
+		case "max_networks":
+			if p.MaxNetworks, err = strconv.Atoi(args[0]); err != nil || p.MaxNetworks < 1 {
+				return nil, d.Errf("tollgate: ip_pressure max_networks %q: must be a whole number of at least 1", args[0])
+			}
+		default:
+			return nil, d.Errf("tollgate: ip_pressure: unknown subdirective %q (allowed: threshold, squeeze, duration, max_networks)", sub)
+		}
+	}
+	return p, nil
+}
+
+// intArg parses the single whole-number argument of a subdirective.
+func intArg(d *caddyfile.Dispenser, name, example string, lo, hi int) (int, error) {
+	args := d.RemainingArgs()
+	if len(args) != 1 {
+		return 0, d.Errf("tollgate: %s takes 1 argument, got %d (%s)", name, len(args), example)
+	}
+	n, err := strconv.Atoi(args[0])
+	if err != nil || n < lo || n > hi {
+		return 0, d.Errf("tollgate: %s %q: must be a whole number from %d to %d", name, args[0], lo, hi)
+	}
+	return n, nil
 }
 
 // Interface guards

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -34,8 +35,14 @@ func init() {
 //	{http.tollgate.remaining}    requests left in that zone
 //	{http.tollgate.reset}        seconds until that zone's quota is restored
 //	{http.tollgate.retry_after}  seconds to wait, when denied
+//	{http.tollgate.client_id}    the client ID: s:<session> or f:<fingerprint digest>
+//	{http.tollgate.client_kind}  session or fingerprint
+//	{http.tollgate.ip_pressure}  distinct cookie-less fingerprints lately seen from the client's network
+//	{http.tollgate.squeezed}     whether that network's cookie-less limits are squeezed
 //
-// Each denial is logged and emits the event tollgate_denied.
+// A zone without a key counts by client ID. Clients without a valid session
+// cookie are given one (see the app's cookie settings). Each denial is
+// logged and emits the event tollgate_denied.
 type Handler struct {
 	// Zones are the limits this handler applies, in order.
 	Zones []*Zone `json:"zones,omitempty"`
@@ -51,8 +58,8 @@ type Handler struct {
 	Headers string `json:"headers,omitempty"`
 
 	ctx       caddy.Context
+	app       *App
 	engine    *limiter.Engine
-	hasher    limiter.Hasher
 	logger    *zap.Logger
 	events    *caddyevents.App
 	policyAll string // RateLimit-Policy when every zone matches
@@ -75,8 +82,8 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("loading tollgate app: %w", err)
 	}
 	app := appIface.(*App)
+	h.app = app
 	h.engine = app.state.engine
-	h.hasher = app.state.hasher
 	eventsIface, err := ctx.App("events")
 	if err != nil {
 		return fmt.Errorf("loading events app: %w", err)
@@ -141,6 +148,7 @@ type scratch struct {
 	reqs  [maxInline]limiter.Request
 	res   [maxInline]limiter.Result
 	text  [128]byte
+	id    [fingerprint.IDLen]byte
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
@@ -153,8 +161,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if err != nil {
 		return err
 	}
-	if v != nil && v.decision == decisionDeny {
+	if v == nil {
+		return next.ServeHTTP(w, r)
+	}
+	if v.decision == decisionDeny {
 		return caddyhttp.Error(http.StatusTooManyRequests, v.zone.denyError)
+	}
+	if v.issuer != nil {
+		v.issuer.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
+		return next.ServeHTTP(v.issuer, r)
 	}
 	return next.ServeHTTP(w, r)
 }
@@ -165,32 +180,49 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 	req := request{r: r}
 	req.vars, _ = r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
 
-	zones, reqs := sc.zones[:0], sc.reqs[:0]
+	zones := sc.zones[:0]
 	for _, z := range h.Zones {
 		ok, err := z.match(r)
 		if err != nil {
 			return nil, caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("zone %q: matching request: %w", z.Name, err))
 		}
-		if !ok {
-			continue
+		if ok {
+			zones = append(zones, z)
 		}
-		zones = append(zones, z)
-		reqs = append(reqs, limiter.Request{
-			Key:   limiter.ZoneKey(z.hashKey(h.hasher, &req), z.seed),
-			Zone:  z.seed,
-			Limit: z.limit,
-		})
 	}
-	if len(reqs) == 0 {
+	if len(zones) == 0 {
 		return nil, nil
+	}
+
+	now := time.Now()
+	app := h.app
+	id := app.identifier.Identify(r, req.clientIP(), ja4Of(r), now)
+	reading := fingerprint.Reading{Factor: 1}
+	if id.Kind == fingerprint.KindFingerprint && app.pressure != nil {
+		reading = app.pressure.Observe(id.Network, id.Fingerprint, now)
+	}
+	clientKey := app.hasher.Sum64Bytes(id.AppendID(sc.id[:0]))
+
+	reqs := sc.reqs[:0]
+	for _, z := range zones {
+		limit := z.limit
+		if reading.Factor != 1 {
+			limit = limit.Scale(reading.Factor)
+		}
+		reqs = append(reqs, limiter.Request{
+			Key:   limiter.ZoneKey(z.hashKey(app.hasher, &req, clientKey), z.seed),
+			Zone:  z.seed,
+			Limit: limit,
+		})
 	}
 	res := sc.res[:len(reqs)]
 	if len(reqs) > maxInline {
 		res = make([]limiter.Result, len(reqs))
 	}
-	allowed := h.engine.Take(time.Now(), reqs, res)
+	allowed := h.engine.Take(now, reqs, res)
 
 	v := req.verdict()
+	v.identity, v.pressure, v.issuer = id, reading, nil
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !allowed) {
 		h.setHeaders(w.Header(), v, sc.text[:0], zones, res)
 	}
@@ -201,6 +233,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 	v.retryAfter = 0
 	if allowed {
 		v.decision = decisionAllow
+		h.issueCookie(w, r, v, now)
 		return v, nil
 	}
 

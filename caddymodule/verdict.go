@@ -6,6 +6,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/tollgate/tollgate/fingerprint"
 )
 
 // verdict is the outcome of the tollgate handlers for one request, served as
@@ -17,6 +19,10 @@ type verdict struct {
 	remaining  int64
 	reset      int64 // seconds
 	retryAfter int64 // seconds; 0 unless denied
+
+	identity fingerprint.Identity
+	pressure fingerprint.Reading
+	issuer   *cookieIssuer // set when the upstream decides on the cookie
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
 }
@@ -88,6 +94,14 @@ func (v *verdict) replace(key string) (any, bool) {
 		return v.reset, true
 	case "retry_after":
 		return v.retryAfter, true
+	case "client_id":
+		return v.identity.ID(), true
+	case "client_kind":
+		return v.identity.Kind.String(), true
+	case "ip_pressure":
+		return v.pressure.Distinct, true
+	case "squeezed":
+		return v.pressure.Squeezed, true
 	}
 	return nil, false
 }

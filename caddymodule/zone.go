@@ -32,7 +32,8 @@ type Zone struct {
 	// Key is what requests are counted by: text with placeholders, rendered
 	// per request. Requests whose key renders the same share a budget; a
 	// key that renders empty puts all such requests in one budget. Default:
-	// the client IP (Caddy's, so trusted_proxies applies).
+	// the client ID ({http.tollgate.client_id}): the session of a valid
+	// cookie, else the request fingerprint blended with the IP network.
 	Key string `json:"key,omitempty"`
 
 	// Algorithm is sliding_window (default), fixed_window or token_bucket.
@@ -78,10 +79,10 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		Window:    time.Duration(z.Window),
 		Burst:     z.Burst,
 	}
-	z.seed = app.state.hasher.Zone(app.zoneIdentity(z.Name, z.Shared))
+	z.seed = app.hasher.Zone(app.zoneIdentity(z.Name, z.Shared))
 	if z.Key != "" && !strings.Contains(z.Key, "{") {
 		z.keyFixed = true
-		z.keyHash = app.state.hasher.Sum64(z.Key)
+		z.keyHash = app.hasher.Sum64(z.Key)
 	}
 	z.quoted = strconv.Quote(z.Name) // names are validated to need no escapes
 	z.policy = fmt.Sprintf("%s;q=%d;w=%d", z.quoted, z.Limit, headerSeconds(z.limit.Window))
@@ -143,6 +144,19 @@ func parseLimit(s string) (int64, error) {
 
 // parseWindow parses a window such as 30s, 1m or 1h.
 func parseWindow(s string) (time.Duration, error) {
+	d, err := parseDuration(s, 0)
+	if err != nil {
+		return 0, err
+	}
+	if err := validateWindow(d); err != nil {
+		return 0, fmt.Errorf("%q %v", s, err)
+	}
+	return d, nil
+}
+
+// parseDuration parses a duration with a unit (30s, 1m, 1h, 1d), at least
+// least long if that is positive.
+func parseDuration(s string, least time.Duration) (time.Duration, error) {
 	if s != "" && strings.Trim(s, "0123456789.") == "" {
 		return 0, fmt.Errorf("%q needs a unit, e.g. 30s, 1m, 1h or 1d", s)
 	}
@@ -150,8 +164,8 @@ func parseWindow(s string) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%q is not a duration (e.g. 30s, 1m, 1h or 1d)", s)
 	}
-	if err := validateWindow(d); err != nil {
-		return 0, fmt.Errorf("%q %v", s, err)
+	if least > 0 && d < least {
+		return 0, fmt.Errorf("%q must be at least %s", s, least)
 	}
 	return d, nil
 }
@@ -164,13 +178,14 @@ func (z *Zone) match(r *http.Request) (bool, error) {
 	return z.matchers.MatchWithError(r)
 }
 
-// hashKey returns the hash of the key a request is counted by in z.
-func (z *Zone) hashKey(h limiter.Hasher, q *request) uint64 {
+// hashKey returns the hash of the key a request is counted by in z;
+// clientKey is the hash of the request's client ID, the default key.
+func (z *Zone) hashKey(h limiter.Hasher, q *request, clientKey uint64) uint64 {
 	switch {
 	case z.keyFixed:
 		return z.keyHash
 	case z.Key == "":
-		return h.Sum64(q.clientIP())
+		return clientKey
 	default:
 		return h.Sum64(q.replacer().ReplaceAll(z.Key, ""))
 	}

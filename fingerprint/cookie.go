@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
+	"strings"
 	"sync"
 	"time"
 )
@@ -105,9 +106,12 @@ const (
 const MaxClockSkew = time.Minute
 
 // Signer signs and verifies session cookies with a list of secrets: the
-// first signs, all verify. It is safe for concurrent use.
+// first signs, all verify. Cookies that verified are remembered (a bounded
+// number of them), so a returning client costs a map lookup rather than an
+// HMAC. It is safe for concurrent use.
 type Signer struct {
-	macs []*sync.Pool // of hash.Hash, one pool per secret
+	macs     []*sync.Pool // of *macState, one pool per secret
+	verified verifiedCache
 }
 
 // NewSigner returns a Signer for the given secrets, each at least
@@ -117,6 +121,7 @@ func NewSigner(secrets [][]byte) (*Signer, error) {
 		return nil, fmt.Errorf("no secret")
 	}
 	s := &Signer{}
+	s.verified.init()
 	for i, secret := range secrets {
 		if len(secret) < MinSecretLen {
 			return nil, fmt.Errorf("secret #%d is %d bytes; it must be at least %d", i+1, len(secret), MinSecretLen)
@@ -174,10 +179,13 @@ func (s *Signer) Decode(value string, now time.Time, maxAge time.Duration) (Sess
 	if value == "" {
 		return sess, CookieAbsent
 	}
-	var raw [cookieBytes]byte
 	if len(value) != cookieEncoded {
 		return sess, CookieMalformed
 	}
+	if sess, status, ok := s.verified.get(value); ok {
+		return checkAge(sess, status, now, maxAge)
+	}
+	var raw [cookieBytes]byte
 	if !decodeBase64URL(raw[:], value) {
 		return sess, CookieMalformed
 	}
@@ -200,6 +208,12 @@ func (s *Signer) Decode(value string, now time.Time, maxAge time.Duration) (Sess
 	copy(sess.ID[:], raw[1:17])
 	issued := int64(binary.BigEndian.Uint64(raw[17:25]))
 	sess.Issued = time.Unix(issued, 0)
+	s.verified.put(value, sess, status)
+	return checkAge(sess, status, now, maxAge)
+}
+
+// checkAge turns a validly signed session into its status at now.
+func checkAge(sess Session, status CookieStatus, now time.Time, maxAge time.Duration) (Session, CookieStatus) {
 	switch {
 	case sess.Issued.After(now.Add(MaxClockSkew)):
 		return Session{}, CookieFuture
@@ -207,6 +221,58 @@ func (s *Signer) Decode(value string, now time.Time, maxAge time.Duration) (Sess
 		return Session{}, CookieExpired
 	}
 	return sess, status
+}
+
+// verifiedCacheSize bounds how many verified cookies a Signer remembers.
+const verifiedCacheSize = 1 << 16
+
+const verifiedShards = 32
+
+// verifiedCache remembers cookie values whose signature checked out. Only
+// validly signed values get in, so nobody can fill it with garbage; when a
+// shard is full, an arbitrary entry makes room.
+type verifiedCache struct {
+	shards [verifiedShards]struct {
+		mu sync.Mutex
+		m  map[string]verifiedEntry
+	}
+}
+
+type verifiedEntry struct {
+	sess   Session
+	status CookieStatus
+}
+
+func (c *verifiedCache) init() {
+	for i := range c.shards {
+		c.shards[i].m = make(map[string]verifiedEntry)
+	}
+}
+
+func (c *verifiedCache) shard(value string) int {
+	// The value ends in the signature: its last character is as good as random.
+	return int(value[len(value)-1]) % verifiedShards
+}
+
+func (c *verifiedCache) get(value string) (Session, CookieStatus, bool) {
+	sh := &c.shards[c.shard(value)]
+	sh.mu.Lock()
+	e, ok := sh.m[value]
+	sh.mu.Unlock()
+	return e.sess, e.status, ok
+}
+
+func (c *verifiedCache) put(value string, sess Session, status CookieStatus) {
+	sh := &c.shards[c.shard(value)]
+	sh.mu.Lock()
+	if len(sh.m) >= verifiedCacheSize/verifiedShards {
+		for k := range sh.m {
+			delete(sh.m, k)
+			break
+		}
+	}
+	sh.m[strings.Clone(value)] = verifiedEntry{sess, status}
+	sh.mu.Unlock()
 }
 
 // decodeBase64URL decodes unpadded base64url s into dst, which must be

@@ -2,6 +2,7 @@ package fingerprint
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/base64"
 	"strings"
 	"testing"
@@ -145,5 +146,46 @@ func BenchmarkDecodeCookie(b *testing.B) {
 		if _, st := s.Decode(value, t0, time.Hour); st != CookieValid {
 			b.Fatal(st)
 		}
+	}
+}
+
+func TestVerifiedCookiesAreRememberedButStillAged(t *testing.T) {
+	s := mustSigner(t, secretA)
+	value := s.Encode(mustSession(t, t0))
+	if _, st := s.Decode(value, t0, time.Hour); st != CookieValid {
+		t.Fatal(st)
+	}
+	if _, _, ok := s.verified.get(value); !ok {
+		t.Fatal("a verified cookie was not remembered")
+	}
+	// From the cache, expiry and future dates still apply.
+	if _, st := s.Decode(value, t0.Add(2*time.Hour), time.Hour); st != CookieExpired {
+		t.Errorf("a remembered cookie past its max age: %v", st)
+	}
+	if _, st := s.Decode(value, t0.Add(-time.Hour), time.Hour); st != CookieFuture {
+		t.Errorf("a remembered cookie before its issue time: %v", st)
+	}
+	// Forged values are never remembered.
+	forged := value[:len(value)-2] + "AA"
+	s.Decode(forged, t0, time.Hour)
+	if _, _, ok := s.verified.get(forged); ok {
+		t.Error("a forged cookie was remembered")
+	}
+}
+
+func TestVerifiedCacheIsBounded(t *testing.T) {
+	s := mustSigner(t, secretA)
+	for i := range verifiedCacheSize + 5000 {
+		var sess Session
+		binary.BigEndian.PutUint64(sess.ID[:], uint64(i))
+		sess.Issued = t0
+		s.Decode(s.Encode(sess), t0, time.Hour)
+	}
+	n := 0
+	for i := range s.verified.shards {
+		n += len(s.verified.shards[i].m)
+	}
+	if n > verifiedCacheSize {
+		t.Fatalf("%d cookies remembered; the bound is %d", n, verifiedCacheSize)
 	}
 }

@@ -63,7 +63,8 @@ type Identity struct {
 	// Reissue is set when a valid cookie should be sent again: signed with
 	// an older secret, or past half its max age.
 	Reissue bool
-	// Fingerprint hashes the request's signals (and JA4, over TLS).
+	// Fingerprint hashes the request's signals (and JA4, over TLS). It,
+	// Network and Digest are only derived without a usable cookie.
 	Fingerprint uint64
 	// Network is the keyed hash of the client's IP prefix.
 	Network uint64
@@ -145,13 +146,14 @@ func (x *Identifier) Identify(r *http.Request, clientIP, ja4 string, now time.Ti
 		id.Session, id.Cookie = x.signer.Decode(value, now, x.cfg.CookieMaxAge)
 		x.seen[id.Cookie].Add(1)
 	}
-	id.Fingerprint = fingerprintOf(x.signals, r, ja4)
-	id.Network = x.network(clientIP)
-	id.Digest = x.blend.Uint64(id.Fingerprint ^ keyhash.Mix(id.Network))
 	if id.Cookie.Usable() {
 		id.Kind = KindSession
 		id.Reissue = id.Cookie == CookieOldSecret || now.Sub(id.Session.Issued) > x.cfg.CookieMaxAge/2
+		return id // the session says who it is: no need to look further
 	}
+	id.Fingerprint = fingerprintOf(x.signals, r, ja4)
+	id.Network = x.network(clientIP)
+	id.Digest = x.blend.Uint64(id.Fingerprint ^ keyhash.Mix(id.Network))
 	return id
 }
 

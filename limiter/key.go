@@ -40,3 +40,6 @@ func (h Hasher) Sum64(s string) uint64 { return h.keys.String(s) }
 
 // Zone returns the seed of the zone with the given identity.
 func (h Hasher) Zone(id string) uint64 { return h.zones.String(id) }
+
+// Sum64Bytes is Sum64 for a key held in bytes.
+func (h Hasher) Sum64Bytes(b []byte) uint64 { return h.keys.Bytes(b) }

@@ -1,0 +1,97 @@
+package caddymodule
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/tollgate/tollgate/fingerprint"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// issueCookie gives an allowed request's client a session cookie when it
+// needs one: a valid cookie due to be issued again (an older secret, or past
+// half its max age) is renewed; a client without a usable cookie gets a new
+// session, at most issue_limit times per window per client, so throwing
+// cookies away does not mint fresh budgets. With issuance by header, the
+// cookie is only set if the upstream response earns it.
+func (h *Handler) issueCookie(w http.ResponseWriter, r *http.Request, v *verdict, now time.Time) {
+	app := h.app
+	if app.issue == issueOff {
+		return
+	}
+	id := &v.identity
+	if id.Kind == fingerprint.KindSession && !id.Reissue {
+		return
+	}
+	if app.issue == issueHeader {
+		v.issuer = &cookieIssuer{handler: h, r: r, v: v, now: now}
+		return
+	}
+	if c := h.sessionCookie(r, v, now); c != nil {
+		w.Header().Add("Set-Cookie", c.String())
+	}
+}
+
+// sessionCookie returns the cookie for the request's client, or nil if the
+// client may not be given a new session now.
+func (h *Handler) sessionCookie(r *http.Request, v *verdict, now time.Time) *http.Cookie {
+	app := h.app
+	id := &v.identity
+	secure := r.TLS != nil
+	if id.Kind == fingerprint.KindSession {
+		return app.identifier.Cookie(id.Session, now, secure)
+	}
+	limit := app.issueLimit
+	if v.pressure.Factor != 1 {
+		limit = limit.Scale(v.pressure.Factor)
+	}
+	res := h.engine.TakeOne(now, limiter.Request{
+		Key:   limiter.ZoneKey(id.Digest, app.issueZone),
+		Zone:  app.issueZone,
+		Limit: limit,
+	})
+	if !res.Allowed {
+		return nil
+	}
+	sess, err := fingerprint.NewSession(now)
+	if err != nil {
+		h.logger.Error("starting a session", zap.Error(err))
+		return nil
+	}
+	return app.identifier.Cookie(sess, now, secure)
+}
+
+// cookieIssuer sets the session cookie on responses that carry the issuing
+// header (which it removes), for cookie issuance by header.
+type cookieIssuer struct {
+	*caddyhttp.ResponseWriterWrapper
+	handler *Handler
+	r       *http.Request
+	v       *verdict
+	now     time.Time
+	decided bool
+}
+
+func (c *cookieIssuer) WriteHeader(status int) {
+	if !c.decided && status >= 200 {
+		c.decided = true
+		hdr := c.Header()
+		if _, earned := hdr[c.handler.app.issueHeader]; earned {
+			delete(hdr, c.handler.app.issueHeader)
+			if cookie := c.handler.sessionCookie(c.r, c.v, c.now); cookie != nil {
+				hdr.Add("Set-Cookie", cookie.String())
+			}
+		}
+	}
+	c.ResponseWriterWrapper.WriteHeader(status)
+}
+
+func (c *cookieIssuer) Write(p []byte) (int, error) {
+	if !c.decided {
+		c.WriteHeader(http.StatusOK)
+	}
+	return c.ResponseWriterWrapper.Write(p)
+}

@@ -5,17 +5,23 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+
+	"github.com/tollgate/tollgate/fingerprint"
 )
 
 // BenchmarkServe runs requests through Caddy's whole HTTP pipeline in
-// process, without the network, with clients spread over 10,000 IPs: a plain
-// `respond` site, the same site behind a tollgate zone that never triggers,
-// and, for reference, behind `vars` (about the cheapest Caddy middleware).
-// The ratio of plain to tollgate is the share of Caddy's throughput Tollgate
-// keeps before any network cost; bench/load.sh measures it with the network.
+// process, without the network, from 10,000 clients on as many IPs, each
+// with a browser's headers: a plain `respond` site; the same site behind a
+// tollgate zone that never triggers, with clients that keep their session
+// cookie (browsers) and clients that never do (the worst case: every request
+// is fingerprinted, watched for IP pressure and asks for a cookie); and, for
+// reference, behind `vars` (about the cheapest Caddy middleware). The ratio
+// of plain to tollgate is the share of Caddy's throughput Tollgate keeps
+// before any network cost; bench/load.sh measures it with the network.
 func BenchmarkServe(b *testing.B) {
 	plainPort, gatedPort, varsPort := freePort(b), freePort(b), freePort(b)
 	startCaddy(b, "", `respond "ok"`) // admin, storage and logs
@@ -51,13 +57,34 @@ http://127.0.0.1:%d {
 		b.Fatal(err)
 	}
 	servers := appIface.(*caddyhttp.App).Servers
-	for name, port := range map[string]int{"plain": plainPort, "tollgate": gatedPort, "vars": varsPort} {
-		srv := serverOn(b, servers, port)
-		b.Run(name, func(b *testing.B) {
+	tgIface, err := caddy.ActiveContext().App("tollgate")
+	if err != nil {
+		b.Fatal(err)
+	}
+	identifier := tgIface.(*App).identifier
+	for _, run := range []struct {
+		name    string
+		port    int
+		cookies bool
+	}{
+		{"plain", plainPort, false},
+		{"vars", varsPort, false},
+		{"tollgate", gatedPort, true},
+		{"tollgate_cookieless", gatedPort, false},
+	} {
+		srv := serverOn(b, servers, run.port)
+		b.Run(run.name, func(b *testing.B) {
 			reqs := make([]*http.Request, benchClients)
 			for i := range reqs {
-				reqs[i] = httptest.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/", port), nil)
-				reqs[i].RemoteAddr = fmt.Sprintf("198.51.%d.%d:40000", i/256, i%256)
+				r := httptest.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/", run.port), nil)
+				r.RemoteAddr = fmt.Sprintf("198.51.%d.%d:40000", i/256, i%256)
+				r.Header.Set("User-Agent", "Mozilla/5.0 (X11; Linux x86_64; rv:140.0) Gecko/20100101 Firefox/140.0")
+				r.Header.Set("Accept-Language", "en-GB,en;q=0.5")
+				if run.cookies {
+					sess, _ := fingerprint.NewSession(time.Now())
+					r.AddCookie(identifier.Cookie(sess, time.Now(), false))
+				}
+				reqs[i] = r
 			}
 			w := &discardWriter{header: make(http.Header)}
 			b.ReportAllocs()

@@ -104,23 +104,74 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 }
 
 func TestParseAppGlobalOption(t *testing.T) {
-	v, err := parseApp(caddyfile.NewTestDispenser("tollgate {\n max_keys 5000\n}"), nil)
+	v, err := parseApp(caddyfile.NewTestDispenser(`tollgate {
+		max_keys 5000
+		secret {env.TOLLGATE_SECRET} 0123456789abcdef0123456789abcdef-old
+		cookie {
+			name sid
+			max_age 48h
+			issue header X-Human
+			issue_limit 5 10m
+		}
+		ip_prefix 24 56
+		ip_pressure {
+			threshold 30 5m
+			squeeze 0.25
+			duration 2h
+			max_networks 1000
+		}
+	}`), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var app App
-	if err := json.Unmarshal(v.(httpcaddyfile.App).Value, &app); err != nil || app.MaxKeys != 5000 {
-		t.Fatalf("parsed max_keys %d, %v", app.MaxKeys, err)
+	if err := json.Unmarshal(v.(httpcaddyfile.App).Value, &app); err != nil {
+		t.Fatal(err)
+	}
+	c, p := app.Cookie, app.IPPressure
+	if app.MaxKeys != 5000 || len(app.Secrets) != 2 || app.Secrets[0] != "{env.TOLLGATE_SECRET}" ||
+		c == nil || c.Name != "sid" || time.Duration(c.MaxAge) != 48*time.Hour || c.Issue != "header" || c.IssueHeader != "X-Human" ||
+		c.IssueLimit != 5 || time.Duration(c.IssueWindow) != 10*time.Minute ||
+		app.IPv4Prefix != 24 || app.IPv6Prefix != 56 ||
+		p == nil || p.Threshold != 30 || time.Duration(p.Window) != 5*time.Minute || p.Squeeze != 0.25 ||
+		time.Duration(p.Duration) != 2*time.Hour || p.MaxNetworks != 1000 {
+		t.Fatalf("parsed %s", v.(httpcaddyfile.App).Value)
+	}
+
+	v, err = parseApp(caddyfile.NewTestDispenser("tollgate {\n ip_pressure off\n}"), nil)
+	if err != nil || !strings.Contains(string(v.(httpcaddyfile.App).Value), `"ip_pressure":{"off":true}`) {
+		t.Fatalf("ip_pressure off: %v %v", v, err)
 	}
 
 	for input, want := range map[string]string{
-		"tollgate {\n max_keys 0\n}":              `max_keys "0": must be a whole number of at least 1`,
-		"tollgate {\n max_keys lots\n}":           `max_keys "lots": must be a whole number`,
-		"tollgate {\n max_keys\n}":                "max_keys needs a number",
-		"tollgate {\n max_keys 5 6\n}":            `max_keys takes one argument, got also "6"`,
-		"tollgate {\n max_keys 5\n max_keys 6\n}": "max_keys is given twice",
-		"tollgate {\n max_entries 5\n}":           `unknown global option "max_entries" (allowed: max_keys)`,
-		"tollgate on":                             `unexpected argument "on"`,
+		"tollgate {\n max_keys 0\n}":                          `max_keys "0": must be a whole number from 1`,
+		"tollgate {\n max_keys lots\n}":                       `max_keys "lots": must be a whole number`,
+		"tollgate {\n max_keys\n}":                            "max_keys takes 1 argument, got 0",
+		"tollgate {\n max_keys 5 6\n}":                        "max_keys takes 1 argument, got 2",
+		"tollgate {\n max_keys 5\n max_keys 6\n}":             "max_keys is given twice",
+		"tollgate {\n max_entries 5\n}":                       `unknown global option "max_entries" (allowed: max_keys, secret, cookie, ip_prefix, ip_pressure)`,
+		"tollgate on":                                         `unexpected argument "on"`,
+		"tollgate {\n secret\n}":                              "secret needs at least one value",
+		"tollgate {\n secret tooshort\n}":                     "secret #1 is 8 bytes; it must be at least 32",
+		"tollgate {\n cookie {\n name \"a b\"\n }\n}":         `cookie name "a b"`,
+		"tollgate {\n cookie {\n max_age 10\n }\n}":           `cookie max_age "10" needs a unit`,
+		"tollgate {\n cookie {\n max_age 10s\n }\n}":          `cookie max_age "10s" must be at least 1m0s`,
+		"tollgate {\n cookie {\n issue sometimes\n }\n}":      `cookie issue "sometimes": must be always, off or header <Header-Name>`,
+		"tollgate {\n cookie {\n issue header\n }\n}":         `cookie issue "header": must be always, off or header`,
+		"tollgate {\n cookie {\n issue_limit 0 1h\n }\n}":     `cookie issue_limit "0" must be a whole number`,
+		"tollgate {\n cookie {\n issue_limit 5\n }\n}":        "cookie issue_limit takes 2 arguments, got 1",
+		"tollgate {\n cookie {\n path /\n }\n}":               `cookie: unknown subdirective "path"`,
+		"tollgate {\n cookie {\n name a\n name b\n }\n}":      "cookie name is given twice",
+		"tollgate {\n ip_prefix 24\n}":                        "ip_prefix takes 2 arguments, got 1",
+		"tollgate {\n ip_prefix 33 64\n}":                     `ip_prefix IPv4 bits "33": must be a whole number from 1 to 32`,
+		"tollgate {\n ip_prefix 24 129\n}":                    `ip_prefix IPv6 bits "129": must be a whole number from 1 to 128`,
+		"tollgate {\n ip_pressure on\n}":                      `ip_pressure "on": the only argument is off`,
+		"tollgate {\n ip_pressure {\n squeeze 1.5\n }\n}":     `ip_pressure squeeze "1.5": must be a number above 0 and at most 1`,
+		"tollgate {\n ip_pressure {\n squeeze 0\n }\n}":       `ip_pressure squeeze "0"`,
+		"tollgate {\n ip_pressure {\n threshold 20\n }\n}":    "ip_pressure threshold takes 2 argument(s), got 1",
+		"tollgate {\n ip_pressure {\n threshold 0 10m\n }\n}": `ip_pressure threshold "0": must be a whole number from 1`,
+		"tollgate {\n ip_pressure {\n duration -1h\n }\n}":    `ip_pressure duration "-1h" must be at least 1s`,
+		"tollgate {\n ip_pressure {\n size 5\n }\n}":          `ip_pressure: unknown subdirective "size"`,
 	} {
 		_, err := parseApp(caddyfile.NewTestDispenser(input), nil)
 		if err == nil || !strings.Contains(err.Error(), want) {
@@ -147,6 +198,13 @@ func TestValidateRejectsBadJSON(t *testing.T) {
 		{"headers unknown", route(`{"handler":"tollgate","headers":"never","zones":[{"name":"a","limit":5,"window":"1m"}]}`), `headers "never": must be always, denied or off`},
 		{"nameless zone", route(`{"handler":"tollgate","zones":[{"limit":5,"window":"1m"}]}`), "zone without a name"},
 		{"max_keys negative", `{"admin":{"disabled":true},"apps":{"tollgate":{"max_keys":-1}}}`, "max_keys -1"},
+		{"secret short", `{"admin":{"disabled":true},"apps":{"tollgate":{"secrets":["short"]}}}`, "secret #1 is 5 bytes; it must be at least 32"},
+		{"secret placeholder empty", `{"admin":{"disabled":true},"apps":{"tollgate":{"secrets":["{env.TOLLGATE_TEST_UNSET}"]}}}`, "secret #1 ({env.TOLLGATE_TEST_UNSET}) is empty"},
+		{"cookie issue unknown", `{"admin":{"disabled":true},"apps":{"tollgate":{"cookie":{"issue":"sometimes"}}}}`, `cookie issue "sometimes": must be always, header <name> or off`},
+		{"cookie issue header without name", `{"admin":{"disabled":true},"apps":{"tollgate":{"cookie":{"issue":"header"}}}}`, "cookie issue header needs a header name"},
+		{"cookie name bad", `{"admin":{"disabled":true},"apps":{"tollgate":{"secrets":["0123456789abcdef0123456789abcdef"],"cookie":{"name":"a;b"}}}}`, `cookie name "a;b"`},
+		{"ip prefix", `{"admin":{"disabled":true},"apps":{"tollgate":{"ipv4_prefix":40}}}`, "IPv4 prefix length 40"},
+		{"pressure squeeze", `{"admin":{"disabled":true},"apps":{"tollgate":{"ip_pressure":{"squeeze":2}}}}`, "ip_pressure: squeeze 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cfg caddy.Config

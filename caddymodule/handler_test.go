@@ -379,7 +379,7 @@ func init() { caddy.RegisterModule(eventRecorder{}) }
 func (eventRecorder) CaddyModule() caddy.ModuleInfo {
 	return caddy.ModuleInfo{
 		ID:  "events.handlers.tollgate_test_recorder",
-		New: func() caddy.Module { return eventRecorder{} },
+		New: func() caddy.Module { return new(eventRecorder) },
 	}
 }
 
@@ -390,7 +390,7 @@ func (eventRecorder) Handle(_ context.Context, e caddy.Event) error {
 	return nil
 }
 
-func (eventRecorder) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
+func (*eventRecorder) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next()
 	return nil
 }

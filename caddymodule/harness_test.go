@@ -2,6 +2,8 @@ package caddymodule
 
 import (
 	"bytes"
+	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,13 +21,22 @@ import (
 
 // testCaddy is a Caddy running in this test process on loopback ports.
 type testCaddy struct {
-	t       testing.TB
-	URL     string // http://127.0.0.1:port
-	Admin   string // http://127.0.0.1:port of the admin API
-	LogFile string // where Caddy's logs go
-	dir     string
-	port    int
-	client  *http.Client
+	t        testing.TB
+	URL      string // http(s)://127.0.0.1:port
+	Admin    string // http://127.0.0.1:port of the admin API
+	LogFile  string // where Caddy's logs go
+	dir      string // storage and logs
+	port     int
+	tls      bool
+	logLevel string
+	client   *http.Client
+}
+
+// caddyOptions are the less common settings of a test Caddy.
+type caddyOptions struct {
+	tls      bool   // serve the site over HTTPS with Caddy's internal CA
+	dir      string // reuse this storage and log directory (a restart)
+	logLevel string // of the default log; DEBUG if empty
 }
 
 // freePort returns a loopback TCP port that was free a moment ago.
@@ -43,52 +54,98 @@ func freePort(t testing.TB) int {
 // extra global options. It stops when the test ends.
 func startCaddy(t testing.TB, globals, site string) *testCaddy {
 	t.Helper()
+	return startCaddyWith(t, caddyOptions{}, globals, site)
+}
+
+// startCaddyWith is startCaddy with options.
+func startCaddyWith(t testing.TB, opts caddyOptions, globals, site string) *testCaddy {
+	t.Helper()
 	tc := &testCaddy{
-		t:      t,
-		dir:    t.TempDir(),
-		port:   freePort(t),
-		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}},
+		t:        t,
+		dir:      opts.dir,
+		port:     freePort(t),
+		tls:      opts.tls,
+		logLevel: opts.logLevel,
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			MaxIdleConnsPerHost: 64,
+			TLSClientConfig:     &tls.Config{InsecureSkipVerify: true},
+		}},
 	}
-	adminPort := freePort(t)
-	tc.URL = fmt.Sprintf("http://127.0.0.1:%d", tc.port)
-	tc.Admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+	if tc.dir == "" {
+		tc.dir = t.TempDir()
+	}
+	if tc.logLevel == "" {
+		tc.logLevel = "DEBUG"
+	}
+	scheme := "http"
+	if tc.tls {
+		scheme = "https"
+	}
 	tc.LogFile = filepath.Join(tc.dir, "caddy.log")
-	tc.load(tc.caddyfile(adminPort, globals, site))
+	// A port found free can be taken by someone else before Caddy binds it
+	// (a client's ephemeral port, say): try again with new ports.
+	for attempt := 1; ; attempt++ {
+		adminPort := freePort(t)
+		tc.URL = fmt.Sprintf("%s://127.0.0.1:%d", scheme, tc.port)
+		tc.Admin = fmt.Sprintf("http://127.0.0.1:%d", adminPort)
+		err := caddy.Load(adapt(t, tc.caddyfile(adminPort, globals, site)), true)
+		if err == nil {
+			break
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatalf("loading config: %v", err)
+		}
+		tc.port = freePort(t)
+	}
+	if tc.tls {
+		tc.awaitCertificate()
+	}
 	t.Cleanup(func() {
 		tc.client.CloseIdleConnections()
-		if err := caddy.Load([]byte(`{"admin":{"disabled":true}}`), true); err != nil {
-			t.Errorf("stopping caddy: %v", err)
-		}
+		caddyStop(t)
 	})
 	return tc
 }
 
+// awaitCertificate waits until the site's certificate, which Caddy's
+// internal CA issues in the background, is served.
+func (tc *testCaddy) awaitCertificate() {
+	tc.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(tc.URL, "https://"), &tls.Config{InsecureSkipVerify: true})
+		if err == nil {
+			conn.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("no certificate served: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func (tc *testCaddy) caddyfile(adminPort int, globals, site string) string {
+	scheme, autoHTTPS, tlsSite := "http", "off", ""
+	if tc.tls {
+		scheme, autoHTTPS, tlsSite = "https", "disable_redirects", "\ttls internal\n"
+	}
 	return fmt.Sprintf(`{
 	admin 127.0.0.1:%d
 	persist_config off
-	auto_https off
+	auto_https %s
 	skip_install_trust
 	storage file_system %s
 	log {
 		output file %s
-		level DEBUG
+		level %s
 	}
 %s
 }
-http://127.0.0.1:%d {
-%s
+%s://127.0.0.1:%d {
+%s%s
 }
-`, adminPort, filepath.Join(tc.dir, "storage"), tc.LogFile, globals, tc.port, site)
-}
-
-// load adapts a Caddyfile and runs it in this process.
-func (tc *testCaddy) load(caddyfile string) {
-	tc.t.Helper()
-	cfg := adapt(tc.t, caddyfile)
-	if err := caddy.Load(cfg, true); err != nil {
-		tc.t.Fatalf("loading config: %v\n%s", err, caddyfile)
-	}
+`, adminPort, autoHTTPS, filepath.Join(tc.dir, "storage"), tc.LogFile, tc.logLevel, globals, scheme, tc.port, tlsSite, site)
 }
 
 // reload replaces the running config through the admin API's /load route,
@@ -168,4 +225,22 @@ func adapt(t testing.TB, caddyfile string) []byte {
 		}
 	}
 	return cfg
+}
+
+// caddyStop stops the Caddy running in this process, as a test's cleanup
+// would, so the next start is a fresh process state but for the pool.
+func caddyStop(t testing.TB) {
+	t.Helper()
+	if err := caddy.Load([]byte(`{"admin":{"disabled":true,"config":{"persist":false}}}`), true); err != nil {
+		t.Fatalf("stopping caddy: %v", err)
+	}
+}
+
+// validateConfig runs what `caddy validate` does on a JSON config.
+func validateConfig(cfgJSON []byte) error {
+	var cfg caddy.Config
+	if err := json.Unmarshal(cfgJSON, &cfg); err != nil {
+		return err
+	}
+	return caddy.Validate(&cfg)
 }

@@ -101,7 +101,7 @@ printf 'round\tserver\trequests\tper_second\tcpu_us_per_request\tbatch_p50_us\tb
 measure() { # measure <round> <name>
 	local before after report requests
 	before=$(cpu_ticks "${pid[$2]}")
-	report=$("${pin1[@]}" "$out/loadgen" -url "http://127.0.0.1:${port[$2]}/" -c "$conns" -d "${secs}s" -pipeline "$pipeline")
+	report=$("${pin1[@]}" "$out/loadgen" -url "http://127.0.0.1:${port[$2]}/" -c "$conns" -d "${secs}s" -pipeline "$pipeline" -cookies)
 	after=$(cpu_ticks "${pid[$2]}")
 	requests=$(json_field "$report" requests)
 	if ! grep -q '"200":' <<<"$report" || grep -qE '"(429|5[0-9][0-9])":' <<<"$report"; then

@@ -43,6 +43,7 @@ func main() {
 	conns := flag.Int("c", 32, "connections, each from its own 127.0.0.0/8 address")
 	duration := flag.Duration("d", 5*time.Second, "how long to send")
 	pipeline := flag.Int("pipeline", 1, "requests written at once on a connection before reading their responses")
+	cookies := flag.Bool("cookies", false, "keep the cookie a connection is given and send it back, as a browser does")
 	flag.Parse()
 
 	u, err := url.Parse(*target)
@@ -51,8 +52,11 @@ func main() {
 		os.Exit(2)
 	}
 	path := u.RequestURI()
-	one := "GET " + path + " HTTP/1.1\r\nHost: " + u.Host + "\r\nUser-Agent: tollgate-loadgen\r\n\r\n"
-	request := []byte(strings.Repeat(one, max(1, *pipeline)))
+	gen := &requests{
+		head:     "GET " + path + " HTTP/1.1\r\nHost: " + u.Host + "\r\nUser-Agent: tollgate-loadgen\r\nAccept-Language: en\r\n",
+		pipeline: max(1, *pipeline),
+		cookies:  *cookies,
+	}
 
 	var (
 		mu        sync.Mutex
@@ -65,7 +69,7 @@ func main() {
 	for i := range *conns {
 		wg.Go(func() {
 			src := &net.TCPAddr{IP: net.IPv4(127, 1, byte(i>>8), byte(i&0xff)+1)}
-			status, lat, errs := run(u.Host, src, request, max(1, *pipeline), deadline)
+			status, lat, errs := run(u.Host, src, gen, deadline)
 			mu.Lock()
 			defer mu.Unlock()
 			for code, n := range status {
@@ -87,10 +91,26 @@ func main() {
 	json.NewEncoder(os.Stdout).Encode(report)
 }
 
+// requests builds the batches a connection sends.
+type requests struct {
+	head     string // request line and headers, without the final CRLF
+	pipeline int
+	cookies  bool
+}
+
+// batch returns pipeline requests, carrying cookie if it is set.
+func (g *requests) batch(cookie string) []byte {
+	one := g.head
+	if cookie != "" {
+		one += "Cookie: " + cookie + "\r\n"
+	}
+	return []byte(strings.Repeat(one+"\r\n", g.pipeline))
+}
+
 // run sends batches of pipelined requests on one connection until deadline,
 // reconnecting after errors, and returns the statuses seen, a sample of
 // batch latencies and the number of errors.
-func run(host string, src *net.TCPAddr, request []byte, batch int, deadline time.Time) (map[int]int64, []time.Duration, int64) {
+func run(host string, src *net.TCPAddr, gen *requests, deadline time.Time) (map[int]int64, []time.Duration, int64) {
 	status := map[int]int64{}
 	var lat []time.Duration
 	var errs int64
@@ -104,17 +124,24 @@ func run(host string, src *net.TCPAddr, request []byte, batch int, deadline time
 		}
 		r := bufio.NewReaderSize(conn, 16<<10)
 		tp := textproto.NewReader(r)
+		cookie := ""
+		request := gen.batch("")
 		for time.Now().Before(deadline) {
 			t := time.Now()
 			if _, err = conn.Write(request); err != nil {
 				break
 			}
-			for range batch {
+			for range gen.pipeline {
 				var code int
-				if code, err = readResponse(tp, r); err != nil {
+				var setCookie string
+				if code, setCookie, err = readResponse(tp, r); err != nil {
 					break
 				}
 				status[code]++
+				if gen.cookies && setCookie != "" && cookie == "" {
+					cookie, _, _ = strings.Cut(setCookie, ";")
+					request = gen.batch(cookie)
+				}
 			}
 			if err != nil {
 				break
@@ -131,25 +158,26 @@ func run(host string, src *net.TCPAddr, request []byte, batch int, deadline time
 	return status, lat, errs
 }
 
-// readResponse reads one response and returns its status code.
-func readResponse(tp *textproto.Reader, r *bufio.Reader) (int, error) {
+// readResponse reads one response and returns its status code and its
+// first Set-Cookie header.
+func readResponse(tp *textproto.Reader, r *bufio.Reader) (int, string, error) {
 	line, err := tp.ReadLine()
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	_, rest, _ := strings.Cut(line, " ")
 	code, err := strconv.Atoi(rest[:min(3, len(rest))])
 	if err != nil {
-		return 0, fmt.Errorf("status line %q", line)
+		return 0, "", fmt.Errorf("status line %q", line)
 	}
 	hdr, err := tp.ReadMIMEHeader()
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	n, err := strconv.Atoi(hdr.Get("Content-Length"))
 	if err != nil {
-		return 0, fmt.Errorf("response without Content-Length")
+		return 0, "", fmt.Errorf("response without Content-Length")
 	}
 	_, err = io.CopyN(io.Discard, r, int64(n))
-	return code, err
+	return code, hdr.Get("Set-Cookie"), err
 }

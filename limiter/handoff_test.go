@@ -1,0 +1,91 @@
+package limiter
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestHandoffKeepsCountsExact(t *testing.T) {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lim := Limit{Algorithm: alg, Quota: 10, Window: time.Minute}
+			oldOwner, newOwner := New(Config{}), New(Config{})
+			req := Request{Key: 5, Limit: lim}
+			for range 4 {
+				oldOwner.TakeOne(t0, req)
+			}
+			// The new owner already counted 3 before the hand-off landed.
+			for range 3 {
+				newOwner.TakeOne(t0, req)
+			}
+			moved := oldOwner.Extract(t0, func(k Key) bool { return k == 5 }, 0)
+			if len(moved) != 1 || oldOwner.Stats().Keys != 0 {
+				t.Fatalf("extracted %d, %d left; want 1 and 0", len(moved), oldOwner.Stats().Keys)
+			}
+			newOwner.Merge(t0, moved)
+			allowed := 0
+			for range 10 {
+				if newOwner.TakeOne(t0, req).Allowed {
+					allowed++
+				}
+			}
+			if allowed != 3 {
+				t.Fatalf("after merging 4 and 3 of 10, %d more allowed; want 3", allowed)
+			}
+		})
+	}
+}
+
+func TestMergeAcrossAWindowEdge(t *testing.T) {
+	lim := Limit{Algorithm: SlidingWindow, Quota: 10, Window: time.Minute}
+	a, b := New(Config{}), New(Config{})
+	req := Request{Key: 9, Limit: lim}
+	for range 6 {
+		a.TakeOne(t0, req) // window w
+	}
+	for range 2 {
+		b.TakeOne(t0.Add(time.Minute), req) // window w+1
+	}
+	b.Merge(t0.Add(time.Minute), a.ExtractKeys(t0.Add(time.Minute), []Key{9}))
+	// At the start of w+1: previous 6 at full weight plus current 2.
+	if r := b.Peek(t0.Add(time.Minute), req); r.Remaining != 2 {
+		t.Fatalf("remaining %d; want 2 (6 previous + 2 current of 10)", r.Remaining)
+	}
+}
+
+func TestExtractDuringConcurrentTakesLosesNothing(t *testing.T) {
+	lim := Limit{Quota: 1 << 30, Window: time.Hour}
+	src, dst := New(Config{}), New(Config{})
+	var taken atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if src.TakeOne(t0, Request{Key: Key(g*1000 + i%500), Limit: lim}).Allowed {
+					taken.Add(1)
+				}
+			}
+		})
+	}
+	var moved []State
+	for range 50 {
+		moved = append(moved, src.Extract(t0, func(Key) bool { return true }, 0)...)
+	}
+	close(stop)
+	wg.Wait()
+	moved = append(moved, src.Extract(t0, func(Key) bool { return true }, 0)...)
+	dst.Merge(t0, moved)
+	var total int64
+	dst.Range(t0, func(s State) bool { total += int64(s.Cur); return true })
+	if total != taken.Load() {
+		t.Fatalf("%d counted after the moves; %d were taken", total, taken.Load())
+	}
+}

@@ -1,0 +1,335 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/keyhash"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+var testSecret = []byte("0123456789abcdef0123456789abcdef-cluster")
+
+// fastGossip detects failures quickly, for tests.
+var fastGossip = GossipTuning{
+	ProbeInterval:  100 * time.Millisecond,
+	ProbeTimeout:   50 * time.Millisecond,
+	GossipInterval: 20 * time.Millisecond,
+	SuspicionMult:  2,
+}
+
+func testConfig() Config {
+	return Config{
+		Bind:        "127.0.0.1:0",
+		PeerListen:  "127.0.0.1:0",
+		Secret:      testSecret,
+		Gossip:      fastGossip,
+		CallTimeout: 200 * time.Millisecond,
+		Logger:      testLogger(),
+	}
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("TOLLGATE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// startNode starts one node that joins through join (if any).
+func startNode(t testing.TB, cfg Config, join ...string) *Node {
+	t.Helper()
+	cfg.Join = join
+	n, err := Start(cfg, limiter.New(limiter.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	return n
+}
+
+// startNodes starts a cluster of count nodes on loopback.
+func startNodes(t testing.TB, count int) []*Node {
+	t.Helper()
+	first := startNode(t, testConfig())
+	nodes := []*Node{first}
+	for range count - 1 {
+		nodes = append(nodes, startNode(t, testConfig(), first.GossipAddr()))
+	}
+	waitConverged(t, nodes, count)
+	return nodes
+}
+
+// eventually retries cond until it holds or the time is up.
+func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: did not happen within %s", what, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitConverged waits until every node routes by a ring of size members,
+// the same ring, and is connected to every peer.
+func waitConverged(t testing.TB, nodes []*Node, size int) {
+	t.Helper()
+	eventually(t, 15*time.Second, fmt.Sprintf("%d nodes agreeing on a ring of %d", len(nodes), size), func() bool {
+		fp := nodes[0].Ring().Fingerprint()
+		for _, n := range nodes {
+			if n.Ring().Len() != size || n.Ring().Fingerprint() != fp {
+				return false
+			}
+			n.mu.Lock()
+			for _, p := range n.peers {
+				if !p.connected.Load() {
+					n.mu.Unlock()
+					return false
+				}
+			}
+			n.mu.Unlock()
+		}
+		return true
+	})
+}
+
+// keyOwnedBy finds a key of zone 1 that the ring gives to owner.
+func keyOwnedBy(t testing.TB, r *Ring, owner string, skip int) limiter.Key {
+	t.Helper()
+	h := keyhash.New([]byte("keys"), "test")
+	for i := range 100000 {
+		k := limiter.ZoneKey(h.String(fmt.Sprint("client-", i)), 1)
+		if m, _ := r.Owner(k.Route()); m.Name == owner {
+			if skip == 0 {
+				return k
+			}
+			skip--
+		}
+	}
+	t.Fatalf("no key for %s", owner)
+	return 0
+}
+
+func limitOf(q int64) limiter.Limit { return limiter.Limit{Quota: q, Window: time.Hour} }
+
+// takeVia takes one unit of key through node n.
+func takeVia(n *Node, key limiter.Key, lim limiter.Limit) (bool, Source) {
+	res := make([]limiter.Result, 1)
+	return n.Take(time.Now(), []limiter.Request{{Key: key, Zone: 1, Limit: lim}}, res)
+}
+
+func TestClusterCountsExactlyAcrossNodes(t *testing.T) {
+	nodes := startNodes(t, 3)
+	ring := nodes[0].Ring()
+	for _, owner := range nodes {
+		key := keyOwnedBy(t, ring, owner.Name(), 0)
+		var allowed atomic.Int64
+		var wrongSource atomic.Int64
+		var wg sync.WaitGroup
+		var start sync.WaitGroup
+		start.Add(1)
+		for i := range 1000 {
+			via := nodes[i%3]
+			wg.Go(func() {
+				start.Wait()
+				ok, src := takeVia(via, key, limitOf(100))
+				if ok {
+					allowed.Add(1)
+				}
+				want := SourcePeer
+				if via == owner {
+					want = SourceOwner
+				}
+				if src != want && src != SourceBlockedCache {
+					wrongSource.Add(1)
+				}
+			})
+		}
+		start.Done()
+		wg.Wait()
+		if got := allowed.Load(); got != 100 {
+			t.Errorf("key owned by %s: 1000 concurrent requests over 3 nodes against 100 allowed %d", owner.Name(), got)
+		}
+		if n := wrongSource.Load(); n > 0 {
+			t.Errorf("key owned by %s: %d requests decided by fallback", owner.Name(), n)
+		}
+	}
+	// Batching: fewer frames than items went over the wire.
+	var frames, items uint64
+	for _, n := range nodes {
+		st := n.Status()
+		frames += st.PeerFrames
+		items += st.PeerItems
+	}
+	t.Logf("%d take items in %d frames", items, frames)
+	if frames == 0 || frames >= items {
+		t.Errorf("%d items in %d frames: no batching", items, frames)
+	}
+}
+
+func TestBlockedKeysAreAnsweredWithoutACall(t *testing.T) {
+	nodes := startNodes(t, 2)
+	key := keyOwnedBy(t, nodes[0].Ring(), nodes[1].Name(), 0)
+	for range 3 {
+		takeVia(nodes[0], key, limitOf(3))
+	}
+	if ok, src := takeVia(nodes[0], key, limitOf(3)); ok || src != SourcePeer {
+		t.Fatalf("4th of 3: %v %v; want denied by the owner", ok, src)
+	}
+	// The denial is remembered (the cache applies writes asynchronously).
+	eventually(t, 2*time.Second, "the denial answered from the blocked cache", func() bool {
+		ok, src := takeVia(nodes[0], key, limitOf(3))
+		return !ok && src == SourceBlockedCache
+	})
+	before := nodes[0].Status().PeerItems
+	for range 10 {
+		takeVia(nodes[0], key, limitOf(3))
+	}
+	if after := nodes[0].Status().PeerItems; after != before {
+		t.Errorf("%d calls made for a blocked key", after-before)
+	}
+	nodes[0].Forget(key)
+	if _, src := takeVia(nodes[0], key, limitOf(3)); src != SourcePeer {
+		t.Errorf("after Forget: %v; want the owner asked", src)
+	}
+}
+
+func TestGracefulLeaveHandsCountsOver(t *testing.T) {
+	nodes := startNodes(t, 3)
+	leaving := nodes[2]
+	keys := []limiter.Key{
+		keyOwnedBy(t, nodes[0].Ring(), leaving.Name(), 0),
+		keyOwnedBy(t, nodes[0].Ring(), leaving.Name(), 1),
+		keyOwnedBy(t, nodes[0].Ring(), nodes[0].Name(), 0),
+	}
+	for _, k := range keys {
+		for range 40 {
+			takeVia(nodes[0], k, limitOf(100))
+		}
+	}
+	if err := leaving.Leave(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	waitConverged(t, nodes[:2], 2)
+	for _, k := range keys {
+		allowed := 0
+		for i := range 100 {
+			if ok, _ := takeVia(nodes[i%2], k, limitOf(100)); ok {
+				allowed++
+			}
+		}
+		if allowed != 60 {
+			t.Errorf("key %x: %d allowed after 40 of 100 were spent and its owner left; want 60", k, allowed)
+		}
+	}
+}
+
+func TestJoinMovesCountsToTheNewcomer(t *testing.T) {
+	nodes := startNodes(t, 2)
+	// Spend 30 of 100 on many keys, so some will move to the newcomer.
+	var keys []limiter.Key
+	for i := range 30 {
+		keys = append(keys, keyOwnedBy(t, nodes[0].Ring(), nodes[i%2].Name(), i))
+	}
+	for _, k := range keys {
+		for range 30 {
+			takeVia(nodes[0], k, limitOf(100))
+		}
+	}
+	newcomer := startNode(t, testConfig(), nodes[0].GossipAddr())
+	nodes = append(nodes, newcomer)
+	waitConverged(t, nodes, 3)
+	moved := 0
+	for _, k := range keys {
+		if nodes[0].Owner(k).Name == newcomer.Name() {
+			moved++
+		}
+		allowed := 0
+		for i := range 100 {
+			if ok, _ := takeVia(nodes[i%3], k, limitOf(100)); ok {
+				allowed++
+			}
+		}
+		if allowed != 70 {
+			t.Errorf("key %x (owner now %s): %d allowed after 30 of 100; want 70", k, nodes[0].Owner(k).Name, allowed)
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no key moved to the newcomer: the test proves nothing")
+	}
+	t.Logf("%d of %d keys moved to the newcomer", moved, len(keys))
+}
+
+func TestUnreachableOwnerFallsBackToTighterLocalCaps(t *testing.T) {
+	nodes := startNodes(t, 3)
+	crashed := nodes[2]
+	key := keyOwnedBy(t, nodes[0].Ring(), crashed.Name(), 0)
+	crashed.Close() // no hand-off: as a crash
+	// Until memberlist declares it dead, each survivor counts the key
+	// itself at 40% of the limit.
+	allowed, fallback := 0, 0
+	start := time.Now()
+	for range 100 {
+		ok, src := takeVia(nodes[0], key, limitOf(100))
+		if ok {
+			allowed++
+		}
+		if src == SourceFallback {
+			fallback++
+		}
+	}
+	if time.Since(start) > 2*time.Second && fallback < 100 {
+		t.Skip("the crash was detected before the test could look at fallback")
+	}
+	if fallback != 100 || allowed != 40 {
+		t.Fatalf("through a survivor: %d allowed, %d by fallback; want 40 and 100", allowed, fallback)
+	}
+	// Once it is declared dead, the key has a live owner again and counts
+	// exactly (afresh: the crashed owner's count is lost).
+	waitConverged(t, nodes[:2], 2)
+	allowed = 0
+	for i := range 200 {
+		if ok, src := takeVia(nodes[i%2], key, limitOf(100)); ok && src != SourceFallback {
+			allowed++
+		}
+	}
+	if allowed != 100 {
+		t.Fatalf("after the owner was declared dead: %d allowed exactly; want 100", allowed)
+	}
+}
+
+func TestFallbackModes(t *testing.T) {
+	for _, tc := range []struct {
+		mode    FallbackMode
+		allowed int
+	}{
+		{FallbackOpen, 10},
+		{FallbackClosed, 0},
+	} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Fallback = tc.mode
+			a := startNode(t, cfg)
+			b := startNode(t, testConfig(), a.GossipAddr())
+			waitConverged(t, []*Node{a, b}, 2)
+			key := keyOwnedBy(t, a.Ring(), b.Name(), 0)
+			b.Close()
+			allowed := 0
+			for range 10 {
+				if ok, _ := takeVia(a, key, limitOf(5)); ok {
+					allowed++
+				}
+			}
+			if allowed != tc.allowed {
+				t.Fatalf("fallback %s: %d of 10 allowed against a limit of 5; want %d", tc.mode, allowed, tc.allowed)
+			}
+		})
+	}
+}

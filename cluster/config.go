@@ -1,0 +1,220 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+)
+
+// FallbackMode says what a node does with a request whose owner it cannot
+// reach.
+type FallbackMode uint8
+
+const (
+	// FallbackLocal counts the request on this node, with every limit
+	// multiplied by the fallback ratio: a brief over-block beats an
+	// under-block.
+	FallbackLocal FallbackMode = iota
+	// FallbackOpen lets the request through uncounted.
+	FallbackOpen
+	// FallbackClosed denies the request.
+	FallbackClosed
+)
+
+var fallbackNames = [...]string{"local", "open", "closed"}
+
+// String names the mode as configured.
+func (m FallbackMode) String() string {
+	if int(m) < len(fallbackNames) {
+		return fallbackNames[m]
+	}
+	return fmt.Sprintf("fallback(%d)", m)
+}
+
+// ParseFallbackMode returns the mode with the given name; empty is local.
+func ParseFallbackMode(s string) (FallbackMode, error) {
+	if s == "" {
+		return FallbackLocal, nil
+	}
+	for i, n := range fallbackNames {
+		if n == s {
+			return FallbackMode(i), nil
+		}
+	}
+	return 0, fmt.Errorf("fallback %q: must be local, open or closed", s)
+}
+
+// Defaults of a node.
+const (
+	DefaultFallbackRatio = 0.4
+	DefaultCallTimeout   = 100 * time.Millisecond
+	DefaultHandoffWindow = 10 * time.Second
+	DefaultLeaveTimeout  = 5 * time.Second
+	DefaultBlockedKeys   = 1 << 16
+)
+
+// Config sets up a Node.
+type Config struct {
+	// Name identifies the node; default: its gossip advertise address.
+	Name string
+	// Bind is the gossip (memberlist) listener, host:port. Port 0 picks one.
+	Bind string
+	// Advertise is the gossip address others reach this node at; default
+	// Bind (with the port actually bound).
+	Advertise string
+	// PeerListen is the peer RPC listener, host:port. Port 0 picks one.
+	PeerListen string
+	// PeerAdvertise is the peer RPC address others reach this node at;
+	// default PeerListen's, with the advertise host if PeerListen binds
+	// all interfaces.
+	PeerAdvertise string
+	// Join lists seeds to join through, retried in the background with
+	// backoff until one answers.
+	Join []string
+	// GossipKey encrypts and authenticates gossip (16, 24 or 32 bytes).
+	// Required unless every address is loopback.
+	GossipKey []byte
+	// Secret authenticates and encrypts peer RPC and keys the ring. All
+	// nodes must share it. At least 32 bytes.
+	Secret []byte
+
+	// Fallback is what to do when a key's owner cannot be reached.
+	Fallback FallbackMode
+	// FallbackRatio multiplies limits while counting locally for an
+	// unreachable owner, above 0 and at most 1. Default 0.4.
+	FallbackRatio float64
+	// CallTimeout bounds every peer call. Default 100ms.
+	CallTimeout time.Duration
+	// HandoffWindow is how long after a membership change a new owner asks
+	// the previous owner for keys it does not have yet. Default 10s.
+	HandoffWindow time.Duration
+	// BlockedKeys bounds the cache of keys known to be denied. Default
+	// 65536.
+	BlockedKeys int
+
+	// Gossip tunes failure detection; zero fields keep memberlist's LAN
+	// defaults, tightened a little (probe every 500ms, dead in about 2s).
+	Gossip GossipTuning
+
+	// Logger receives cluster events; default: discarded.
+	Logger *slog.Logger
+}
+
+// GossipTuning are memberlist's failure detection settings.
+type GossipTuning struct {
+	ProbeInterval  time.Duration
+	ProbeTimeout   time.Duration
+	GossipInterval time.Duration
+	SuspicionMult  int
+}
+
+func (c *Config) setDefaults() {
+	if c.FallbackRatio == 0 {
+		c.FallbackRatio = DefaultFallbackRatio
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.HandoffWindow == 0 {
+		c.HandoffWindow = DefaultHandoffWindow
+	}
+	if c.BlockedKeys == 0 {
+		c.BlockedKeys = DefaultBlockedKeys
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Gossip.ProbeInterval == 0 {
+		c.Gossip.ProbeInterval = 500 * time.Millisecond
+	}
+	if c.Gossip.ProbeTimeout == 0 {
+		c.Gossip.ProbeTimeout = 250 * time.Millisecond
+	}
+	if c.Gossip.GossipInterval == 0 {
+		c.Gossip.GossipInterval = 100 * time.Millisecond
+	}
+	if c.Gossip.SuspicionMult == 0 {
+		c.Gossip.SuspicionMult = 3
+	}
+}
+
+// Validate reports what is wrong with c, naming the setting.
+func (c *Config) Validate() error {
+	if _, _, err := splitHostPort("bind", c.Bind); err != nil {
+		return err
+	}
+	if _, _, err := splitHostPort("peer_listen", c.PeerListen); err != nil {
+		return err
+	}
+	for name, addr := range map[string]string{"advertise": c.Advertise, "peer_advertise": c.PeerAdvertise} {
+		if addr != "" {
+			if _, _, err := splitHostPort(name, addr); err != nil {
+				return err
+			}
+		}
+	}
+	for _, j := range c.Join {
+		if _, _, err := splitHostPort("join", j); err != nil {
+			return err
+		}
+	}
+	switch len(c.GossipKey) {
+	case 0:
+		if !c.allLoopback() {
+			return fmt.Errorf("gossip_key is required unless every address is loopback: without it, anyone who reaches the gossip port can join")
+		}
+	case 16, 24, 32:
+	default:
+		return fmt.Errorf("gossip_key is %d bytes; it must be 16, 24 or 32", len(c.GossipKey))
+	}
+	if len(c.Secret) < 32 {
+		return fmt.Errorf("the cluster needs a shared secret of at least 32 bytes (the tollgate `secret`)")
+	}
+	if c.FallbackRatio < 0 || c.FallbackRatio > 1 {
+		return fmt.Errorf("fallback_ratio %g: must be above 0 and at most 1", c.FallbackRatio)
+	}
+	if c.Fallback > FallbackClosed {
+		return fmt.Errorf("fallback %d: must be local, open or closed", c.Fallback)
+	}
+	if c.CallTimeout < 0 {
+		return fmt.Errorf("peer call timeout %s: must be positive", c.CallTimeout)
+	}
+	return nil
+}
+
+// allLoopback reports whether every configured address is on loopback.
+func (c *Config) allLoopback() bool {
+	addrs := append([]string{c.Bind, c.PeerListen, c.Advertise, c.PeerAdvertise}, c.Join...)
+	for _, a := range addrs {
+		if a == "" {
+			continue
+		}
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return false
+		}
+		if host == "localhost" {
+			continue
+		}
+		ip := net.ParseIP(host)
+		if ip == nil || !ip.IsLoopback() {
+			return false
+		}
+	}
+	return true
+}
+
+// splitHostPort checks a host:port setting and returns its parts.
+func splitHostPort(name, addr string) (string, int, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("%s %q: not a host:port address: %v", name, addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("%s %q: port %q is not a number from 0 to 65535", name, addr, port)
+	}
+	return host, p, nil
+}

@@ -1,0 +1,57 @@
+// Package cluster counts every key in exactly one place across several
+// nodes: membership over hashicorp/memberlist, a keyed rendezvous-hash ring
+// that names each key's owner, a batched and authenticated peer RPC, a
+// fallback for owners that cannot be reached, and the hand-off of counters
+// when ownership moves. It knows nothing of Caddy.
+//
+// # Consistency model
+//
+// Exact: every key has one owner, and only the owner updates it, under a
+// lock (a single writer). Whichever node a request arrives at, it is counted
+// by the owner, by the owner's clock, and the answer reflects every request
+// counted before it (read-your-writes). While all nodes agree on the
+// membership (their ring fingerprints match), a limit of L lets exactly L
+// requests through across the whole cluster, however they are spread.
+//
+// Membership changes. When a node joins or leaves, about 1/N of the keys
+// change owner. The old owner pushes their counters to the new one, and a
+// new owner that sees a key it does not hold, in the first seconds after
+// the change, pulls the key's counter from the old owner before counting.
+// Counters merge by adding, so nothing counted on either side is lost, and a
+// counter moves at most once (the old owner removes it as it hands it over).
+// A node that leaves gracefully first announces it, hands everything over,
+// and answers requests that still reach it with the new owner's name: counts
+// stay exact through scale-out, scale-in and rolling restarts. In the short
+// time (typically well under a second) before all nodes have heard of a
+// change, a node that has not may still count a moved key at its old owner;
+// the push then adds those counts in, so a key can be over-admitted by at
+// most what was counted there in that window.
+//
+// Unreachable owners. A call to a peer has a deadline, and every node pings
+// every peer each probe interval. When a call or a ping fails or times out,
+// the peer's breaker opens for a jittered backoff (so a slow or frozen peer
+// is not hammered) and, until a probe call succeeds, the node decides for
+// the peer's keys by its fallback mode: local (default)
+// counts on this node with every limit multiplied by the fallback ratio
+// (0.4 by default), so each node admits at most ratio×L for the owner's
+// keys while it is away; open admits; closed denies. Exact counting resumes
+// as soon as the owner answers again; what was counted in fallback is not
+// added to the owner's count.
+//
+// Crashes. A node that dies without leaving loses the counters it owned:
+// once memberlist declares it dead (about 2 seconds with the default
+// tuning), its keys start afresh at their new owners. Until then, the other
+// nodes count those keys in fallback. So a crash can over-admit, per key,
+// up to one full limit (the lost count) plus ratio×L per surviving node for
+// the detection time.
+//
+// Blocked keys. A node remembers keys an owner denied, until the time they
+// may pass, and answers them itself without a call. Resetting a key clears
+// it from every node's cache.
+//
+// Security. Gossip is encrypted and authenticated with the gossip key.
+// Peer RPC connections are mutually authenticated with a challenge-response
+// under the cluster secret and every frame is sealed with AES-GCM, so a
+// node without the secret can neither read, add to nor reset counts. The
+// ring is keyed with the secret, so nobody outside can aim keys at one node.
+package cluster

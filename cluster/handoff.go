@@ -1,0 +1,128 @@
+package cluster
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// handOff sends the counters this node holds but no longer owns to their
+// owners under the current ring. A counter that cannot be delivered is
+// merged back, to go out with the next hand-off: a count is never dropped.
+func (n *Node) handOff() {
+	n.handoffMu.Lock()
+	defer n.handoffMu.Unlock()
+	st := n.state.Load()
+	leaving := n.leaving.Load()
+	now := time.Now()
+	moving := n.engine.Extract(now, func(k limiter.Key) bool {
+		owner, ok := st.ring.Owner(k.Route())
+		return ok && (owner.Name != n.name || leaving)
+	}, 0)
+	if len(moving) == 0 {
+		return
+	}
+	byOwner := make(map[string][]limiter.State)
+	for _, s := range moving {
+		owner, _ := st.ring.Owner(s.Key.Route())
+		byOwner[owner.Name] = append(byOwner[owner.Name], s)
+	}
+	sent := 0
+	for owner, states := range byOwner {
+		if err := n.sendStates(owner, states); err != nil {
+			n.log.Warn("handing off counters failed; keeping them", "to", owner, "counters", len(states), "error", err.Error())
+			n.engine.Merge(time.Now(), states)
+			continue
+		}
+		sent += len(states)
+	}
+	if sent > 0 {
+		n.log.Info("handed off counters to their new owners", "counters", sent)
+	}
+}
+
+// sendStates delivers counters to a peer, in frames of at most maxStates.
+func (n *Node) sendStates(owner string, states []limiter.State) error {
+	p := n.peerFor(owner)
+	if p == nil {
+		return fmt.Errorf("no connection to %s", owner)
+	}
+	// The connection may still be coming up right after a join.
+	deadline := time.Now().Add(max(20*n.cfg.CallTimeout, 2*time.Second))
+	for !p.connected.Load() {
+		if time.Now().After(deadline) {
+			return errUnavailable
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for len(states) > 0 {
+		chunk := states[:min(len(states), maxStates)]
+		e := &encoder{}
+		encodeStates(e, chunk)
+		c := newCall(msgHandoff)
+		c.body = e.b
+		if err := p.do(c, deadline); err != nil {
+			return err
+		}
+		states = states[len(chunk):]
+	}
+	return nil
+}
+
+// Leave leaves the cluster gracefully: it announces that it is leaving
+// (others stop routing to it and ask it for the counters they now own),
+// hands every counter to its new owner, then leaves the gossip and stops.
+// Counts are exact through it; see the package documentation.
+func (n *Node) Leave(timeout time.Duration) error {
+	if n.standalone {
+		return nil
+	}
+	var err error
+	n.closeOnce.Do(func() {
+		if timeout <= 0 {
+			timeout = DefaultLeaveTimeout
+		}
+		n.leaving.Store(true)
+		if e := n.ml.UpdateNode(timeout / 4); e != nil {
+			n.log.Warn("announcing departure", "error", e.Error())
+		}
+		n.rebuildRing() // routes by the ring without this node from now on
+		n.handOff()
+		// Requests already on their way here are answered with the new
+		// owner's name; give peers a moment to see the announcement, then
+		// hand off whatever was counted meanwhile.
+		time.Sleep(min(timeout/4, 4*n.cfg.Gossip.GossipInterval+100*time.Millisecond))
+		n.handOff()
+		if e := n.ml.Leave(timeout / 4); e != nil {
+			err = fmt.Errorf("leaving the gossip: %w", e)
+		}
+		n.shutdown()
+		n.log.Info("left the cluster", "node", n.name)
+	})
+	return err
+}
+
+// Close stops the node at once, without handing off its counters: what
+// a crash would do, for tests and for failed starts.
+func (n *Node) Close() {
+	if n.standalone {
+		return
+	}
+	n.closeOnce.Do(n.shutdown)
+}
+
+func (n *Node) shutdown() {
+	close(n.stop)
+	n.ml.Shutdown()
+	n.listener.Close()
+	n.mu.Lock()
+	peers := n.peers
+	n.peers = map[string]*peer{}
+	n.mu.Unlock()
+	for _, p := range peers {
+		p.close()
+	}
+	n.wg.Wait()
+	n.blocked.Close()
+}

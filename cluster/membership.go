@@ -1,0 +1,409 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Node metadata, gossiped by memberlist: what another node needs to talk
+// to this one and to check that it may.
+//
+//	version u8 | flags u8 | ring settings hash [8] | peer address (u8 length + bytes)
+const (
+	metaLeaving byte = 1 << 0
+)
+
+type meta struct {
+	version  byte
+	flags    byte
+	ringHash [8]byte
+	peerAddr string
+}
+
+func (m meta) encode() []byte {
+	b := []byte{m.version, m.flags}
+	b = append(b, m.ringHash[:]...)
+	b = append(b, byte(len(m.peerAddr)))
+	return append(b, m.peerAddr...)
+}
+
+func decodeMeta(b []byte) (meta, error) {
+	var m meta
+	if len(b) < 11 {
+		return m, errors.New("metadata too short")
+	}
+	m.version, m.flags = b[0], b[1]
+	copy(m.ringHash[:], b[2:10])
+	n := int(b[10])
+	if len(b) < 11+n {
+		return m, errors.New("metadata truncated")
+	}
+	m.peerAddr = string(b[11 : 11+n])
+	return m, nil
+}
+
+func (n *Node) localMeta() meta {
+	m := meta{version: ProtocolVersion, ringHash: n.ringHash, peerAddr: n.PeerAddr()}
+	if n.leaving.Load() {
+		m.flags |= metaLeaving
+	}
+	return m
+}
+
+// compatible reports why a node must be refused, if it must.
+func (n *Node) compatible(m meta) error {
+	if m.version != ProtocolVersion {
+		return fmt.Errorf("it speaks protocol version %d, this node %d", m.version, ProtocolVersion)
+	}
+	if m.ringHash != n.ringHash {
+		return errors.New("its ring settings differ (another secret?)")
+	}
+	return nil
+}
+
+// delegate answers memberlist for the node. Its methods must not block.
+type delegate struct{ n *Node }
+
+func (d delegate) NodeMeta(limit int) []byte {
+	b := d.n.localMeta().encode()
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+func (delegate) NotifyMsg([]byte)                           {}
+func (delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (delegate) LocalState(join bool) []byte                { return nil }
+func (delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// NotifyJoin, NotifyLeave and NotifyUpdate copy what they are told into
+// the node's member table (memberlist changes its Node values in place
+// later, so they are never read outside these calls) and ask the watcher
+// to rebuild the ring. They must not block.
+func (d delegate) NotifyJoin(m *memberlist.Node)   { d.n.noteMember(m, true) }
+func (d delegate) NotifyUpdate(m *memberlist.Node) { d.n.noteMember(m, true) }
+func (d delegate) NotifyLeave(m *memberlist.Node)  { d.n.noteMember(m, false) }
+
+// noteMember records a member's metadata, or its departure.
+func (n *Node) noteMember(m *memberlist.Node, present bool) {
+	n.tableMu.Lock()
+	if present {
+		n.table[m.Name] = append([]byte(nil), m.Meta...)
+	} else {
+		delete(n.table, m.Name)
+	}
+	n.tableMu.Unlock()
+	n.requestRebuild()
+}
+
+// NotifyAlive refuses nodes with another protocol version or other ring
+// settings, with one clear log line per node.
+func (d delegate) NotifyAlive(peer *memberlist.Node) error {
+	if peer.Name == d.n.name {
+		return nil
+	}
+	m, err := decodeMeta(peer.Meta)
+	if err == nil {
+		err = d.n.compatible(m)
+	}
+	if err != nil {
+		d.n.mu.Lock()
+		first := !d.n.refused[peer.Name]
+		d.n.refused[peer.Name] = true
+		d.n.mu.Unlock()
+		if first {
+			d.n.log.Error("refusing node", "node", peer.Name, "address", peer.Address(), "reason", err.Error())
+		}
+		return fmt.Errorf("refusing %s: %w", peer.Name, err)
+	}
+	return nil
+}
+
+func (n *Node) requestRebuild() {
+	select {
+	case n.rebuild <- struct{}{}:
+	default:
+	}
+}
+
+// startMemberlist creates the memberlist instance and fills in the node's
+// name and addresses.
+func (n *Node) startMemberlist() error {
+	bindHost, bindPort, _ := splitHostPort("bind", n.cfg.Bind)
+	mc := memberlist.DefaultLANConfig()
+	mc.BindAddr, mc.BindPort = bindHost, bindPort
+	if n.cfg.Advertise != "" {
+		host, port, _ := splitHostPort("advertise", n.cfg.Advertise)
+		mc.AdvertiseAddr, mc.AdvertisePort = host, port
+	}
+	mc.SecretKey = n.cfg.GossipKey
+	mc.ProbeInterval = n.cfg.Gossip.ProbeInterval
+	mc.ProbeTimeout = n.cfg.Gossip.ProbeTimeout
+	mc.GossipInterval = n.cfg.Gossip.GossipInterval
+	mc.SuspicionMult = n.cfg.Gossip.SuspicionMult
+	mc.Logger = log.New(&logWriter{n: n}, "", 0)
+	mc.Delegate = delegate{n}
+	mc.Events = delegate{n}
+	mc.Alive = delegate{n}
+	// A node that restarts comes back under its name at its address.
+	mc.DeadNodeReclaimTime = time.Second
+
+	// The name and the peer address must be known before memberlist
+	// starts gossiping the metadata, but the bound ports only after.
+	// Bind the gossip port first when it is 0.
+	if bindPort == 0 {
+		l, err := net.Listen("tcp", net.JoinHostPort(bindHost, "0"))
+		if err != nil {
+			return fmt.Errorf("bind %s: %w", n.cfg.Bind, err)
+		}
+		mc.BindPort = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	if n.cfg.Advertise == "" {
+		mc.AdvertiseAddr, mc.AdvertisePort = "", mc.BindPort
+	}
+	advHost := mc.AdvertiseAddr
+	if advHost == "" {
+		advHost = bindHost
+	}
+	n.name = n.cfg.Name
+	if n.name == "" {
+		host := advHost
+		if unspecified(host) {
+			host, _ = os.Hostname()
+		}
+		n.name = net.JoinHostPort(host, strconv.Itoa(mc.AdvertisePort))
+	}
+	mc.Name = n.name
+	n.self.Store(&Member{Name: n.name, PeerAddr: n.peerAdvertise(advHost)})
+
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return fmt.Errorf("starting gossip on %s: %w", n.cfg.Bind, err)
+	}
+	n.ml = ml
+	// Bound to all interfaces: advertise the address memberlist chose.
+	if self := n.self.Load(); unspecified(hostOf(self.PeerAddr)) {
+		_, port, _ := net.SplitHostPort(self.PeerAddr)
+		n.self.Store(&Member{Name: n.name, PeerAddr: net.JoinHostPort(ml.LocalNode().Addr.String(), port)})
+		ml.UpdateNode(time.Second)
+	}
+	return nil
+}
+
+func unspecified(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
+}
+
+func hostOf(addr string) string {
+	host, _, _ := net.SplitHostPort(addr)
+	return host
+}
+
+// peerAdvertise is the peer RPC address others use.
+func (n *Node) peerAdvertise(advHost string) string {
+	if n.cfg.PeerAdvertise != "" {
+		return n.cfg.PeerAdvertise
+	}
+	host, port, _ := net.SplitHostPort(n.listener.Addr().String())
+	if unspecified(host) {
+		host = advHost
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// join joins the seeds, retrying with backoff until one answers.
+func (n *Node) join() {
+	defer n.wg.Done()
+	if len(n.cfg.Join) == 0 {
+		return
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		joined, err := n.ml.Join(n.cfg.Join)
+		if joined > 0 {
+			n.log.Info("joined cluster", "seeds", strings.Join(n.cfg.Join, ","), "members", n.ml.NumMembers())
+			return
+		}
+		n.log.Warn("joining cluster: no seed answered; retrying", "seeds", strings.Join(n.cfg.Join, ","), "retry_in", backoff.String(), "error", fmt.Sprint(err))
+		t := time.NewTimer(time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64())))
+		select {
+		case <-t.C:
+		case <-n.stop:
+			t.Stop()
+			return
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// watch rebuilds the ring on membership events and pings every peer each
+// probe interval, so a peer that stops answering (frozen, overloaded, cut
+// off) is noticed within a probe interval and a call timeout, and its keys
+// go to fallback at once rather than after each caller's own timeout.
+func (n *Node) watch() {
+	defer n.wg.Done()
+	tick := time.NewTicker(n.cfg.Gossip.ProbeInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-n.rebuild:
+			n.rebuildRing()
+		case <-tick.C:
+			n.pingPeers()
+		case <-n.stop:
+			return
+		}
+	}
+}
+
+// pingPeers checks every connected peer whose breaker is closed, or due
+// for a probe.
+func (n *Node) pingPeers() {
+	n.mu.Lock()
+	peers := make([]*peer, 0, len(n.peers))
+	for _, p := range n.peers {
+		peers = append(peers, p)
+	}
+	n.mu.Unlock()
+	for _, p := range peers {
+		if !p.connected.Load() || !p.breaker.allow(time.Now()) {
+			continue
+		}
+		go func() {
+			c := newCall(msgPing)
+			if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
+				p.noteFailure(fmt.Errorf("ping: %w", err))
+				return
+			}
+			if p.breaker.open() {
+				n.log.Info("peer answers again: counting its keys exactly", "peer", p.member.Name)
+			}
+			p.breaker.success()
+		}()
+	}
+}
+
+// rebuildRing builds the ring from the current members and swaps it in if
+// the membership changed, then hands off the keys that moved away.
+func (n *Node) rebuildRing() {
+	members := n.currentMembers()
+	ring := NewRing(n.hasher, members)
+	old := n.state.Load()
+	changed := ring.Fingerprint() != old.ring.Fingerprint()
+	if changed {
+		n.state.Store(&ringState{ring: ring, prev: old.ring, changed: time.Now()})
+		n.log.Info("cluster membership changed", "members", ring.Len(), "ring", ring.Fingerprint())
+	}
+	n.reconcilePeers(members)
+	if changed {
+		go n.handOff()
+	}
+}
+
+// reconcilePeers keeps a peer connection to every member, and to nodes
+// that are leaving (they answer pulls until they are gone).
+func (n *Node) reconcilePeers(members []Member) {
+	leaving := n.leavingMembers()
+	n.mu.Lock()
+	keep := make(map[string]bool)
+	for _, m := range members {
+		if m.Name == n.name {
+			continue
+		}
+		keep[m.Name] = true
+		if p, ok := n.peers[m.Name]; !ok || p.member.PeerAddr != m.PeerAddr {
+			if ok {
+				go p.close()
+			}
+			n.peers[m.Name] = newPeer(n, m)
+		}
+	}
+	var gone []*peer
+	for name, p := range n.peers {
+		// A leaving node stays reachable for pulls until it is gone.
+		if !keep[name] && !leaving[name] {
+			gone = append(gone, p)
+			delete(n.peers, name)
+		}
+	}
+	n.mu.Unlock()
+	for _, p := range gone {
+		go p.close()
+	}
+}
+
+// currentMembers lists the nodes the ring is made of: the live,
+// compatible ones that are not leaving. A leaving node leaves itself out.
+func (n *Node) currentMembers() []Member {
+	var out []Member
+	if !n.leaving.Load() {
+		out = append(out, *n.self.Load())
+	}
+	n.tableMu.Lock()
+	defer n.tableMu.Unlock()
+	for name, raw := range n.table {
+		if name == n.name {
+			continue
+		}
+		md, err := decodeMeta(raw)
+		if err != nil || n.compatible(md) != nil || md.flags&metaLeaving != 0 {
+			continue
+		}
+		out = append(out, Member{Name: name, PeerAddr: md.peerAddr})
+	}
+	return out
+}
+
+// leavingMembers returns the nodes that announced they are leaving.
+func (n *Node) leavingMembers() map[string]bool {
+	out := make(map[string]bool)
+	n.tableMu.Lock()
+	defer n.tableMu.Unlock()
+	for name, raw := range n.table {
+		if md, err := decodeMeta(raw); err == nil && md.flags&metaLeaving != 0 {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// memberNames returns the names of the nodes gossip knows, this one too.
+func (n *Node) memberNames() []string {
+	n.tableMu.Lock()
+	defer n.tableMu.Unlock()
+	names := []string{n.name}
+	for name := range n.table {
+		if name != n.name {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// logWriter passes memberlist's log lines to the node's logger.
+type logWriter struct{ n *Node }
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	line := string(bytes.TrimSpace(p))
+	switch {
+	case strings.Contains(line, "[ERR]"):
+		w.n.log.Error("gossip: " + line)
+	case strings.Contains(line, "[WARN]"):
+		w.n.log.Warn("gossip: " + line)
+	default:
+		w.n.log.Debug("gossip: " + line)
+	}
+	return len(p), nil
+}

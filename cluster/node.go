@@ -1,0 +1,481 @@
+package cluster
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dgraph-io/ristretto/v2"
+	"github.com/hashicorp/memberlist"
+
+	"github.com/tollgate/tollgate/internal/keyhash"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Source says who decided a request.
+type Source uint8
+
+const (
+	// SourceOwner: this node owns the keys and counted them.
+	SourceOwner Source = iota
+	// SourcePeer: the owner, another node, counted them.
+	SourcePeer
+	// SourceBlockedCache: a key was known to be denied; no call was made.
+	SourceBlockedCache
+	// SourceFallback: the owner could not be reached; this node decided by
+	// its fallback mode.
+	SourceFallback
+)
+
+var sourceNames = [...]string{"owner", "peer", "blocked_cache", "fallback"}
+
+// String names the source, as used in metric labels and logs.
+func (s Source) String() string {
+	if int(s) < len(sourceNames) {
+		return sourceNames[s]
+	}
+	return fmt.Sprintf("source(%d)", s)
+}
+
+// Node routes every counter to its owner: itself, or the peer the ring
+// names. See the package documentation for the consistency model.
+//
+// A Node is safe for concurrent use.
+type Node struct {
+	cfg        Config
+	name       string
+	self       atomic.Pointer[Member] // its peer address can be learnt after start
+	standalone bool
+
+	engine   *limiter.Engine // the counters this node owns
+	fallback *limiter.Engine // counters for owners it cannot reach
+	blocked  *ristretto.Cache[uint64, int64]
+	hasher   keyhash.Hasher // ring
+	authKey  []byte
+	ringHash [8]byte // identifies the ring settings in node metadata
+	log      *slog.Logger
+
+	ml       *memberlist.Memberlist
+	listener net.Listener
+	state    atomic.Pointer[ringState]
+	leaving  atomic.Bool
+
+	tableMu sync.Mutex
+	table   map[string][]byte // members gossip knows: name → metadata
+
+	mu      sync.Mutex
+	peers   map[string]*peer
+	refused map[string]bool // nodes refused, logged once each
+
+	handoffMu sync.Mutex // one hand-off at a time
+	pulls     pullGroup
+	rebuild   chan struct{}
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+
+	fallbackActivations atomic.Uint64
+	handedOff           atomic.Uint64
+	pulled              atomic.Uint64
+}
+
+// ringState is the membership a node routes by, and the one before it,
+// for the hand-off window after a change.
+type ringState struct {
+	ring    *Ring
+	prev    *Ring
+	changed time.Time
+}
+
+// Standalone returns a node that owns every key: Tollgate without a
+// cluster.
+func Standalone(engine *limiter.Engine) *Node {
+	n := &Node{standalone: true, engine: engine, name: "local", log: slog.New(slog.DiscardHandler)}
+	n.self.Store(&Member{Name: n.name})
+	n.state.Store(&ringState{ring: NewRing(keyhash.FromKey(0, 0), []Member{*n.self.Load()})})
+	return n
+}
+
+// Start creates a node, starts its listeners and begins joining the
+// cluster in the background. engine holds the counters the node owns.
+func Start(cfg Config, engine *limiter.Engine) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	n := &Node{
+		cfg:      cfg,
+		engine:   engine,
+		fallback: limiter.New(limiter.Config{MaxKeys: engine.Stats().MaxKeys}),
+		hasher:   keyhash.New(cfg.Secret, "tollgate ring v1"),
+		authKey:  authKey(cfg.Secret),
+		log:      cfg.Logger,
+		peers:    make(map[string]*peer),
+		refused:  make(map[string]bool),
+		rebuild:  make(chan struct{}, 1),
+		stop:     make(chan struct{}),
+	}
+	copy(n.ringHash[:], macOf(cfg.Secret, []byte("tollgate ring settings v1")))
+	n.table = make(map[string][]byte)
+
+	var err error
+	n.blocked, err = ristretto.NewCache(&ristretto.Config[uint64, int64]{
+		NumCounters: int64(cfg.BlockedKeys) * 10,
+		MaxCost:     int64(cfg.BlockedKeys),
+		BufferItems: 64,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the blocked cache: %w", err)
+	}
+
+	n.listener, err = net.Listen("tcp", cfg.PeerListen)
+	if err != nil {
+		n.blocked.Close()
+		return nil, fmt.Errorf("peer_listen %s: %w", cfg.PeerListen, err)
+	}
+	if err := n.startMemberlist(); err != nil {
+		n.listener.Close()
+		n.blocked.Close()
+		return nil, err
+	}
+	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
+
+	n.wg.Add(3)
+	go n.serve()
+	go n.watch()
+	go n.join()
+	n.log.Info("cluster node started", "node", n.name, "gossip", n.ml.LocalNode().Address(), "peer", n.PeerAddr())
+	return n, nil
+}
+
+// Name returns the node's name in the cluster.
+func (n *Node) Name() string { return n.name }
+
+// PeerAddr returns the address the node's peer RPC listens on.
+func (n *Node) PeerAddr() string { return n.self.Load().PeerAddr }
+
+// GossipAddr returns the address the node gossips on.
+func (n *Node) GossipAddr() string {
+	if n.ml == nil {
+		return ""
+	}
+	return n.ml.LocalNode().Address()
+}
+
+// Ring returns the ring the node routes by now.
+func (n *Node) Ring() *Ring { return n.state.Load().ring }
+
+// Owner returns the member that owns key.
+func (n *Node) Owner(k limiter.Key) Member {
+	m, _ := n.state.Load().ring.Owner(k.Route())
+	return m
+}
+
+// Take spends the requests' units at their owner if every one of them can
+// be granted, and none of them otherwise, filling res. It reports whether
+// they were granted and who decided. Requests owned by different nodes are
+// taken one owner after the other, and given back to the earlier owners if
+// a later one denies. now is used only where this node decides: owners
+// decide by their own clock.
+func (n *Node) Take(now time.Time, reqs []limiter.Request, res []limiter.Result) (bool, Source) {
+	if n.standalone {
+		return n.engine.Take(now, reqs, res), SourceOwner
+	}
+	st := n.state.Load()
+	owner, same := n.commonOwner(st.ring, reqs)
+	if same {
+		return n.takeAt(st, owner, now, opTake, reqs, res)
+	}
+	return n.takeAcross(st, now, reqs, res)
+}
+
+// Peek returns what Take would answer, spending nothing.
+func (n *Node) Peek(now time.Time, reqs []limiter.Request, res []limiter.Result) Source {
+	if n.standalone {
+		for i := range reqs {
+			res[i] = n.engine.Peek(now, reqs[i])
+		}
+		return SourceOwner
+	}
+	st := n.state.Load()
+	var src Source
+	for i := range reqs {
+		owner, _ := st.ring.Owner(reqs[i].Key.Route())
+		_, src = n.takeAt(st, owner, now, opPeek, reqs[i:i+1], res[i:i+1])
+	}
+	return src
+}
+
+func (n *Node) commonOwner(r *Ring, reqs []limiter.Request) (Member, bool) {
+	first, _ := r.Owner(reqs[0].Key.Route())
+	for i := 1; i < len(reqs); i++ {
+		if reqs[i].Key.Route() == reqs[0].Key.Route() {
+			continue
+		}
+		if m, _ := r.Owner(reqs[i].Key.Route()); m.Name != first.Name {
+			return first, false
+		}
+	}
+	return first, true
+}
+
+// takeAcross takes requests with several owners, owner by owner.
+func (n *Node) takeAcross(st *ringState, now time.Time, reqs []limiter.Request, res []limiter.Result) (bool, Source) {
+	type group struct {
+		owner Member
+		idx   []int
+		src   Source
+	}
+	var groups []*group
+	for i := range reqs {
+		m, _ := st.ring.Owner(reqs[i].Key.Route())
+		j := slices.IndexFunc(groups, func(g *group) bool { return g.owner.Name == m.Name })
+		if j < 0 {
+			groups = append(groups, &group{owner: m})
+			j = len(groups) - 1
+		}
+		groups[j].idx = append(groups[j].idx, i)
+	}
+	src := SourceOwner
+	for gi, g := range groups {
+		sub := make([]limiter.Request, len(g.idx))
+		subRes := make([]limiter.Result, len(g.idx))
+		for k, i := range g.idx {
+			sub[k] = reqs[i]
+		}
+		ok, s := n.takeAt(st, g.owner, now, opTake, sub, subRes)
+		g.src = s
+		if s > src {
+			src = s
+		}
+		for k, i := range g.idx {
+			res[i] = subRes[k]
+		}
+		if !ok {
+			for _, done := range groups[:gi] {
+				n.refund(st, done.owner, done.src, now, reqs, done.idx)
+			}
+			// Zones of owners not asked yet: unknown.
+			for _, later := range groups[gi+1:] {
+				for _, i := range later.idx {
+					res[i] = limiter.Result{Allowed: true, Remaining: -1}
+				}
+			}
+			return false, src
+		}
+	}
+	return true, src
+}
+
+// refund gives back what an earlier owner granted in a batch that a later
+// owner denied.
+func (n *Node) refund(st *ringState, owner Member, src Source, now time.Time, reqs []limiter.Request, idx []int) {
+	sub := make([]limiter.Request, len(idx))
+	for k, i := range idx {
+		sub[k] = reqs[i]
+	}
+	switch src {
+	case SourceOwner:
+		for _, r := range sub {
+			n.engine.Refund(now, r)
+		}
+	case SourceFallback:
+		for _, r := range sub {
+			r.Limit = r.Limit.Scale(n.cfg.FallbackRatio)
+			n.fallback.Refund(now, r)
+		}
+	case SourcePeer:
+		n.takeAt(st, owner, now, opRefund, sub, make([]limiter.Result, len(sub)))
+	}
+}
+
+// takeAt performs op for reqs at owner.
+func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op byte, reqs []limiter.Request, res []limiter.Result) (bool, Source) {
+	if owner.Name == n.name && !n.leaving.Load() {
+		n.pullMissing(st, now, reqs)
+		return n.local(now, op, reqs, res), SourceOwner
+	}
+	if op == opTake && n.blockedAnswer(now, reqs, res) {
+		return false, SourceBlockedCache
+	}
+	for hop := 0; hop < 2; hop++ {
+		p := n.peerFor(owner.Name)
+		if p == nil || !p.breaker.allow(now) {
+			break
+		}
+		c := newCall(msgTake)
+		c.op, c.reqs, c.res = op, reqs, res
+		if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
+			p.noteFailure(err)
+			break
+		}
+		p.breaker.success()
+		if c.moved == "" {
+			if op == opTake && !c.allowed {
+				n.rememberBlocked(now, reqs, res)
+			}
+			return c.allowed || op != opTake, SourcePeer
+		}
+		if c.moved == n.name && !n.leaving.Load() {
+			n.pullMissing(st, now, reqs)
+			return n.local(now, op, reqs, res), SourceOwner
+		}
+		owner = Member{Name: c.moved}
+	}
+	return n.fallbackTake(now, op, reqs, res), SourceFallback
+}
+
+// local performs op on this node's own engine.
+func (n *Node) local(now time.Time, op byte, reqs []limiter.Request, res []limiter.Result) bool {
+	switch op {
+	case opPeek:
+		for i := range reqs {
+			res[i] = n.engine.Peek(now, reqs[i])
+		}
+		return true
+	case opRefund:
+		for i := range reqs {
+			n.engine.Refund(now, reqs[i])
+		}
+		return true
+	}
+	return n.engine.Take(now, reqs, res)
+}
+
+// fallbackTake decides for an owner that cannot be reached.
+func (n *Node) fallbackTake(now time.Time, op byte, reqs []limiter.Request, res []limiter.Result) bool {
+	switch n.cfg.Fallback {
+	case FallbackOpen:
+		for i := range res {
+			res[i] = limiter.Result{Allowed: true, Remaining: -1}
+		}
+		return true
+	case FallbackClosed:
+		if op != opTake {
+			return true
+		}
+		for i := range res {
+			res[i] = limiter.Result{Reset: time.Second, RetryAfter: time.Second}
+		}
+		return false
+	}
+	var buf [8]limiter.Request
+	scaled := buf[:0]
+	for _, r := range reqs {
+		r.Limit = r.Limit.Scale(n.cfg.FallbackRatio)
+		scaled = append(scaled, r)
+	}
+	switch op {
+	case opPeek:
+		for i := range scaled {
+			res[i] = n.fallback.Peek(now, scaled[i])
+		}
+		return true
+	case opRefund:
+		for _, r := range scaled {
+			n.fallback.Refund(now, r)
+		}
+		return true
+	}
+	return n.fallback.Take(now, scaled, res)
+}
+
+// blockedAnswer answers from the blocked cache if one of the keys is known
+// to be denied until later than now.
+func (n *Node) blockedAnswer(now time.Time, reqs []limiter.Request, res []limiter.Result) bool {
+	ns := now.UnixNano()
+	for i := range reqs {
+		until, ok := n.blocked.Get(uint64(reqs[i].Key))
+		if !ok || until <= ns {
+			continue
+		}
+		for j := range res {
+			res[j] = limiter.Result{Allowed: true, Remaining: -1}
+		}
+		wait := time.Duration(until - ns)
+		res[i] = limiter.Result{Reset: wait, RetryAfter: wait}
+		return true
+	}
+	return false
+}
+
+// rememberBlocked caches the denied keys of a reply until they may pass.
+func (n *Node) rememberBlocked(now time.Time, reqs []limiter.Request, res []limiter.Result) {
+	for i := range res {
+		if !res[i].Allowed && res[i].RetryAfter > 0 {
+			n.blocked.SetWithTTL(uint64(reqs[i].Key), now.Add(res[i].RetryAfter).UnixNano(), 1, res[i].RetryAfter)
+		}
+	}
+}
+
+// Forget drops keys from this node's blocked cache.
+func (n *Node) Forget(keys ...limiter.Key) {
+	if n.blocked == nil {
+		return
+	}
+	for _, k := range keys {
+		n.blocked.Del(uint64(k))
+	}
+}
+
+func (n *Node) peerFor(name string) *peer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.peers[name]
+}
+
+// pullGroup makes concurrent pulls of one key wait for the first.
+type pullGroup struct {
+	mu       sync.Mutex
+	inflight map[limiter.Key]chan struct{}
+}
+
+// pullMissing asks the previous owner of keys this node does not hold for
+// their counters, within the hand-off window after a membership change,
+// so a key that moved here keeps its count even before the push arrives.
+func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request) {
+	if st.prev == nil || now.Sub(st.changed) > n.cfg.HandoffWindow {
+		return
+	}
+	for i := range reqs {
+		k := reqs[i].Key
+		prev, ok := st.prev.Owner(k.Route())
+		if !ok || prev.Name == n.name || n.engine.Has(now, k) {
+			continue
+		}
+		n.pulls.mu.Lock()
+		if n.pulls.inflight == nil {
+			n.pulls.inflight = make(map[limiter.Key]chan struct{})
+		}
+		if wait, busy := n.pulls.inflight[k]; busy {
+			n.pulls.mu.Unlock()
+			<-wait
+			continue
+		}
+		done := make(chan struct{})
+		n.pulls.inflight[k] = done
+		n.pulls.mu.Unlock()
+
+		if p := n.peerFor(prev.Name); p != nil && p.breaker.allow(now) {
+			e := &encoder{}
+			encodeKeys(e, []limiter.Key{k})
+			c := newCall(msgTransfer)
+			c.body = e.b
+			if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err == nil {
+				d := &decoder{b: c.reply}
+				if states := decodeStates(d); d.err == nil && len(states) > 0 {
+					n.engine.Merge(now, states)
+					n.pulled.Add(uint64(len(states)))
+				}
+			}
+		}
+		n.pulls.mu.Lock()
+		delete(n.pulls.inflight, k)
+		n.pulls.mu.Unlock()
+		close(done)
+	}
+}

@@ -1,0 +1,104 @@
+package cluster
+
+import (
+	"encoding/hex"
+	"slices"
+
+	"github.com/tollgate/tollgate/internal/keyhash"
+)
+
+// Member is one node as the ring sees it.
+type Member struct {
+	// Name identifies the node in the cluster (its gossip address by
+	// default); owners are picked by name.
+	Name string
+	// PeerAddr is where the node's peer RPC listens.
+	PeerAddr string
+}
+
+// Ring maps routes to members by rendezvous hashing: every member gets a
+// score for a route, a keyed hash of both, and the highest score owns it.
+// Adding or removing one of N members moves about 1/N of the routes, all of
+// them to or from that member. The hash is keyed with the cluster secret, so
+// nobody outside can choose keys that all land on one node.
+//
+// A Ring is immutable: membership changes build a new one, which the node
+// swaps in whole. The same members give the same owners on every node.
+type Ring struct {
+	members []Member
+	seeds   []uint64 // per member, keyed hash of its name
+	fp      string
+}
+
+// NewRing builds the ring of members, keyed by hasher.
+func NewRing(hasher keyhash.Hasher, members []Member) *Ring {
+	ms := slices.Clone(members)
+	slices.SortFunc(ms, func(a, b Member) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		if a.Name > b.Name {
+			return 1
+		}
+		return 0
+	})
+	ms = slices.CompactFunc(ms, func(a, b Member) bool { return a.Name == b.Name })
+	r := &Ring{members: ms, seeds: make([]uint64, len(ms))}
+	acc := uint64(len(ms))
+	for i, m := range ms {
+		r.seeds[i] = hasher.String(m.Name)
+		acc = keyhash.Mix(acc ^ r.seeds[i])
+	}
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(acc >> (56 - 8*i))
+	}
+	r.fp = hex.EncodeToString(b[:])
+	return r
+}
+
+// Owner returns the member that owns route; ok is false for an empty ring.
+func (r *Ring) Owner(route uint32) (m Member, ok bool) {
+	i := r.ownerIndex(route)
+	if i < 0 {
+		return Member{}, false
+	}
+	return r.members[i], true
+}
+
+func (r *Ring) ownerIndex(route uint32) int {
+	best, bestScore := -1, uint64(0)
+	x := uint64(route) * 0x9e3779b97f4a7c15
+	for i, seed := range r.seeds {
+		if s := keyhash.Mix(seed ^ x); best < 0 || s > bestScore {
+			best, bestScore = i, s
+		}
+	}
+	return best
+}
+
+// Members returns the members, sorted by name.
+func (r *Ring) Members() []Member { return slices.Clone(r.members) }
+
+// Len returns the number of members.
+func (r *Ring) Len() int { return len(r.members) }
+
+// Fingerprint identifies the membership the ring was built from: two nodes
+// whose fingerprints match route every key alike.
+func (r *Ring) Fingerprint() string { return r.fp }
+
+// Shares estimates each member's share of the routes by sampling.
+func (r *Ring) Shares() map[string]float64 {
+	const samples = 1 << 14
+	counts := make([]int, len(r.members))
+	for i := range samples {
+		if j := r.ownerIndex(uint32(i) * 262147); j >= 0 {
+			counts[j]++
+		}
+	}
+	out := make(map[string]float64, len(r.members))
+	for i, m := range r.members {
+		out[m.Name] = float64(counts[i]) / samples
+	}
+	return out
+}

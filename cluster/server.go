@@ -1,0 +1,168 @@
+package cluster
+
+import (
+	"errors"
+	"net"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// serve accepts peer connections until the node stops.
+func (n *Node) serve() {
+	defer n.wg.Done()
+	for {
+		conn, err := n.listener.Accept()
+		if err != nil {
+			select {
+			case <-n.stop:
+				return
+			default:
+			}
+			n.log.Warn("accepting peer connection", "error", err.Error())
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		n.wg.Add(1)
+		go n.serveConn(conn)
+	}
+}
+
+// serveConn authenticates one peer connection and answers its frames in
+// order until it closes. Anything that fails authentication is dropped
+// before a single frame is read.
+func (n *Node) serveConn(raw net.Conn) {
+	defer n.wg.Done()
+	defer raw.Close()
+	conn, err := serverHandshake(raw, n.authKey, time.Now().Add(2*time.Second))
+	if err != nil {
+		var v VersionError
+		switch {
+		case errors.As(err, &v):
+			n.log.Error("refusing peer connection with another protocol version", "remote", raw.RemoteAddr().String(), "ours", v.Ours, "theirs", v.Theirs)
+		case errors.Is(err, errAuth):
+			n.log.Warn("refusing peer connection that failed authentication", "remote", raw.RemoteAddr().String())
+		}
+		return
+	}
+	go func() { <-n.stop; conn.Close() }()
+	var buf []byte
+	enc := &encoder{}
+	for {
+		frame, err := conn.readFrame(buf)
+		if err != nil {
+			return
+		}
+		buf = frame[:cap(frame)]
+		d := &decoder{b: frame}
+		kind, id := d.u8(), d.u32()
+		enc.b = enc.b[:0]
+		enc.u8(kind | replyBit)
+		enc.u32(id)
+		if err := n.handle(kind, d, enc); err != nil {
+			enc.b = enc.b[:5]
+			enc.u8(statusErr)
+			msg := err.Error()
+			enc.str(msg[:min(len(msg), maxNameBytes)])
+		}
+		if err := conn.writeFrame(enc.b, time.Now().Add(2*time.Second)); err != nil {
+			return
+		}
+	}
+}
+
+// handle answers one request; it writes the status and body of the reply.
+func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
+	now := time.Now()
+	switch kind {
+	case msgTake:
+		count := d.count(maxBatch, 2)
+		if d.err != nil {
+			return d.err
+		}
+		enc.u8(statusOK)
+		enc.u16(count)
+		var reqs [maxZones]limiter.Request
+		var res [maxZones]limiter.Result
+		for range count {
+			op, zones := d.u8(), int(d.u8())
+			if zones == 0 || zones > maxZones || zones*zoneReqSize > len(d.b) {
+				return errors.New("bad zone count")
+			}
+			for i := range zones {
+				r, err := decodeZoneReq(d)
+				if err != nil {
+					return err
+				}
+				reqs[i] = r
+			}
+			n.answerItem(now, op, reqs[:zones], res[:zones], enc)
+		}
+		return d.err
+	case msgTransfer:
+		keys := decodeKeys(d)
+		if d.err != nil {
+			return d.err
+		}
+		states := n.engine.ExtractKeys(now, keys)
+		enc.u8(statusOK)
+		encodeStates(enc, states)
+		return nil
+	case msgHandoff:
+		states := decodeStates(d)
+		if d.err != nil {
+			return d.err
+		}
+		n.engine.Merge(now, states)
+		n.handedOff.Add(uint64(len(states)))
+		enc.u8(statusOK)
+		return nil
+	case msgReset:
+		keys := decodeKeys(d)
+		if d.err != nil {
+			return d.err
+		}
+		n.engine.Reset(keys...)
+		n.Forget(keys...)
+		enc.u8(statusOK)
+		return nil
+	case msgPing:
+		enc.u8(statusOK)
+		return nil
+	case msgForget:
+		keys := decodeKeys(d)
+		if d.err != nil {
+			return d.err
+		}
+		n.Forget(keys...)
+		enc.u8(statusOK)
+		return nil
+	}
+	return errors.New("unknown message type")
+}
+
+// answerItem performs one take item for a peer, if this node owns its
+// keys, or names the owner.
+func (n *Node) answerItem(now time.Time, op byte, reqs []limiter.Request, res []limiter.Result, enc *encoder) {
+	st := n.state.Load()
+	for i := range reqs {
+		owner, _ := st.ring.Owner(reqs[i].Key.Route())
+		if owner.Name != n.name || n.leaving.Load() {
+			enc.u8(itemMoved)
+			enc.str(owner.Name)
+			return
+		}
+	}
+	n.pullMissing(st, now, reqs)
+	allowed := n.local(now, op, reqs, res)
+	enc.u8(itemDone)
+	if allowed {
+		enc.u8(1)
+	} else {
+		enc.u8(0)
+	}
+	enc.u8(byte(len(res)))
+	for i := range res {
+		encodeZoneRes(enc, &res[i])
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -58,10 +59,25 @@ type App struct {
 	// many distinct fingerprints. Default: on, 20 in 10m, 0.5, for 1h.
 	IPPressure *PressureConfig `json:"ip_pressure,omitempty"`
 
+	// Cluster makes this Caddy one node of a cluster that counts every key
+	// exactly once. Default: a single node.
+	Cluster *ClusterConfig `json:"cluster,omitempty"`
+
+	// Fallback is what a node does with a request whose owner it cannot
+	// reach: "local" (default: count it here, with every limit multiplied
+	// by FallbackRatio), "open" (let it through) or "closed" (deny it).
+	Fallback string `json:"fallback,omitempty"`
+
+	// FallbackRatio multiplies limits while counting for an unreachable
+	// owner, above 0 and at most 1. Default: 0.4.
+	FallbackRatio float64 `json:"fallback_ratio,omitempty"`
+
 	state  *state
+	node   *cluster.Node
 	logger *zap.Logger
 
 	hasher      limiter.Hasher
+	hashSecret  []byte // the secret hashes are keyed with (the last)
 	identifier  *fingerprint.Identifier
 	pressure    *fingerprint.Pressure // nil when IP pressure is off
 	issue       string                // cookie issuance policy
@@ -95,13 +111,43 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if loaded {
 		a.state.engine.SetMaxKeys(a.MaxKeys)
 	}
-	return a.provisionIdentity(ctx)
+	if err := a.provisionIdentity(ctx); err != nil {
+		return err
+	}
+	return a.provisionNode()
+}
+
+// provisionNode finds or starts the cluster node (or the single node).
+func (a *App) provisionNode() error {
+	var cfg *cluster.Config
+	if a.Cluster != nil {
+		c, err := a.clusterSettings(clusterSecret(a.hashSecret))
+		if err != nil {
+			return fmt.Errorf("tollgate: cluster: %w", err)
+		}
+		cfg = &c
+	}
+	node, err := a.state.nodeFor(cfg, a.logger.Named("cluster"))
+	if err != nil {
+		return fmt.Errorf("tollgate: cluster: %w", err)
+	}
+	a.node = node
+	return nil
 }
 
 // Validate rejects a config that cannot work.
 func (a *App) Validate() error {
 	if a.MaxKeys < 0 {
 		return fmt.Errorf("max_keys %d: must be a positive number of keys", a.MaxKeys)
+	}
+	if _, err := cluster.ParseFallbackMode(a.Fallback); err != nil {
+		return fmt.Errorf("tollgate: %w", err)
+	}
+	if a.FallbackRatio < 0 || a.FallbackRatio > 1 {
+		return fmt.Errorf("tollgate: fallback_ratio %g: must be above 0 and at most 1", a.FallbackRatio)
+	}
+	if a.Cluster != nil && len(a.Secrets) == 0 {
+		return fmt.Errorf("tollgate: cluster needs `secret`, the same on every node: nodes hash keys and authenticate each other with it")
 	}
 	return a.validateIdentity()
 }
@@ -150,8 +196,10 @@ type state struct {
 	stop   chan struct{}
 	done   chan struct{}
 
-	mu       sync.Mutex
-	pressure *fingerprint.Pressure
+	mu         sync.Mutex
+	pressure   *fingerprint.Pressure
+	node       *cluster.Node
+	clusterCfg *cluster.Config // nil for a single node
 }
 
 func newState(maxKeys int) (*state, error) {
@@ -196,8 +244,12 @@ func (s *state) sweep() {
 	}
 }
 
-// Destruct stops the state's background work.
+// Destruct stops the state's background work and leaves the cluster
+// gracefully, handing this node's counters to the others.
 func (s *state) Destruct() error {
+	s.mu.Lock()
+	s.retire()
+	s.mu.Unlock()
 	close(s.stop)
 	<-s.done
 	return nil

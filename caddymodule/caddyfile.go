@@ -1,6 +1,9 @@
 package caddymodule
 
 import (
+	"encoding/base64"
+	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +14,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/fingerprint"
 )
 
@@ -200,6 +204,18 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 //	        duration <duration>         # default 1h
 //	        max_networks <N>            # networks watched; default 65536
 //	    }
+//	    cluster {
+//	        bind <host:port>            # gossip listener
+//	        peer_listen <host:port>     # peer RPC listener
+//	        advertise <host:port>       # default: bind
+//	        peer_advertise <host:port>  # default: peer_listen's port on the advertised host
+//	        join <host:port> ...        # seeds, retried with backoff
+//	        gossip_key <base64 key>     # 16/24/32 bytes; required unless all addresses are loopback
+//	        name <name>                 # default: the advertised gossip address
+//	        peer_timeout <duration>     # default 100ms
+//	    }
+//	    fallback local|open|closed      # default local
+//	    fallback_ratio <ratio>          # (0, 1]; default 0.4
 //	}
 func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 	app := new(App)
@@ -246,8 +262,27 @@ func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 			}
 		case "ip_pressure":
 			app.IPPressure, err = parsePressure(d)
+		case "cluster":
+			app.Cluster, err = parseCluster(d)
+		case "fallback":
+			args := d.RemainingArgs()
+			if len(args) != 1 {
+				return nil, d.Errf("tollgate: fallback takes 1 argument, got %d: fallback local|open|closed", len(args))
+			}
+			if _, err := cluster.ParseFallbackMode(args[0]); err != nil {
+				return nil, d.Errf("tollgate: %v", err)
+			}
+			app.Fallback = args[0]
+		case "fallback_ratio":
+			args := d.RemainingArgs()
+			if len(args) != 1 {
+				return nil, d.Errf("tollgate: fallback_ratio takes 1 argument, got %d: fallback_ratio <ratio>, e.g. 0.4", len(args))
+			}
+			if app.FallbackRatio, err = strconv.ParseFloat(args[0], 64); err != nil || !(app.FallbackRatio > 0 && app.FallbackRatio <= 1) {
+				return nil, d.Errf("tollgate: fallback_ratio %q: must be a number above 0 and at most 1, e.g. 0.4", args[0])
+			}
 		default:
-			return nil, d.Errf("tollgate: unknown global option %q (allowed: max_keys, secret, cookie, ip_prefix, ip_pressure)", sub)
+			return nil, d.Errf("tollgate: unknown global option %q (allowed: max_keys, secret, cookie, ip_prefix, ip_pressure, cluster, fallback, fallback_ratio)", sub)
 		}
 		if err != nil {
 			return nil, err
@@ -255,6 +290,9 @@ func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 	}
 	if err := app.validateIdentity(); err != nil {
 		return nil, d.Err(err.Error())
+	}
+	if app.Cluster != nil && len(app.Secrets) == 0 {
+		return nil, d.Err("tollgate: cluster needs `secret`, the same on every node: nodes hash keys and authenticate each other with it")
 	}
 	return httpcaddyfile.App{
 		Name:  "tollgate",
@@ -376,6 +414,107 @@ func parsePressure(d *caddyfile.Dispenser) (*PressureConfig, error) {
 		}
 	}
 	return p, nil
+}
+
+// parseCluster parses the `cluster { ... }` block of the global option.
+func parseCluster(d *caddyfile.Dispenser) (*ClusterConfig, error) {
+	c := new(ClusterConfig)
+	if d.NextArg() {
+		return nil, d.Errf("tollgate: cluster: unexpected argument %q; settings go in a block", d.Val())
+	}
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		sub := d.Val()
+		if seen[sub] {
+			return nil, d.Errf("tollgate: cluster %s is given twice", sub)
+		}
+		seen[sub] = true
+		args := d.RemainingArgs()
+		one := func() (string, error) {
+			if len(args) != 1 {
+				return "", d.Errf("tollgate: cluster %s takes 1 argument, got %d", sub, len(args))
+			}
+			return args[0], nil
+		}
+		address := func() (string, error) {
+			a, err := one()
+			if err != nil {
+				return "", err
+			}
+			if err := checkAddress(a); err != nil {
+				return "", d.Errf("tollgate: cluster %s %q: %v", sub, a, err)
+			}
+			return a, nil
+		}
+		var err error
+		switch sub {
+		case "bind":
+			c.Bind, err = address()
+		case "peer_listen":
+			c.PeerListen, err = address()
+		case "advertise":
+			c.Advertise, err = address()
+		case "peer_advertise":
+			c.PeerAdvertise, err = address()
+		case "join":
+			if len(args) == 0 {
+				return nil, d.Err("tollgate: cluster join needs at least one host:port")
+			}
+			for _, a := range args {
+				if err := checkAddress(a); err != nil {
+					return nil, d.Errf("tollgate: cluster join %q: %v", a, err)
+				}
+			}
+			c.Join = args
+		case "gossip_key":
+			if c.GossipKey, err = one(); err == nil && !strings.Contains(c.GossipKey, "{") {
+				raw, decErr := base64.StdEncoding.DecodeString(c.GossipKey)
+				switch {
+				case decErr != nil:
+					err = d.Errf("tollgate: cluster gossip_key: not base64 (make one with: openssl rand -base64 32)")
+				case len(raw) != 16 && len(raw) != 24 && len(raw) != 32:
+					err = d.Errf("tollgate: cluster gossip_key is %d bytes; it must be 16, 24 or 32 (openssl rand -base64 32)", len(raw))
+				}
+			}
+		case "name":
+			c.Name, err = one()
+		case "peer_timeout":
+			var v string
+			if v, err = one(); err == nil {
+				var dur time.Duration
+				if dur, err = parseDuration(v, time.Millisecond); err != nil {
+					err = d.Errf("tollgate: cluster peer_timeout %v", err)
+				}
+				c.PeerTimeout = caddy.Duration(dur)
+			}
+		default:
+			return nil, d.Errf("tollgate: cluster: unknown subdirective %q (allowed: bind, peer_listen, advertise, peer_advertise, join, gossip_key, name, peer_timeout)", sub)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	for _, required := range []string{"bind", "peer_listen"} {
+		if !seen[required] {
+			return nil, d.Errf("tollgate: cluster needs %s <host:port>", required)
+		}
+	}
+	return c, nil
+}
+
+// checkAddress checks a host:port setting whose host may be a placeholder.
+func checkAddress(a string) error {
+	if strings.Contains(a, "{") {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return fmt.Errorf("not a host:port address")
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
 }
 
 // intArg parses the single whole-number argument of a subdirective.

@@ -138,6 +138,30 @@ func TestParseAppGlobalOption(t *testing.T) {
 		t.Fatalf("parsed %s", v.(httpcaddyfile.App).Value)
 	}
 
+	v, err = parseApp(caddyfile.NewTestDispenser(`tollgate {
+		secret {env.TOLLGATE_SECRET}
+		cluster {
+			bind 10.0.0.5:7946
+			peer_listen 10.0.0.5:7947
+			advertise 203.0.113.5:7946
+			join 10.0.0.6:7946 10.0.0.7:7946
+			gossip_key {env.TOLLGATE_GOSSIP_KEY}
+			peer_timeout 50ms
+		}
+		fallback open
+		fallback_ratio 0.3
+	}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var clustered App
+	json.Unmarshal(v.(httpcaddyfile.App).Value, &clustered)
+	if cl := clustered.Cluster; cl == nil || cl.Bind != "10.0.0.5:7946" || cl.PeerListen != "10.0.0.5:7947" ||
+		cl.Advertise != "203.0.113.5:7946" || len(cl.Join) != 2 || cl.GossipKey != "{env.TOLLGATE_GOSSIP_KEY}" ||
+		time.Duration(cl.PeerTimeout) != 50*time.Millisecond || clustered.Fallback != "open" || clustered.FallbackRatio != 0.3 {
+		t.Fatalf("parsed %s", v.(httpcaddyfile.App).Value)
+	}
+
 	v, err = parseApp(caddyfile.NewTestDispenser("tollgate {\n ip_pressure off\n}"), nil)
 	if err != nil || !strings.Contains(string(v.(httpcaddyfile.App).Value), `"ip_pressure":{"off":true}`) {
 		t.Fatalf("ip_pressure off: %v %v", v, err)
@@ -149,7 +173,7 @@ func TestParseAppGlobalOption(t *testing.T) {
 		"tollgate {\n max_keys\n}":                            "max_keys takes 1 argument, got 0",
 		"tollgate {\n max_keys 5 6\n}":                        "max_keys takes 1 argument, got 2",
 		"tollgate {\n max_keys 5\n max_keys 6\n}":             "max_keys is given twice",
-		"tollgate {\n max_entries 5\n}":                       `unknown global option "max_entries" (allowed: max_keys, secret, cookie, ip_prefix, ip_pressure)`,
+		"tollgate {\n max_entries 5\n}":                       `unknown global option "max_entries" (allowed: max_keys, secret, cookie, ip_prefix, ip_pressure, cluster, fallback, fallback_ratio)`,
 		"tollgate on":                                         `unexpected argument "on"`,
 		"tollgate {\n secret\n}":                              "secret needs at least one value",
 		"tollgate {\n secret tooshort\n}":                     "secret #1 is 8 bytes; it must be at least 32",
@@ -205,6 +229,10 @@ func TestValidateRejectsBadJSON(t *testing.T) {
 		{"cookie name bad", `{"admin":{"disabled":true},"apps":{"tollgate":{"secrets":["0123456789abcdef0123456789abcdef"],"cookie":{"name":"a;b"}}}}`, `cookie name "a;b"`},
 		{"ip prefix", `{"admin":{"disabled":true},"apps":{"tollgate":{"ipv4_prefix":40}}}`, "IPv4 prefix length 40"},
 		{"pressure squeeze", `{"admin":{"disabled":true},"apps":{"tollgate":{"ip_pressure":{"squeeze":2}}}}`, "ip_pressure: squeeze 2"},
+		{"fallback unknown", `{"admin":{"disabled":true},"apps":{"tollgate":{"fallback":"sometimes"}}}`, `fallback "sometimes": must be local, open or closed`},
+		{"cluster without secret", `{"admin":{"disabled":true},"apps":{"tollgate":{"cluster":{"bind":"127.0.0.1:0","peer_listen":"127.0.0.1:0"}}}}`, "cluster needs `secret`"},
+		{"cluster gossip key required off loopback", `{"admin":{"disabled":true},"apps":{"tollgate":{"secrets":["0123456789abcdef0123456789abcdef"],"cluster":{"bind":"0.0.0.0:0","peer_listen":"0.0.0.0:0"}}}}`, "gossip_key is required unless every address is loopback"},
+		{"cluster gossip key size", `{"admin":{"disabled":true},"apps":{"tollgate":{"secrets":["0123456789abcdef0123456789abcdef"],"cluster":{"bind":"127.0.0.1:0","peer_listen":"127.0.0.1:0","gossip_key":"c2hvcnQ="}}}}`, "gossip_key is 5 bytes; it must be 16, 24 or 32"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var cfg caddy.Config

@@ -48,12 +48,12 @@ func (h *Handler) sessionCookie(r *http.Request, v *verdict, now time.Time) *htt
 	if v.pressure.Factor != 1 {
 		limit = limit.Scale(v.pressure.Factor)
 	}
-	res := h.engine.TakeOne(now, limiter.Request{
+	var res [1]limiter.Result
+	if ok, _ := h.node.Take(now, []limiter.Request{{
 		Key:   limiter.ZoneKey(id.Digest, app.issueZone),
 		Zone:  app.issueZone,
 		Limit: limit,
-	})
-	if !res.Allowed {
+	}}, res[:]); !ok {
 		return nil
 	}
 	sess, err := fingerprint.NewSession(now)

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -39,6 +40,7 @@ func init() {
 //	{http.tollgate.client_kind}  session or fingerprint
 //	{http.tollgate.ip_pressure}  distinct cookie-less fingerprints lately seen from the client's network
 //	{http.tollgate.squeezed}     whether that network's cookie-less limits are squeezed
+//	{http.tollgate.source}       who decided: owner, peer, blocked_cache or fallback
 //
 // A zone without a key counts by client ID. Clients without a valid session
 // cookie are given one (see the app's cookie settings). Each denial is
@@ -59,7 +61,7 @@ type Handler struct {
 
 	ctx       caddy.Context
 	app       *App
-	engine    *limiter.Engine
+	node      *cluster.Node
 	logger    *zap.Logger
 	events    *caddyevents.App
 	policyAll string // RateLimit-Policy when every zone matches
@@ -83,7 +85,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	app := appIface.(*App)
 	h.app = app
-	h.engine = app.state.engine
+	h.node = app.node
 	eventsIface, err := ctx.App("events")
 	if err != nil {
 		return fmt.Errorf("loading events app: %w", err)
@@ -219,10 +221,10 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 	if len(reqs) > maxInline {
 		res = make([]limiter.Result, len(reqs))
 	}
-	allowed := h.engine.Take(now, reqs, res)
+	allowed, source := h.node.Take(now, reqs, res)
 
 	v := req.verdict()
-	v.identity, v.pressure, v.issuer = id, reading, nil
+	v.identity, v.pressure, v.issuer, v.source = id, reading, nil, source
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !allowed) {
 		h.setHeaders(w.Header(), v, sc.text[:0], zones, res)
 	}
@@ -238,7 +240,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 	}
 
 	v.retryAfter = headerSeconds(res[i].RetryAfter)
-	h.reportDenial(zones[i], reqs[i].Key, v.retryAfter)
+	h.reportDenial(v, reqs[i].Key)
 	if h.DryRun {
 		v.decision = decisionDryRunDeny
 		return v, nil
@@ -264,8 +266,8 @@ func decidingZone(res []limiter.Result) int {
 			if a.RetryAfter > b.RetryAfter {
 				best = i
 			}
-		case a.Remaining < b.Remaining:
-			best = i
+		case a.Remaining >= 0 && (b.Remaining < 0 || a.Remaining < b.Remaining):
+			best = i // unknown counts (-1, from a cache or an open fallback) rank last
 		}
 	}
 	return best
@@ -283,7 +285,10 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, zones []*Z
 		policy = strings.Join(parts, ", ")
 	}
 	for i, z := range zones {
-		if i > 0 {
+		if res[i].Remaining < 0 {
+			continue // not known: this zone was not asked
+		}
+		if len(buf) > 0 {
 			buf = append(buf, ", "...)
 		}
 		buf = append(buf, z.quoted...)
@@ -299,18 +304,21 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, zones []*Z
 
 // reportDenial logs a denial and emits the tollgate_denied event. Neither
 // carries the key itself: the log has its keyed hash only.
-func (h *Handler) reportDenial(z *Zone, key limiter.Key, retry int64) {
+func (h *Handler) reportDenial(v *verdict, key limiter.Key) {
 	if ce := h.logger.Check(zapcore.InfoLevel, "request denied"); ce != nil {
 		ce.Write(
-			zap.String("zone", z.Name),
+			zap.String("zone", v.zone.Name),
 			zap.String("key_hash", strconv.FormatUint(uint64(key), 16)),
-			zap.Int64("retry_after", retry),
+			zap.String("client_kind", v.identity.Kind.String()),
+			zap.String("source", v.source.String()),
+			zap.Int64("retry_after", v.retryAfter),
 			zap.Bool("dry_run", h.DryRun),
 		)
 	}
 	h.events.Emit(h.ctx, "tollgate_denied", map[string]any{
-		"zone":        z.Name,
-		"retry_after": retry,
+		"zone":        v.zone.Name,
+		"retry_after": v.retryAfter,
+		"source":      v.source.String(),
 		"dry_run":     h.DryRun,
 	})
 }

@@ -117,7 +117,8 @@ func (a *App) provisionIdentity(ctx caddy.Context) error {
 	if err != nil {
 		return fmt.Errorf("tollgate: %w", err)
 	}
-	a.hasher = limiter.NewHasher(secrets[len(secrets)-1])
+	a.hashSecret = secrets[len(secrets)-1]
+	a.hasher = limiter.NewHasher(a.hashSecret)
 
 	a.issue = cookie.Issue
 	if a.issue == "" {

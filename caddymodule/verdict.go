@@ -7,6 +7,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/fingerprint"
 )
 
@@ -22,6 +23,7 @@ type verdict struct {
 
 	identity fingerprint.Identity
 	pressure fingerprint.Reading
+	source   cluster.Source // who decided
 	issuer   *cookieIssuer // set when the upstream decides on the cookie
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
@@ -102,6 +104,8 @@ func (v *verdict) replace(key string) (any, bool) {
 		return v.pressure.Distinct, true
 	case "squeezed":
 		return v.pressure.Squeezed, true
+	case "source":
+		return v.source.String(), true
 	}
 	return nil, false
 }

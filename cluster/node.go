@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"sync"
@@ -78,6 +79,9 @@ type Node struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 
+	fallbackMode  atomic.Uint32  // FallbackMode, changeable at run time
+	fallbackRatio atomic.Uint64 // float64 bits
+
 	fallbackActivations atomic.Uint64
 	handedOff           atomic.Uint64
 	pulled              atomic.Uint64
@@ -120,6 +124,7 @@ func Start(cfg Config, engine *limiter.Engine) (*Node, error) {
 		stop:     make(chan struct{}),
 	}
 	copy(n.ringHash[:], macOf(cfg.Secret, []byte("tollgate ring settings v1")))
+	n.SetFallback(cfg.Fallback, cfg.FallbackRatio)
 	n.table = make(map[string][]byte)
 
 	var err error
@@ -285,7 +290,7 @@ func (n *Node) refund(st *ringState, owner Member, src Source, now time.Time, re
 		}
 	case SourceFallback:
 		for _, r := range sub {
-			r.Limit = r.Limit.Scale(n.cfg.FallbackRatio)
+			r.Limit = r.Limit.Scale(n.ratio())
 			n.fallback.Refund(now, r)
 		}
 	case SourcePeer:
@@ -346,9 +351,21 @@ func (n *Node) local(now time.Time, op byte, reqs []limiter.Request, res []limit
 	return n.engine.Take(now, reqs, res)
 }
 
+// SetFallback changes what the node does for owners it cannot reach; a
+// config reload uses it, since the node itself outlives reloads.
+func (n *Node) SetFallback(mode FallbackMode, ratio float64) {
+	if ratio <= 0 || ratio > 1 {
+		ratio = DefaultFallbackRatio
+	}
+	n.fallbackMode.Store(uint32(mode))
+	n.fallbackRatio.Store(math.Float64bits(ratio))
+}
+
+func (n *Node) ratio() float64 { return math.Float64frombits(n.fallbackRatio.Load()) }
+
 // fallbackTake decides for an owner that cannot be reached.
 func (n *Node) fallbackTake(now time.Time, op byte, reqs []limiter.Request, res []limiter.Result) bool {
-	switch n.cfg.Fallback {
+	switch FallbackMode(n.fallbackMode.Load()) {
 	case FallbackOpen:
 		for i := range res {
 			res[i] = limiter.Result{Allowed: true, Remaining: -1}
@@ -365,8 +382,9 @@ func (n *Node) fallbackTake(now time.Time, op byte, reqs []limiter.Request, res 
 	}
 	var buf [8]limiter.Request
 	scaled := buf[:0]
+	ratio := n.ratio()
 	for _, r := range reqs {
-		r.Limit = r.Limit.Scale(n.cfg.FallbackRatio)
+		r.Limit = r.Limit.Scale(ratio)
 		scaled = append(scaled, r)
 	}
 	switch op {

@@ -46,8 +46,8 @@ func (n *Node) Status() Status {
 		s.Members = []MemberStatus{{Name: n.name, State: "self", Share: 1}}
 		return s
 	}
-	s.FallbackMode = n.cfg.Fallback.String()
-	s.FallbackRatio = n.cfg.FallbackRatio
+	s.FallbackMode = FallbackMode(n.fallbackMode.Load()).String()
+	s.FallbackRatio = n.ratio()
 	s.FallbackKeys = n.fallback.Stats().Keys
 	s.Activations = n.fallbackActivations.Load()
 	s.HandedOffIn = n.handedOff.Load()

@@ -1,0 +1,488 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// These tests run real Caddy processes built from this repository (the same
+// main package xcaddy.sh builds) as a cluster on loopback.
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// tollgateBinary builds cmd/tollgate once per test run.
+func tollgateBinary(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs Caddy processes")
+	}
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "tollgate-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "tollgate")
+		cmd := exec.Command("go", "build", "-o", builtBin, "../cmd/tollgate")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("building: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+const processSecret = "process-test-secret-0123456789abcdef"
+
+// proc is one Caddy process of a test cluster.
+type proc struct {
+	t                         testing.TB
+	name                      string
+	dir                       string
+	http, admin, gossip, peer int
+	join                      []int // gossip ports of the others
+	limit                     int
+	cmd                       *exec.Cmd
+	exited                    chan struct{}
+	client                    *http.Client
+}
+
+func (p *proc) caddyfile() string {
+	var join []string
+	for _, port := range p.join {
+		join = append(join, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	return fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	persist_config off
+	auto_https off
+	storage file_system %s
+	log {
+		output file %s
+		level INFO
+	}
+	tollgate {
+		secret %s
+		cluster {
+			bind 127.0.0.1:%d
+			peer_listen 127.0.0.1:%d
+			join %s
+			peer_timeout 100ms
+		}
+	}
+}
+http://127.0.0.1:%d {
+	tollgate {
+		zone api {
+			limit %d 1h
+			key {http.request.header.X-Key}
+			match {
+				not path /probe
+			}
+		}
+		zone probe {
+			limit 1000000000 1h
+			key {http.request.header.X-Key}
+			match {
+				path /probe
+			}
+		}
+	}
+	respond "{http.tollgate.source} {http.tollgate.remaining}"
+}
+`, p.admin, filepath.Join(p.dir, "storage"), filepath.Join(p.dir, "caddy.log"), processSecret,
+		p.gossip, p.peer, strings.Join(join, " "), p.http, p.limit)
+}
+
+// start runs the process and waits until it serves.
+func (p *proc) start() {
+	p.t.Helper()
+	cfgPath := filepath.Join(p.dir, "Caddyfile")
+	if err := os.WriteFile(cfgPath, []byte(p.caddyfile()), 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	p.cmd = exec.Command(tollgateBinary(p.t), "run", "--config", cfgPath, "--adapter", "caddyfile")
+	p.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+p.dir, "XDG_CONFIG_HOME="+p.dir)
+	out, _ := os.OpenFile(filepath.Join(p.dir, "stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	p.cmd.Stdout, p.cmd.Stderr = out, out
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.exited = make(chan struct{})
+	go func() { p.cmd.Wait(); out.Close(); close(p.exited) }()
+	eventually(p.t, 20*time.Second, p.name+" serving", func() bool {
+		resp, err := p.client.Get(fmt.Sprintf("http://127.0.0.1:%d/probe", p.http))
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+}
+
+// stop sends SIGTERM (Caddy shuts down gracefully) and waits for the exit.
+func (p *proc) stop() {
+	p.t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		p.t.Fatalf("%s did not exit within 30s of SIGTERM", p.name)
+	}
+}
+
+func (p *proc) signal(sig syscall.Signal) { p.cmd.Process.Signal(sig) }
+
+// get sends a request for key and returns the status, the body and how long
+// the answer took.
+func (p *proc) get(path, key string) (int, string, time.Duration) {
+	p.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", p.http, path), nil)
+	req.Header.Set("X-Key", key)
+	start := time.Now()
+	resp, err := p.client.Do(req)
+	if err != nil {
+		p.t.Fatalf("%s: GET %s: %v", p.name, path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), time.Since(start)
+}
+
+// status reads GET /tollgate/status.
+func (p *proc) status() Status {
+	p.t.Helper()
+	var st Status
+	resp, err := p.client.Get(fmt.Sprintf("http://127.0.0.1:%d/tollgate/status", p.admin))
+	if err != nil {
+		p.t.Fatalf("%s: status: %v", p.name, err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		p.t.Fatalf("%s: status: %v", p.name, err)
+	}
+	return st
+}
+
+func (p *proc) logs() string {
+	b, _ := os.ReadFile(filepath.Join(p.dir, "caddy.log"))
+	return string(b)
+}
+
+// startCluster starts n Caddy processes that join each other.
+func startCluster(t *testing.T, n, limit int) []*proc {
+	t.Helper()
+	procs := make([]*proc, n)
+	for i := range procs {
+		procs[i] = &proc{
+			t: t, name: fmt.Sprintf("node%d", i), dir: t.TempDir(),
+			http: stablePort(t), admin: stablePort(t), gossip: stablePort(t), peer: stablePort(t),
+			limit:  limit,
+			client: &http.Client{Timeout: 10 * time.Second},
+		}
+	}
+	for i, p := range procs {
+		for j, q := range procs {
+			if i != j {
+				p.join = append(p.join, q.gossip)
+			}
+		}
+	}
+	for _, p := range procs {
+		p.start()
+		t.Cleanup(func() {
+			p.cmd.Process.Signal(syscall.SIGCONT)
+			p.cmd.Process.Kill()
+			<-p.exited
+			if t.Failed() {
+				stderr, _ := os.ReadFile(filepath.Join(p.dir, "stderr.log"))
+				t.Logf("%s log:\n%s\n%s stderr:\n%s", p.name, tail(p.logs(), 30), p.name, tail(string(stderr), 10))
+			}
+		})
+	}
+	waitClusterConverged(t, procs)
+	return procs
+}
+
+// waitClusterConverged waits until every running process sees all of them
+// in one ring.
+func waitClusterConverged(t *testing.T, procs []*proc) {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("%d processes agreeing on one ring", len(procs)), func() bool {
+		fp := ""
+		for _, p := range procs {
+			st := p.status().Cluster
+			if len(st.Members) != len(procs) || len(st.PeersInFallback) > 0 {
+				return false
+			}
+			if fp == "" {
+				fp = st.RingFingerprint
+			}
+			if st.RingFingerprint != fp {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// stablePort returns a free loopback port below the kernel's range of
+// ephemeral ports, so that a process restarted on it does not find it taken
+// by some client's outgoing connection in the meantime.
+func stablePort(t testing.TB) int {
+	t.Helper()
+	low := 32768
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscanf(string(b), "%d", &low)
+	}
+	for range 1000 {
+		port := 10000 + rand.IntN(max(1, low-10000))
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		u.Close()
+		return port
+	}
+	t.Fatal("no free port below the ephemeral range")
+	return 0
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(parts[max(0, len(parts)-lines):], "\n")
+}
+
+// ownedKeys finds, for each process, a key it owns (its probe answer says
+// "owner").
+func ownedKeys(t *testing.T, procs []*proc, prefix string) []string {
+	t.Helper()
+	keys := make([]string, len(procs))
+	found := 0
+	for i := 0; found < len(procs) && i < 1000; i++ {
+		key := fmt.Sprintf("%s-%d", prefix, i)
+		for j, p := range procs {
+			if keys[j] != "" {
+				continue
+			}
+			if _, body, _ := p.get("/probe", key); strings.HasPrefix(body, "owner ") {
+				keys[j] = key
+				found++
+			}
+		}
+	}
+	if found < len(procs) {
+		t.Fatalf("found keys for %d of %d processes", found, len(procs))
+	}
+	return keys
+}
+
+func TestProcessClusterCountsExactlyThroughHTTP(t *testing.T) {
+	procs := startCluster(t, 3, 100)
+	for owner, key := range ownedKeys(t, procs, "exact") {
+		var mu sync.Mutex
+		statuses := map[int]int{}
+		var wg sync.WaitGroup
+		for g := range 30 {
+			wg.Go(func() {
+				for i := range 10 {
+					status, _, _ := procs[(g+i)%3].get("/", key) // round-robin
+					mu.Lock()
+					statuses[status]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if statuses[http.StatusOK] != 100 || statuses[http.StatusTooManyRequests] != 200 {
+			t.Errorf("key owned by node%d: 300 requests round-robin against 100 gave %v", owner, statuses)
+		}
+	}
+}
+
+func TestProcessClusterFreezeAndKillOfAnOwner(t *testing.T) {
+	procs := startCluster(t, 3, 100)
+	keys := ownedKeys(t, procs, "freeze")
+	owner, survivors := procs[2], procs[:2]
+	key := keys[2]
+	for range 10 {
+		survivors[0].get("/", key) // 10 spent at the owner
+	}
+
+	// Frozen: the owner's process still holds its sockets but answers
+	// nothing. The others keep answering within the fallback caps.
+	owner.signal(syscall.SIGSTOP)
+	for _, s := range survivors {
+		allowed := 0
+		for range 100 {
+			status, body, took := s.get("/", key)
+			if status >= 500 {
+				t.Fatalf("%s answered %d while the owner was frozen", s.name, status)
+			}
+			if took > 2*time.Second {
+				t.Fatalf("%s took %s to answer while the owner was frozen", s.name, took)
+			}
+			if status == http.StatusOK {
+				allowed++
+				if !strings.HasPrefix(body, "fallback") {
+					t.Fatalf("%s allowed by %q while the owner was frozen", s.name, body)
+				}
+			}
+		}
+		if allowed == 0 || allowed > 40 {
+			t.Errorf("%s allowed %d of 100 while the owner was frozen; want at most 40 (fallback ratio 0.4 of 100)", s.name, allowed)
+		}
+	}
+
+	// Thawed: exact again, from the owner's count.
+	owner.signal(syscall.SIGCONT)
+	eventually(t, 10*time.Second, "the owner answering again", func() bool {
+		_, body, _ := survivors[0].get("/probe", key)
+		return strings.HasPrefix(body, "peer ")
+	})
+	status, body, _ := survivors[1].get("/", key)
+	var remaining int
+	if status != http.StatusOK || !strings.HasPrefix(body, "peer ") {
+		t.Fatalf("after the thaw: %d %q; want allowed by the owner", status, body)
+	}
+	fmt.Sscanf(strings.TrimPrefix(body, "peer "), "%d", &remaining)
+	if remaining < 80 || remaining >= 89 {
+		t.Errorf("after the thaw the owner has %d left; want its count kept (10 spent before, 1 now, plus at most a few calls in flight at the freeze)", remaining)
+	}
+	allowed := 0
+	for i := range remaining + 20 {
+		if status, _, _ := survivors[i%2].get("/", key); status == http.StatusOK {
+			allowed++
+		}
+	}
+	if allowed != remaining {
+		t.Errorf("after the thaw %d allowed; the owner said %d were left", allowed, remaining)
+	}
+
+	// Killed: the others notice, agree on a ring without it and carry on,
+	// counting its keys afresh at their new owners.
+	owner.signal(syscall.SIGKILL)
+	<-owner.exited
+	waitClusterConverged(t, survivors)
+	fresh := keys[2] + "-after"
+	allowed = 0
+	for i := range 150 {
+		status, body, _ := survivors[i%2].get("/", fresh)
+		if status >= 500 {
+			t.Fatalf("%d after the kill", status)
+		}
+		if status == http.StatusOK {
+			allowed++
+			if strings.HasPrefix(body, "fallback") {
+				t.Fatalf("still in fallback after the ring converged: %q", body)
+			}
+		}
+	}
+	if allowed != 100 {
+		t.Errorf("after the kill: %d of 150 allowed against 100; want exactly 100", allowed)
+	}
+}
+
+func TestProcessClusterRollingRestartKeepsCounts(t *testing.T) {
+	procs := startCluster(t, 3, 10)
+	keys := ownedKeys(t, procs, "rolling")
+	for _, key := range keys {
+		for i := range 4 {
+			if status, _, _ := procs[i%3].get("/", key); status != http.StatusOK {
+				t.Fatalf("spending beforehand: %d", status)
+			}
+		}
+	}
+	for i, p := range procs {
+		p.stop() // graceful: hands its counters over, then leaves
+		if !strings.Contains(p.logs(), "left the cluster") {
+			t.Fatalf("%s exited without leaving the cluster gracefully", p.name)
+		}
+		others := append(append([]*proc{}, procs[:i]...), procs[i+1:]...)
+		waitClusterConverged(t, others)
+		p.start()
+		waitClusterConverged(t, procs)
+	}
+	for owner, key := range keys {
+		allowed := 0
+		for i := range 20 {
+			if status, _, _ := procs[i%3].get("/", key); status == http.StatusOK {
+				allowed++
+			}
+		}
+		if allowed != 6 {
+			t.Errorf("key first owned by node%d: %d of 20 allowed after a rolling restart with 4 of 10 spent; want 6 (10 in total)", owner, allowed)
+		}
+	}
+}
+
+func TestProcessClusterReloadKeepsMembership(t *testing.T) {
+	procs := startCluster(t, 3, 1000)
+	before := procs[1].status().Cluster
+	changes := func() int {
+		return strings.Count(procs[1].logs(), "cluster membership changed") + strings.Count(procs[2].logs(), "cluster membership changed")
+	}
+	changesBefore := changes()
+	stopLoad := make(chan struct{})
+	var loadWG sync.WaitGroup
+	loadWG.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stopLoad:
+				return
+			default:
+			}
+			procs[i%3].get("/", fmt.Sprintf("load-%d", i%50))
+		}
+	})
+	time.Sleep(300 * time.Millisecond)
+	// Reload node0 with a changed limit, through its admin API.
+	procs[0].limit = 2000
+	cfgPath := filepath.Join(procs[0].dir, "Caddyfile")
+	os.WriteFile(cfgPath, []byte(procs[0].caddyfile()), 0o644)
+	out, err := exec.Command(tollgateBinary(t), "reload", "--config", cfgPath, "--adapter", "caddyfile",
+		"--address", fmt.Sprintf("127.0.0.1:%d", procs[0].admin)).CombinedOutput()
+	if err != nil {
+		t.Fatalf("reload: %v\n%s", err, out)
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(stopLoad)
+	loadWG.Wait()
+
+	after := procs[1].status().Cluster
+	if after.RingFingerprint != before.RingFingerprint || len(after.Members) != 3 {
+		t.Errorf("the ring changed across a reload: %s -> %s", before.RingFingerprint, after.RingFingerprint)
+	}
+	if n := strings.Count(procs[0].logs(), "cluster node started"); n != 1 {
+		t.Errorf("node0 started its cluster node %d times; a reload must keep it", n)
+	}
+	if n := changes() - changesBefore; n != 0 {
+		t.Errorf("the other nodes saw the membership change %d times during the reload", n)
+	}
+	if _, body, _ := procs[0].get("/", "after-reload"); !strings.Contains(body, "1999") {
+		t.Errorf("the new limit does not apply after the reload: %q", body)
+	}
+}

@@ -24,7 +24,7 @@ type verdict struct {
 	identity fingerprint.Identity
 	pressure fingerprint.Reading
 	source   cluster.Source // who decided
-	issuer   *cookieIssuer // set when the upstream decides on the cookie
+	issuer   *cookieIssuer  // set when the upstream decides on the cookie
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
 }

@@ -79,7 +79,7 @@ type Node struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 
-	fallbackMode  atomic.Uint32  // FallbackMode, changeable at run time
+	fallbackMode  atomic.Uint32 // FallbackMode, changeable at run time
 	fallbackRatio atomic.Uint64 // float64 bits
 
 	fallbackActivations atomic.Uint64

@@ -2,8 +2,8 @@ package fingerprint
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/base64"
+	"encoding/binary"
 	"strings"
 	"testing"
 	"time"

@@ -77,6 +77,9 @@ type peer struct {
 	frames atomic.Uint64 // take frames sent
 	items  atomic.Uint64 // take items sent
 
+	takesInFlight atomic.Int32  // take frames awaiting their reply
+	replied       chan struct{} // a take reply arrived
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -91,6 +94,7 @@ func newPeer(n *Node, m Member) *peer {
 		member:  m,
 		queue:   make(chan *call, queueDepth),
 		pending: make(map[uint32][]*call),
+		replied: make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
@@ -167,6 +171,7 @@ func (p *peer) run() {
 		go func() { readerDone <- p.read(conn) }()
 		err = p.write(conn, readerDone)
 		p.connected.Store(false)
+		p.takesInFlight.Store(0)
 		conn.Close()
 		p.mu.Lock()
 		p.conn = nil
@@ -227,11 +232,23 @@ func (p *peer) sleep(d time.Duration) bool {
 	}
 }
 
+// Batching. A take call goes out at once when no take frame is awaiting
+// its reply, so a lone request pays no delay. While one is, calls gather
+// until it is answered, the batch is full, or batchLinger has passed: at
+// saturation frames carry many calls each, and the wait a call adds is at
+// most one round trip or batchLinger.
+const (
+	maxTakeFramesInFlight = 1
+	batchLinger           = 200 * time.Microsecond
+)
+
 // write sends queued calls until the connection fails or the peer stops.
 // Take calls waiting together go out as one frame.
 func (p *peer) write(conn *secureConn, readerDone <-chan error) error {
 	var carry *call
 	enc := &encoder{}
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
 	for {
 		c := carry
 		carry = nil
@@ -249,19 +266,39 @@ func (p *peer) write(conn *secureConn, readerDone <-chan error) error {
 		}
 		batch := []*call{c}
 		if c.kind == msgTake {
+			busy := p.takesInFlight.Load() >= maxTakeFramesInFlight
+			if busy {
+				linger.Reset(batchLinger)
+			}
 		collect:
-			for len(batch) < maxBatch {
-				select {
-				case next := <-p.queue:
-					if next.kind != msgTake {
-						carry = next
+			for len(batch) < maxBatch && carry == nil {
+				if !busy {
+					// Drain what is already queued, without waiting.
+					select {
+					case next := <-p.queue:
+						carry = p.addToBatch(&batch, next)
+						continue
+					default:
 						break collect
 					}
-					if next.state.Load() == callPending {
-						batch = append(batch, next)
-					}
+				}
+				select {
+				case next := <-p.queue:
+					carry = p.addToBatch(&batch, next)
+				case <-p.replied:
+					busy = p.takesInFlight.Load() >= maxTakeFramesInFlight
+				case <-linger.C:
+					busy = false
+				case err := <-readerDone:
+					return err
+				case <-p.stop:
+					return errClosed
+				}
+			}
+			if !linger.Stop() {
+				select {
+				case <-linger.C:
 				default:
-					break collect
 				}
 			}
 		}
@@ -285,6 +322,7 @@ func (p *peer) write(conn *secureConn, readerDone <-chan error) error {
 			}
 			p.frames.Add(1)
 			p.items.Add(uint64(len(batch)))
+			p.takesInFlight.Add(1)
 		} else {
 			enc.b = append(enc.b, c.body...)
 		}
@@ -292,6 +330,18 @@ func (p *peer) write(conn *secureConn, readerDone <-chan error) error {
 			return err
 		}
 	}
+}
+
+// addToBatch adds a queued call to a take batch, or returns it to be sent
+// on its own after the batch.
+func (p *peer) addToBatch(batch *[]*call, next *call) (carry *call) {
+	if next.kind != msgTake {
+		return next
+	}
+	if next.state.Load() == callPending {
+		*batch = append(*batch, next)
+	}
+	return nil
 }
 
 // read delivers replies until the connection fails.
@@ -307,6 +357,13 @@ func (p *peer) read(conn *secureConn) error {
 		kind, id, status := d.u8(), d.u32(), d.u8()
 		if d.err != nil || kind&replyBit == 0 {
 			return fmt.Errorf("malformed reply")
+		}
+		if kind&^replyBit == msgTake {
+			p.takesInFlight.Add(-1)
+			select {
+			case p.replied <- struct{}{}:
+			default:
+			}
 		}
 		p.mu.Lock()
 		batch := p.pending[id]

@@ -39,23 +39,27 @@ type Report struct {
 }
 
 func main() {
-	target := flag.String("url", "http://127.0.0.1:8080/", "URL to GET")
+	target := flag.String("url", "http://127.0.0.1:8080/", "URL to GET; several, comma-separated, are spread over the connections")
 	conns := flag.Int("c", 32, "connections, each from its own 127.0.0.0/8 address")
 	duration := flag.Duration("d", 5*time.Second, "how long to send")
 	pipeline := flag.Int("pipeline", 1, "requests written at once on a connection before reading their responses")
 	cookies := flag.Bool("cookies", false, "keep the cookie a connection is given and send it back, as a browser does")
 	flag.Parse()
 
-	u, err := url.Parse(*target)
-	if err != nil || u.Scheme != "http" {
-		fmt.Fprintf(os.Stderr, "loadgen: -url %q: need an http:// URL\n", *target)
-		os.Exit(2)
-	}
-	path := u.RequestURI()
-	gen := &requests{
-		head:     "GET " + path + " HTTP/1.1\r\nHost: " + u.Host + "\r\nUser-Agent: tollgate-loadgen\r\nAccept-Language: en\r\n",
-		pipeline: max(1, *pipeline),
-		cookies:  *cookies,
+	var targets []*url.URL
+	var gens []*requests
+	for _, raw := range strings.Split(*target, ",") {
+		u, err := url.Parse(raw)
+		if err != nil || u.Scheme != "http" {
+			fmt.Fprintf(os.Stderr, "loadgen: -url %q: need http:// URLs\n", raw)
+			os.Exit(2)
+		}
+		targets = append(targets, u)
+		gens = append(gens, &requests{
+			head:     "GET " + u.RequestURI() + " HTTP/1.1\r\nHost: " + u.Host + "\r\nUser-Agent: tollgate-loadgen\r\nAccept-Language: en\r\n",
+			pipeline: max(1, *pipeline),
+			cookies:  *cookies,
+		})
 	}
 
 	var (
@@ -69,7 +73,7 @@ func main() {
 	for i := range *conns {
 		wg.Go(func() {
 			src := &net.TCPAddr{IP: net.IPv4(127, 1, byte(i>>8), byte(i&0xff)+1)}
-			status, lat, errs := run(u.Host, src, gen, deadline)
+			status, lat, errs := run(targets[i%len(targets)].Host, src, gens[i%len(gens)], deadline)
 			mu.Lock()
 			defer mu.Unlock()
 			for code, n := range status {

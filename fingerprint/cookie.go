@@ -9,9 +9,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"hash"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/keyhash"
 )
 
 // MinSecretLen is the shortest secret accepted, in bytes.
@@ -223,56 +224,54 @@ func checkAge(sess Session, status CookieStatus, now time.Time, maxAge time.Dura
 	return sess, status
 }
 
-// verifiedCacheSize bounds how many verified cookies a Signer remembers.
+// verifiedCacheSize is how many verified cookies a Signer remembers.
 const verifiedCacheSize = 1 << 16
 
-const verifiedShards = 32
-
-// verifiedCache remembers cookie values whose signature checked out. Only
-// validly signed values get in, so nobody can fill it with garbage; when a
-// shard is full, an arbitrary entry makes room.
+// verifiedCache remembers cookie values whose signature checked out, in a
+// fixed table indexed by a keyed hash of the value: no allocation, no
+// growth, one memory access per lookup. Only validly signed values get in,
+// and the full 64-bit hash must match, so a forged value passes only if it
+// hashes like a verified one under a key it cannot know (2^-64). A newer
+// value simply replaces whatever shared its slot.
 type verifiedCache struct {
-	shards [verifiedShards]struct {
-		mu sync.Mutex
-		m  map[string]verifiedEntry
-	}
+	hasher  keyhash.Hasher
+	locks   [64]sync.Mutex
+	entries []verifiedEntry
 }
 
 type verifiedEntry struct {
+	tag    uint64 // keyed hash of the value; 0 is empty
 	sess   Session
 	status CookieStatus
 }
 
 func (c *verifiedCache) init() {
-	for i := range c.shards {
-		c.shards[i].m = make(map[string]verifiedEntry)
-	}
+	key := make([]byte, 32)
+	rand.Read(key)
+	c.hasher = keyhash.New(key, "verified cookies")
+	c.entries = make([]verifiedEntry, verifiedCacheSize)
 }
 
-func (c *verifiedCache) shard(value string) int {
-	// The value ends in the signature: its last character is as good as random.
-	return int(value[len(value)-1]) % verifiedShards
+func (c *verifiedCache) slot(value string) (tag uint64, i int) {
+	tag = c.hasher.String(value) | 1 // never 0
+	return tag, int(tag>>1) & (verifiedCacheSize - 1)
 }
 
 func (c *verifiedCache) get(value string) (Session, CookieStatus, bool) {
-	sh := &c.shards[c.shard(value)]
-	sh.mu.Lock()
-	e, ok := sh.m[value]
-	sh.mu.Unlock()
-	return e.sess, e.status, ok
+	tag, i := c.slot(value)
+	mu := &c.locks[i%len(c.locks)]
+	mu.Lock()
+	e := c.entries[i]
+	mu.Unlock()
+	return e.sess, e.status, e.tag == tag
 }
 
 func (c *verifiedCache) put(value string, sess Session, status CookieStatus) {
-	sh := &c.shards[c.shard(value)]
-	sh.mu.Lock()
-	if len(sh.m) >= verifiedCacheSize/verifiedShards {
-		for k := range sh.m {
-			delete(sh.m, k)
-			break
-		}
-	}
-	sh.m[strings.Clone(value)] = verifiedEntry{sess, status}
-	sh.mu.Unlock()
+	tag, i := c.slot(value)
+	mu := &c.locks[i%len(c.locks)]
+	mu.Lock()
+	c.entries[i] = verifiedEntry{tag: tag, sess: sess, status: status}
+	mu.Unlock()
 }
 
 // decodeBase64URL decodes unpadded base64url s into dst, which must be

@@ -67,6 +67,26 @@ func TestAdaptExample(t *testing.T) {
 	}
 }
 
+// TestDocExamplesAdapt adapts every Caddyfile under docs/examples, so the
+// examples the documentation points to cannot rot.
+func TestDocExamplesAdapt(t *testing.T) {
+	files, _ := filepath.Glob("../docs/examples/*/*.caddyfile")
+	more, _ := filepath.Glob("../docs/examples/*.caddyfile")
+	files = append(files, more...)
+	if len(files) == 0 {
+		t.Fatal("no examples found")
+	}
+	for _, file := range files {
+		raw, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg := adapt(t, string(raw)); !bytes.Contains(cfg, []byte(`"tollgate"`)) {
+			t.Errorf("%s adapts to a config without tollgate", file)
+		}
+	}
+}
+
 func indentJSON(t testing.TB, raw []byte) string {
 	t.Helper()
 	var buf bytes.Buffer

@@ -333,3 +333,29 @@ func TestFallbackModes(t *testing.T) {
 		})
 	}
 }
+
+func TestResetUnblocksEverywhere(t *testing.T) {
+	nodes := startNodes(t, 3)
+	key := keyOwnedBy(t, nodes[0].Ring(), nodes[2].Name(), 0)
+	for _, n := range nodes {
+		for range 3 {
+			takeVia(n, key, limitOf(2))
+		}
+	}
+	// Every node has now been denied, and the two that asked the owner
+	// remember the key as blocked.
+	eventually(t, 2*time.Second, "denials cached", func() bool {
+		_, src := takeVia(nodes[0], key, limitOf(2))
+		return src == SourceBlockedCache
+	})
+	if failed := nodes[1].Reset(key); len(failed) > 0 {
+		t.Fatalf("reset could not reach %v", failed)
+	}
+	// The count starts afresh: two pass, through any node, then a denial.
+	for i, n := range nodes {
+		ok, src := takeVia(n, key, limitOf(2))
+		if ok != (i < 2) || src == SourceBlockedCache {
+			t.Errorf("request %d after the reset, via %s: allowed %v by %v; want allowed %v by the owner", i, n.Name(), ok, src, i < 2)
+		}
+	}
+}

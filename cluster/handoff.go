@@ -8,8 +8,11 @@ import (
 )
 
 // handOff sends the counters this node holds but no longer owns to their
-// owners under the current ring. A counter that cannot be delivered is
-// merged back, to go out with the next hand-off: a count is never dropped.
+// owners under the current ring. Extracted counters wait in transit until
+// they are sent; a new owner that pulls a key meanwhile gets it from there,
+// and the push then skips it, so a counter is delivered once. A counter that
+// cannot be delivered is merged back, to go out with the next hand-off: a
+// count is never dropped.
 func (n *Node) handOff() {
 	n.handoffMu.Lock()
 	defer n.handoffMu.Unlock()
@@ -23,51 +26,77 @@ func (n *Node) handOff() {
 	if len(moving) == 0 {
 		return
 	}
-	byOwner := make(map[string][]limiter.State)
+	byOwner := make(map[string][]limiter.Key)
+	n.transitMu.Lock()
 	for _, s := range moving {
+		n.transit[s.Key] = s
 		owner, _ := st.ring.Owner(s.Key.Route())
-		byOwner[owner.Name] = append(byOwner[owner.Name], s)
+		byOwner[owner.Name] = append(byOwner[owner.Name], s.Key)
 	}
+	n.transitMu.Unlock()
 	sent := 0
-	for owner, states := range byOwner {
-		if err := n.sendStates(owner, states); err != nil {
-			n.log.Warn("handing off counters failed; keeping them", "to", owner, "counters", len(states), "error", err.Error())
-			n.engine.Merge(time.Now(), states)
-			continue
+	for owner, keys := range byOwner {
+		k, err := n.sendStates(owner, keys)
+		sent += k
+		if err != nil {
+			back := n.takeTransit(keys)
+			n.log.Warn("handing off counters failed; keeping them", "to", owner, "counters", len(back), "error", err.Error())
+			n.engine.Merge(time.Now(), back)
 		}
-		sent += len(states)
 	}
 	if sent > 0 {
 		n.log.Info("handed off counters to their new owners", "counters", sent)
 	}
 }
 
-// sendStates delivers counters to a peer, in frames of at most maxStates.
-func (n *Node) sendStates(owner string, states []limiter.State) error {
+// takeTransit removes and returns the counters of keys still in transit.
+func (n *Node) takeTransit(keys []limiter.Key) []limiter.State {
+	n.transitMu.Lock()
+	defer n.transitMu.Unlock()
+	var out []limiter.State
+	for _, k := range keys {
+		if s, ok := n.transit[k]; ok {
+			out = append(out, s)
+			delete(n.transit, k)
+		}
+	}
+	return out
+}
+
+// sendStates delivers the counters of keys still in transit to a peer, in
+// frames of at most maxStates, and reports how many it delivered.
+func (n *Node) sendStates(owner string, keys []limiter.Key) (int, error) {
 	p := n.peerFor(owner)
 	if p == nil {
-		return fmt.Errorf("no connection to %s", owner)
+		return 0, fmt.Errorf("no connection to %s", owner)
 	}
 	// The connection may still be coming up right after a join.
 	deadline := time.Now().Add(max(20*n.cfg.CallTimeout, 2*time.Second))
 	for !p.connected.Load() {
 		if time.Now().After(deadline) {
-			return errUnavailable
+			return 0, errUnavailable
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	for len(states) > 0 {
-		chunk := states[:min(len(states), maxStates)]
+	sent := 0
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), maxStates)]
+		keys = keys[len(chunk):]
+		states := n.takeTransit(chunk)
+		if len(states) == 0 {
+			continue // pulled by the new owner meanwhile
+		}
 		e := &encoder{}
-		encodeStates(e, chunk)
+		encodeStates(e, states)
 		c := newCall(msgHandoff)
 		c.body = e.b
 		if err := p.do(c, deadline); err != nil {
-			return err
+			n.engine.Merge(time.Now(), states)
+			return sent, err
 		}
-		states = states[len(chunk):]
+		sent += len(states)
 	}
-	return nil
+	return sent, nil
 }
 
 // Leave leaves the cluster gracefully: it announces that it is leaving

@@ -73,6 +73,8 @@ type Node struct {
 	refused map[string]bool // nodes refused, logged once each
 
 	handoffMu sync.Mutex // one hand-off at a time
+	transitMu sync.Mutex
+	transit   map[limiter.Key]limiter.State // extracted, not yet handed off
 	pulls     pullGroup
 	rebuild   chan struct{}
 	stop      chan struct{}
@@ -126,6 +128,7 @@ func Start(cfg Config, engine *limiter.Engine) (*Node, error) {
 	copy(n.ringHash[:], macOf(cfg.Secret, []byte("tollgate ring settings v1")))
 	n.SetFallback(cfg.Fallback, cfg.FallbackRatio)
 	n.table = make(map[string][]byte)
+	n.transit = make(map[limiter.Key]limiter.State)
 
 	var err error
 	n.blocked, err = ristretto.NewCache(&ristretto.Config[uint64, int64]{
@@ -496,4 +499,43 @@ func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request)
 		n.pulls.mu.Unlock()
 		close(done)
 	}
+}
+
+// Reset drops the counters of keys at their owners and clears them from
+// every node's blocked cache, so the clients they belong to start afresh
+// everywhere at once. It reports the peers it could not reach.
+func (n *Node) Reset(keys ...limiter.Key) []string {
+	n.engine.Reset(keys...)
+	if n.standalone {
+		return nil
+	}
+	n.fallback.Reset(keys...)
+	n.Forget(keys...)
+	n.mu.Lock()
+	peers := make([]*peer, 0, len(n.peers))
+	for _, p := range n.peers {
+		peers = append(peers, p)
+	}
+	n.mu.Unlock()
+	// Every peer drops the keys it owns and forgets the ones it blocked:
+	// one message does both.
+	var failed []string
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range peers {
+		wg.Go(func() {
+			e := &encoder{}
+			encodeKeys(e, keys)
+			c := newCall(msgReset)
+			c.body = e.b
+			if err := p.do(c, time.Now().Add(max(n.cfg.CallTimeout, time.Second))); err != nil {
+				mu.Lock()
+				failed = append(failed, p.member.Name)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(failed)
+	return failed
 }

@@ -104,7 +104,7 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		if d.err != nil {
 			return d.err
 		}
-		states := n.engine.ExtractKeys(now, keys)
+		states := append(n.engine.ExtractKeys(now, keys), n.takeTransit(keys)...)
 		enc.u8(statusOK)
 		encodeStates(enc, states)
 		return nil

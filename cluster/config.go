@@ -100,7 +100,26 @@ type Config struct {
 
 	// Logger receives cluster events; default: discarded.
 	Logger *slog.Logger
+
+	// Observer, if set, is told about every peer call and take frame, for
+	// metrics.
+	Observer Observer
 }
+
+// Observer receives measurements from a node. Its methods are called on
+// hot paths and must be quick and safe for concurrent use.
+type Observer interface {
+	// PeerCall reports a take call to a peer: how long it took to be
+	// answered, and whether it was (false: timeout, connection error).
+	PeerCall(took time.Duration, ok bool)
+	// Batch reports how many take calls one frame carried.
+	Batch(calls int)
+}
+
+type noObserver struct{}
+
+func (noObserver) PeerCall(time.Duration, bool) {}
+func (noObserver) Batch(int)                    {}
 
 // GossipTuning are memberlist's failure detection settings.
 type GossipTuning struct {
@@ -125,6 +144,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Observer == nil {
+		c.Observer = noObserver{}
 	}
 	if c.Gossip.ProbeInterval == 0 {
 		c.Gossip.ProbeInterval = 500 * time.Millisecond

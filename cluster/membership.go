@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -303,7 +304,8 @@ func (n *Node) rebuildRing() {
 	old := n.state.Load()
 	changed := ring.Fingerprint() != old.ring.Fingerprint()
 	if changed {
-		n.state.Store(&ringState{ring: ring, prev: old.ring, changed: time.Now()})
+		others := slices.DeleteFunc(slices.Clone(members), func(m Member) bool { return m.Name == n.name })
+		n.state.Store(&ringState{ring: ring, prev: old.ring, without: NewRing(n.hasher, others), changed: time.Now()})
 		n.log.Info("cluster membership changed", "members", ring.Len(), "ring", ring.Fingerprint())
 	}
 	n.reconcilePeers(members)

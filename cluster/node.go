@@ -94,6 +94,7 @@ type Node struct {
 type ringState struct {
 	ring    *Ring
 	prev    *Ring
+	without *Ring // ring minus this node: who owned its keys before it joined
 	changed time.Time
 }
 
@@ -317,10 +318,13 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op byte, reqs 
 		}
 		c := newCall(msgTake)
 		c.op, c.reqs, c.res = op, reqs, res
-		if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
+		sent := time.Now()
+		if err := p.do(c, sent.Add(n.cfg.CallTimeout)); err != nil {
+			n.cfg.Observer.PeerCall(time.Since(sent), false)
 			p.noteFailure(err)
 			break
 		}
+		n.cfg.Observer.PeerCall(time.Since(sent), true)
 		p.breaker.success()
 		if c.moved == "" {
 			if op == opTake && !c.allowed {
@@ -455,17 +459,31 @@ type pullGroup struct {
 	inflight map[limiter.Key]chan struct{}
 }
 
-// pullMissing asks the previous owner of keys this node does not hold for
-// their counters, within the hand-off window after a membership change,
-// so a key that moved here keeps its count even before the push arrives.
+// pullMissing asks the nodes that may hold keys this node now owns but
+// does not hold for their counters, within the hand-off window after a
+// membership change, so a key that moved here keeps its count even before
+// the push arrives. The candidates are its owner in the previous ring, and
+// its owner in the ring without this node (for a node that just joined, its
+// own previous rings are partial views, but the others' ring is that one).
 func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request) {
 	if st.prev == nil || now.Sub(st.changed) > n.cfg.HandoffWindow {
 		return
 	}
 	for i := range reqs {
 		k := reqs[i].Key
-		prev, ok := st.prev.Owner(k.Route())
-		if !ok || prev.Name == n.name || n.engine.Has(now, k) {
+		if n.engine.Has(now, k) {
+			continue
+		}
+		var from [2]string
+		if m, ok := st.prev.Owner(k.Route()); ok && m.Name != n.name {
+			from[0] = m.Name
+		}
+		if st.without != nil {
+			if m, ok := st.without.Owner(k.Route()); ok && m.Name != n.name && m.Name != from[0] {
+				from[1] = m.Name
+			}
+		}
+		if from[0] == "" && from[1] == "" {
 			continue
 		}
 		n.pulls.mu.Lock()
@@ -481,23 +499,35 @@ func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request)
 		n.pulls.inflight[k] = done
 		n.pulls.mu.Unlock()
 
-		if p := n.peerFor(prev.Name); p != nil && p.breaker.allow(now) {
-			e := &encoder{}
-			encodeKeys(e, []limiter.Key{k})
-			c := newCall(msgTransfer)
-			c.body = e.b
-			if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err == nil {
-				d := &decoder{b: c.reply}
-				if states := decodeStates(d); d.err == nil && len(states) > 0 {
-					n.engine.Merge(now, states)
-					n.pulled.Add(uint64(len(states)))
-				}
+		for _, name := range from {
+			if name != "" {
+				n.pull(name, k, now)
 			}
 		}
 		n.pulls.mu.Lock()
 		delete(n.pulls.inflight, k)
 		n.pulls.mu.Unlock()
 		close(done)
+	}
+}
+
+// pull asks one node for the counter of k and merges what it gives.
+func (n *Node) pull(from string, k limiter.Key, now time.Time) {
+	p := n.peerFor(from)
+	if p == nil || !p.breaker.allow(now) {
+		return
+	}
+	e := &encoder{}
+	encodeKeys(e, []limiter.Key{k})
+	c := newCall(msgTransfer)
+	c.body = e.b
+	if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
+		return
+	}
+	d := &decoder{b: c.reply}
+	if states := decodeStates(d); d.err == nil && len(states) > 0 {
+		n.engine.Merge(now, states)
+		n.pulled.Add(uint64(len(states)))
 	}
 }
 

@@ -322,6 +322,7 @@ func (p *peer) write(conn *secureConn, readerDone <-chan error) error {
 			}
 			p.frames.Add(1)
 			p.items.Add(uint64(len(batch)))
+			p.node.cfg.Observer.Batch(len(batch))
 			p.takesInFlight.Add(1)
 		} else {
 			enc.b = append(enc.b, c.body...)

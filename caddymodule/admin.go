@@ -4,10 +4,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/limiter"
 )
 
 func init() {
@@ -31,6 +37,7 @@ func (adminAPI) CaddyModule() caddy.ModuleInfo {
 func (a adminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
 		{Pattern: "/tollgate/status", Handler: caddy.AdminHandlerFunc(a.handleStatus)},
+		{Pattern: "/tollgate/clients/", Handler: caddy.AdminHandlerFunc(a.handleClient)},
 	}
 }
 
@@ -92,6 +99,95 @@ func (adminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
 		out.Cluster = node.Status()
 	}
 	return writeJSON(w, out)
+}
+
+// ClientView is what GET /tollgate/clients/{id} answers: the client's
+// counters in every zone, as their owner sees them.
+type ClientView struct {
+	ID    string     `json:"id"`
+	Owner string     `json:"owner"`
+	Zones []ZoneView `json:"zones"`
+}
+
+// ZoneView is one zone's counter for a client.
+type ZoneView struct {
+	Zone      string `json:"zone"`
+	Scope     string `json:"scope"`
+	Algorithm string `json:"algorithm"`
+	Limit     int64  `json:"limit"`
+	Window    string `json:"window"`
+	Remaining int64  `json:"remaining"`
+	Reset     int64  `json:"reset_seconds"`
+	Exhausted bool   `json:"exhausted"`
+	Source    string `json:"source"`
+}
+
+// ResetResult is what DELETE /tollgate/clients/{id} answers.
+type ResetResult struct {
+	ID          string   `json:"id"`
+	ZonesReset  []string `json:"zones_reset"`
+	Unreachable []string `json:"unreachable_peers"`
+}
+
+// handleClient serves GET and DELETE /tollgate/clients/{id}[?zone=name].
+// {id} is the key as a zone renders it: the client ID by default, or
+// whatever the zone's key produced (URL-escaped).
+func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
+	raw := strings.TrimPrefix(r.URL.EscapedPath(), "/tollgate/clients/")
+	id, err := url.PathUnescape(raw)
+	if err != nil || id == "" || strings.Contains(raw, "/") {
+		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("want /tollgate/clients/{id}, with the id URL-escaped; got %q", r.URL.Path)}
+	}
+	st, err := currentState()
+	if err != nil {
+		return err
+	}
+	app := st.currentApp()
+	if app == nil {
+		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("tollgate is starting")}
+	}
+	zones := app.zonesNamed(r.URL.Query().Get("zone"))
+	if len(zones) == 0 {
+		if name := r.URL.Query().Get("zone"); name != "" {
+			return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no zone %q in the running config", name)}
+		}
+		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no zone in the running config")}
+	}
+	keyHash := app.hasher.Sum64(id)
+	switch r.Method {
+	case http.MethodGet:
+		reqs := make([]limiter.Request, len(zones))
+		res := make([]limiter.Result, len(zones))
+		for i, z := range zones {
+			reqs[i] = limiter.Request{Key: limiter.ZoneKey(keyHash, z.seed), Zone: z.seed, Limit: z.limit}
+		}
+		src := app.node.Peek(time.Now(), reqs, res)
+		view := ClientView{ID: id, Owner: app.node.Owner(reqs[0].Key).Name, Zones: []ZoneView{}}
+		for i, z := range zones {
+			view.Zones = append(view.Zones, ZoneView{
+				Zone: z.Name, Scope: z.scope, Algorithm: z.limit.Algorithm.String(),
+				Limit: z.Limit, Window: z.limit.Window.String(),
+				Remaining: max(0, res[i].Remaining), Reset: headerSeconds(res[i].Reset),
+				Exhausted: !res[i].Allowed, Source: src.String(),
+			})
+		}
+		return writeJSON(w, view)
+	case http.MethodDelete:
+		keys := make([]limiter.Key, len(zones))
+		out := ResetResult{ID: id, ZonesReset: []string{}}
+		for i, z := range zones {
+			keys[i] = limiter.ZoneKey(keyHash, z.seed)
+			out.ZonesReset = append(out.ZonesReset, z.Name)
+		}
+		out.Unreachable = app.node.Reset(keys...)
+		if out.Unreachable == nil {
+			out.Unreachable = []string{}
+		}
+		app.logger.Info("client reset through the admin API", zap.Strings("zones", out.ZonesReset),
+			zap.String("key_hash", strconv.FormatUint(keyHash, 16)))
+		return writeJSON(w, out)
+	}
+	return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed; use GET or DELETE", r.Method)}
 }
 
 func writeJSON(w http.ResponseWriter, v any) error {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -85,8 +86,9 @@ type App struct {
 	issueLimit  limiter.Limit
 	issueZone   uint64
 
-	mu    sync.Mutex
-	zones map[string]int // zones provisioned so far in this config, by name
+	mu       sync.Mutex
+	zones    map[string]int // zones provisioned so far in this config, by name
+	zoneList []*Zone        // every zone of this config, in provisioning order
 }
 
 // CaddyModule returns the Caddy module information.
@@ -113,6 +115,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 	}
 	if err := a.provisionIdentity(ctx); err != nil {
 		return err
+	}
+	if err := registerMetrics(ctx.GetMetricsRegistry(), a.state); err != nil {
+		return fmt.Errorf("tollgate: registering metrics: %w", err)
 	}
 	return a.provisionNode()
 }
@@ -152,11 +157,40 @@ func (a *App) Validate() error {
 	return a.validateIdentity()
 }
 
-// Start implements caddy.App. The state runs from Provision on.
-func (*App) Start() error { return nil }
+// Start makes this config the one the admin API answers for.
+func (a *App) Start() error {
+	a.state.current.Store(a)
+	return nil
+}
 
 // Stop implements caddy.App. The state is released in Cleanup.
-func (*App) Stop() error { return nil }
+func (a *App) Stop() error {
+	a.state.current.CompareAndSwap(a, nil)
+	return nil
+}
+
+// registerZone records a provisioned zone, for the admin API.
+func (a *App) registerZone(z *Zone) {
+	a.mu.Lock()
+	a.zoneList = append(a.zoneList, z)
+	a.mu.Unlock()
+}
+
+// zonesNamed returns the zones of this config called name (every zone if
+// name is empty), one per identity.
+func (a *App) zonesNamed(name string) []*Zone {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	seen := make(map[uint64]bool)
+	var out []*Zone
+	for _, z := range a.zoneList {
+		if (name == "" || z.Name == name) && !seen[z.seed] {
+			seen[z.seed] = true
+			out = append(out, z)
+		}
+	}
+	return out
+}
 
 // Cleanup releases this config's hold on the process-wide state; the last
 // config to let go of it stops it.
@@ -195,6 +229,8 @@ type state struct {
 	engine *limiter.Engine
 	stop   chan struct{}
 	done   chan struct{}
+
+	current atomic.Pointer[App] // the running config's app
 
 	mu         sync.Mutex
 	pressure   *fingerprint.Pressure
@@ -243,6 +279,9 @@ func (s *state) sweep() {
 		}
 	}
 }
+
+// currentApp returns the app of the running config, if one has started.
+func (s *state) currentApp() *App { return s.current.Load() }
 
 // Destruct stops the state's background work and leaves the cluster
 // gracefully, handing this node's counters to the others.

@@ -63,6 +63,7 @@ func (a *App) clusterSettings(secret []byte) (cluster.Config, error) {
 		Secret:        secret,
 		CallTimeout:   time.Duration(c.PeerTimeout),
 		FallbackRatio: a.FallbackRatio,
+		Observer:      metricsObserver{},
 	}
 	for _, j := range c.Join {
 		cfg.Join = append(cfg.Join, repl.ReplaceKnown(j, ""))
@@ -131,6 +132,7 @@ func sameClusterSettings(a, b cluster.Config) bool {
 	a.Fallback, b.Fallback = 0, 0
 	a.FallbackRatio, b.FallbackRatio = 0, 0
 	a.Logger, b.Logger = nil, nil
+	a.Observer, b.Observer = nil, nil
 	return reflect.DeepEqual(a, b)
 }
 

@@ -199,6 +199,9 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 	now := time.Now()
 	app := h.app
 	id := app.identifier.Identify(r, req.clientIP(), ja4Of(r), now)
+	if id.Cookie != fingerprint.CookieAbsent {
+		cookieCounters()[id.Cookie].Inc()
+	}
 	reading := fingerprint.Reading{Factor: 1}
 	if id.Kind == fingerprint.KindFingerprint && app.pressure != nil {
 		reading = app.pressure.Observe(id.Network, id.Fingerprint, now)
@@ -235,19 +238,33 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 	v.retryAfter = 0
 	if allowed {
 		v.decision = decisionAllow
+		v.zone.counters.inc(v.decision, source)
 		h.issueCookie(w, r, v, now)
 		return v, nil
 	}
 
 	v.retryAfter = headerSeconds(res[i].RetryAfter)
-	h.reportDenial(v, reqs[i].Key)
+	h.reportDenial(v, reqs[i].Key, clientKey)
 	if h.DryRun {
 		v.decision = decisionDryRunDeny
+		v.zone.counters.inc(v.decision, source)
 		return v, nil
 	}
 	v.decision = decisionDeny
+	v.zone.counters.inc(v.decision, source)
 	w.Header().Set("Retry-After", strconv.FormatInt(v.retryAfter, 10))
 	return v, nil
+}
+
+// denialReason says why a request was denied, from who decided.
+func denialReason(src cluster.Source) string {
+	switch src {
+	case cluster.SourceBlockedCache:
+		return "known_blocked"
+	case cluster.SourceFallback:
+		return "fallback"
+	}
+	return "limit"
 }
 
 // decidingZone returns the index of the zone that speaks for a decision:
@@ -303,11 +320,13 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, zones []*Z
 }
 
 // reportDenial logs a denial and emits the tollgate_denied event. Neither
-// carries the key itself: the log has its keyed hash only.
-func (h *Handler) reportDenial(v *verdict, key limiter.Key) {
+// carries the key or the client ID: the log has keyed hashes only.
+func (h *Handler) reportDenial(v *verdict, key limiter.Key, clientKey uint64) {
 	if ce := h.logger.Check(zapcore.InfoLevel, "request denied"); ce != nil {
 		ce.Write(
 			zap.String("zone", v.zone.Name),
+			zap.String("reason", denialReason(v.source)),
+			zap.String("client_hash", strconv.FormatUint(clientKey, 16)),
 			zap.String("key_hash", strconv.FormatUint(uint64(key), 16)),
 			zap.String("client_kind", v.identity.Kind.String()),
 			zap.String("source", v.source.String()),

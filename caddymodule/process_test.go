@@ -486,3 +486,42 @@ func TestProcessClusterReloadKeepsMembership(t *testing.T) {
 		t.Errorf("the new limit does not apply after the reload: %q", body)
 	}
 }
+
+func TestProcessClusterAdminAPI(t *testing.T) {
+	procs := startCluster(t, 3, 5)
+	key := ownedKeys(t, procs, "admin")[1] // owned by node1
+	for i := range 6 {
+		procs[i%3].get("/", key)
+	}
+	// Each node has now been denied once for the key; the two that asked
+	// the owner remember it as blocked.
+	for _, p := range procs {
+		p.get("/", key)
+	}
+	for _, p := range procs {
+		var view ClientView
+		adminDo(t, fmt.Sprintf("http://127.0.0.1:%d", p.admin), http.MethodGet, "/tollgate/clients/"+key+"?zone=api", &view)
+		if len(view.Zones) != 1 || !view.Zones[0].Exhausted || view.Zones[0].Remaining != 0 {
+			t.Errorf("%s's view of the client: %+v; want the owner's: exhausted", p.name, view)
+		}
+		if view.Owner != procs[1].status().Cluster.Node {
+			t.Errorf("%s names %q as the owner; want node1", p.name, view.Owner)
+		}
+	}
+	var reset ResetResult
+	adminDo(t, fmt.Sprintf("http://127.0.0.1:%d", procs[2].admin), http.MethodDelete, "/tollgate/clients/"+key, &reset)
+	if len(reset.Unreachable) != 0 || len(reset.ZonesReset) != 2 {
+		t.Fatalf("reset %+v", reset)
+	}
+	for i, p := range procs {
+		status, body, _ := p.get("/", key)
+		if want := fmt.Sprint(4 - i); status != http.StatusOK || !strings.HasSuffix(body, " "+want) {
+			t.Errorf("after the reset, %s: %d %q; want allowed with %s left", p.name, status, body, want)
+		}
+	}
+	// A node that forwards has peer call metrics.
+	m := scrape(t, fmt.Sprintf("http://127.0.0.1:%d", procs[0].admin))
+	if m[`tollgate_peer_call_duration_seconds_count{result="ok"}`] == 0 || m[`tollgate_cluster_members`] != 3 {
+		t.Errorf("node0 metrics: peer calls %v, members %v", m[`tollgate_peer_call_duration_seconds_count{result="ok"}`], m[`tollgate_cluster_members`])
+	}
+}

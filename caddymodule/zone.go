@@ -53,12 +53,14 @@ type Zone struct {
 
 	matchers  caddyhttp.MatcherSet
 	limit     limiter.Limit
+	scope     string // the zone's identity: its name, and #n unless shared
 	seed      uint64 // the zone's identity, hashed
 	keyFixed  bool   // Key has no placeholders
 	keyHash   uint64 // hash of Key when keyFixed
 	quoted    string // Name as a structured-field string
 	policy    string // this zone's RateLimit-Policy list member
 	denyError error
+	counters  *decisionCounters
 }
 
 // provision prepares z for requests. It expects validate to pass.
@@ -79,7 +81,9 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		Window:    time.Duration(z.Window),
 		Burst:     z.Burst,
 	}
-	z.seed = app.hasher.Zone(app.zoneIdentity(z.Name, z.Shared))
+	z.scope = app.zoneIdentity(z.Name, z.Shared)
+	z.seed = app.hasher.Zone(z.scope)
+	app.registerZone(z)
 	if z.Key != "" && !strings.Contains(z.Key, "{") {
 		z.keyFixed = true
 		z.keyHash = app.hasher.Sum64(z.Key)
@@ -87,6 +91,7 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 	z.quoted = strconv.Quote(z.Name) // names are validated to need no escapes
 	z.policy = fmt.Sprintf("%s;q=%d;w=%d", z.quoted, z.Limit, headerSeconds(z.limit.Window))
 	z.denyError = fmt.Errorf("rate limit of zone %q exceeded", z.Name)
+	z.counters = newDecisionCounters(z.Name)
 	return nil
 }
 

@@ -206,4 +206,3 @@ func TestMetricsCountAKnownSequence(t *testing.T) {
 		t.Errorf("after a reload, allowed rose by %v; want 5 (counting on)", got)
 	}
 }
-

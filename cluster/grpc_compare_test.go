@@ -23,9 +23,12 @@ import (
 // rawCodec passes byte slices through gRPC untouched.
 type rawCodec struct{}
 
-func (rawCodec) Marshal(v any) ([]byte, error)      { return *(v.(*[]byte)), nil }
-func (rawCodec) Unmarshal(data []byte, v any) error { *(v.(*[]byte)) = append([]byte(nil), data...); return nil }
-func (rawCodec) Name() string                       { return "tollgate-raw" }
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), data...)
+	return nil
+}
+func (rawCodec) Name() string { return "tollgate-raw" }
 
 func init() { encoding.RegisterCodec(rawCodec{}) }
 

@@ -29,6 +29,9 @@ type Request struct {
 	Limit Limit
 	// Cost is the number of units to spend; zero means 1.
 	Cost int64
+	// LeaseID names the lease a Concurrency request claims: a request
+	// that claims a lease already held renews it.
+	LeaseID uint64
 }
 
 func (r *Request) cost() int64 {
@@ -83,12 +86,15 @@ type Engine struct {
 	reclaimed  atomic.Uint64
 	overflowed atomic.Uint64
 	swept      atomic.Uint64
+	reputation atomic.Pointer[ReputationPolicy]
 }
 
 type shard struct {
 	mu      sync.Mutex
-	entries map[Key]entry
-	_       [48]byte // one shard per cache line: no false sharing of locks
+	entries map[Key]entry      // counters and reputations
+	grants  map[Key]grantState // extra quota, by zone key
+	leases  map[Key][]lease    // concurrency slots held, by zone key
+	_       [32]byte           // one shard per cache line: no false sharing of locks
 }
 
 // New returns an empty Engine.
@@ -96,6 +102,8 @@ func New(cfg Config) *Engine {
 	e := new(Engine)
 	for i := range e.shards {
 		e.shards[i].entries = make(map[Key]entry)
+		e.shards[i].grants = make(map[Key]grantState)
+		e.shards[i].leases = make(map[Key][]lease)
 	}
 	e.overflow.entries = make(map[Key]entry)
 	e.SetMaxKeys(cfg.MaxKeys)
@@ -117,164 +125,6 @@ func shardOf(k Key) uint32 {
 	// The low bits mix in the zone; the high bits are the route. Use both so
 	// one client's zones and one zone's clients both spread over shards.
 	return uint32(keyhash.Mix(uint64(k))) & (numShards - 1)
-}
-
-// Take spends the requests' units if every one of them can be granted, and
-// none of them otherwise: the decision across all requests and the commit
-// happen atomically. It fills res (which must be as long as reqs) and
-// reports whether the requests were granted.
-func (e *Engine) Take(now time.Time, reqs []Request, res []Result) bool {
-	ns := now.UnixNano()
-	if len(reqs) == 1 {
-		return e.takeOne(ns, &reqs[0], &res[0])
-	}
-	return e.takeMany(ns, reqs, res)
-}
-
-// TakeOne is Take for a single request.
-func (e *Engine) TakeOne(now time.Time, req Request) Result {
-	var res Result
-	e.takeOne(now.UnixNano(), &req, &res)
-	return res
-}
-
-func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
-	s := &e.shards[shardOf(req.Key)]
-	s.mu.Lock()
-	cur, ok := s.entries[req.Key]
-	if !ok && !e.makeRoom(s, now) {
-		s.mu.Unlock()
-		return e.takeOverflow(now, req, res)
-	}
-	next, r := req.Limit.apply(cur, now, req.cost())
-	if r.Allowed {
-		s.entries[req.Key] = next
-	}
-	s.mu.Unlock()
-	*res = r
-	return r.Allowed
-}
-
-// takeOverflow counts req in its zone's overflow counter.
-func (e *Engine) takeOverflow(now int64, req *Request, res *Result) bool {
-	e.overflowed.Add(1)
-	o := &e.overflow
-	k := Key(req.Zone)
-	o.mu.Lock()
-	next, r := req.Limit.apply(o.entries[k], now, req.cost())
-	if r.Allowed {
-		o.entries[k] = next
-	}
-	o.mu.Unlock()
-	*res = r
-	return r.Allowed
-}
-
-// makeRoom reports whether shard s, whose lock is held, can take a new key,
-// dropping expired entries from a sample if it is full.
-func (e *Engine) makeRoom(s *shard, now int64) bool {
-	limit := int(e.shardCap.Load())
-	if len(s.entries) < limit {
-		return true
-	}
-	seen := 0
-	for k, v := range s.entries { // map iteration starts at a random place
-		if v.expires <= now {
-			delete(s.entries, k)
-			e.reclaimed.Add(1)
-		}
-		if seen++; seen == reclaimSample {
-			break
-		}
-	}
-	return len(s.entries) < limit
-}
-
-// maxBatch is the largest batch Take handles without allocating.
-const maxBatch = 8
-
-func (e *Engine) takeMany(now int64, reqs []Request, res []Result) bool {
-	var idxBuf [maxBatch]uint32
-	idx := idxBuf[:0]
-	for i := range reqs {
-		idx = insertSorted(idx, shardOf(reqs[i].Key))
-	}
-	for _, i := range idx {
-		e.shards[i].mu.Lock()
-	}
-	// The overflow shard is always locked last, after any regular shard, so
-	// the lock order is the same for every caller.
-	var overflowBuf [maxBatch]bool
-	overflow := overflowBuf[:0]
-	usesOverflow := false
-	for i := range reqs {
-		s := &e.shards[shardOf(reqs[i].Key)]
-		_, ok := s.entries[reqs[i].Key]
-		of := !ok && !e.makeRoom(s, now)
-		overflow = append(overflow, of)
-		usesOverflow = usesOverflow || of
-	}
-	if usesOverflow {
-		e.overflow.mu.Lock()
-	}
-
-	var nextBuf [maxBatch]entry
-	next := nextBuf[:0]
-	all := true
-	for i := range reqs {
-		m, k := e.shards[shardOf(reqs[i].Key)].entries, reqs[i].Key
-		if overflow[i] {
-			m, k = e.overflow.entries, Key(reqs[i].Zone)
-			e.overflowed.Add(1)
-		}
-		cur := m[k]
-		for j := range i { // an earlier request in this batch on the same counter
-			if sameCounter(reqs, overflow, i, j) {
-				cur = next[j]
-			}
-		}
-		n, r := reqs[i].Limit.apply(cur, now, reqs[i].cost())
-		if !r.Allowed {
-			n = cur
-		}
-		next = append(next, n)
-		res[i] = r
-		all = all && r.Allowed
-	}
-	if all {
-		for i := range reqs {
-			if overflow[i] {
-				e.overflow.entries[Key(reqs[i].Zone)] = next[i]
-			} else {
-				e.shards[shardOf(reqs[i].Key)].entries[reqs[i].Key] = next[i]
-			}
-		}
-	} else {
-		// Nothing was spent: the allowed ones still have their units.
-		for i := range res {
-			if res[i].Allowed {
-				res[i].Remaining += reqs[i].cost()
-			}
-		}
-	}
-
-	if usesOverflow {
-		e.overflow.mu.Unlock()
-	}
-	for _, i := range idx {
-		e.shards[i].mu.Unlock()
-	}
-	return all
-}
-
-func sameCounter(reqs []Request, overflow []bool, i, j int) bool {
-	if overflow[i] != overflow[j] {
-		return false
-	}
-	if overflow[i] {
-		return reqs[i].Zone == reqs[j].Zone
-	}
-	return reqs[i].Key == reqs[j].Key
 }
 
 // insertSorted adds v to the sorted set s.
@@ -318,15 +168,19 @@ func (e *Engine) Refund(now time.Time, req Request) {
 	s.mu.Unlock()
 }
 
-// Reset drops the counters of the given keys, so their next requests start
-// with a full quota. It reports how many counters existed.
+// Reset drops the counters and leases of the given keys (and the
+// reputation, for a reputation key), so their next requests start with a
+// full quota and free slots. Grants stay. It reports how many keys had any.
 func (e *Engine) Reset(keys ...Key) int {
 	n := 0
 	for _, k := range keys {
 		s := &e.shards[shardOf(k)]
 		s.mu.Lock()
-		if _, ok := s.entries[k]; ok {
-			delete(s.entries, k)
+		_, counted := s.entries[k]
+		_, leased := s.leases[k]
+		delete(s.entries, k)
+		delete(s.leases, k)
+		if counted || leased {
 			n++
 		}
 		s.mu.Unlock()
@@ -349,6 +203,16 @@ func (e *Engine) Sweep(now time.Time) int {
 		if v.expires <= ns {
 			delete(s.entries, k)
 			dropped++
+		}
+	}
+	for k, g := range s.grants {
+		if g.Expires <= ns {
+			delete(s.grants, k)
+		}
+	}
+	for k, list := range s.leases {
+		if _, live := leasesStateOf(k, list, ns); !live {
+			delete(s.leases, k)
 		}
 	}
 	s.mu.Unlock()

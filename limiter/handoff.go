@@ -1,31 +1,69 @@
 package limiter
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // State is one counter as it moves between engines, when a key changes
 // owner. It holds no more than the engine keeps: the key's hash and its
 // timestamps and counts.
 type State struct {
 	Key     Key
-	Stamp   int64 // window start or token bucket arrival time, Unix ns
+	Kind    uint8 // what it holds: a counter (window, bucket, reputation), KindGrant or KindLeases
+	Stamp   int64 // window start, token bucket arrival time or reputation change, Unix ns
 	Expires int64 // Unix ns after which the counter equals a fresh one
 	Cur     uint32
 	Prev    uint32
+
+	// For KindGrant: the grant and what was spent of it (Expires is the
+	// grant's).
+	Grant       Grant
+	Used        int64
+	UsedVersion [16]byte
+	// For KindLeases: the leases held.
+	Leases []Lease
+}
+
+// Kinds of State that are not counters.
+const (
+	KindGrant  uint8 = 16
+	KindLeases uint8 = 17
+)
+
+func grantStateOf(k Key, g grantState) State {
+	return State{Key: k, Kind: KindGrant, Expires: g.Expires, Grant: g.Grant, Used: g.used, UsedVersion: g.usedVersion}
+}
+
+func leasesStateOf(k Key, list []lease, now int64) (State, bool) {
+	var live []Lease
+	var last int64
+	for _, l := range list {
+		if l.Expires > now {
+			live = append(live, l)
+			last = max(last, l.Expires)
+		}
+	}
+	return State{Key: k, Kind: KindLeases, Expires: last, Leases: live}, len(live) > 0
 }
 
 func (s State) entry() entry {
-	return entry{stamp: s.Stamp, expires: s.Expires, cur: s.Cur, prev: s.Prev}
+	return entry{stamp: s.Stamp, expires: s.Expires, cur: s.Cur, prev: s.Prev}.withKind(s.Kind)
 }
 
 func stateOf(k Key, e entry) State {
-	return State{Key: k, Stamp: e.stamp, Expires: e.expires, Cur: e.cur, Prev: e.prev}
+	st := State{Key: k, Kind: e.kind(), Stamp: e.stamp, Expires: e.expires, Cur: e.cur}
+	if st.Kind == kindWindow {
+		st.Prev = e.prev
+	}
+	return st
 }
 
 // Extract removes and returns up to max live counters (all if max <= 0)
 // whose key satisfies move, in one pass over the shards; each shard is
 // locked while it is searched, so a counter is either extracted or updated
 // by a concurrent Take, never both.
-func (e *Engine) Extract(now time.Time, move func(Key) bool, max int) []State {
+func (e *Engine) Extract(now time.Time, move func(Key) bool, limit int) []State {
 	ns := now.UnixNano()
 	var out []State
 	for i := range e.shards {
@@ -39,12 +77,27 @@ func (e *Engine) Extract(now time.Time, move func(Key) bool, max int) []State {
 			if v.expires > ns {
 				out = append(out, stateOf(k, v))
 			}
-			if max > 0 && len(out) >= max {
-				s.mu.Unlock()
-				return out
+		}
+		for k, g := range s.grants {
+			if move(k) {
+				delete(s.grants, k)
+				if g.Expires > ns {
+					out = append(out, grantStateOf(k, g))
+				}
+			}
+		}
+		for k, list := range s.leases {
+			if move(k) {
+				delete(s.leases, k)
+				if st, ok := leasesStateOf(k, list, ns); ok {
+					out = append(out, st)
+				}
 			}
 		}
 		s.mu.Unlock()
+		if limit > 0 && len(out) >= limit {
+			return out
+		}
 	}
 	return out
 }
@@ -63,6 +116,18 @@ func (e *Engine) ExtractKeys(now time.Time, keys []Key) []State {
 				out = append(out, stateOf(k, v))
 			}
 		}
+		if g, ok := s.grants[k]; ok {
+			delete(s.grants, k)
+			if g.Expires > ns {
+				out = append(out, grantStateOf(k, g))
+			}
+		}
+		if list, ok := s.leases[k]; ok {
+			delete(s.leases, k)
+			if st, ok := leasesStateOf(k, list, ns); ok {
+				out = append(out, st)
+			}
+		}
 		s.mu.Unlock()
 	}
 	return out
@@ -79,11 +144,26 @@ func (e *Engine) Merge(now time.Time, states []State) {
 		}
 		s := &e.shards[shardOf(st.Key)]
 		s.mu.Lock()
-		cur, ok := s.entries[st.Key]
-		if !ok || cur.expires <= ns {
-			s.entries[st.Key] = st.entry()
-		} else {
-			s.entries[st.Key] = mergeEntries(cur, st.entry(), ns)
+		switch st.Kind {
+		case KindGrant:
+			in := grantState{Grant: st.Grant, used: st.Used, usedVersion: st.UsedVersion}
+			cur, ok := s.grants[st.Key]
+			switch {
+			case !ok || cur.Expires <= ns || in.Created > cur.Created:
+				s.grants[st.Key] = in
+			case in.Version == cur.Version && in.usedVersion == cur.usedVersion:
+				cur.used += in.used // both sides spent from this grant
+				s.grants[st.Key] = cur
+			}
+		case KindLeases:
+			s.leases[st.Key] = mergeLeases(s.leases[st.Key], st.Leases)
+		default:
+			cur, ok := s.entries[st.Key]
+			if !ok || cur.expires <= ns {
+				s.entries[st.Key] = st.entry()
+			} else {
+				s.entries[st.Key] = mergeEntries(cur, st.entry(), ns)
+			}
 		}
 		s.mu.Unlock()
 	}
@@ -91,15 +171,20 @@ func (e *Engine) Merge(now time.Time, states []State) {
 
 // mergeEntries combines two live states of one key.
 func mergeEntries(a, b entry, now int64) entry {
-	aBucket, bBucket := a.expires == a.stamp, b.expires == b.stamp
 	switch {
-	case aBucket && bBucket:
-		// Arrival times: add what b had spent beyond now to a.
-		tat := max(a.stamp, now) + max(0, b.stamp-now)
-		return entry{stamp: tat, expires: tat}
-	case aBucket != bBucket:
+	case a.kind() != b.kind():
 		// Different algorithms (the zone changed): keep the fuller one.
 		if b.expires > a.expires {
+			return b
+		}
+		return a
+	case a.kind() == kindBucket:
+		// Arrival times: add what b had spent beyond now to a.
+		tat := max(a.stamp, now) + max(0, b.stamp-now)
+		return entry{stamp: tat, expires: tat, prev: markBucket}
+	case a.kind() == kindReputation:
+		// Keep the worse score: a violation on either side counts.
+		if b.cur < a.cur {
 			return b
 		}
 		return a
@@ -111,28 +196,61 @@ func mergeEntries(a, b entry, now int64) entry {
 	}
 	switch {
 	case a.stamp == b.stamp:
-		a.cur += b.cur
-		a.prev += b.prev
+		a.cur = addCounts(a.cur, b.cur)
+		a.prev = addCounts(a.prev, b.prev)
 	case a.stamp-b.stamp == w:
-		a.prev += b.cur // b's current window is a's previous one
+		a.prev = addCounts(a.prev, b.cur) // b's current window is a's previous one
 	}
 	return a
 }
 
-// Range calls fn for every live counter until fn returns false. Each shard
-// is locked while its counters are visited, so fn must not call the engine.
+// addCounts adds two counts, stopping at MaxQuota, so a count never takes
+// a value prev uses as a mark.
+func addCounts(a, b uint32) uint32 {
+	return uint32(min(uint64(a)+uint64(b), MaxQuota))
+}
+
+// mergeLeases is the union of two lease lists, the later expiry winning.
+func mergeLeases(a, b []Lease) []Lease {
+	out := slices.Clone(a)
+	for _, l := range b {
+		if i := slices.IndexFunc(out, func(x Lease) bool { return x.ID == l.ID }); i >= 0 {
+			out[i].Expires = max(out[i].Expires, l.Expires)
+		} else {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Range calls fn for every live counter, grant and lease list until fn
+// returns false. Each shard is locked while it is visited, so fn must not
+// call the engine.
 func (e *Engine) Range(now time.Time, fn func(State) bool) {
 	ns := now.UnixNano()
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
+		ok := true
 		for k, v := range s.entries {
-			if v.expires > ns && !fn(stateOf(k, v)) {
-				s.mu.Unlock()
-				return
+			if ok && v.expires > ns {
+				ok = fn(stateOf(k, v))
+			}
+		}
+		for k, g := range s.grants {
+			if ok && g.Expires > ns {
+				ok = fn(grantStateOf(k, g))
+			}
+		}
+		for k, list := range s.leases {
+			if st, live := leasesStateOf(k, list, ns); ok && live {
+				ok = fn(st)
 			}
 		}
 		s.mu.Unlock()
+		if !ok {
+			return
+		}
 	}
 }
 

@@ -26,6 +26,10 @@ const (
 	// TokenBucket is the generic cell rate algorithm (GCRA): a bucket of
 	// Burst tokens refilled at Quota per Window, kept as one timestamp.
 	TokenBucket
+	// Concurrency caps simultaneous holders instead of a rate: Quota slots,
+	// each a lease that expires Window after it was last claimed unless
+	// claimed again. Requests name their lease with LeaseID.
+	Concurrency
 )
 
 var algorithmNames = [...]string{
@@ -34,13 +38,17 @@ var algorithmNames = [...]string{
 	TokenBucket:   "token_bucket",
 }
 
-// AlgorithmNames lists the accepted algorithm names, for error messages.
+// AlgorithmNames lists the rate algorithms a zone may name, for error
+// messages. Concurrency is configured apart, not by name.
 var AlgorithmNames = strings.Join(algorithmNames[:], ", ")
 
 // String returns the configuration name of a.
 func (a Algorithm) String() string {
 	if int(a) < len(algorithmNames) {
 		return algorithmNames[a]
+	}
+	if a == Concurrency {
+		return "concurrency"
 	}
 	return fmt.Sprintf("algorithm(%d)", a)
 }
@@ -79,7 +87,7 @@ type Limit struct {
 
 // Validate reports what is wrong with l, if anything.
 func (l Limit) Validate() error {
-	if int(l.Algorithm) >= len(algorithmNames) {
+	if int(l.Algorithm) >= len(algorithmNames) && l.Algorithm != Concurrency {
 		return fmt.Errorf("unknown algorithm %d (allowed: %s)", l.Algorithm, AlgorithmNames)
 	}
 	if l.Quota < 1 || l.Quota > MaxQuota {
@@ -145,13 +153,55 @@ type Result struct {
 // of the current and previous windows in cur and prev, and set expires to
 // stamp + 2×window, so the window length can be recovered without the Limit
 // (hand-off needs that). TokenBucket keeps the theoretical arrival time in
-// stamp and sets expires = stamp. An entry whose expires has passed is
-// equivalent to no entry at all, so it can be dropped at any moment.
+// stamp and sets expires = stamp. Reputation keeps the time of its last
+// change in stamp, the score ×1000 in cur, and sets expires to when the score
+// is back at full. The kinds that need no previous count mark prev with a
+// value no count reaches (counts stay below MaxQuota). An entry whose expires
+// has passed is equivalent to no entry at all, so it can be dropped at any
+// moment.
 type entry struct {
 	stamp   int64
 	expires int64
 	cur     uint32
 	prev    uint32
+}
+
+// Kinds of entry.
+const (
+	kindNone uint8 = iota // the zero entry: nothing counted
+	kindWindow
+	kindBucket
+	kindReputation
+)
+
+// Marks in prev of the kinds that do not use it.
+const (
+	markBucket     uint32 = 0xffffffff
+	markReputation uint32 = 0xfffffffe
+)
+
+// kind says what e holds.
+func (e entry) kind() uint8 {
+	switch {
+	case e.prev == markBucket:
+		return kindBucket
+	case e.prev == markReputation:
+		return kindReputation
+	case e.expires == 0:
+		return kindNone
+	}
+	return kindWindow
+}
+
+// withKind returns e marked as kind k.
+func (e entry) withKind(k uint8) entry {
+	switch k {
+	case kindBucket:
+		e.prev = markBucket
+	case kindReputation:
+		e.prev = markReputation
+	}
+	return e
 }
 
 // apply spends n units of l at now from state e. It returns the next state
@@ -167,7 +217,7 @@ func (l Limit) apply(e entry, now, n int64) (entry, Result) {
 func (l Limit) roll(e entry, now int64) entry {
 	w := int64(l.Window)
 	start := now - now%w
-	if e.expires <= now || e.expires == e.stamp {
+	if e.expires <= now || e.kind() != kindWindow {
 		// Expired, or state of another algorithm: start afresh.
 		return entry{stamp: start, expires: start + 2*w}
 	}
@@ -250,13 +300,13 @@ func (l Limit) applyGCRA(e entry, now, n int64) (entry, Result) {
 	burst := l.capacity()
 	tolerance := interval * burst
 	tat := e.stamp
-	if e.expires != e.stamp || tat < now {
+	if e.kind() != kindBucket || tat < now {
 		tat = now // fresh, expired or state of another algorithm
 	}
 	next := tat + n*interval
 	if next-now <= tolerance {
 		remaining := (tolerance - (next - now)) / interval
-		return entry{stamp: next, expires: next}, Result{
+		return entry{stamp: next, expires: next, prev: markBucket}, Result{
 			Allowed:   true,
 			Remaining: remaining,
 			Reset:     time.Duration(next - now),
@@ -280,7 +330,7 @@ func (l Limit) refund(e entry, now, n int64) entry {
 		return e
 	}
 	if l.Algorithm == TokenBucket {
-		if e.expires != e.stamp {
+		if e.kind() != kindBucket {
 			return e
 		}
 		interval := max(int64(l.Window)/l.Quota, 1)
@@ -288,7 +338,7 @@ func (l Limit) refund(e entry, now, n int64) entry {
 		e.expires = e.stamp
 		return e
 	}
-	if e.expires == e.stamp || now >= e.stamp+int64(l.Window) {
+	if e.kind() != kindWindow || now >= e.stamp+int64(l.Window) {
 		return e
 	}
 	e.cur -= uint32(min(int64(e.cur), n))

@@ -1,0 +1,235 @@
+package limiter
+
+import (
+	"time"
+)
+
+// Take spends the requests' units if every one of them can be granted, and
+// none of them otherwise: the decision across all requests and the commit
+// happen atomically. It fills res (which must be as long as reqs) and
+// reports whether the requests were granted.
+//
+// A rate request the limit denies is granted from the key's grant, if it has
+// one with enough left (see PutGrant). A Concurrency request claims a lease.
+func (e *Engine) Take(now time.Time, reqs []Request, res []Result) bool {
+	ok, _ := e.TakeFor(now, 0, reqs, res)
+	return ok
+}
+
+// TakeFor is Take on behalf of a client whose reputation, kept under the key
+// client, scales every rate limit of the requests, and drops when they are
+// denied. client 0, or no reputation policy set, means no reputation. It
+// also returns the client's reputation score after the decision (100 when
+// there is none).
+func (e *Engine) TakeFor(now time.Time, client Key, reqs []Request, res []Result) (bool, float64) {
+	ns := now.UnixNano()
+	rep := e.reputation.Load()
+	if rep == nil {
+		client = 0
+	}
+	if len(reqs) == 1 && client == 0 && reqs[0].Limit.Algorithm != Concurrency {
+		return e.takeOne(ns, &reqs[0], &res[0]), FullScore
+	}
+	return e.takeMany(ns, rep, client, reqs, res)
+}
+
+// TakeOne is Take for a single request.
+func (e *Engine) TakeOne(now time.Time, req Request) Result {
+	var res [1]Result
+	e.Take(now, []Request{req}, res[:])
+	return res[0]
+}
+
+func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
+	s := &e.shards[shardOf(req.Key)]
+	s.mu.Lock()
+	cur, ok := s.entries[req.Key]
+	if !ok && !e.makeRoom(s, now) {
+		s.mu.Unlock()
+		return e.takeOverflow(now, req, res)
+	}
+	next, r := req.Limit.apply(cur, now, req.cost())
+	if r.Allowed {
+		s.entries[req.Key] = next
+	} else if len(s.grants) > 0 {
+		if g, ok := s.grants[req.Key]; ok {
+			r = g.spend(now, req.cost(), r, true, s, req.Key)
+		}
+	}
+	s.mu.Unlock()
+	*res = r
+	return r.Allowed
+}
+
+// takeOverflow counts req in its zone's overflow counter.
+func (e *Engine) takeOverflow(now int64, req *Request, res *Result) bool {
+	e.overflowed.Add(1)
+	o := &e.overflow
+	k := Key(req.Zone)
+	o.mu.Lock()
+	next, r := req.Limit.apply(o.entries[k], now, req.cost())
+	if r.Allowed {
+		o.entries[k] = next
+	}
+	o.mu.Unlock()
+	*res = r
+	return r.Allowed
+}
+
+// maxBatch is the largest batch Take handles without allocating.
+const maxBatch = 8
+
+// takeMany decides several requests, and the client's reputation, under the
+// locks of all the shards they touch, taken in shard order.
+func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []Request, res []Result) (bool, float64) {
+	var idxBuf [maxBatch + 1]uint32
+	idx := idxBuf[:0]
+	for i := range reqs {
+		idx = insertSorted(idx, shardOf(reqs[i].Key))
+	}
+	if client != 0 {
+		idx = insertSorted(idx, shardOf(client))
+	}
+	for _, i := range idx {
+		e.shards[i].mu.Lock()
+	}
+	// The overflow shard is always locked last, after any regular shard, so
+	// the lock order is the same for every caller.
+	var overflowBuf [maxBatch]bool
+	overflow := overflowBuf[:0]
+	usesOverflow := false
+	for i := range reqs {
+		of := false
+		if reqs[i].Limit.Algorithm != Concurrency {
+			s := &e.shards[shardOf(reqs[i].Key)]
+			_, ok := s.entries[reqs[i].Key]
+			of = !ok && !e.makeRoom(s, now)
+		}
+		overflow = append(overflow, of)
+		usesOverflow = usesOverflow || of
+	}
+	if usesOverflow {
+		e.overflow.mu.Lock()
+	}
+
+	score, factor := FullScore, 1.0
+	var clientEntry entry
+	if client != 0 {
+		clientEntry = e.shards[shardOf(client)].entries[client]
+		score = rep.score(clientEntry, now)
+		factor = rep.Factor(score)
+	}
+
+	var nextBuf [maxBatch]entry
+	var viaGrantBuf [maxBatch]bool
+	next, viaGrant := nextBuf[:0], viaGrantBuf[:0]
+	all := true
+	for i := range reqs {
+		req := &reqs[i]
+		s := &e.shards[shardOf(req.Key)]
+		if req.Limit.Algorithm == Concurrency {
+			res[i] = e.checkLease(s, now, req)
+			next, viaGrant = append(next, entry{}), append(viaGrant, false)
+			all = all && res[i].Allowed
+			continue
+		}
+		m, k := s.entries, req.Key
+		if overflow[i] {
+			m, k = e.overflow.entries, Key(req.Zone)
+			e.overflowed.Add(1)
+		}
+		cur := m[k]
+		for j := range i { // an earlier request in this batch on the same counter
+			if sameCounter(reqs, overflow, i, j) {
+				cur = next[j]
+			}
+		}
+		limit := req.Limit
+		if factor != 1 {
+			limit = limit.Scale(factor)
+		}
+		n, r := limit.apply(cur, now, req.cost())
+		grant := false
+		if !r.Allowed {
+			n = cur
+			if g, ok := s.grants[req.Key]; ok && !overflow[i] {
+				if r2 := g.spend(now, req.cost(), r, false, nil, 0); r2.Allowed {
+					r, grant = r2, true
+				}
+			}
+		}
+		next, viaGrant = append(next, n), append(viaGrant, grant)
+		res[i] = r
+		all = all && r.Allowed
+	}
+	if all {
+		for i := range reqs {
+			req := &reqs[i]
+			s := &e.shards[shardOf(req.Key)]
+			switch {
+			case req.Limit.Algorithm == Concurrency:
+				e.claimLease(s, now, req)
+			case viaGrant[i]:
+				g := s.grants[req.Key]
+				g.spend(now, req.cost(), Result{}, true, s, req.Key)
+			case overflow[i]:
+				e.overflow.entries[Key(req.Zone)] = next[i]
+			default:
+				s.entries[req.Key] = next[i]
+			}
+		}
+	} else {
+		// Nothing was spent: the allowed ones still have their units.
+		for i := range res {
+			if res[i].Allowed && reqs[i].Limit.Algorithm != Concurrency {
+				res[i].Remaining += reqs[i].cost()
+			}
+		}
+		if client != 0 {
+			s := &e.shards[shardOf(client)]
+			if _, ok := s.entries[client]; ok || e.makeRoom(s, now) {
+				pen := rep.penalize(clientEntry, now)
+				s.entries[client] = pen
+				score = rep.score(pen, now)
+			}
+		}
+	}
+
+	if usesOverflow {
+		e.overflow.mu.Unlock()
+	}
+	for _, i := range idx {
+		e.shards[i].mu.Unlock()
+	}
+	return all, score
+}
+
+func sameCounter(reqs []Request, overflow []bool, i, j int) bool {
+	if overflow[i] != overflow[j] {
+		return false
+	}
+	if overflow[i] {
+		return reqs[i].Zone == reqs[j].Zone
+	}
+	return reqs[i].Key == reqs[j].Key
+}
+
+// makeRoom reports whether shard s, whose lock is held, can take a new key,
+// dropping expired entries from a sample if it is full.
+func (e *Engine) makeRoom(s *shard, now int64) bool {
+	limit := int(e.shardCap.Load())
+	if len(s.entries) < limit {
+		return true
+	}
+	seen := 0
+	for k, v := range s.entries { // map iteration starts at a random place
+		if v.expires <= now {
+			delete(s.entries, k)
+			e.reclaimed.Add(1)
+		}
+		if seen++; seen == reclaimSample {
+			break
+		}
+	}
+	return len(s.entries) < limit
+}

@@ -359,3 +359,105 @@ func TestResetUnblocksEverywhere(t *testing.T) {
 		}
 	}
 }
+
+func TestSharedValuesReachEveryNode(t *testing.T) {
+	nodes := startNodes(t, 3)
+	var mu sync.Mutex
+	got := map[string]string{}
+	for _, n := range nodes[1:] {
+		n.OnShared(func(name string, v SharedValue) {
+			mu.Lock()
+			got[n.Name()] = string(v.Value)
+			mu.Unlock()
+		})
+	}
+	nodes[0].Publish("tiers", []byte(`{"pro": 10}`))
+	eventually(t, 5*time.Second, "the value on the other nodes", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return got[nodes[1].Name()] == `{"pro": 10}` && got[nodes[2].Name()] == `{"pro": 10}`
+	})
+	// A newer value wins everywhere, an older one nowhere.
+	nodes[2].Publish("tiers", []byte(`{"pro": 20}`))
+	eventually(t, 5*time.Second, "the newer value on nodes 0 and 1", func() bool {
+		v0, _ := nodes[0].Shared("tiers")
+		v1, _ := nodes[1].Shared("tiers")
+		return string(v0.Value) == `{"pro": 20}` && string(v1.Value) == `{"pro": 20}`
+	})
+	old, _ := nodes[0].Shared("tiers")
+	old.Version -= 1000
+	old.Value = []byte("stale")
+	nodes[1].Restore("tiers", old)
+	if v, _ := nodes[1].Shared("tiers"); string(v.Value) != `{"pro": 20}` {
+		t.Fatalf("an older value replaced a newer one: %q", v.Value)
+	}
+	// A node that joins later catches up in the state sync of its join.
+	late := startNode(t, testConfig(), nodes[0].GossipAddr())
+	eventually(t, 5*time.Second, "the value on a node that joined later", func() bool {
+		v, _ := late.Shared("tiers")
+		return string(v.Value) == `{"pro": 20}`
+	})
+}
+
+func TestGrantsLeasesAndReputationLiveAtTheOwner(t *testing.T) {
+	nodes := startNodes(t, 3)
+	for _, n := range nodes {
+		n.engine.SetReputation(&limiter.ReputationPolicy{Penalty: 10, RecoveryPerHour: 1, Buckets: limiter.DefaultBuckets})
+	}
+	key := keyOwnedBy(t, nodes[0].Ring(), nodes[2].Name(), 0)
+	grant := limiter.Grant{Version: [16]byte{1}, Created: time.Now().UnixNano(), Amount: 3, Expires: time.Now().Add(time.Hour).UnixNano()}
+	if ok, err := nodes[0].PutGrant(key, grant); !ok || err != nil {
+		t.Fatalf("PutGrant: %v %v", ok, err)
+	}
+	allowed := 0
+	for i := range 10 {
+		if ok, _ := takeVia(nodes[i%3], key, limitOf(2)); ok {
+			allowed++
+		}
+	}
+	if allowed != 5 {
+		t.Fatalf("%d allowed with a limit of 2 and a grant of 3; want 5", allowed)
+	}
+	if g, ok, err := nodes[1].GetGrant(key); !ok || err != nil || g.Used != 3 {
+		t.Fatalf("grant seen from node1: %+v %v %v", g, ok, err)
+	}
+
+	room := keyOwnedBy(t, nodes[0].Ring(), nodes[1].Name(), 3)
+	claim := func(n *Node, id uint64) bool {
+		res := make([]limiter.Result, 1)
+		ok, _ := n.Take(time.Now(), []limiter.Request{{Key: room, LeaseID: id, Limit: limiter.Limit{Algorithm: limiter.Concurrency, Quota: 2, Window: time.Minute}}}, res)
+		return ok
+	}
+	if !claim(nodes[0], 1) || !claim(nodes[2], 2) || claim(nodes[1], 3) {
+		t.Fatal("two slots were not exactly two across the nodes")
+	}
+	if !claim(nodes[2], 1) {
+		t.Fatal("renewing a held lease through another node was denied")
+	}
+	if err := nodes[2].Release(time.Now(), room, 1, SourcePeer); err != nil {
+		t.Fatal(err)
+	}
+	if leases, _ := nodes[0].Leases(room); len(leases) != 1 || !claim(nodes[1], 3) {
+		t.Fatalf("after a release: %v", leases)
+	}
+
+	client := keyOwnedBy(t, nodes[0].Ring(), nodes[1].Name(), 5)
+	zone := limiter.ZoneKey(uint64(client), 77) // same route as the client
+	res := make([]limiter.Result, 1)
+	for i := range 4 {
+		_, src, score := nodes[0].TakeFor(time.Now(), client, []limiter.Request{{Key: zone, Zone: 77, Limit: limitOf(1)}}, res)
+		if i == 1 && (src != SourcePeer || score < 89.9 || score > 90.1) {
+			t.Fatalf("first denial: %v, score %g; want the owner's 90", src, score)
+		}
+	}
+	// Later denials may come from the blocked cache; the owner hears of
+	// them all the same.
+	eventually(t, 2*time.Second, "three violations at the owner", func() bool {
+		s, err := nodes[2].Reputation(client)
+		return err == nil && s > 69.9 && s < 70.1
+	})
+	buckets, missing := nodes[0].ReputationBuckets()
+	if len(missing) > 0 || len(buckets) != 4 || buckets[1] != 1 {
+		t.Fatalf("buckets %v, missing %v; want one client in the second bucket", buckets, missing)
+	}
+}

@@ -82,10 +82,22 @@ func (d delegate) NodeMeta(limit int) []byte {
 	}
 	return b
 }
-func (delegate) NotifyMsg([]byte)                           {}
+
+// NotifyMsg receives shared values sent by other nodes.
+func (d delegate) NotifyMsg(b []byte) {
+	if len(b) > 0 && b[0] == sharedMagic {
+		d.n.mergeSharedState(slices.Clone(b))
+	}
+}
+
 func (delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (delegate) LocalState(join bool) []byte                { return nil }
-func (delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// LocalState and MergeRemoteState exchange every shared value in
+// memberlist's periodic state sync.
+func (d delegate) LocalState(join bool) []byte { return d.n.sharedState() }
+func (d delegate) MergeRemoteState(buf []byte, join bool) {
+	d.n.mergeSharedState(slices.Clone(buf))
+}
 
 // NotifyJoin, NotifyLeave and NotifyUpdate copy what they are told into
 // the node's member table (memberlist changes its Node values in place
@@ -100,8 +112,10 @@ func (n *Node) noteMember(m *memberlist.Node, present bool) {
 	n.tableMu.Lock()
 	if present {
 		n.table[m.Name] = append([]byte(nil), m.Meta...)
+		n.addrs[m.Name] = m.Address()
 	} else {
 		delete(n.table, m.Name)
+		delete(n.addrs, m.Name)
 	}
 	n.tableMu.Unlock()
 	n.requestRebuild()

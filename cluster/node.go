@@ -67,6 +67,13 @@ type Node struct {
 
 	tableMu sync.Mutex
 	table   map[string][]byte // members gossip knows: name → metadata
+	addrs   map[string]string // and their gossip addresses
+
+	sharedMu      sync.Mutex
+	shared        map[string]SharedValue
+	sharedHandler atomic.Pointer[func(string, SharedValue)]
+	sharedDirty   map[string]bool // arrived, not yet handed to the handler
+	sharedSignal  chan struct{}
 
 	mu      sync.Mutex
 	peers   map[string]*peer
@@ -129,6 +136,8 @@ func Start(cfg Config, engine *limiter.Engine) (*Node, error) {
 	copy(n.ringHash[:], macOf(cfg.Secret, []byte("tollgate ring settings v1")))
 	n.SetFallback(cfg.Fallback, cfg.FallbackRatio)
 	n.table = make(map[string][]byte)
+	n.addrs = make(map[string]string)
+	n.sharedSignal = make(chan struct{}, 1)
 	n.transit = make(map[limiter.Key]limiter.State)
 
 	var err error
@@ -153,10 +162,11 @@ func Start(cfg Config, engine *limiter.Engine) (*Node, error) {
 	}
 	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
 
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.serve()
 	go n.watch()
 	go n.join()
+	go n.deliverShared()
 	n.log.Info("cluster node started", "node", n.name, "gossip", n.ml.LocalNode().Address(), "peer", n.PeerAddr())
 	return n, nil
 }
@@ -191,15 +201,36 @@ func (n *Node) Owner(k limiter.Key) Member {
 // a later one denies. now is used only where this node decides: owners
 // decide by their own clock.
 func (n *Node) Take(now time.Time, reqs []limiter.Request, res []limiter.Result) (bool, Source) {
+	ok, src, _ := n.TakeFor(now, 0, reqs, res)
+	return ok, src
+}
+
+// UnknownScore is the reputation TakeFor returns when it did not learn it
+// (the blocked cache answered).
+const UnknownScore = -1.0
+
+// TakeFor is Take on behalf of a client whose reputation is kept under the
+// key client (0 for none), at the client's owner: it scales and is lowered
+// by the requests that owner decides, which are all of them when the zones
+// are keyed by the client ID. It also returns the client's reputation score
+// as the owner knows it (limiter.FullScore without reputation, UnknownScore
+// when the blocked cache answered; the owner still hears of the violation).
+func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
 	if n.standalone {
-		return n.engine.Take(now, reqs, res), SourceOwner
+		ok, score := n.engine.TakeFor(now, client, reqs, res)
+		return ok, SourceOwner, score
 	}
 	st := n.state.Load()
 	owner, same := n.commonOwner(st.ring, reqs)
 	if same {
-		return n.takeAt(st, owner, now, opTake, reqs, res)
+		if client != 0 {
+			if m, _ := st.ring.Owner(client.Route()); m.Name != owner.Name {
+				client = 0 // the client's reputation lives elsewhere
+			}
+		}
+		return n.takeAt(st, owner, now, opTake, client, reqs, res)
 	}
-	return n.takeAcross(st, now, reqs, res)
+	return n.takeAcross(st, now, client, reqs, res)
 }
 
 // Peek returns what Take would answer, spending nothing.
@@ -214,7 +245,7 @@ func (n *Node) Peek(now time.Time, reqs []limiter.Request, res []limiter.Result)
 	var src Source
 	for i := range reqs {
 		owner, _ := st.ring.Owner(reqs[i].Key.Route())
-		_, src = n.takeAt(st, owner, now, opPeek, reqs[i:i+1], res[i:i+1])
+		_, src, _ = n.takeAt(st, owner, now, opPeek, 0, reqs[i:i+1], res[i:i+1])
 	}
 	return src
 }
@@ -232,14 +263,21 @@ func (n *Node) commonOwner(r *Ring, reqs []limiter.Request) (Member, bool) {
 	return first, true
 }
 
-// takeAcross takes requests with several owners, owner by owner.
-func (n *Node) takeAcross(st *ringState, now time.Time, reqs []limiter.Request, res []limiter.Result) (bool, Source) {
+// takeAcross takes requests with several owners, owner by owner; the
+// client's owner, if among them, goes first and applies its reputation.
+func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
 	type group struct {
 		owner Member
 		idx   []int
 		src   Source
 	}
 	var groups []*group
+	clientOwner := ""
+	if client != 0 {
+		m, _ := st.ring.Owner(client.Route())
+		clientOwner = m.Name
+		groups = append(groups, &group{owner: m})
+	}
 	for i := range reqs {
 		m, _ := st.ring.Owner(reqs[i].Key.Route())
 		j := slices.IndexFunc(groups, func(g *group) bool { return g.owner.Name == m.Name })
@@ -249,14 +287,25 @@ func (n *Node) takeAcross(st *ringState, now time.Time, reqs []limiter.Request, 
 		}
 		groups[j].idx = append(groups[j].idx, i)
 	}
-	src := SourceOwner
+	if len(groups) > 0 && len(groups[0].idx) == 0 {
+		groups = groups[1:] // the client's owner decides none of these zones
+		client = 0
+	}
+	src, score := SourceOwner, limiter.FullScore
 	for gi, g := range groups {
 		sub := make([]limiter.Request, len(g.idx))
 		subRes := make([]limiter.Result, len(g.idx))
 		for k, i := range g.idx {
 			sub[k] = reqs[i]
 		}
-		ok, s := n.takeAt(st, g.owner, now, opTake, sub, subRes)
+		c := limiter.Key(0)
+		if g.owner.Name == clientOwner {
+			c = client
+		}
+		ok, s, sc := n.takeAt(st, g.owner, now, opTake, c, sub, subRes)
+		if c != 0 {
+			score = sc
+		}
 		g.src = s
 		if s > src {
 			src = s
@@ -274,14 +323,14 @@ func (n *Node) takeAcross(st *ringState, now time.Time, reqs []limiter.Request, 
 					res[i] = limiter.Result{Allowed: true, Remaining: -1}
 				}
 			}
-			return false, src
+			return false, src, score
 		}
 	}
-	return true, src
+	return true, src, score
 }
 
 // refund gives back what an earlier owner granted in a batch that a later
-// owner denied.
+// owner denied (a lease claimed is released).
 func (n *Node) refund(st *ringState, owner Member, src Source, now time.Time, reqs []limiter.Request, idx []int) {
 	sub := make([]limiter.Request, len(idx))
 	for k, i := range idx {
@@ -298,18 +347,22 @@ func (n *Node) refund(st *ringState, owner Member, src Source, now time.Time, re
 			n.fallback.Refund(now, r)
 		}
 	case SourcePeer:
-		n.takeAt(st, owner, now, opRefund, sub, make([]limiter.Result, len(sub)))
+		n.takeAt(st, owner, now, opRefund, 0, sub, make([]limiter.Result, len(sub)))
 	}
 }
 
 // takeAt performs op for reqs at owner.
-func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op byte, reqs []limiter.Request, res []limiter.Result) (bool, Source) {
+func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
 	if owner.Name == n.name && !n.leaving.Load() {
-		n.pullMissing(st, now, reqs)
-		return n.local(now, op, reqs, res), SourceOwner
+		n.pullMissing(st, now, reqs, client)
+		ok, score := n.local(now, op, client, reqs, res)
+		return ok, SourceOwner, score
 	}
 	if op == opTake && n.blockedAnswer(now, reqs, res) {
-		return false, SourceBlockedCache
+		if client != 0 {
+			n.penalizeAsync(owner.Name, client)
+		}
+		return false, SourceBlockedCache, UnknownScore
 	}
 	for hop := 0; hop < 2; hop++ {
 		p := n.peerFor(owner.Name)
@@ -317,7 +370,7 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op byte, reqs 
 			break
 		}
 		c := newCall(msgTake)
-		c.op, c.reqs, c.res = op, reqs, res
+		c.op, c.client, c.reqs, c.res = op, client, reqs, res
 		sent := time.Now()
 		if err := p.do(c, sent.Add(n.cfg.CallTimeout)); err != nil {
 			n.cfg.Observer.PeerCall(time.Since(sent), false)
@@ -330,32 +383,49 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op byte, reqs 
 			if op == opTake && !c.allowed {
 				n.rememberBlocked(now, reqs, res)
 			}
-			return c.allowed || op != opTake, SourcePeer
+			return c.allowed || op != opTake, SourcePeer, c.score
 		}
 		if c.moved == n.name && !n.leaving.Load() {
-			n.pullMissing(st, now, reqs)
-			return n.local(now, op, reqs, res), SourceOwner
+			n.pullMissing(st, now, reqs, client)
+			ok, score := n.local(now, op, client, reqs, res)
+			return ok, SourceOwner, score
 		}
 		owner = Member{Name: c.moved}
 	}
-	return n.fallbackTake(now, op, reqs, res), SourceFallback
+	ok, score := n.fallbackTake(now, op, client, reqs, res)
+	return ok, SourceFallback, score
+}
+
+// penalizeAsync tells the client's owner of a violation decided here,
+// without waiting: it rides in the next batch to that owner.
+func (n *Node) penalizeAsync(owner string, client limiter.Key) {
+	p := n.peerFor(owner)
+	if p == nil || !p.connected.Load() {
+		return
+	}
+	c := newCall(msgTake)
+	c.op, c.client = opPenalize, client
+	select {
+	case p.queue <- c:
+	default: // a full queue: the penalty is lost, the denial is not
+	}
 }
 
 // local performs op on this node's own engine.
-func (n *Node) local(now time.Time, op byte, reqs []limiter.Request, res []limiter.Result) bool {
+func (n *Node) local(now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
 	switch op {
 	case opPeek:
 		for i := range reqs {
 			res[i] = n.engine.Peek(now, reqs[i])
 		}
-		return true
+		return true, limiter.FullScore
 	case opRefund:
 		for i := range reqs {
 			n.engine.Refund(now, reqs[i])
 		}
-		return true
+		return true, limiter.FullScore
 	}
-	return n.engine.Take(now, reqs, res)
+	return n.engine.TakeFor(now, client, reqs, res)
 }
 
 // SetFallback changes what the node does for owners it cannot reach; a
@@ -371,21 +441,21 @@ func (n *Node) SetFallback(mode FallbackMode, ratio float64) {
 func (n *Node) ratio() float64 { return math.Float64frombits(n.fallbackRatio.Load()) }
 
 // fallbackTake decides for an owner that cannot be reached.
-func (n *Node) fallbackTake(now time.Time, op byte, reqs []limiter.Request, res []limiter.Result) bool {
+func (n *Node) fallbackTake(now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
 	switch FallbackMode(n.fallbackMode.Load()) {
 	case FallbackOpen:
 		for i := range res {
 			res[i] = limiter.Result{Allowed: true, Remaining: -1}
 		}
-		return true
+		return true, limiter.FullScore
 	case FallbackClosed:
 		if op != opTake {
-			return true
+			return true, limiter.FullScore
 		}
 		for i := range res {
 			res[i] = limiter.Result{Reset: time.Second, RetryAfter: time.Second}
 		}
-		return false
+		return false, limiter.FullScore
 	}
 	var buf [8]limiter.Request
 	scaled := buf[:0]
@@ -399,14 +469,14 @@ func (n *Node) fallbackTake(now time.Time, op byte, reqs []limiter.Request, res 
 		for i := range scaled {
 			res[i] = n.fallback.Peek(now, scaled[i])
 		}
-		return true
+		return true, limiter.FullScore
 	case opRefund:
 		for _, r := range scaled {
 			n.fallback.Refund(now, r)
 		}
-		return true
+		return true, limiter.FullScore
 	}
-	return n.fallback.Take(now, scaled, res)
+	return n.fallback.TakeFor(now, client, scaled, res)
 }
 
 // blockedAnswer answers from the blocked cache if one of the keys is known
@@ -465,12 +535,17 @@ type pullGroup struct {
 // the push arrives. The candidates are its owner in the previous ring, and
 // its owner in the ring without this node (for a node that just joined, its
 // own previous rings are partial views, but the others' ring is that one).
-func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request) {
+func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request, client limiter.Key) {
 	if st.prev == nil || now.Sub(st.changed) > n.cfg.HandoffWindow {
 		return
 	}
-	for i := range reqs {
-		k := reqs[i].Key
+	for i := 0; i <= len(reqs); i++ {
+		var k limiter.Key
+		if i < len(reqs) {
+			k = reqs[i].Key
+		} else if k = client; k == 0 {
+			break
+		}
 		if n.engine.Has(now, k) {
 			continue
 		}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -20,15 +21,17 @@ var (
 // call is one request to a peer: a take item (batched with others) or a
 // message of its own.
 type call struct {
-	kind byte // msgTake, or another message type
-	op   byte // for msgTake: opTake, opPeek or opRefund
-	reqs []limiter.Request
-	res  []limiter.Result // filled by the reply; the caller's memory
-	body []byte           // for other kinds: the encoded body
+	kind   byte // msgTake, or another message type
+	op     byte // for msgTake: opTake, opPeek or opRefund
+	client limiter.Key
+	reqs   []limiter.Request
+	res    []limiter.Result // filled by the reply; the caller's memory
+	body   []byte           // for other kinds: the encoded body
 
 	allowed bool
-	moved   string // for msgTake: the owner the peer points to
-	reply   []byte // for other kinds: the reply body
+	score   float64 // the client's reputation, for msgTake
+	moved   string  // for msgTake: the owner the peer points to
+	reply   []byte  // for other kinds: the reply body
 	err     error
 
 	state atomic.Int32 // callPending, callFilling, callDone or callAbandoned
@@ -315,6 +318,7 @@ func (p *peer) write(conn *secureConn, readerDone <-chan error) error {
 			enc.u16(len(batch))
 			for _, b := range batch {
 				enc.u8(b.op)
+				enc.u64(uint64(b.client))
 				enc.u8(byte(len(b.reqs)))
 				for i := range b.reqs {
 					encodeZoneReq(enc, &b.reqs[i])
@@ -397,6 +401,7 @@ func (p *peer) read(conn *secureConn) error {
 				c.finish(func(c *call) { c.moved = moved })
 			default:
 				allowed := d.u8() == 1
+				score := float64(math.Float32frombits(d.u32()))
 				n := int(d.u8())
 				res := make([]limiter.Result, n)
 				for i := range res {
@@ -406,7 +411,7 @@ func (p *peer) read(conn *secureConn) error {
 					return d.err
 				}
 				c.finish(func(c *call) {
-					c.allowed = allowed
+					c.allowed, c.score = allowed, score
 					copy(c.res, res)
 				})
 			}

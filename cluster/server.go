@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"math"
 	"net"
 	"time"
 
@@ -85,7 +86,15 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		var reqs [maxZones]limiter.Request
 		var res [maxZones]limiter.Result
 		for range count {
-			op, zones := d.u8(), int(d.u8())
+			op, client, zones := d.u8(), limiter.Key(d.u64()), int(d.u8())
+			if op == opPenalize && zones == 0 {
+				score := n.engine.Penalize(now, client)
+				enc.u8(itemDone)
+				enc.u8(0)
+				enc.u32(math.Float32bits(float32(score)))
+				enc.u8(0)
+				continue
+			}
 			if zones == 0 || zones > maxZones || zones*zoneReqSize > len(d.b) {
 				return errors.New("bad zone count")
 			}
@@ -96,7 +105,7 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 				}
 				reqs[i] = r
 			}
-			n.answerItem(now, op, reqs[:zones], res[:zones], enc)
+			n.answerItem(now, op, client, reqs[:zones], res[:zones], enc)
 		}
 		return d.err
 	case msgTransfer:
@@ -138,12 +147,16 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		enc.u8(statusOK)
 		return nil
 	}
+	if kind >= msgGrantPut && kind <= msgRepBuckets {
+		enc.u8(statusOK)
+		return n.query(kind, d, enc)
+	}
 	return errors.New("unknown message type")
 }
 
 // answerItem performs one take item for a peer, if this node owns its
 // keys, or names the owner.
-func (n *Node) answerItem(now time.Time, op byte, reqs []limiter.Request, res []limiter.Result, enc *encoder) {
+func (n *Node) answerItem(now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result, enc *encoder) {
 	st := n.state.Load()
 	for i := range reqs {
 		owner, _ := st.ring.Owner(reqs[i].Key.Route())
@@ -153,14 +166,20 @@ func (n *Node) answerItem(now time.Time, op byte, reqs []limiter.Request, res []
 			return
 		}
 	}
-	n.pullMissing(st, now, reqs)
-	allowed := n.local(now, op, reqs, res)
+	if client != 0 {
+		if owner, _ := st.ring.Owner(client.Route()); owner.Name != n.name {
+			client = 0 // not ours to keep
+		}
+	}
+	n.pullMissing(st, now, reqs, client)
+	allowed, score := n.local(now, op, client, reqs, res)
 	enc.u8(itemDone)
 	if allowed {
 		enc.u8(1)
 	} else {
 		enc.u8(0)
 	}
+	enc.u32(math.Float32bits(float32(score)))
 	enc.u8(byte(len(res)))
 	for i := range res {
 		encodeZoneRes(enc, &res[i])

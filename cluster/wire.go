@@ -36,6 +36,9 @@ const (
 	opTake   byte = 1
 	opPeek   byte = 2
 	opRefund byte = 3
+	// opPenalize records a violation of the item's client, decided by a
+	// node's blocked cache; it has no zones.
+	opPenalize byte = 4
 )
 
 // Item outcomes in a take batch reply.
@@ -50,9 +53,9 @@ const (
 	maxBatch     = 512 // items per take frame
 	maxZones     = 64  // zone requests per item
 	maxStates    = 8192
-	zoneReqSize  = 8 + 8 + 1 + 4 + 8 + 4 + 4
+	zoneReqSize  = 8 + 8 + 1 + 4 + 8 + 4 + 4 + 8
 	zoneResSize  = 1 + 8 + 8 + 8
-	stateSize    = 8 + 8 + 8 + 4 + 4
+	stateSize    = 1 + 8 + 8 + 8 + 4 + 4
 	maxNameBytes = 255
 )
 
@@ -106,6 +109,7 @@ func encodeZoneReq(e *encoder, r *limiter.Request) {
 	e.u64(uint64(r.Limit.Window))
 	e.u32(uint32(r.Limit.Burst))
 	e.u32(uint32(max(r.Cost, 0)))
+	e.u64(r.LeaseID)
 }
 
 func decodeZoneReq(d *decoder) (limiter.Request, error) {
@@ -118,7 +122,8 @@ func decodeZoneReq(d *decoder) (limiter.Request, error) {
 			Window:    time.Duration(d.u64()),
 			Burst:     int64(d.u32()),
 		},
-		Cost: int64(d.u32()),
+		Cost:    int64(d.u32()),
+		LeaseID: d.u64(),
 	}
 	if d.err != nil {
 		return r, d.err
@@ -149,14 +154,31 @@ func decodeZoneRes(d *decoder) limiter.Result {
 	}
 }
 
+// encodeStates writes counters, grants and lease lists as they move
+// between nodes.
 func encodeStates(e *encoder, states []limiter.State) {
 	e.u16(len(states))
 	for _, s := range states {
+		e.u8(s.Kind)
 		e.u64(uint64(s.Key))
 		e.u64(uint64(s.Stamp))
 		e.u64(uint64(s.Expires))
 		e.u32(s.Cur)
 		e.u32(s.Prev)
+		switch s.Kind {
+		case limiter.KindGrant:
+			e.b = append(e.b, s.Grant.Version[:]...)
+			e.u64(uint64(s.Grant.Created))
+			e.u64(uint64(s.Grant.Amount))
+			e.u64(uint64(s.Used))
+			e.b = append(e.b, s.UsedVersion[:]...)
+		case limiter.KindLeases:
+			e.u16(len(s.Leases))
+			for _, l := range s.Leases {
+				e.u64(l.ID)
+				e.u64(uint64(l.Expires))
+			}
+		}
 	}
 }
 
@@ -164,13 +186,29 @@ func decodeStates(d *decoder) []limiter.State {
 	n := d.count(maxStates, stateSize)
 	out := make([]limiter.State, n)
 	for i := range out {
-		out[i] = limiter.State{
+		s := limiter.State{
+			Kind:    d.u8(),
 			Key:     limiter.Key(d.u64()),
 			Stamp:   int64(d.u64()),
 			Expires: int64(d.u64()),
 			Cur:     d.u32(),
 			Prev:    d.u32(),
 		}
+		switch s.Kind {
+		case limiter.KindGrant:
+			copy(s.Grant.Version[:], d.take(16))
+			s.Grant.Created = int64(d.u64())
+			s.Grant.Amount = int64(d.u64())
+			s.Grant.Expires = s.Expires
+			s.Used = int64(d.u64())
+			copy(s.UsedVersion[:], d.take(16))
+		case limiter.KindLeases:
+			leases := d.count(maxZones*4, 16)
+			for range leases {
+				s.Leases = append(s.Leases, limiter.Lease{ID: d.u64(), Expires: int64(d.u64())})
+			}
+		}
+		out[i] = s
 	}
 	return out
 }

@@ -159,6 +159,10 @@ func (e *Engine) Peek(now time.Time, req Request) Result {
 // Refund gives back the units of req, spent earlier by Take, when the
 // request was turned away by a decision made elsewhere.
 func (e *Engine) Refund(now time.Time, req Request) {
+	if req.Limit.Algorithm == Concurrency {
+		e.Release(now, req.Key, req.LeaseID)
+		return
+	}
 	ns := now.UnixNano()
 	s := &e.shards[shardOf(req.Key)]
 	s.mu.Lock()

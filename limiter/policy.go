@@ -102,6 +102,26 @@ func (e *Engine) SetReputation(p *ReputationPolicy) {
 	e.reputation.Store(p)
 }
 
+// Penalize records a violation of client that was decided elsewhere (a
+// denial answered from a cache) and returns the new score.
+func (e *Engine) Penalize(now time.Time, client Key) float64 {
+	p := e.reputation.Load()
+	if p == nil || client == 0 {
+		return FullScore
+	}
+	ns := now.UnixNano()
+	s := &e.shards[shardOf(client)]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cur, ok := s.entries[client]
+	if !ok && !e.makeRoom(s, ns) {
+		return FullScore
+	}
+	next := p.penalize(cur, ns)
+	s.entries[client] = next
+	return p.score(next, ns)
+}
+
 // Reputation returns the score kept under client at now.
 func (e *Engine) Reputation(now time.Time, client Key) float64 {
 	p := e.reputation.Load()

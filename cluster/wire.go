@@ -55,7 +55,6 @@ const (
 	maxStates    = 8192
 	zoneReqSize  = 8 + 8 + 1 + 4 + 8 + 4 + 4 + 8
 	zoneResSize  = 1 + 8 + 8 + 8
-	stateSize    = 1 + 8 + 8 + 8 + 4 + 4
 	maxNameBytes = 255
 )
 
@@ -155,62 +154,21 @@ func decodeZoneRes(d *decoder) limiter.Result {
 }
 
 // encodeStates writes counters, grants and lease lists as they move
-// between nodes.
+// between nodes, in the limiter's binary form.
 func encodeStates(e *encoder, states []limiter.State) {
-	e.u16(len(states))
-	for _, s := range states {
-		e.u8(s.Kind)
-		e.u64(uint64(s.Key))
-		e.u64(uint64(s.Stamp))
-		e.u64(uint64(s.Expires))
-		e.u32(s.Cur)
-		e.u32(s.Prev)
-		switch s.Kind {
-		case limiter.KindGrant:
-			e.b = append(e.b, s.Grant.Version[:]...)
-			e.u64(uint64(s.Grant.Created))
-			e.u64(uint64(s.Grant.Amount))
-			e.u64(uint64(s.Used))
-			e.b = append(e.b, s.UsedVersion[:]...)
-		case limiter.KindLeases:
-			e.u16(len(s.Leases))
-			for _, l := range s.Leases {
-				e.u64(l.ID)
-				e.u64(uint64(l.Expires))
-			}
-		}
-	}
+	e.b = limiter.AppendStates(e.b, states)
 }
 
 func decodeStates(d *decoder) []limiter.State {
-	n := d.count(maxStates, stateSize)
-	out := make([]limiter.State, n)
-	for i := range out {
-		s := limiter.State{
-			Kind:    d.u8(),
-			Key:     limiter.Key(d.u64()),
-			Stamp:   int64(d.u64()),
-			Expires: int64(d.u64()),
-			Cur:     d.u32(),
-			Prev:    d.u32(),
-		}
-		switch s.Kind {
-		case limiter.KindGrant:
-			copy(s.Grant.Version[:], d.take(16))
-			s.Grant.Created = int64(d.u64())
-			s.Grant.Amount = int64(d.u64())
-			s.Grant.Expires = s.Expires
-			s.Used = int64(d.u64())
-			copy(s.UsedVersion[:], d.take(16))
-		case limiter.KindLeases:
-			leases := d.count(maxZones*4, 16)
-			for range leases {
-				s.Leases = append(s.Leases, limiter.Lease{ID: d.u64(), Expires: int64(d.u64())})
-			}
-		}
-		out[i] = s
+	if d.err != nil {
+		return nil
 	}
-	return out
+	states, rest, err := limiter.DecodeStates(d.b, maxStates)
+	d.b = rest
+	if err != nil {
+		d.err = err
+	}
+	return states
 }
 
 func encodeKeys(e *encoder, keys []limiter.Key) {

@@ -38,6 +38,10 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
 		{Pattern: "/tollgate/status", Handler: caddy.AdminHandlerFunc(a.handleStatus)},
 		{Pattern: "/tollgate/clients/", Handler: caddy.AdminHandlerFunc(a.handleClient)},
+		{Pattern: "/tollgate/tiers", Handler: caddy.AdminHandlerFunc(a.handleTiers)},
+		{Pattern: "/tollgate/grants", Handler: caddy.AdminHandlerFunc(a.handleGrantsCollection)},
+		{Pattern: "/tollgate/grants/", Handler: caddy.AdminHandlerFunc(a.handleGrant)},
+		{Pattern: "/tollgate/reputation", Handler: caddy.AdminHandlerFunc(a.handleReputation)},
 	}
 }
 
@@ -107,6 +111,9 @@ type ClientView struct {
 	ID    string     `json:"id"`
 	Owner string     `json:"owner"`
 	Zones []ZoneView `json:"zones"`
+	// Reputation is the score of the client with this ID (0 to 100), when
+	// reputation is on.
+	Reputation *float64 `json:"reputation,omitempty"`
 }
 
 // ZoneView is one zone's counter for a client.
@@ -120,6 +127,16 @@ type ZoneView struct {
 	Reset     int64  `json:"reset_seconds"`
 	Exhausted bool   `json:"exhausted"`
 	Source    string `json:"source"`
+	// Grant is the key's grant in a limit zone, if it has one.
+	Grant *GrantView `json:"grant,omitempty"`
+	// Leases are the key's leases in a concurrent zone.
+	Leases []LeaseView `json:"leases,omitempty"`
+}
+
+// LeaseView is one lease held.
+type LeaseView struct {
+	ID      string    `json:"id"`
+	Expires time.Time `json:"expires"`
 }
 
 // ResetResult is what DELETE /tollgate/clients/{id} answers.
@@ -156,20 +173,20 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 	keyHash := app.hasher.Sum64(id)
 	switch r.Method {
 	case http.MethodGet:
-		reqs := make([]limiter.Request, len(zones))
-		res := make([]limiter.Result, len(zones))
-		for i, z := range zones {
-			reqs[i] = limiter.Request{Key: limiter.ZoneKey(keyHash, z.seed), Zone: z.seed, Limit: z.limit}
+		view := ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(keyHash, 0)).Name, Zones: []ZoneView{}}
+		for _, z := range zones {
+			zv, err := app.zoneView(z, keyHash, id)
+			if err != nil {
+				return unavailable(err)
+			}
+			view.Zones = append(view.Zones, zv)
 		}
-		src := app.node.Peek(time.Now(), reqs, res)
-		view := ClientView{ID: id, Owner: app.node.Owner(reqs[0].Key).Name, Zones: []ZoneView{}}
-		for i, z := range zones {
-			view.Zones = append(view.Zones, ZoneView{
-				Zone: z.Name, Scope: z.scope, Algorithm: z.limit.Algorithm.String(),
-				Limit: z.Limit, Window: z.limit.Window.String(),
-				Remaining: max(0, res[i].Remaining), Reset: headerSeconds(res[i].Reset),
-				Exhausted: !res[i].Allowed, Source: src.String(),
-			})
+		if rk := app.reputationKey(keyHash); rk != 0 {
+			score, err := app.node.Reputation(rk)
+			if err != nil {
+				return unavailable(err)
+			}
+			view.Reputation = &score
 		}
 		return writeJSON(w, view)
 	case http.MethodDelete:
@@ -188,6 +205,38 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, out)
 	}
 	return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed; use GET or DELETE", r.Method)}
+}
+
+// zoneView reads one zone's state for a key at its owner.
+func (a *App) zoneView(z *Zone, keyHash uint64, id string) (ZoneView, error) {
+	key := limiter.ZoneKey(keyHash, z.seed)
+	zv := ZoneView{Zone: z.Name, Scope: z.scope, Algorithm: z.limit.Algorithm.String(), Window: z.limit.Window.String()}
+	if z.isLease() {
+		leases, err := a.node.Leases(key)
+		if err != nil {
+			return zv, err
+		}
+		zv.Limit, zv.Remaining = z.Concurrent, max(0, z.Concurrent-int64(len(leases)))
+		zv.Exhausted, zv.Source = zv.Remaining == 0, "owner"
+		for _, l := range leases {
+			zv.Leases = append(zv.Leases, LeaseView{ID: strconv.FormatUint(l.ID, 16), Expires: time.Unix(0, l.Expires).UTC()})
+		}
+		return zv, nil
+	}
+	res := make([]limiter.Result, 1)
+	src := a.node.Peek(time.Now(), []limiter.Request{{Key: key, Zone: z.seed, Limit: z.limit}}, res)
+	zv.Limit = z.Limit
+	zv.Remaining, zv.Reset = max(0, res[0].Remaining), headerSeconds(res[0].Reset)
+	zv.Exhausted, zv.Source = !res[0].Allowed, src.String()
+	g, ok, err := a.node.GetGrant(key)
+	if err != nil {
+		return zv, err
+	}
+	if ok {
+		gv := grantView(z, id, g)
+		zv.Grant = &gv
+	}
+	return zv, nil
 }
 
 func writeJSON(w http.ResponseWriter, v any) error {

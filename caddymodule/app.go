@@ -73,6 +73,17 @@ type App struct {
 	// owner, above 0 and at most 1. Default: 0.4.
 	FallbackRatio float64 `json:"fallback_ratio,omitempty"`
 
+	// Reputation scales each client's limits by its record of violations.
+	// Default: on, 1 point per denial, 10 points an hour back, buckets
+	// 75/50/25/0 → 1/0.6/0.3/0.1.
+	Reputation *ReputationConfig `json:"reputation,omitempty"`
+
+	// SnapshotInterval is how often this node writes its counters,
+	// reputations, grants and leases to Caddy's storage (and it does when
+	// it stops), so a restart does not hand anyone a clean slate. Default:
+	// 1m. Negative: never.
+	SnapshotInterval caddy.Duration `json:"snapshot_interval,omitempty"`
+
 	state  *state
 	node   *cluster.Node
 	logger *zap.Logger
@@ -80,8 +91,10 @@ type App struct {
 	hasher      limiter.Hasher
 	hashSecret  []byte // the secret hashes are keyed with (the last)
 	identifier  *fingerprint.Identifier
-	pressure    *fingerprint.Pressure // nil when IP pressure is off
-	issue       string                // cookie issuance policy
+	pressure    *fingerprint.Pressure     // nil when IP pressure is off
+	reputation  *limiter.ReputationPolicy // nil when off
+	repSeed     uint64
+	issue       string // cookie issuance policy
 	issueHeader string
 	issueLimit  limiter.Limit
 	issueZone   uint64
@@ -119,7 +132,22 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := registerMetrics(ctx.GetMetricsRegistry(), a.state); err != nil {
 		return fmt.Errorf("tollgate: registering metrics: %w", err)
 	}
-	return a.provisionNode()
+	if err := a.provisionNode(); err != nil {
+		return err
+	}
+	if err := a.provisionPolicy(ctx); err != nil {
+		return err
+	}
+	a.state.snapshotEvery.Store(int64(a.snapshotInterval()))
+	return nil
+}
+
+// snapshotInterval is the configured interval, or the default.
+func (a *App) snapshotInterval() time.Duration {
+	if a.SnapshotInterval == 0 {
+		return defaultSnapshotInterval
+	}
+	return time.Duration(a.SnapshotInterval)
 }
 
 // provisionNode finds or starts the cluster node (or the single node).
@@ -160,6 +188,7 @@ func (a *App) Validate() error {
 // Start makes this config the one the admin API answers for.
 func (a *App) Start() error {
 	a.state.current.Store(a)
+	a.warnShadowedTiers()
 	return nil
 }
 
@@ -231,6 +260,11 @@ type state struct {
 	done   chan struct{}
 
 	current atomic.Pointer[App] // the running config's app
+	tiers   tiersHolder         // tier limits changed at run time
+
+	storage       atomic.Pointer[storageRef] // the latest config's storage
+	restoreOnce   sync.Once
+	snapshotEvery atomic.Int64 // ns; negative: never
 
 	mu         sync.Mutex
 	pressure   *fingerprint.Pressure
@@ -265,15 +299,21 @@ func (s *state) pressureFor(cfg fingerprint.PressureConfig) (*fingerprint.Pressu
 	return want, nil
 }
 
-// sweep drops expired counters in the background, a shard at a time.
+// sweep drops expired counters in the background, a shard at a time, and
+// writes snapshots.
 func (s *state) sweep() {
 	defer close(s.done)
 	t := time.NewTicker(limiter.SweepEvery)
 	defer t.Stop()
+	lastSnapshot := time.Now()
 	for {
 		select {
 		case now := <-t.C:
 			s.engine.Sweep(now)
+			if every := time.Duration(s.snapshotEvery.Load()); every > 0 && now.Sub(lastSnapshot) >= every {
+				s.writeSnapshot()
+				lastSnapshot = now
+			}
 		case <-s.stop:
 			return
 		}
@@ -286,11 +326,14 @@ func (s *state) currentApp() *App { return s.current.Load() }
 // Destruct stops the state's background work and leaves the cluster
 // gracefully, handing this node's counters to the others.
 func (s *state) Destruct() error {
+	close(s.stop)
+	<-s.done
 	s.mu.Lock()
 	s.retire()
 	s.mu.Unlock()
-	close(s.stop)
-	<-s.done
+	if s.snapshotEvery.Load() >= 0 {
+		s.writeSnapshot() // after the hand-off: what this node still holds
+	}
 	return nil
 }
 

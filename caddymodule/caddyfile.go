@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/fingerprint"
+	"github.com/tollgate/tollgate/limiter"
 )
 
 func init() {
@@ -77,6 +78,14 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("tollgate: dry_run takes no argument, got %q", d.Val())
 			}
 			h.DryRun = true
+		case "tier_from":
+			if !d.NextArg() {
+				return d.Err("tollgate: tier_from needs placeholders, e.g. tier_from {http.request.header.X-User-Tier}")
+			}
+			h.TierFrom = d.Val()
+			if d.NextArg() {
+				return d.Errf("tollgate: tier_from takes one argument, got also %q", d.Val())
+			}
 		case "headers":
 			if !d.NextArg() {
 				return d.Err("tollgate: headers needs a value: always, denied or off")
@@ -90,11 +99,16 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 				return d.Errf("tollgate: headers takes one argument, got also %q", d.Val())
 			}
 		default:
-			return d.Errf("tollgate: unknown subdirective %q (allowed: zone, dry_run, headers)", sub)
+			return d.Errf("tollgate: unknown subdirective %q (allowed: zone, dry_run, headers, tier_from)", sub)
 		}
 	}
 	if len(h.Zones) == 0 {
 		return d.Err("tollgate: no zone configured; add at least one `zone <name> { limit <N> <window> }`")
+	}
+	for _, z := range h.Zones {
+		if len(z.Tiers) > 0 && h.TierFrom == "" {
+			return d.Errf("tollgate: zone %q sets tier limits, but the handler has no tier_from to tell a request's tier", z.Name)
+		}
 	}
 	return nil
 }
@@ -114,7 +128,7 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 	seen := make(map[string]bool)
 	for nesting := d.Nesting(); d.NextBlock(nesting); {
 		sub := d.Val()
-		if seen[sub] {
+		if seen[sub] && sub != "tier" {
 			return nil, d.Errf("tollgate: zone %q: %s is given twice", z.Name, sub)
 		}
 		seen[sub] = true
@@ -172,12 +186,53 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 				return nil, err
 			}
 			z.Shared = true
+		case "concurrent":
+			if err := wantArgs(1, "<N>, e.g. concurrent 4"); err != nil {
+				return nil, err
+			}
+			n, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || n < 1 || n > maxConcurrent {
+				return nil, d.Errf("tollgate: zone %q: concurrent %q must be a whole number from 1 to %d", z.Name, args[0], maxConcurrent)
+			}
+			z.Concurrent = n
+		case "tier":
+			if err := wantArgs(2, "<name> <limit>, e.g. tier pro 10000"); err != nil {
+				return nil, err
+			}
+			if err := validateTierName(args[0]); err != nil {
+				return nil, d.Errf("tollgate: zone %q: %v", z.Name, err)
+			}
+			if _, dup := z.Tiers[args[0]]; dup {
+				return nil, d.Errf("tollgate: zone %q: tier %s is given twice", z.Name, args[0])
+			}
+			n, err := strconv.ParseInt(args[1], 10, 64)
+			if err != nil || n < 1 || n > limiter.MaxQuota {
+				return nil, d.Errf("tollgate: zone %q: tier %s limit %q must be a whole number from 1 to %d", z.Name, args[0], args[1], int64(limiter.MaxQuota))
+			}
+			if z.Tiers == nil {
+				z.Tiers = make(map[string]int64)
+			}
+			z.Tiers[args[0]] = n
+		case "lease":
+			if err := wantArgs(1, "<placeholders>, e.g. lease {http.request.header.X-Room-Id}"); err != nil {
+				return nil, err
+			}
+			z.Lease = args[0]
+		case "ttl":
+			if err := wantArgs(1, "<duration>, e.g. ttl 15m"); err != nil {
+				return nil, err
+			}
+			dur, err := parseDuration(args[0], time.Second)
+			if err != nil {
+				return nil, d.Errf("tollgate: zone %q: ttl %v", z.Name, err)
+			}
+			z.TTL = caddy.Duration(dur)
 		default:
-			return nil, d.Errf("tollgate: zone %q: unknown subdirective %q (allowed: limit, key, algorithm, burst, match, shared)", z.Name, sub)
+			return nil, d.Errf("tollgate: zone %q: unknown subdirective %q (allowed: limit, key, algorithm, burst, match, shared, concurrent, tier, lease, ttl)", z.Name, sub)
 		}
 	}
-	if !seen["limit"] {
-		return nil, d.Errf("tollgate: zone %q: limit is required: limit <N> <window>, e.g. limit 100 1m", z.Name)
+	if !seen["limit"] && !seen["concurrent"] {
+		return nil, d.Errf("tollgate: zone %q: limit is required: limit <N> <window>, e.g. limit 100 1m (or concurrent <N> for a lease zone)", z.Name)
 	}
 	if err := z.validate(); err != nil {
 		return nil, d.Errf("tollgate: %v", err)
@@ -273,6 +328,22 @@ func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 				return nil, d.Errf("tollgate: %v", err)
 			}
 			app.Fallback = args[0]
+		case "reputation":
+			app.Reputation, err = parseReputation(d)
+		case "snapshot_interval":
+			args := d.RemainingArgs()
+			switch {
+			case len(args) != 1:
+				return nil, d.Errf("tollgate: snapshot_interval takes 1 argument, got %d: snapshot_interval <duration>|off", len(args))
+			case args[0] == "off":
+				app.SnapshotInterval = -1
+			default:
+				dur, err := parseDuration(args[0], time.Second)
+				if err != nil {
+					return nil, d.Errf("tollgate: snapshot_interval %v (or off)", err)
+				}
+				app.SnapshotInterval = caddy.Duration(dur)
+			}
 		case "fallback_ratio":
 			args := d.RemainingArgs()
 			if len(args) != 1 {
@@ -282,7 +353,7 @@ func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 				return nil, d.Errf("tollgate: fallback_ratio %q: must be a number above 0 and at most 1, e.g. 0.4", args[0])
 			}
 		default:
-			return nil, d.Errf("tollgate: unknown global option %q (allowed: max_keys, secret, cookie, ip_prefix, ip_pressure, cluster, fallback, fallback_ratio)", sub)
+			return nil, d.Errf("tollgate: unknown global option %q (allowed: max_keys, secret, cookie, ip_prefix, ip_pressure, cluster, fallback, fallback_ratio, reputation, snapshot_interval)", sub)
 		}
 		if err != nil {
 			return nil, err
@@ -414,6 +485,65 @@ func parsePressure(d *caddyfile.Dispenser) (*PressureConfig, error) {
 		}
 	}
 	return p, nil
+}
+
+// parseReputation parses `reputation off` or a `reputation { ... }` block.
+func parseReputation(d *caddyfile.Dispenser) (*ReputationConfig, error) {
+	c := new(ReputationConfig)
+	if d.NextArg() {
+		if d.Val() != "off" || d.NextArg() {
+			return nil, d.Errf("tollgate: reputation %q: the only argument is off; settings go in a block", d.Val())
+		}
+		c.Off = true
+		return c, nil
+	}
+	seen := make(map[string]bool)
+	for nesting := d.Nesting(); d.NextBlock(nesting); {
+		sub := d.Val()
+		if seen[sub] && sub != "bucket" {
+			return nil, d.Errf("tollgate: reputation %s is given twice", sub)
+		}
+		seen[sub] = true
+		args := d.RemainingArgs()
+		number := func(s, what string, lo, hi float64) (float64, error) {
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil || v < lo || v > hi || (lo == 0 && v == 0 && what != "from") {
+				return 0, d.Errf("tollgate: reputation %s %q: must be a number from %g to %g", what, s, lo, hi)
+			}
+			return v, nil
+		}
+		var err error
+		switch sub {
+		case "penalty":
+			if len(args) != 1 {
+				return nil, d.Errf("tollgate: reputation penalty takes 1 argument, got %d: penalty <points per denial>", len(args))
+			}
+			c.Penalty, err = number(args[0], "penalty", 0, 100)
+		case "recovery":
+			if len(args) != 1 {
+				return nil, d.Errf("tollgate: reputation recovery takes 1 argument, got %d: recovery <points per hour>", len(args))
+			}
+			c.Recovery, err = number(args[0], "recovery", 0, 1e6)
+		case "bucket":
+			if len(args) != 2 {
+				return nil, d.Errf("tollgate: reputation bucket takes 2 arguments, got %d: bucket <from score> <factor>, e.g. bucket 50 0.6", len(args))
+			}
+			var b BucketConfig
+			if b.From, err = number(args[0], "from", 0, 100); err == nil {
+				b.Factor, err = number(args[1], "factor", 0, 1)
+			}
+			c.Buckets = append(c.Buckets, b)
+		default:
+			return nil, d.Errf("tollgate: reputation: unknown subdirective %q (allowed: penalty, recovery, bucket)", sub)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if err := c.policy().Validate(); err != nil {
+		return nil, d.Errf("tollgate: reputation: %v", err)
+	}
+	return c, nil
 }
 
 // parseCluster parses the `cluster { ... }` block of the global option.

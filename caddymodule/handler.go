@@ -53,6 +53,12 @@ type Handler struct {
 	// denials, but never denies: for trying out limits on live traffic.
 	DryRun bool `json:"dry_run,omitempty"`
 
+	// TierFrom is where a request's tier comes from: text with
+	// placeholders, e.g. {http.request.header.X-User-Tier} set by an auth
+	// layer in front. Zones with tier limits use the request's tier's; a
+	// tier no zone knows gets the zone's own limit. Default: no tiers.
+	TierFrom string `json:"tier_from,omitempty"`
+
 	// Headers says which responses carry the RateLimit-Policy and RateLimit
 	// headers: "always" (default; every response a zone counted), "denied"
 	// (429s only, for sites that would rather not publish their limits to
@@ -100,7 +106,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err := z.provision(ctx, app); err != nil {
 			return err
 		}
-		policies = append(policies, z.policy)
+		if z.policy != "" {
+			policies = append(policies, z.policy)
+		}
 	}
 	h.policyAll = strings.Join(policies, ", ")
 	return nil
@@ -127,6 +135,9 @@ func (h *Handler) Validate() error {
 	for _, z := range h.Zones {
 		if z == nil {
 			return fmt.Errorf("tollgate: empty zone")
+		}
+		if len(z.Tiers) > 0 && h.TierFrom == "" {
+			return fmt.Errorf("tollgate: zone %q sets tier limits, but the handler has no tier_from to tell a request's tier", z.Name)
 		}
 		if err := z.validate(); err != nil {
 			return fmt.Errorf("tollgate: %w", err)
@@ -158,7 +169,7 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // ServeHTTP counts r in its zones and passes it on or denies it.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
 	sc := scratchPool.Get().(*scratch)
-	v, err := h.decide(w, r, sc)
+	v, held, err := h.decide(w, r, sc)
 	scratchPool.Put(sc)
 	if err != nil {
 		return err
@@ -169,6 +180,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if v.decision == decisionDeny {
 		return caddyhttp.Error(http.StatusTooManyRequests, v.zone.denyError)
 	}
+	if held != nil {
+		held.hold()
+		defer held.release()
+	}
 	if v.issuer != nil {
 		v.issuer.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
 		return next.ServeHTTP(v.issuer, r)
@@ -177,8 +192,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 }
 
 // decide counts r in the zones that match it, sets the response headers and
-// returns the request's verdict, or nil if no zone matched.
-func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*verdict, error) {
+// returns the request's verdict, or nil if no zone matched, and the leases
+// it holds in lease zones, if any.
+func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*verdict, *heldLeases, error) {
 	req := request{r: r}
 	req.vars, _ = r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
 
@@ -186,14 +202,14 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 	for _, z := range h.Zones {
 		ok, err := z.match(r)
 		if err != nil {
-			return nil, caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("zone %q: matching request: %w", z.Name, err))
+			return nil, nil, caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("zone %q: matching request: %w", z.Name, err))
 		}
 		if ok {
 			zones = append(zones, z)
 		}
 	}
 	if len(zones) == 0 {
-		return nil, nil
+		return nil, nil, nil
 	}
 
 	now := time.Now()
@@ -207,27 +223,39 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 		reading = app.pressure.Observe(id.Network, id.Fingerprint, now)
 	}
 	clientKey := app.hasher.Sum64Bytes(id.AppendID(sc.id[:0]))
+	tier := ""
+	if h.TierFrom != "" {
+		tier = req.replacer().ReplaceAll(h.TierFrom, "")
+	}
+	tiers := app.state.tiers.load()
 
 	reqs := sc.reqs[:0]
+	leases := 0
+	var named [maxInline]bool
 	for _, z := range zones {
-		limit := z.limit
-		if reading.Factor != 1 {
+		limit := z.limitFor(tier, tiers)
+		r := limiter.Request{
+			Key:  limiter.ZoneKey(z.hashKey(app.hasher, &req, clientKey), z.seed),
+			Zone: z.seed,
+		}
+		if z.isLease() {
+			r.LeaseID, named[min(len(reqs), maxInline-1)] = z.leaseID(app.hasher, &req)
+			leases++
+		} else if reading.Factor != 1 {
 			limit = limit.Scale(reading.Factor)
 		}
-		reqs = append(reqs, limiter.Request{
-			Key:   limiter.ZoneKey(z.hashKey(app.hasher, &req, clientKey), z.seed),
-			Zone:  z.seed,
-			Limit: limit,
-		})
+		r.Limit = limit
+		reqs = append(reqs, r)
 	}
 	res := sc.res[:len(reqs)]
 	if len(reqs) > maxInline {
 		res = make([]limiter.Result, len(reqs))
 	}
-	allowed, source := h.node.Take(now, reqs, res)
+	allowed, source, score := h.node.TakeFor(now, app.reputationKey(clientKey), reqs, res)
 
 	v := req.verdict()
 	v.identity, v.pressure, v.issuer, v.source = id, reading, nil, source
+	v.tier, v.score = tier, score
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !allowed) {
 		h.setHeaders(w.Header(), v, sc.text[:0], zones, res)
 	}
@@ -240,7 +268,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 		v.decision = decisionAllow
 		v.zone.counters.inc(v.decision, source)
 		h.issueCookie(w, r, v, now)
-		return v, nil
+		return v, h.holdLeases(leases, zones, reqs, named[:], source), nil
 	}
 
 	v.retryAfter = headerSeconds(res[i].RetryAfter)
@@ -248,12 +276,28 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 	if h.DryRun {
 		v.decision = decisionDryRunDeny
 		v.zone.counters.inc(v.decision, source)
-		return v, nil
+		return v, nil, nil
 	}
 	v.decision = decisionDeny
 	v.zone.counters.inc(v.decision, source)
 	w.Header().Set("Retry-After", strconv.FormatInt(v.retryAfter, 10))
-	return v, nil
+	return v, nil, nil
+}
+
+// holdLeases collects the leases an allowed request claimed, copied out of
+// the scratch memory they were built in.
+func (h *Handler) holdLeases(n int, zones []*Zone, reqs []limiter.Request, named []bool, src cluster.Source) *heldLeases {
+	if n == 0 {
+		return nil
+	}
+	held := &heldLeases{node: h.node, src: src}
+	for i, z := range zones {
+		if z.isLease() {
+			held.reqs = append(held.reqs, reqs[i])
+			held.named = append(held.named, i < len(named) && named[i])
+		}
+	}
+	return held
 }
 
 // denialReason says why a request was denied, from who decided.
@@ -295,15 +339,20 @@ func decidingZone(res []limiter.Result) int {
 func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, zones []*Zone, res []limiter.Result) {
 	policy := h.policyAll
 	if len(zones) != len(h.Zones) {
-		parts := make([]string, len(zones))
-		for i, z := range zones {
-			parts[i] = z.policy
+		parts := make([]string, 0, len(zones))
+		for _, z := range zones {
+			if z.policy != "" {
+				parts = append(parts, z.policy)
+			}
 		}
 		policy = strings.Join(parts, ", ")
 	}
+	if policy == "" {
+		return // only lease zones: the RateLimit headers describe rates
+	}
 	for i, z := range zones {
-		if res[i].Remaining < 0 {
-			continue // not known: this zone was not asked
+		if res[i].Remaining < 0 || z.policy == "" {
+			continue // not known (this zone was not asked), or a lease zone
 		}
 		if len(buf) > 0 {
 			buf = append(buf, ", "...)

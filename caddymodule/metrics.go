@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -129,11 +130,12 @@ var (
 	descHandoff     = prometheus.NewDesc("tollgate_counters_moved_total", "Counters that moved to this node when ownership changed: pushed by the old owner, or pulled from it.", []string{"how"}, nil)
 	descNetworks    = prometheus.NewDesc("tollgate_ip_pressure_networks", "IP networks watched for pressure, and of them squeezed now.", []string{"state"}, nil)
 	descSqueezes    = prometheus.NewDesc("tollgate_ip_pressure_squeezes_total", "Times a network was squeezed.", nil, nil)
+	descReputation  = prometheus.NewDesc("tollgate_reputation_clients", "Clients whose reputation this node keeps, by bucket (the lowest score of the band). Clients never penalized, or fully recovered, are not counted; sum over nodes for the cluster.", []string{"bucket"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descKeysHeld, descKeysMax, descEvictions, descMembers, descInFallback,
-		descActivations, descFallbackKey, descHandoff, descNetworks, descSqueezes} {
+		descActivations, descFallbackKey, descHandoff, descNetworks, descSqueezes, descReputation} {
 		ch <- d
 	}
 }
@@ -167,4 +169,13 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descNetworks, prometheus.GaugeValue, float64(ps.Networks), "watched")
 	ch <- prometheus.MustNewConstMetric(descNetworks, prometheus.GaugeValue, float64(ps.Squeezed), "squeezed")
 	ch <- prometheus.MustNewConstMetric(descSqueezes, prometheus.CounterValue, float64(ps.Squeezes))
+
+	if app := c.st.currentApp(); app != nil && app.reputation != nil {
+		counts := c.st.engine.ReputationBuckets(time.Now())
+		for i, b := range app.reputation.Buckets {
+			if i < len(counts) {
+				ch <- prometheus.MustNewConstMetric(descReputation, prometheus.GaugeValue, float64(counts[i]), strconv.FormatFloat(b.Min, 'f', -1, 64))
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -24,7 +25,9 @@ type verdict struct {
 	identity fingerprint.Identity
 	pressure fingerprint.Reading
 	source   cluster.Source // who decided
-	issuer   *cookieIssuer  // set when the upstream decides on the cookie
+	tier     string
+	score    float64       // the client's reputation; negative when not known
+	issuer   *cookieIssuer // set when the upstream decides on the cookie
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
 }
@@ -106,6 +109,13 @@ func (v *verdict) replace(key string) (any, bool) {
 		return v.pressure.Squeezed, true
 	case "source":
 		return v.source.String(), true
+	case "tier":
+		return v.tier, true
+	case "reputation":
+		if v.score < 0 {
+			return "", true
+		}
+		return strconv.FormatFloat(v.score, 'f', 1, 64), true
 	}
 	return nil, false
 }

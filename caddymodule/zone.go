@@ -14,20 +14,44 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
-// Zone is one rate limit of a tollgate handler: which requests it counts
+// Zone is one limit of a tollgate handler: which requests it counts
 // (Match), whom it counts them for (Key) and how many it lets through
-// (Limit per Window).
+// (Limit per Window, or Concurrent holders at once).
 type Zone struct {
 	// Name identifies the zone in headers, placeholders, logs and metrics.
 	// Letters, digits, '_', '-' and '.'; unique within a handler.
 	Name string `json:"name"`
 
 	// Limit is the number of requests a key may make per Window
-	// (1 to 2147483647). Required.
-	Limit int64 `json:"limit"`
+	// (1 to 2147483647). A zone has a Limit or Concurrent, not both.
+	Limit int64 `json:"limit,omitempty"`
 
-	// Window is the period Limit applies to (1ms to 366 days). Required.
-	Window caddy.Duration `json:"window"`
+	// Window is the period Limit applies to (1ms to 366 days).
+	Window caddy.Duration `json:"window,omitempty"`
+
+	// Concurrent makes this a lease zone: at most this many requests (or
+	// named leases) per key are held at once (1 to 256). A request holds its
+	// lease until its response ends (a WebSocket, until it closes), unless
+	// Lease names it.
+	Concurrent int64 `json:"concurrent,omitempty"`
+
+	// Lease names a lease zone's leases: text with placeholders, e.g.
+	// {http.request.header.X-Room-Id}. A named lease is held across
+	// requests until it expires TTL after the last request that named it;
+	// naming a held lease again is always allowed, even at the cap. Default:
+	// one lease per request, released when its response ends.
+	Lease string `json:"lease,omitempty"`
+
+	// TTL is how long a lease lives unless renewed: named leases by the
+	// requests that name them, a request's own lease while the request is
+	// alive. Default: 15m.
+	TTL caddy.Duration `json:"ttl,omitempty"`
+
+	// Tiers overrides Limit (or Concurrent) for the tier a request is in
+	// (see the handler's TierFrom): tier name → limit. Requests of another
+	// tier, or none, get Limit. Tier limits can be changed at run time
+	// through the admin API (PUT /tollgate/tiers), which wins until cleared.
+	Tiers map[string]int64 `json:"tiers,omitempty"`
 
 	// Key is what requests are counted by: text with placeholders, rendered
 	// per request. Requests whose key renders the same share a budget; a
@@ -51,17 +75,27 @@ type Zone struct {
 	// count in one place. By default, zones are scoped to their handler.
 	Shared bool `json:"shared,omitempty"`
 
-	matchers  caddyhttp.MatcherSet
-	limit     limiter.Limit
-	scope     string // the zone's identity: its name, and #n unless shared
-	seed      uint64 // the zone's identity, hashed
-	keyFixed  bool   // Key has no placeholders
-	keyHash   uint64 // hash of Key when keyFixed
-	quoted    string // Name as a structured-field string
-	policy    string // this zone's RateLimit-Policy list member
-	denyError error
-	counters  *decisionCounters
+	matchers   caddyhttp.MatcherSet
+	limit      limiter.Limit
+	scope      string // the zone's identity: its name, and #n unless shared
+	seed       uint64 // the zone's identity, hashed
+	keyFixed   bool   // Key has no placeholders
+	keyHash    uint64 // hash of Key when keyFixed
+	quoted     string // Name as a structured-field string
+	policy     string // this zone's RateLimit-Policy list member
+	denyError  error
+	counters   *decisionCounters
+	leaseFixed bool // Lease has no placeholders
 }
+
+// Defaults of lease zones.
+const (
+	defaultLeaseTTL = 15 * time.Minute
+	maxConcurrent   = 256
+)
+
+// isLease reports whether z caps concurrent holders rather than a rate.
+func (z *Zone) isLease() bool { return z.Concurrent > 0 }
 
 // provision prepares z for requests. It expects validate to pass.
 func (z *Zone) provision(ctx caddy.Context, app *App) error {
@@ -81,6 +115,13 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		Window:    time.Duration(z.Window),
 		Burst:     z.Burst,
 	}
+	if z.isLease() {
+		ttl := time.Duration(z.TTL)
+		if ttl == 0 {
+			ttl = defaultLeaseTTL
+		}
+		z.limit = limiter.Limit{Algorithm: limiter.Concurrency, Quota: z.Concurrent, Window: ttl}
+	}
 	z.scope = app.zoneIdentity(z.Name, z.Shared)
 	z.seed = app.hasher.Zone(z.scope)
 	app.registerZone(z)
@@ -88,9 +129,14 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		z.keyFixed = true
 		z.keyHash = app.hasher.Sum64(z.Key)
 	}
+	z.leaseFixed = !strings.Contains(z.Lease, "{")
 	z.quoted = strconv.Quote(z.Name) // names are validated to need no escapes
 	z.policy = fmt.Sprintf("%s;q=%d;w=%d", z.quoted, z.Limit, headerSeconds(z.limit.Window))
 	z.denyError = fmt.Errorf("rate limit of zone %q exceeded", z.Name)
+	if z.isLease() {
+		z.policy = "" // RateLimit headers describe rates, not slots
+		z.denyError = fmt.Errorf("concurrency limit of zone %q reached: all slots held", z.Name)
+	}
 	z.counters = newDecisionCounters(z.Name)
 	return nil
 }
@@ -99,6 +145,32 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 func (z *Zone) validate() error {
 	if err := validateZoneName(z.Name); err != nil {
 		return err
+	}
+	for tier, n := range z.Tiers {
+		if err := validateTierName(tier); err != nil {
+			return fmt.Errorf("zone %q: %v", z.Name, err)
+		}
+		if err := z.validateTierLimit(n); err != nil {
+			return fmt.Errorf("zone %q: tier %s %v", z.Name, tier, err)
+		}
+	}
+	if z.isLease() || z.Concurrent != 0 {
+		switch {
+		case z.Concurrent < 1 || z.Concurrent > maxConcurrent:
+			return fmt.Errorf("zone %q: concurrent %d: must be a whole number from 1 to %d", z.Name, z.Concurrent, maxConcurrent)
+		case z.Limit != 0 || z.Window != 0:
+			return fmt.Errorf("zone %q: a zone has either limit or concurrent, not both", z.Name)
+		case z.Algorithm != "" || z.Burst != 0:
+			return fmt.Errorf("zone %q: algorithm and burst are for limit zones, not concurrent ones", z.Name)
+		case z.TTL < 0 || time.Duration(z.TTL) > limiter.MaxWindow:
+			return fmt.Errorf("zone %q: ttl %s: must be from 1s to %s", z.Name, time.Duration(z.TTL), limiter.MaxWindow)
+		case z.TTL != 0 && time.Duration(z.TTL) < time.Second:
+			return fmt.Errorf("zone %q: ttl %s: must be from 1s to %s", z.Name, time.Duration(z.TTL), limiter.MaxWindow)
+		}
+		return nil
+	}
+	if z.Lease != "" || z.TTL != 0 {
+		return fmt.Errorf("zone %q: lease and ttl are for concurrent zones", z.Name)
 	}
 	if z.Limit < 1 || z.Limit > limiter.MaxQuota {
 		return fmt.Errorf("zone %q: limit %d: must be a whole number from 1 to %d", z.Name, z.Limit, int64(limiter.MaxQuota))
@@ -115,6 +187,32 @@ func (z *Zone) validate() error {
 	}
 	if z.Burst < 0 || z.Burst > limiter.MaxQuota {
 		return fmt.Errorf("zone %q: burst %d: must be a whole number from 1 to %d", z.Name, z.Burst, int64(limiter.MaxQuota))
+	}
+	return nil
+}
+
+// validateTierLimit checks a tier's limit for this zone's kind.
+func (z *Zone) validateTierLimit(n int64) error {
+	if z.Concurrent != 0 {
+		if n < 1 || n > maxConcurrent {
+			return fmt.Errorf("%d: must be a whole number from 1 to %d", n, maxConcurrent)
+		}
+		return nil
+	}
+	if n < 1 || n > limiter.MaxQuota {
+		return fmt.Errorf("%d: must be a whole number from 1 to %d", n, int64(limiter.MaxQuota))
+	}
+	return nil
+}
+
+func validateTierName(name string) error {
+	if name == "" {
+		return fmt.Errorf("tier without a name")
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return fmt.Errorf("tier name %q: only letters, digits, '_', '-' and '.' are allowed", name)
+		}
 	}
 	return nil
 }
@@ -181,6 +279,40 @@ func (z *Zone) match(r *http.Request) (bool, error) {
 		return true, nil
 	}
 	return z.matchers.MatchWithError(r)
+}
+
+// limitFor returns z's limit for a request of the given tier: the run-time
+// override from the admin API, else the zone's tier setting, else its own.
+func (z *Zone) limitFor(tier string, overrides *tierTable) limiter.Limit {
+	if tier == "" {
+		return z.limit
+	}
+	n, ok := overrides.get(z.Name, tier)
+	if !ok {
+		n, ok = z.Tiers[tier]
+	}
+	if !ok {
+		return z.limit
+	}
+	l := z.limit
+	l.Quota = n
+	if l.Algorithm == limiter.TokenBucket && l.Burst != 0 {
+		l.Burst = max(1, l.Burst*n/z.Limit) // the burst keeps its proportion
+	}
+	return l
+}
+
+// leaseID returns the lease a request claims in a lease zone, and whether
+// it is named (held across requests) rather than the request's own.
+func (z *Zone) leaseID(h limiter.Hasher, q *request) (uint64, bool) {
+	if z.Lease == "" {
+		return randomLeaseID(), false
+	}
+	name := z.Lease
+	if !z.leaseFixed {
+		name = q.replacer().ReplaceAll(z.Lease, "")
+	}
+	return h.Sum64(name) | 1, true
 }
 
 // hashKey returns the hash of the key a request is counted by in z;

@@ -1,0 +1,413 @@
+package caddymodule
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// maxAdminBody bounds what an admin request may send.
+const maxAdminBody = 1 << 20
+
+func badRequest(format string, args ...any) error {
+	return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf(format, args...)}
+}
+
+func notFound(format string, args ...any) error {
+	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf(format, args...)}
+}
+
+func methodNotAllowed(r *http.Request, allowed string) error {
+	return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed; use %s", r.Method, allowed)}
+}
+
+// unavailable turns an owner that cannot be reached into a 503.
+func unavailable(err error) error {
+	if errors.Is(err, cluster.ErrUnreachable) {
+		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
+	}
+	return err
+}
+
+// runningApp returns the running config's app, or an API error.
+func runningApp() (*App, error) {
+	st, err := currentState()
+	if err != nil {
+		return nil, err
+	}
+	app := st.currentApp()
+	if app == nil {
+		return nil, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("tollgate is starting")}
+	}
+	return app, nil
+}
+
+// decodeBody reads a JSON body strictly: unknown fields are errors.
+func decodeBody(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxAdminBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("malformed JSON body: %v", err)
+	}
+	if dec.More() {
+		return badRequest("malformed JSON body: more than one value")
+	}
+	return nil
+}
+
+// ---- tiers ----
+
+// TierView is one zone's tier limits, as GET /tollgate/tiers shows them.
+type TierView struct {
+	Kind      string           `json:"kind"`    // limit or concurrent
+	Default   int64            `json:"default"` // for requests of no known tier
+	Caddyfile map[string]int64 `json:"caddyfile"`
+	Overrides map[string]int64 `json:"overrides"` // set through the admin API; they win
+	Effective map[string]int64 `json:"effective"`
+}
+
+// TiersView is what GET /tollgate/tiers answers.
+type TiersView struct {
+	Zones            map[string]TierView `json:"zones"`
+	OverridesVersion int64               `json:"overrides_version,omitempty"`
+	OverridesOrigin  string              `json:"overrides_origin,omitempty"`
+}
+
+func (adminAPI) handleTiers(w http.ResponseWriter, r *http.Request) error {
+	app, err := runningApp()
+	if err != nil {
+		return err
+	}
+	switch r.Method {
+	case http.MethodGet:
+	case http.MethodPut:
+		var body map[string]map[string]int64
+		if err := decodeBody(r, &body); err != nil {
+			return err
+		}
+		if err := app.validateTierOverrides(body); err != nil {
+			return err
+		}
+		if err := app.setTierOverrides(body); err != nil {
+			return err
+		}
+	case http.MethodDelete:
+		if err := app.setTierOverrides(map[string]map[string]int64{}); err != nil {
+			return err
+		}
+	default:
+		return methodNotAllowed(r, "GET, PUT or DELETE")
+	}
+	return writeJSON(w, app.tiersView())
+}
+
+// validateTierOverrides checks a PUT body against the running config.
+func (a *App) validateTierOverrides(body map[string]map[string]int64) error {
+	for zone, tiers := range body {
+		zs := a.zonesNamed(zone)
+		if len(zs) == 0 {
+			return badRequest("unknown zone %q: the running config has %s", zone, strings.Join(a.zoneNames(), ", "))
+		}
+		for tier, n := range tiers {
+			if err := validateTierName(tier); err != nil {
+				return badRequest("zone %q: %v", zone, err)
+			}
+			if err := zs[0].validateTierLimit(n); err != nil {
+				return badRequest("zone %q: tier %s %v", zone, tier, err)
+			}
+		}
+	}
+	return nil
+}
+
+// setTierOverrides puts a new tier table in effect here, sends it to every
+// node and keeps it in storage.
+func (a *App) setTierOverrides(zones map[string]map[string]int64) error {
+	t := &tierTable{Zones: zones, Version: time.Now().UnixNano(), Origin: a.node.Name()}
+	raw, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	v := a.node.Publish(tiersSharedName, raw)
+	t.Version, t.Origin = v.Version, v.Origin
+	raw, _ = json.Marshal(t)
+	a.state.tiers.store(t)
+	if err := a.state.saveTiers(raw); err != nil {
+		a.logger.Error("keeping the tier table", zap.Error(err))
+	}
+	a.logger.Info("tier limits changed through the admin API", zap.Int("zones", len(zones)))
+	return nil
+}
+
+func (a *App) tiersView() TiersView {
+	t := a.state.tiers.load()
+	view := TiersView{Zones: map[string]TierView{}}
+	if t != nil {
+		view.OverridesVersion, view.OverridesOrigin = t.Version, t.Origin
+	}
+	overrides := t.clone()
+	for _, z := range a.zonesNamed("") {
+		if _, done := view.Zones[z.Name]; done {
+			continue
+		}
+		tv := TierView{Kind: "limit", Default: z.Limit, Caddyfile: map[string]int64{}, Overrides: map[string]int64{}, Effective: map[string]int64{}}
+		if z.isLease() {
+			tv.Kind, tv.Default = "concurrent", z.Concurrent
+		}
+		for tier, n := range z.Tiers {
+			tv.Caddyfile[tier], tv.Effective[tier] = n, n
+		}
+		for tier, n := range overrides[z.Name] {
+			tv.Overrides[tier], tv.Effective[tier] = n, n
+		}
+		view.Zones[z.Name] = tv
+	}
+	return view
+}
+
+// warnShadowedTiers logs, after a reload, the Caddyfile tier settings that
+// run-time overrides shadow, so a reload never silently leaves them out.
+func (a *App) warnShadowedTiers() {
+	t := a.state.tiers.load()
+	for _, z := range a.zonesNamed("") {
+		for tier, n := range z.Tiers {
+			if o, ok := t.get(z.Name, tier); ok && o != n {
+				a.logger.Warn("a tier limit set through the admin API overrides the config; DELETE /tollgate/tiers to return to the config",
+					zap.String("zone", z.Name), zap.String("tier", tier), zap.Int64("config", n), zap.Int64("in_effect", o))
+			}
+		}
+	}
+}
+
+func (a *App) zoneNames() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, z := range a.zonesNamed("") {
+		if !seen[z.Name] {
+			seen[z.Name] = true
+			out = append(out, z.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ---- grants ----
+
+// GrantRequest is the body of POST /tollgate/grants.
+type GrantRequest struct {
+	Zone     string `json:"zone"`
+	Key      string `json:"key"`
+	Amount   int64  `json:"amount"`
+	Duration string `json:"duration"`
+}
+
+// GrantView is a grant as the admin API shows it.
+type GrantView struct {
+	Zone      string    `json:"zone"`
+	Scope     string    `json:"scope"`
+	Key       string    `json:"key"`
+	Version   string    `json:"version"`
+	Amount    int64     `json:"amount"`
+	Used      int64     `json:"used"`
+	Remaining int64     `json:"remaining"`
+	Created   time.Time `json:"created"`
+	Expires   time.Time `json:"expires"`
+}
+
+func grantView(z *Zone, key string, g limiter.GrantStatus) GrantView {
+	return GrantView{
+		Zone: z.Name, Scope: z.scope, Key: key, Version: uuidString(g.Version),
+		Amount: g.Amount, Used: g.Used, Remaining: g.Remaining(),
+		Created: time.Unix(0, g.Created).UTC(), Expires: time.Unix(0, g.Expires).UTC(),
+	}
+}
+
+// maxGrantDuration bounds how long a grant may last.
+const maxGrantDuration = limiter.MaxWindow
+
+// handleGrantsCollection serves POST /tollgate/grants.
+func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodPost {
+		return methodNotAllowed(r, "POST")
+	}
+	app, err := runningApp()
+	if err != nil {
+		return err
+	}
+	var req GrantRequest
+	if err := decodeBody(r, &req); err != nil {
+		return err
+	}
+	zones, err := app.grantZones(req.Zone)
+	if err != nil {
+		return err
+	}
+	if req.Key == "" {
+		return badRequest("key is required: the key as the zone renders it (the client ID by default)")
+	}
+	if req.Amount < 1 || req.Amount > limiter.MaxQuota {
+		return badRequest("amount %d: must be a whole number from 1 to %d", req.Amount, int64(limiter.MaxQuota))
+	}
+	dur, err := caddy.ParseDuration(req.Duration)
+	if err != nil || dur <= 0 || dur > maxGrantDuration {
+		return badRequest("duration %q: must be a duration from 1s to %s, e.g. 168h or 7d", req.Duration, maxGrantDuration)
+	}
+	now := time.Now()
+	g := limiter.Grant{Created: now.UnixNano(), Amount: req.Amount, Expires: now.Add(dur).UnixNano()}
+	g.Version = newUUID()
+	var out []GrantView
+	keyHash := app.hasher.Sum64(req.Key)
+	for _, z := range zones {
+		if _, err := app.node.PutGrant(limiter.ZoneKey(keyHash, z.seed), g); err != nil {
+			return unavailable(err)
+		}
+		out = append(out, grantView(z, req.Key, limiter.GrantStatus{Grant: g}))
+	}
+	app.logger.Info("grant given through the admin API", zap.String("zone", req.Zone), zap.Int64("amount", req.Amount),
+		zap.Duration("duration", dur), zap.String("version", uuidString(g.Version)))
+	w.WriteHeader(http.StatusCreated)
+	if len(out) == 1 {
+		return writeJSON(w, out[0])
+	}
+	return writeJSON(w, out)
+}
+
+// grantZones returns the limit zones called name, or an API error.
+func (a *App) grantZones(name string) ([]*Zone, error) {
+	if name == "" {
+		return nil, badRequest("zone is required")
+	}
+	zones := a.zonesNamed(name)
+	if len(zones) == 0 {
+		return nil, notFound("no zone %q in the running config (it has %s)", name, strings.Join(a.zoneNames(), ", "))
+	}
+	if zones[0].isLease() {
+		return nil, badRequest("zone %q is a concurrent zone: grants give extra quota to limit zones", name)
+	}
+	return zones, nil
+}
+
+// handleGrant serves GET and DELETE /tollgate/grants/{zone}/{key}.
+func (adminAPI) handleGrant(w http.ResponseWriter, r *http.Request) error {
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/tollgate/grants/")
+	zoneRaw, keyRaw, ok := strings.Cut(rest, "/")
+	zone, err1 := url.PathUnescape(zoneRaw)
+	key, err2 := url.PathUnescape(keyRaw)
+	if !ok || zone == "" || key == "" || err1 != nil || err2 != nil || strings.Contains(keyRaw, "/") {
+		return badRequest("want /tollgate/grants/{zone}/{key}, with both URL-escaped; got %q", r.URL.Path)
+	}
+	app, err := runningApp()
+	if err != nil {
+		return err
+	}
+	zones, err := app.grantZones(zone)
+	if err != nil {
+		return err
+	}
+	keyHash := app.hasher.Sum64(key)
+	switch r.Method {
+	case http.MethodGet:
+		var out []GrantView
+		for _, z := range zones {
+			g, ok, err := app.node.GetGrant(limiter.ZoneKey(keyHash, z.seed))
+			if err != nil {
+				return unavailable(err)
+			}
+			if ok {
+				out = append(out, grantView(z, key, g))
+			}
+		}
+		if len(out) == 0 {
+			return notFound("no grant for key %q in zone %q", key, zone)
+		}
+		if len(out) == 1 {
+			return writeJSON(w, out[0])
+		}
+		return writeJSON(w, out)
+	case http.MethodDelete:
+		revoked := false
+		for _, z := range zones {
+			ok, err := app.node.DeleteGrant(limiter.ZoneKey(keyHash, z.seed))
+			if err != nil {
+				return unavailable(err)
+			}
+			revoked = revoked || ok
+		}
+		if !revoked {
+			return notFound("no grant for key %q in zone %q", key, zone)
+		}
+		app.logger.Info("grant revoked through the admin API", zap.String("zone", zone))
+		return writeJSON(w, map[string]any{"zone": zone, "key": key, "revoked": true})
+	}
+	return methodNotAllowed(r, "GET or DELETE")
+}
+
+func newUUID() [16]byte {
+	id := [16]byte(mustRandom(16))
+	id[6] = id[6]&0x0f | 0x40
+	id[8] = id[8]&0x3f | 0x80
+	return id
+}
+
+func uuidString(id [16]byte) string {
+	h := hex.EncodeToString(id[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
+}
+
+// ---- reputation ----
+
+// ReputationView is what GET /tollgate/reputation answers.
+type ReputationView struct {
+	Enabled     bool                      `json:"enabled"`
+	Buckets     []ReputationBucket        `json:"buckets"`
+	Unreachable []string                  `json:"unreachable_nodes"`
+	Policy      *limiter.ReputationPolicy `json:"-"`
+}
+
+// ReputationBucket is one band of scores and how many clients are in it.
+type ReputationBucket struct {
+	From    float64 `json:"from"`
+	Factor  float64 `json:"factor"`
+	Clients int     `json:"clients"`
+}
+
+func (adminAPI) handleReputation(w http.ResponseWriter, r *http.Request) error {
+	if r.Method != http.MethodGet {
+		return methodNotAllowed(r, "GET")
+	}
+	app, err := runningApp()
+	if err != nil {
+		return err
+	}
+	view := ReputationView{Buckets: []ReputationBucket{}, Unreachable: []string{}}
+	if app.reputation == nil {
+		return writeJSON(w, view)
+	}
+	view.Enabled = true
+	counts, missing := app.node.ReputationBuckets()
+	for i, b := range app.reputation.Buckets {
+		rb := ReputationBucket{From: b.Min, Factor: b.Factor}
+		if i < len(counts) {
+			rb.Clients = counts[i]
+		}
+		view.Buckets = append(view.Buckets, rb)
+	}
+	if missing != nil {
+		view.Unreachable = missing
+	}
+	return writeJSON(w, view)
+}

@@ -1,0 +1,143 @@
+package caddymodule
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// ReputationConfig scores clients by their violations and scales their
+// limits by the score: a client starts at 100, loses Penalty points per
+// denied request and regains Recovery points an hour.
+type ReputationConfig struct {
+	// Off turns reputation off.
+	Off bool `json:"off,omitempty"`
+
+	// Penalty is the points a denied request costs (above 0, at most 100).
+	// Default: 1, so one mistake never locks anyone out.
+	Penalty float64 `json:"penalty,omitempty"`
+
+	// Recovery is the points regained per hour. Default: 10, so a client
+	// that fell to 50 is back at full after 5 hours, not after one window.
+	Recovery float64 `json:"recovery,omitempty"`
+
+	// Buckets are the score bands and their limit multipliers, from the
+	// highest down; the last starts at 0. Default: 75 → 1, 50 → 0.6,
+	// 25 → 0.3, 0 → 0.1.
+	Buckets []BucketConfig `json:"buckets,omitempty"`
+}
+
+// BucketConfig is one band of reputation scores.
+type BucketConfig struct {
+	From   float64 `json:"from"`
+	Factor float64 `json:"factor"`
+}
+
+// Defaults of reputation.
+const (
+	defaultPenalty  = 1
+	defaultRecovery = 10
+)
+
+// policy returns the limiter's policy for c; nil when reputation is off.
+func (c *ReputationConfig) policy() *limiter.ReputationPolicy {
+	if c != nil && c.Off {
+		return nil
+	}
+	p := &limiter.ReputationPolicy{Penalty: defaultPenalty, RecoveryPerHour: defaultRecovery, Buckets: limiter.DefaultBuckets}
+	if c == nil {
+		return p
+	}
+	if c.Penalty != 0 {
+		p.Penalty = c.Penalty
+	}
+	if c.Recovery != 0 {
+		p.RecoveryPerHour = c.Recovery
+	}
+	if len(c.Buckets) > 0 {
+		p.Buckets = nil
+		for _, b := range c.Buckets {
+			p.Buckets = append(p.Buckets, limiter.Bucket{Min: b.From, Factor: b.Factor})
+		}
+	}
+	return p
+}
+
+// provisionPolicy applies reputation to this config and restores what was
+// kept in storage (the tier table, the snapshot) the first time.
+func (a *App) provisionPolicy(ctx caddy.Context) error {
+	a.reputation = a.Reputation.policy()
+	if a.reputation != nil {
+		if err := a.reputation.Validate(); err != nil {
+			return fmt.Errorf("tollgate: reputation: %w", err)
+		}
+	}
+	a.state.engine.SetReputation(a.reputation)
+	a.node.SetReputation(a.reputation)
+	a.repSeed = a.hasher.Zone("\x00tollgate reputation")
+	a.state.storage.Store(&storageRef{ctx.Storage()})
+	a.state.restoreOnce.Do(func() {
+		a.state.restoreTiers(ctx, a.logger)
+		a.state.restoreSnapshot(ctx, a.logger)
+	})
+	a.node.OnShared(a.state.sharedArrived(a.logger))
+	return nil
+}
+
+// reputationKey returns the key a client's reputation is kept under: the
+// same route as the client ID, so the client's owner keeps it.
+func (a *App) reputationKey(clientKey uint64) limiter.Key {
+	if a.reputation == nil {
+		return 0
+	}
+	return limiter.ZoneKey(clientKey, a.repSeed)
+}
+
+// heldLeases are the leases one request holds in lease zones: renewed while
+// the request is alive, and those of its own (not named) released when its
+// response ends.
+type heldLeases struct {
+	node  *cluster.Node
+	reqs  []limiter.Request
+	named []bool
+	src   cluster.Source
+	timer *time.Timer
+	done  chan struct{}
+}
+
+// hold starts renewing the leases every half TTL.
+func (l *heldLeases) hold() {
+	ttl := l.reqs[0].Limit.Window
+	for _, r := range l.reqs[1:] {
+		ttl = min(ttl, r.Limit.Window)
+	}
+	l.done = make(chan struct{})
+	var renew func()
+	renew = func() {
+		select {
+		case <-l.done:
+			return
+		default:
+		}
+		res := make([]limiter.Result, len(l.reqs))
+		l.node.Take(time.Now(), l.reqs, res)
+		l.timer.Reset(ttl / 2)
+	}
+	l.timer = time.AfterFunc(ttl/2, renew)
+}
+
+// release stops renewing and gives back the request's own leases.
+func (l *heldLeases) release() {
+	close(l.done)
+	l.timer.Stop()
+	now := time.Now()
+	for i, r := range l.reqs {
+		if !l.named[i] {
+			l.node.Release(now, r.Key, r.LeaseID, l.src)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"go.uber.org/zap"
+
+	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Snapshots: each node writes what it holds (counters, reputations, grants,
+// leases: keyed hashes and numbers, nothing else) to Caddy's storage every
+// snapshot interval and when it stops, and reads it back when it starts, so
+// a restart does not hand an abuser a clean slate. In a cluster, what a
+// restarted node reads back but no longer owns goes to its owners with the
+// next hand-off, and merges there.
+
+const defaultSnapshotInterval = time.Minute
+
+// snapshotMagic starts a snapshot, with the format's version.
+const snapshotMagic = "TGSN1"
+
+// storageRef holds Caddy's storage, which may change with the config.
+type storageRef struct{ certmagic.Storage }
+
+func (s *state) snapshotKey() string {
+	name := "local"
+	s.mu.Lock()
+	if s.node != nil && s.clusterCfg != nil {
+		name = strings.NewReplacer(":", "_", "/", "_", "[", "", "]", "").Replace(s.node.Name())
+	}
+	s.mu.Unlock()
+	return "tollgate/snapshots/" + name
+}
+
+// writeSnapshot writes the engine's live state to storage.
+func (s *state) writeSnapshot() {
+	ref := s.storage.Load()
+	if ref == nil {
+		return
+	}
+	var states []limiter.State
+	s.engine.Range(time.Now(), func(st limiter.State) bool {
+		states = append(states, st)
+		return true
+	})
+	b := limiter.AppendStates([]byte(snapshotMagic), states)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := ref.Store(ctx, s.snapshotKey(), b); err != nil {
+		s.logger().Error("writing snapshot", zap.Error(err))
+	}
+}
+
+// restoreSnapshot merges what the last snapshot holds into the engine.
+func (s *state) restoreSnapshot(ctx context.Context, logger *zap.Logger) {
+	ref := s.storage.Load()
+	if ref == nil {
+		return
+	}
+	key := s.snapshotKey()
+	b, err := ref.Load(ctx, key)
+	if errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	if err != nil || !strings.HasPrefix(string(b), snapshotMagic) {
+		logger.Error("reading snapshot; starting without it", zap.String("storage_key", key), zap.Error(err))
+		return
+	}
+	states, _, err := limiter.DecodeStates(b[len(snapshotMagic):], s.engine.Stats().MaxKeys*2)
+	if err != nil {
+		logger.Error("reading snapshot; starting without it", zap.String("storage_key", key), zap.Error(err))
+		return
+	}
+	s.engine.Merge(time.Now(), states)
+	logger.Info("restored counters, reputations, grants and leases from the snapshot", zap.Int("states", len(states)), zap.String("storage_key", key))
+}
+
+// restoreTiers installs the tier table kept in storage.
+func (s *state) restoreTiers(ctx context.Context, logger *zap.Logger) {
+	ref := s.storage.Load()
+	b, err := ref.Load(ctx, tiersStorageKey)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			logger.Error("reading the tier table", zap.Error(err))
+		}
+		return
+	}
+	t, err := decodeTierTable(b)
+	if err != nil {
+		logger.Error("reading the tier table", zap.Error(err))
+		return
+	}
+	s.tiers.store(t)
+	s.mu.Lock()
+	node := s.node
+	s.mu.Unlock()
+	node.Restore(tiersSharedName, cluster.SharedValue{Value: b, Version: t.Version, Origin: t.Origin})
+}
+
+// saveTiers keeps the tier table in storage.
+func (s *state) saveTiers(b []byte) error {
+	ref := s.storage.Load()
+	if ref == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return ref.Store(ctx, tiersStorageKey, b)
+}
+
+// sharedArrived returns the handler of shared values from other nodes: a
+// newer tier table is put in effect and kept in storage.
+func (s *state) sharedArrived(logger *zap.Logger) func(string, cluster.SharedValue) {
+	return func(name string, v cluster.SharedValue) {
+		if name != tiersSharedName {
+			return
+		}
+		t, err := decodeTierTable(v.Value)
+		if err != nil {
+			logger.Error("a tier table from another node", zap.Error(err))
+			return
+		}
+		if s.tiers.store(t) {
+			logger.Info("tier limits changed on another node", zap.String("origin", t.Origin))
+			if err := s.saveTiers(v.Value); err != nil {
+				logger.Error("keeping the tier table", zap.Error(err))
+			}
+		}
+	}
+}
+
+// logger returns the running config's logger, or a no-op one.
+func (s *state) logger() *zap.Logger {
+	if a := s.currentApp(); a != nil {
+		return a.logger
+	}
+	return zap.NewNop()
+}

@@ -1,0 +1,86 @@
+package caddymodule
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"sync/atomic"
+)
+
+// tierTable is the tier limits changed at run time through the admin API:
+// zone name → tier → limit. It wins over the Caddyfile's tier settings
+// until it is cleared. Immutable once built; replaced whole.
+type tierTable struct {
+	Zones   map[string]map[string]int64 `json:"zones"`
+	Version int64                       `json:"version"` // Unix ns of the change
+	Origin  string                      `json:"origin"`  // the node it was made on
+}
+
+func (t *tierTable) get(zone, tier string) (int64, bool) {
+	if t == nil {
+		return 0, false
+	}
+	n, ok := t.Zones[zone][tier]
+	return n, ok
+}
+
+func (t *tierTable) clone() map[string]map[string]int64 {
+	out := make(map[string]map[string]int64)
+	if t != nil {
+		for z, tiers := range t.Zones {
+			out[z] = maps.Clone(tiers)
+		}
+	}
+	return out
+}
+
+// tiersSharedName is the name of the tier table among the cluster's shared
+// values, and tiersStorageKey where each node keeps it.
+const (
+	tiersSharedName = "tiers"
+	tiersStorageKey = "tollgate/tiers.json"
+)
+
+func decodeTierTable(b []byte) (*tierTable, error) {
+	t := new(tierTable)
+	if err := json.Unmarshal(b, t); err != nil {
+		return nil, fmt.Errorf("decoding tier table: %w", err)
+	}
+	return t, nil
+}
+
+// tiers is the tier table in effect on this node, kept across reloads.
+type tiersHolder struct{ p atomic.Pointer[tierTable] }
+
+func (h *tiersHolder) load() *tierTable { return h.p.Load() }
+
+// store replaces the table if t is newer, and reports whether it did.
+func (h *tiersHolder) store(t *tierTable) bool {
+	for {
+		cur := h.p.Load()
+		if cur != nil && (cur.Version > t.Version || cur.Version == t.Version && cur.Origin >= t.Origin) {
+			return false
+		}
+		if h.p.CompareAndSwap(cur, t) {
+			return true
+		}
+	}
+}
+
+// randomLeaseID names the lease of one request.
+func randomLeaseID() uint64 {
+	var b [8]byte
+	rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:]) | 1
+}
+
+// mustRandom returns n random bytes.
+func mustRandom(n int) []byte {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic("tollgate: no randomness: " + err.Error())
+	}
+	return b
+}

@@ -461,3 +461,64 @@ func TestGrantsLeasesAndReputationLiveAtTheOwner(t *testing.T) {
 		t.Fatalf("buckets %v, missing %v; want one client in the second bucket", buckets, missing)
 	}
 }
+
+func TestReputationScalesZonesKeptByOtherNodes(t *testing.T) {
+	nodes := startNodes(t, 3)
+	policy := &limiter.ReputationPolicy{Penalty: 30, RecoveryPerHour: 1, Buckets: limiter.DefaultBuckets}
+	for _, n := range nodes {
+		n.engine.SetReputation(policy)
+		n.SetReputation(policy)
+	}
+	ring := nodes[0].Ring()
+	client := keyOwnedBy(t, ring, nodes[1].Name(), 0)
+	// Zones keyed by something else than the client (a user header, say),
+	// kept by node2.
+	zoneKeys := []limiter.Key{
+		keyOwnedBy(t, ring, nodes[2].Name(), 0),
+		keyOwnedBy(t, ring, nodes[2].Name(), 1),
+		keyOwnedBy(t, ring, nodes[2].Name(), 2),
+	}
+	allowedOf := func(via *Node, key limiter.Key, quota int64, tries int) (allowed int, score float64) {
+		res := make([]limiter.Result, 1)
+		for range tries {
+			ok, _, s := via.TakeFor(time.Now(), client, []limiter.Request{{Key: key, Zone: 1, Limit: limitOf(quota)}}, res)
+			if ok {
+				allowed++
+			}
+			score = s
+		}
+		return allowed, score
+	}
+	ownerScore := func(want float64) {
+		t.Helper()
+		eventually(t, 2*time.Second, fmt.Sprintf("the client's owner scoring it %g", want), func() bool {
+			s, err := nodes[1].Reputation(client)
+			return err == nil && s > want-0.1 && s < want+0.1
+		})
+	}
+
+	// One allowed, two denied by node2: 100 - 2×30 = 40, kept by node1.
+	if got, score := allowedOf(nodes[0], zoneKeys[0], 1, 3); got != 1 || score < 39.9 || score > 40.1 {
+		t.Fatalf("%d allowed, score %g; want 1 and 40", got, score)
+	}
+	ownerScore(40)
+	// 40 is in the 30% bucket: a fresh zone of 10 gives 3, and the denial
+	// of the fourth costs another 30.
+	if got, _ := allowedOf(nodes[0], zoneKeys[1], 10, 4); got != 3 {
+		t.Fatalf("through node0: %d of 4 allowed with a score of 40; want 3 (30%% of 10)", got)
+	}
+	ownerScore(10)
+	// The zone's own node, which has no score cached, asks the client's
+	// owner: 10 is in the 10% bucket.
+	if got, _ := allowedOf(nodes[2], zoneKeys[2], 10, 2); got != 1 {
+		t.Fatalf("through node2: %d of 2 allowed with a score of 10; want 1 (10%% of 10)", got)
+	}
+	ownerScore(0)
+
+	// An admin reset of the client forgets the cached scores too.
+	nodes[0].Reset(client, zoneKeys[1])
+	ownerScore(100)
+	if got, _ := allowedOf(nodes[0], zoneKeys[1], 10, 12); got != 10 {
+		t.Fatalf("after a reset: %d of 12 allowed of a zone of 10; want 10", got)
+	}
+}

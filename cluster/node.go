@@ -52,13 +52,16 @@ type Node struct {
 	self       atomic.Pointer[Member] // its peer address can be learnt after start
 	standalone bool
 
-	engine   *limiter.Engine // the counters this node owns
-	fallback *limiter.Engine // counters for owners it cannot reach
-	blocked  *ristretto.Cache[uint64, int64]
-	hasher   keyhash.Hasher // ring
-	authKey  []byte
-	ringHash [8]byte // identifies the ring settings in node metadata
-	log      *slog.Logger
+	engine   *limiter.Engine                 // the counters this node owns
+	fallback *limiter.Engine                 // counters for owners it cannot reach
+	blocked  *ristretto.Cache[uint64, int64] // zone key → denied until
+	scores   *scoreCache                     // client → score its owner told
+
+	reputation atomic.Pointer[limiter.ReputationPolicy]
+	hasher     keyhash.Hasher // ring
+	authKey    []byte
+	ringHash   [8]byte // identifies the ring settings in node metadata
+	log        *slog.Logger
 
 	ml       *memberlist.Memberlist
 	listener net.Listener
@@ -149,6 +152,7 @@ func Start(cfg Config, engine *limiter.Engine) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the blocked cache: %w", err)
 	}
+	n.scores = newScoreCache(cfg.BlockedKeys)
 
 	n.listener, err = net.Listen("tcp", cfg.PeerListen)
 	if err != nil {
@@ -222,15 +226,28 @@ func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request
 	}
 	st := n.state.Load()
 	owner, same := n.commonOwner(st.ring, reqs)
-	if same {
-		if client != 0 {
-			if m, _ := st.ring.Owner(client.Route()); m.Name != owner.Name {
-				client = 0 // the client's reputation lives elsewhere
-			}
-		}
-		return n.takeAt(st, owner, now, opTake, client, reqs, res)
+	if !same {
+		return n.takeAcross(st, now, client, reqs, res)
 	}
-	return n.takeAcross(st, now, client, reqs, res)
+	if client != 0 && n.reputation.Load() != nil {
+		if m, _ := st.ring.Owner(client.Route()); m.Name != owner.Name {
+			return n.takeAway(st, owner, now, client, reqs, res)
+		}
+	}
+	return n.takeAt(st, owner, now, opTake, client, reqs, res)
+}
+
+// takeAway takes reqs at an owner that does not keep the client's
+// reputation: with limits scaled to the client's score, and a denial
+// reported to the client's owner.
+func (n *Node) takeAway(st *ringState, owner Member, now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
+	score := n.clientScore(now, st, client)
+	var buf [8]limiter.Request
+	ok, src, _ := n.takeAt(st, owner, now, opTake, 0, n.scaleFor(score, reqs, buf[:]), res)
+	if !ok && src != SourceFallback {
+		score = n.penalizeRemote(now, st, client, score)
+	}
+	return ok, src, score
 }
 
 // Peek returns what Take would answer, spending nothing.
@@ -287,11 +304,14 @@ func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs
 		}
 		groups[j].idx = append(groups[j].idx, i)
 	}
+	src, score := SourceOwner, limiter.FullScore
 	if len(groups) > 0 && len(groups[0].idx) == 0 {
 		groups = groups[1:] // the client's owner decides none of these zones
-		client = 0
+		if n.reputation.Load() != nil {
+			score = n.clientScore(now, st, client)
+		}
+		clientOwner = ""
 	}
-	src, score := SourceOwner, limiter.FullScore
 	for gi, g := range groups {
 		sub := make([]limiter.Request, len(g.idx))
 		subRes := make([]limiter.Result, len(g.idx))
@@ -301,10 +321,15 @@ func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs
 		c := limiter.Key(0)
 		if g.owner.Name == clientOwner {
 			c = client
+		} else if client != 0 {
+			sub = n.scaleFor(score, sub, sub)
 		}
 		ok, s, sc := n.takeAt(st, g.owner, now, opTake, c, sub, subRes)
-		if c != 0 {
+		switch {
+		case c != 0:
 			score = sc
+		case !ok && client != 0 && s != SourceFallback && n.reputation.Load() != nil:
+			score = n.penalizeRemote(now, st, client, score)
 		}
 		g.src = s
 		if s > src {
@@ -507,13 +532,14 @@ func (n *Node) rememberBlocked(now time.Time, reqs []limiter.Request, res []limi
 	}
 }
 
-// Forget drops keys from this node's blocked cache.
+// Forget drops keys from this node's caches of blocked keys and scores.
 func (n *Node) Forget(keys ...limiter.Key) {
 	if n.blocked == nil {
 		return
 	}
 	for _, k := range keys {
 		n.blocked.Del(uint64(k))
+		n.scores.forget(k)
 	}
 }
 

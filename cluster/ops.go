@@ -266,11 +266,3 @@ func (n *Node) forgetEverywhere(keys ...limiter.Key) {
 		}()
 	}
 }
-
-// SetReputation sets the reputation policy of the node's fallback engine;
-// the owned engine's is set by whoever created it.
-func (n *Node) SetReputation(p *limiter.ReputationPolicy) {
-	if n.fallback != nil {
-		n.fallback.SetReputation(p)
-	}
-}

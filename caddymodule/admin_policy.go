@@ -116,6 +116,7 @@ func (adminAPI) handleTiers(w http.ResponseWriter, r *http.Request) error {
 
 // validateTierOverrides checks a PUT body against the running config.
 func (a *App) validateTierOverrides(body map[string]map[string]int64) error {
+	known := a.tierNames()
 	for zone, tiers := range body {
 		zs := a.zonesNamed(zone)
 		if len(zs) == 0 {
@@ -124,6 +125,10 @@ func (a *App) validateTierOverrides(body map[string]map[string]int64) error {
 		for tier, n := range tiers {
 			if err := validateTierName(tier); err != nil {
 				return badRequest("zone %q: %v", zone, err)
+			}
+			if !known[tier] {
+				return badRequest("zone %q: unknown tier %q: the config names %s; a new tier is declared with `tier NAME N` in a zone first",
+					zone, tier, joinKeys(known))
 			}
 			if err := zs[0].validateTierLimit(n); err != nil {
 				return badRequest("zone %q: tier %s %v", zone, tier, err)
@@ -192,6 +197,29 @@ func (a *App) warnShadowedTiers() {
 	}
 }
 
+// tierNames returns every tier some zone of the running config names.
+func (a *App) tierNames() map[string]bool {
+	names := map[string]bool{}
+	for _, z := range a.zonesNamed("") {
+		for tier := range z.Tiers {
+			names[tier] = true
+		}
+	}
+	return names
+}
+
+func joinKeys(set map[string]bool) string {
+	if len(set) == 0 {
+		return "no tiers"
+	}
+	keys := make([]string, 0, len(set))
+	for k := range set {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ", ")
+}
+
 func (a *App) zoneNames() []string {
 	seen := map[string]bool{}
 	var out []string
@@ -252,7 +280,7 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 	if err := decodeBody(r, &req); err != nil {
 		return err
 	}
-	zones, err := app.grantZones(req.Zone)
+	zones, err := app.grantZones(req.Zone, false)
 	if err != nil {
 		return err
 	}
@@ -286,14 +314,20 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 	return writeJSON(w, out)
 }
 
-// grantZones returns the limit zones called name, or an API error.
-func (a *App) grantZones(name string) ([]*Zone, error) {
+// grantZones returns the limit zones called name, or an API error: a zone
+// the config does not have is a bad request in a body, and not found in a
+// path.
+func (a *App) grantZones(name string, inPath bool) ([]*Zone, error) {
 	if name == "" {
 		return nil, badRequest("zone is required")
 	}
 	zones := a.zonesNamed(name)
 	if len(zones) == 0 {
-		return nil, notFound("no zone %q in the running config (it has %s)", name, strings.Join(a.zoneNames(), ", "))
+		unknown := badRequest
+		if inPath {
+			unknown = notFound
+		}
+		return nil, unknown("unknown zone %q: the running config has %s", name, strings.Join(a.zoneNames(), ", "))
 	}
 	if zones[0].isLease() {
 		return nil, badRequest("zone %q is a concurrent zone: grants give extra quota to limit zones", name)
@@ -314,7 +348,7 @@ func (adminAPI) handleGrant(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	zones, err := app.grantZones(zone)
+	zones, err := app.grantZones(zone, true)
 	if err != nil {
 		return err
 	}

@@ -16,19 +16,26 @@ import (
 // out (if not nil), returning the status and the raw body.
 func adminDo(t testing.TB, base, method, path string, out any) (int, string) {
 	t.Helper()
-	req, _ := http.NewRequest(method, base+path, nil)
+	return adminSend(t, base, method, path, "", out)
+}
+
+// adminSend is adminDo with a request body; out is filled from a 200 or a
+// 201.
+func adminSend(t testing.TB, base, method, path, body string, out any) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if out != nil && resp.StatusCode == http.StatusOK {
-		if err := json.Unmarshal(body, out); err != nil {
-			t.Fatalf("%s %s: %v\n%s", method, path, err, body)
+	got, _ := io.ReadAll(resp.Body)
+	if out != nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated) {
+		if err := json.Unmarshal(got, out); err != nil {
+			t.Fatalf("%s %s: %v\n%s", method, path, err, got)
 		}
 	}
-	return resp.StatusCode, string(body)
+	return resp.StatusCode, string(got)
 }
 
 const adminSite = `

@@ -1,9 +1,7 @@
 package caddymodule
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -58,15 +56,7 @@ func TestTiersChangeAtRunTimeAndWinOverReloads(t *testing.T) {
 	allowedOf(srv, 5, "X-User", "ann", "X-User-Tier", "pro") // ann spends 5 of 5
 
 	put := func(body string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPut, srv.Admin+"/tollgate/tiers", strings.NewReader(body))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var b bytes.Buffer
-		b.ReadFrom(resp.Body)
-		return resp.StatusCode, b.String()
+		return adminSend(t, srv.Admin, http.MethodPut, "/tollgate/tiers", body, nil)
 	}
 	if status, body := put(`{"credits": {"pro": 8}}`); status != http.StatusOK {
 		t.Fatalf("PUT tiers: %d %s", status, body)
@@ -86,6 +76,7 @@ func TestTiersChangeAtRunTimeAndWinOverReloads(t *testing.T) {
 		`{"nosuch": {"pro": 1}}`:        `unknown zone \"nosuch\"`,
 		`{"credits": {"pro": -2}}`:      "tier pro -2: must be a whole number",
 		`{"credits": {"p p": 2}}`:       `tier name \"p p\"`,
+		`{"credits": {"gold": 2}}`:      `unknown tier \"gold\": the config names pro`,
 		`{"credits": {"pro": "lots"}}`:  "malformed JSON body",
 		`{"credits": `:                  "malformed JSON body",
 		`{"credits": {"pro": 9}} extra`: "malformed JSON body",
@@ -118,16 +109,9 @@ func TestTiersChangeAtRunTimeAndWinOverReloads(t *testing.T) {
 
 func postGrant(t *testing.T, srv *testCaddy, body string) (int, GrantView, string) {
 	t.Helper()
-	resp, err := http.Post(srv.Admin+"/tollgate/grants", "application/json", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var b bytes.Buffer
-	b.ReadFrom(resp.Body)
 	var g GrantView
-	json.Unmarshal(b.Bytes(), &g)
-	return resp.StatusCode, g, b.String()
+	status, got := adminSend(t, srv.Admin, http.MethodPost, "/tollgate/grants", body, &g)
+	return status, g, got
 }
 
 func TestGrantsThroughTheAdminAPI(t *testing.T) {
@@ -174,7 +158,7 @@ func TestGrantsThroughTheAdminAPI(t *testing.T) {
 	for body, want := range map[string]string{
 		`{"zone":"credits","key":"x","amount":-5,"duration":"1h"}`:      "amount -5",
 		`{"zone":"credits","key":"x","amount":0,"duration":"1h"}`:       "amount 0",
-		`{"zone":"nosuch","key":"x","amount":5,"duration":"1h"}`:        `no zone \"nosuch\"`,
+		`{"zone":"nosuch","key":"x","amount":5,"duration":"1h"}`:        `unknown zone \"nosuch\"`,
 		`{"zone":"credits","key":"","amount":5,"duration":"1h"}`:        "key is required",
 		`{"zone":"credits","key":"x","amount":5,"duration":"-1h"}`:      `duration \"-1h\"`,
 		`{"zone":"credits","key":"x","amount":5,"duration":"400d"}`:     `duration \"400d\"`,
@@ -185,9 +169,12 @@ func TestGrantsThroughTheAdminAPI(t *testing.T) {
 		`{"zone":"credits","key":"x","amount":3000000000,"duration":"1h"}`: "amount 3000000000",
 	} {
 		status, _, got := postGrant(t, srv, body)
-		if status < 400 || status >= 500 || !strings.Contains(got, want) {
-			t.Errorf("POST %s: %d %s; want a 4xx with %q", body, status, got, want)
+		if status != http.StatusBadRequest || !strings.Contains(got, want) {
+			t.Errorf("POST %s: %d %s; want 400 with %q", body, status, got, want)
 		}
+	}
+	if status, _ := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/grants/credits/x", nil); status != http.StatusNotFound {
+		t.Errorf("a rejected POST left a grant behind: GET answered %d", status)
 	}
 	if status, _ := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/grants/x/dan", nil); status != http.StatusNotFound {
 		t.Errorf("GET a grant of an unknown zone: %d", status)

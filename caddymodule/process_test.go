@@ -60,6 +60,7 @@ type proc struct {
 	http, admin, gossip, peer int
 	join                      []int // gossip ports of the others
 	limit                     int
+	policy                    bool // reputation on, a tiered zone /credits
 	cmd                       *exec.Cmd
 	exited                    chan struct{}
 	client                    *http.Client
@@ -69,6 +70,22 @@ func (p *proc) caddyfile() string {
 	var join []string
 	for _, port := range p.join {
 		join = append(join, fmt.Sprintf("127.0.0.1:%d", port))
+	}
+	// Every request of a test comes from one client: reputation would cut
+	// its limits as it is denied, so it is off unless the test is about it.
+	reputation, credits, apiPaths, respond := "reputation off", "", "/probe", `{http.tollgate.source} {http.tollgate.remaining}`
+	if p.policy {
+		reputation, apiPaths = "reputation {\n\t\t\tpenalty 5\n\t\t}", "/probe /credits"
+		credits = `tier_from {http.request.header.X-Tier}
+		zone credits {
+			limit 3 1h
+			key {http.request.header.X-Key}
+			tier pro 5
+			match {
+				path /credits
+			}
+		}`
+		respond += " {http.tollgate.client_id}"
 	}
 	return fmt.Sprintf(`{
 	admin 127.0.0.1:%d
@@ -81,6 +98,7 @@ func (p *proc) caddyfile() string {
 	}
 	tollgate {
 		secret %s
+		%s
 		cluster {
 			bind 127.0.0.1:%d
 			peer_listen 127.0.0.1:%d
@@ -95,7 +113,7 @@ http://127.0.0.1:%d {
 			limit %d 1h
 			key {http.request.header.X-Key}
 			match {
-				not path /probe
+				not path %s
 			}
 		}
 		zone probe {
@@ -105,11 +123,12 @@ http://127.0.0.1:%d {
 				path /probe
 			}
 		}
+		%s
 	}
-	respond "{http.tollgate.source} {http.tollgate.remaining}"
+	respond "%s"
 }
-`, p.admin, filepath.Join(p.dir, "storage"), filepath.Join(p.dir, "caddy.log"), processSecret,
-		p.gossip, p.peer, strings.Join(join, " "), p.http, p.limit)
+`, p.admin, filepath.Join(p.dir, "storage"), filepath.Join(p.dir, "caddy.log"), processSecret, reputation,
+		p.gossip, p.peer, strings.Join(join, " "), p.http, p.limit, apiPaths, credits, respond)
 }
 
 // start runs the process and waits until it serves.
@@ -128,13 +147,17 @@ func (p *proc) start() {
 	}
 	p.exited = make(chan struct{})
 	go func() { p.cmd.Wait(); out.Close(); close(p.exited) }()
-	eventually(p.t, 20*time.Second, p.name+" serving", func() bool {
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		resp, err := p.client.Get(fmt.Sprintf("http://127.0.0.1:%d/probe", p.http))
 		if err == nil {
 			resp.Body.Close()
+			return
 		}
-		return err == nil
-	})
+		if time.Now().After(deadline) {
+			stderr, _ := os.ReadFile(filepath.Join(p.dir, "stderr.log"))
+			p.t.Fatalf("%s not serving within 20s:\n%s", p.name, tail(string(stderr), 10))
+		}
+	}
 }
 
 // stop sends SIGTERM (Caddy shuts down gracefully) and waits for the exit.
@@ -152,11 +175,14 @@ func (p *proc) stop() {
 func (p *proc) signal(sig syscall.Signal) { p.cmd.Process.Signal(sig) }
 
 // get sends a request for key and returns the status, the body and how long
-// the answer took.
-func (p *proc) get(path, key string) (int, string, time.Duration) {
+// the answer took. headers are more header names and values.
+func (p *proc) get(path, key string, headers ...string) (int, string, time.Duration) {
 	p.t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", p.http, path), nil)
 	req.Header.Set("X-Key", key)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	start := time.Now()
 	resp, err := p.client.Do(req)
 	if err != nil {
@@ -190,12 +216,18 @@ func (p *proc) logs() string {
 // startCluster starts n Caddy processes that join each other.
 func startCluster(t *testing.T, n, limit int) []*proc {
 	t.Helper()
+	return startClusterOf(t, n, limit, false)
+}
+
+// startClusterOf is startCluster, with the policy zones when policy is set.
+func startClusterOf(t *testing.T, n, limit int, policy bool) []*proc {
+	t.Helper()
 	procs := make([]*proc, n)
 	for i := range procs {
 		procs[i] = &proc{
 			t: t, name: fmt.Sprintf("node%d", i), dir: t.TempDir(),
 			http: stablePort(t), admin: stablePort(t), gossip: stablePort(t), peer: stablePort(t),
-			limit:  limit,
+			limit: limit, policy: policy,
 			client: &http.Client{Timeout: 10 * time.Second},
 		}
 	}
@@ -523,5 +555,93 @@ func TestProcessClusterAdminAPI(t *testing.T) {
 	m := scrape(t, fmt.Sprintf("http://127.0.0.1:%d", procs[0].admin))
 	if m[`tollgate_peer_call_duration_seconds_count{result="ok"}`] == 0 || m[`tollgate_cluster_members`] != 3 {
 		t.Errorf("node0 metrics: peer calls %v, members %v", m[`tollgate_peer_call_duration_seconds_count{result="ok"}`], m[`tollgate_cluster_members`])
+	}
+}
+
+func TestProcessClusterPolicyReachesEveryNodeAndSurvivesRestarts(t *testing.T) {
+	procs := startClusterOf(t, 3, 1000, true)
+	keys := ownedKeys(t, procs, "policy")
+	base := func(p *proc) string { return fmt.Sprintf("http://127.0.0.1:%d", p.admin) }
+	credits := func(key string, tries int, headers ...string) (allowed int, clientID string) {
+		for i := range tries {
+			status, body, _ := procs[i%3].get("/credits", key, headers...)
+			if status == http.StatusOK {
+				allowed++
+			}
+			if f := strings.Fields(body); len(f) == 3 {
+				clientID = f[2]
+			}
+		}
+		return allowed, clientID
+	}
+
+	// A tier limit set through one node's admin API is in effect on all.
+	if status, body := adminSend(t, base(procs[0]), http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 7}}`, nil); status != http.StatusOK {
+		t.Fatalf("PUT /tollgate/tiers: %d %s", status, body)
+	}
+	tierEverywhere := func(want int64) {
+		t.Helper()
+		for _, p := range procs {
+			eventually(t, 10*time.Second, p.name+" having the run-time tier", func() bool {
+				var view TiersView
+				adminDo(t, base(p), http.MethodGet, "/tollgate/tiers", &view)
+				return view.Zones["credits"].Effective["pro"] == want
+			})
+		}
+	}
+	tierEverywhere(7)
+	allowed, clientID := credits(keys[2], 9, "X-Tier", "pro")
+	if allowed != 7 {
+		t.Fatalf("%d of 9 allowed for a pro key, with pro set to 7 at run time", allowed)
+	}
+
+	// A grant given through node0 for a key node1 owns: the base 3, then
+	// the grant's 4.
+	var grant GrantView
+	body := fmt.Sprintf(`{"zone":"credits","key":%q,"amount":4,"duration":"1h"}`, keys[1])
+	if status, got := adminSend(t, base(procs[0]), http.MethodPost, "/tollgate/grants", body, &grant); status != http.StatusCreated {
+		t.Fatalf("POST /tollgate/grants: %d %s", status, got)
+	}
+	if allowed, _ := credits(keys[1], 5); allowed != 5 {
+		t.Fatalf("%d of 5 allowed with a limit of 3 and a grant of 4", allowed)
+	}
+
+	// Two denials so far, 5 points each.
+	reputation := func(p *proc) float64 {
+		t.Helper()
+		var view ClientView
+		if status, got := adminDo(t, base(p), http.MethodGet, "/tollgate/clients/"+clientID, &view); status != http.StatusOK || view.Reputation == nil {
+			t.Fatalf("%s: client view: %d %s", p.name, status, got)
+		}
+		return *view.Reputation
+	}
+	if s := reputation(procs[1]); s < 89.9 || s > 90.1 {
+		t.Fatalf("reputation %g after two denials of 5 points; want 90", s)
+	}
+
+	// Every node restarts in turn; what they kept moves with ownership
+	// and comes back.
+	for i, p := range procs {
+		p.stop()
+		others := append(append([]*proc{}, procs[:i]...), procs[i+1:]...)
+		waitClusterConverged(t, others)
+		p.start()
+		waitClusterConverged(t, procs)
+	}
+	tierEverywhere(7)
+	for _, p := range procs {
+		var g GrantView
+		if status, got := adminDo(t, base(p), http.MethodGet, "/tollgate/grants/credits/"+keys[1], &g); status != http.StatusOK {
+			t.Fatalf("%s: the grant after the restarts: %d %s", p.name, status, got)
+		}
+		if g.Version != grant.Version || g.Used != 2 || g.Remaining != 2 {
+			t.Errorf("%s: the grant after the restarts: %+v; want version %s with 2 used", p.name, g, grant.Version)
+		}
+	}
+	if s := reputation(procs[2]); s < 89.9 || s > 90.1 {
+		t.Errorf("reputation %g after the restarts; want 90 kept", s)
+	}
+	if allowed, _ := credits(keys[2], 3, "X-Tier", "pro"); allowed != 0 {
+		t.Errorf("%d allowed after the restarts for a pro key that had spent its 7", allowed)
 	}
 }

@@ -272,6 +272,9 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 	}
 
 	v.retryAfter = headerSeconds(res[i].RetryAfter)
+	if v.zone.isLease() && v.zone.Lease == "" {
+		v.retryAfter = 1 // a request's own lease frees when any request ends
+	}
 	h.reportDenial(v, reqs[i].Key, clientKey)
 	if h.DryRun {
 		v.decision = decisionDryRunDeny

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -264,15 +265,26 @@ func TestDisconnectFreesItsSlot(t *testing.T) {
 			concurrent 1
 		}
 	}
-	reverse_proxy %s`, strings.TrimPrefix(up.URL, "http://")))
+	reverse_proxy %s
+	handle_errors 429 {
+		respond "{http.error.message}" 429
+	}`, strings.TrimPrefix(up.URL, "http://")))
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/", nil)
 		http.DefaultClient.Do(req)
 	}()
 	eventually(t, 5*time.Second, "the first request holding the slot", func() bool { return up.inFlight.Load() == 1 })
-	if s := srv.status("/"); s != http.StatusTooManyRequests {
-		t.Fatalf("a second request while the slot is held: %d", s)
+	resp, err := http.Get(srv.URL + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" ||
+		!strings.Contains(string(body), `concurrency limit of zone "streams" reached`) {
+		t.Fatalf("a second request while the slot is held: %d, Retry-After %q, %q; want 429, 1 and the reason",
+			resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 	cancel() // the client goes away
 	eventually(t, 5*time.Second, "the slot freed by the disconnect", func() bool {

@@ -431,6 +431,11 @@ func TestGrantsLeasesAndReputationLiveAtTheOwner(t *testing.T) {
 	if !claim(nodes[0], 1) || !claim(nodes[2], 2) || claim(nodes[1], 3) {
 		t.Fatal("two slots were not exactly two across the nodes")
 	}
+	denied := claim(nodes[0], 4)
+	nodes[0].blocked.Wait() // whatever the denial put in the cache is in
+	if denied || !claim(nodes[0], 1) {
+		t.Fatal("a holder was not let in again at the cap through a node that had just been denied a new lease")
+	}
 	if !claim(nodes[2], 1) {
 		t.Fatal("renewing a held lease through another node was denied")
 	}

@@ -524,9 +524,11 @@ func (n *Node) blockedAnswer(now time.Time, reqs []limiter.Request, res []limite
 }
 
 // rememberBlocked caches the denied keys of a reply until they may pass.
+// A full concurrency zone is not remembered: a slot may free at any moment,
+// and a holder of a lease is let in even at the cap.
 func (n *Node) rememberBlocked(now time.Time, reqs []limiter.Request, res []limiter.Result) {
 	for i := range res {
-		if !res[i].Allowed && res[i].RetryAfter > 0 {
+		if !res[i].Allowed && res[i].RetryAfter > 0 && reqs[i].Limit.Algorithm != limiter.Concurrency {
 			n.blocked.SetWithTTL(uint64(reqs[i].Key), now.Add(res[i].RetryAfter).UnixNano(), 1, res[i].RetryAfter)
 		}
 	}

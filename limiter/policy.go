@@ -51,6 +51,9 @@ func (p *ReputationPolicy) Validate() error {
 		if i > 0 && b.Min >= p.Buckets[i-1].Min {
 			return fmt.Errorf("buckets must be given from the highest score down; %g follows %g", b.Min, p.Buckets[i-1].Min)
 		}
+		if i > 0 && b.Factor > p.Buckets[i-1].Factor {
+			return fmt.Errorf("bucket from %g: factor %g is above the %g of the bucket from %g; a lower score cannot get more", b.Min, b.Factor, p.Buckets[i-1].Factor, p.Buckets[i-1].Min)
+		}
 	}
 	if last := p.Buckets[len(p.Buckets)-1]; last.Min != 0 {
 		return fmt.Errorf("the lowest bucket must start at 0, not %g", last.Min)

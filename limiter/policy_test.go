@@ -114,6 +114,7 @@ func TestReputationPolicyValidate(t *testing.T) {
 		{ReputationPolicy{Penalty: 1, RecoveryPerHour: 0, Buckets: DefaultBuckets}, "recovery 0"},
 		{ReputationPolicy{Penalty: 1, RecoveryPerHour: 1, Buckets: []Bucket{{50, 1}, {75, 0.5}, {0, 0.1}}}, "from the highest score down"},
 		{ReputationPolicy{Penalty: 1, RecoveryPerHour: 1, Buckets: []Bucket{{50, 1}, {10, 0.5}}}, "must start at 0"},
+		{ReputationPolicy{Penalty: 1, RecoveryPerHour: 1, Buckets: []Bucket{{50, 0.5}, {0, 0.8}}}, "a lower score cannot get more"},
 		{ReputationPolicy{Penalty: 1, RecoveryPerHour: 1, Buckets: []Bucket{{50, 1.5}, {0, 0.5}}}, "factor 1.5"},
 	} {
 		if err := tc.p.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -438,19 +438,24 @@ func (n *Node) penalizeAsync(owner string, client limiter.Key) {
 
 // local performs op on this node's own engine.
 func (n *Node) local(now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
+	return apply(n.engine, now, op, client, reqs, res)
+}
+
+// apply performs op on engine e.
+func apply(e *limiter.Engine, now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
 	switch op {
 	case opPeek:
 		for i := range reqs {
-			res[i] = n.engine.Peek(now, reqs[i])
+			res[i] = e.Peek(now, reqs[i])
 		}
 		return true, limiter.FullScore
 	case opRefund:
 		for i := range reqs {
-			n.engine.Refund(now, reqs[i])
+			e.Refund(now, reqs[i])
 		}
 		return true, limiter.FullScore
 	}
-	return n.engine.TakeFor(now, client, reqs, res)
+	return e.TakeFor(now, client, reqs, res)
 }
 
 // SetFallback changes what the node does for owners it cannot reach; a
@@ -489,19 +494,7 @@ func (n *Node) fallbackTake(now time.Time, op byte, client limiter.Key, reqs []l
 		r.Limit = r.Limit.Scale(ratio)
 		scaled = append(scaled, r)
 	}
-	switch op {
-	case opPeek:
-		for i := range scaled {
-			res[i] = n.fallback.Peek(now, scaled[i])
-		}
-		return true, limiter.FullScore
-	case opRefund:
-		for _, r := range scaled {
-			n.fallback.Refund(now, r)
-		}
-		return true, limiter.FullScore
-	}
-	return n.fallback.TakeFor(now, client, scaled, res)
+	return apply(n.fallback, now, op, client, scaled, res)
 }
 
 // blockedAnswer answers from the blocked cache if one of the keys is known

@@ -281,4 +281,17 @@ func TestHandoffCarriesGrantsLeasesAndReputation(t *testing.T) {
 	if s := dst.Reputation(t0, client); s != 91 {
 		t.Errorf("reputation after the move: %g; want 91", s)
 	}
+
+	// A newer grant at the destination: what arrives of the older one, and
+	// a count tagged with an older version, are ignored.
+	dst.PutGrant(t0, zoneKey, Grant{Version: version(2), Created: 2, Amount: 4, Expires: t0.Add(time.Hour).UnixNano()})
+	dst.Merge(t0, []State{
+		{Key: zoneKey, Kind: KindGrant, Expires: t0.Add(time.Hour).UnixNano(), Used: 3, UsedVersion: version(1),
+			Grant: Grant{Version: version(1), Created: 1, Amount: 5, Expires: t0.Add(time.Hour).UnixNano()}},
+		{Key: zoneKey, Kind: KindGrant, Expires: t0.Add(time.Hour).UnixNano(), Used: 3, UsedVersion: version(1),
+			Grant: Grant{Version: version(2), Created: 2, Amount: 4, Expires: t0.Add(time.Hour).UnixNano()}},
+	})
+	if g, ok := dst.GetGrant(t0, zoneKey); !ok || g.Version != version(2) || g.Used != 0 {
+		t.Errorf("the newer grant after stale states arrived: %+v %v; want version 2, nothing used", g, ok)
+	}
 }

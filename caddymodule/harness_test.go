@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,15 +40,33 @@ type caddyOptions struct {
 	logLevel string // of the default log; DEBUG if empty
 }
 
-// freePort returns a loopback TCP port that was free a moment ago.
+// A port is handed out once per test run: it is free when chosen but not
+// held, so two choices in a row could otherwise pick it twice.
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
+
+// freePort returns a loopback TCP port that was free a moment ago, and
+// that no other caller of freePort or stablePort in this run was given.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("finding a free port: %v", err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			return port
+		}
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port that was not given out already")
+	return 0
 }
 
 // startCaddy runs a Caddy with one site on loopback whose body is site, and

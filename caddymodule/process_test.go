@@ -151,11 +151,19 @@ func (p *proc) start() {
 		resp, err := p.client.Get(fmt.Sprintf("http://127.0.0.1:%d/probe", p.http))
 		if err == nil {
 			resp.Body.Close()
-			return
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
 		}
-		if time.Now().After(deadline) {
+		exited := false
+		select {
+		case <-p.exited:
+			exited = true
+		default:
+		}
+		if exited || time.Now().After(deadline) {
 			stderr, _ := os.ReadFile(filepath.Join(p.dir, "stderr.log"))
-			p.t.Fatalf("%s not serving within 20s:\n%s", p.name, tail(string(stderr), 10))
+			p.t.Fatalf("%s not serving (exited: %v):\n%s", p.name, exited, tail(string(stderr), 10))
 		}
 	}
 }
@@ -281,12 +289,17 @@ func waitClusterConverged(t *testing.T, procs []*proc) {
 // by some client's outgoing connection in the meantime.
 func stablePort(t testing.TB) int {
 	t.Helper()
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	low := 32768
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
 		fmt.Sscanf(string(b), "%d", &low)
 	}
 	for range 1000 {
 		port := 10000 + rand.IntN(max(1, low-10000))
+		if portsGiven[port] {
+			continue
+		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			continue
@@ -297,6 +310,7 @@ func stablePort(t testing.TB) int {
 			continue
 		}
 		u.Close()
+		portsGiven[port] = true
 		return port
 	}
 	t.Fatal("no free port below the ephemeral range")

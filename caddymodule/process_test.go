@@ -655,6 +655,11 @@ func TestProcessClusterPolicyReachesEveryNodeAndSurvivesRestarts(t *testing.T) {
 	if s := reputation(procs[2]); s < 89.9 || s > 90.1 {
 		t.Errorf("reputation %g after the restarts; want 90 kept", s)
 	}
+	var buckets ReputationView
+	adminDo(t, base(procs[0]), http.MethodGet, "/tollgate/reputation", &buckets)
+	if len(buckets.Buckets) != 4 || buckets.Buckets[0].Clients != 1 || len(buckets.Unreachable) != 0 {
+		t.Errorf("reputation buckets across the cluster: %+v; want the one client in the top bucket", buckets)
+	}
 	if allowed, _ := credits(keys[2], 3, "X-Tier", "pro"); allowed != 0 {
 		t.Errorf("%d allowed after the restarts for a pro key that had spent its 7", allowed)
 	}

@@ -1,9 +1,11 @@
 package caddymodule
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -412,4 +414,73 @@ func TestStateSurvivesARestart(t *testing.T) {
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/grants/api/ivy", &g); status != http.StatusOK || g.Amount != 3 {
 		t.Errorf("ivy's grant after a restart: %d %s", status, body)
 	}
+}
+
+// upgradeUpstream is a backend that switches every request to an echo
+// protocol and keeps the connection until the client closes it.
+func upgradeUpstream(t *testing.T) *httptest.Server {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer conn.Close()
+		buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n")
+		buf.Flush()
+		io.Copy(conn, buf)
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+func TestAnUpgradedConnectionHoldsItsSlotUntilItCloses(t *testing.T) {
+	up := upgradeUpstream(t)
+	srv := startCaddy(t, "", fmt.Sprintf(`
+	tollgate {
+		zone streams {
+			concurrent 1
+			key {http.request.header.X-User}
+		}
+	}
+	reverse_proxy %s`, strings.TrimPrefix(up.URL, "http://")))
+	addr := strings.TrimPrefix(srv.URL, "http://")
+
+	// open sends an upgrade request and returns the connection and the
+	// status line's code.
+	open := func() (net.Conn, int) {
+		t.Helper()
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		fmt.Fprintf(conn, "GET /socket HTTP/1.1\r\nHost: %s\r\nX-User: gus\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n", addr)
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return conn, resp.StatusCode
+	}
+	first, status := open()
+	if status != http.StatusSwitchingProtocols {
+		t.Fatalf("the first upgrade: %d", status)
+	}
+	// The tunnel works, and holds the only slot.
+	fmt.Fprint(first, "ping")
+	got := make([]byte, 4)
+	if _, err := io.ReadFull(first, got); err != nil || string(got) != "ping" {
+		t.Fatalf("echo through the tunnel: %q %v", got, err)
+	}
+	second, status := open()
+	second.Close()
+	if status != http.StatusTooManyRequests {
+		t.Fatalf("a second upgrade while the first is open: %d; want 429", status)
+	}
+	first.Close()
+	eventually(t, 5*time.Second, "the slot freed when the tunnel closed", func() bool {
+		conn, status := open()
+		conn.Close()
+		return status == http.StatusSwitchingProtocols
+	})
 }

@@ -141,16 +141,14 @@ func (a *App) validateTierOverrides(body map[string]map[string]int64) error {
 // setTierOverrides puts a new tier table in effect here, sends it to every
 // node and keeps it in storage.
 func (a *App) setTierOverrides(zones map[string]map[string]int64) error {
-	t := &tierTable{Zones: zones, Version: time.Now().UnixNano(), Origin: a.node.Name()}
-	raw, err := json.Marshal(t)
+	raw, err := json.Marshal(zones)
 	if err != nil {
 		return err
 	}
 	v := a.node.Publish(tiersSharedName, raw)
-	t.Version, t.Origin = v.Version, v.Origin
-	raw, _ = json.Marshal(t)
+	t := &tierTable{Zones: zones, Version: v.Version, Origin: v.Origin}
 	a.state.tiers.store(t)
-	if err := a.state.saveTiers(raw); err != nil {
+	if err := a.state.saveTiers(t); err != nil {
 		a.logger.Error("keeping the tier table", zap.Error(err))
 	}
 	a.logger.Info("tier limits changed through the admin API", zap.Int("zones", len(zones)))
@@ -163,7 +161,6 @@ func (a *App) tiersView() TiersView {
 	if t != nil {
 		view.OverridesVersion, view.OverridesOrigin = t.Version, t.Origin
 	}
-	overrides := t.clone()
 	for _, z := range a.zonesNamed("") {
 		if _, done := view.Zones[z.Name]; done {
 			continue
@@ -175,7 +172,7 @@ func (a *App) tiersView() TiersView {
 		for tier, n := range z.Tiers {
 			tv.Caddyfile[tier], tv.Effective[tier] = n, n
 		}
-		for tier, n := range overrides[z.Name] {
+		for tier, n := range t.zone(z.Name) {
 			tv.Overrides[tier], tv.Effective[tier] = n, n
 		}
 		view.Zones[z.Name] = tv

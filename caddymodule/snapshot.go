@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io/fs"
 	"strings"
@@ -101,14 +102,18 @@ func (s *state) restoreTiers(ctx context.Context, logger *zap.Logger) {
 	s.mu.Lock()
 	node := s.node
 	s.mu.Unlock()
-	node.Restore(tiersSharedName, cluster.SharedValue{Value: b, Version: t.Version, Origin: t.Origin})
+	node.Restore(tiersSharedName, t.sharedValue())
 }
 
 // saveTiers keeps the tier table in storage.
-func (s *state) saveTiers(b []byte) error {
+func (s *state) saveTiers(t *tierTable) error {
 	ref := s.storage.Load()
 	if ref == nil {
 		return nil
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -122,14 +127,14 @@ func (s *state) sharedArrived(logger *zap.Logger) func(string, cluster.SharedVal
 		if name != tiersSharedName {
 			return
 		}
-		t, err := decodeTierTable(v.Value)
+		t, err := tierTableOf(v)
 		if err != nil {
 			logger.Error("a tier table from another node", zap.Error(err))
 			return
 		}
 		if s.tiers.store(t) {
 			logger.Info("tier limits changed on another node", zap.String("origin", t.Origin))
-			if err := s.saveTiers(v.Value); err != nil {
+			if err := s.saveTiers(t); err != nil {
 				logger.Error("keeping the tier table", zap.Error(err))
 			}
 		}

@@ -5,8 +5,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"sync/atomic"
+
+	"github.com/tollgate/tollgate/cluster"
 )
 
 // tierTable is the tier limits changed at run time through the admin API:
@@ -26,14 +27,12 @@ func (t *tierTable) get(zone, tier string) (int64, bool) {
 	return n, ok
 }
 
-func (t *tierTable) clone() map[string]map[string]int64 {
-	out := make(map[string]map[string]int64)
-	if t != nil {
-		for z, tiers := range t.Zones {
-			out[z] = maps.Clone(tiers)
-		}
+// zone returns the overrides of one zone (nil when there are none).
+func (t *tierTable) zone(name string) map[string]int64 {
+	if t == nil {
+		return nil
 	}
-	return out
+	return t.Zones[name]
 }
 
 // tiersSharedName is the name of the tier table among the cluster's shared
@@ -46,6 +45,24 @@ const (
 func decodeTierTable(b []byte) (*tierTable, error) {
 	t := new(tierTable)
 	if err := json.Unmarshal(b, t); err != nil {
+		return nil, fmt.Errorf("decoding tier table: %w", err)
+	}
+	return t, nil
+}
+
+// The cluster shares the zones alone: the version and origin that order
+// tables are the shared value's, so every node orders them the same way.
+
+// sharedValue returns t as the cluster shares it.
+func (t *tierTable) sharedValue() cluster.SharedValue {
+	raw, _ := json.Marshal(t.Zones)
+	return cluster.SharedValue{Value: raw, Version: t.Version, Origin: t.Origin}
+}
+
+// tierTableOf returns the table a shared value carries.
+func tierTableOf(v cluster.SharedValue) (*tierTable, error) {
+	t := &tierTable{Version: v.Version, Origin: v.Origin}
+	if err := json.Unmarshal(v.Value, &t.Zones); err != nil {
 		return nil, fmt.Errorf("decoding tier table: %w", err)
 	}
 	return t, nil

@@ -231,7 +231,7 @@ func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request
 	}
 	if client != 0 && n.reputation.Load() != nil {
 		if m, _ := st.ring.Owner(client.Route()); m.Name != owner.Name {
-			return n.takeAway(st, owner, now, client, reqs, res)
+			return n.takeAway(st, owner, m.Name, now, client, reqs, res)
 		}
 	}
 	return n.takeAt(st, owner, now, opTake, client, reqs, res)
@@ -239,13 +239,13 @@ func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request
 
 // takeAway takes reqs at an owner that does not keep the client's
 // reputation: with limits scaled to the client's score, and a denial
-// reported to the client's owner.
-func (n *Node) takeAway(st *ringState, owner Member, now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
-	score := n.clientScore(now, st, client)
+// reported to clientOwner.
+func (n *Node) takeAway(st *ringState, owner Member, clientOwner string, now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
+	score := n.clientScore(now, clientOwner, client)
 	var buf [8]limiter.Request
 	ok, src, _ := n.takeAt(st, owner, now, opTake, 0, n.scaleFor(score, reqs, buf[:]), res)
 	if !ok && src != SourceFallback {
-		score = n.penalizeRemote(now, st, client, score)
+		score = n.penalizeRemote(now, clientOwner, client, score)
 	}
 	return ok, src, score
 }
@@ -289,12 +289,13 @@ func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs
 		src   Source
 	}
 	var groups []*group
-	clientOwner := ""
+	clientOwner := "" // the node keeping the client's score
 	if client != 0 {
 		m, _ := st.ring.Owner(client.Route())
 		clientOwner = m.Name
 		groups = append(groups, &group{owner: m})
 	}
+	scoreAsked := false // the client's owner decides a group, and is asked with it
 	for i := range reqs {
 		m, _ := st.ring.Owner(reqs[i].Key.Route())
 		j := slices.IndexFunc(groups, func(g *group) bool { return g.owner.Name == m.Name })
@@ -305,12 +306,13 @@ func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs
 		groups[j].idx = append(groups[j].idx, i)
 	}
 	src, score := SourceOwner, limiter.FullScore
-	if len(groups) > 0 && len(groups[0].idx) == 0 {
-		groups = groups[1:] // the client's owner decides none of these zones
-		if n.reputation.Load() != nil {
-			score = n.clientScore(now, st, client)
+	if client != 0 {
+		if scoreAsked = len(groups[0].idx) > 0; !scoreAsked {
+			groups = groups[1:] // the client's owner decides none of these zones
+			if n.reputation.Load() != nil {
+				score = n.clientScore(now, clientOwner, client)
+			}
 		}
-		clientOwner = ""
 	}
 	for gi, g := range groups {
 		sub := make([]limiter.Request, len(g.idx))
@@ -319,7 +321,7 @@ func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs
 			sub[k] = reqs[i]
 		}
 		c := limiter.Key(0)
-		if g.owner.Name == clientOwner {
+		if scoreAsked && g.owner.Name == clientOwner {
 			c = client
 		} else if client != 0 {
 			sub = n.scaleFor(score, sub, sub)
@@ -328,8 +330,8 @@ func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs
 		switch {
 		case c != 0:
 			score = sc
-		case !ok && client != 0 && s != SourceFallback && n.reputation.Load() != nil:
-			score = n.penalizeRemote(now, st, client, score)
+		case !ok && client != 0 && s != SourceFallback:
+			score = n.penalizeRemote(now, clientOwner, client, score)
 		}
 		g.src = s
 		if s > src {

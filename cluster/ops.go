@@ -116,8 +116,14 @@ func (n *Node) askLocal(kind byte, body []byte) (*decoder, error) {
 	return &decoder{b: enc.b}, nil
 }
 
-// askNode runs a query at the named node.
+// askNode runs a query at the named node, allowing it the time of an
+// admin request.
 func (n *Node) askNode(name string, kind byte, body []byte) (*decoder, error) {
+	return n.askNodeWithin(name, kind, body, max(n.cfg.CallTimeout, time.Second))
+}
+
+// askNodeWithin runs a query at the named node, allowing it within.
+func (n *Node) askNodeWithin(name string, kind byte, body []byte, within time.Duration) (*decoder, error) {
 	if name == n.name {
 		return n.askLocal(kind, body)
 	}
@@ -127,7 +133,7 @@ func (n *Node) askNode(name string, kind byte, body []byte) (*decoder, error) {
 	}
 	c := newCall(kind)
 	c.body = body
-	if err := p.do(c, time.Now().Add(max(n.cfg.CallTimeout, time.Second))); err != nil {
+	if err := p.do(c, time.Now().Add(within)); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, name, err)
 	}
 	return &decoder{b: c.reply}, nil
@@ -210,9 +216,18 @@ func (n *Node) Leases(key limiter.Key) ([]limiter.Lease, error) {
 
 // Reputation returns the score of the client kept under key, at its owner.
 func (n *Node) Reputation(key limiter.Key) (float64, error) {
+	if n.standalone {
+		return n.engine.Reputation(time.Now(), key), nil
+	}
+	owner, _ := n.state.Load().ring.Owner(key.Route())
+	return n.reputationAt(owner.Name, key, max(n.cfg.CallTimeout, time.Second))
+}
+
+// reputationAt asks the named node for the score kept under key.
+func (n *Node) reputationAt(name string, key limiter.Key, within time.Duration) (float64, error) {
 	e := &encoder{}
 	e.u64(uint64(key))
-	d, err := n.ask(key, msgReputation, e.b)
+	d, err := n.askNodeWithin(name, msgReputation, e.b, within)
 	if err != nil {
 		return 0, err
 	}

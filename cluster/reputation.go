@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"math"
 	"sync"
 	"time"
 
@@ -29,37 +28,23 @@ func (n *Node) SetReputation(p *limiter.ReputationPolicy) {
 	}
 }
 
-// remoteScore returns the score of client, whose owner is not this node:
-// the cached one, else asks the owner. An owner that cannot be asked gives
-// a full score for a while: not knowing is no reason to cut anyone's limit.
-func (n *Node) remoteScore(now time.Time, owner string, client limiter.Key) float64 {
+// clientScore returns the score of client, kept by the node named owner:
+// read here if that is this node, else the one cached here, else asked of
+// the owner. An owner that cannot be asked gives a full score for a while:
+// not knowing is no reason to cut anyone's limit.
+func (n *Node) clientScore(now time.Time, owner string, client limiter.Key) float64 {
+	if owner == n.name && !n.leaving.Load() {
+		return n.engine.Reputation(now, client)
+	}
 	if s, ok := n.scores.get(client, now); ok {
 		return s
 	}
-	score := limiter.FullScore
-	if p := n.peerFor(owner); p != nil && p.breaker.allow(now) {
-		c := newCall(msgReputation)
-		e := &encoder{}
-		e.u64(uint64(client))
-		c.body = e.b
-		if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err == nil {
-			d := &decoder{b: c.reply}
-			if s := float64(math.Float32frombits(d.u32())); d.err == nil {
-				score = s
-			}
-		}
+	score, err := n.reputationAt(owner, client, n.cfg.CallTimeout)
+	if err != nil {
+		score = limiter.FullScore
 	}
 	n.scores.set(client, score, now)
 	return score
-}
-
-// clientScore returns the score of client wherever it lives.
-func (n *Node) clientScore(now time.Time, st *ringState, client limiter.Key) float64 {
-	m, _ := st.ring.Owner(client.Route())
-	if m.Name == n.name && !n.leaving.Load() {
-		return n.engine.Reputation(now, client)
-	}
-	return n.remoteScore(now, m.Name, client)
 }
 
 // scaleFor returns reqs with their rate limits scaled to score, in buf when
@@ -86,16 +71,15 @@ func (n *Node) scaleFor(score float64, reqs []limiter.Request, buf []limiter.Req
 // penalizeRemote records a violation of client, decided at a node that is
 // not the client's owner, and returns the client's score as this node now
 // believes it.
-func (n *Node) penalizeRemote(now time.Time, st *ringState, client limiter.Key, score float64) float64 {
+func (n *Node) penalizeRemote(now time.Time, owner string, client limiter.Key, score float64) float64 {
 	p := n.reputation.Load()
 	if p == nil {
 		return limiter.FullScore
 	}
-	m, _ := st.ring.Owner(client.Route())
-	if m.Name == n.name && !n.leaving.Load() {
+	if owner == n.name && !n.leaving.Load() {
 		return n.engine.Penalize(now, client)
 	}
-	n.penalizeAsync(m.Name, client)
+	n.penalizeAsync(owner, client)
 	score = max(0, score-p.Penalty)
 	n.scores.set(client, score, now)
 	return score

@@ -85,7 +85,7 @@ const bytesPerKey = 80
 
 func (adminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	if r.Method != http.MethodGet {
-		return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed; use GET", r.Method)}
+		return methodNotAllowed(r, "GET")
 	}
 	st, err := currentState()
 	if err != nil {
@@ -153,22 +153,19 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 	raw := strings.TrimPrefix(r.URL.EscapedPath(), "/tollgate/clients/")
 	id, err := url.PathUnescape(raw)
 	if err != nil || id == "" || strings.Contains(raw, "/") {
-		return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf("want /tollgate/clients/{id}, with the id URL-escaped; got %q", r.URL.Path)}
+		return badRequest("want /tollgate/clients/{id}, with the id URL-escaped; got %q", r.URL.Path)
 	}
-	st, err := currentState()
+	app, err := runningApp()
 	if err != nil {
 		return err
 	}
-	app := st.currentApp()
-	if app == nil {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("tollgate is starting")}
-	}
-	zones := app.zonesNamed(r.URL.Query().Get("zone"))
+	zoneName := r.URL.Query().Get("zone")
+	zones := app.zonesNamed(zoneName)
 	if len(zones) == 0 {
-		if name := r.URL.Query().Get("zone"); name != "" {
-			return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no zone %q in the running config", name)}
+		if zoneName != "" {
+			return notFound("no zone %q in the running config", zoneName)
 		}
-		return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf("no zone in the running config")}
+		return notFound("no zone in the running config")
 	}
 	keyHash := app.hasher.Sum64(id)
 	switch r.Method {
@@ -190,11 +187,14 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 		}
 		return writeJSON(w, view)
 	case http.MethodDelete:
-		keys := make([]limiter.Key, len(zones))
+		keys := make([]limiter.Key, 0, len(zones)+1)
 		out := ResetResult{ID: id, ZonesReset: []string{}}
-		for i, z := range zones {
-			keys[i] = limiter.ZoneKey(keyHash, z.seed)
+		for _, z := range zones {
+			keys = append(keys, limiter.ZoneKey(keyHash, z.seed))
 			out.ZonesReset = append(out.ZonesReset, z.Name)
+		}
+		if rk := app.reputationKey(keyHash); rk != 0 && zoneName == "" {
+			keys = append(keys, rk) // the whole client: its reputation too
 		}
 		out.Unreachable = app.node.Reset(keys...)
 		if out.Unreachable == nil {
@@ -204,7 +204,7 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 			zap.String("key_hash", strconv.FormatUint(keyHash, 16)))
 		return writeJSON(w, out)
 	}
-	return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed; use GET or DELETE", r.Method)}
+	return methodNotAllowed(r, "GET or DELETE")
 }
 
 // zoneView reads one zone's state for a key at its owner.
@@ -217,7 +217,10 @@ func (a *App) zoneView(z *Zone, keyHash uint64, id string) (ZoneView, error) {
 			return zv, err
 		}
 		zv.Limit, zv.Remaining = z.Concurrent, max(0, z.Concurrent-int64(len(leases)))
-		zv.Exhausted, zv.Source = zv.Remaining == 0, "owner"
+		zv.Exhausted, zv.Source = zv.Remaining == 0, cluster.SourceOwner.String()
+		if a.node.Owner(key).Name != a.node.Name() {
+			zv.Source = cluster.SourcePeer.String()
+		}
 		for _, l := range leases {
 			zv.Leases = append(zv.Leases, LeaseView{ID: strconv.FormatUint(l.ID, 16), Expires: time.Unix(0, l.Expires).UTC()})
 		}

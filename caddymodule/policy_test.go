@@ -371,6 +371,14 @@ func TestReputationThroughCaddy(t *testing.T) {
 	if m[`tollgate_reputation_clients{bucket="50"}`] != 1 {
 		t.Errorf("reputation metric: %v", m[`tollgate_reputation_clients{bucket="50"}`])
 	}
+	// Resetting the client clears its reputation with its counters.
+	if status, body := adminDo(t, srv.Admin, http.MethodDelete, "/tollgate/clients/"+clientID, nil); status != http.StatusOK {
+		t.Fatalf("DELETE client: %d %s", status, body)
+	}
+	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/"+clientID, &cv)
+	if cv.Reputation == nil || *cv.Reputation != 100 {
+		t.Fatalf("reputation after a reset: %v; want 100", cv.Reputation)
+	}
 }
 
 func TestStateSurvivesARestart(t *testing.T) {

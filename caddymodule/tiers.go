@@ -1,8 +1,6 @@
 package caddymodule
 
 import (
-	"crypto/rand"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
@@ -84,20 +82,4 @@ func (h *tiersHolder) store(t *tierTable) bool {
 			return true
 		}
 	}
-}
-
-// randomLeaseID names the lease of one request.
-func randomLeaseID() uint64 {
-	var b [8]byte
-	rand.Read(b[:])
-	return binary.LittleEndian.Uint64(b[:]) | 1
-}
-
-// mustRandom returns n random bytes.
-func mustRandom(n int) []byte {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic("tollgate: no randomness: " + err.Error())
-	}
-	return b
 }

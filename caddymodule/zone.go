@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -154,7 +155,8 @@ func (z *Zone) validate() error {
 			return fmt.Errorf("zone %q: tier %s %v", z.Name, tier, err)
 		}
 	}
-	if z.isLease() || z.Concurrent != 0 {
+	if z.Concurrent != 0 {
+		ttl := time.Duration(z.TTL)
 		switch {
 		case z.Concurrent < 1 || z.Concurrent > maxConcurrent:
 			return fmt.Errorf("zone %q: concurrent %d: must be a whole number from 1 to %d", z.Name, z.Concurrent, maxConcurrent)
@@ -162,10 +164,8 @@ func (z *Zone) validate() error {
 			return fmt.Errorf("zone %q: a zone has either limit or concurrent, not both", z.Name)
 		case z.Algorithm != "" || z.Burst != 0:
 			return fmt.Errorf("zone %q: algorithm and burst are for limit zones, not concurrent ones", z.Name)
-		case z.TTL < 0 || time.Duration(z.TTL) > limiter.MaxWindow:
-			return fmt.Errorf("zone %q: ttl %s: must be from 1s to %s", z.Name, time.Duration(z.TTL), limiter.MaxWindow)
-		case z.TTL != 0 && time.Duration(z.TTL) < time.Second:
-			return fmt.Errorf("zone %q: ttl %s: must be from 1s to %s", z.Name, time.Duration(z.TTL), limiter.MaxWindow)
+		case ttl != 0 && (ttl < time.Second || ttl > limiter.MaxWindow):
+			return fmt.Errorf("zone %q: ttl %s: must be from 1s to %s", z.Name, ttl, limiter.MaxWindow)
 		}
 		return nil
 	}
@@ -205,25 +205,19 @@ func (z *Zone) validateTierLimit(n int64) error {
 	return nil
 }
 
-func validateTierName(name string) error {
-	if name == "" {
-		return fmt.Errorf("tier without a name")
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return fmt.Errorf("tier name %q: only letters, digits, '_', '-' and '.' are allowed", name)
-		}
-	}
-	return nil
-}
+func validateTierName(name string) error { return validateName("tier", name) }
 
-func validateZoneName(name string) error {
+func validateZoneName(name string) error { return validateName("zone", name) }
+
+// validateName checks the name of a zone or tier: letters, digits, '_',
+// '-' and '.', so it needs no quoting in headers, logs or metrics.
+func validateName(what, name string) error {
 	if name == "" {
-		return fmt.Errorf("zone without a name")
+		return fmt.Errorf("%s without a name", what)
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
-			return fmt.Errorf("zone name %q: only letters, digits, '_', '-' and '.' are allowed", name)
+			return fmt.Errorf("%s name %q: only letters, digits, '_', '-' and '.' are allowed", what, name)
 		}
 	}
 	return nil
@@ -306,7 +300,7 @@ func (z *Zone) limitFor(tier string, overrides *tierTable) limiter.Limit {
 // it is named (held across requests) rather than the request's own.
 func (z *Zone) leaseID(h limiter.Hasher, q *request) (uint64, bool) {
 	if z.Lease == "" {
-		return randomLeaseID(), false
+		return rand.Uint64() | 1, false // a request's own: unique is enough
 	}
 	name := z.Lease
 	if !z.leaseFixed {

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -106,7 +107,9 @@ type heldLeases struct {
 	named []bool
 	src   cluster.Source
 	timer *time.Timer
-	done  chan struct{}
+
+	mu   sync.Mutex // a renewal and the release never interleave
+	done bool
 }
 
 // hold starts renewing the leases every half TTL.
@@ -115,24 +118,24 @@ func (l *heldLeases) hold() {
 	for _, r := range l.reqs[1:] {
 		ttl = min(ttl, r.Limit.Window)
 	}
-	l.done = make(chan struct{})
-	var renew func()
-	renew = func() {
-		select {
-		case <-l.done:
-			return
-		default:
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.timer = time.AfterFunc(ttl/2, func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if l.done {
+			return // released: a renewal now would claim the slots again
 		}
-		res := make([]limiter.Result, len(l.reqs))
-		l.node.Take(time.Now(), l.reqs, res)
+		l.node.Take(time.Now(), l.reqs, make([]limiter.Result, len(l.reqs)))
 		l.timer.Reset(ttl / 2)
-	}
-	l.timer = time.AfterFunc(ttl/2, renew)
+	})
 }
 
 // release stops renewing and gives back the request's own leases.
 func (l *heldLeases) release() {
-	close(l.done)
+	l.mu.Lock()
+	l.done = true
+	l.mu.Unlock()
 	l.timer.Stop()
 	now := time.Now()
 	for i, r := range l.reqs {

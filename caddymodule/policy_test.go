@@ -492,3 +492,30 @@ func TestAnUpgradedConnectionHoldsItsSlotUntilItCloses(t *testing.T) {
 		return status == http.StatusSwitchingProtocols
 	})
 }
+
+func TestALongRequestKeepsItsSlotPastTheTTL(t *testing.T) {
+	up := newSlowUpstream(t)
+	srv := startCaddy(t, "", fmt.Sprintf(`
+	tollgate {
+		zone streams {
+			concurrent 1
+			ttl 1s
+		}
+	}
+	reverse_proxy %s`, strings.TrimPrefix(up.URL, "http://")))
+	done := make(chan int, 1)
+	go func() { done <- srv.status("/") }()
+	eventually(t, 5*time.Second, "the first request holding the slot", func() bool { return up.inFlight.Load() == 1 })
+	// Three TTLs on, the lease has been renewed while the request lives.
+	time.Sleep(3 * time.Second)
+	if s := srv.status("/"); s != http.StatusTooManyRequests {
+		t.Fatalf("a second request three TTLs into the first: %d; want 429", s)
+	}
+	close(up.release)
+	if s := <-done; s != http.StatusOK {
+		t.Fatalf("the long request: %d", s)
+	}
+	if s := srv.status("/"); s != http.StatusOK {
+		t.Fatalf("after the long request ended: %d; want its slot free", s)
+	}
+}

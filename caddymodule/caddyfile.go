@@ -505,10 +505,11 @@ func parseReputation(d *caddyfile.Dispenser) (*ReputationConfig, error) {
 		}
 		seen[sub] = true
 		args := d.RemainingArgs()
-		number := func(s, what string, lo, hi float64) (float64, error) {
+		// positive reads a number above 0 and at most hi.
+		positive := func(s, what string, hi float64) (float64, error) {
 			v, err := strconv.ParseFloat(s, 64)
-			if err != nil || v < lo || v > hi || (lo == 0 && v == 0 && what != "from") {
-				return 0, d.Errf("tollgate: reputation %s %q: must be a number from %g to %g", what, s, lo, hi)
+			if err != nil || !(v > 0 && v <= hi) {
+				return 0, d.Errf("tollgate: reputation %s %q: must be a number above 0 and at most %g", what, s, hi)
 			}
 			return v, nil
 		}
@@ -518,20 +519,22 @@ func parseReputation(d *caddyfile.Dispenser) (*ReputationConfig, error) {
 			if len(args) != 1 {
 				return nil, d.Errf("tollgate: reputation penalty takes 1 argument, got %d: penalty <points per denial>", len(args))
 			}
-			c.Penalty, err = number(args[0], "penalty", 0, 100)
+			c.Penalty, err = positive(args[0], "penalty", 100)
 		case "recovery":
 			if len(args) != 1 {
 				return nil, d.Errf("tollgate: reputation recovery takes 1 argument, got %d: recovery <points per hour>", len(args))
 			}
-			c.Recovery, err = number(args[0], "recovery", 0, 1e6)
+			c.Recovery, err = positive(args[0], "recovery", 1e6)
 		case "bucket":
 			if len(args) != 2 {
 				return nil, d.Errf("tollgate: reputation bucket takes 2 arguments, got %d: bucket <from score> <factor>, e.g. bucket 50 0.6", len(args))
 			}
 			var b BucketConfig
-			if b.From, err = number(args[0], "from", 0, 100); err == nil {
-				b.Factor, err = number(args[1], "factor", 0, 1)
+			b.From, err = strconv.ParseFloat(args[0], 64)
+			if err != nil || !(b.From >= 0 && b.From <= 100) {
+				return nil, d.Errf("tollgate: reputation bucket from %q: must be a score from 0 to 100", args[0])
 			}
+			b.Factor, err = positive(args[1], "factor", 1)
 			c.Buckets = append(c.Buckets, b)
 		default:
 			return nil, d.Errf("tollgate: reputation: unknown subdirective %q (allowed: penalty, recovery, bucket)", sub)

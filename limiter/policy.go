@@ -63,12 +63,7 @@ func (p *ReputationPolicy) Validate() error {
 
 // Factor returns the limit multiplier for a score.
 func (p *ReputationPolicy) Factor(score float64) float64 {
-	for _, b := range p.Buckets {
-		if score >= b.Min {
-			return b.Factor
-		}
-	}
-	return p.Buckets[len(p.Buckets)-1].Factor
+	return p.Buckets[p.BucketOf(score)].Factor
 }
 
 // BucketOf returns the index of the bucket a score falls in.

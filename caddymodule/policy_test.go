@@ -213,16 +213,22 @@ func newSlowUpstream(t *testing.T) *slowUpstream {
 	return u
 }
 
-func TestLeasesCapConcurrentRequests(t *testing.T) {
-	up := newSlowUpstream(t)
-	srv := startCaddy(t, "", fmt.Sprintf(`
+// proxiedLeaseSite is a site with one lease zone, streams, whose settings
+// are zone, in front of the upstream at url; after follows the proxy.
+func proxiedLeaseSite(url, zone, after string) string {
+	return fmt.Sprintf(`
 	tollgate {
 		zone streams {
-			concurrent 5
-			key {http.request.header.X-User}
+			%s
 		}
 	}
-	reverse_proxy %s`, strings.TrimPrefix(up.URL, "http://")))
+	reverse_proxy %s
+	%s`, zone, strings.TrimPrefix(url, "http://"), after)
+}
+
+func TestLeasesCapConcurrentRequests(t *testing.T) {
+	up := newSlowUpstream(t)
+	srv := startCaddy(t, "", proxiedLeaseSite(up.URL, "concurrent 5\nkey {http.request.header.X-User}", ""))
 
 	var admitted, denied atomic.Int64
 	var wg sync.WaitGroup
@@ -261,16 +267,9 @@ func TestLeasesCapConcurrentRequests(t *testing.T) {
 func TestDisconnectFreesItsSlot(t *testing.T) {
 	up := newSlowUpstream(t)
 	defer close(up.release)
-	srv := startCaddy(t, "", fmt.Sprintf(`
-	tollgate {
-		zone streams {
-			concurrent 1
-		}
-	}
-	reverse_proxy %s
-	handle_errors 429 {
+	srv := startCaddy(t, "", proxiedLeaseSite(up.URL, "concurrent 1", `handle_errors 429 {
 		respond "{http.error.message}" 429
-	}`, strings.TrimPrefix(up.URL, "http://")))
+	}`))
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/", nil)
@@ -444,14 +443,7 @@ func upgradeUpstream(t *testing.T) *httptest.Server {
 
 func TestAnUpgradedConnectionHoldsItsSlotUntilItCloses(t *testing.T) {
 	up := upgradeUpstream(t)
-	srv := startCaddy(t, "", fmt.Sprintf(`
-	tollgate {
-		zone streams {
-			concurrent 1
-			key {http.request.header.X-User}
-		}
-	}
-	reverse_proxy %s`, strings.TrimPrefix(up.URL, "http://")))
+	srv := startCaddy(t, "", proxiedLeaseSite(up.URL, "concurrent 1\nkey {http.request.header.X-User}", ""))
 	addr := strings.TrimPrefix(srv.URL, "http://")
 
 	// open sends an upgrade request and returns the connection and the
@@ -495,14 +487,7 @@ func TestAnUpgradedConnectionHoldsItsSlotUntilItCloses(t *testing.T) {
 
 func TestALongRequestKeepsItsSlotPastTheTTL(t *testing.T) {
 	up := newSlowUpstream(t)
-	srv := startCaddy(t, "", fmt.Sprintf(`
-	tollgate {
-		zone streams {
-			concurrent 1
-			ttl 1s
-		}
-	}
-	reverse_proxy %s`, strings.TrimPrefix(up.URL, "http://")))
+	srv := startCaddy(t, "", proxiedLeaseSite(up.URL, "concurrent 1\nttl 1s", ""))
 	done := make(chan int, 1)
 	go func() { done <- srv.status("/") }()
 	eventually(t, 5*time.Second, "the first request holding the slot", func() bool { return up.inFlight.Load() == 1 })

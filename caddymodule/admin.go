@@ -3,8 +3,10 @@ package caddymodule
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -33,16 +35,58 @@ func (adminAPI) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
-// Routes returns the admin routes.
+// Routes returns the admin routes: every path under /tollgate/ goes to
+// one dispatcher, so that no path there answers with a redirect or a
+// text/plain 404, and a wrong method gets a 405 with Allow.
 func (a adminAPI) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{
-		{Pattern: "/tollgate/status", Handler: caddy.AdminHandlerFunc(a.handleStatus)},
-		{Pattern: "/tollgate/clients/", Handler: caddy.AdminHandlerFunc(a.handleClient)},
-		{Pattern: "/tollgate/tiers", Handler: caddy.AdminHandlerFunc(a.handleTiers)},
-		{Pattern: "/tollgate/grants", Handler: caddy.AdminHandlerFunc(a.handleGrantsCollection)},
-		{Pattern: "/tollgate/grants/", Handler: caddy.AdminHandlerFunc(a.handleGrant)},
-		{Pattern: "/tollgate/reputation", Handler: caddy.AdminHandlerFunc(a.handleReputation)},
+		{Pattern: "/tollgate/", Handler: caddy.AdminHandlerFunc(a.dispatch)},
+		{Pattern: "/tollgate", Handler: caddy.AdminHandlerFunc(a.dispatch)},
 	}
+}
+
+// adminRoute is one route: an exact path, or a prefix ending in "/" that
+// takes an ID after it, and the methods it answers.
+type adminRoute struct {
+	path    string
+	methods []string
+	handle  func(adminAPI, http.ResponseWriter, *http.Request) error
+}
+
+// adminRoutes is every route under /tollgate/, matched in order.
+var adminRoutes = []adminRoute{
+	{"/tollgate/status", []string{http.MethodGet}, adminAPI.handleStatus},
+	{"/tollgate/clients/", []string{http.MethodGet, http.MethodDelete}, adminAPI.handleClient},
+	{"/tollgate/denied", []string{http.MethodGet}, adminAPI.handleDenied},
+	{"/tollgate/tiers", []string{http.MethodGet, http.MethodPut, http.MethodDelete}, adminAPI.handleTiers},
+	{"/tollgate/grants", []string{http.MethodGet, http.MethodPost}, adminAPI.handleGrantsCollection},
+	{"/tollgate/grants/", []string{http.MethodGet, http.MethodDelete}, adminAPI.handleGrant},
+	{"/tollgate/reputation", []string{http.MethodGet}, adminAPI.handleReputation},
+}
+
+// dispatch routes a request under /tollgate/.
+func (a adminAPI) dispatch(w http.ResponseWriter, r *http.Request) error {
+	path := r.URL.Path
+	for _, rt := range adminRoutes {
+		if path != rt.path && !(strings.HasSuffix(rt.path, "/") && strings.HasPrefix(path, rt.path)) {
+			continue
+		}
+		if !slices.Contains(rt.methods, r.Method) {
+			allow := strings.Join(rt.methods, ", ")
+			w.Header().Set("Allow", allow)
+			return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed,
+				Err: fmt.Errorf("method %s not allowed on %s; use %s", r.Method, rt.path, allow)}
+		}
+		return rt.handle(a, w, r)
+	}
+	if id, ok := strings.CutPrefix(path, "/tollgate/clients"); ok && id == "" {
+		return notFound("no route %s: a client is at /tollgate/clients/{id} (a raw key URL-escaped, or h:… as the logs print it); the keys denied now are at /tollgate/denied", path)
+	}
+	names := make([]string, 0, len(adminRoutes))
+	for _, rt := range adminRoutes {
+		names = append(names, rt.path)
+	}
+	return notFound("no route %s; Tollgate's routes are %s", path, strings.Join(names, ", "))
 }
 
 // currentState returns the running state, or an API error if Tollgate is
@@ -61,9 +105,9 @@ func currentState() (*state, error) {
 
 // Status is what GET /tollgate/status answers.
 type Status struct {
-	Cluster cluster.Status `json:"cluster"`
-	Keys    KeyStats       `json:"keys"`
-	Memory  MemoryStats    `json:"memory"`
+	Cluster ClusterView `json:"cluster"`
+	Keys    KeyStats    `json:"keys"`
+	Memory  MemoryStats `json:"memory"`
 }
 
 // KeyStats describes the counters this node holds.
@@ -84,9 +128,6 @@ type MemoryStats struct {
 const bytesPerKey = 80
 
 func (adminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return methodNotAllowed(r, "GET")
-	}
 	st, err := currentState()
 	if err != nil {
 		return err
@@ -100,9 +141,50 @@ func (adminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
 		Memory: MemoryStats{CounterBytes: int64(es.Keys) * bytesPerKey},
 	}
 	if node != nil {
-		out.Cluster = node.Status()
+		out.Cluster = clusterView(node.Status(), time.Now())
 	}
 	return writeJSON(w, out)
+}
+
+// ClusterView is this node's view of the cluster, as the status shows it.
+// A standalone node has no fallback: its fallback fields are left out.
+type ClusterView struct {
+	Node            string                 `json:"node"`
+	Standalone      bool                   `json:"standalone"`
+	RingFingerprint string                 `json:"ring_fingerprint"`
+	Members         []cluster.MemberStatus `json:"members"`
+	PeersInFallback []string               `json:"peers_in_fallback"`
+	FallbackMode    string                 `json:"fallback_mode,omitempty"`
+	FallbackRatio   *float64               `json:"fallback_ratio,omitempty"`
+	FallbackKeys    *int                   `json:"fallback_keys,omitempty"`
+	Activations     *uint64                `json:"fallback_activations,omitempty"`
+	HandedOffIn     uint64                 `json:"counters_received"`
+	Pulled          uint64                 `json:"counters_pulled"`
+	PeerFrames      uint64                 `json:"peer_frames"`
+	PeerItems       uint64                 `json:"peer_items"`
+	LastRingChange  string                 `json:"last_ring_change,omitempty"`
+}
+
+func clusterView(s cluster.Status, now time.Time) ClusterView {
+	v := ClusterView{
+		Node: s.Node, Standalone: s.Standalone, RingFingerprint: s.RingFingerprint,
+		Members: s.Members, PeersInFallback: s.PeersInFallback,
+		HandedOffIn: s.HandedOffIn, Pulled: s.Pulled, PeerFrames: s.PeerFrames, PeerItems: s.PeerItems,
+	}
+	if v.Members == nil {
+		v.Members = []cluster.MemberStatus{}
+	}
+	if v.PeersInFallback == nil {
+		v.PeersInFallback = []string{}
+	}
+	if !s.Standalone {
+		v.FallbackMode = s.FallbackMode
+		v.FallbackRatio, v.FallbackKeys, v.Activations = &s.FallbackRatio, &s.FallbackKeys, &s.Activations
+		if ago, err := time.ParseDuration(s.LastRingChangeAgo); err == nil {
+			v.LastRingChange = instant(now.Add(-ago))
+		}
+	}
+	return v
 }
 
 // ClientView is what GET /tollgate/clients/{id} answers: the client's
@@ -111,22 +193,22 @@ type ClientView struct {
 	ID    string     `json:"id"`
 	Owner string     `json:"owner"`
 	Zones []ZoneView `json:"zones"`
-	// Reputation is the score of the client with this ID (0 to 100), when
-	// reputation is on.
-	Reputation *float64 `json:"reputation,omitempty"`
+	// Reputation is the score of the client with this ID (0 to 100,
+	// rounded), when reputation is on.
+	Reputation *int `json:"reputation,omitempty"`
 }
 
 // ZoneView is one zone's counter for a client.
 type ZoneView struct {
-	Zone      string `json:"zone"`
-	Scope     string `json:"scope"`
-	Algorithm string `json:"algorithm"`
-	Limit     int64  `json:"limit"`
-	Window    string `json:"window"`
-	Remaining int64  `json:"remaining"`
-	Reset     int64  `json:"reset_seconds"`
-	Exhausted bool   `json:"exhausted"`
-	Source    string `json:"source"`
+	Zone      string  `json:"zone"`
+	Scope     string  `json:"scope"`
+	Algorithm string  `json:"algorithm"`
+	Limit     int64   `json:"limit"`
+	Window    float64 `json:"window_seconds"`
+	Remaining int64   `json:"remaining"`
+	Reset     int64   `json:"reset_seconds"`
+	Exhausted bool    `json:"exhausted"`
+	Source    string  `json:"source"`
 	// Grant is the key's grant in a limit zone, if it has one.
 	Grant *GrantView `json:"grant,omitempty"`
 	// Leases are the key's leases in a concurrent zone.
@@ -135,8 +217,8 @@ type ZoneView struct {
 
 // LeaseView is one lease held.
 type LeaseView struct {
-	ID      string    `json:"id"`
-	Expires time.Time `json:"expires"`
+	ID      string `json:"id"`
+	Expires string `json:"expires"`
 }
 
 // ResetResult is what DELETE /tollgate/clients/{id} answers.
@@ -148,7 +230,8 @@ type ResetResult struct {
 
 // handleClient serves GET and DELETE /tollgate/clients/{id}[?zone=name].
 // {id} is the key as a zone renders it: the client ID by default, or
-// whatever the zone's key produced (URL-escaped).
+// whatever the zone's key produced (URL-escaped); or its hashed ID, h:…,
+// as the logs print it.
 func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 	raw := strings.TrimPrefix(r.URL.EscapedPath(), "/tollgate/clients/")
 	id, err := url.PathUnescape(raw)
@@ -167,7 +250,7 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 		}
 		return notFound("no zone in the running config")
 	}
-	keyHash := app.hasher.Sum64(id)
+	keyHash := app.keyHashOf(id)
 	switch r.Method {
 	case http.MethodGet:
 		view := ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(keyHash, 0)).Name, Zones: []ZoneView{}}
@@ -183,7 +266,8 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 			if err != nil {
 				return unavailable(err)
 			}
-			view.Reputation = &score
+			rounded := int(math.Round(score))
+			view.Reputation = &rounded
 		}
 		return writeJSON(w, view)
 	case http.MethodDelete:
@@ -200,8 +284,15 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 		if out.Unreachable == nil {
 			out.Unreachable = []string{}
 		}
+		var scopes []string
+		if zoneName != "" {
+			for _, z := range zones {
+				scopes = append(scopes, z.scope)
+			}
+		}
+		forgetEverywhere(app.node, gatherDeniedForget, keyHash, scopes)
 		app.logger.Info("client reset through the admin API", zap.Strings("zones", out.ZonesReset),
-			zap.String("key_hash", strconv.FormatUint(keyHash, 16)))
+			zap.String("key_hash", hashedID(keyHash)))
 		return writeJSON(w, out)
 	}
 	return methodNotAllowed(r, "GET or DELETE")
@@ -210,7 +301,7 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 // zoneView reads one zone's state for a key at its owner.
 func (a *App) zoneView(z *Zone, keyHash uint64, id string) (ZoneView, error) {
 	key := limiter.ZoneKey(keyHash, z.seed)
-	zv := ZoneView{Zone: z.Name, Scope: z.scope, Algorithm: z.limit.Algorithm.String(), Window: z.limit.Window.String()}
+	zv := ZoneView{Zone: z.Name, Scope: z.scope, Algorithm: z.limit.Algorithm.String(), Window: z.limit.Window.Seconds()}
 	if z.isLease() {
 		leases, err := a.node.Leases(key)
 		if err != nil {
@@ -222,7 +313,7 @@ func (a *App) zoneView(z *Zone, keyHash uint64, id string) (ZoneView, error) {
 			zv.Source = cluster.SourcePeer.String()
 		}
 		for _, l := range leases {
-			zv.Leases = append(zv.Leases, LeaseView{ID: strconv.FormatUint(l.ID, 16), Expires: time.Unix(0, l.Expires).UTC()})
+			zv.Leases = append(zv.Leases, LeaseView{ID: strconv.FormatUint(l.ID, 16), Expires: instant(time.Unix(0, l.Expires))})
 		}
 		return zv, nil
 	}

@@ -233,46 +233,69 @@ func (a *App) zoneNames() []string {
 
 // ---- grants ----
 
-// GrantRequest is the body of POST /tollgate/grants.
+// GrantRequest is the body of POST /tollgate/grants. Duration is a
+// number of seconds, or a duration string such as "168h" or "7d".
 type GrantRequest struct {
-	Zone     string `json:"zone"`
-	Key      string `json:"key"`
-	Amount   int64  `json:"amount"`
-	Duration string `json:"duration"`
+	Zone     string          `json:"zone"`
+	Key      string          `json:"key"`
+	Amount   int64           `json:"amount"`
+	Duration json.RawMessage `json:"duration"`
+}
+
+// grantDuration reads a grant's duration: seconds as a number, or a
+// duration string.
+func grantDuration(raw json.RawMessage) (time.Duration, error) {
+	var secs float64
+	if err := json.Unmarshal(raw, &secs); err == nil {
+		d := time.Duration(secs * float64(time.Second))
+		if d < time.Second || d > maxGrantDuration {
+			return 0, badRequest("duration %s: must be from 1 to %d seconds, or a duration string such as 168h or 7d", raw, int64(maxGrantDuration.Seconds()))
+		}
+		return d, nil
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return 0, badRequest("duration %s: must be a number of seconds or a duration string such as 168h or 7d", raw)
+	}
+	d, err := caddy.ParseDuration(s)
+	if err != nil || d < time.Second || d > maxGrantDuration {
+		return 0, badRequest("duration %q: must be a duration from 1s to %s, e.g. 168h or 7d, or a number of seconds", s, maxGrantDuration)
+	}
+	return d, nil
 }
 
 // GrantView is a grant as the admin API shows it.
 type GrantView struct {
-	Zone      string    `json:"zone"`
-	Scope     string    `json:"scope"`
-	Key       string    `json:"key"`
-	Version   string    `json:"version"`
-	Amount    int64     `json:"amount"`
-	Used      int64     `json:"used"`
-	Remaining int64     `json:"remaining"`
-	Created   time.Time `json:"created"`
-	Expires   time.Time `json:"expires"`
+	Zone      string `json:"zone"`
+	Scope     string `json:"scope"`
+	Key       string `json:"key"`
+	Version   string `json:"version"`
+	Amount    int64  `json:"amount"`
+	Used      int64  `json:"used"`
+	Remaining int64  `json:"remaining"`
+	Created   string `json:"created"`
+	Expires   string `json:"expires"`
 }
 
 func grantView(z *Zone, key string, g limiter.GrantStatus) GrantView {
 	return GrantView{
 		Zone: z.Name, Scope: z.scope, Key: key, Version: uuidString(g.Version),
 		Amount: g.Amount, Used: g.Used, Remaining: g.Remaining(),
-		Created: time.Unix(0, g.Created).UTC(), Expires: time.Unix(0, g.Expires).UTC(),
+		Created: instant(time.Unix(0, g.Created)), Expires: instant(time.Unix(0, g.Expires)),
 	}
 }
 
 // maxGrantDuration bounds how long a grant may last.
 const maxGrantDuration = limiter.MaxWindow
 
-// handleGrantsCollection serves POST /tollgate/grants.
+// handleGrantsCollection serves GET and POST /tollgate/grants.
 func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodPost {
-		return methodNotAllowed(r, "POST")
-	}
 	app, err := runningApp()
 	if err != nil {
 		return err
+	}
+	if r.Method == http.MethodGet {
+		return app.listGrants(w, r)
 	}
 	var req GrantRequest
 	if err := decodeBody(r, &req); err != nil {
@@ -288,23 +311,29 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 	if req.Amount < 1 || req.Amount > limiter.MaxQuota {
 		return badRequest("amount %d: must be a whole number from 1 to %d", req.Amount, int64(limiter.MaxQuota))
 	}
-	dur, err := caddy.ParseDuration(req.Duration)
-	if err != nil || dur <= 0 || dur > maxGrantDuration {
-		return badRequest("duration %q: must be a duration from 1s to %s, e.g. 168h or 7d", req.Duration, maxGrantDuration)
+	if len(req.Duration) == 0 {
+		return badRequest("duration is required: a number of seconds, or a duration string such as 168h or 7d")
+	}
+	dur, err := grantDuration(req.Duration)
+	if err != nil {
+		return err
 	}
 	now := time.Now()
 	g := limiter.Grant{Created: now.UnixNano(), Amount: req.Amount, Expires: now.Add(dur).UnixNano()}
 	g.Version = newUUID()
 	var out []GrantView
-	keyHash := app.hasher.Sum64(req.Key)
+	keyHash := app.keyHashOf(req.Key)
 	for _, z := range zones {
 		if _, err := app.node.PutGrant(limiter.ZoneKey(keyHash, z.seed), g); err != nil {
 			return unavailable(err)
 		}
+		app.state.ops.grants.record(grantEntry{Zone: z.Name, Scope: z.scope, Key: keyHash, Created: g.Created, Expires: g.Expires}, now)
 		out = append(out, grantView(z, req.Key, limiter.GrantStatus{Grant: g}))
 	}
 	app.logger.Info("grant given through the admin API", zap.String("zone", req.Zone), zap.Int64("amount", req.Amount),
 		zap.Duration("duration", dur), zap.String("version", uuidString(g.Version)))
+	w.Header().Set("Location", "/tollgate/grants/"+url.PathEscape(req.Zone)+"/"+url.PathEscape(req.Key))
+	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	if len(out) == 1 {
 		return writeJSON(w, out[0])
@@ -350,7 +379,7 @@ func (adminAPI) handleGrant(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	keyHash := app.hasher.Sum64(key)
+	keyHash := app.keyHashOf(key)
 	switch r.Method {
 	case http.MethodGet:
 		var out []GrantView
@@ -382,6 +411,11 @@ func (adminAPI) handleGrant(w http.ResponseWriter, r *http.Request) error {
 		if !revoked {
 			return notFound("no grant for key %q in zone %q", key, zone)
 		}
+		scopes := make([]string, 0, len(zones))
+		for _, z := range zones {
+			scopes = append(scopes, z.scope)
+		}
+		forgetEverywhere(app.node, gatherGrantsForget, keyHash, scopes)
 		app.logger.Info("grant revoked through the admin API", zap.String("zone", zone))
 		return writeJSON(w, map[string]any{"zone": zone, "key": key, "revoked": true})
 	}

@@ -38,7 +38,7 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //	tollgate [<matcher>] {
 //	    zone <name> {
 //	        limit <N> <window>          # required, e.g. limit 100 1m
-//	        key <placeholders>          # default: the client IP
+//	        key <placeholders>          # default: the client ID, {http.tollgate.client_id}
 //	        algorithm sliding_window|fixed_window|token_bucket   # default sliding_window
 //	        burst <N>                   # token_bucket only; default N of limit
 //	        match { <request matchers> }   # default: every request

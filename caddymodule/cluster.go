@@ -107,6 +107,7 @@ func (s *state) nodeFor(cfg *cluster.Config, logger *zap.Logger) (*cluster.Node,
 		if s.node == nil || s.clusterCfg != nil {
 			s.retire()
 			s.node, s.clusterCfg = cluster.Standalone(s.engine), nil
+			s.node.OnGather(s.answerGather)
 		}
 		return s.node, nil
 	}
@@ -123,6 +124,7 @@ func (s *state) nodeFor(cfg *cluster.Config, logger *zap.Logger) (*cluster.Node,
 	if err != nil {
 		return nil, err
 	}
+	node.OnGather(s.answerGather)
 	s.node, s.clusterCfg = node, cfg
 	return node, nil
 }

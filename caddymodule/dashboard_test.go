@@ -83,3 +83,43 @@ func keys(m map[string]bool) []string {
 	}
 	return out
 }
+
+// TestCookieStatusesMatchTheDocs compares the cookie statuses /metrics
+// exports with the ones docs/metrics.md lists.
+func TestCookieStatusesMatchTheDocs(t *testing.T) {
+	raw, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `tollgate_cookies_total` \\| counter \\| `status` \\(([^)]*)\\)").FindStringSubmatch(string(raw))
+	if row == nil {
+		t.Fatal("docs/metrics.md has no row for tollgate_cookies_total")
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(row[1], -1) {
+		documented[m[1]] = true
+	}
+	srv := startCaddy(t, "", `
+	tollgate {
+		zone api {
+			limit 10 1h
+		}
+	}
+	respond "ok"`)
+	srv.get("/", "Cookie", "__tollgate=forged")
+	_, body := adminDo(t, srv.Admin, "GET", "/metrics", nil)
+	exported := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^tollgate_cookies_total\{status="([^"]*)"\}`).FindAllStringSubmatch(body, -1) {
+		exported[m[1]] = true
+	}
+	for s := range exported {
+		if !documented[s] {
+			t.Errorf("/metrics exports cookie status %q, which docs/metrics.md does not list", s)
+		}
+	}
+	for s := range documented {
+		if !exported[s] {
+			t.Errorf("docs/metrics.md lists cookie status %q, which /metrics does not export", s)
+		}
+	}
+}

@@ -2,11 +2,14 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // docBlocks returns the fenced blocks of a language in the README and docs.
@@ -91,4 +94,332 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// docCurl is one curl example of docs/admin-api.md and the JSON shown
+// after it, if any.
+type docCurl struct {
+	line         int
+	method, path string
+	body         string
+	want         string // JSON, or empty
+}
+
+// docCurls reads the curl examples of a doc in order.
+func docCurls(t *testing.T, file string) []docCurl {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	block := regexp.MustCompile("(?ms)^```(sh|json)\n(.*?)^```")
+	var out []docCurl
+	for _, m := range block.FindAllStringSubmatchIndex(text, -1) {
+		lang, body := text[m[2]:m[3]], text[m[4]:m[5]]
+		line := strings.Count(text[:m[0]], "\n") + 1
+		if lang == "json" {
+			if n := len(out); n > 0 && out[n-1].want == "" && !strings.Contains(text[m[0]-300:m[0]], "\n## ") {
+				out[n-1].want = body
+			}
+			continue
+		}
+		body = strings.ReplaceAll(body, "\\\n", " ")
+		for _, cmd := range strings.Split(strings.TrimSpace(body), "\n") {
+			args := shellWords(cmd)
+			if len(args) == 0 || args[0] != "curl" {
+				t.Fatalf("%s:%d: not a curl command: %s", file, line, cmd)
+			}
+			c := docCurl{line: line, method: http.MethodGet}
+			for i := 1; i < len(args); i++ {
+				switch a := args[i]; {
+				case a == "-X":
+					i++
+					c.method = args[i]
+				case a == "-d":
+					i++
+					c.body = args[i]
+					if c.method == http.MethodGet {
+						c.method = http.MethodPost
+					}
+				case strings.HasPrefix(a, "localhost:2019/"):
+					c.path = strings.TrimPrefix(a, "localhost:2019")
+				default:
+					t.Fatalf("%s:%d: curl option %q the docs test does not know", file, line, a)
+				}
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// shellWords splits a command line as sh would, for the quoting the docs
+// use: '…' and "…".
+func shellWords(s string) []string {
+	var out []string
+	var cur strings.Builder
+	in, started := rune(0), false
+	for _, r := range s {
+		switch {
+		case in != 0 && r == in:
+			in = 0
+		case in != 0:
+			cur.WriteRune(r)
+		case r == '\'' || r == '"':
+			in, started = r, true
+		case r == ' ' || r == '\t':
+			if started || cur.Len() > 0 {
+				out = append(out, cur.String())
+				cur.Reset()
+				started = false
+			}
+		default:
+			cur.WriteRune(r)
+		}
+	}
+	if started || cur.Len() > 0 {
+		out = append(out, cur.String())
+	}
+	return out
+}
+
+// standaloneAbsent are the status fields a single node leaves out, as the
+// doc says; the cluster process tests read them.
+var standaloneAbsent = map[string]bool{
+	".cluster.fallback_mode": true, ".cluster.fallback_ratio": true, ".cluster.fallback_keys": true,
+	".cluster.fallback_activations": true, ".cluster.last_ring_change": true,
+}
+
+// policyExtras are fields the doc shows in a later example, "with policy
+// in use": an earlier example may leave them out.
+var policyExtras = map[string]bool{".reputation": true}
+
+// namedKeys matches the paths of objects whose keys are names.
+var namedKeys = regexp.MustCompile(`^\.zones$|^\.zones\.[^.]+\.(caddyfile|overrides|effective)$`)
+
+// compareShape reports where got differs from the doc's want in field
+// names or JSON types. An array in the doc gives the shape of every
+// element (the union of its elements' fields); each of its fields must be
+// in some element of the answer.
+func compareShape(path string, want, got any, errs *[]string) {
+	typeOf := func(v any) string {
+		switch v.(type) {
+		case map[string]any:
+			return "object"
+		case []any:
+			return "array"
+		case string:
+			return "string"
+		case float64:
+			return "number"
+		case bool:
+			return "boolean"
+		}
+		return "null"
+	}
+	if typeOf(want) != typeOf(got) {
+		*errs = append(*errs, fmt.Sprintf("%s: the doc shows a %s, the answer has a %s (%v)", path, typeOf(want), typeOf(got), got))
+		return
+	}
+	switch w := want.(type) {
+	case map[string]any:
+		g := got.(map[string]any)
+		if namedKeys.MatchString(path) {
+			// Keys are names (of zones, of tiers): every value has the
+			// shape of the doc's values.
+			var shape any
+			for _, wv := range w {
+				if m, ok := wv.(map[string]any); ok && shape != nil {
+					for k, v := range m {
+						shape.(map[string]any)[k] = v
+					}
+					continue
+				}
+				if m, ok := wv.(map[string]any); ok {
+					shape = map[string]any{}
+					for k, v := range m {
+						shape.(map[string]any)[k] = v
+					}
+					continue
+				}
+				shape = wv
+			}
+			for k, gv := range g {
+				if shape != nil {
+					compareShape(path+"."+k, shape, gv, errs)
+				}
+			}
+			return
+		}
+		for k, wv := range w {
+			gv, ok := g[k]
+			if !ok {
+				if !standaloneAbsent[path+"."+k] && !policyExtras[path+"."+k] {
+					*errs = append(*errs, fmt.Sprintf("%s.%s: in the doc, not in the answer", path, k))
+				}
+				continue
+			}
+			compareShape(path+"."+k, wv, gv, errs)
+		}
+		for k := range g {
+			if _, ok := w[k]; !ok && !policyExtras[path+"."+k] {
+				*errs = append(*errs, fmt.Sprintf("%s.%s: in the answer, not in the doc", path, k))
+			}
+		}
+	case []any:
+		g := got.([]any)
+		if len(w) == 0 {
+			return
+		}
+		if len(g) == 0 {
+			*errs = append(*errs, fmt.Sprintf("%s: the answer's list is empty; the test should give it something to show", path))
+			return
+		}
+		// The union of the doc's elements is the shape of each element.
+		union := map[string]any{}
+		objects := true
+		for _, e := range w {
+			m, ok := e.(map[string]any)
+			if !ok {
+				objects = false
+				break
+			}
+			for k, v := range m {
+				union[k] = v
+			}
+		}
+		if !objects {
+			for i, e := range g {
+				compareShape(fmt.Sprintf("%s[%d]", path, i), w[0], e, errs)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for i, e := range g {
+			m, ok := e.(map[string]any)
+			if !ok {
+				*errs = append(*errs, fmt.Sprintf("%s[%d]: the doc shows objects, the answer has %v", path, i, e))
+				continue
+			}
+			for k, v := range m {
+				seen[k] = true
+				wv, ok := union[k]
+				if !ok {
+					*errs = append(*errs, fmt.Sprintf("%s[%d].%s: in the answer, not in the doc", path, i, k))
+					continue
+				}
+				compareShape(fmt.Sprintf("%s[%d].%s", path, i, k), wv, v, errs)
+			}
+		}
+		for k := range union {
+			if !seen[k] {
+				*errs = append(*errs, fmt.Sprintf("%s[].%s: in the doc, in no element of the answer", path, k))
+			}
+		}
+	}
+}
+
+// docSite serves the zones the admin API doc uses.
+const docSite = `
+	tollgate {
+		tier_from {http.request.header.X-User-Tier}
+		zone api {
+			limit 100 1m
+			key {http.request.header.X-User}
+			match {
+				path /api/*
+			}
+		}
+		zone credits {
+			limit 1000 1h
+			key {http.request.header.X-User}
+			tier pro 10000
+			tier premium 50000
+			match {
+				path /credits/*
+			}
+		}
+		zone rooms {
+			concurrent 4
+			key {http.request.header.X-User}
+			tier pro 32
+			lease {http.request.header.X-Room-Id}
+			ttl 15m
+			match {
+				path /rooms/*
+			}
+		}
+	}
+	respond "ok"`
+
+// TestDocCurlExamplesAnswerAsShown runs every curl example of
+// docs/admin-api.md, in order, against a real Caddy set up with the doc's
+// zones and traffic, and compares each answer's shape with the JSON the
+// doc shows after it.
+func TestDocCurlExamplesAnswerAsShown(t *testing.T) {
+	srv := startCaddy(t, `tollgate {
+		reputation {
+			penalty 1
+		}
+	}`, docSite)
+	clearOfWindowEdge(time.Hour, 20*time.Second)
+	// The traffic the doc's answers describe: alice and bob over the api
+	// limit, alice with credits spent and two rooms held, a grant.
+	for _, user := range []string{"alice", "bob", "carol"} {
+		for range 101 {
+			srv.get("/api/x", "X-User", user)
+		}
+	}
+	for range 5 {
+		srv.get("/credits/x", "X-User", "alice")
+	}
+	srv.get("/rooms/x", "X-User", "alice", "X-Room-Id", "r1")
+	srv.get("/rooms/x", "X-User", "alice", "X-Room-Id", "r2")
+	adminSend(t, srv.Admin, http.MethodPost, "/tollgate/grants", `{"zone": "credits", "key": "alice", "amount": 500, "duration": "168h"}`, nil)
+	adminSend(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 12000}}`, nil)
+	app, err := runningApp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	aliceHash := hashedID(app.keyHashOf("alice"))
+
+	curls := docCurls(t, "../docs/admin-api.md")
+	if len(curls) < 12 {
+		t.Fatalf("found %d curl examples in docs/admin-api.md; it has more", len(curls))
+	}
+	checked := 0
+	for _, c := range curls {
+		path := strings.ReplaceAll(c.path, "h:9f86d081884c7d65", aliceHash)
+		resp, body := adminRaw(t, srv.Admin, c.method, path, c.body)
+		where := fmt.Sprintf("admin-api.md:%d %s %s", c.line, c.method, c.path)
+		if resp.StatusCode/100 != 2 {
+			t.Errorf("%s: %d %s", where, resp.StatusCode, body)
+			continue
+		}
+		if c.want == "" {
+			continue
+		}
+		var want, got any
+		if err := json.Unmarshal([]byte(c.want), &want); err != nil {
+			t.Errorf("%s: the doc's JSON does not parse: %v", where, err)
+			continue
+		}
+		if err := json.Unmarshal([]byte(body), &got); err != nil {
+			t.Errorf("%s: the answer is not JSON: %v\n%s", where, err, body)
+			continue
+		}
+		var errs []string
+		compareShape("", want, got, &errs)
+		for _, e := range errs {
+			t.Errorf("%s: %s", where, e)
+		}
+		if len(errs) > 0 {
+			t.Logf("%s answered:\n%s", where, body)
+		}
+		checked++
+	}
+	if checked < 8 {
+		t.Errorf("compared %d answers with the doc; it shows more", checked)
+	}
 }

@@ -277,12 +277,14 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 	if v.zone.isLease() && v.zone.Lease == "" {
 		v.retryAfter = 1 // a request's own lease frees when any request ends
 	}
-	h.reportDenial(v, reqs[i].Key, clientKey)
+	keyHash := v.zone.hashKey(app.hasher, &req, clientKey)
+	h.reportDenial(v, keyHash, clientKey)
 	if h.DryRun {
 		v.decision = decisionDryRunDeny
 		v.zone.counters.inc(v.decision, source)
 		return v, nil, nil
 	}
+	app.state.ops.denied.record(v.zone.Name, v.zone.scope, keyHash, now.Add(time.Duration(v.retryAfter)*time.Second), now)
 	v.decision = decisionDeny
 	v.zone.counters.inc(v.decision, source)
 	w.Header().Set("Retry-After", strconv.FormatInt(v.retryAfter, 10))
@@ -374,14 +376,15 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, zones []*Z
 }
 
 // reportDenial logs a denial and emits the tollgate_denied event. Neither
-// carries the key or the client ID: the log has keyed hashes only.
-func (h *Handler) reportDenial(v *verdict, key limiter.Key, clientKey uint64) {
+// carries the key or the client ID: the log has their keyed hashes only,
+// as hashed IDs (h:…) the admin API looks up.
+func (h *Handler) reportDenial(v *verdict, keyHash, clientKey uint64) {
 	if ce := h.logger.Check(zapcore.InfoLevel, "request denied"); ce != nil {
 		ce.Write(
 			zap.String("zone", v.zone.Name),
 			zap.String("reason", denialReason(v.source)),
-			zap.String("client_hash", strconv.FormatUint(clientKey, 16)),
-			zap.String("key_hash", strconv.FormatUint(uint64(key), 16)),
+			zap.String("client_hash", hashedID(clientKey)),
+			zap.String("key_hash", hashedID(keyHash)),
 			zap.String("client_kind", v.identity.Kind.String()),
 			zap.String("source", v.source.String()),
 			zap.Int64("retry_after", v.retryAfter),

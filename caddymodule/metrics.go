@@ -107,10 +107,11 @@ func (c *decisionCounters) inc(decision string, src cluster.Source) {
 }
 
 // cookieCounters are the cookie status counters, looked up once.
-var cookieCounters = sync.OnceValue(func() (c [8]prometheus.Counter) {
+// A request without a cookie is not counted: its entry stays nil.
+var cookieCounters = sync.OnceValue(func() (c [fingerprint.CookieFuture + 1]prometheus.Counter) {
 	initMetrics()
-	for i := range c {
-		c[i] = metrics.cookies.WithLabelValues(fingerprint.CookieStatus(i).String())
+	for i := fingerprint.CookieValid; i <= fingerprint.CookieFuture; i++ {
+		c[i] = metrics.cookies.WithLabelValues(i.String())
 	}
 	return c
 })

@@ -627,7 +627,7 @@ func TestProcessClusterPolicyReachesEveryNodeAndSurvivesRestarts(t *testing.T) {
 		if status, got := adminDo(t, base(p), http.MethodGet, "/tollgate/clients/"+clientID, &view); status != http.StatusOK || view.Reputation == nil {
 			t.Fatalf("%s: client view: %d %s", p.name, status, got)
 		}
-		return *view.Reputation
+		return float64(*view.Reputation)
 	}
 	if s := reputation(procs[1]); s < 89.9 || s > 90.1 {
 		t.Fatalf("reputation %g after two denials of 5 points; want 90", s)

@@ -78,6 +78,8 @@ type Node struct {
 	sharedDirty   map[string]bool // arrived, not yet handed to the handler
 	sharedSignal  chan struct{}
 
+	gatherHandler atomic.Pointer[func(string, []byte) []byte]
+
 	mu      sync.Mutex
 	peers   map[string]*peer
 	refused map[string]bool // nodes refused, logged once each

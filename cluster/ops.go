@@ -85,6 +85,8 @@ func (n *Node) query(kind byte, d *decoder, enc *encoder) error {
 		for _, c := range counts {
 			enc.u32(uint32(c))
 		}
+	case msgGather:
+		return n.answerGather(d, enc)
 	default:
 		return fmt.Errorf("unknown query %d", kind)
 	}

@@ -147,7 +147,7 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		enc.u8(statusOK)
 		return nil
 	}
-	if kind >= msgGrantPut && kind <= msgRepBuckets {
+	if kind >= msgGrantPut && kind <= msgGather {
 		enc.u8(statusOK)
 		return n.query(kind, d, enc)
 	}

@@ -1,0 +1,468 @@
+package caddymodule
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Hashed IDs: a key as Tollgate's logs print it, "h:" and the 16 hex digits
+// of its keyed hash. The admin API takes one wherever it takes a key, so an
+// operator can look up what the logs show without putting a raw key in a
+// URL that Caddy's admin log records.
+const hashedPrefix = "h:"
+
+// hashedID renders a key hash as the logs print it.
+func hashedID(h uint64) string { return fmt.Sprintf("%s%016x", hashedPrefix, h) }
+
+// parseHashedID reads a hashed ID; ok is false when id is not one (then it
+// is a raw key).
+func parseHashedID(id string) (uint64, bool) {
+	hex, ok := strings.CutPrefix(id, hashedPrefix)
+	if !ok || len(hex) != 16 {
+		return 0, false
+	}
+	h, err := strconv.ParseUint(hex, 16, 64)
+	return h, err == nil
+}
+
+// keyHashOf returns the hash of a key given raw or hashed.
+func (a *App) keyHashOf(id string) uint64 {
+	if h, ok := parseHashedID(id); ok {
+		return h
+	}
+	return a.hasher.Sum64(id)
+}
+
+// opsRecord keeps what this node saw that the admin lists show: the keys
+// it denied lately and the grants given through it. It is process-wide, so
+// a reload keeps it; each node answers for its own through a gather.
+type opsRecord struct {
+	denied deniedRecord
+	grants grantRecord
+}
+
+// maxRecorded bounds each record, so memory stays bounded under attack.
+const maxRecorded = 10000
+
+// deniedEntry is one key a zone denied, until when, and how often.
+type deniedEntry struct {
+	Zone    string `json:"zone"`
+	Scope   string `json:"scope"`
+	Key     uint64 `json:"key"`
+	Until   int64  `json:"until"` // unix ns: let through again from then
+	Denials uint64 `json:"denials"`
+}
+
+type recordID struct {
+	scope string
+	key   uint64
+}
+
+// deniedRecord holds the keys denied lately, each until its denial ends.
+type deniedRecord struct {
+	mu sync.Mutex
+	m  map[recordID]*deniedEntry
+}
+
+// record notes a denial of key in a zone, until the instant it is let
+// through again. When the record is full it drops expired entries, then
+// any one entry.
+func (d *deniedRecord) record(zone, scope string, key uint64, until, now time.Time) {
+	id := recordID{scope, key}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.m[id]; e != nil {
+		e.Until = max(e.Until, until.UnixNano())
+		e.Denials++
+		return
+	}
+	if d.m == nil {
+		d.m = map[recordID]*deniedEntry{}
+	}
+	if len(d.m) >= maxRecorded {
+		for k, e := range d.m {
+			if e.Until <= now.UnixNano() {
+				delete(d.m, k)
+			}
+		}
+		for k := range d.m {
+			if len(d.m) < maxRecorded {
+				break
+			}
+			delete(d.m, k)
+		}
+	}
+	d.m[id] = &deniedEntry{Zone: zone, Scope: scope, Key: key, Until: until.UnixNano(), Denials: 1}
+}
+
+// list returns the keys still denied at now.
+func (d *deniedRecord) list(now time.Time) []deniedEntry {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]deniedEntry, 0, len(d.m))
+	for k, e := range d.m {
+		if e.Until <= now.UnixNano() {
+			delete(d.m, k)
+			continue
+		}
+		out = append(out, *e)
+	}
+	return out
+}
+
+// forget drops key in the named scopes (all when scopes is empty).
+func (d *deniedRecord) forget(key uint64, scopes []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id := range d.m {
+		if id.key == key && (len(scopes) == 0 || contains(scopes, id.scope)) {
+			delete(d.m, id)
+		}
+	}
+}
+
+// grantEntry is one grant given through this node's admin API.
+type grantEntry struct {
+	Zone    string `json:"zone"`
+	Scope   string `json:"scope"`
+	Key     uint64 `json:"key"`
+	Created int64  `json:"created"`
+	Expires int64  `json:"expires"`
+}
+
+// grantRecord holds the grants given through this node, until they expire
+// or are revoked.
+type grantRecord struct {
+	mu sync.Mutex
+	m  map[recordID]grantEntry
+}
+
+func (g *grantRecord) record(e grantEntry, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[recordID]grantEntry{}
+	}
+	if len(g.m) >= maxRecorded {
+		for k, old := range g.m {
+			if old.Expires <= now.UnixNano() {
+				delete(g.m, k)
+			}
+		}
+		if len(g.m) >= maxRecorded {
+			return // a full record: the grant holds, it is only not listed
+		}
+	}
+	g.m[recordID{e.Scope, e.Key}] = e
+}
+
+func (g *grantRecord) list(now time.Time) []grantEntry {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]grantEntry, 0, len(g.m))
+	for k, e := range g.m {
+		if e.Expires <= now.UnixNano() {
+			delete(g.m, k)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func (g *grantRecord) forget(key uint64, scopes []string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for id := range g.m {
+		if id.key == key && (len(scopes) == 0 || contains(scopes, id.scope)) {
+			delete(g.m, id)
+		}
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// Gather questions the nodes answer from their records.
+const (
+	gatherDenied       = "tollgate.denied"
+	gatherDeniedForget = "tollgate.denied.forget"
+	gatherGrants       = "tollgate.grants"
+	gatherGrantsForget = "tollgate.grants.forget"
+)
+
+// gatherWithin is how long a list waits for the other nodes.
+const gatherWithin = 2 * time.Second
+
+// forgetQuestion is the body of the forget questions.
+type forgetQuestion struct {
+	Key    uint64   `json:"key"`
+	Scopes []string `json:"scopes,omitempty"`
+}
+
+// answerGather answers another node's (or this node's) list question.
+func (s *state) answerGather(name string, body []byte) []byte {
+	now := time.Now()
+	var v any
+	switch name {
+	case gatherDenied:
+		v = s.ops.denied.list(now)
+	case gatherGrants:
+		v = s.ops.grants.list(now)
+	case gatherDeniedForget, gatherGrantsForget:
+		var q forgetQuestion
+		if json.Unmarshal(body, &q) != nil {
+			return nil
+		}
+		if name == gatherDeniedForget {
+			s.ops.denied.forget(q.Key, q.Scopes)
+		} else {
+			s.ops.grants.forget(q.Key, q.Scopes)
+		}
+		return nil
+	default:
+		return nil
+	}
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// gatherEntries asks every node for its record and merges the answers.
+func gatherEntries[T any](node *cluster.Node, question string) ([]T, []string) {
+	res := node.Gather(question, nil, gatherWithin)
+	var all []T
+	for _, b := range res.Answers {
+		var part []T
+		if json.Unmarshal(b, &part) == nil {
+			all = append(all, part...)
+		}
+	}
+	return all, res.Unanswered
+}
+
+// forgetEverywhere tells every node to drop key from a record, without
+// waiting for slow ones longer than a list would.
+func forgetEverywhere(node *cluster.Node, question string, key uint64, scopes []string) {
+	b, _ := json.Marshal(forgetQuestion{Key: key, Scopes: scopes})
+	node.Gather(question, b, gatherWithin)
+}
+
+// page reads the limit and cursor of a list request.
+type page struct {
+	limit int
+	after recordCursor
+}
+
+// recordCursor is where a page starts: after this scope and key.
+type recordCursor struct {
+	Scope string `json:"s"`
+	Key   uint64 `json:"k"`
+	set   bool
+}
+
+func (c recordCursor) encode() string {
+	b, _ := json.Marshal(c)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func (c recordCursor) before(scope string, key uint64) bool {
+	return !c.set || scope > c.Scope || scope == c.Scope && key > c.Key
+}
+
+// Page sizes of the list routes.
+const (
+	defaultPageSize = 100
+	maxPageSize     = 1000
+	maxGrantsPage   = 100 // each grant listed is read at its owner
+)
+
+func readPage(r *http.Request, maxLimit int) (page, error) {
+	p := page{limit: min(defaultPageSize, maxLimit)}
+	q := r.URL.Query()
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxLimit {
+			return p, badRequest("limit %q: must be a whole number from 1 to %d", s, maxLimit)
+		}
+		p.limit = n
+	}
+	if s := q.Get("cursor"); s != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(s)
+		if err != nil || json.Unmarshal(raw, &p.after) != nil {
+			return p, badRequest("cursor %q: not a cursor this API gave; use next_cursor of the previous page as it is", s)
+		}
+		p.after.set = true
+	}
+	return p, nil
+}
+
+// DeniedList is what GET /tollgate/denied answers.
+type DeniedList struct {
+	Items       []DeniedKey `json:"items"`
+	NextCursor  string      `json:"next_cursor,omitempty"`
+	Unreachable []string    `json:"unreachable_nodes"`
+}
+
+// DeniedKey is one key denied now in a zone.
+type DeniedKey struct {
+	Zone       string `json:"zone"`
+	Scope      string `json:"scope"`
+	Key        string `json:"key"` // hashed ID
+	Denials    uint64 `json:"denials"`
+	RetryAfter int64  `json:"retry_after_seconds"`
+	Until      string `json:"denied_until"`
+}
+
+// handleDenied serves GET /tollgate/denied[?zone=][&limit=][&cursor=].
+func (adminAPI) handleDenied(w http.ResponseWriter, r *http.Request) error {
+	app, err := runningApp()
+	if err != nil {
+		return err
+	}
+	scopes, err := app.listScopes(r.URL.Query().Get("zone"))
+	if err != nil {
+		return err
+	}
+	pg, err := readPage(r, maxPageSize)
+	if err != nil {
+		return err
+	}
+	entries, missing := gatherEntries[deniedEntry](app.node, gatherDenied)
+	merged := map[recordID]*deniedEntry{}
+	for i := range entries {
+		e := &entries[i]
+		if scopes != nil && !scopes[e.Scope] {
+			continue
+		}
+		id := recordID{e.Scope, e.Key}
+		if m := merged[id]; m != nil {
+			m.Until, m.Denials = max(m.Until, e.Until), m.Denials+e.Denials
+			continue
+		}
+		merged[id] = e
+	}
+	sorted := make([]*deniedEntry, 0, len(merged))
+	for _, e := range merged {
+		if pg.after.before(e.Scope, e.Key) {
+			sorted = append(sorted, e)
+		}
+	}
+	sort.Slice(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		return a.Scope < b.Scope || a.Scope == b.Scope && a.Key < b.Key
+	})
+	out := DeniedList{Items: []DeniedKey{}, Unreachable: missing}
+	now := time.Now()
+	for i, e := range sorted {
+		if i == pg.limit {
+			last := sorted[i-1]
+			out.NextCursor = recordCursor{Scope: last.Scope, Key: last.Key}.encode()
+			break
+		}
+		until := time.Unix(0, e.Until)
+		out.Items = append(out.Items, DeniedKey{
+			Zone: e.Zone, Scope: e.Scope, Key: hashedID(e.Key), Denials: e.Denials,
+			RetryAfter: headerSeconds(until.Sub(now)), Until: instant(until),
+		})
+	}
+	return writeJSON(w, out)
+}
+
+// GrantList is what GET /tollgate/grants answers.
+type GrantList struct {
+	Items       []GrantView `json:"items"`
+	NextCursor  string      `json:"next_cursor,omitempty"`
+	Unreachable []string    `json:"unreachable_nodes"`
+}
+
+// listGrants serves GET /tollgate/grants[?zone=][&limit=][&cursor=]: the
+// grants given through any node's admin API that still hold, with their
+// use as their owners count it.
+func (a *App) listGrants(w http.ResponseWriter, r *http.Request) error {
+	scopes, err := a.listScopes(r.URL.Query().Get("zone"))
+	if err != nil {
+		return err
+	}
+	pg, err := readPage(r, maxGrantsPage)
+	if err != nil {
+		return err
+	}
+	entries, missing := gatherEntries[grantEntry](a.node, gatherGrants)
+	merged := map[recordID]grantEntry{}
+	for _, e := range entries {
+		if scopes != nil && !scopes[e.Scope] || !pg.after.before(e.Scope, e.Key) {
+			continue
+		}
+		id := recordID{e.Scope, e.Key}
+		if m, ok := merged[id]; !ok || e.Created > m.Created {
+			merged[id] = e
+		}
+	}
+	sorted := make([]grantEntry, 0, len(merged))
+	for _, e := range merged {
+		sorted = append(sorted, e)
+	}
+	sort.Slice(sorted, func(i, j int) bool {
+		a, b := sorted[i], sorted[j]
+		return a.Scope < b.Scope || a.Scope == b.Scope && a.Key < b.Key
+	})
+	zones := map[string]*Zone{}
+	for _, z := range a.zonesNamed("") {
+		zones[z.scope] = z
+	}
+	out := GrantList{Items: []GrantView{}, Unreachable: missing}
+	for i, e := range sorted {
+		if i == pg.limit {
+			last := sorted[i-1]
+			out.NextCursor = recordCursor{Scope: last.Scope, Key: last.Key}.encode()
+			break
+		}
+		z := zones[e.Scope]
+		if z == nil {
+			continue // a zone no longer in the config
+		}
+		g, ok, err := a.node.GetGrant(limiter.ZoneKey(e.Key, z.seed))
+		if err != nil || !ok {
+			continue // revoked, expired, or its owner cannot be asked now
+		}
+		out.Items = append(out.Items, grantView(z, hashedID(e.Key), g))
+	}
+	return writeJSON(w, out)
+}
+
+// listScopes returns the scopes of the zones called name, nil for every
+// zone, or a 404 naming the zones there are.
+func (a *App) listScopes(name string) (map[string]bool, error) {
+	if name == "" {
+		return nil, nil
+	}
+	zones := a.zonesNamed(name)
+	if len(zones) == 0 {
+		return nil, notFound("no zone %q in the running config; it has %s", name, strings.Join(a.zoneNames(), ", "))
+	}
+	out := map[string]bool{}
+	for _, z := range zones {
+		out[z.scope] = true
+	}
+	return out, nil
+}
+
+// instant renders an instant as every admin answer does: RFC 3339, UTC,
+// whole seconds.
+func instant(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }

@@ -2,12 +2,15 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -454,5 +457,38 @@ func logs3(srv *testCaddy, out *[]string) {
 			seen[m[1]] = true
 			*out = append(*out, m[1])
 		}
+	}
+}
+
+// TestProcessClusterListsGatherFromEveryNode denies a key through each of
+// three Caddy processes: any node lists all three, and with one node
+// frozen the list names it as not answering.
+func TestProcessClusterListsGatherFromEveryNode(t *testing.T) {
+	procs := startCluster(t, 3, 1)
+	keys := []string{"list-a", "list-b", "list-c"}
+	for i, p := range procs {
+		p.get("/", keys[i])
+		if status, _, _ := p.get("/", keys[i]); status != http.StatusTooManyRequests {
+			t.Fatalf("%s: second request of %s: %d; want 429", p.name, keys[i], status)
+		}
+	}
+	base := func(p *proc) string { return fmt.Sprintf("http://127.0.0.1:%d", p.admin) }
+	for _, p := range procs {
+		var list DeniedList
+		if status, body := adminDo(t, base(p), http.MethodGet, "/tollgate/denied?zone=api", &list); status != http.StatusOK {
+			t.Fatalf("%s: %d %s", p.name, status, body)
+		}
+		if len(list.Items) != 3 || len(list.Unreachable) != 0 {
+			t.Errorf("%s lists %+v; want the three keys, every node answering", p.name, list)
+		}
+	}
+	frozen := procs[2]
+	frozenName := frozen.status().Cluster.Node
+	frozen.signal(syscall.SIGSTOP)
+	t.Cleanup(func() { frozen.signal(syscall.SIGCONT) })
+	var list DeniedList
+	adminDo(t, base(procs[0]), http.MethodGet, "/tollgate/denied?zone=api", &list)
+	if len(list.Items) != 2 || !slices.Contains(list.Unreachable, frozenName) {
+		t.Errorf("with %s frozen: %+v; want two keys and it named", frozenName, list)
 	}
 }

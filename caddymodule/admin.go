@@ -105,9 +105,10 @@ func currentState() (*state, error) {
 
 // Status is what GET /tollgate/status answers.
 type Status struct {
-	Cluster ClusterView `json:"cluster"`
-	Keys    KeyStats    `json:"keys"`
-	Memory  MemoryStats `json:"memory"`
+	Cluster ClusterView   `json:"cluster"`
+	Ring    RingAgreement `json:"ring_agreement"`
+	Keys    KeyStats      `json:"keys"`
+	Memory  MemoryStats   `json:"memory"`
 }
 
 // KeyStats describes the counters this node holds.
@@ -142,8 +143,29 @@ func (adminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	}
 	if node != nil {
 		out.Cluster = clusterView(node.Status(), time.Now())
+		out.Ring = ringAgreement(node, out.Cluster.RingFingerprint)
 	}
 	return writeJSON(w, out)
+}
+
+// RingAgreement says whether every node routes keys by the same ring as
+// this one: each node's ring fingerprint, asked within the list deadline.
+type RingAgreement struct {
+	Agreed       bool              `json:"agreed"`
+	Fingerprints map[string]string `json:"fingerprints"`
+	Unreachable  []string          `json:"unreachable_nodes"`
+}
+
+func ringAgreement(node *cluster.Node, own string) RingAgreement {
+	res := node.Gather(gatherRing, nil, gatherWithin)
+	ra := RingAgreement{Agreed: len(res.Unanswered) == 0, Fingerprints: map[string]string{}, Unreachable: res.Unanswered}
+	for name, fp := range res.Answers {
+		ra.Fingerprints[name] = string(fp)
+		if string(fp) != own {
+			ra.Agreed = false
+		}
+	}
+	return ra
 }
 
 // ClusterView is this node's view of the cluster, as the status shows it.

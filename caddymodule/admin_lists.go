@@ -205,6 +205,7 @@ const (
 	gatherDeniedForget = "tollgate.denied.forget"
 	gatherGrants       = "tollgate.grants"
 	gatherGrantsForget = "tollgate.grants.forget"
+	gatherRing         = "tollgate.ring"
 )
 
 // gatherWithin is how long a list waits for the other nodes.
@@ -225,6 +226,14 @@ func (s *state) answerGather(name string, body []byte) []byte {
 		v = s.ops.denied.list(now)
 	case gatherGrants:
 		v = s.ops.grants.list(now)
+	case gatherRing:
+		s.mu.Lock()
+		node := s.node
+		s.mu.Unlock()
+		if node == nil {
+			return nil
+		}
+		return []byte(node.Ring().Fingerprint())
 	case gatherDeniedForget, gatherGrantsForget:
 		var q forgetQuestion
 		if json.Unmarshal(body, &q) != nil {

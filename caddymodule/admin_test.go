@@ -482,6 +482,11 @@ func TestProcessClusterListsGatherFromEveryNode(t *testing.T) {
 			t.Errorf("%s lists %+v; want the three keys, every node answering", p.name, list)
 		}
 	}
+	for _, p := range procs {
+		if ra := p.status().Ring; !ra.Agreed || len(ra.Fingerprints) != 3 || len(ra.Unreachable) != 0 {
+			t.Errorf("%s: ring agreement %+v; want three nodes agreeing", p.name, ra)
+		}
+	}
 	frozen := procs[2]
 	frozenName := frozen.status().Cluster.Node
 	frozen.signal(syscall.SIGSTOP)
@@ -490,5 +495,8 @@ func TestProcessClusterListsGatherFromEveryNode(t *testing.T) {
 	adminDo(t, base(procs[0]), http.MethodGet, "/tollgate/denied?zone=api", &list)
 	if len(list.Items) != 2 || !slices.Contains(list.Unreachable, frozenName) {
 		t.Errorf("with %s frozen: %+v; want two keys and it named", frozenName, list)
+	}
+	if ra := procs[0].status().Ring; ra.Agreed || !slices.Contains(ra.Unreachable, frozenName) {
+		t.Errorf("with %s frozen: ring agreement %+v; want not agreed, it named", frozenName, ra)
 	}
 }

@@ -196,7 +196,7 @@ var standaloneAbsent = map[string]bool{
 var policyExtras = map[string]bool{".reputation": true}
 
 // namedKeys matches the paths of objects whose keys are names.
-var namedKeys = regexp.MustCompile(`^\.zones$|^\.zones\.[^.]+\.(caddyfile|overrides|effective)$`)
+var namedKeys = regexp.MustCompile(`^\.ring_agreement\.fingerprints$|^\.zones$|^\.zones\.[^.]+\.(caddyfile|overrides|effective)$`)
 
 // compareShape reports where got differs from the doc's want in field
 // names or JSON types. An array in the doc gives the shape of every

@@ -487,6 +487,12 @@ func TestProcessClusterListsGatherFromEveryNode(t *testing.T) {
 			t.Errorf("%s: ring agreement %+v; want three nodes agreeing", p.name, ra)
 		}
 	}
+	addr := strings.TrimPrefix(base(procs[0]), "http://")
+	out, errOut, code := tollgateCLI(t, "status", "--address", addr)
+	if code != 0 || !regexp.MustCompile(`ring agreement +yes`).MatchString(out) || strings.Count(out, "alive") != 2 ||
+		strings.Count(out, "self") != 1 || !regexp.MustCompile(`(?m)^api +3 +3$`).MatchString(out) {
+		t.Errorf("caddy tollgate status of a cluster: exit %d\n%s%s", code, out, errOut)
+	}
 	frozen := procs[2]
 	frozenName := frozen.status().Cluster.Node
 	frozen.signal(syscall.SIGSTOP)
@@ -498,5 +504,9 @@ func TestProcessClusterListsGatherFromEveryNode(t *testing.T) {
 	}
 	if ra := procs[0].status().Ring; ra.Agreed || !slices.Contains(ra.Unreachable, frozenName) {
 		t.Errorf("with %s frozen: ring agreement %+v; want not agreed, it named", frozenName, ra)
+	}
+	out, errOut, code = tollgateCLI(t, "status", "--address", addr)
+	if code != 0 || !strings.Contains(out, "NO: "+frozenName+" did not answer") {
+		t.Errorf("caddy tollgate status with %s frozen: exit %d\n%s%s", frozenName, code, out, errOut)
 	}
 }

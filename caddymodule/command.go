@@ -1,0 +1,620 @@
+package caddymodule
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/caddyserver/caddy/v2"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+)
+
+// Exit codes of `caddy tollgate …`, for scripts.
+const (
+	exitOK          = 0 // done
+	exitRefused     = 1 // Tollgate refused the request, or failed: the message says why
+	exitUsage       = 2 // the command line is wrong
+	exitUnreachable = 3 // no admin endpoint answered at the address
+	exitNotFound    = 4 // no such client, grant or zone
+)
+
+func init() {
+	caddycmd.RegisterCommand(caddycmd.Command{
+		Name:  "tollgate",
+		Usage: "status|client|reset|tiers|grant … [--address <admin>] [--json]",
+		Short: "Shows and changes what Tollgate is doing in a running Caddy",
+		Long: `
+Talks to the admin endpoint of a running Caddy, as 'caddy reload' does: the
+address is --address if given, else the admin address of --config, else
+localhost:2019.
+
+  caddy tollgate status                          members, ring agreement, fallback, keys, zones by denials
+  caddy tollgate client <id> [--zone z]          a client's counters (a raw key, or h:… as the logs print it)
+  caddy tollgate reset <id> [--zone z]           let a client through again
+  caddy tollgate tiers                           tier limits in effect
+  caddy tollgate tiers set <zone> <tier>=<n>…    override tier limits at run time
+  caddy tollgate tiers clear                     drop every override
+  caddy tollgate grant add <zone> <key> <amount> <duration>
+  caddy tollgate grant show [<zone> <key>]       one grant, or every grant
+  caddy tollgate grant revoke <zone> <key>
+
+Output is a table; --json prints the admin API's JSON. Exit codes: 0 done,
+1 refused or failed (the message says why), 2 bad command line, 3 no admin
+endpoint at the address, 4 no such client, grant or zone.
+`,
+		CobraFunc: func(cmd *cobra.Command) {
+			cmd.PersistentFlags().String("address", "", "Address of the administration endpoint, if not the config's or localhost:2019")
+			cmd.PersistentFlags().StringP("config", "c", "", "Configuration file to read the admin address from")
+			cmd.PersistentFlags().StringP("adapter", "a", "", "Name of the config adapter, with --config")
+			cmd.PersistentFlags().Bool("json", false, "Print JSON instead of a table")
+			cmd.Args = cobra.NoArgs
+			cmd.RunE = runCLI(nil)
+			for _, sub := range cliCommands() {
+				cmd.AddCommand(sub)
+			}
+		},
+	})
+}
+
+// cliRun is one subcommand's work: it writes to out and returns an exit
+// code and an error saying what to do.
+type cliRun func(c *cliContext, args []string) (int, error)
+
+// runCLI turns a subcommand into a cobra RunE with Caddy's exit codes.
+func runCLI(run cliRun) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		return caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
+			if run == nil {
+				return exitUsage, errors.New("name a subcommand: status, client, reset, tiers or grant; see caddy help tollgate")
+			}
+			c, err := newCLIContext(fl, cmd.OutOrStdout())
+			if err != nil {
+				return exitUsage, err
+			}
+			return run(c, args)
+		})(cmd, args)
+	}
+}
+
+func cliCommands() []*cobra.Command {
+	zoneFlag := func(c *cobra.Command) { c.Flags().String("zone", "", "Only this zone") }
+	sub := func(use, short string, args cobra.PositionalArgs, run cliRun) *cobra.Command {
+		c := &cobra.Command{Use: use, Short: short, SilenceUsage: true, Args: cobra.ArbitraryArgs}
+		c.RunE = runCLI(func(ctx *cliContext, a []string) (int, error) {
+			if err := args(c, a); err != nil {
+				return exitUsage, fmt.Errorf("%v; usage: %s%s", err, c.CommandPath(), strings.TrimPrefix(use, c.Name()))
+			}
+			return run(ctx, a)
+		})
+		return c
+	}
+	status := sub("status", "Members, ring agreement, fallback, keys and zones by denials", cobra.NoArgs, cliStatus)
+	client := sub("client <id>", "A client's counters: a raw key, or h:… as the logs print it", cobra.ExactArgs(1), cliClient)
+	zoneFlag(client)
+	reset := sub("reset <id>", "Let a client through again", cobra.ExactArgs(1), cliReset)
+	zoneFlag(reset)
+	tiers := sub("tiers", "Tier limits in effect", cobra.NoArgs, cliTiers)
+	tiers.AddCommand(
+		sub("set <zone> <tier>=<limit>...", "Override tier limits of a zone at run time", cobra.MinimumNArgs(2), cliTiersSet),
+		sub("clear", "Drop every run-time override", cobra.NoArgs, cliTiersClear),
+	)
+	grant := sub("grant", "Grants of extra quota", cobra.NoArgs, func(*cliContext, []string) (int, error) {
+		return exitUsage, errors.New("name what to do: caddy tollgate grant add|show|revoke")
+	})
+	grant.AddCommand(
+		sub("add <zone> <key> <amount> <duration>", "Give a key extra quota in a zone for a duration (e.g. 168h, 7d, or seconds)", cobra.ExactArgs(4), cliGrantAdd),
+		sub("show [<zone> <key>]", "One grant, or every grant", cobra.RangeArgs(0, 2), cliGrantShow),
+		sub("revoke <zone> <key>", "Revoke a grant", cobra.ExactArgs(2), cliGrantRevoke),
+	)
+	return []*cobra.Command{status, client, reset, tiers, grant}
+}
+
+// cliContext is what every subcommand uses: where the admin endpoint is,
+// how to print.
+type cliContext struct {
+	addr   string
+	json   bool
+	zone   string
+	out    io.Writer
+	client *http.Client
+	origin string
+}
+
+func newCLIContext(fl caddycmd.Flags, out io.Writer) (*cliContext, error) {
+	addr, err := caddycmd.DetermineAdminAPIAddress(fl.String("address"), nil, fl.String("config"), fl.String("adapter"))
+	if err != nil {
+		return nil, fmt.Errorf("finding the admin address: %v; give it with --address", err)
+	}
+	parsed, err := caddy.ParseNetworkAddress(addr)
+	if err != nil || parsed.PortRangeSize() > 1 {
+		return nil, fmt.Errorf("--address %q is not an admin address: want host:port, e.g. localhost:2019, or unix//path", addr)
+	}
+	c := &cliContext{addr: addr, json: fl.Bool("json"), out: out, origin: "http://" + parsed.JoinHostPort(0)}
+	if f := fl.Lookup("zone"); f != nil {
+		c.zone = f.Value.String()
+	}
+	if parsed.IsUnixNetwork() {
+		c.origin = "http://127.0.0.1"
+	}
+	if _, err := url.Parse(c.origin); err != nil {
+		return nil, fmt.Errorf("--address %q is not an admin address: want host:port, e.g. localhost:2019, or unix//path", addr)
+	}
+	c.client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, parsed.Network, parsed.JoinHostPort(0))
+		},
+	}}
+	return c, nil
+}
+
+// apiError is an error answer of the admin API.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+// call sends a request to the admin API and decodes a 2xx answer into
+// out; it returns the raw answer for --json.
+func (c *cliContext) call(method, path string, body any, out any) ([]byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.origin+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Origin", c.origin)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.client.Do(req)
+	if err != nil {
+		return nil, &apiError{status: 0, msg: fmt.Sprintf("cannot reach Caddy's admin endpoint at %s: %v; is Caddy running? Name its admin address (the admin global option) with --address", c.addr, errors.Unwrap(err))}
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return nil, fmt.Errorf("reading the answer of %s %s: %v", method, path, err)
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
+			e.Error = strings.TrimSpace(string(raw))
+		}
+		msg := e.Error
+		if resp.StatusCode == http.StatusNotFound && strings.Contains(msg, "no route") {
+			msg += "; is this Caddy built with Tollgate, and --address its admin endpoint?"
+		}
+		return nil, &apiError{status: resp.StatusCode, msg: msg}
+	}
+	if out != nil {
+		if err := json.Unmarshal(raw, out); err != nil {
+			return nil, fmt.Errorf("%s %s answered what this command does not understand (%v); is --address Caddy's admin endpoint (the admin global option), and caddy the same version as the running one?", method, path, err)
+		}
+	}
+	return raw, nil
+}
+
+// exitFor maps an error to an exit code.
+func exitFor(err error) int {
+	var ae *apiError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ae) && ae.status == 0:
+		return exitUnreachable
+	case errors.As(err, &ae) && ae.status == http.StatusNotFound:
+		return exitNotFound
+	}
+	return exitRefused
+}
+
+// printJSON prints an answer as it came, indented.
+func (c *cliContext) printJSON(raw []byte) (int, error) {
+	var buf bytes.Buffer
+	if json.Indent(&buf, raw, "", "  ") != nil {
+		buf.Reset()
+		buf.Write(raw)
+	}
+	buf.WriteString("\n")
+	_, err := c.out.Write(bytes.TrimRight(buf.Bytes(), "\n"))
+	fmt.Fprintln(c.out)
+	return exitOK, err
+}
+
+func (c *cliContext) table() *tabwriter.Writer {
+	return tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+}
+
+func (c *cliContext) zoneQuery() string {
+	if c.zone == "" {
+		return ""
+	}
+	return "?zone=" + url.QueryEscape(c.zone)
+}
+
+// ---- status ----
+
+// ZoneDenials is one zone's keys denied now, as `caddy tollgate status`
+// shows them.
+type ZoneDenials struct {
+	Zone       string `json:"zone"`
+	KeysDenied int    `json:"keys_denied"`
+	Denials    uint64 `json:"denials"`
+}
+
+func cliStatus(c *cliContext, _ []string) (int, error) {
+	var st Status
+	raw, err := c.call(http.MethodGet, "/tollgate/status", nil, &st)
+	if err != nil {
+		return exitFor(err), err
+	}
+	var denied DeniedList
+	if _, err := c.call(http.MethodGet, "/tollgate/denied?limit="+strconv.Itoa(maxPageSize), nil, &denied); err != nil {
+		return exitFor(err), err
+	}
+	byZone := map[string]*ZoneDenials{}
+	for _, it := range denied.Items {
+		zd := byZone[it.Zone]
+		if zd == nil {
+			zd = &ZoneDenials{Zone: it.Zone}
+			byZone[it.Zone] = zd
+		}
+		zd.KeysDenied++
+		zd.Denials += it.Denials
+	}
+	top := make([]ZoneDenials, 0, len(byZone))
+	for _, zd := range byZone {
+		top = append(top, *zd)
+	}
+	sort.Slice(top, func(i, j int) bool {
+		return top[i].Denials > top[j].Denials || top[i].Denials == top[j].Denials && top[i].Zone < top[j].Zone
+	})
+	if c.json {
+		b, _ := json.Marshal(map[string]any{"status": json.RawMessage(raw), "zones_by_denials": top})
+		return c.printJSON(b)
+	}
+	cl := st.Cluster
+	w := c.table()
+	fmt.Fprintf(w, "node\t%s\n", cl.Node)
+	if cl.Standalone {
+		fmt.Fprintf(w, "cluster\tstandalone (no peers, no fallback)\n")
+	} else {
+		agree := "yes, every node has ring " + cl.RingFingerprint
+		if !st.Ring.Agreed {
+			agree = "NO: " + ringDisagreement(st.Ring, cl.RingFingerprint)
+		}
+		fmt.Fprintf(w, "ring agreement\t%s\n", agree)
+		fb := "none"
+		if len(cl.PeersInFallback) > 0 {
+			fb = strings.Join(cl.PeersInFallback, ", ")
+		}
+		fmt.Fprintf(w, "peers in fallback\t%s\n", fb)
+		if cl.FallbackRatio != nil {
+			fmt.Fprintf(w, "fallback\t%s, ratio %g, %d keys, %d activations\n", cl.FallbackMode, *cl.FallbackRatio, deref(cl.FallbackKeys), deref(cl.Activations))
+		}
+	}
+	fmt.Fprintf(w, "keys\t%d held of %d (%d reclaimed, %d overflowed), about %s\n", st.Keys.Held, st.Keys.Max, st.Keys.Reclaimed, st.Keys.Overflowed, humanBytes(st.Memory.CounterBytes))
+	w.Flush()
+	fmt.Fprintln(c.out)
+	w = c.table()
+	fmt.Fprintln(w, "MEMBER\tSTATE\tRING SHARE\tFALLBACK")
+	for _, m := range cl.Members {
+		fmt.Fprintf(w, "%s\t%s\t%.0f%%\t%v\n", m.Name, m.State, m.Share*100, yesNo(m.Fallback))
+	}
+	w.Flush()
+	fmt.Fprintln(c.out)
+	if len(top) == 0 {
+		fmt.Fprintln(c.out, "no key is denied now")
+	} else {
+		w = c.table()
+		fmt.Fprintln(w, "ZONE\tKEYS DENIED NOW\tDENIALS")
+		for _, zd := range top {
+			fmt.Fprintf(w, "%s\t%d\t%d\n", zd.Zone, zd.KeysDenied, zd.Denials)
+		}
+		w.Flush()
+	}
+	if len(denied.Unreachable) > 0 {
+		fmt.Fprintf(c.out, "not counted: %s did not answer\n", strings.Join(denied.Unreachable, ", "))
+	}
+	return exitOK, nil
+}
+
+func ringDisagreement(ra RingAgreement, own string) string {
+	var parts []string
+	for name, fp := range ra.Fingerprints {
+		if fp != own {
+			parts = append(parts, name+" has "+fp)
+		}
+	}
+	sort.Strings(parts)
+	for _, n := range ra.Unreachable {
+		parts = append(parts, n+" did not answer")
+	}
+	return strings.Join(parts, "; ")
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// ---- clients ----
+
+func clientPath(id string) string { return "/tollgate/clients/" + url.PathEscape(id) }
+
+func cliClient(c *cliContext, args []string) (int, error) {
+	var view ClientView
+	raw, err := c.call(http.MethodGet, clientPath(args[0])+c.zoneQuery(), nil, &view)
+	if err != nil {
+		return exitFor(err), err
+	}
+	seen := false
+	for _, z := range view.Zones {
+		seen = seen || z.Remaining < z.Limit || z.Exhausted || z.Grant != nil || len(z.Leases) > 0
+	}
+	unseen := fmt.Errorf("nothing is counted for %s now: it was not seen lately, or its counters expired (check the id: a raw key as the zone renders it, or h: and 16 hex digits as the logs print it)", args[0])
+	if c.json {
+		code, err := c.printJSON(raw)
+		if err == nil && !seen {
+			return exitNotFound, unseen
+		}
+		return code, err
+	}
+	if !seen {
+		return exitNotFound, unseen
+	}
+	w := c.table()
+	fmt.Fprintf(w, "client\t%s\n", view.ID)
+	fmt.Fprintf(w, "owner\t%s\n", view.Owner)
+	if view.Reputation != nil {
+		fmt.Fprintf(w, "reputation\t%d\n", *view.Reputation)
+	}
+	w.Flush()
+	fmt.Fprintln(c.out)
+	w = c.table()
+	fmt.Fprintln(w, "ZONE\tALGORITHM\tLIMIT\tREMAINING\tRESET\tDENIED\tSOURCE\tGRANT")
+	for _, z := range view.Zones {
+		grant := "-"
+		if z.Grant != nil {
+			grant = fmt.Sprintf("%d of %d left", z.Grant.Remaining, z.Grant.Amount)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%ds\t%s\t%s\t%s\n", z.Zone, z.Algorithm, z.Limit, z.Remaining, z.Reset, yesNo(z.Exhausted), z.Source, grant)
+	}
+	w.Flush()
+	return exitOK, nil
+}
+
+func cliReset(c *cliContext, args []string) (int, error) {
+	var res ResetResult
+	raw, err := c.call(http.MethodDelete, clientPath(args[0])+c.zoneQuery(), nil, &res)
+	if err != nil {
+		return exitFor(err), err
+	}
+	if c.json {
+		return c.printJSON(raw)
+	}
+	fmt.Fprintf(c.out, "reset %s in %s\n", res.ID, strings.Join(res.ZonesReset, ", "))
+	if len(res.Unreachable) > 0 {
+		fmt.Fprintf(c.out, "not told (they forget the key when its denial ends): %s\n", strings.Join(res.Unreachable, ", "))
+	}
+	return exitOK, nil
+}
+
+// ---- tiers ----
+
+func cliTiers(c *cliContext, _ []string) (int, error) {
+	return c.showTiers(http.MethodGet, nil)
+}
+
+func (c *cliContext) showTiers(method string, body any) (int, error) {
+	var view TiersView
+	raw, err := c.call(method, "/tollgate/tiers", body, &view)
+	if err != nil {
+		return exitFor(err), err
+	}
+	if c.json {
+		return c.printJSON(raw)
+	}
+	zones := make([]string, 0, len(view.Zones))
+	for z := range view.Zones {
+		zones = append(zones, z)
+	}
+	sort.Strings(zones)
+	w := c.table()
+	fmt.Fprintln(w, "ZONE\tKIND\tTIER\tCONFIG\tOVERRIDE\tIN EFFECT")
+	for _, z := range zones {
+		tv := view.Zones[z]
+		fmt.Fprintf(w, "%s\t%s\t(default)\t%d\t-\t%d\n", z, tv.Kind, tv.Default, tv.Default)
+		tiers := make([]string, 0, len(tv.Effective))
+		for t := range tv.Effective {
+			tiers = append(tiers, t)
+		}
+		sort.Strings(tiers)
+		for _, t := range tiers {
+			cfg, over := "-", "-"
+			if n, ok := tv.Caddyfile[t]; ok {
+				cfg = strconv.FormatInt(n, 10)
+			}
+			if n, ok := tv.Overrides[t]; ok {
+				over = strconv.FormatInt(n, 10)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\n", z, tv.Kind, t, cfg, over, tv.Effective[t])
+		}
+	}
+	return exitOK, w.Flush()
+}
+
+// cliTiersSet merges the given limits into the overrides in effect and
+// puts the whole table, as the API replaces it whole.
+func cliTiersSet(c *cliContext, args []string) (int, error) {
+	zone := args[0]
+	var view TiersView
+	if _, err := c.call(http.MethodGet, "/tollgate/tiers", nil, &view); err != nil {
+		return exitFor(err), err
+	}
+	table := map[string]map[string]int64{}
+	for z, tv := range view.Zones {
+		if len(tv.Overrides) > 0 {
+			table[z] = tv.Overrides
+		}
+	}
+	if table[zone] == nil {
+		table[zone] = map[string]int64{}
+	}
+	for _, a := range args[1:] {
+		tier, n, ok := strings.Cut(a, "=")
+		limit, err := strconv.ParseInt(n, 10, 64)
+		if !ok || tier == "" || err != nil {
+			return exitUsage, fmt.Errorf("%q: want <tier>=<limit>, e.g. pro=12000", a)
+		}
+		table[zone][tier] = limit
+	}
+	return c.showTiers(http.MethodPut, table)
+}
+
+func cliTiersClear(c *cliContext, _ []string) (int, error) {
+	return c.showTiers(http.MethodDelete, nil)
+}
+
+// ---- grants ----
+
+func grantPath(zone, key string) string {
+	return "/tollgate/grants/" + url.PathEscape(zone) + "/" + url.PathEscape(key)
+}
+
+func cliGrantAdd(c *cliContext, args []string) (int, error) {
+	amount, err := strconv.ParseInt(args[2], 10, 64)
+	if err != nil {
+		return exitUsage, fmt.Errorf("amount %q: want a whole number, e.g. 500", args[2])
+	}
+	var duration any = args[3]
+	if secs, err := strconv.ParseInt(args[3], 10, 64); err == nil {
+		duration = secs
+	}
+	body := map[string]any{"zone": args[0], "key": args[1], "amount": amount, "duration": duration}
+	var g GrantView
+	raw, err := c.call(http.MethodPost, "/tollgate/grants", body, &g)
+	if err != nil {
+		return exitFor(err), err
+	}
+	if c.json {
+		return c.printJSON(raw)
+	}
+	return c.printGrants([]GrantView{g})
+}
+
+func cliGrantShow(c *cliContext, args []string) (int, error) {
+	if len(args) == 1 {
+		return exitUsage, errors.New("give a zone and a key, or neither to list every grant")
+	}
+	if len(args) == 2 {
+		var g GrantView
+		raw, err := c.call(http.MethodGet, grantPath(args[0], args[1]), nil, &g)
+		if err != nil {
+			return exitFor(err), err
+		}
+		if c.json {
+			return c.printJSON(raw)
+		}
+		return c.printGrants([]GrantView{g})
+	}
+	var all GrantList
+	cursor := ""
+	for {
+		var page GrantList
+		path := "/tollgate/grants?limit=" + strconv.Itoa(maxGrantsPage) + strings.Replace(c.zoneQuery(), "?", "&", 1)
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		if _, err := c.call(http.MethodGet, path, nil, &page); err != nil {
+			return exitFor(err), err
+		}
+		all.Items = append(all.Items, page.Items...)
+		all.Unreachable = page.Unreachable
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if all.Items == nil {
+		all.Items = []GrantView{}
+	}
+	if c.json {
+		b, _ := json.Marshal(all)
+		return c.printJSON(b)
+	}
+	if len(all.Items) == 0 {
+		fmt.Fprintln(c.out, "no grant holds now")
+	} else if code, err := c.printGrants(all.Items); err != nil {
+		return code, err
+	}
+	if len(all.Unreachable) > 0 {
+		fmt.Fprintf(c.out, "not listed: what %s gave (they did not answer)\n", strings.Join(all.Unreachable, ", "))
+	}
+	return exitOK, nil
+}
+
+func (c *cliContext) printGrants(gs []GrantView) (int, error) {
+	w := c.table()
+	fmt.Fprintln(w, "ZONE\tKEY\tAMOUNT\tUSED\tREMAINING\tEXPIRES")
+	for _, g := range gs {
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\n", g.Zone, g.Key, g.Amount, g.Used, g.Remaining, g.Expires)
+	}
+	return exitOK, w.Flush()
+}
+
+func cliGrantRevoke(c *cliContext, args []string) (int, error) {
+	raw, err := c.call(http.MethodDelete, grantPath(args[0], args[1]), nil, nil)
+	if err != nil {
+		return exitFor(err), err
+	}
+	if c.json {
+		return c.printJSON(raw)
+	}
+	fmt.Fprintf(c.out, "revoked the grant of %s in zone %s\n", args[1], args[0])
+	return exitOK, nil
+}

@@ -62,6 +62,7 @@ var adminRoutes = []adminRoute{
 	{"/tollgate/grants", []string{http.MethodGet, http.MethodPost}, adminAPI.handleGrantsCollection},
 	{"/tollgate/grants/", []string{http.MethodGet, http.MethodDelete}, adminAPI.handleGrant},
 	{"/tollgate/reputation", []string{http.MethodGet}, adminAPI.handleReputation},
+	{"/tollgate/ui", []string{http.MethodGet}, adminAPI.handleUI},
 }
 
 // dispatch routes a request under /tollgate/.

@@ -49,6 +49,7 @@ localhost:2019.
   caddy tollgate grant add <zone> <key> <amount> <duration>
   caddy tollgate grant show [<zone> <key>]       one grant, or every grant
   caddy tollgate grant revoke <zone> <key>
+  caddy tollgate ui [--listen 127.0.0.1:2020]    the live status page, for a browser
 
 Output is a table; --json prints the admin API's JSON. Exit codes: 0 done,
 1 refused or failed (the message says why), 2 bad command line, 3 no admin
@@ -118,7 +119,9 @@ func cliCommands() []*cobra.Command {
 		sub("show [<zone> <key>]", "One grant, or every grant", cobra.RangeArgs(0, 2), cliGrantShow),
 		sub("revoke <zone> <key>", "Revoke a grant", cobra.ExactArgs(2), cliGrantRevoke),
 	)
-	return []*cobra.Command{status, client, reset, tiers, grant}
+	ui := sub("ui", "Serve the live status page on a loopback address, relaying to the admin endpoint", cobra.NoArgs, cliUI)
+	ui.Flags().String("listen", "127.0.0.1:2020", "Loopback address to serve the status page on")
+	return []*cobra.Command{status, client, reset, tiers, grant, ui}
 }
 
 // cliContext is what every subcommand uses: where the admin endpoint is,
@@ -127,6 +130,7 @@ type cliContext struct {
 	addr   string
 	json   bool
 	zone   string
+	listen string
 	out    io.Writer
 	client *http.Client
 	origin string
@@ -145,6 +149,9 @@ func newCLIContext(fl caddycmd.Flags, out io.Writer) (*cliContext, error) {
 	if f := fl.Lookup("zone"); f != nil {
 		c.zone = f.Value.String()
 	}
+	if f := fl.Lookup("listen"); f != nil {
+		c.listen = f.Value.String()
+	}
 	if parsed.IsUnixNetwork() {
 		c.origin = "http://127.0.0.1"
 	}
@@ -159,6 +166,10 @@ func newCLIContext(fl caddycmd.Flags, out io.Writer) (*cliContext, error) {
 	}}
 	return c, nil
 }
+
+// errNotJSON is returned by call when a 2xx answer is not the JSON it
+// expected.
+var errNotJSON = errors.New("not JSON")
 
 // apiError is an error answer of the admin API.
 type apiError struct {
@@ -211,7 +222,7 @@ func (c *cliContext) call(method, path string, body any, out any) ([]byte, error
 	}
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return nil, fmt.Errorf("%s %s answered what this command does not understand (%v); is --address Caddy's admin endpoint (the admin global option), and caddy the same version as the running one?", method, path, err)
+			return nil, fmt.Errorf("%w: %s %s answered what this command does not understand (%v); is --address Caddy's admin endpoint (the admin global option), and caddy the same version as the running one?", errNotJSON, method, path, err)
 		}
 	}
 	return raw, nil

@@ -124,3 +124,58 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		t.Errorf("a site address instead of the admin one: exit %d, %q; want a failure naming --address", code, errOut)
 	}
 }
+
+// TestCLIUIRelayServesOnlyThePage runs `caddy tollgate ui` against a real
+// Caddy: it serves the page and the routes the page reads, and refuses
+// other sites, other Host names, other routes and a non-loopback address.
+func TestCLIUIRelayServesOnlyThePage(t *testing.T) {
+	tollgateBinary(t)
+	srv := startCaddy(t, "", adminSite)
+	relay := startUIRelay(t, strings.TrimPrefix(srv.Admin, "http://"))
+	send := func(method, path string, headers ...string) (int, string) {
+		req, _ := http.NewRequest(method, relay+path, nil)
+		for i := 0; i+1 < len(headers); i += 2 {
+			if headers[i] == "Host" {
+				req.Host = headers[i+1]
+			} else {
+				req.Header.Set(headers[i], headers[i+1])
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b := new(bytes.Buffer)
+		b.ReadFrom(resp.Body)
+		return resp.StatusCode, b.String()
+	}
+	for _, tc := range []struct {
+		method, path string
+		headers      []string
+		status       int
+	}{
+		{"GET", "/", nil, 200},
+		{"GET", "/tollgate/status", nil, 200},
+		{"GET", "/tollgate/denied?limit=5", nil, 200},
+		{"GET", "/metrics", nil, 200},
+		{"DELETE", "/tollgate/clients/alice", []string{"Origin", relay, "Sec-Fetch-Site", "same-origin"}, 200},
+		{"DELETE", "/tollgate/clients/alice", []string{"Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site"}, 403},
+		{"DELETE", "/tollgate/clients/alice", []string{"Origin", "http://evil.example"}, 403},
+		{"GET", "/tollgate/status", []string{"Host", "evil.example:80"}, 403},
+		{"PUT", "/tollgate/tiers", nil, 404},
+		{"POST", "/load", nil, 404},
+		{"GET", "/config/", nil, 404},
+	} {
+		if status, body := send(tc.method, tc.path, tc.headers...); status != tc.status {
+			t.Errorf("%s %s %v through the relay: %d %s; want %d", tc.method, tc.path, tc.headers, status, body, tc.status)
+		}
+	}
+	if _, body := send("GET", "/"); !strings.Contains(body, "<title>Tollgate status</title>") {
+		t.Errorf("the relay's page: %.200s", body)
+	}
+	_, errOut, code := tollgateCLI(t, "ui", "--address", strings.TrimPrefix(srv.Admin, "http://"), "--listen", "0.0.0.0:0")
+	if code != exitUsage || !strings.Contains(errOut, "loopback") {
+		t.Errorf("ui --listen 0.0.0.0:0: exit %d %s; want 2 and why", code, errOut)
+	}
+}

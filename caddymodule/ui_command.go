@@ -1,0 +1,127 @@
+package caddymodule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// cliUI serves the status page on a loopback address and relays the
+// page's requests to the admin endpoint.
+//
+// Caddy's admin endpoint refuses what a browser sends when a person opens
+// a URL (a navigation carries neither Origin nor Referer, and Caddy takes
+// that for a cross-site request), so a browser cannot open /tollgate/ui
+// there directly. This relay can: it answers only on loopback, only to
+// requests addressed to it and not sent from another site, only on the
+// routes the page uses, and talks to the admin endpoint as the other
+// commands do, so Caddy's admin access control still applies.
+func cliUI(c *cliContext, _ []string) (int, error) {
+	host, _, err := net.SplitHostPort(c.listen)
+	if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+		return exitUsage, fmt.Errorf("--listen %q: want a loopback address, e.g. 127.0.0.1:2020: the page can reset clients, so it is served to this machine only", c.listen)
+	}
+	ln, err := net.Listen("tcp", c.listen)
+	if err != nil {
+		return exitRefused, fmt.Errorf("listening on %s: %v; choose another address with --listen", c.listen, err)
+	}
+	// Check now that the admin endpoint is there and has Tollgate.
+	if _, err := c.call(http.MethodGet, "/tollgate/ui", nil, nil); err != nil && !errors.Is(err, errNotJSON) {
+		ln.Close()
+		return exitFor(err), err
+	}
+	srv := &http.Server{Handler: &uiRelay{c: c, self: ln.Addr().String()}, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(c.out, "Tollgate status page: http://%s/ (relaying to the admin endpoint at %s); Ctrl-C stops it\n", ln.Addr(), c.addr)
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-stop
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}()
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return exitRefused, err
+	}
+	return exitOK, nil
+}
+
+// uiRelay serves the status page and relays its requests.
+type uiRelay struct {
+	c    *cliContext
+	self string // the address it listens on
+}
+
+// relayed reports whether the page may make this request.
+func relayed(method, path string) bool {
+	switch {
+	case method == http.MethodGet:
+		return path == "/tollgate/ui" || path == "/tollgate/status" || path == "/tollgate/denied" ||
+			path == "/tollgate/reputation" || path == "/metrics"
+	case method == http.MethodDelete:
+		return strings.HasPrefix(path, "/tollgate/clients/")
+	}
+	return false
+}
+
+func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	_, port, _ := net.SplitHostPort(u.self)
+	if r.Host != u.self && r.Host != "localhost:"+port {
+		http.Error(w, "not this relay's address", http.StatusForbidden) // DNS rebinding
+		return
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
+		http.Error(w, "requests from other sites are refused", http.StatusForbidden)
+		return
+	}
+	if o := r.Header.Get("Origin"); o != "" && o != "http://"+r.Host {
+		http.Error(w, "requests from other origins are refused", http.StatusForbidden)
+		return
+	}
+	path := r.URL.Path
+	if path == "/" {
+		path = "/tollgate/ui"
+	}
+	if !relayed(r.Method, path) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		fmt.Fprintf(w, "{\"error\": %q}\n", "the status page relay does not serve "+r.Method+" "+path)
+		return
+	}
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, u.c.origin+path+queryOf(r), nil)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	req.Header.Set("Origin", u.c.origin)
+	resp, err := u.c.client.Do(req)
+	if err != nil {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		fmt.Fprintf(w, "{\"error\": %q}\n", "cannot reach Caddy's admin endpoint at "+u.c.addr)
+		return
+	}
+	defer resp.Body.Close()
+	for _, h := range []string{"Content-Type", "Cache-Control", "Content-Security-Policy", "X-Content-Type-Options", "X-Frame-Options"} {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
+}
+
+func queryOf(r *http.Request) string {
+	if r.URL.RawQuery == "" {
+		return ""
+	}
+	return "?" + r.URL.RawQuery
+}

@@ -70,8 +70,9 @@ type recordID struct {
 
 // deniedRecord holds the keys denied lately, each until its denial ends.
 type deniedRecord struct {
-	mu sync.Mutex
-	m  map[recordID]*deniedEntry
+	mu    sync.Mutex
+	m     map[recordID]*deniedEntry
+	swept int64 // unix ns of the last sweep of a full record
 }
 
 // record notes a denial of key in a zone, until the instant it is let
@@ -90,9 +91,15 @@ func (d *deniedRecord) record(zone, scope string, key uint64, until, now time.Ti
 		d.m = map[recordID]*deniedEntry{}
 	}
 	if len(d.m) >= maxRecorded {
-		for k, e := range d.m {
-			if e.Until <= now.UnixNano() {
-				delete(d.m, k)
+		// Full: drop the expired entries, at most once a second so that a
+		// flood of denials does not scan the record each time, then any
+		// one entry.
+		if now.UnixNano()-d.swept >= int64(time.Second) {
+			d.swept = now.UnixNano()
+			for k, e := range d.m {
+				if e.Until <= now.UnixNano() {
+					delete(d.m, k)
+				}
 			}
 		}
 		for k := range d.m {

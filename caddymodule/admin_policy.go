@@ -259,7 +259,8 @@ func grantDuration(raw json.RawMessage) (time.Duration, error) {
 	}
 	d, err := caddy.ParseDuration(s)
 	if err != nil || d < time.Second || d > maxGrantDuration {
-		return 0, badRequest("duration %q: must be a duration from 1s to %s, e.g. 168h or 7d, or a number of seconds", s, maxGrantDuration)
+		return 0, badRequest("duration %q: must be a duration from 1s to %dd, e.g. 168h or 7d, or a number of seconds from 1 to %d", s,
+			int64(maxGrantDuration/(24*time.Hour)), int64(maxGrantDuration.Seconds()))
 	}
 	return d, nil
 }

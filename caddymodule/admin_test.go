@@ -278,6 +278,13 @@ func TestAdminConventions(t *testing.T) {
 			t.Errorf("%s %s: Allow %q; want %q", tc.method, tc.path, got, tc.allow)
 		}
 	}
+	// Keys with slashes and dots, escaped, are keys: no redirect.
+	for _, path := range []string{"/tollgate/clients/a%2F..%2Fb", "/tollgate/clients/https:%2F%2Fx%2F", "/tollgate/grants/api/.%2F."} {
+		resp, body := adminRaw(t, srv.Admin, http.MethodGet, path, "")
+		if resp.StatusCode/100 == 3 || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
+		}
+	}
 }
 
 // timeFields are the answer fields that hold instants; every other

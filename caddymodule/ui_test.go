@@ -140,6 +140,18 @@ func (b *browser) eval(expr string, out any) {
 	b.run("evaluating "+expr, chromedp.Evaluate(expr, out))
 }
 
+// screenshot keeps the page as it is now as a test artifact.
+func (b *browser) screenshot(name string) {
+	b.t.Helper()
+	var shot []byte
+	b.run("screenshot", chromedp.FullScreenshot(&shot, 100)) // quality 100: a PNG
+	path := filepath.Join(artifactDir(b.t), name)
+	if err := os.WriteFile(path, shot, 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s", path)
+}
+
 // artifactDir is where a test keeps what a person may want to look at:
 // $TOLLGATE_ARTIFACTS, or the test's temporary directory.
 func artifactDir(t *testing.T) string {
@@ -207,6 +219,8 @@ func TestStatusPageInABrowser(t *testing.T) {
 	row := fmt.Sprintf(`#denied tr.denied[data-key=%q][data-zone="api"]`, hashed)
 	b.until("the denied key listed", fmt.Sprintf(`document.querySelector(%q) !== null`, row))
 
+	b.screenshot("tollgate-status-page-denied.png")
+
 	// Cancelled, the reset does nothing.
 	b.accept.Store(false)
 	b.run("clicking reset, then cancel", chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).click()`, row+" button.reset"), nil))
@@ -227,13 +241,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 		}
 	}
 
-	var shot []byte
-	b.run("screenshot", chromedp.FullScreenshot(&shot, 100)) // quality 100: a PNG
-	path := filepath.Join(artifactDir(t), "tollgate-status-page.png")
-	if err := os.WriteFile(path, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("screenshot: %s", path)
+	b.screenshot("tollgate-status-page.png")
 
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -18,7 +18,9 @@ const maxGatherName = 64
 
 // OnGather sets the function that answers Gather questions on this node:
 // it gets the question's name and body and returns the answer body (at
-// most a frame). It replaces the previous one.
+// most a frame). The body is valid only during the call: copy what is
+// kept. It runs on the connection's reader, so it must be quick and never
+// block. It replaces the previous one.
 func (n *Node) OnGather(fn func(name string, body []byte) []byte) {
 	n.gatherHandler.Store(&fn)
 }

@@ -33,7 +33,7 @@ const (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "tollgate",
-		Usage: "status|client|reset|tiers|grant … [--address <admin>] [--json]",
+		Usage: "status|client|reset|tiers|grant|ui … [--address <admin>] [--json]",
 		Short: "Shows and changes what Tollgate is doing in a running Caddy",
 		Long: `
 Talks to the admin endpoint of a running Caddy, as 'caddy reload' does: the
@@ -78,7 +78,7 @@ func runCLI(run cliRun) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		return caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
 			if run == nil {
-				return exitUsage, errors.New("name a subcommand: status, client, reset, tiers or grant; see caddy help tollgate")
+				return exitUsage, errors.New("name a subcommand: status, client, reset, tiers, grant or ui; see caddy help tollgate")
 			}
 			c, err := newCLIContext(fl, cmd.OutOrStdout())
 			if err != nil {

@@ -174,7 +174,7 @@ func TestMetricsCountAKnownSequence(t *testing.T) {
 	for name, want := range map[string]float64{
 		`tollgate_decisions_total{outcome="allow",scope="api",source="owner",zone="api"}`: 4,
 		`tollgate_decisions_total{outcome="deny",scope="api",source="owner",zone="api"}`:  2,
-		`tollgate_cookies_total{status="malformed"}`:                          1,
+		`tollgate_cookies_total{status="malformed"}`:                                      1,
 	} {
 		if got := m[name] - before[name]; got != want {
 			t.Errorf("%s rose by %v; want %v", name, got, want)

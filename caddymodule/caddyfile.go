@@ -186,6 +186,11 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 				return nil, err
 			}
 			z.Shared = true
+		case "dry_run":
+			if err := wantArgs(0, ""); err != nil {
+				return nil, err
+			}
+			z.DryRun = true
 		case "concurrent":
 			if err := wantArgs(1, "<N>, e.g. concurrent 4"); err != nil {
 				return nil, err
@@ -228,7 +233,7 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 			}
 			z.TTL = caddy.Duration(dur)
 		default:
-			return nil, d.Errf("tollgate: zone %q: unknown subdirective %q (allowed: limit, key, algorithm, burst, match, shared, concurrent, tier, lease, ttl)", z.Name, sub)
+			return nil, d.Errf("tollgate: zone %q: unknown subdirective %q (allowed: limit, key, algorithm, burst, match, shared, dry_run, concurrent, tier, lease, ttl)", z.Name, sub)
 		}
 	}
 	if !seen["limit"] && !seen["concurrent"] {

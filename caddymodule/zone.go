@@ -82,6 +82,14 @@ type Zone struct {
 	// docs/configuration.md, "Zone identity").
 	Shared bool `json:"shared,omitempty"`
 
+	// DryRun makes this zone a trial: it counts and reports what it would
+	// have done (the dry_run_deny decision, placeholders, log, metric) but
+	// never denies, and has no other consequence: no reputation penalty,
+	// no blocked-cache entry, no lease claimed, no change to whether a
+	// session cookie is issued. The handler's DryRun makes every zone a
+	// trial. Default: enforced.
+	DryRun bool `json:"dry_run,omitempty"`
+
 	matchers   caddyhttp.MatcherSet
 	limit      limiter.Limit
 	scope      string // the zone's identity: its name, and its place if not unique

@@ -131,8 +131,10 @@ func (a *App) validateTierOverrides(body map[string]map[string]int64) error {
 				return badRequest("zone %q: unknown tier %q: the config names %s; a new tier is declared with `tier NAME N` in a zone first",
 					zone, tier, joinKeys(known))
 			}
-			if err := zs[0].validateTierLimit(n); err != nil {
-				return badRequest("zone %q: tier %s %v", zone, tier, err)
+			for _, z := range zs { // every zone of that name: rate and lease zones differ
+				if err := z.validateTierLimit(n); err != nil {
+					return badRequest("zone %q: tier %s %v", zone, tier, err)
+				}
 			}
 		}
 	}

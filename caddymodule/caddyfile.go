@@ -102,13 +102,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("tollgate: unknown subdirective %q (allowed: zone, dry_run, headers, tier_from)", sub)
 		}
 	}
-	if len(h.Zones) == 0 {
-		return d.Err("tollgate: no zone configured; add at least one `zone <name> { limit <N> <window> }`")
-	}
-	for _, z := range h.Zones {
-		if len(z.Tiers) > 0 && h.TierFrom == "" {
-			return d.Errf("tollgate: zone %q sets tier limits, but the handler has no tier_from to tell a request's tier", z.Name)
-		}
+	if err := h.Validate(); err != nil {
+		return d.Err(err.Error())
 	}
 	return nil
 }
@@ -239,7 +234,7 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 	if !seen["limit"] && !seen["concurrent"] {
 		return nil, d.Errf("tollgate: zone %q: limit is required: limit <N> <window>, e.g. limit 100 1m (or concurrent <N> for a lease zone)", z.Name)
 	}
-	if err := z.validate(); err != nil {
+	if err := z.validate(); err != nil { // here too, for the zone's line in the error
 		return nil, d.Errf("tollgate: %v", err)
 	}
 	return z, nil

@@ -103,9 +103,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.events = eventsIface.(*caddyevents.App)
 
-	if err := h.Validate(); err != nil {
-		return err
-	}
+	// Caddy calls Validate after Provision; nothing here needs valid values.
 	policies := make([]string, 0, len(h.Zones))
 	for _, z := range h.Zones {
 		if err := z.provision(ctx, app); err != nil {

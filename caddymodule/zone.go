@@ -339,8 +339,8 @@ func (z *Zone) limitFor(tier string, overrides *tierTable) limiter.Limit {
 	if !ok {
 		n, ok = z.Tiers[tier]
 	}
-	if !ok {
-		return z.limit
+	if !ok || n < 1 {
+		return z.limit // every entry refuses n < 1; this keeps one that slipped through from any engine
 	}
 	l := z.limit
 	l.Quota = n

@@ -1,8 +1,6 @@
 package caddymodule
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/cluster"
@@ -391,18 +390,9 @@ func (adminAPI) handleGrant(w http.ResponseWriter, r *http.Request) error {
 }
 
 // newUUID returns a random (version 4) UUID.
-func newUUID() [16]byte {
-	var id [16]byte
-	rand.Read(id[:]) // never fails
-	id[6] = id[6]&0x0f | 0x40
-	id[8] = id[8]&0x3f | 0x80
-	return id
-}
+func newUUID() [16]byte { return uuid.New() }
 
-func uuidString(id [16]byte) string {
-	h := hex.EncodeToString(id[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
+func uuidString(id [16]byte) string { return uuid.UUID(id).String() }
 
 // ---- reputation ----
 
@@ -411,7 +401,6 @@ type ReputationView struct {
 	Enabled     bool                      `json:"enabled"`
 	Buckets     []ReputationBucket        `json:"buckets"`
 	Unreachable []string                  `json:"unreachable_nodes"`
-	Policy      *limiter.ReputationPolicy `json:"-"`
 }
 
 // ReputationBucket is one band of scores and how many clients are in it.

@@ -36,19 +36,26 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
 //
 //	tollgate [<matcher>] {
-//	    zone <name> {
-//	        limit <N> <window>          # required, e.g. limit 100 1m
-//	        key <placeholders>          # default: the client IP
+//	    zone <name> {                   # repeatable; names unique within the directive
+//	        limit <N> <window>          # a rate zone, e.g. limit 100 1m
+//	        concurrent <N>              # or a concurrency zone: N holders at once (1 to 256)
+//	        key <placeholders>          # default: the client ID
 //	        algorithm sliding_window|fixed_window|token_bucket   # default sliding_window
 //	        burst <N>                   # token_bucket only; default N of limit
+//	        tier <name> <N>             # the limit (or slots) of a tier; repeatable; needs tier_from
+//	        lease <placeholders>        # concurrency zones: what names a holder; default each request
+//	        ttl <duration>              # concurrency zones: lease lifetime, at least 1s; default 15m
 //	        match { <request matchers> }   # default: every request
-//	        shared                      # count with every shared zone of this name
+//	        shared                      # count with every shared zone of this name (same settings)
+//	        dry_run                     # a trial zone: counts and reports, never denies
 //	    }
-//	    dry_run                         # count, set headers, log; never block
+//	    tier_from <placeholders>        # where a request's tier comes from
+//	    dry_run                         # every zone a trial; no cookies issued
 //	    headers always|denied|off       # which responses get RateLimit headers; default always
 //	}
 //
-// Every value is checked here, so `caddy adapt` already rejects bad ones.
+// Every value is checked here, ending with the handler's Validate, so
+// `caddy adapt` already rejects bad ones.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {
@@ -271,6 +278,13 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 //	    }
 //	    fallback local|open|closed      # default local
 //	    fallback_ratio <ratio>          # (0, 1]; default 0.4
+//	    reputation off
+//	    reputation {
+//	        penalty <points>            # per denial, (0, 100]; default 1
+//	        recovery <points>           # regained per hour, above 0; default 10
+//	        bucket <from> <factor>      # repeatable, highest first, the last from 0; default 75 1, 50 0.6, 25 0.3, 0 0.1
+//	    }
+//	    snapshot_interval <duration>|off   # at least 1s; default 1m
 //	}
 func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 	app := new(App)

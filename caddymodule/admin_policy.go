@@ -398,9 +398,9 @@ func uuidString(id [16]byte) string { return uuid.UUID(id).String() }
 
 // ReputationView is what GET /tollgate/reputation answers.
 type ReputationView struct {
-	Enabled     bool                      `json:"enabled"`
-	Buckets     []ReputationBucket        `json:"buckets"`
-	Unreachable []string                  `json:"unreachable_nodes"`
+	Enabled     bool               `json:"enabled"`
+	Buckets     []ReputationBucket `json:"buckets"`
+	Unreachable []string           `json:"unreachable_nodes"`
 }
 
 // ReputationBucket is one band of scores and how many clients are in it.

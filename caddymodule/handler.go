@@ -392,22 +392,22 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 // blocked-cache entry — and its lease requests peeked at, never claimed.
 func decideAt(now time.Time, node *cluster.Node, client limiter.Key, b *batch) outcome {
 	res := b.results()
-	dryRates, dryLeases := b.order()
+	enforced, dryLeases := b.order() // [0, enforced): enforced; then dry rates, then dry leases
 	o := outcome{allowed: true, source: cluster.SourceOwner, score: cluster.UnknownScore}
-	if dryRates > 0 {
-		o.allowed, o.source, o.score = node.TakeFor(now, client, b.reqs[:dryRates], res[:dryRates])
+	if enforced > 0 {
+		o.allowed, o.source, o.score = node.TakeFor(now, client, b.reqs[:enforced], res[:enforced])
 	}
-	if dryRates < len(b.reqs) {
-		ok, src := decideDry(now, node, b, dryRates, dryLeases, o.allowed)
+	if enforced < len(b.reqs) {
+		ok, src := decideDry(now, node, b, enforced, dryLeases, o.allowed)
 		o.dryDenied = !ok
-		if dryRates == 0 {
+		if enforced == 0 {
 			o.source = src // nothing enforced was asked
 		}
 	}
 	if o.allowed {
-		o.speaker = decidingRequest(res)
+		o.speaker = decidingRequest(res) // a denial here is a dry run's
 	} else {
-		o.speaker = decidingRequest(res[:dryRates])
+		o.speaker = decidingRequest(res[:enforced])
 	}
 	return o
 }

@@ -161,6 +161,7 @@ http://b.test:8080 {
 	if err == nil {
 		t.Fatal("validate accepted a shared zone declared as sliding_window and as token_bucket")
 	}
+	t.Logf("validate: %v", err)
 	for _, want := range []string{`shared zone "x"`, "sliding_window", "token_bucket"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)

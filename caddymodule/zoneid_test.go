@@ -51,11 +51,6 @@ func (tc *testCaddy) site(host, body string) string {
 // the RateLimit header.
 func (tc *testCaddy) getHost(host string, headers ...string) (int, string) {
 	tc.t.Helper()
-	return tc.getHostHeaders(host, headers...)
-}
-
-func (tc *testCaddy) getHostHeaders(host string, headers ...string) (int, string) {
-	tc.t.Helper()
 	req, _ := http.NewRequest(http.MethodGet, tc.URL+"/", nil)
 	req.Host = host
 	for i := 0; i+1 < len(headers); i += 2 {
@@ -76,7 +71,7 @@ func apiZone(limit int) string {
 			key {http.request.header.X-User}
 		}
 	}
-	respond "{http.tollgate.decision} {http.tollgate.zone} {http.tollgate.remaining}"`, limit)
+	respond "ok"`, limit)
 }
 
 // TestSameNamedZonesKeepTheirCountsAcrossShuffledReloads: two sites each
@@ -121,13 +116,7 @@ func TestSameNamedZonesKeepTheirCountsAcrossShuffledReloads(t *testing.T) {
 		}
 		if reload%2 == 1 {
 			if s, rl := srv.getHost("c.test", "X-User", "bob"); s != http.StatusOK || !strings.HasPrefix(rl, `"api";r=`) {
-				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
-				req.Host = "c.test"
-				req.Header.Set("X-User", "bob")
-				resp, _ := srv.client.Do(req)
-				body, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				t.Fatalf("reload %d: c.test %d %q; again: %d %q %q", reload+1, s, rl, resp.StatusCode, resp.Header, body)
+				t.Fatalf("reload %d: c.test %d, RateLimit %q; want 200 with its own api", reload+1, s, rl)
 			}
 		}
 	}
@@ -161,7 +150,6 @@ http://b.test:8080 {
 	if err == nil {
 		t.Fatal("validate accepted a shared zone declared as sliding_window and as token_bucket")
 	}
-	t.Logf("validate: %v", err)
 	for _, want := range []string{`shared zone "x"`, "sliding_window", "token_bucket"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %s", err, want)

@@ -42,7 +42,7 @@ func init() {
 //	{http.tollgate.squeezed}     whether that network's cookie-less limits are squeezed
 //	{http.tollgate.source}       who decided: owner, peer, blocked_cache or fallback
 //	{http.tollgate.tier}         the request's tier, as tier_from rendered it
-//	{http.tollgate.reputation}   the client's reputation score after the decision
+//	{http.tollgate.reputation}   the client's reputation score after the decision; empty when not known
 //
 // A zone without a key counts by client ID. Clients without a valid session
 // cookie are given one (see the app's cookie settings). Each denial is

@@ -79,9 +79,12 @@ func apiZone(limit int) string {
 // reloads that shuffle the order of the sites and add or drop a third site
 // with its own "api".
 func TestSameNamedZonesKeepTheirCountsAcrossShuffledReloads(t *testing.T) {
-	srv := startCaddy(t, "", `respond "default"`)
+	// Bob is denied on every reload: without reputation, those denials
+	// do not shrink his limits, so the counts alone decide.
+	const noReputation = "\ttollgate {\n\t\treputation off\n\t}"
+	srv := startCaddy(t, noReputation, `respond "default"`)
 	a, b, c := srv.site("a.test", apiZone(3)), srv.site("b.test", apiZone(50)), srv.site("c.test", apiZone(20))
-	srv.loadSites("", []string{a, b})
+	srv.loadSites(noReputation, []string{a, b})
 	clearOfWindowEdge(time.Hour, time.Minute)
 
 	for i := range 3 {
@@ -105,7 +108,7 @@ func TestSameNamedZonesKeepTheirCountsAcrossShuffledReloads(t *testing.T) {
 			sites = append(sites, c)
 		}
 		rng.Shuffle(len(sites), func(i, j int) { sites[i], sites[j] = sites[j], sites[i] })
-		srv.loadSites("", sites)
+		srv.loadSites(noReputation, sites)
 		if s, rl := srv.getHost("a.test", "X-User", "bob"); s != http.StatusTooManyRequests {
 			t.Fatalf("reload %d: a.test let bob in again (%d, RateLimit %q); its count was lost or swapped", reload+1, s, rl)
 		}
@@ -119,6 +122,22 @@ func TestSameNamedZonesKeepTheirCountsAcrossShuffledReloads(t *testing.T) {
 				t.Fatalf("reload %d: c.test %d, RateLimit %q; want 200 with its own api", reload+1, s, rl)
 			}
 		}
+	}
+
+	// Raising a.test's limit to 5 keeps bob's 3: exactly 2 more. Lowering
+	// it to 4 leaves him denied.
+	srv.loadSites(noReputation, []string{b, srv.site("a.test", apiZone(5))})
+	for i := range 2 {
+		if s, rl := srv.getHost("a.test", "X-User", "bob"); s != http.StatusOK {
+			t.Fatalf("limit raised to 5: request %d %d (%q); want allowed", i+1, s, rl)
+		}
+	}
+	if s, _ := srv.getHost("a.test", "X-User", "bob"); s != http.StatusTooManyRequests {
+		t.Fatalf("limit raised to 5: a 6th request got %d", s)
+	}
+	srv.loadSites(noReputation, []string{srv.site("a.test", apiZone(4)), b})
+	if s, _ := srv.getHost("a.test", "X-User", "bob"); s != http.StatusTooManyRequests {
+		t.Fatalf("limit lowered to 4 with 5 spent: %d", s)
 	}
 }
 

@@ -373,11 +373,8 @@ func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 			return nil, err
 		}
 	}
-	if err := app.validateIdentity(); err != nil {
+	if err := app.Validate(); err != nil { // the app's one validation path
 		return nil, d.Err(err.Error())
-	}
-	if app.Cluster != nil && len(app.Secrets) == 0 {
-		return nil, d.Err("tollgate: cluster needs `secret`, the same on every node: nodes hash keys and authenticate each other with it")
 	}
 	return httpcaddyfile.App{
 		Name:  "tollgate",

@@ -35,7 +35,10 @@ func handlerPlaces(app *caddyhttp.App) map[*Handler]string {
 		seen := make(map[string]int) // top-level routes with the same site
 		walk := func(prefix string, routes caddyhttp.RouteList) {
 			for _, r := range routes {
-				key := prefix + matchersText(r.MatcherSets)
+				key := prefix
+				if m := matchersText(r.MatcherSets); m != "" {
+					key += " " + m
+				}
 				site := key
 				if n := seen[key]; n > 0 {
 					site += "#" + strconv.Itoa(n+1) // another route with the same matchers
@@ -44,9 +47,9 @@ func handlerPlaces(app *caddyhttp.App) map[*Handler]string {
 				walkHandlers(places, site, "", r.Handlers)
 			}
 		}
-		walk(server+" ", srv.Routes)
+		walk(server, srv.Routes)
 		if srv.Errors != nil {
-			walk(server+" errors ", srv.Errors.Routes)
+			walk(server+" errors", srv.Errors.Routes)
 		}
 		names := make([]string, 0, len(srv.NamedRoutes))
 		for name := range srv.NamedRoutes {

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -183,5 +184,46 @@ func TestDryRunThroughCaddy(t *testing.T) {
 		if c := resp.Header.Get("Set-Cookie"); c != "" {
 			t.Fatalf("dry-run handler, request %d: issued a cookie %q", i+1, c)
 		}
+	}
+}
+
+// TestDryRunHandlerFeedsNoIPPressure: many cookie-less fingerprints from
+// one network, seen only by a dry-run handler, do not squeeze that
+// network's limits in an enforced handler.
+func TestDryRunHandlerFeedsNoIPPressure(t *testing.T) {
+	srv := startCaddy(t, trustLoopback+`
+	tollgate {
+		ip_pressure {
+			threshold 4 10m
+			squeeze 0.34
+			duration 1h
+		}
+	}`, `
+	handle /trial/* {
+		tollgate {
+			zone trial {
+				limit 100 1h
+			}
+			dry_run
+		}
+		respond "trial"
+	}
+	handle {
+		tollgate {
+			zone site {
+				limit 3 1h
+			}
+		}
+		respond "site"
+	}`)
+	clearOfWindowEdge(time.Hour, 10*time.Second)
+	for i := range 8 {
+		resp, _ := newClient(t, srv, fmt.Sprintf("Browser/%d", i), "203.0.113.9", false).get("/trial/x")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("trial request %d: %d", i, resp.StatusCode)
+		}
+	}
+	if n := newClient(t, srv, "Browser/new", "203.0.113.9", false).allowed(4); n != 3 {
+		t.Fatalf("a new browser of that network got %d of 4 on the enforced site; want 3 (not squeezed)", n)
 	}
 }

@@ -54,8 +54,9 @@ type Handler struct {
 	// DryRun makes every zone a trial (see Zone.DryRun): requests are
 	// counted, headers, placeholders, logs and metrics say what would have
 	// happened, but nothing is denied and nothing else changes: no
-	// reputation penalty, no blocked-cache entry, no lease claimed, and no
-	// session cookie issued. For trying out limits on live traffic.
+	// reputation penalty, no blocked-cache entry, no lease claimed, no
+	// session cookie issued, and no IP pressure observed (nor applied).
+	// For trying out limits on live traffic.
 	DryRun bool `json:"dry_run,omitempty"`
 
 	// TierFrom is where a request's tier comes from: text with
@@ -353,7 +354,9 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 	who.identity = app.identifier.Identify(q.r, q.clientIP(), ja4Of(q.r), now)
 	cookieCounters()[who.identity.Cookie].Inc()
 	who.pressure = fingerprint.Reading{Factor: 1}
-	if who.identity.Kind == fingerprint.KindFingerprint && app.pressure != nil {
+	if who.identity.Kind == fingerprint.KindFingerprint && app.pressure != nil && !h.DryRun {
+		// A dry-run handler does not feed IP pressure, which squeezes
+		// enforced zones everywhere.
 		who.pressure = app.pressure.Observe(who.identity.Network, who.identity.Fingerprint, now)
 	}
 	who.key = app.hasher.Sum64Bytes(who.identity.AppendID(sc.id[:0]))

@@ -31,12 +31,12 @@ func initMetrics() {
 		metrics.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Name:      "decisions_total",
-			Help:      "Requests decided, by zone, outcome (allow, deny, dry_run_deny) and source (owner, peer, blocked_cache, fallback). A request counted in several zones counts once, under the zone that spoke for it.",
-		}, []string{"zone", "outcome", "source"})
+			Help:      "Requests decided, by zone name, scope (the zone's identity: its name, or its name and place when several handlers declare that name), outcome (allow, deny, dry_run_deny) and source (owner, peer, blocked_cache, fallback). A request counted in several zones counts once, under the zone that spoke for it.",
+		}, []string{"zone", "scope", "outcome", "source"})
 		metrics.cookies = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Name:      "cookies_total",
-			Help:      "Session cookies seen, by status: valid, old_secret, or why they were treated as absent (malformed, forged, expired, future).",
+			Help:      "Requests a zone counted, by their session cookie's status: absent, valid, old_secret, or why it was treated as absent (malformed, forged, expired, future).",
 		}, []string{"status"})
 		metrics.peerCall = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metricsNamespace,
@@ -82,15 +82,22 @@ type decisionCounters [3][4]prometheus.Counter // outcome × source
 
 var outcomes = [...]string{decisionAllow, decisionDeny, decisionDryRunDeny}
 
-func newDecisionCounters(zone string) *decisionCounters {
+func newDecisionCounters(zone, scope string) *decisionCounters {
 	initMetrics()
 	var c decisionCounters
 	for o, outcome := range outcomes {
 		for s := range c[o] {
-			c[o][s] = metrics.decisions.WithLabelValues(zone, outcome, cluster.Source(s).String())
+			c[o][s] = metrics.decisions.WithLabelValues(zone, scope, outcome, cluster.Source(s).String())
 		}
 	}
 	return &c
+}
+
+// deleteDecisionSeries drops the decision series of a zone identity no
+// longer configured.
+func deleteDecisionSeries(zone, scope string) {
+	initMetrics()
+	metrics.decisions.DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
 }
 
 func (c *decisionCounters) inc(decision string, src cluster.Source) {
@@ -106,15 +113,25 @@ func (c *decisionCounters) inc(decision string, src cluster.Source) {
 	}
 }
 
-// cookieCounters are the cookie status counters, looked up once.
-// A request without a cookie is not counted: its entry stays nil.
-var cookieCounters = sync.OnceValue(func() (c [fingerprint.CookieFuture + 1]prometheus.Counter) {
+// cookieCounters are the cookie status counters, one per status, looked up
+// once.
+var cookieCounters = sync.OnceValue(func() (c [fingerprint.NumCookieStatuses]prometheus.Counter) {
 	initMetrics()
-	for i := fingerprint.CookieValid; i <= fingerprint.CookieFuture; i++ {
-		c[i] = metrics.cookies.WithLabelValues(i.String())
+	for i := range c {
+		c[i] = metrics.cookies.WithLabelValues(fingerprint.CookieStatus(i).String())
 	}
 	return c
 })
+
+// ringNumber turns a ring fingerprint (hex) into a gauge value: its first
+// 12 hex digits, which a float64 holds exactly. 0 when there is none.
+func ringNumber(fp string) float64 {
+	n, err := strconv.ParseUint(fp[:min(12, len(fp))], 16, 64)
+	if err != nil {
+		return 0
+	}
+	return float64(n)
+}
 
 // stateCollector reads the process-wide state when scraped: counters held,
 // the cluster, IP pressure.
@@ -131,12 +148,13 @@ var (
 	descHandoff     = prometheus.NewDesc("tollgate_counters_moved_total", "Counters that moved to this node when ownership changed: pushed by the old owner, or pulled from it.", []string{"how"}, nil)
 	descNetworks    = prometheus.NewDesc("tollgate_ip_pressure_networks", "IP networks watched for pressure, and of them squeezed now.", []string{"state"}, nil)
 	descSqueezes    = prometheus.NewDesc("tollgate_ip_pressure_squeezes_total", "Times a network was squeezed.", nil, nil)
+	descRing        = prometheus.NewDesc("tollgate_ring_fingerprint", "The ring this node routes by, as a number (the first 48 bits of its fingerprint): the same on every node that agrees on the membership. count(count_values(\"ring\", tollgate_ring_fingerprint)) above 1 means nodes disagree.", nil, nil)
 	descReputation  = prometheus.NewDesc("tollgate_reputation_clients", "Clients whose reputation this node keeps, by bucket (the lowest score of the band). Clients never penalized, or fully recovered, are not counted; sum over nodes for the cluster.", []string{"bucket"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descKeysHeld, descKeysMax, descEvictions, descMembers, descInFallback,
-		descActivations, descFallbackKey, descHandoff, descNetworks, descSqueezes, descReputation} {
+		descActivations, descFallbackKey, descHandoff, descNetworks, descSqueezes, descReputation, descRing} {
 		ch <- d
 	}
 }
@@ -157,6 +175,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		cs = node.Status()
 	}
 	ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(max(1, len(cs.Members))))
+	ch <- prometheus.MustNewConstMetric(descRing, prometheus.GaugeValue, ringNumber(cs.RingFingerprint))
 	ch <- prometheus.MustNewConstMetric(descInFallback, prometheus.GaugeValue, float64(len(cs.PeersInFallback)))
 	ch <- prometheus.MustNewConstMetric(descActivations, prometheus.CounterValue, float64(cs.Activations))
 	ch <- prometheus.MustNewConstMetric(descFallbackKey, prometheus.GaugeValue, float64(cs.FallbackKeys))

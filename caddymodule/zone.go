@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -73,12 +74,25 @@ type Zone struct {
 	MatchRaw caddy.ModuleMap `json:"match,omitempty" caddy:"namespace=http.matchers"`
 
 	// Shared makes every handler that declares a shared zone of this name
-	// count in one place. By default, zones are scoped to their handler.
+	// count in one place; every declaration must have the same settings
+	// (limit, window, algorithm, burst, concurrent, ttl, lease, key, tiers)
+	// or the config is refused. By default a zone whose name is unique in
+	// the config is known by its name, and zones of the same name in
+	// several handlers are told apart by where each handler is (see
+	// docs/configuration.md, "Zone identity").
 	Shared bool `json:"shared,omitempty"`
+
+	// DryRun makes this zone a trial: it counts and reports what it would
+	// have done (the dry_run_deny decision, placeholders, log, metric) but
+	// never denies, and has no other consequence: no reputation penalty,
+	// no blocked-cache entry, no lease claimed, no change to whether a
+	// session cookie is issued. The handler's DryRun makes every zone a
+	// trial. Default: enforced.
+	DryRun bool `json:"dry_run,omitempty"`
 
 	matchers   caddyhttp.MatcherSet
 	limit      limiter.Limit
-	scope      string // the zone's identity: its name, and #n unless shared
+	scope      string // the zone's identity: its name, and its place if not unique
 	seed       uint64 // the zone's identity, hashed
 	keyFixed   bool   // Key has no placeholders
 	keyHash    uint64 // hash of Key when keyFixed
@@ -86,7 +100,8 @@ type Zone struct {
 	policy     string // this zone's RateLimit-Policy list member
 	denyError  error
 	counters   *decisionCounters
-	leaseFixed bool // Lease has no placeholders
+	leaseFixed bool     // Lease has no placeholders
+	handler    *Handler // the handler that declares the zone
 }
 
 // Defaults of lease zones.
@@ -98,7 +113,8 @@ const (
 // isLease reports whether z caps concurrent holders rather than a rate.
 func (z *Zone) isLease() bool { return z.Concurrent > 0 }
 
-// provision prepares z for requests. It expects validate to pass.
+// provision prepares z for requests. Caddy validates after provisioning:
+// nothing here may fail or panic on a value validate would refuse.
 func (z *Zone) provision(ctx caddy.Context, app *App) error {
 	if z.MatchRaw != nil {
 		mods, err := ctx.LoadModule(z, "MatchRaw")
@@ -109,6 +125,14 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 			z.matchers = append(z.matchers, m)
 		}
 	}
+	z.prepare(app.hasher)
+	return nil
+}
+
+// prepare derives what requests need from z's settings: its limit, its
+// key's hash under hasher h and its header texts. Its identity is set
+// apart, by setScope, once the whole config is known.
+func (z *Zone) prepare(h limiter.Hasher) {
 	alg, _ := limiter.ParseAlgorithm(z.Algorithm)
 	z.limit = limiter.Limit{
 		Algorithm: alg,
@@ -123,12 +147,9 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		}
 		z.limit = limiter.Limit{Algorithm: limiter.Concurrency, Quota: z.Concurrent, Window: ttl}
 	}
-	z.scope = app.zoneIdentity(z.Name, z.Shared)
-	z.seed = app.hasher.Zone(z.scope)
-	app.registerZone(z)
 	if z.Key != "" && !strings.Contains(z.Key, "{") {
 		z.keyFixed = true
-		z.keyHash = app.hasher.Sum64(z.Key)
+		z.keyHash = h.Sum64(z.Key)
 	}
 	z.leaseFixed = !strings.Contains(z.Lease, "{")
 	z.quoted = strconv.Quote(z.Name) // names are validated to need no escapes
@@ -138,8 +159,42 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		z.policy = "" // RateLimit headers describe rates, not slots
 		z.denyError = fmt.Errorf("concurrency limit of zone %q reached: all slots held", z.Name)
 	}
-	z.counters = newDecisionCounters(z.Name)
-	return nil
+}
+
+// setScope gives z its identity: the counters of zones with the same
+// identity are the same counters.
+func (z *Zone) setScope(h limiter.Hasher, scope string) {
+	z.scope = scope
+	z.seed = h.Zone(scope)
+	z.counters = newDecisionCounters(z.Name, scope)
+}
+
+// settings renders what a shared zone's declarations must agree on.
+func (z *Zone) settings() string {
+	var b strings.Builder
+	if z.isLease() {
+		fmt.Fprintf(&b, "concurrent %d, ttl %s", z.Concurrent, z.limit.Window)
+		if z.Lease != "" {
+			fmt.Fprintf(&b, ", lease %q", z.Lease)
+		}
+	} else {
+		fmt.Fprintf(&b, "limit %d %s, %s", z.Limit, time.Duration(z.Window), z.limit.Algorithm)
+		if z.Burst != 0 {
+			fmt.Fprintf(&b, ", burst %d", z.Burst)
+		}
+	}
+	if z.Key != "" {
+		fmt.Fprintf(&b, ", key %q", z.Key)
+	}
+	if len(z.Tiers) > 0 {
+		tiers := make([]string, 0, len(z.Tiers))
+		for t, n := range z.Tiers {
+			tiers = append(tiers, t+" "+strconv.FormatInt(n, 10))
+		}
+		slices.Sort(tiers)
+		fmt.Fprintf(&b, ", tiers %s", strings.Join(tiers, ", "))
+	}
+	return b.String()
 }
 
 // validate reports the first thing wrong with z, naming the directive.
@@ -285,8 +340,8 @@ func (z *Zone) limitFor(tier string, overrides *tierTable) limiter.Limit {
 	if !ok {
 		n, ok = z.Tiers[tier]
 	}
-	if !ok {
-		return z.limit
+	if !ok || n < 1 {
+		return z.limit // every entry refuses n < 1; this keeps one that slipped through from any engine
 	}
 	l := z.limit
 	l.Quota = n

@@ -133,7 +133,10 @@ type cliContext struct {
 	listen string
 	out    io.Writer
 	client *http.Client
-	origin string
+	origin string // the base of admin URLs
+	// originHeader is the Origin sent to the admin endpoint: its own
+	// address, or none on a unix socket, as caddy reload does.
+	originHeader string
 }
 
 func newCLIContext(fl caddycmd.Flags, out io.Writer) (*cliContext, error) {
@@ -146,14 +149,21 @@ func newCLIContext(fl caddycmd.Flags, out io.Writer) (*cliContext, error) {
 		return nil, fmt.Errorf("--address %q is not an admin address: want host:port, e.g. localhost:2019, or unix//path", addr)
 	}
 	c := &cliContext{addr: addr, json: fl.Bool("json"), out: out, origin: "http://" + parsed.JoinHostPort(0)}
+	c.originHeader = c.origin
 	if f := fl.Lookup("zone"); f != nil {
 		c.zone = f.Value.String()
 	}
 	if f := fl.Lookup("listen"); f != nil {
 		c.listen = f.Value.String()
 	}
-	if parsed.IsUnixNetwork() {
-		c.origin = "http://127.0.0.1"
+	if parsed.IsUnixNetwork() || parsed.IsFdNetwork() {
+		// As caddy reload does: a bogus host, no Origin (Caddy refuses
+		// one on a socket), and the socket's path without the
+		// permission bits the admin option may give it ("|0660").
+		c.origin, c.originHeader = "http://127.0.0.1", ""
+		if path, _, ok := strings.Cut(parsed.Host, "|"); ok && parsed.IsUnixNetwork() {
+			parsed.Host = path
+		}
 	}
 	if _, err := url.Parse(c.origin); err != nil {
 		return nil, fmt.Errorf("--address %q is not an admin address: want host:port, e.g. localhost:2019, or unix//path", addr)
@@ -163,8 +173,23 @@ func newCLIContext(fl caddycmd.Flags, out io.Writer) (*cliContext, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, parsed.Network, parsed.JoinHostPort(0))
 		},
-	}}
+	},
+		// A redirect from the admin endpoint is an answer, never followed:
+		// following one would send the request (a DELETE, say) to a route
+		// it was not meant for.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	return c, nil
+}
+
+// pathSegment escapes one path segment of an admin URL, a key or a zone:
+// "." and ".." are escaped too, as the admin endpoint would otherwise take
+// them for a move up the path.
+func pathSegment(s string) string {
+	if s == "." || s == ".." {
+		return strings.ReplaceAll(s, ".", "%2E")
+	}
+	return url.PathEscape(s)
 }
 
 // errNotJSON is returned by call when a 2xx answer is not the JSON it
@@ -194,7 +219,9 @@ func (c *cliContext) call(method, path string, body any, out any) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Origin", c.origin)
+	if c.originHeader != "" {
+		req.Header.Set("Origin", c.originHeader)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -396,7 +423,7 @@ func humanBytes(n int64) string {
 
 // ---- clients ----
 
-func clientPath(id string) string { return "/tollgate/clients/" + url.PathEscape(id) }
+func clientPath(id string) string { return "/tollgate/clients/" + pathSegment(id) }
 
 func cliClient(c *cliContext, args []string) (int, error) {
 	var view ClientView
@@ -535,7 +562,7 @@ func cliTiersClear(c *cliContext, _ []string) (int, error) {
 // ---- grants ----
 
 func grantPath(zone, key string) string {
-	return "/tollgate/grants/" + url.PathEscape(zone) + "/" + url.PathEscape(key)
+	return "/tollgate/grants/" + pathSegment(zone) + "/" + pathSegment(key)
 }
 
 func cliGrantAdd(c *cliContext, args []string) (int, error) {

@@ -67,7 +67,9 @@ func relayed(method, path string) bool {
 		return path == "/tollgate/ui" || path == "/tollgate/status" || path == "/tollgate/denied" ||
 			path == "/tollgate/reputation" || path == "/metrics"
 	case method == http.MethodDelete:
-		return strings.HasPrefix(path, "/tollgate/clients/")
+		// One segment, as sent (escaped): never a move up the path.
+		id, ok := strings.CutPrefix(path, "/tollgate/clients/")
+		return ok && id != "" && id != "." && id != ".." && !strings.Contains(id, "/")
 	}
 	return false
 }
@@ -86,7 +88,9 @@ func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "requests from other origins are refused", http.StatusForbidden)
 		return
 	}
-	path := r.URL.Path
+	// The path as sent, escaped: a key's escaped "/" or "." stays so on
+	// the way to the admin endpoint.
+	path := r.URL.EscapedPath()
 	if path == "/" {
 		path = "/tollgate/ui"
 	}
@@ -101,7 +105,9 @@ func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	req.Header.Set("Origin", u.c.origin)
+	if u.c.originHeader != "" {
+		req.Header.Set("Origin", u.c.originHeader)
+	}
 	resp, err := u.c.client.Do(req)
 	if err != nil {
 		w.Header().Set("Content-Type", "application/json")

@@ -1,0 +1,154 @@
+package caddymodule
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/caddyserver/caddy/v2"
+	caddycmd "github.com/caddyserver/caddy/v2/cmd"
+	"github.com/spf13/cobra"
+)
+
+// cliFlags builds the flags a `caddy tollgate` subcommand reads.
+func cliFlags(t *testing.T, address string, json bool) caddycmd.Flags {
+	t.Helper()
+	fs := (&cobra.Command{}).Flags()
+	fs.String("address", "", "")
+	fs.String("config", "", "")
+	fs.String("adapter", "", "")
+	fs.Bool("json", false, "")
+	fs.String("zone", "", "")
+	args := []string{"--address", address}
+	if json {
+		args = append(args, "--json")
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return caddycmd.Flags{FlagSet: fs}
+}
+
+// TestUIRelayNeverLeavesTheClientRoute sends the relay of `caddy tollgate
+// ui` resets whose path climbs out of /tollgate/clients/, raw or escaped:
+// none may reach another admin route (the config, say), and an escaped
+// "/" or "." in a key stays part of the key.
+func TestUIRelayNeverLeavesTheClientRoute(t *testing.T) {
+	srv := startCaddy(t, "", adminSite)
+	c, err := newCLIContext(cliFlags(t, strings.TrimPrefix(srv.Admin, "http://"), false), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := httptest.NewUnstartedServer(nil)
+	relay.Config.Handler = &uiRelay{c: c, self: relay.Listener.Addr().String()}
+	relay.Start()
+	defer relay.Close()
+	config := func() string {
+		_, body := adminDo(t, srv.Admin, http.MethodGet, "/config/", nil)
+		return body
+	}
+	before := config()
+	for _, tc := range []struct {
+		path   string
+		status int
+		id     string // the key reset, when the relay lets it through
+	}{
+		{"/tollgate/clients/../../config/", http.StatusNotFound, ""},
+		{"/tollgate/clients/../../load", http.StatusNotFound, ""},
+		{"/tollgate/clients/..", http.StatusNotFound, ""},
+		{"/tollgate/clients/.", http.StatusNotFound, ""},
+		{"/tollgate/clients/a/b", http.StatusNotFound, ""},
+		{"/tollgate/clients/..%2F..%2Fconfig%2F", http.StatusOK, "../../config/"},
+		{"/tollgate/clients/%2E%2E", http.StatusOK, ".."},
+		{"/tollgate/clients/a%2Fb", http.StatusOK, "a/b"},
+		{"/tollgate/clients/alice", http.StatusOK, "alice"},
+	} {
+		req, err := http.NewRequest(http.MethodDelete, relay.URL+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("DELETE %s: %v", tc.path, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status {
+			t.Errorf("DELETE %s through the relay: %d %s; want %d", tc.path, resp.StatusCode, body, tc.status)
+			continue
+		}
+		if tc.id != "" {
+			var res ResetResult
+			if err := json.Unmarshal(body, &res); err != nil || res.ID != tc.id {
+				t.Errorf("DELETE %s through the relay reset %q (%s); want %q", tc.path, res.ID, body, tc.id)
+			}
+		}
+		if after := config(); after != before {
+			t.Fatalf("DELETE %s through the relay changed Caddy's config:\n%s\nwas\n%s", tc.path, after, before)
+		}
+	}
+}
+
+// TestCLIKeysOfDotsAndUnixSockets looks up keys "." and ".." (which a
+// path would take for a move up) and talks to an admin endpoint on a unix
+// socket with permission bits, as the admin option allows.
+func TestCLIKeysOfDotsAndUnixSockets(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "admin.sock")
+	port := freePort(t)
+	cfg := adapt(t, fmt.Sprintf(`{
+	admin "unix/%s|0600"
+	persist_config off
+	auto_https off
+	storage file_system %s
+}
+http://127.0.0.1:%d {
+	tollgate {
+		zone api {
+			limit 5 1h
+		}
+	}
+	respond "ok"
+}
+`, sock, filepath.Join(dir, "storage"), port))
+	if err := caddy.Load(cfg, true); err != nil {
+		t.Fatalf("loading config: %v", err)
+	}
+	t.Cleanup(func() { caddyStop(t) })
+	for _, address := range []string{"unix/" + sock, "unix/" + sock + "|0600"} {
+		for _, tc := range []struct {
+			what string
+			run  cliRun
+			args []string
+			want string
+		}{
+			{"status", cliStatus, nil, `"standalone": true`},
+			{"client", cliClient, []string{".."}, `"id": ".."`},
+			{"client", cliClient, []string{"."}, `"id": "."`},
+			{"reset", cliReset, []string{".."}, `"id": ".."`},
+			{"grant show", cliGrantShow, []string{"api", ".."}, ""},
+		} {
+			var out bytes.Buffer
+			c, err := newCLIContext(cliFlags(t, address, true), &out)
+			if err != nil {
+				t.Fatalf("--address %s: %v", address, err)
+			}
+			code, err := tc.run(c, tc.args)
+			if tc.want == "" { // no grant: a clean not found
+				if code != exitNotFound || err == nil || !strings.Contains(err.Error(), "no grant") {
+					t.Errorf("--address %s %s %v: exit %d, %v; want %d and no grant", address, tc.what, tc.args, code, err, exitNotFound)
+				}
+				continue
+			}
+			if code != exitOK && code != exitNotFound || !strings.Contains(out.String(), tc.want) {
+				t.Errorf("--address %s %s %v: exit %d, %v, %s; want %s", address, tc.what, tc.args, code, err, out.String(), tc.want)
+			}
+		}
+	}
+}

@@ -152,3 +152,19 @@ http://127.0.0.1:%d {
 		}
 	}
 }
+
+// TestCLIWrongCommandLinesExitTwo checks the documented exit code of a
+// wrong command line where cobra, not a subcommand, finds it wrong.
+func TestCLIWrongCommandLinesExitTwo(t *testing.T) {
+	for _, args := range [][]string{
+		{"bogus"},
+		{"status", "--bogus"},
+		{"grant", "add", "api", "alice", "10", "-5"},
+		{"grant", "show", "--zone", "api"},
+	} {
+		_, errOut, code := tollgateCLI(t, append(args, "--address", "127.0.0.1:1")...)
+		if code != exitUsage || !strings.Contains(errOut, "usage") && !strings.Contains(errOut, "subcommand") {
+			t.Errorf("caddy tollgate %v: exit %d %s; want %d and the usage", args, code, errOut, exitUsage)
+		}
+	}
+}

@@ -60,7 +60,14 @@ endpoint at the address, 4 no such client, grant or zone.
 			cmd.PersistentFlags().StringP("config", "c", "", "Configuration file to read the admin address from")
 			cmd.PersistentFlags().StringP("adapter", "a", "", "Name of the config adapter, with --config")
 			cmd.PersistentFlags().Bool("json", false, "Print JSON instead of a table")
-			cmd.Args = cobra.NoArgs
+			// A wrong command line exits 2, as documented, whether cobra
+			// or a subcommand finds it wrong.
+			cmd.Args = cobra.ArbitraryArgs
+			cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+				return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) {
+					return exitUsage, fmt.Errorf("%v; usage: %s", err, c.UseLine())
+				})(c, nil)
+			})
 			cmd.RunE = runCLI(nil)
 			for _, sub := range cliCommands() {
 				cmd.AddCommand(sub)
@@ -77,6 +84,9 @@ type cliRun func(c *cliContext, args []string) (int, error)
 func runCLI(run cliRun) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		return caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
+			if run == nil && len(args) > 0 {
+				return exitUsage, fmt.Errorf("unknown subcommand %q: name one of status, client, reset, tiers, grant or ui; see caddy help tollgate", args[0])
+			}
 			if run == nil {
 				return exitUsage, errors.New("name a subcommand: status, client, reset, tiers, grant or ui; see caddy help tollgate")
 			}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
@@ -166,5 +167,44 @@ func TestCLIWrongCommandLinesExitTwo(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, "usage") && !strings.Contains(errOut, "subcommand") {
 			t.Errorf("caddy tollgate %v: exit %d %s; want %d and the usage", args, code, errOut, exitUsage)
 		}
+	}
+}
+
+// TestCLIStatusCountsEveryDeniedKey denies more keys than one page of
+// GET /tollgate/denied holds: `caddy tollgate status` counts them all.
+func TestCLIStatusCountsEveryDeniedKey(t *testing.T) {
+	srv := startCaddy(t, "", adminSite)
+	app, err := runningApp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := app.zonesNamed("api")[0]
+	now := time.Now()
+	const keys = maxPageSize + maxPageSize/2
+	for k := range keys {
+		app.state.ops.denied.record(z.Name, z.scope, uint64(k+1), now.Add(time.Hour), now)
+	}
+	t.Cleanup(func() { // the record outlives this Caddy
+		d := &app.state.ops.denied
+		d.mu.Lock()
+		d.m = nil
+		d.mu.Unlock()
+	})
+	var out bytes.Buffer
+	c, err := newCLIContext(cliFlags(t, strings.TrimPrefix(srv.Admin, "http://"), true), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := cliStatus(c, nil); code != exitOK {
+		t.Fatalf("status: exit %d, %v", code, err)
+	}
+	var got struct {
+		Zones []ZoneDenials `json:"zones_by_denials"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &got); err != nil {
+		t.Fatalf("status --json: %v\n%s", err, out.String())
+	}
+	if len(got.Zones) != 1 || got.Zones[0].KeysDenied != keys || got.Zones[0].Denials != keys {
+		t.Errorf("status counted %+v; want api with %d keys denied once each", got.Zones, keys)
 	}
 }

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -206,5 +208,28 @@ func TestCLIStatusCountsEveryDeniedKey(t *testing.T) {
 	}
 	if len(got.Zones) != 1 || got.Zones[0].KeysDenied != keys || got.Zones[0].Denials != keys {
 		t.Errorf("status counted %+v; want api with %d keys denied once each", got.Zones, keys)
+	}
+}
+
+// TestUIListensWhereNoExampleAdminIs checks that `caddy tollgate ui`, run
+// as the docs say next to the example cluster, does not ask for the port
+// of one of its admin endpoints.
+func TestUIListensWhereNoExampleAdminIs(t *testing.T) {
+	_, port, _ := net.SplitHostPort(defaultUIListen)
+	files, _ := filepath.Glob("../docs/examples/cluster/*.caddyfile")
+	if len(files) == 0 {
+		t.Fatal("no example cluster in docs/examples/cluster")
+	}
+	for _, f := range append(files, "../Caddyfile.example") {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			fields := strings.Fields(line)
+			if len(fields) == 2 && fields[0] == "admin" && strings.HasSuffix(fields[1], ":"+port) {
+				t.Errorf("%s: admin %s takes the port caddy tollgate ui listens on by default (%s)", f, fields[1], defaultUIListen)
+			}
+		}
 	}
 }

@@ -49,7 +49,7 @@ localhost:2019.
   caddy tollgate grant add <zone> <key> <amount> <duration>
   caddy tollgate grant show [<zone> <key>]       one grant, or every grant
   caddy tollgate grant revoke <zone> <key>
-  caddy tollgate ui [--listen 127.0.0.1:2020]    the live status page, for a browser
+  caddy tollgate ui [--listen 127.0.0.1:2099]    the live status page, for a browser
 
 Output is a table; --json prints the admin API's JSON. Exit codes: 0 done,
 1 refused or failed (the message says why), 2 bad command line, 3 no admin
@@ -130,9 +130,14 @@ func cliCommands() []*cobra.Command {
 		sub("revoke <zone> <key>", "Revoke a grant", cobra.ExactArgs(2), cliGrantRevoke),
 	)
 	ui := sub("ui", "Serve the live status page on a loopback address, relaying to the admin endpoint", cobra.NoArgs, cliUI)
-	ui.Flags().String("listen", "127.0.0.1:2020", "Loopback address to serve the status page on")
+	ui.Flags().String("listen", defaultUIListen, "Loopback address to serve the status page on")
 	return []*cobra.Command{status, client, reset, tiers, grant, ui}
 }
+
+// defaultUIListen is where `caddy tollgate ui` serves the page: not 2020
+// or 2021, which are the admin addresses of a second and third Caddy on a
+// host (as in docs/examples/cluster).
+const defaultUIListen = "127.0.0.1:2099"
 
 // cliContext is what every subcommand uses: where the admin endpoint is,
 // how to print.

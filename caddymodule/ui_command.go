@@ -27,7 +27,7 @@ import (
 func cliUI(c *cliContext, _ []string) (int, error) {
 	host, _, err := net.SplitHostPort(c.listen)
 	if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
-		return exitUsage, fmt.Errorf("--listen %q: want a loopback address, e.g. 127.0.0.1:2020: the page can reset clients, so it is served to this machine only", c.listen)
+		return exitUsage, fmt.Errorf("--listen %q: want a loopback address, e.g. 127.0.0.1:2099: the page can reset clients, so it is served to this machine only", c.listen)
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {

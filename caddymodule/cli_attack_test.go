@@ -2,13 +2,16 @@ package caddymodule
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -231,5 +234,27 @@ func TestUIListensWhereNoExampleAdminIs(t *testing.T) {
 				t.Errorf("%s: admin %s takes the port caddy tollgate ui listens on by default (%s)", f, fields[1], defaultUIListen)
 			}
 		}
+	}
+}
+
+// TestUIRefusesAnAddressThatIsNoAdminEndpoint runs `caddy tollgate ui`
+// against a site, not an admin endpoint: it says so and stops, instead of
+// serving a page that can only show errors.
+func TestUIRefusesAnAddressThatIsNoAdminEndpoint(t *testing.T) {
+	site := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Write([]byte("Hello from a site\n"))
+	}))
+	defer site.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.CommandContext(ctx, tollgateBinary(t), "tollgate", "ui", "--address", strings.TrimPrefix(site.URL, "http://"), "--listen", listen)
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("caddy tollgate ui served a site as the admin endpoint:\n%s", out)
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != exitRefused || !strings.Contains(string(out), "admin endpoint") {
+		t.Errorf("caddy tollgate ui against a site: %v\n%s; want exit %d saying it is no admin endpoint", err, out, exitRefused)
 	}
 }

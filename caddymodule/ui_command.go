@@ -33,8 +33,10 @@ func cliUI(c *cliContext, _ []string) (int, error) {
 	if err != nil {
 		return exitRefused, fmt.Errorf("listening on %s: %v; choose another address with --listen", c.listen, err)
 	}
-	// Check now that the admin endpoint is there and has Tollgate.
-	if _, err := c.call(http.MethodGet, "/tollgate/ui", nil, nil); err != nil && !errors.Is(err, errNotJSON) {
+	// Check now that the admin endpoint is there and has Tollgate: its
+	// status is JSON, where a site's page, say, is not.
+	var st Status
+	if _, err := c.call(http.MethodGet, "/tollgate/status", nil, &st); err != nil {
 		ln.Close()
 		return exitFor(err), err
 	}

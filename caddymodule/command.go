@@ -676,7 +676,7 @@ func cliGrantShow(c *cliContext, args []string) (int, error) {
 		return code, err
 	}
 	if len(all.Unreachable) > 0 {
-		fmt.Fprintf(c.out, "not listed: what %s gave (they did not answer)\n", strings.Join(all.Unreachable, ", "))
+		fmt.Fprintf(c.out, "not listed: grants given through or owned by %s (they did not answer)\n", strings.Join(all.Unreachable, ", "))
 	}
 	return exitOK, nil
 }

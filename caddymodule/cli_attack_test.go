@@ -258,3 +258,19 @@ func TestUIRefusesAnAddressThatIsNoAdminEndpoint(t *testing.T) {
 		t.Errorf("caddy tollgate ui against a site: %v\n%s; want exit %d saying it is no admin endpoint", err, out, exitRefused)
 	}
 }
+
+// TestCLIRefusesAddressesThatAreNoAdminAddress checks that an address the
+// CLI cannot dial is a wrong command line, not an admin endpoint that did
+// not answer.
+func TestCLIRefusesAddressesThatAreNoAdminAddress(t *testing.T) {
+	for _, addr := range []string{"http://localhost:2019", "https://localhost:2019", "udp/localhost:2019", "localhost:2019-2020"} {
+		if _, err := newCLIContext(cliFlags(t, addr, false), io.Discard); err == nil || !strings.Contains(err.Error(), "not an admin address") {
+			t.Errorf("--address %s: %v; want it refused as no admin address", addr, err)
+		}
+	}
+	for _, addr := range []string{"localhost:2019", "127.0.0.1:2019", "[::1]:2019", "tcp/localhost:2019", "unix//run/caddy.sock", "unix//run/caddy.sock|0660"} {
+		if _, err := newCLIContext(cliFlags(t, addr, false), io.Discard); err != nil {
+			t.Errorf("--address %s: %v; want it taken", addr, err)
+		}
+	}
+}

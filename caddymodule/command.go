@@ -160,8 +160,8 @@ func newCLIContext(fl caddycmd.Flags, out io.Writer) (*cliContext, error) {
 		return nil, fmt.Errorf("finding the admin address: %v; give it with --address", err)
 	}
 	parsed, err := caddy.ParseNetworkAddress(addr)
-	if err != nil || parsed.PortRangeSize() > 1 {
-		return nil, fmt.Errorf("--address %q is not an admin address: want host:port, e.g. localhost:2019, or unix//path", addr)
+	if err != nil || parsed.PortRangeSize() > 1 || !strings.HasPrefix(parsed.Network, "tcp") && !parsed.IsUnixNetwork() && !parsed.IsFdNetwork() {
+		return nil, fmt.Errorf("--address %q is not an admin address: want host:port, e.g. localhost:2019 (no http://), or unix//path", addr)
 	}
 	c := &cliContext{addr: addr, json: fl.Bool("json"), out: out, origin: "http://" + parsed.JoinHostPort(0)}
 	c.originHeader = c.origin

@@ -620,15 +620,18 @@ func cliGrantAdd(c *cliContext, args []string) (int, error) {
 		duration = secs
 	}
 	body := map[string]any{"zone": args[0], "key": args[1], "amount": amount, "duration": duration}
-	var g GrantView
-	raw, err := c.call(http.MethodPost, "/tollgate/grants", body, &g)
+	raw, err := c.call(http.MethodPost, "/tollgate/grants", body, nil)
 	if err != nil {
 		return exitFor(err), err
 	}
 	if c.json {
 		return c.printJSON(raw)
 	}
-	return c.printGrants([]GrantView{g})
+	gs, err := grantsOf(http.MethodPost, "/tollgate/grants", raw)
+	if err != nil {
+		return exitRefused, err
+	}
+	return c.printGrants(gs)
 }
 
 func cliGrantShow(c *cliContext, args []string) (int, error) {
@@ -636,15 +639,19 @@ func cliGrantShow(c *cliContext, args []string) (int, error) {
 		return exitUsage, errors.New("give a zone and a key, or neither to list every grant")
 	}
 	if len(args) == 2 {
-		var g GrantView
-		raw, err := c.call(http.MethodGet, grantPath(args[0], args[1]), nil, &g)
+		path := grantPath(args[0], args[1])
+		raw, err := c.call(http.MethodGet, path, nil, nil)
 		if err != nil {
 			return exitFor(err), err
 		}
 		if c.json {
 			return c.printJSON(raw)
 		}
-		return c.printGrants([]GrantView{g})
+		gs, err := grantsOf(http.MethodGet, path, raw)
+		if err != nil {
+			return exitRefused, err
+		}
+		return c.printGrants(gs)
 	}
 	var all GrantList
 	cursor := ""
@@ -681,11 +688,29 @@ func cliGrantShow(c *cliContext, args []string) (int, error) {
 	return exitOK, nil
 }
 
+// grantsOf reads a grant answer: one grant, or a list of them when zones
+// of several handlers share the zone's name (one grant per scope).
+func grantsOf(method, path string, raw []byte) ([]GrantView, error) {
+	var gs []GrantView
+	var err error
+	if b := bytes.TrimSpace(raw); len(b) > 0 && b[0] == '[' {
+		err = json.Unmarshal(b, &gs)
+	} else {
+		var g GrantView
+		err = json.Unmarshal(b, &g)
+		gs = []GrantView{g}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s answered what this command does not understand (%v); is caddy the same version as the running one?", errNotJSON, method, path, err)
+	}
+	return gs, nil
+}
+
 func (c *cliContext) printGrants(gs []GrantView) (int, error) {
 	w := c.table()
-	fmt.Fprintln(w, "ZONE\tKEY\tAMOUNT\tUSED\tREMAINING\tEXPIRES")
+	fmt.Fprintln(w, "ZONE\tSCOPE\tKEY\tAMOUNT\tUSED\tREMAINING\tEXPIRES")
 	for _, g := range gs {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\n", g.Zone, g.Key, g.Amount, g.Used, g.Remaining, g.Expires)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", g.Zone, g.Scope, g.Key, g.Amount, g.Used, g.Remaining, g.Expires)
 	}
 	return exitOK, w.Flush()
 }

@@ -470,7 +470,17 @@ func humanBytes(n int64) string {
 
 func clientPath(id string) string { return "/tollgate/clients/" + pathSegment(id) }
 
+// warnNearlyHashed says when an id looks like a hashed ID from the logs
+// but is not one (a digit short, a typo): the API takes it for a raw key,
+// so a reset of it succeeds and lets nobody through.
+func warnNearlyHashed(id string) {
+	if _, ok := parseHashedID(id); !ok && strings.HasPrefix(id, hashedPrefix) {
+		caddy.Log().Warn(fmt.Sprintf("%q is not a hashed ID (h: and 16 hex digits, as the logs print it): it is taken as a raw key", id))
+	}
+}
+
 func cliClient(c *cliContext, args []string) (int, error) {
+	warnNearlyHashed(args[0])
 	var view ClientView
 	raw, err := c.call(http.MethodGet, clientPath(args[0])+c.zoneQuery(), nil, &view)
 	if err != nil {
@@ -513,6 +523,7 @@ func cliClient(c *cliContext, args []string) (int, error) {
 }
 
 func cliReset(c *cliContext, args []string) (int, error) {
+	warnNearlyHashed(args[0])
 	var res ResetResult
 	raw, err := c.call(http.MethodDelete, clientPath(args[0])+c.zoneQuery(), nil, &res)
 	if err != nil {
@@ -611,6 +622,7 @@ func grantPath(zone, key string) string {
 }
 
 func cliGrantAdd(c *cliContext, args []string) (int, error) {
+	warnNearlyHashed(args[1])
 	amount, err := strconv.ParseInt(args[2], 10, 64)
 	if err != nil {
 		return exitUsage, fmt.Errorf("amount %q: want a whole number, e.g. 500", args[2])
@@ -639,6 +651,7 @@ func cliGrantShow(c *cliContext, args []string) (int, error) {
 		return exitUsage, errors.New("give a zone and a key, or neither to list every grant")
 	}
 	if len(args) == 2 {
+		warnNearlyHashed(args[1])
 		path := grantPath(args[0], args[1])
 		raw, err := c.call(http.MethodGet, path, nil, nil)
 		if err != nil {
@@ -716,6 +729,7 @@ func (c *cliContext) printGrants(gs []GrantView) (int, error) {
 }
 
 func cliGrantRevoke(c *cliContext, args []string) (int, error) {
+	warnNearlyHashed(args[1])
 	raw, err := c.call(http.MethodDelete, grantPath(args[0], args[1]), nil, nil)
 	if err != nil {
 		return exitFor(err), err

@@ -394,7 +394,7 @@ func (adminAPI) handleDenied(w http.ResponseWriter, r *http.Request) error {
 		until := time.Unix(0, e.Until)
 		out.Items = append(out.Items, DeniedKey{
 			Zone: e.Zone, Scope: e.Scope, Key: hashedID(e.Key), Denials: e.Denials,
-			RetryAfter: headerSeconds(until.Sub(now)), Until: instant(until),
+			RetryAfter: headerSeconds(until.Sub(now)), Until: instantAfter(until),
 		})
 	}
 	return writeJSON(w, out)
@@ -482,3 +482,10 @@ func (a *App) listScopes(name string) (map[string]bool, error) {
 // instant renders an instant as every admin answer does: RFC 3339, UTC,
 // whole seconds.
 func instant(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
+
+// instantAfter renders an instant rounded up to the second, for a time
+// from which something holds (a key is let through again), as
+// retry_after_seconds is rounded up: waiting until it is always enough.
+func instantAfter(t time.Time) string {
+	return instant(t.Add(time.Second - 1))
+}

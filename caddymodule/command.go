@@ -49,7 +49,7 @@ localhost:2019.
   caddy tollgate grant add <zone> <key> <amount> <duration>
   caddy tollgate grant show [<zone> <key>]       one grant, or every grant
   caddy tollgate grant revoke <zone> <key>
-  caddy tollgate ui [--listen 127.0.0.1:2020]    the live status page, for a browser
+  caddy tollgate ui [--listen 127.0.0.1:2099]    the live status page, for a browser
 
 Output is a table; --json prints the admin API's JSON. Exit codes: 0 done,
 1 refused or failed (the message says why), 2 bad command line, 3 no admin
@@ -60,7 +60,14 @@ endpoint at the address, 4 no such client, grant or zone.
 			cmd.PersistentFlags().StringP("config", "c", "", "Configuration file to read the admin address from")
 			cmd.PersistentFlags().StringP("adapter", "a", "", "Name of the config adapter, with --config")
 			cmd.PersistentFlags().Bool("json", false, "Print JSON instead of a table")
-			cmd.Args = cobra.NoArgs
+			// A wrong command line exits 2, as documented, whether cobra
+			// or a subcommand finds it wrong.
+			cmd.Args = cobra.ArbitraryArgs
+			cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+				return caddycmd.WrapCommandFuncForCobra(func(caddycmd.Flags) (int, error) {
+					return exitUsage, fmt.Errorf("%v; usage: %s", err, c.UseLine())
+				})(c, nil)
+			})
 			cmd.RunE = runCLI(nil)
 			for _, sub := range cliCommands() {
 				cmd.AddCommand(sub)
@@ -77,6 +84,9 @@ type cliRun func(c *cliContext, args []string) (int, error)
 func runCLI(run cliRun) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		return caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
+			if run == nil && len(args) > 0 {
+				return exitUsage, fmt.Errorf("unknown subcommand %q: name one of status, client, reset, tiers, grant or ui; see caddy help tollgate", args[0])
+			}
 			if run == nil {
 				return exitUsage, errors.New("name a subcommand: status, client, reset, tiers, grant or ui; see caddy help tollgate")
 			}
@@ -120,9 +130,14 @@ func cliCommands() []*cobra.Command {
 		sub("revoke <zone> <key>", "Revoke a grant", cobra.ExactArgs(2), cliGrantRevoke),
 	)
 	ui := sub("ui", "Serve the live status page on a loopback address, relaying to the admin endpoint", cobra.NoArgs, cliUI)
-	ui.Flags().String("listen", "127.0.0.1:2020", "Loopback address to serve the status page on")
+	ui.Flags().String("listen", defaultUIListen, "Loopback address to serve the status page on")
 	return []*cobra.Command{status, client, reset, tiers, grant, ui}
 }
+
+// defaultUIListen is where `caddy tollgate ui` serves the page: not 2020
+// or 2021, which are the admin addresses of a second and third Caddy on a
+// host (as in docs/examples/cluster).
+const defaultUIListen = "127.0.0.1:2099"
 
 // cliContext is what every subcommand uses: where the admin endpoint is,
 // how to print.
@@ -133,7 +148,10 @@ type cliContext struct {
 	listen string
 	out    io.Writer
 	client *http.Client
-	origin string
+	origin string // the base of admin URLs
+	// originHeader is the Origin sent to the admin endpoint: its own
+	// address, or none on a unix socket, as caddy reload does.
+	originHeader string
 }
 
 func newCLIContext(fl caddycmd.Flags, out io.Writer) (*cliContext, error) {
@@ -142,18 +160,25 @@ func newCLIContext(fl caddycmd.Flags, out io.Writer) (*cliContext, error) {
 		return nil, fmt.Errorf("finding the admin address: %v; give it with --address", err)
 	}
 	parsed, err := caddy.ParseNetworkAddress(addr)
-	if err != nil || parsed.PortRangeSize() > 1 {
-		return nil, fmt.Errorf("--address %q is not an admin address: want host:port, e.g. localhost:2019, or unix//path", addr)
+	if err != nil || parsed.PortRangeSize() > 1 || !strings.HasPrefix(parsed.Network, "tcp") && !parsed.IsUnixNetwork() && !parsed.IsFdNetwork() {
+		return nil, fmt.Errorf("--address %q is not an admin address: want host:port, e.g. localhost:2019 (no http://), or unix//path", addr)
 	}
 	c := &cliContext{addr: addr, json: fl.Bool("json"), out: out, origin: "http://" + parsed.JoinHostPort(0)}
+	c.originHeader = c.origin
 	if f := fl.Lookup("zone"); f != nil {
 		c.zone = f.Value.String()
 	}
 	if f := fl.Lookup("listen"); f != nil {
 		c.listen = f.Value.String()
 	}
-	if parsed.IsUnixNetwork() {
-		c.origin = "http://127.0.0.1"
+	if parsed.IsUnixNetwork() || parsed.IsFdNetwork() {
+		// As caddy reload does: a bogus host, no Origin (Caddy refuses
+		// one on a socket), and the socket's path without the
+		// permission bits the admin option may give it ("|0660").
+		c.origin, c.originHeader = "http://127.0.0.1", ""
+		if path, _, ok := strings.Cut(parsed.Host, "|"); ok && parsed.IsUnixNetwork() {
+			parsed.Host = path
+		}
 	}
 	if _, err := url.Parse(c.origin); err != nil {
 		return nil, fmt.Errorf("--address %q is not an admin address: want host:port, e.g. localhost:2019, or unix//path", addr)
@@ -163,8 +188,23 @@ func newCLIContext(fl caddycmd.Flags, out io.Writer) (*cliContext, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, parsed.Network, parsed.JoinHostPort(0))
 		},
-	}}
+	},
+		// A redirect from the admin endpoint is an answer, never followed:
+		// following one would send the request (a DELETE, say) to a route
+		// it was not meant for.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 	return c, nil
+}
+
+// pathSegment escapes one path segment of an admin URL, a key or a zone:
+// "." and ".." are escaped too, as the admin endpoint would otherwise take
+// them for a move up the path.
+func pathSegment(s string) string {
+	if s == "." || s == ".." {
+		return strings.ReplaceAll(s, ".", "%2E")
+	}
+	return url.PathEscape(s)
 }
 
 // errNotJSON is returned by call when a 2xx answer is not the JSON it
@@ -194,7 +234,9 @@ func (c *cliContext) call(method, path string, body any, out any) ([]byte, error
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Origin", c.origin)
+	if c.originHeader != "" {
+		req.Header.Set("Origin", c.originHeader)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -268,6 +310,10 @@ func (c *cliContext) zoneQuery() string {
 
 // ---- status ----
 
+// maxStatusPages bounds the pages of denied keys `caddy tollgate status`
+// reads: 100 pages of 1000 keys.
+const maxStatusPages = 100
+
 // ZoneDenials is one zone's keys denied now, as `caddy tollgate status`
 // shows them.
 type ZoneDenials struct {
@@ -282,9 +328,28 @@ func cliStatus(c *cliContext, _ []string) (int, error) {
 	if err != nil {
 		return exitFor(err), err
 	}
+	// Every page: under attack, when it matters, more keys are denied
+	// than one page holds. The pages are bounded, and a cut is said.
 	var denied DeniedList
-	if _, err := c.call(http.MethodGet, "/tollgate/denied?limit="+strconv.Itoa(maxPageSize), nil, &denied); err != nil {
-		return exitFor(err), err
+	cursor, cut := "", false
+	for pages := 0; ; pages++ {
+		if pages == maxStatusPages {
+			cut = true
+			break
+		}
+		path := "/tollgate/denied?limit=" + strconv.Itoa(maxPageSize)
+		if cursor != "" {
+			path += "&cursor=" + url.QueryEscape(cursor)
+		}
+		var page DeniedList
+		if _, err := c.call(http.MethodGet, path, nil, &page); err != nil {
+			return exitFor(err), err
+		}
+		denied.Items = append(denied.Items, page.Items...)
+		denied.Unreachable = page.Unreachable
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
 	}
 	byZone := map[string]*ZoneDenials{}
 	for _, it := range denied.Items {
@@ -304,7 +369,11 @@ func cliStatus(c *cliContext, _ []string) (int, error) {
 		return top[i].Denials > top[j].Denials || top[i].Denials == top[j].Denials && top[i].Zone < top[j].Zone
 	})
 	if c.json {
-		b, _ := json.Marshal(map[string]any{"status": json.RawMessage(raw), "zones_by_denials": top})
+		out := map[string]any{"status": json.RawMessage(raw), "zones_by_denials": top}
+		if cut {
+			out["zones_by_denials_cut"] = true
+		}
+		b, _ := json.Marshal(out)
 		return c.printJSON(b)
 	}
 	cl := st.Cluster
@@ -349,6 +418,9 @@ func cliStatus(c *cliContext, _ []string) (int, error) {
 	}
 	if len(denied.Unreachable) > 0 {
 		fmt.Fprintf(c.out, "not counted: %s did not answer\n", strings.Join(denied.Unreachable, ", "))
+	}
+	if cut {
+		fmt.Fprintf(c.out, "counted the first %d keys denied only; see GET /tollgate/denied for the rest\n", len(denied.Items))
 	}
 	return exitOK, nil
 }
@@ -396,9 +468,19 @@ func humanBytes(n int64) string {
 
 // ---- clients ----
 
-func clientPath(id string) string { return "/tollgate/clients/" + url.PathEscape(id) }
+func clientPath(id string) string { return "/tollgate/clients/" + pathSegment(id) }
+
+// warnNearlyHashed says when an id looks like a hashed ID from the logs
+// but is not one (a digit short, a typo): the API takes it for a raw key,
+// so a reset of it succeeds and lets nobody through.
+func warnNearlyHashed(id string) {
+	if _, ok := parseHashedID(id); !ok && strings.HasPrefix(id, hashedPrefix) {
+		caddy.Log().Warn(fmt.Sprintf("%q is not a hashed ID (h: and 16 hex digits, as the logs print it): it is taken as a raw key", id))
+	}
+}
 
 func cliClient(c *cliContext, args []string) (int, error) {
+	warnNearlyHashed(args[0])
 	var view ClientView
 	raw, err := c.call(http.MethodGet, clientPath(args[0])+c.zoneQuery(), nil, &view)
 	if err != nil {
@@ -441,6 +523,7 @@ func cliClient(c *cliContext, args []string) (int, error) {
 }
 
 func cliReset(c *cliContext, args []string) (int, error) {
+	warnNearlyHashed(args[0])
 	var res ResetResult
 	raw, err := c.call(http.MethodDelete, clientPath(args[0])+c.zoneQuery(), nil, &res)
 	if err != nil {
@@ -535,10 +618,11 @@ func cliTiersClear(c *cliContext, _ []string) (int, error) {
 // ---- grants ----
 
 func grantPath(zone, key string) string {
-	return "/tollgate/grants/" + url.PathEscape(zone) + "/" + url.PathEscape(key)
+	return "/tollgate/grants/" + pathSegment(zone) + "/" + pathSegment(key)
 }
 
 func cliGrantAdd(c *cliContext, args []string) (int, error) {
+	warnNearlyHashed(args[1])
 	amount, err := strconv.ParseInt(args[2], 10, 64)
 	if err != nil {
 		return exitUsage, fmt.Errorf("amount %q: want a whole number, e.g. 500", args[2])
@@ -548,15 +632,18 @@ func cliGrantAdd(c *cliContext, args []string) (int, error) {
 		duration = secs
 	}
 	body := map[string]any{"zone": args[0], "key": args[1], "amount": amount, "duration": duration}
-	var g GrantView
-	raw, err := c.call(http.MethodPost, "/tollgate/grants", body, &g)
+	raw, err := c.call(http.MethodPost, "/tollgate/grants", body, nil)
 	if err != nil {
 		return exitFor(err), err
 	}
 	if c.json {
 		return c.printJSON(raw)
 	}
-	return c.printGrants([]GrantView{g})
+	gs, err := grantsOf(http.MethodPost, "/tollgate/grants", raw)
+	if err != nil {
+		return exitRefused, err
+	}
+	return c.printGrants(gs)
 }
 
 func cliGrantShow(c *cliContext, args []string) (int, error) {
@@ -564,15 +651,20 @@ func cliGrantShow(c *cliContext, args []string) (int, error) {
 		return exitUsage, errors.New("give a zone and a key, or neither to list every grant")
 	}
 	if len(args) == 2 {
-		var g GrantView
-		raw, err := c.call(http.MethodGet, grantPath(args[0], args[1]), nil, &g)
+		warnNearlyHashed(args[1])
+		path := grantPath(args[0], args[1])
+		raw, err := c.call(http.MethodGet, path, nil, nil)
 		if err != nil {
 			return exitFor(err), err
 		}
 		if c.json {
 			return c.printJSON(raw)
 		}
-		return c.printGrants([]GrantView{g})
+		gs, err := grantsOf(http.MethodGet, path, raw)
+		if err != nil {
+			return exitRefused, err
+		}
+		return c.printGrants(gs)
 	}
 	var all GrantList
 	cursor := ""
@@ -604,21 +696,40 @@ func cliGrantShow(c *cliContext, args []string) (int, error) {
 		return code, err
 	}
 	if len(all.Unreachable) > 0 {
-		fmt.Fprintf(c.out, "not listed: what %s gave (they did not answer)\n", strings.Join(all.Unreachable, ", "))
+		fmt.Fprintf(c.out, "not listed: grants given through or owned by %s (they did not answer)\n", strings.Join(all.Unreachable, ", "))
 	}
 	return exitOK, nil
 }
 
+// grantsOf reads a grant answer: one grant, or a list of them when zones
+// of several handlers share the zone's name (one grant per scope).
+func grantsOf(method, path string, raw []byte) ([]GrantView, error) {
+	var gs []GrantView
+	var err error
+	if b := bytes.TrimSpace(raw); len(b) > 0 && b[0] == '[' {
+		err = json.Unmarshal(b, &gs)
+	} else {
+		var g GrantView
+		err = json.Unmarshal(b, &g)
+		gs = []GrantView{g}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s %s answered what this command does not understand (%v); is caddy the same version as the running one?", errNotJSON, method, path, err)
+	}
+	return gs, nil
+}
+
 func (c *cliContext) printGrants(gs []GrantView) (int, error) {
 	w := c.table()
-	fmt.Fprintln(w, "ZONE\tKEY\tAMOUNT\tUSED\tREMAINING\tEXPIRES")
+	fmt.Fprintln(w, "ZONE\tSCOPE\tKEY\tAMOUNT\tUSED\tREMAINING\tEXPIRES")
 	for _, g := range gs {
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\n", g.Zone, g.Key, g.Amount, g.Used, g.Remaining, g.Expires)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", g.Zone, g.Scope, g.Key, g.Amount, g.Used, g.Remaining, g.Expires)
 	}
 	return exitOK, w.Flush()
 }
 
 func cliGrantRevoke(c *cliContext, args []string) (int, error) {
+	warnNearlyHashed(args[1])
 	raw, err := c.call(http.MethodDelete, grantPath(args[0], args[1]), nil, nil)
 	if err != nil {
 		return exitFor(err), err

@@ -27,14 +27,16 @@ import (
 func cliUI(c *cliContext, _ []string) (int, error) {
 	host, _, err := net.SplitHostPort(c.listen)
 	if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
-		return exitUsage, fmt.Errorf("--listen %q: want a loopback address, e.g. 127.0.0.1:2020: the page can reset clients, so it is served to this machine only", c.listen)
+		return exitUsage, fmt.Errorf("--listen %q: want a loopback address, e.g. 127.0.0.1:2099: the page can reset clients, so it is served to this machine only", c.listen)
 	}
 	ln, err := net.Listen("tcp", c.listen)
 	if err != nil {
 		return exitRefused, fmt.Errorf("listening on %s: %v; choose another address with --listen", c.listen, err)
 	}
-	// Check now that the admin endpoint is there and has Tollgate.
-	if _, err := c.call(http.MethodGet, "/tollgate/ui", nil, nil); err != nil && !errors.Is(err, errNotJSON) {
+	// Check now that the admin endpoint is there and has Tollgate: its
+	// status is JSON, where a site's page, say, is not.
+	var st Status
+	if _, err := c.call(http.MethodGet, "/tollgate/status", nil, &st); err != nil {
 		ln.Close()
 		return exitFor(err), err
 	}
@@ -67,7 +69,9 @@ func relayed(method, path string) bool {
 		return path == "/tollgate/ui" || path == "/tollgate/status" || path == "/tollgate/denied" ||
 			path == "/tollgate/reputation" || path == "/metrics"
 	case method == http.MethodDelete:
-		return strings.HasPrefix(path, "/tollgate/clients/")
+		// One segment, as sent (escaped): never a move up the path.
+		id, ok := strings.CutPrefix(path, "/tollgate/clients/")
+		return ok && id != "" && id != "." && id != ".." && !strings.Contains(id, "/")
 	}
 	return false
 }
@@ -86,7 +90,9 @@ func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "requests from other origins are refused", http.StatusForbidden)
 		return
 	}
-	path := r.URL.Path
+	// The path as sent, escaped: a key's escaped "/" or "." stays so on
+	// the way to the admin endpoint.
+	path := r.URL.EscapedPath()
 	if path == "/" {
 		path = "/tollgate/ui"
 	}
@@ -101,7 +107,9 @@ func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	req.Header.Set("Origin", u.c.origin)
+	if u.c.originHeader != "" {
+		req.Header.Set("Origin", u.c.originHeader)
+	}
 	resp, err := u.c.client.Do(req)
 	if err != nil {
 		w.Header().Set("Content-Type", "application/json")

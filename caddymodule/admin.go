@@ -71,6 +71,7 @@ type KeyStats struct {
 	Held       int    `json:"held"`
 	Max        int    `json:"max"`
 	Reclaimed  uint64 `json:"reclaimed"`
+	Evicted    uint64 `json:"evicted"`
 	Overflowed uint64 `json:"overflowed"`
 	Swept      uint64 `json:"swept"`
 }
@@ -96,7 +97,7 @@ func (adminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	st.mu.Unlock()
 	es := st.engine.Stats()
 	out := Status{
-		Keys:   KeyStats{Held: es.Keys, Max: es.MaxKeys, Reclaimed: es.Reclaimed, Overflowed: es.Overflowed, Swept: es.Swept},
+		Keys:   KeyStats{Held: es.Keys, Max: es.MaxKeys, Reclaimed: es.Reclaimed, Evicted: es.Evicted, Overflowed: es.Overflowed, Swept: es.Swept},
 		Memory: MemoryStats{CounterBytes: int64(es.Keys) * bytesPerKey},
 	}
 	if node != nil {

@@ -73,7 +73,7 @@ func (e *Engine) Extract(now time.Time, move func(Key) bool, limit int) []State 
 			if !move(k) {
 				continue
 			}
-			delete(s.entries, k)
+			s.remove(k, v)
 			if v.expires > ns {
 				out = append(out, stateOf(k, v))
 			}
@@ -111,7 +111,7 @@ func (e *Engine) ExtractKeys(now time.Time, keys []Key) []State {
 		s := &e.shards[shardOf(k)]
 		s.mu.Lock()
 		if v, ok := s.entries[k]; ok {
-			delete(s.entries, k)
+			s.remove(k, v)
 			if v.expires > ns {
 				out = append(out, stateOf(k, v))
 			}
@@ -159,11 +159,12 @@ func (e *Engine) Merge(now time.Time, states []State) {
 			s.leases[st.Key] = mergeLeases(s.leases[st.Key], st.Leases)
 		default:
 			cur, ok := s.entries[st.Key]
-			if !ok || cur.expires <= ns {
-				s.entries[st.Key] = st.entry()
-			} else {
-				s.entries[st.Key] = mergeEntries(cur, st.entry(), ns)
+			next := st.entry()
+			if ok && cur.expires > ns {
+				next = mergeEntries(cur, next, ns)
 			}
+			next.tbl = cur.tbl // the key table's view stays this node's
+			s.entries[st.Key] = next
 		}
 		s.mu.Unlock()
 	}

@@ -112,7 +112,7 @@ func (e *Engine) Penalize(now time.Time, client Key) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur, ok := s.entries[client]
-	if !ok && !e.makeRoom(s, ns) {
+	if !ok && !e.makeRoom(s, ns, 0) {
 		return FullScore
 	}
 	next := p.penalize(cur, ns)

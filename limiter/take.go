@@ -2,6 +2,8 @@ package limiter
 
 import (
 	"time"
+
+	"github.com/tollgate/tollgate/internal/keyhash"
 )
 
 // Take spends the requests' units if every one of them can be granted, and
@@ -44,16 +46,23 @@ func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
 	s := &e.shards[shardOf(req.Key)]
 	s.mu.Lock()
 	cur, ok := s.entries[req.Key]
-	if !ok && !e.makeRoom(s, now) {
+	if !ok && !e.makeRoom(s, now, req.Network) {
 		s.mu.Unlock()
 		return e.takeOverflow(now, req, res)
 	}
 	next, r := req.Limit.apply(cur, now, req.cost())
 	if r.Allowed {
-		s.entries[req.Key] = next
-	} else if len(s.grants) > 0 {
-		if g, ok := s.grants[req.Key]; ok {
-			r = g.spend(now, req.cost(), r, true, s, req.Key)
+		next.touch(now, req.Network, r.Remaining == 0)
+		s.put(req.Key, next, !ok)
+	} else {
+		if len(s.grants) > 0 {
+			if g, ok := s.grants[req.Key]; ok {
+				r = g.spend(now, req.cost(), r, true, s, req.Key)
+			}
+		}
+		if !r.Allowed && ok {
+			cur.touch(now, cur.tbl.net, true)
+			s.entries[req.Key] = cur
 		}
 	}
 	s.mu.Unlock()
@@ -65,8 +74,8 @@ func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
 func (e *Engine) takeOverflow(now int64, req *Request, res *Result) bool {
 	e.overflowed.Add(1)
 	o := &e.overflow
-	k := Key(req.Zone)
 	o.mu.Lock()
+	k := e.overflowKey(req)
 	next, r := req.Limit.apply(o.entries[k], now, req.cost())
 	if r.Allowed {
 		o.entries[k] = next
@@ -74,6 +83,21 @@ func (e *Engine) takeOverflow(now int64, req *Request, res *Result) bool {
 	o.mu.Unlock()
 	*res = r
 	return r.Allowed
+}
+
+// overflowKey returns the overflow counter of req: one per zone and
+// network while the overflow shard has room, one per zone past that. The
+// overflow lock must be held.
+func (e *Engine) overflowKey(req *Request) Key {
+	k := Key(req.Zone)
+	if req.Network == 0 {
+		return k
+	}
+	kn := Key(req.Zone ^ keyhash.Mix(uint64(req.Network)|1<<63))
+	if _, ok := e.overflow.entries[kn]; ok || len(e.overflow.entries) < maxOverflowCounters {
+		return kn
+	}
+	return k
 }
 
 // maxBatch is the largest batch Take handles without allocating.
@@ -103,13 +127,20 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 		if reqs[i].Limit.Algorithm != Concurrency {
 			s := &e.shards[shardOf(reqs[i].Key)]
 			_, ok := s.entries[reqs[i].Key]
-			of = !ok && !e.makeRoom(s, now)
+			of = !ok && !e.makeRoom(s, now, reqs[i].Network)
 		}
 		overflow = append(overflow, of)
 		usesOverflow = usesOverflow || of
 	}
+	var okeyBuf [maxBatch]Key
+	okeys := okeyBuf[:len(reqs)]
 	if usesOverflow {
 		e.overflow.mu.Lock()
+		for i := range reqs {
+			if overflow[i] {
+				okeys[i] = e.overflowKey(&reqs[i])
+			}
+		}
 	}
 
 	score, factor := FullScore, 1.0
@@ -135,12 +166,12 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 		}
 		m, k := s.entries, req.Key
 		if overflow[i] {
-			m, k = e.overflow.entries, Key(req.Zone)
+			m, k = e.overflow.entries, okeys[i]
 			e.overflowed.Add(1)
 		}
 		cur := m[k]
 		for j := range i { // an earlier request in this batch on the same counter
-			if sameCounter(reqs, overflow, i, j) {
+			if sameCounter(reqs, overflow, okeys, i, j) {
 				cur = next[j]
 			}
 		}
@@ -173,12 +204,28 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 				g := s.grants[req.Key]
 				g.spend(now, req.cost(), Result{}, true, s, req.Key)
 			case overflow[i]:
-				e.overflow.entries[Key(req.Zone)] = next[i]
+				e.overflow.entries[okeys[i]] = next[i]
 			default:
-				s.entries[req.Key] = next[i]
+				_, ok := s.entries[req.Key]
+				n := next[i]
+				n.touch(now, req.Network, res[i].Remaining == 0)
+				s.put(req.Key, n, !ok)
 			}
 		}
 	} else {
+		// A counter that denied its request is exhausted: mark it so the
+		// key table keeps it until its state expires.
+		for i := range reqs {
+			req := &reqs[i]
+			if res[i].Allowed || overflow[i] || req.Limit.Algorithm == Concurrency {
+				continue
+			}
+			s := &e.shards[shardOf(req.Key)]
+			if cur, ok := s.entries[req.Key]; ok {
+				cur.touch(now, cur.tbl.net, true)
+				s.entries[req.Key] = cur
+			}
+		}
 		// Nothing was spent: the allowed ones still have their units.
 		for i := range res {
 			if res[i].Allowed && reqs[i].Limit.Algorithm != Concurrency {
@@ -187,7 +234,7 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 		}
 		if client != 0 {
 			s := &e.shards[shardOf(client)]
-			if _, ok := s.entries[client]; ok || e.makeRoom(s, now) {
+			if _, ok := s.entries[client]; ok || e.makeRoom(s, now, 0) {
 				pen := rep.penalize(clientEntry, now)
 				s.entries[client] = pen
 				score = rep.score(pen, now)
@@ -204,32 +251,52 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 	return all, score
 }
 
-func sameCounter(reqs []Request, overflow []bool, i, j int) bool {
+func sameCounter(reqs []Request, overflow []bool, okeys []Key, i, j int) bool {
 	if overflow[i] != overflow[j] {
 		return false
 	}
 	if overflow[i] {
-		return reqs[i].Zone == reqs[j].Zone
+		return okeys[i] == okeys[j]
 	}
 	return reqs[i].Key == reqs[j].Key
 }
 
-// makeRoom reports whether shard s, whose lock is held, can take a new key,
-// dropping expired entries from a sample if it is full.
-func (e *Engine) makeRoom(s *shard, now int64) bool {
+// makeRoom reports whether shard s, whose lock is held, can take a new key
+// of network net. When the shard is full, or net holds its share of it, it
+// looks at a sample of the shard's counters: it drops the expired ones and,
+// if that is not enough, evicts the least recently used one that is not
+// exhausted (of network net, when net is over its share).
+func (e *Engine) makeRoom(s *shard, now int64, net uint32) bool {
 	limit := int(e.shardCap.Load())
-	if len(s.entries) < limit {
+	netCap := int32(e.netCap.Load())
+	netFull := net != 0 && s.nets[net] >= netCap
+	if !netFull && len(s.entries) < limit {
 		return true
 	}
-	seen := 0
+	var victim Key
+	var victimEntry entry
+	found, seen := false, 0
 	for k, v := range s.entries { // map iteration starts at a random place
-		if v.expires <= now {
-			delete(s.entries, k)
+		switch {
+		case v.expires <= now:
+			s.remove(k, v)
 			e.reclaimed.Add(1)
+		case v.held(now), netFull && v.tbl.net != net:
+		case !found || v.lastUsed() < victimEntry.lastUsed():
+			victim, victimEntry, found = k, v, true
 		}
 		if seen++; seen == reclaimSample {
 			break
 		}
 	}
-	return len(s.entries) < limit
+	netFull = net != 0 && s.nets[net] >= netCap
+	if !netFull && len(s.entries) < limit {
+		return true
+	}
+	if !found {
+		return false
+	}
+	s.remove(victim, victimEntry)
+	e.evicted.Add(1)
+	return true
 }

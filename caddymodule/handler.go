@@ -152,33 +152,101 @@ func (h *Handler) Validate() error {
 	return nil
 }
 
-// maxInline is the number of matching zones handled without allocating.
+// maxInline is the number of limiter requests a decision handles without
+// allocating; more (a handler with many zones) spill to the heap.
 const maxInline = 8
 
 // scratch is the working memory of one decision. It comes from a pool rather
 // than the stack: Caddy's handler chains run deep, and a large frame here
 // makes goroutine stacks grow (and, after each GC shrinks them, grow again).
 type scratch struct {
-	zones [maxInline]*Zone
-	reqs  [maxInline]limiter.Request
-	res   [maxInline]limiter.Result
-	text  [128]byte
-	id    [fingerprint.IDLen]byte
+	zones  [maxInline]*Zone
+	reqs   [maxInline]limiter.Request
+	zoneOf [maxInline]int
+	named  [maxInline]bool
+	res    [maxInline]limiter.Result
+	text   [128]byte
+	id     [fingerprint.IDLen]byte
+	batch  batch
 }
 
 var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
-// ServeHTTP counts r in its zones and passes it on or denies it.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	sc := scratchPool.Get().(*scratch)
-	v, held, err := h.decide(w, r, sc)
-	scratchPool.Put(sc)
-	if err != nil {
-		return err
+// batch is what one request asks of the limiter: the zones that match it,
+// and the limiter requests they expand into, each tagged with the index of
+// its zone. A zone may expand into several requests, in any order; the
+// request is allowed only if every one of them is. The slices start in the
+// scratch arrays and grow onto the heap past maxInline.
+type batch struct {
+	zones  []*Zone           // the matching zones, in the handler's order
+	reqs   []limiter.Request // what is asked of the limiter
+	zoneOf []int             // reqs[i] is counted for zones[zoneOf[i]]
+	named  []bool            // reqs[i] claims a named lease
+	res    []limiter.Result  // the limiter's answer to reqs[i]
+}
+
+// reset points b at the inline arrays of sc, empty.
+func (b *batch) reset(sc *scratch) {
+	b.zones, b.reqs, b.zoneOf, b.named = sc.zones[:0], sc.reqs[:0], sc.zoneOf[:0], sc.named[:0]
+	b.res = sc.res[:0]
+}
+
+// add appends a limiter request for zone zi.
+func (b *batch) add(zi int, r limiter.Request, named bool) {
+	b.reqs = append(b.reqs, r)
+	b.zoneOf = append(b.zoneOf, zi)
+	b.named = append(b.named, named)
+}
+
+// results sizes res to the requests, inline when they fit.
+func (b *batch) results() []limiter.Result {
+	if n := len(b.reqs); n <= cap(b.res) {
+		b.res = b.res[:n]
+	} else {
+		b.res = make([]limiter.Result, n)
 	}
-	if v == nil {
+	clear(b.res)
+	return b.res
+}
+
+// zoneOfReq returns the zone request i is counted for.
+func (b *batch) zoneOfReq(i int) *Zone { return b.zones[b.zoneOf[i]] }
+
+// asker is what a request is counted as: the client and its standing.
+type asker struct {
+	identity fingerprint.Identity
+	pressure fingerprint.Reading
+	key      uint64 // hash of the client ID, the default key
+	tier     string
+}
+
+// outcome is a decision at one instant.
+type outcome struct {
+	allowed bool
+	source  cluster.Source // who decided
+	score   float64        // the client's reputation; negative when not known
+	speaker int            // index of the request that speaks for the decision
+}
+
+// ServeHTTP counts r in its zones and passes it on or denies it, in three
+// steps: build the limiter requests, decide them now, write the response.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	q := request{r: r}
+	q.vars, _ = r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	sc := scratchPool.Get().(*scratch)
+	now := time.Now()
+	b, who, err := h.requests(now, &q, sc)
+	if err != nil || b == nil {
+		scratchPool.Put(sc)
+		if err != nil {
+			return err
+		}
 		return next.ServeHTTP(w, r)
 	}
+	o := decideAt(now, h.node, h.app.reputationKey(who.key), b)
+	v, held := h.respond(w, &q, now, b, &who, o, sc.text[:0])
+	scratchPool.Put(sc)
+
 	if v.decision == decisionDeny {
 		return caddyhttp.Error(http.StatusTooManyRequests, v.zone.denyError)
 	}
@@ -193,114 +261,118 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	return next.ServeHTTP(w, r)
 }
 
-// decide counts r in the zones that match it, sets the response headers and
-// returns the request's verdict, or nil if no zone matched, and the leases
-// it holds in lease zones, if any.
-func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*verdict, *heldLeases, error) {
-	req := request{r: r}
-	req.vars, _ = r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
-
-	zones := sc.zones[:0]
+// requests builds what q asks of the limiter, in sc: the zones that match
+// it and one limiter request per zone. It returns a nil batch if no zone
+// matches.
+func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, asker, error) {
+	b := &sc.batch
+	b.reset(sc)
 	for _, z := range h.Zones {
-		ok, err := z.match(r)
+		ok, err := z.match(q.r)
 		if err != nil {
-			return nil, nil, caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("zone %q: matching request: %w", z.Name, err))
+			return nil, asker{}, caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("zone %q: matching request: %w", z.Name, err))
 		}
 		if ok {
-			zones = append(zones, z)
+			b.zones = append(b.zones, z)
 		}
 	}
-	if len(zones) == 0 {
-		return nil, nil, nil
+	if len(b.zones) == 0 {
+		return nil, asker{}, nil
 	}
 
-	now := time.Now()
 	app := h.app
-	id := app.identifier.Identify(r, req.clientIP(), ja4Of(r), now)
-	if id.Cookie != fingerprint.CookieAbsent {
-		cookieCounters()[id.Cookie].Inc()
+	var who asker
+	who.identity = app.identifier.Identify(q.r, q.clientIP(), ja4Of(q.r), now)
+	cookieCounters()[who.identity.Cookie].Inc()
+	who.pressure = fingerprint.Reading{Factor: 1}
+	if who.identity.Kind == fingerprint.KindFingerprint && app.pressure != nil {
+		who.pressure = app.pressure.Observe(who.identity.Network, who.identity.Fingerprint, now)
 	}
-	reading := fingerprint.Reading{Factor: 1}
-	if id.Kind == fingerprint.KindFingerprint && app.pressure != nil {
-		reading = app.pressure.Observe(id.Network, id.Fingerprint, now)
-	}
-	clientKey := app.hasher.Sum64Bytes(id.AppendID(sc.id[:0]))
-	tier := ""
+	who.key = app.hasher.Sum64Bytes(who.identity.AppendID(sc.id[:0]))
 	if h.TierFrom != "" {
-		tier = req.replacer().ReplaceAll(h.TierFrom, "")
+		who.tier = q.replacer().ReplaceAll(h.TierFrom, "")
 	}
 	tiers := app.state.tiers.load()
 
-	reqs := sc.reqs[:0]
-	leases := 0
-	var named [maxInline]bool
-	for _, z := range zones {
-		limit := z.limitFor(tier, tiers)
+	for zi, z := range b.zones {
+		limit := z.limitFor(who.tier, tiers)
 		r := limiter.Request{
-			Key:  limiter.ZoneKey(z.hashKey(app.hasher, &req, clientKey), z.seed),
+			Key:  limiter.ZoneKey(z.hashKey(app.hasher, q, who.key), z.seed),
 			Zone: z.seed,
 		}
+		named := false
 		if z.isLease() {
-			r.LeaseID, named[min(len(reqs), maxInline-1)] = z.leaseID(app.hasher, &req)
-			leases++
-		} else if reading.Factor != 1 {
-			limit = limit.Scale(reading.Factor)
+			r.LeaseID, named = z.leaseID(app.hasher, q)
+		} else if who.pressure.Factor != 1 {
+			limit = limit.Scale(who.pressure.Factor)
 		}
 		r.Limit = limit
-		reqs = append(reqs, r)
+		b.add(zi, r, named)
 	}
-	res := sc.res[:len(reqs)]
-	if len(reqs) > maxInline {
-		res = make([]limiter.Result, len(reqs))
-	}
-	allowed, source, score := h.node.TakeFor(now, app.reputationKey(clientKey), reqs, res)
+	return b, who, nil
+}
 
-	v := req.verdict()
-	v.identity, v.pressure, v.issuer, v.source = id, reading, nil, source
-	v.tier, v.score = tier, score
-	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !allowed) {
-		h.setHeaders(w.Header(), v, sc.text[:0], zones, res)
+// decideAt decides b at the instant now on node, for the client whose
+// reputation is kept under client (0 for none): the one step that spends.
+// It fills b.res.
+func decideAt(now time.Time, node *cluster.Node, client limiter.Key, b *batch) outcome {
+	res := b.results()
+	allowed, source, score := node.TakeFor(now, client, b.reqs, res)
+	return outcome{allowed: allowed, source: source, score: score, speaker: decidingRequest(res)}
+}
+
+// respond writes what decision o means for the response: headers, the
+// verdict behind the placeholders, metrics, the log and event of a denial,
+// and the session cookie. It returns the verdict and the leases an allowed
+// request holds, if any; buf is scratch for the RateLimit header.
+func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *batch, who *asker, o outcome, buf []byte) (*verdict, *heldLeases) {
+	v := q.verdict()
+	v.identity, v.pressure, v.issuer, v.source = who.identity, who.pressure, nil, o.source
+	v.tier, v.score = who.tier, o.score
+	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !o.allowed) {
+		h.setHeaders(w.Header(), v, buf, b)
 	}
-	i := decidingZone(res)
-	v.zone = zones[i]
-	v.remaining = max(0, res[i].Remaining)
-	v.reset = headerSeconds(res[i].Reset)
+	i := o.speaker
+	v.zone = b.zoneOfReq(i)
+	v.remaining = max(0, b.res[i].Remaining)
+	v.reset = headerSeconds(b.res[i].Reset)
 	v.retryAfter = 0
-	if allowed {
+	if o.allowed {
 		v.decision = decisionAllow
-		v.zone.counters.inc(v.decision, source)
-		h.issueCookie(w, r, v, now)
-		return v, h.holdLeases(leases, zones, reqs, named[:], source), nil
+		v.zone.counters.inc(v.decision, o.source)
+		h.issueCookie(w, q.r, v, now)
+		return v, h.holdLeases(b, o.source)
 	}
 
-	v.retryAfter = headerSeconds(res[i].RetryAfter)
+	v.retryAfter = headerSeconds(b.res[i].RetryAfter)
 	if v.zone.isLease() && v.zone.Lease == "" {
 		v.retryAfter = 1 // a request's own lease frees when any request ends
 	}
-	h.reportDenial(v, reqs[i].Key, clientKey)
+	h.reportDenial(v, b.reqs[i].Key, who.key)
 	if h.DryRun {
 		v.decision = decisionDryRunDeny
-		v.zone.counters.inc(v.decision, source)
-		return v, nil, nil
+		v.zone.counters.inc(v.decision, o.source)
+		return v, nil
 	}
 	v.decision = decisionDeny
-	v.zone.counters.inc(v.decision, source)
+	v.zone.counters.inc(v.decision, o.source)
 	w.Header().Set("Retry-After", strconv.FormatInt(v.retryAfter, 10))
-	return v, nil, nil
+	return v, nil
 }
 
 // holdLeases collects the leases an allowed request claimed, copied out of
 // the scratch memory they were built in.
-func (h *Handler) holdLeases(n int, zones []*Zone, reqs []limiter.Request, named []bool, src cluster.Source) *heldLeases {
-	if n == 0 {
-		return nil
-	}
-	held := &heldLeases{node: h.node, src: src}
-	for i, z := range zones {
-		if z.isLease() {
-			held.reqs = append(held.reqs, reqs[i])
-			held.named = append(held.named, i < len(named) && named[i])
+func (h *Handler) holdLeases(b *batch, src cluster.Source) *heldLeases {
+	var held *heldLeases
+	for i := range b.reqs {
+		if b.reqs[i].Limit.Algorithm != limiter.Concurrency {
+			continue
 		}
+		if held == nil {
+			held = &heldLeases{node: h.node, src: src}
+		}
+		held.reqs = append(held.reqs, b.reqs[i])
+		held.named = append(held.named, b.named[i])
 	}
 	return held
 }
@@ -316,10 +388,10 @@ func denialReason(src cluster.Source) string {
 	return "limit"
 }
 
-// decidingZone returns the index of the zone that speaks for a decision:
-// the denying zone that asks for the longest wait, or, when all allowed,
-// the zone with the fewest requests left.
-func decidingZone(res []limiter.Result) int {
+// decidingRequest returns the index of the request that speaks for a
+// decision: the denied one that asks for the longest wait, or, when all were
+// allowed, the one with the fewest requests left.
+func decidingRequest(res []limiter.Result) int {
 	best := 0
 	for i := 1; i < len(res); i++ {
 		a, b := &res[i], &res[best]
@@ -340,12 +412,13 @@ func decidingZone(res []limiter.Result) int {
 }
 
 // setHeaders writes the RateLimit-Policy and RateLimit headers
-// (draft-ietf-httpapi-ratelimit-headers) for the zones that counted r.
-func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, zones []*Zone, res []limiter.Result) {
+// (draft-ietf-httpapi-ratelimit-headers) for the zones that counted a
+// request. A zone counted with several requests shows the least left.
+func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) {
 	policy := h.policyAll
-	if len(zones) != len(h.Zones) {
-		parts := make([]string, 0, len(zones))
-		for _, z := range zones {
+	if len(b.zones) != len(h.Zones) {
+		parts := make([]string, 0, len(b.zones))
+		for _, z := range b.zones {
 			if z.policy != "" {
 				parts = append(parts, z.policy)
 			}
@@ -355,18 +428,31 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, zones []*Z
 	if policy == "" {
 		return // only lease zones: the RateLimit headers describe rates
 	}
-	for i, z := range zones {
-		if res[i].Remaining < 0 || z.policy == "" {
-			continue // not known (this zone was not asked), or a lease zone
+	for zi, z := range b.zones {
+		if z.policy == "" {
+			continue // a lease zone
+		}
+		remaining, reset := int64(-1), time.Duration(0)
+		for i, of := range b.zoneOf {
+			if of != zi || b.res[i].Remaining < 0 {
+				continue // another zone's, or not known (this one was not asked)
+			}
+			if remaining < 0 || b.res[i].Remaining < remaining {
+				remaining = b.res[i].Remaining
+			}
+			reset = max(reset, b.res[i].Reset)
+		}
+		if remaining < 0 {
+			continue
 		}
 		if len(buf) > 0 {
 			buf = append(buf, ", "...)
 		}
 		buf = append(buf, z.quoted...)
 		buf = append(buf, ";r="...)
-		buf = strconv.AppendInt(buf, max(0, res[i].Remaining), 10)
+		buf = strconv.AppendInt(buf, remaining, 10)
 		buf = append(buf, ";t="...)
-		buf = strconv.AppendInt(buf, headerSeconds(res[i].Reset), 10)
+		buf = strconv.AppendInt(buf, headerSeconds(reset), 10)
 	}
 	v.headers[0], v.headers[1] = policy, string(buf)
 	hdr["Ratelimit-Policy"] = v.headers[0:1:1]

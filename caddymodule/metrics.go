@@ -106,8 +106,9 @@ func (c *decisionCounters) inc(decision string, src cluster.Source) {
 	}
 }
 
-// cookieCounters are the cookie status counters, looked up once.
-var cookieCounters = sync.OnceValue(func() (c [8]prometheus.Counter) {
+// cookieCounters are the cookie status counters, one per status, looked up
+// once.
+var cookieCounters = sync.OnceValue(func() (c [fingerprint.NumCookieStatuses]prometheus.Counter) {
 	initMetrics()
 	for i := range c {
 		c[i] = metrics.cookies.WithLabelValues(fingerprint.CookieStatus(i).String())

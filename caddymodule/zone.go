@@ -109,6 +109,14 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 			z.matchers = append(z.matchers, m)
 		}
 	}
+	z.prepare(app.hasher, app.zoneIdentity(z.Name, z.Shared))
+	app.registerZone(z)
+	return nil
+}
+
+// prepare derives what requests need from z's settings: its limit, its
+// identity scope and seed under hasher h, its header texts and counters.
+func (z *Zone) prepare(h limiter.Hasher, scope string) {
 	alg, _ := limiter.ParseAlgorithm(z.Algorithm)
 	z.limit = limiter.Limit{
 		Algorithm: alg,
@@ -123,12 +131,11 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		}
 		z.limit = limiter.Limit{Algorithm: limiter.Concurrency, Quota: z.Concurrent, Window: ttl}
 	}
-	z.scope = app.zoneIdentity(z.Name, z.Shared)
-	z.seed = app.hasher.Zone(z.scope)
-	app.registerZone(z)
+	z.scope = scope
+	z.seed = h.Zone(scope)
 	if z.Key != "" && !strings.Contains(z.Key, "{") {
 		z.keyFixed = true
-		z.keyHash = app.hasher.Sum64(z.Key)
+		z.keyHash = h.Sum64(z.Key)
 	}
 	z.leaseFixed = !strings.Contains(z.Lease, "{")
 	z.quoted = strconv.Quote(z.Name) // names are validated to need no escapes
@@ -139,7 +146,6 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		z.denyError = fmt.Errorf("concurrency limit of zone %q reached: all slots held", z.Name)
 	}
 	z.counters = newDecisionCounters(z.Name)
-	return nil
 }
 
 // validate reports the first thing wrong with z, naming the directive.

@@ -73,9 +73,12 @@ const (
 	// CookieFuture: validly signed, issued later than now (beyond the
 	// allowed clock skew).
 	CookieFuture
+
+	// NumCookieStatuses is the number of statuses: each is below it.
+	NumCookieStatuses = iota
 )
 
-var cookieStatusNames = [...]string{"absent", "valid", "old_secret", "malformed", "forged", "expired", "future"}
+var cookieStatusNames = [NumCookieStatuses]string{"absent", "valid", "old_secret", "malformed", "forged", "expired", "future"}
 
 // String names the status, as used in metric labels.
 func (s CookieStatus) String() string {
@@ -87,9 +90,6 @@ func (s CookieStatus) String() string {
 
 // Usable reports whether the cookie identifies a session.
 func (s CookieStatus) Usable() bool { return s == CookieValid || s == CookieOldSecret }
-
-// Invalid reports whether a cookie was present but unusable.
-func (s CookieStatus) Invalid() bool { return s >= CookieMalformed }
 
 // cookieVersion is the first byte of every cookie, so the format can change.
 const cookieVersion = 1

@@ -149,7 +149,9 @@ type ResetResult struct {
 
 // handleClient serves GET and DELETE /tollgate/clients/{id}[?zone=name].
 // {id} is the key as a zone renders it: the client ID by default, or
-// whatever the zone's key produced (URL-escaped).
+// whatever the zone's key produced (URL-escaped). A GET of n:<hash>, as
+// {http.tollgate.network} renders it, shows that IP network's budgets for
+// requests without a session.
 func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 	raw := strings.TrimPrefix(r.URL.EscapedPath(), "/tollgate/clients/")
 	id, err := url.PathUnescape(raw)
@@ -169,6 +171,20 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 		return notFound("no zone in the running config")
 	}
 	keyHash := app.hasher.Sum64(id)
+	if net, ok := parseNetworkID(id); ok && r.Method == http.MethodGet {
+		view := ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(net, 0)).Name, Zones: []ZoneView{}}
+		for _, z := range zones {
+			if !z.countsNetwork() {
+				continue
+			}
+			zv, err := app.networkZoneView(z, net)
+			if err != nil {
+				return unavailable(err)
+			}
+			view.Zones = append(view.Zones, zv)
+		}
+		return writeJSON(w, view)
+	}
 	switch r.Method {
 	case http.MethodGet:
 		view := ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(keyHash, 0)).Name, Zones: []ZoneView{}}

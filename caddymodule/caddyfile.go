@@ -43,6 +43,7 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //	        burst <N>                   # token_bucket only; default N of limit
 //	        match { <request matchers> }   # default: every request
 //	        shared                      # count with every shared zone of this name
+//	        network_share <N>           # cookie-less budget of one IP network, × limit; default: the global one
 //	    }
 //	    dry_run                         # count, set headers, log; never block
 //	    headers always|denied|off       # which responses get RateLimit headers; default always
@@ -186,6 +187,15 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 				return nil, err
 			}
 			z.Shared = true
+		case "network_share":
+			if err := wantArgs(1, "<N>, e.g. network_share 4"); err != nil {
+				return nil, err
+			}
+			n, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || n < 1 || n > maxNetworkShare {
+				return nil, d.Errf("tollgate: zone %q: network_share %q must be a whole number from 1 to %d", z.Name, args[0], maxNetworkShare)
+			}
+			z.NetworkShare = n
 		case "concurrent":
 			if err := wantArgs(1, "<N>, e.g. concurrent 4"); err != nil {
 				return nil, err
@@ -228,7 +238,7 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 			}
 			z.TTL = caddy.Duration(dur)
 		default:
-			return nil, d.Errf("tollgate: zone %q: unknown subdirective %q (allowed: limit, key, algorithm, burst, match, shared, concurrent, tier, lease, ttl)", z.Name, sub)
+			return nil, d.Errf("tollgate: zone %q: unknown subdirective %q (allowed: limit, key, algorithm, burst, match, shared, network_share, concurrent, tier, lease, ttl)", z.Name, sub)
 		}
 	}
 	if !seen["limit"] && !seen["concurrent"] {
@@ -244,12 +254,13 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 //
 //	tollgate {
 //	    max_keys <N>                    # counters held in memory; default 1048576
+//	    network_share <N>               # cookie-less budget of one IP network, × each zone's limit; default 4
 //	    secret <secret> [<older>...]    # ≥ 32 bytes each; {env.*} allowed; default: generated and stored
 //	    cookie {
 //	        name <name>                 # default __tollgate
 //	        max_age <duration>          # default 720h
 //	        issue always|off|header <Header-Name>   # default always
-//	        issue_limit <N> <window>    # new sessions per cookie-less client; default 10 1h
+//	        issue_limit <N> <window>    # new sessions per IP network; default 30 1h
 //	    }
 //	    ip_prefix <IPv4 bits> <IPv6 bits>   # one client network; default 32 64
 //	    ip_pressure off
@@ -292,6 +303,10 @@ func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 		switch sub {
 		case "max_keys":
 			app.MaxKeys, err = intArg(d, "max_keys", "e.g. max_keys 1000000", 1, 1<<40)
+		case "network_share":
+			var n int
+			n, err = intArg(d, "network_share", "e.g. network_share 4", 1, maxNetworkShare)
+			app.NetworkShare = int64(n)
 		case "secret":
 			app.Secrets = d.RemainingArgs()
 			if len(app.Secrets) == 0 {
@@ -353,7 +368,7 @@ func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 				return nil, d.Errf("tollgate: fallback_ratio %q: must be a number above 0 and at most 1, e.g. 0.4", args[0])
 			}
 		default:
-			return nil, d.Errf("tollgate: unknown global option %q (allowed: max_keys, secret, cookie, ip_prefix, ip_pressure, cluster, fallback, fallback_ratio, reputation, snapshot_interval)", sub)
+			return nil, d.Errf("tollgate: unknown global option %q (allowed: max_keys, network_share, secret, cookie, ip_prefix, ip_pressure, cluster, fallback, fallback_ratio, reputation, snapshot_interval)", sub)
 		}
 		if err != nil {
 			return nil, err

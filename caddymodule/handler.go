@@ -38,6 +38,7 @@ func init() {
 //	{http.tollgate.retry_after}  seconds to wait, when denied
 //	{http.tollgate.client_id}    the client ID: s:<session> or f:<fingerprint digest>
 //	{http.tollgate.client_kind}  session or fingerprint
+//	{http.tollgate.network}      n:<keyed hash of the client's IP network>, as the admin API takes it
 //	{http.tollgate.ip_pressure}  distinct cookie-less fingerprints lately seen from the client's network
 //	{http.tollgate.squeezed}     whether that network's cookie-less limits are squeezed
 //	{http.tollgate.source}       who decided: owner, peer, blocked_cache or fallback
@@ -164,6 +165,7 @@ type scratch struct {
 	reqs   [maxInline]limiter.Request
 	zoneOf [maxInline]int
 	named  [maxInline]bool
+	netw   [maxInline]bool
 	res    [maxInline]limiter.Result
 	text   [128]byte
 	id     [fingerprint.IDLen]byte
@@ -178,16 +180,18 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // request is allowed only if every one of them is. The slices start in the
 // scratch arrays and grow onto the heap past maxInline.
 type batch struct {
-	zones  []*Zone           // the matching zones, in the handler's order
-	reqs   []limiter.Request // what is asked of the limiter
-	zoneOf []int             // reqs[i] is counted for zones[zoneOf[i]]
-	named  []bool            // reqs[i] claims a named lease
-	res    []limiter.Result  // the limiter's answer to reqs[i]
+	zones   []*Zone           // the matching zones, in the handler's order
+	reqs    []limiter.Request // what is asked of the limiter
+	zoneOf  []int             // reqs[i] is counted for zones[zoneOf[i]]
+	named   []bool            // reqs[i] claims a named lease
+	network []bool            // reqs[i] counts the client's IP network, not the client
+	res     []limiter.Result  // the limiter's answer to reqs[i]
 }
 
 // reset points b at the inline arrays of sc, empty.
 func (b *batch) reset(sc *scratch) {
 	b.zones, b.reqs, b.zoneOf, b.named = sc.zones[:0], sc.reqs[:0], sc.zoneOf[:0], sc.named[:0]
+	b.network = sc.netw[:0]
 	b.res = sc.res[:0]
 }
 
@@ -196,6 +200,7 @@ func (b *batch) add(zi int, r limiter.Request, named bool) {
 	b.reqs = append(b.reqs, r)
 	b.zoneOf = append(b.zoneOf, zi)
 	b.named = append(b.named, named)
+	b.network = append(b.network, false)
 }
 
 // results sizes res to the requests, inline when they fit.
@@ -297,8 +302,9 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 	for zi, z := range b.zones {
 		limit := z.limitFor(who.tier, tiers)
 		r := limiter.Request{
-			Key:  limiter.ZoneKey(z.hashKey(app.hasher, q, who.key), z.seed),
-			Zone: z.seed,
+			Key:     limiter.ZoneKey(z.hashKey(app.hasher, q, who.key), z.seed),
+			Zone:    z.seed,
+			Network: networkOf(&who.identity),
 		}
 		named := false
 		if z.isLease() {
@@ -308,6 +314,9 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 		}
 		r.Limit = limit
 		b.add(zi, r, named)
+		if who.identity.Kind == fingerprint.KindFingerprint && z.countsNetwork() {
+			h.addNetworkRequest(b, zi, z, z.limitFor(who.tier, tiers), &who)
+		}
 	}
 	return b, who, nil
 }
@@ -318,7 +327,11 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 func decideAt(now time.Time, node *cluster.Node, client limiter.Key, b *batch) outcome {
 	res := b.results()
 	allowed, source, score := node.TakeFor(now, client, b.reqs, res)
-	return outcome{allowed: allowed, source: source, score: score, speaker: decidingRequest(res)}
+	speaker := decidingRequest(res)
+	if allowed {
+		speaker = clientSpeaker(b, speaker)
+	}
+	return outcome{allowed: allowed, source: source, score: score, speaker: speaker}
 }
 
 // respond writes what decision o means for the response: headers, the
@@ -329,6 +342,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v := q.verdict()
 	v.identity, v.pressure, v.issuer, v.source = who.identity, who.pressure, nil, o.source
 	v.tier, v.score = who.tier, o.score
+	v.app, v.clientIP = h.app, q.clientIP()
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !o.allowed) {
 		h.setHeaders(w.Header(), v, buf, b)
 	}
@@ -348,7 +362,8 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	if v.zone.isLease() && v.zone.Lease == "" {
 		v.retryAfter = 1 // a request's own lease frees when any request ends
 	}
-	h.reportDenial(v, b.reqs[i].Key, who.key)
+	v.zone.denials.inc(b.network[i])
+	h.reportDenial(v, b.reqs[i].Key, who.key, b.network[i])
 	if h.DryRun {
 		v.decision = decisionDryRunDeny
 		v.zone.counters.inc(v.decision, o.source)
@@ -434,8 +449,8 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 		}
 		remaining, reset := int64(-1), time.Duration(0)
 		for i, of := range b.zoneOf {
-			if of != zi || b.res[i].Remaining < 0 {
-				continue // another zone's, or not known (this one was not asked)
+			if of != zi || b.res[i].Remaining < 0 || b.network[i] {
+				continue // another zone's, not known (this one was not asked), or the network's
 			}
 			if remaining < 0 || b.res[i].Remaining < remaining {
 				remaining = b.res[i].Remaining
@@ -461,11 +476,16 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 
 // reportDenial logs a denial and emits the tollgate_denied event. Neither
 // carries the key or the client ID: the log has keyed hashes only.
-func (h *Handler) reportDenial(v *verdict, key limiter.Key, clientKey uint64) {
+func (h *Handler) reportDenial(v *verdict, key limiter.Key, clientKey uint64, network bool) {
 	if ce := h.logger.Check(zapcore.InfoLevel, "request denied"); ce != nil {
+		budget := reasonClient
+		if network {
+			budget = reasonNetwork
+		}
 		ce.Write(
 			zap.String("zone", v.zone.Name),
 			zap.String("reason", denialReason(v.source)),
+			zap.String("budget", budget),
 			zap.String("client_hash", strconv.FormatUint(clientKey, 16)),
 			zap.String("key_hash", strconv.FormatUint(uint64(key), 16)),
 			zap.String("client_kind", v.identity.Kind.String()),

@@ -37,10 +37,13 @@ type CookieConfig struct {
 	// is "header".
 	IssueHeader string `json:"issue_header,omitempty"`
 
-	// IssueLimit is how many new sessions one cookie-less client (one
-	// fingerprint on one network) may be given per IssueWindow, so that a
-	// client cannot mint fresh budgets by throwing cookies away. Default:
-	// 10 per hour.
+	// IssueLimit is how many new sessions one IP network (see IPv4Prefix,
+	// IPv6Prefix) may be given per IssueWindow, squeezed by IP pressure, so
+	// that a client cannot mint fresh budgets by throwing cookies away or
+	// rotating headers. A client that may not get a session stays on the
+	// cookie-less path, under its network's budget. Default: 30 per hour,
+	// enough for an office behind one address to get its sessions on a
+	// first morning.
 	IssueLimit int64 `json:"issue_limit,omitempty"`
 
 	// IssueWindow is the period of IssueLimit. Default: 1h.
@@ -56,7 +59,7 @@ const (
 
 // Defaults of cookie issuance.
 const (
-	defaultIssueLimit  = 10
+	defaultIssueLimit  = 30
 	defaultIssueWindow = time.Hour
 )
 
@@ -236,6 +239,9 @@ func (a *App) validateIdentity() error {
 		if c.IssueWindow < 0 || c.MaxAge < 0 {
 			return fmt.Errorf("tollgate: cookie durations must be positive")
 		}
+	}
+	if err := validateNetworkShare("tollgate: network_share", a.NetworkShare); err != nil {
+		return err
 	}
 	if p := a.IPPressure; p != nil && !p.Off {
 		if err := p.settings().Validate(); err != nil {

@@ -28,6 +28,8 @@ type verdict struct {
 	tier     string
 	score    float64       // the client's reputation; negative when not known
 	issuer   *cookieIssuer // set when the upstream decides on the cookie
+	app      *App          // for {http.tollgate.network} of a session
+	clientIP string
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
 }
@@ -103,6 +105,8 @@ func (v *verdict) replace(key string) (any, bool) {
 		return v.identity.ID(), true
 	case "client_kind":
 		return v.identity.Kind.String(), true
+	case "network":
+		return v.networkID(), true
 	case "ip_pressure":
 		return v.pressure.Distinct, true
 	case "squeezed":

@@ -61,6 +61,12 @@ type Zone struct {
 	// cookie, else the request fingerprint blended with the IP network.
 	Key string `json:"key,omitempty"`
 
+	// NetworkShare overrides the app's network_share for this zone: how
+	// many times Limit one IP network may spend on requests without a
+	// valid session cookie. Only rate zones keyed by the client ID have a
+	// network budget. Default: the app's (4).
+	NetworkShare int64 `json:"network_share,omitempty"`
+
 	// Algorithm is sliding_window (default), fixed_window or token_bucket.
 	Algorithm string `json:"algorithm,omitempty"`
 
@@ -86,6 +92,7 @@ type Zone struct {
 	policy     string // this zone's RateLimit-Policy list member
 	denyError  error
 	counters   *decisionCounters
+	denials    *denialCounters
 	leaseFixed bool // Lease has no placeholders
 }
 
@@ -146,6 +153,7 @@ func (z *Zone) prepare(h limiter.Hasher, scope string) {
 		z.denyError = fmt.Errorf("concurrency limit of zone %q reached: all slots held", z.Name)
 	}
 	z.counters = newDecisionCounters(z.Name)
+	z.denials = newDenialCounters(z.Name)
 }
 
 // validate reports the first thing wrong with z, naming the directive.
@@ -174,6 +182,9 @@ func (z *Zone) validate() error {
 			return fmt.Errorf("zone %q: ttl %s: must be from 1s to %s", z.Name, ttl, limiter.MaxWindow)
 		}
 		return nil
+	}
+	if err := validateNetworkShare("network_share", z.NetworkShare); err != nil {
+		return fmt.Errorf("zone %q: %v", z.Name, err)
 	}
 	if z.Lease != "" || z.TTL != 0 {
 		return fmt.Errorf("zone %q: lease and ttl are for concurrent zones", z.Name)

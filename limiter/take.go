@@ -133,7 +133,12 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 		usesOverflow = usesOverflow || of
 	}
 	var okeyBuf [maxBatch]Key
-	okeys := okeyBuf[:len(reqs)]
+	okeys := okeyBuf[:0]
+	if len(reqs) > maxBatch {
+		okeys = make([]Key, len(reqs))
+	} else {
+		okeys = okeyBuf[:len(reqs)]
+	}
 	if usesOverflow {
 		e.overflow.mu.Lock()
 		for i := range reqs {

@@ -54,9 +54,12 @@ type Zone struct {
 	// through the admin API (PUT /tollgate/tiers), which wins until cleared.
 	Tiers map[string]int64 `json:"tiers,omitempty"`
 
-	// Key is what requests are counted by: text with placeholders, rendered
-	// per request. Requests whose key renders the same share a budget; a
-	// key that renders empty puts all such requests in one budget. Default:
+	// Key is what requests are counted by: text with at least one
+	// placeholder, rendered per request, or "global" for one budget shared
+	// by every request. Requests whose key renders the same share a budget;
+	// a request whose key has a placeholder that renders empty (a user
+	// before authentication, a missing header) is counted by the client ID
+	// instead, counted in tollgate_empty_keys_total. Default:
 	// the client ID ({http.tollgate.client_id}): the session of a valid
 	// cookie, else the request fingerprint blended with the IP network.
 	Key string `json:"key,omitempty"`
@@ -93,6 +96,7 @@ type Zone struct {
 	denyError  error
 	counters   *decisionCounters
 	denials    *denialCounters
+	emptyKey   *emptyKeyReport
 	leaseFixed bool // Lease has no placeholders
 }
 
@@ -117,6 +121,7 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		}
 	}
 	z.prepare(app.hasher, app.zoneIdentity(z.Name, z.Shared))
+	z.emptyKey = newEmptyKeyReport(ctx, z.Name)
 	app.registerZone(z)
 	return nil
 }
@@ -140,7 +145,7 @@ func (z *Zone) prepare(h limiter.Hasher, scope string) {
 	}
 	z.scope = scope
 	z.seed = h.Zone(scope)
-	if z.Key != "" && !strings.Contains(z.Key, "{") {
+	if z.Key == KeyGlobal {
 		z.keyFixed = true
 		z.keyHash = h.Sum64(z.Key)
 	}
@@ -159,6 +164,9 @@ func (z *Zone) prepare(h limiter.Hasher, scope string) {
 // validate reports the first thing wrong with z, naming the directive.
 func (z *Zone) validate() error {
 	if err := validateZoneName(z.Name); err != nil {
+		return err
+	}
+	if err := validateKey(z.Name, z.Key); err != nil {
 		return err
 	}
 	for tier, n := range z.Tiers {
@@ -334,9 +342,11 @@ func (z *Zone) hashKey(h limiter.Hasher, q *request, clientKey uint64) uint64 {
 		return z.keyHash
 	case z.Key == "":
 		return clientKey
-	default:
-		return h.Sum64(q.replacer().ReplaceAll(z.Key, ""))
 	}
+	if s, ok := z.renderKey(q); ok {
+		return h.Sum64(s)
+	}
+	return clientKey
 }
 
 // headerSeconds renders a duration as the whole seconds of the RateLimit

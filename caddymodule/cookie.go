@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -41,7 +42,7 @@ func (h *Handler) issueCookie(w http.ResponseWriter, r *http.Request, v *verdict
 func (h *Handler) sessionCookie(r *http.Request, v *verdict, now time.Time) *http.Cookie {
 	app := h.app
 	id := &v.identity
-	secure := r.TLS != nil
+	secure := arrivedOverTLS(r)
 	if id.Kind == fingerprint.KindSession {
 		return app.identifier.Cookie(id.Session, now, secure)
 	}
@@ -54,6 +55,24 @@ func (h *Handler) sessionCookie(r *http.Request, v *verdict, now time.Time) *htt
 		return nil
 	}
 	return app.identifier.Cookie(sess, now, secure)
+}
+
+// arrivedOverTLS reports whether the client's request came over TLS: to this
+// server, or to a proxy in trusted_proxies that says so with
+// X-Forwarded-Proto: https. The header is ignored from anyone else.
+func arrivedOverTLS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	vars, _ := r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	if trusted, _ := vars[caddyhttp.TrustedProxyVarKey].(bool); !trusted {
+		return false
+	}
+	proto := r.Header.Get("X-Forwarded-Proto")
+	if i := strings.IndexByte(proto, ','); i >= 0 {
+		proto = proto[:i] // the first proxy's view: the client's connection
+	}
+	return strings.EqualFold(strings.TrimSpace(proto), "https")
 }
 
 // fingerprintIssueLimit is how many sessions one fingerprint on one network

@@ -211,3 +211,35 @@ func TestNetworkPlaceholderAndAdminView(t *testing.T) {
 		t.Fatalf("network view %+v; want site with %d of %d left", view, 5*DefaultNetworkShare-1, 5*DefaultNetworkShare)
 	}
 }
+
+// TestSecureCookieBehindATrustedProxy: behind a proxy that terminates TLS
+// and is in trusted_proxies, X-Forwarded-Proto: https makes the session
+// cookie Secure; the same header from a client that is not a trusted proxy
+// does not.
+func TestSecureCookieBehindATrustedProxy(t *testing.T) {
+	cookieOf := func(srv *testCaddy, ua, proto string) string {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+		req.Header.Set("User-Agent", ua)
+		if proto != "" {
+			req.Header.Set("X-Forwarded-Proto", proto)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.Header.Get("Set-Cookie")
+	}
+	behindProxy := startCaddy(t, trustLoopback, networkSite)
+	if got := cookieOf(behindProxy, "A", "https"); !strings.Contains(got, "; Secure") {
+		t.Errorf("behind a trusted proxy over TLS: Set-Cookie %q lacks Secure", got)
+	}
+	if got := cookieOf(behindProxy, "B", "http"); got == "" || strings.Contains(got, "Secure") {
+		t.Errorf("behind a trusted proxy over plain HTTP: Set-Cookie %q", got)
+	}
+	caddyStop(t)
+	direct := startCaddy(t, "", networkSite)
+	if got := cookieOf(direct, "C", "https"); got == "" || strings.Contains(got, "Secure") {
+		t.Errorf("X-Forwarded-Proto from an untrusted client: Set-Cookie %q; want no Secure", got)
+	}
+}

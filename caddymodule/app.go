@@ -103,6 +103,7 @@ type App struct {
 	issue       string // cookie issuance policy
 	issueHeader string
 	issueLimit  limiter.Limit
+	challenge   *challenger // nil unless cookie { challenge } is set
 	issueZone   uint64
 
 	mu       sync.Mutex

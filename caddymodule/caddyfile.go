@@ -261,6 +261,7 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 //	        max_age <duration>          # default 720h
 //	        issue always|off|header <Header-Name>   # default always
 //	        issue_limit <N> <window>    # new sessions per IP network; default 30 1h
+//	        challenge pow <difficulty>  # browsers solve a proof of work for a session; default off
 //	    }
 //	    ip_prefix <IPv4 bits> <IPv6 bits>   # one client network; default 32 64
 //	    ip_pressure off
@@ -424,6 +425,15 @@ func parseCookie(d *caddyfile.Dispenser) (*CookieConfig, error) {
 			default:
 				return nil, d.Errf("tollgate: cookie issue %q: must be always, off or header <Header-Name>", strings.Join(args, " "))
 			}
+		case "challenge":
+			if len(args) != 2 || args[0] != challengePoW {
+				return nil, d.Errf("tollgate: cookie challenge %q: must be pow <difficulty>, e.g. challenge pow 16", strings.Join(args, " "))
+			}
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 1 || n > maxDifficulty {
+				return nil, d.Errf("tollgate: cookie challenge pow %q: difficulty must be a whole number of bits from 1 to %d", args[1], maxDifficulty)
+			}
+			c.Challenge = &ChallengeConfig{Type: challengePoW, Difficulty: n}
 		case "issue_limit":
 			if len(args) != 2 {
 				return nil, d.Errf("tollgate: cookie issue_limit takes 2 arguments, got %d: issue_limit <N> <window>, e.g. issue_limit 10 1h", len(args))
@@ -438,7 +448,7 @@ func parseCookie(d *caddyfile.Dispenser) (*CookieConfig, error) {
 			}
 			c.IssueLimit, c.IssueWindow = n, caddy.Duration(w)
 		default:
-			return nil, d.Errf("tollgate: cookie: unknown subdirective %q (allowed: name, max_age, issue, issue_limit)", sub)
+			return nil, d.Errf("tollgate: cookie: unknown subdirective %q (allowed: name, max_age, issue, issue_limit, challenge)", sub)
 		}
 	}
 	if c.Name != "" {

@@ -21,6 +21,7 @@ import (
 // cookie is only set if the upstream response earns it.
 func (h *Handler) issueCookie(w http.ResponseWriter, r *http.Request, v *verdict, now time.Time) {
 	app := h.app
+	v.challenge = false
 	if app.issue == issueOff {
 		return
 	}
@@ -30,6 +31,10 @@ func (h *Handler) issueCookie(w http.ResponseWriter, r *http.Request, v *verdict
 	}
 	if app.issue == issueHeader {
 		v.issuer = &cookieIssuer{handler: h, r: r, v: v, now: now}
+		return
+	}
+	if app.challenge != nil && id.Kind == fingerprint.KindFingerprint {
+		v.challenge = h.challengeFor(r, v, now) // a session is earned by passing it
 		return
 	}
 	if c := h.sessionCookie(r, v, now); c != nil {

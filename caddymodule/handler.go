@@ -236,6 +236,9 @@ type outcome struct {
 // ServeHTTP counts r in its zones and passes it on or denies it, in three
 // steps: build the limiter requests, decide them now, write the response.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if h.app.challenge != nil && r.URL.Path == ChallengePath {
+		return h.handleProof(w, r)
+	}
 	q := request{r: r}
 	q.vars, _ = r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
 	sc := scratchPool.Get().(*scratch)
@@ -258,6 +261,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if held != nil {
 		held.hold()
 		defer held.release()
+	}
+	if v.challenge {
+		return h.app.challenge.serveChallenge(w, r, v.identity.Network, now)
 	}
 	if v.issuer != nil {
 		v.issuer.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}

@@ -48,6 +48,14 @@ type CookieConfig struct {
 
 	// IssueWindow is the period of IssueLimit. Default: 1h.
 	IssueWindow caddy.Duration `json:"issue_window,omitempty"`
+
+	// Challenge, when set, makes a browser without a session pass a
+	// challenge before it is given one: its page loads (GET with an Accept
+	// naming text/html) get a small self-contained page that solves a proof
+	// of work and comes back with a session. Other clients are not
+	// challenged and are given no session: they stay on the cookie-less
+	// path, under their network's budget. Default: off.
+	Challenge *ChallengeConfig `json:"challenge,omitempty"`
 }
 
 // The values of CookieConfig.Issue.
@@ -137,6 +145,9 @@ func (a *App) provisionIdentity(ctx caddy.Context) error {
 	}
 	a.issueLimit = limiter.Limit{Algorithm: limiter.SlidingWindow, Quota: limit, Window: window}
 	a.issueZone = a.hasher.Zone("\x00tollgate cookie issuance")
+	if cookie.Challenge != nil {
+		a.challenge = newChallenger(cookie.Challenge, a.hashSecret, a.hasher)
+	}
 
 	if a.IPPressure == nil || !a.IPPressure.Off {
 		cfg := new(PressureConfig)
@@ -235,6 +246,14 @@ func (a *App) validateIdentity() error {
 		}
 		if c.IssueLimit < 0 || c.IssueLimit > limiter.MaxQuota {
 			return fmt.Errorf("tollgate: cookie issue_limit %d: must be a whole number from 1 to %d", c.IssueLimit, int64(limiter.MaxQuota))
+		}
+		if c.Challenge != nil {
+			if err := c.Challenge.validate(); err != nil {
+				return err
+			}
+			if c.Issue == issueOff || c.Issue == issueHeader {
+				return fmt.Errorf("tollgate: cookie challenge needs issue always: the challenge is what earns a session")
+			}
 		}
 		if c.IssueWindow < 0 || c.MaxAge < 0 {
 			return fmt.Errorf("tollgate: cookie durations must be positive")

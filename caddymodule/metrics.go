@@ -56,7 +56,7 @@ func initMetrics() {
 // registerMetrics registers Tollgate's metrics with one config's registry.
 func registerMetrics(reg *prometheus.Registry, st *state) error {
 	initMetrics()
-	for _, c := range []prometheus.Collector{metrics.decisions, metrics.cookies, metrics.peerCall, metrics.batch, denialsVec(), emptyKeysVec(), &stateCollector{st}} {
+	for _, c := range []prometheus.Collector{metrics.decisions, metrics.cookies, metrics.peerCall, metrics.batch, denialsVec(), emptyKeysVec(), challengesVec(), &stateCollector{st}} {
 		if err := reg.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return err
 		}

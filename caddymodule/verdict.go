@@ -22,14 +22,15 @@ type verdict struct {
 	reset      int64 // seconds
 	retryAfter int64 // seconds; 0 unless denied
 
-	identity fingerprint.Identity
-	pressure fingerprint.Reading
-	source   cluster.Source // who decided
-	tier     string
-	score    float64       // the client's reputation; negative when not known
-	issuer   *cookieIssuer // set when the upstream decides on the cookie
-	app      *App          // for {http.tollgate.network} of a session
-	clientIP string
+	identity  fingerprint.Identity
+	pressure  fingerprint.Reading
+	source    cluster.Source // who decided
+	tier      string
+	score     float64       // the client's reputation; negative when not known
+	issuer    *cookieIssuer // set when the upstream decides on the cookie
+	challenge bool          // the response is the challenge page
+	app       *App          // for {http.tollgate.network} of a session
+	clientIP  string
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
 }

@@ -172,9 +172,9 @@ func TestMetricsCountAKnownSequence(t *testing.T) {
 	srv.get("/", "X-API-Key", "bob", "Cookie", "__tollgate=forged")
 	m := scrape(t, srv.Admin)
 	for name, want := range map[string]float64{
-		`tollgate_decisions_total{outcome="allow",source="owner",zone="api"}`: 4,
-		`tollgate_decisions_total{outcome="deny",source="owner",zone="api"}`:  2,
-		`tollgate_cookies_total{status="malformed"}`:                          1,
+		`tollgate_decisions_total{outcome="allow",scope="api",source="owner",zone="api"}`: 4,
+		`tollgate_decisions_total{outcome="deny",scope="api",source="owner",zone="api"}`:  2,
+		`tollgate_cookies_total{status="malformed"}`:                                      1,
 	} {
 		if got := m[name] - before[name]; got != want {
 			t.Errorf("%s rose by %v; want %v", name, got, want)
@@ -208,7 +208,7 @@ func TestMetricsCountAKnownSequence(t *testing.T) {
 	}
 	respond "ok"`)
 	srv.get("/", "X-API-Key", "alice")
-	allowed := `tollgate_decisions_total{outcome="allow",source="owner",zone="api"}`
+	allowed := `tollgate_decisions_total{outcome="allow",scope="api",source="owner",zone="api"}`
 	if got := scrape(t, srv.Admin)[allowed] - before[allowed]; got != 5 {
 		t.Errorf("after a reload, allowed rose by %v; want 5 (counting on)", got)
 	}

@@ -2,12 +2,12 @@ package caddymodule
 
 import (
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/cluster"
@@ -106,9 +106,14 @@ type App struct {
 	challenge   *challenger // nil unless cookie { challenge } is set
 	issueZone   uint64
 
-	mu       sync.Mutex
-	zones    map[string]int // zones provisioned so far in this config, by name
-	zoneList []*Zone        // every zone of this config, in provisioning order
+	mu         sync.Mutex
+	handlers   []*Handler         // every handler of this config, as provisioned
+	shared     map[string]*Zone   // the first declaration of each shared zone
+	httpApp    *caddyhttp.App     // the http app the handlers are in, if any
+	identified bool               // zone identities are set (under mu)
+	idOnce     sync.Once          // sets zone identities
+	zoneList   []*Zone            // every zone of this config, once identified
+	scopes     map[[2]string]bool // the (name, scope) of every zone, once identified
 }
 
 // CaddyModule returns the Caddy module information.
@@ -122,7 +127,7 @@ func (*App) CaddyModule() caddy.ModuleInfo {
 // Provision finds or creates the process-wide state and applies the config.
 func (a *App) Provision(ctx caddy.Context) error {
 	a.logger = ctx.Logger()
-	a.zones = make(map[string]int)
+	a.shared = make(map[string]*Zone)
 	val, loaded, err := pool.LoadOrNew(poolKey, func() (caddy.Destructor, error) {
 		return newState(a.MaxKeys)
 	})
@@ -194,6 +199,7 @@ func (a *App) Validate() error {
 
 // Start makes this config the one the admin API answers for.
 func (a *App) Start() error {
+	a.identify()
 	a.state.current.Store(a)
 	a.warnShadowedTiers()
 	return nil
@@ -205,16 +211,112 @@ func (a *App) Stop() error {
 	return nil
 }
 
-// registerZone records a provisioned zone, for the admin API.
-func (a *App) registerZone(z *Zone) {
+// registerHandler records a provisioned handler, whose zones get their
+// identities once the whole config is provisioned (see identify). It
+// refuses a shared zone declared with settings other than an earlier
+// declaration's, naming both.
+func (a *App) registerHandler(h *Handler, httpApp *caddyhttp.App) error {
 	a.mu.Lock()
-	a.zoneList = append(a.zoneList, z)
-	a.mu.Unlock()
+	defer a.mu.Unlock()
+	for _, z := range h.Zones {
+		if !z.Shared {
+			continue
+		}
+		first, ok := a.shared[z.Name]
+		if !ok {
+			a.shared[z.Name] = z
+			continue
+		}
+		if want, got := first.settings(), z.settings(); want != got {
+			return fmt.Errorf("tollgate: shared zone %q is declared with different settings: %s in %s, and %s in %s; every declaration of a shared zone must have the same settings",
+				z.Name, want, a.describeHandler(first.handler), got, h.describe())
+		}
+	}
+	for _, z := range h.Zones {
+		z.handler = h
+	}
+	a.handlers = append(a.handlers, h)
+	if httpApp != nil {
+		a.httpApp = httpApp
+	}
+	if a.identified {
+		// A handler provisioned after the config started (a route some
+		// module provisions late): place it by its content.
+		a.identifyHandler(h, contentPlace(h), a.nameCounts())
+	}
+	return nil
+}
+
+// describeHandler says where an already provisioned handler is.
+func (a *App) describeHandler(h *Handler) string {
+	if place, ok := handlerPlaces(a.httpApp)[h]; ok {
+		return "the handler at " + place
+	}
+	return h.describe()
+}
+
+// identify gives every zone of this config its identity, once, when the
+// config is fully provisioned: before the config starts, or on the first
+// request, whichever comes first.
+//
+// The rule: a shared zone is known by its name, and so is a zone whose
+// name no other handler of the config declares. Zones of one name declared
+// in several handlers are known by the name and the place of their
+// handler (see handlerPlaces): the server's listen addresses, the site's
+// matchers and the handler's position in the site. Identities come from
+// the config's content only, never from the order in which things are
+// provisioned, so a reload, or a reordering of sites, keeps every count
+// where it was.
+func (a *App) identify() {
+	a.idOnce.Do(func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		places := handlerPlaces(a.httpApp)
+		counts := a.nameCounts()
+		for _, h := range a.handlers {
+			place, ok := places[h]
+			if !ok {
+				place = contentPlace(h)
+			}
+			a.identifyHandler(h, place, counts)
+		}
+		a.identified = true
+	})
+}
+
+// nameCounts returns how many handlers declare each zone name. Call with
+// a.mu held.
+func (a *App) nameCounts() map[string]int {
+	counts := make(map[string]int)
+	for _, h := range a.handlers {
+		for _, z := range h.Zones {
+			counts[z.Name]++
+		}
+	}
+	return counts
+}
+
+// identifyHandler sets the identities of h's zones, h being at place.
+// Call with a.mu held.
+func (a *App) identifyHandler(h *Handler, place string, counts map[string]int) {
+	if a.scopes == nil {
+		a.scopes = make(map[[2]string]bool)
+	}
+	for _, z := range h.Zones {
+		scope := z.Name
+		if !z.Shared && counts[z.Name] > 1 {
+			scope = z.Name + "@" + place
+		}
+		z.setScope(a.hasher, scope)
+		a.zoneList = append(a.zoneList, z)
+		a.scopes[[2]string{z.Name, scope}] = true
+	}
 }
 
 // zonesNamed returns the zones of this config called name (every zone if
 // name is empty), one per identity.
 func (a *App) zonesNamed(name string) []*Zone {
+	a.identify()
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	seen := make(map[uint64]bool)
@@ -228,31 +330,36 @@ func (a *App) zonesNamed(name string) []*Zone {
 	return out
 }
 
+// forgetRemovedZones drops the metric series of this config's zones that
+// the running config no longer has. A config that never started, or
+// that no running config replaced, leaves them alone.
+func (a *App) forgetRemovedZones() {
+	cur := a.state.currentApp()
+	if cur == nil || cur == a {
+		return
+	}
+	cur.identify()
+	a.mu.Lock()
+	mine := a.scopes
+	a.mu.Unlock()
+	cur.mu.Lock()
+	defer cur.mu.Unlock()
+	for zs := range mine {
+		if !cur.scopes[zs] {
+			deleteDecisionSeries(zs[0], zs[1])
+		}
+	}
+}
+
 // Cleanup releases this config's hold on the process-wide state; the last
 // config to let go of it stops it.
 func (a *App) Cleanup() error {
 	if a.state == nil {
 		return nil
 	}
+	a.forgetRemovedZones()
 	_, err := pool.Delete(poolKey)
 	return err
-}
-
-// zoneIdentity returns the identity under which a zone's counters are kept.
-// A shared zone is known by its name alone, so every handler that declares a
-// shared zone of that name counts in the same place. Other zones are scoped
-// to their handler: the n-th zone called "api" in the config (in the order
-// Caddy provisions handlers, which is the config's order) is "api#n". The
-// same config, or one with changed limits, yields the same identities, so
-// counts survive reloads.
-func (a *App) zoneIdentity(name string, shared bool) string {
-	if shared {
-		return name
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.zones[name]++
-	return name + "#" + strconv.Itoa(a.zones[name])
 }
 
 // pool holds the state shared by every config of this process.

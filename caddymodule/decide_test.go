@@ -21,7 +21,8 @@ func testZones(n int, window time.Duration, limit func(i int) int64) []*Zone {
 	zones := make([]*Zone, n)
 	for i := range zones {
 		z := &Zone{Name: fmt.Sprintf("z%d", i), Limit: limit(i), Window: caddy.Duration(window)}
-		z.prepare(testHasher, z.Name+"#test")
+		z.prepare(testHasher)
+		z.setScope(testHasher, z.Name)
 		zones[i] = z
 	}
 	return zones
@@ -130,9 +131,11 @@ func TestBatchStaysInlineUpToEight(t *testing.T) {
 func TestHoldLeasesMarksTheNamedOnes(t *testing.T) {
 	zones := testZones(10, time.Minute, func(int) int64 { return 5 })
 	own := &Zone{Name: "own", Concurrent: 2}
-	own.prepare(testHasher, "own")
+	own.prepare(testHasher)
+	own.setScope(testHasher, "own")
 	named := &Zone{Name: "named", Concurrent: 2, Lease: "room"}
-	named.prepare(testHasher, "named")
+	named.prepare(testHasher)
+	named.setScope(testHasher, "named")
 	zones[7], zones[9] = own, named
 	sc := new(scratch)
 	b := &sc.batch

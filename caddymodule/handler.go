@@ -114,7 +114,28 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	h.policyAll = strings.Join(policies, ", ")
+	return app.registerHandler(h, httpAppOf(ctx))
+}
+
+// httpAppOf returns the http app among the modules that provisioned ctx,
+// the one whose routes hold the handler.
+func httpAppOf(ctx caddy.Context) *caddyhttp.App {
+	for _, m := range ctx.Modules() {
+		if a, ok := m.(*caddyhttp.App); ok {
+			return a
+		}
+	}
 	return nil
+}
+
+// describe names a handler by its zones, for errors about a handler not
+// yet placed in the config.
+func (h *Handler) describe() string {
+	names := make([]string, len(h.Zones))
+	for i, z := range h.Zones {
+		names[i] = z.Name
+	}
+	return "the handler of zones " + strings.Join(names, ", ")
 }
 
 // The values of Handler.Headers.
@@ -241,6 +262,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	}
 	q := request{r: r}
 	q.vars, _ = r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
+	h.app.identify()
 	sc := scratchPool.Get().(*scratch)
 	now := time.Now()
 	b, who, err := h.requests(now, &q, sc)

@@ -31,8 +31,8 @@ func initMetrics() {
 		metrics.decisions = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Name:      "decisions_total",
-			Help:      "Requests decided, by zone, outcome (allow, deny, dry_run_deny) and source (owner, peer, blocked_cache, fallback). A request counted in several zones counts once, under the zone that spoke for it.",
-		}, []string{"zone", "outcome", "source"})
+			Help:      "Requests decided, by zone name, scope (the zone's identity: its name, or its name and place when several handlers declare that name), outcome (allow, deny, dry_run_deny) and source (owner, peer, blocked_cache, fallback). A request counted in several zones counts once, under the zone that spoke for it.",
+		}, []string{"zone", "scope", "outcome", "source"})
 		metrics.cookies = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Name:      "cookies_total",
@@ -82,15 +82,22 @@ type decisionCounters [3][4]prometheus.Counter // outcome × source
 
 var outcomes = [...]string{decisionAllow, decisionDeny, decisionDryRunDeny}
 
-func newDecisionCounters(zone string) *decisionCounters {
+func newDecisionCounters(zone, scope string) *decisionCounters {
 	initMetrics()
 	var c decisionCounters
 	for o, outcome := range outcomes {
 		for s := range c[o] {
-			c[o][s] = metrics.decisions.WithLabelValues(zone, outcome, cluster.Source(s).String())
+			c[o][s] = metrics.decisions.WithLabelValues(zone, scope, outcome, cluster.Source(s).String())
 		}
 	}
 	return &c
+}
+
+// deleteDecisionSeries drops the decision series of a zone identity no
+// longer configured.
+func deleteDecisionSeries(zone, scope string) {
+	initMetrics()
+	metrics.decisions.DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
 }
 
 func (c *decisionCounters) inc(decision string, src cluster.Source) {

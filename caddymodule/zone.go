@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -82,12 +83,17 @@ type Zone struct {
 	MatchRaw caddy.ModuleMap `json:"match,omitempty" caddy:"namespace=http.matchers"`
 
 	// Shared makes every handler that declares a shared zone of this name
-	// count in one place. By default, zones are scoped to their handler.
+	// count in one place; every declaration must have the same settings
+	// (limit, window, algorithm, burst, concurrent, ttl, lease, key, tiers)
+	// or the config is refused. By default a zone whose name is unique in
+	// the config is known by its name, and zones of the same name in
+	// several handlers are told apart by where each handler is (see
+	// docs/configuration.md, "Zone identity").
 	Shared bool `json:"shared,omitempty"`
 
 	matchers   caddyhttp.MatcherSet
 	limit      limiter.Limit
-	scope      string // the zone's identity: its name, and #n unless shared
+	scope      string // the zone's identity: its name, and its place if not unique
 	seed       uint64 // the zone's identity, hashed
 	keyFixed   bool   // Key has no placeholders
 	keyHash    uint64 // hash of Key when keyFixed
@@ -97,7 +103,8 @@ type Zone struct {
 	counters   *decisionCounters
 	denials    *denialCounters
 	emptyKey   *emptyKeyReport
-	leaseFixed bool // Lease has no placeholders
+	leaseFixed bool     // Lease has no placeholders
+	handler    *Handler // the handler that declares the zone
 }
 
 // Defaults of lease zones.
@@ -120,15 +127,15 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 			z.matchers = append(z.matchers, m)
 		}
 	}
-	z.prepare(app.hasher, app.zoneIdentity(z.Name, z.Shared))
+	z.prepare(app.hasher)
 	z.emptyKey = newEmptyKeyReport(ctx, z.Name)
-	app.registerZone(z)
 	return nil
 }
 
 // prepare derives what requests need from z's settings: its limit, its
-// identity scope and seed under hasher h, its header texts and counters.
-func (z *Zone) prepare(h limiter.Hasher, scope string) {
+// key's hash under hasher h and its header texts. Its identity is set
+// apart, by setScope, once the whole config is known.
+func (z *Zone) prepare(h limiter.Hasher) {
 	alg, _ := limiter.ParseAlgorithm(z.Algorithm)
 	z.limit = limiter.Limit{
 		Algorithm: alg,
@@ -143,8 +150,6 @@ func (z *Zone) prepare(h limiter.Hasher, scope string) {
 		}
 		z.limit = limiter.Limit{Algorithm: limiter.Concurrency, Quota: z.Concurrent, Window: ttl}
 	}
-	z.scope = scope
-	z.seed = h.Zone(scope)
 	if z.Key == KeyGlobal {
 		z.keyFixed = true
 		z.keyHash = h.Sum64(z.Key)
@@ -157,8 +162,46 @@ func (z *Zone) prepare(h limiter.Hasher, scope string) {
 		z.policy = "" // RateLimit headers describe rates, not slots
 		z.denyError = fmt.Errorf("concurrency limit of zone %q reached: all slots held", z.Name)
 	}
-	z.counters = newDecisionCounters(z.Name)
+}
+
+// setScope gives z its identity: the counters of zones with the same
+// identity are the same counters.
+func (z *Zone) setScope(h limiter.Hasher, scope string) {
+	z.scope = scope
+	z.seed = h.Zone(scope)
+	z.counters = newDecisionCounters(z.Name, scope)
 	z.denials = newDenialCounters(z.Name)
+}
+
+// settings renders what a shared zone's declarations must agree on.
+func (z *Zone) settings() string {
+	var b strings.Builder
+	if z.isLease() {
+		fmt.Fprintf(&b, "concurrent %d, ttl %s", z.Concurrent, z.limit.Window)
+		if z.Lease != "" {
+			fmt.Fprintf(&b, ", lease %q", z.Lease)
+		}
+	} else {
+		fmt.Fprintf(&b, "limit %d %s, %s", z.Limit, time.Duration(z.Window), z.limit.Algorithm)
+		if z.Burst != 0 {
+			fmt.Fprintf(&b, ", burst %d", z.Burst)
+		}
+	}
+	if z.NetworkShare != 0 {
+		fmt.Fprintf(&b, ", network_share %d", z.NetworkShare)
+	}
+	if z.Key != "" {
+		fmt.Fprintf(&b, ", key %q", z.Key)
+	}
+	if len(z.Tiers) > 0 {
+		tiers := make([]string, 0, len(z.Tiers))
+		for t, n := range z.Tiers {
+			tiers = append(tiers, t+" "+strconv.FormatInt(n, 10))
+		}
+		slices.Sort(tiers)
+		fmt.Fprintf(&b, ", tiers %s", strings.Join(tiers, ", "))
+	}
+	return b.String()
 }
 
 // validate reports the first thing wrong with z, naming the directive.

@@ -205,9 +205,26 @@ func (e entry) withKind(k uint8) entry {
 	return e
 }
 
+// unusable is the answer to a request under a limit that fails Validate:
+// denied, to come back in a second. Config and every other entry point
+// validate limits; this keeps a bad one that slipped through from dividing
+// by zero or granting without bound.
+var unusable = Result{Reset: time.Second, RetryAfter: time.Second}
+
 // apply spends n units of l at now from state e. It returns the next state
 // (meaningful only when allowed) and the result.
+//
+// State written under another algorithm is converted, so changing a zone's
+// algorithm neither resets its clients nor double-counts them: a window
+// count (the current window's, plus the previous one's as the sliding
+// window weighs it) becomes that many tokens taken from the bucket, and a
+// bucket's debt (the time until it is full, at l's rate) becomes the
+// current window's count. Changing the quota or window keeps the state as
+// it is and judges it by the new limit.
 func (l Limit) apply(e entry, now, n int64) (entry, Result) {
+	if l.Quota < 1 || l.Window <= 0 {
+		return e, unusable
+	}
 	if l.Algorithm == TokenBucket {
 		return l.applyGCRA(e, now, n)
 	}
@@ -218,8 +235,14 @@ func (l Limit) apply(e entry, now, n int64) (entry, Result) {
 func (l Limit) roll(e entry, now int64) entry {
 	w := int64(l.Window)
 	start := now - now%w
+	if e.kind() == kindBucket && e.stamp > now {
+		// A bucket in debt: its debt, in tokens at l's rate, becomes the
+		// count of the current window.
+		used := min((e.stamp-now+l.interval()-1)/l.interval(), int64(MaxQuota))
+		return entry{stamp: start, expires: start + 2*w, cur: uint32(used)}
+	}
 	if e.expires <= now || e.kind() != kindWindow {
-		// Expired, or state of another algorithm: start afresh.
+		// Expired, or no state worth converting: start afresh.
 		return entry{stamp: start, expires: start + 2*w}
 	}
 	switch {
@@ -293,16 +316,38 @@ func ceilDuration(ns float64) time.Duration {
 	return time.Duration(math.Ceil(ns))
 }
 
-func (l Limit) applyGCRA(e entry, now, n int64) (entry, Result) {
-	interval := int64(l.Window) / l.Quota // time to earn one token
-	if interval < 1 {
-		interval = 1
+// interval is the time a token bucket takes to earn one token, in ns.
+func (l Limit) interval() int64 { return max(int64(l.Window)/l.Quota, 1) }
+
+// windowUsed returns the units a window entry holds as spent at now: the
+// current window's count plus the previous one's, weighted as the sliding
+// window weighs it. The window length is recovered from the entry.
+func windowUsed(e entry, now int64) int64 {
+	w := (e.expires - e.stamp) / 2
+	if w <= 0 || e.expires <= now {
+		return 0
 	}
+	switch elapsed := now - e.stamp; {
+	case elapsed < 0:
+		return int64(e.cur)
+	case elapsed < w:
+		return int64(e.cur) + int64(float64(e.prev)*float64(w-elapsed)/float64(w)+0.5)
+	default: // the next window: cur is now the previous one's count
+		return int64(float64(e.cur)*float64(2*w-elapsed)/float64(w) + 0.5)
+	}
+}
+
+func (l Limit) applyGCRA(e entry, now, n int64) (entry, Result) {
+	interval := l.interval()
 	burst := l.capacity()
 	tolerance := interval * burst
 	tat := e.stamp
-	if e.kind() != kindBucket || tat < now {
-		tat = now // fresh, expired or state of another algorithm
+	switch {
+	case e.kind() == kindWindow:
+		// A window count becomes that many tokens taken.
+		tat = now + min(windowUsed(e, now), burst)*interval
+	case e.kind() != kindBucket || tat < now:
+		tat = now // fresh, expired or state of another kind
 	}
 	next := tat + n*interval
 	if next-now <= tolerance {
@@ -327,15 +372,14 @@ func (l Limit) applyGCRA(e entry, now, n int64) (entry, Result) {
 // refund gives n units back to a state, for a request that was admitted here
 // but then turned away elsewhere. Units spent in an earlier window are gone.
 func (l Limit) refund(e entry, now, n int64) entry {
-	if e.expires <= now {
+	if e.expires <= now || l.Quota < 1 || l.Window <= 0 {
 		return e
 	}
 	if l.Algorithm == TokenBucket {
 		if e.kind() != kindBucket {
 			return e
 		}
-		interval := max(int64(l.Window)/l.Quota, 1)
-		e.stamp = max(e.stamp-n*interval, now)
+		e.stamp = max(e.stamp-n*l.interval(), now)
 		e.expires = e.stamp
 		return e
 	}

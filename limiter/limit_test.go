@@ -199,3 +199,80 @@ func TestChangedLimitAppliesToExistingCounts(t *testing.T) {
 		t.Errorf("token_bucket lowered to 2/min: allowed past the new rate")
 	}
 }
+
+// TestChangedAlgorithmConvertsTheCount spends in one algorithm and then
+// asks under another, at fixed instants: the spent units carry over.
+func TestChangedAlgorithmConvertsTheCount(t *testing.T) {
+	window := Limit{Algorithm: SlidingWindow, Quota: 3, Window: time.Minute}
+	fixed := Limit{Algorithm: FixedWindow, Quota: 3, Window: time.Minute}
+	bucket := Limit{Algorithm: TokenBucket, Quota: 3, Window: time.Minute} // a token per 20s
+	for _, tc := range []struct {
+		name       string
+		from, to   Limit
+		spent      int // units spent under from, at +0s, +1s, …
+		askAt      time.Duration
+		wantLeft   int64 // remaining under to, after one more allowed; -1: denied
+		wantLeft2  int64
+		secondAtTo time.Duration
+	}{
+		// 3 spent in the window: the bucket is empty. Until a take writes
+		// bucket state, the window's count (decaying as the sliding window
+		// does) is what is converted: at 80s it weighs 2, a token is free.
+		{"window to bucket, full", window, bucket, 3, 5 * time.Second, -1, 0, 80 * time.Second},
+		// 2 spent in the window: one token left in the bucket.
+		{"window to bucket, one left", window, bucket, 2, 5 * time.Second, 0, -1, 6 * time.Second},
+		// The bucket's debt of 3 tokens becomes a count of 3: denied.
+		{"bucket to window, full", bucket, window, 3, 5 * time.Second, -1, -1, 10 * time.Second},
+		// A debt of 1 token, 5s later less than one: a count of 1.
+		{"bucket to window, one spent", bucket, window, 1, 5 * time.Second, 1, 0, 6 * time.Second},
+		// Fixed and sliding windows share the count.
+		{"fixed to sliding", fixed, window, 3, 5 * time.Second, -1, -1, 10 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := New(Config{})
+			req := Request{Key: 42, Zone: 7, Limit: tc.from}
+			for i := range tc.spent {
+				if r := e.TakeOne(at(time.Duration(i)*time.Second), req); !r.Allowed {
+					t.Fatalf("spending %d under %s: denied", i+1, tc.from.Algorithm)
+				}
+			}
+			req.Limit = tc.to
+			for i, want := range []struct {
+				at   time.Duration
+				left int64
+			}{{tc.askAt, tc.wantLeft}, {tc.secondAtTo, tc.wantLeft2}} {
+				r := e.TakeOne(at(want.at), req)
+				switch {
+				case want.left < 0 && r.Allowed:
+					t.Fatalf("ask %d at +%s under %s: allowed (%d left); want denied", i+1, want.at, tc.to.Algorithm, r.Remaining)
+				case want.left >= 0 && (!r.Allowed || r.Remaining != want.left):
+					t.Fatalf("ask %d at +%s under %s: allowed=%v, %d left; want allowed, %d left", i+1, want.at, tc.to.Algorithm, r.Allowed, r.Remaining, want.left)
+				}
+			}
+		})
+	}
+}
+
+// TestUnusableLimitDeniesWithoutPanicking gives the engine limits that fail
+// Validate, as a bug upstream could: they deny, and never divide by zero.
+func TestUnusableLimitDeniesWithoutPanicking(t *testing.T) {
+	e := New(Config{})
+	for _, l := range []Limit{
+		{Algorithm: TokenBucket, Quota: 0, Window: time.Minute},
+		{Algorithm: TokenBucket, Quota: -1, Window: time.Minute},
+		{Algorithm: SlidingWindow, Quota: 0, Window: time.Minute},
+		{Algorithm: FixedWindow, Quota: 5, Window: 0},
+		{Algorithm: SlidingWindow, Quota: 5, Window: -time.Second},
+	} {
+		req := Request{Key: 42, Zone: 7, Limit: l}
+		if r := e.TakeOne(at(0), req); r.Allowed {
+			t.Errorf("%+v: allowed", l)
+		}
+		var res [2]Result
+		if e.Take(at(0), []Request{req, {Key: 43, Zone: 7, Limit: Limit{Quota: 1, Window: time.Second}}}, res[:]) {
+			t.Errorf("%+v in a batch: allowed", l)
+		}
+		e.Peek(at(0), req)
+		e.Refund(at(0), req)
+	}
+}

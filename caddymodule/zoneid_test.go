@@ -1,0 +1,184 @@
+package caddymodule
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// loadSites replaces tc's config with one serving the given site blocks,
+// in the given order, on tc's port (sites are told apart by host).
+func (tc *testCaddy) loadSites(globals string, sites []string) {
+	tc.t.Helper()
+	var adminPort int
+	fmt.Sscanf(tc.Admin, "http://127.0.0.1:%d", &adminPort)
+	cf := tc.caddyfile(adminPort, globals, `respond "default"`)
+	cf += strings.Join(sites, "\n")
+	resp, err := tc.client.Post(tc.Admin+"/load", "application/json", bytes.NewReader(adapt(tc.t, cf)))
+	if err != nil {
+		tc.t.Fatalf("posting /load: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		tc.t.Fatalf("/load answered %d: %s", resp.StatusCode, body)
+	}
+	// Connections to the old config's servers would still be served by
+	// it while it drains: start afresh, once a request that counts in no
+	// zone gets through to the new one.
+	tc.client.CloseIdleConnections()
+	eventually(tc.t, 5*time.Second, "serving the new config", func() bool {
+		resp, err := tc.client.Get(tc.URL + "/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return true
+	})
+}
+
+// site returns a site block for host on tc's port.
+func (tc *testCaddy) site(host, body string) string {
+	return fmt.Sprintf("http://%s:%d {\n%s\n}\n", host, tc.port, body)
+}
+
+// getHost sends a GET to tc with the given Host and returns the status and
+// the RateLimit header.
+func (tc *testCaddy) getHost(host string, headers ...string) (int, string) {
+	tc.t.Helper()
+	return tc.getHostHeaders(host, headers...)
+}
+
+func (tc *testCaddy) getHostHeaders(host string, headers ...string) (int, string) {
+	tc.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, tc.URL+"/", nil)
+	req.Host = host
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := tc.client.Do(req)
+	if err != nil {
+		tc.t.Fatalf("GET %s: %v\n%s", host, err, tc.logs())
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("RateLimit")
+}
+
+func apiZone(limit int) string {
+	return fmt.Sprintf(`	tollgate {
+		zone api {
+			limit %d 1h
+			key {http.request.header.X-User}
+		}
+	}
+	respond "{http.tollgate.decision} {http.tollgate.zone} {http.tollgate.remaining}"`, limit)
+}
+
+// TestSameNamedZonesKeepTheirCountsAcrossShuffledReloads: two sites each
+// with a zone "api" (limits 3 and 50) keep their own counts through 20
+// reloads that shuffle the order of the sites and add or drop a third site
+// with its own "api".
+func TestSameNamedZonesKeepTheirCountsAcrossShuffledReloads(t *testing.T) {
+	srv := startCaddy(t, "", `respond "default"`)
+	a, b, c := srv.site("a.test", apiZone(3)), srv.site("b.test", apiZone(50)), srv.site("c.test", apiZone(20))
+	srv.loadSites("", []string{a, b})
+	clearOfWindowEdge(time.Hour, time.Minute)
+
+	for i := range 3 {
+		if s, _ := srv.getHost("a.test", "X-User", "bob"); s != http.StatusOK {
+			t.Fatalf("a.test request %d: %d", i+1, s)
+		}
+	}
+	if s, _ := srv.getHost("a.test", "X-User", "bob"); s != http.StatusTooManyRequests {
+		t.Fatalf("a.test past its limit of 3: %d", s)
+	}
+	for range 4 {
+		srv.getHost("b.test", "X-User", "bob")
+	}
+	left := 46 // of b's 50
+	seed := time.Now().UnixNano()
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	t.Logf("shuffle seed %d", seed)
+	for reload := range 20 {
+		sites := []string{a, b}
+		if reload%2 == 1 {
+			sites = append(sites, c)
+		}
+		rng.Shuffle(len(sites), func(i, j int) { sites[i], sites[j] = sites[j], sites[i] })
+		srv.loadSites("", sites)
+		if s, rl := srv.getHost("a.test", "X-User", "bob"); s != http.StatusTooManyRequests {
+			t.Fatalf("reload %d: a.test let bob in again (%d, RateLimit %q); its count was lost or swapped", reload+1, s, rl)
+		}
+		left--
+		s, rl := srv.getHost("b.test", "X-User", "bob")
+		if want := fmt.Sprintf(`"api";r=%d;`, left); s != http.StatusOK || !strings.HasPrefix(rl, want) {
+			t.Fatalf("reload %d: b.test %d, RateLimit %q; want 200 with %s", reload+1, s, rl, want)
+		}
+		if reload%2 == 1 {
+			if s, rl := srv.getHost("c.test", "X-User", "bob"); s != http.StatusOK || !strings.HasPrefix(rl, `"api";r=`) {
+				req, _ := http.NewRequest(http.MethodGet, srv.URL+"/", nil)
+				req.Host = "c.test"
+				req.Header.Set("X-User", "bob")
+				resp, _ := srv.client.Do(req)
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				t.Fatalf("reload %d: c.test %d %q; again: %d %q %q", reload+1, s, rl, resp.StatusCode, resp.Header, body)
+			}
+		}
+	}
+}
+
+// TestSharedZonesMustAgree: two declarations of one shared zone with
+// different settings fail validation, naming the zone and both settings.
+func TestSharedZonesMustAgree(t *testing.T) {
+	shared := func(alg string) string {
+		return fmt.Sprintf(`tollgate {
+			zone x {
+				limit 3 1m
+				algorithm %s
+				shared
+			}
+		}`, alg)
+	}
+	cfg := adapt(t, fmt.Sprintf(`{
+	admin off
+}
+http://a.test:8080 {
+	%s
+	respond "a"
+}
+http://b.test:8080 {
+	%s
+	respond "b"
+}
+`, shared("sliding_window"), shared("token_bucket")))
+	err := validateConfig(cfg)
+	if err == nil {
+		t.Fatal("validate accepted a shared zone declared as sliding_window and as token_bucket")
+	}
+	for _, want := range []string{`shared zone "x"`, "sliding_window", "token_bucket"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+	// The same settings twice are fine.
+	if err := validateConfig(adapt(t, fmt.Sprintf(`{
+	admin off
+}
+http://a.test:8080 {
+	%s
+	respond "a"
+}
+http://b.test:8080 {
+	%s
+	respond "b"
+}
+`, shared("token_bucket"), shared("token_bucket")))); err != nil {
+		t.Fatalf("validate refused identical shared zones: %v", err)
+	}
+}

@@ -370,7 +370,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v := q.verdict()
 	v.identity, v.pressure, v.issuer, v.source = who.identity, who.pressure, nil, o.source
 	v.tier, v.score = who.tier, o.score
-	v.app, v.clientIP = h.app, q.clientIP()
+	v.app, v.vars = h.app, q.vars
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !o.allowed) {
 		h.setHeaders(w.Header(), v, buf, b)
 	}

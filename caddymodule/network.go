@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/fingerprint"
@@ -155,7 +156,8 @@ func (v *verdict) networkID() string {
 		if v.app == nil || v.app.identifier == nil {
 			return ""
 		}
-		net = v.app.identifier.Network(v.clientIP)
+		ip, _ := v.vars[caddyhttp.ClientIPVarKey].(string)
+		net = v.app.identifier.Network(ip)
 	}
 	return "n:" + fmt.Sprintf("%016x", net)
 }

@@ -26,11 +26,11 @@ type verdict struct {
 	pressure  fingerprint.Reading
 	source    cluster.Source // who decided
 	tier      string
-	score     float64       // the client's reputation; negative when not known
-	issuer    *cookieIssuer // set when the upstream decides on the cookie
-	challenge bool          // the response is the challenge page
-	app       *App          // for {http.tollgate.network} of a session
-	clientIP  string
+	score     float64        // the client's reputation; negative when not known
+	issuer    *cookieIssuer  // set when the upstream decides on the cookie
+	challenge bool           // the response is the challenge page
+	app       *App           // for {http.tollgate.network} of a session
+	vars      map[string]any // the request's variables, for its client IP
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
 }

@@ -91,12 +91,13 @@ type Stats struct {
 // are dropped lazily: when a full shard needs room, and by Sweep, which the
 // owner calls periodically (one shard per call; there is no timer or
 // goroutine per key). When a shard is full of live counters, a new key
-// evicts the least recently used of a sample of them that is not exhausted:
+// evicts, of a sample of them, the one closest to expiring (for one zone,
+// the least recently used) that is not exhausted:
 // a counter that has spent its quota, or was denied, is kept until its state
 // expires, so a flood of keys can never give a denied client a fresh budget.
 // One IP network (Request.Network) may hold at most 1/NetworkShare of each
-// shard; past that, a new key of the network evicts that network's own least
-// recently used counter, so one source cannot fill the table.
+// shard; past that, a new key of the network evicts one of that network's
+// own counters, so one source cannot fill the table.
 //
 // Only when a sample holds nothing evictable (a shard full of exhausted
 // counters, or a network whose share is all exhausted) is a new key counted
@@ -123,62 +124,62 @@ type Engine struct {
 
 type shard struct {
 	mu      sync.Mutex
-	entries map[Key]entry      // counters and reputations
+	entries map[Key]slot       // counters and reputations
 	nets    map[uint32]int32   // entries held per network
 	grants  map[Key]grantState // extra quota, by zone key
 	leases  map[Key][]lease    // concurrency slots held, by zone key
 	_       [24]byte           // one shard per cache line: no false sharing of locks
 }
 
-// tableMeta is what the key table keeps about a counter besides its count.
-type tableMeta struct {
-	used uint32 // seconds since tableEpoch of the last take; top bit: exhausted
-	net  uint32 // Request.Network of the key, 0 if unknown
+// slot is what the key table holds under a key: the counter, and the
+// table's note on it. The algorithms see only the entry.
+type slot struct {
+	entry
+	// note is the key's network (the low 31 bits of Request.Network; 0
+	// if unknown) and exhaustedBit once the counter has spent its quota or
+	// been denied: it is then not evicted until its state expires. (A
+	// counter that was exhausted once stays held while it is in use; it is
+	// evicted only once idle.)
+	note uint32
 }
 
-// tableEpoch is the zero of tableMeta.used: 31 bits of seconds from it
-// last until 2092.
-var tableEpoch = time.Date(2024, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+const (
+	exhaustedBit = 1 << 31
+	netMask      = exhaustedBit - 1
+)
 
-const exhaustedBit = 1 << 31
+// held reports whether v may not be evicted at now.
+func (v slot) held(now int64) bool { return v.note&exhaustedBit != 0 && v.expires > now }
 
-// touch records a take at now on e, by a key of network net, and whether it
-// left the counter exhausted (denied, or nothing remaining).
-func (e *entry) touch(now int64, net uint32, exhausted bool) {
-	sec := uint32((now-tableEpoch)/int64(time.Second)) &^ exhaustedBit
+// net returns the network of v, 0 if unknown.
+func (v slot) net() uint32 { return v.note & netMask }
+
+// put stores e under k: a new key with the note of network net (counted
+// in nets), an existing one keeping its note from old. exhausted marks it.
+func (s *shard) put(k Key, e entry, old slot, isNew bool, net uint32, exhausted bool) {
+	note := old.note
+	if isNew {
+		if note = net & netMask; note != 0 {
+			s.nets[note]++
+		}
+	}
 	if exhausted {
-		sec |= exhaustedBit
+		note |= exhaustedBit
 	}
-	e.tbl.used = sec
-	e.tbl.net = net
-}
-
-// held reports whether e may not be evicted at now: it is exhausted and its
-// state has not expired.
-func (e entry) held(now int64) bool {
-	return e.tbl.used&exhaustedBit != 0 && e.expires > now
-}
-
-func (e entry) lastUsed() uint32 { return e.tbl.used &^ exhaustedBit }
-
-// put stores v under k, keeping the per-network count when k is new.
-func (s *shard) put(k Key, v entry, isNew bool) {
-	if isNew && v.tbl.net != 0 {
-		s.nets[v.tbl.net]++
-	}
-	s.entries[k] = v
+	s.entries[k] = slot{entry: e, note: note}
 }
 
 // remove drops k, which holds v, and its part of the per-network count.
-func (s *shard) remove(k Key, v entry) {
+func (s *shard) remove(k Key, v slot) {
 	delete(s.entries, k)
-	if v.tbl.net == 0 {
+	net := v.net()
+	if net == 0 {
 		return
 	}
-	if n := s.nets[v.tbl.net] - 1; n > 0 {
-		s.nets[v.tbl.net] = n
+	if n := s.nets[net] - 1; n > 0 {
+		s.nets[net] = n
 	} else {
-		delete(s.nets, v.tbl.net)
+		delete(s.nets, net)
 	}
 }
 
@@ -186,12 +187,12 @@ func (s *shard) remove(k Key, v entry) {
 func New(cfg Config) *Engine {
 	e := new(Engine)
 	for i := range e.shards {
-		e.shards[i].entries = make(map[Key]entry)
+		e.shards[i].entries = make(map[Key]slot)
 		e.shards[i].nets = make(map[uint32]int32)
 		e.shards[i].grants = make(map[Key]grantState)
 		e.shards[i].leases = make(map[Key][]lease)
 	}
-	e.overflow.entries = make(map[Key]entry)
+	e.overflow.entries = make(map[Key]slot)
 	e.netShare = int64(cfg.NetworkShare)
 	if e.netShare <= 0 {
 		e.netShare = DefaultNetworkShare
@@ -239,7 +240,7 @@ func (e *Engine) Peek(now time.Time, req Request) Result {
 	ns := now.UnixNano()
 	s := &e.shards[shardOf(req.Key)]
 	s.mu.Lock()
-	cur := s.entries[req.Key]
+	cur := s.entries[req.Key].entry
 	s.mu.Unlock()
 	_, r := req.Limit.apply(cur, ns, req.cost())
 	if r.Allowed {
@@ -259,7 +260,8 @@ func (e *Engine) Refund(now time.Time, req Request) {
 	s := &e.shards[shardOf(req.Key)]
 	s.mu.Lock()
 	if cur, ok := s.entries[req.Key]; ok {
-		s.entries[req.Key] = req.Limit.refund(cur, ns, req.cost())
+		cur.entry = req.Limit.refund(cur.entry, ns, req.cost())
+		s.entries[req.Key] = cur
 	}
 	s.mu.Unlock()
 }

@@ -206,12 +206,12 @@ func TestKeyFloodCannotShutTheTable(t *testing.T) {
 	}
 }
 
-// TestEvictionTakesTheLeastRecentlyUsed fills a one-key-per-shard table
-// and checks that a new key evicts the older of two live counters when both
-// are in its sample.
+// TestEvictionTakesTheLeastRecentlyUsed fills a two-key shard and checks
+// that a new key evicts the live counter that was used least recently (for
+// a token bucket, the one closest to full, so closest to expiring).
 func TestEvictionTakesTheLeastRecentlyUsed(t *testing.T) {
 	e := New(Config{MaxKeys: 2 * numShards, NetworkShare: 1})
-	lim := Limit{Quota: 3, Window: time.Hour}
+	lim := Limit{Algorithm: TokenBucket, Quota: 3, Window: time.Hour}
 	s := &e.shards[0]
 	var keys []Key
 	for k := Key(1); len(keys) < 3; k++ {
@@ -284,6 +284,34 @@ func TestMemoryPerKey(t *testing.T) {
 	}
 }
 
+// TestMemoryPerKeyWithNetworks is the worst case of the key table: every
+// key carries its client's network, so every counter has a note.
+func TestMemoryPerKeyWithNetworks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a million keys")
+	}
+	const n = 1 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	e := New(Config{MaxKeys: n})
+	h := NewHasher([]byte("memory"))
+	lim := Limit{Quota: 100, Window: time.Hour}
+	var buf [20]byte
+	for i := range n {
+		key := fmt.Appendf(buf[:0], "client-%d", i)
+		e.TakeOne(t0, Request{Key: ZoneKey(h.Sum64(string(key)), 1), Network: uint32(i/64 + 1), Limit: lim})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(e)
+	perKey := float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+	t.Logf("%.1f bytes per key with %d keys, each with a network", perKey, n)
+	if perKey > 128 {
+		t.Fatalf("%.1f bytes per key; the bound is 128", perKey)
+	}
+}
+
 func measureBytesPerKey(n int) float64 {
 	var before, after runtime.MemStats
 	runtime.GC()
@@ -351,5 +379,54 @@ func BenchmarkTakeTwoZones(b *testing.B) {
 func BenchmarkMemoryPerKey(b *testing.B) {
 	for b.Loop() {
 		b.ReportMetric(measureBytesPerKey(1<<20), "B/key")
+	}
+}
+
+// BenchmarkNetworkBudget is the engine's part of a cookie-less request,
+// with and without its network's budget: 10,000 clients on 2,500 networks,
+// the client's counter alone, then with its network's counter decided
+// atomically with it; without reputation, and with it (the default, where
+// every request is already a batch with the client's reputation). The
+// difference is what the network budget adds.
+func BenchmarkNetworkBudget(b *testing.B) {
+	lim := Limit{Quota: 1 << 30, Window: time.Hour}
+	const clients, networks = 10000, 2500
+	h := NewHasher([]byte("bench"))
+	for _, reputation := range []bool{false, true} {
+		for _, withNetwork := range []bool{false, true} {
+			name := "client"
+			if withNetwork {
+				name = "client_and_network"
+			}
+			if reputation {
+				name += "/reputation"
+			}
+			b.Run(name, func(b *testing.B) {
+				e := New(Config{})
+				if reputation {
+					e.SetReputation(&ReputationPolicy{Penalty: 1, RecoveryPerHour: 10, Buckets: DefaultBuckets})
+				}
+				batches := make([][]Request, clients)
+				for i := range batches {
+					net := h.Sum64(fmt.Sprintf("net-%d", i%networks))
+					batches[i] = []Request{{Key: ZoneKey(h.Sum64(fmt.Sprintf("client-%d", i)), 1), Zone: 1, Network: uint32(net), Limit: lim}}
+					if withNetwork {
+						batches[i] = append(batches[i], Request{Key: ZoneKey(net, 2), Zone: 2, Network: uint32(net), Limit: lim.Scale(4)})
+					}
+				}
+				res := make([]Result, 2)
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					reqs := batches[i%clients]
+					client := Key(0)
+					if reputation {
+						client = ZoneKey(uint64(reqs[0].Key), 3)
+					}
+					e.TakeFor(t0, client, reqs, res[:len(reqs)])
+					i++
+				}
+			})
+		}
 	}
 }

@@ -75,7 +75,7 @@ func (e *Engine) Extract(now time.Time, move func(Key) bool, limit int) []State 
 			}
 			s.remove(k, v)
 			if v.expires > ns {
-				out = append(out, stateOf(k, v))
+				out = append(out, stateOf(k, v.entry))
 			}
 		}
 		for k, g := range s.grants {
@@ -113,7 +113,7 @@ func (e *Engine) ExtractKeys(now time.Time, keys []Key) []State {
 		if v, ok := s.entries[k]; ok {
 			s.remove(k, v)
 			if v.expires > ns {
-				out = append(out, stateOf(k, v))
+				out = append(out, stateOf(k, v.entry))
 			}
 		}
 		if g, ok := s.grants[k]; ok {
@@ -161,10 +161,10 @@ func (e *Engine) Merge(now time.Time, states []State) {
 			cur, ok := s.entries[st.Key]
 			next := st.entry()
 			if ok && cur.expires > ns {
-				next = mergeEntries(cur, next, ns)
+				next = mergeEntries(cur.entry, next, ns)
 			}
-			next.tbl = cur.tbl // the key table's view stays this node's
-			s.entries[st.Key] = next
+			cur.entry = next // the key table's note stays this node's
+			s.entries[st.Key] = cur
 		}
 		s.mu.Unlock()
 	}
@@ -235,7 +235,7 @@ func (e *Engine) Range(now time.Time, fn func(State) bool) {
 		ok := true
 		for k, v := range s.entries {
 			if ok && v.expires > ns {
-				ok = fn(stateOf(k, v))
+				ok = fn(stateOf(k, v.entry))
 			}
 		}
 		for k, g := range s.grants {

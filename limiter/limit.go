@@ -164,7 +164,6 @@ type entry struct {
 	expires int64
 	cur     uint32
 	prev    uint32
-	tbl     tableMeta // kept by the key table, not by the algorithms
 }
 
 // Kinds of entry.

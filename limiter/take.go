@@ -50,18 +50,17 @@ func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
 		s.mu.Unlock()
 		return e.takeOverflow(now, req, res)
 	}
-	next, r := req.Limit.apply(cur, now, req.cost())
+	next, r := req.Limit.apply(cur.entry, now, req.cost())
 	if r.Allowed {
-		next.touch(now, req.Network, r.Remaining == 0)
-		s.put(req.Key, next, !ok)
+		s.put(req.Key, next, cur, !ok, req.Network, r.Remaining == 0)
 	} else {
 		if len(s.grants) > 0 {
 			if g, ok := s.grants[req.Key]; ok {
 				r = g.spend(now, req.cost(), r, true, s, req.Key)
 			}
 		}
-		if !r.Allowed && ok {
-			cur.touch(now, cur.tbl.net, true)
+		if !r.Allowed && ok && cur.note&exhaustedBit == 0 {
+			cur.note |= exhaustedBit
 			s.entries[req.Key] = cur
 		}
 	}
@@ -76,9 +75,9 @@ func (e *Engine) takeOverflow(now int64, req *Request, res *Result) bool {
 	o := &e.overflow
 	o.mu.Lock()
 	k := e.overflowKey(req)
-	next, r := req.Limit.apply(o.entries[k], now, req.cost())
+	next, r := req.Limit.apply(o.entries[k].entry, now, req.cost())
 	if r.Allowed {
-		o.entries[k] = next
+		o.entries[k] = slot{entry: next}
 	}
 	o.mu.Unlock()
 	*res = r
@@ -108,8 +107,15 @@ const maxBatch = 8
 func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []Request, res []Result) (bool, float64) {
 	var idxBuf [maxBatch + 1]uint32
 	idx := idxBuf[:0]
+	var shardBuf [maxBatch]uint32
+	shardIdx := shardBuf[:0]
+	if len(reqs) > maxBatch {
+		shardIdx = make([]uint32, 0, len(reqs))
+	}
 	for i := range reqs {
-		idx = insertSorted(idx, shardOf(reqs[i].Key))
+		si := shardOf(reqs[i].Key)
+		shardIdx = append(shardIdx, si)
+		idx = insertSorted(idx, si)
 	}
 	if client != 0 {
 		idx = insertSorted(idx, shardOf(client))
@@ -119,17 +125,19 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 	}
 	// The overflow shard is always locked last, after any regular shard, so
 	// the lock order is the same for every caller.
-	var overflowBuf [maxBatch]bool
-	overflow := overflowBuf[:0]
+	var overflowBuf, existedBuf [maxBatch]bool
+	var oldBuf [maxBatch]slot
+	overflow, existed, old := overflowBuf[:0], existedBuf[:0], oldBuf[:0]
 	usesOverflow := false
 	for i := range reqs {
-		of := false
+		of, ok := false, false
+		var v slot
 		if reqs[i].Limit.Algorithm != Concurrency {
-			s := &e.shards[shardOf(reqs[i].Key)]
-			_, ok := s.entries[reqs[i].Key]
+			s := &e.shards[shardIdx[i]]
+			v, ok = s.entries[reqs[i].Key]
 			of = !ok && !e.makeRoom(s, now, reqs[i].Network)
 		}
-		overflow = append(overflow, of)
+		overflow, existed, old = append(overflow, of), append(existed, ok), append(old, v)
 		usesOverflow = usesOverflow || of
 	}
 	var okeyBuf [maxBatch]Key
@@ -151,7 +159,7 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 	score, factor := FullScore, 1.0
 	var clientEntry entry
 	if client != 0 {
-		clientEntry = e.shards[shardOf(client)].entries[client]
+		clientEntry = e.shards[shardOf(client)].entries[client].entry
 		score = rep.score(clientEntry, now)
 		factor = rep.Factor(score)
 	}
@@ -162,7 +170,7 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 	all := true
 	for i := range reqs {
 		req := &reqs[i]
-		s := &e.shards[shardOf(req.Key)]
+		s := &e.shards[shardIdx[i]]
 		if req.Limit.Algorithm == Concurrency {
 			res[i] = e.checkLease(s, now, req)
 			next, viaGrant = append(next, entry{}), append(viaGrant, false)
@@ -174,7 +182,7 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 			m, k = e.overflow.entries, okeys[i]
 			e.overflowed.Add(1)
 		}
-		cur := m[k]
+		cur := m[k].entry
 		for j := range i { // an earlier request in this batch on the same counter
 			if sameCounter(reqs, overflow, okeys, i, j) {
 				cur = next[j]
@@ -201,7 +209,7 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 	if all {
 		for i := range reqs {
 			req := &reqs[i]
-			s := &e.shards[shardOf(req.Key)]
+			s := &e.shards[shardIdx[i]]
 			switch {
 			case req.Limit.Algorithm == Concurrency:
 				e.claimLease(s, now, req)
@@ -209,12 +217,9 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 				g := s.grants[req.Key]
 				g.spend(now, req.cost(), Result{}, true, s, req.Key)
 			case overflow[i]:
-				e.overflow.entries[okeys[i]] = next[i]
+				e.overflow.entries[okeys[i]] = slot{entry: next[i]}
 			default:
-				_, ok := s.entries[req.Key]
-				n := next[i]
-				n.touch(now, req.Network, res[i].Remaining == 0)
-				s.put(req.Key, n, !ok)
+				s.put(req.Key, next[i], old[i], !existed[i], req.Network, res[i].Remaining == 0)
 			}
 		}
 	} else {
@@ -225,10 +230,10 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 			if res[i].Allowed || overflow[i] || req.Limit.Algorithm == Concurrency {
 				continue
 			}
-			s := &e.shards[shardOf(req.Key)]
-			if cur, ok := s.entries[req.Key]; ok {
-				cur.touch(now, cur.tbl.net, true)
-				s.entries[req.Key] = cur
+			if existed[i] && old[i].note&exhaustedBit == 0 {
+				v := old[i]
+				v.note |= exhaustedBit
+				e.shards[shardIdx[i]].entries[req.Key] = v
 			}
 		}
 		// Nothing was spent: the allowed ones still have their units.
@@ -239,9 +244,9 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 		}
 		if client != 0 {
 			s := &e.shards[shardOf(client)]
-			if _, ok := s.entries[client]; ok || e.makeRoom(s, now, 0) {
+			if v, ok := s.entries[client]; ok || e.makeRoom(s, now, 0) {
 				pen := rep.penalize(clientEntry, now)
-				s.entries[client] = pen
+				s.put(client, pen, v, !ok, 0, false)
 				score = rep.score(pen, now)
 			}
 		}
@@ -269,26 +274,31 @@ func sameCounter(reqs []Request, overflow []bool, okeys []Key, i, j int) bool {
 // makeRoom reports whether shard s, whose lock is held, can take a new key
 // of network net. When the shard is full, or net holds its share of it, it
 // looks at a sample of the shard's counters: it drops the expired ones and,
-// if that is not enough, evicts the least recently used one that is not
-// exhausted (of network net, when net is over its share).
+// if that is not enough, evicts the one closest to expiring (for counters of
+// one zone, the least recently used) that is not exhausted, of network net
+// when net is over its share.
 func (e *Engine) makeRoom(s *shard, now int64, net uint32) bool {
 	limit := int(e.shardCap.Load())
 	netCap := int32(e.netCap.Load())
+	net &= netMask
 	netFull := net != 0 && s.nets[net] >= netCap
 	if !netFull && len(s.entries) < limit {
 		return true
 	}
 	var victim Key
-	var victimEntry entry
+	var victimSlot slot
+	var victimExpires int64
 	found, seen := false, 0
 	for k, v := range s.entries { // map iteration starts at a random place
 		switch {
 		case v.expires <= now:
 			s.remove(k, v)
 			e.reclaimed.Add(1)
-		case v.held(now), netFull && v.tbl.net != net:
-		case !found || v.lastUsed() < victimEntry.lastUsed():
-			victim, victimEntry, found = k, v, true
+		case found && v.expires >= victimExpires:
+		case netFull && v.net() != net:
+		case v.held(now):
+		default:
+			victim, victimSlot, victimExpires, found = k, v, v.expires, true
 		}
 		if seen++; seen == reclaimSample {
 			break
@@ -301,7 +311,7 @@ func (e *Engine) makeRoom(s *shard, now int64, net uint32) bool {
 	if !found {
 		return false
 	}
-	s.remove(victim, victimEntry)
+	s.remove(victim, victimSlot)
 	e.evicted.Add(1)
 	return true
 }

@@ -243,3 +243,22 @@ func TestSecureCookieBehindATrustedProxy(t *testing.T) {
 		t.Errorf("X-Forwarded-Proto from an untrusted client: Set-Cookie %q; want no Secure", got)
 	}
 }
+
+// TestIPPressureSqueezesTheNetworkBudget: once a network shows more
+// fingerprints than the pressure threshold, its network budget is squeezed
+// too, not only each new fingerprint's.
+func TestIPPressureSqueezesTheNetworkBudget(t *testing.T) {
+	srv := startCaddy(t, trustLoopback+`
+	tollgate {
+		ip_pressure {
+			threshold 2 10m
+			squeeze 0.5
+		}
+	}`, networkSite)
+	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	admitted, _ := script{t: t, srv: srv, addr: func(int) string { return "203.0.113.130" }}.run(100)
+	// Unsqueezed the network could spend 4 × 5 = 20; squeezed, 10.
+	if admitted > 10 || admitted < 3 {
+		t.Fatalf("admitted %d of 100 from a squeezed network; want 3 to 10 (its budget halved)", admitted)
+	}
+}

@@ -1,8 +1,6 @@
 package caddymodule
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/google/uuid"
 	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/cluster"
@@ -131,8 +130,10 @@ func (a *App) validateTierOverrides(body map[string]map[string]int64) error {
 				return badRequest("zone %q: unknown tier %q: the config names %s; a new tier is declared with `tier NAME N` in a zone first",
 					zone, tier, joinKeys(known))
 			}
-			if err := zs[0].validateTierLimit(n); err != nil {
-				return badRequest("zone %q: tier %s %v", zone, tier, err)
+			for _, z := range zs { // every zone of that name: rate and lease zones differ
+				if err := z.validateTierLimit(n); err != nil {
+					return badRequest("zone %q: tier %s %v", zone, tier, err)
+				}
 			}
 		}
 	}
@@ -389,27 +390,17 @@ func (adminAPI) handleGrant(w http.ResponseWriter, r *http.Request) error {
 }
 
 // newUUID returns a random (version 4) UUID.
-func newUUID() [16]byte {
-	var id [16]byte
-	rand.Read(id[:]) // never fails
-	id[6] = id[6]&0x0f | 0x40
-	id[8] = id[8]&0x3f | 0x80
-	return id
-}
+func newUUID() [16]byte { return uuid.New() }
 
-func uuidString(id [16]byte) string {
-	h := hex.EncodeToString(id[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
-}
+func uuidString(id [16]byte) string { return uuid.UUID(id).String() }
 
 // ---- reputation ----
 
 // ReputationView is what GET /tollgate/reputation answers.
 type ReputationView struct {
-	Enabled     bool                      `json:"enabled"`
-	Buckets     []ReputationBucket        `json:"buckets"`
-	Unreachable []string                  `json:"unreachable_nodes"`
-	Policy      *limiter.ReputationPolicy `json:"-"`
+	Enabled     bool               `json:"enabled"`
+	Buckets     []ReputationBucket `json:"buckets"`
+	Unreachable []string           `json:"unreachable_nodes"`
 }
 
 // ReputationBucket is one band of scores and how many clients are in it.

@@ -36,20 +36,27 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens:
 //
 //	tollgate [<matcher>] {
-//	    zone <name> {
-//	        limit <N> <window>          # required, e.g. limit 100 1m
-//	        key <placeholders>          # default: the client IP
+//	    zone <name> {                   # repeatable; names unique within the directive
+//	        limit <N> <window>          # a rate zone, e.g. limit 100 1m
+//	        concurrent <N>              # or a concurrency zone: N holders at once (1 to 256)
+//	        key <placeholders>          # default: the client ID
 //	        algorithm sliding_window|fixed_window|token_bucket   # default sliding_window
 //	        burst <N>                   # token_bucket only; default N of limit
+//	        tier <name> <N>             # the limit (or slots) of a tier; repeatable; needs tier_from
+//	        lease <placeholders>        # concurrency zones: what names a holder; default each request
+//	        ttl <duration>              # concurrency zones: lease lifetime, at least 1s; default 15m
 //	        match { <request matchers> }   # default: every request
-//	        shared                      # count with every shared zone of this name
+//	        shared                      # count with every shared zone of this name (same settings)
+//	        dry_run                     # a trial zone: counts and reports, never denies
 //	        network_share <N>           # cookie-less budget of one IP network, × limit; default: the global one
 //	    }
-//	    dry_run                         # count, set headers, log; never block
+//	    tier_from <placeholders>        # where a request's tier comes from
+//	    dry_run                         # every zone a trial; no cookies issued
 //	    headers always|denied|off       # which responses get RateLimit headers; default always
 //	}
 //
-// Every value is checked here, so `caddy adapt` already rejects bad ones.
+// Every value is checked here, ending with the handler's Validate, so
+// `caddy adapt` already rejects bad ones.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // directive name
 	if d.NextArg() {
@@ -103,13 +110,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			return d.Errf("tollgate: unknown subdirective %q (allowed: zone, dry_run, headers, tier_from)", sub)
 		}
 	}
-	if len(h.Zones) == 0 {
-		return d.Err("tollgate: no zone configured; add at least one `zone <name> { limit <N> <window> }`")
-	}
-	for _, z := range h.Zones {
-		if len(z.Tiers) > 0 && h.TierFrom == "" {
-			return d.Errf("tollgate: zone %q sets tier limits, but the handler has no tier_from to tell a request's tier", z.Name)
-		}
+	if err := h.Validate(); err != nil {
+		return d.Err(err.Error())
 	}
 	return nil
 }
@@ -196,6 +198,11 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 				return nil, d.Errf("tollgate: zone %q: network_share %q must be a whole number from 1 to %d", z.Name, args[0], maxNetworkShare)
 			}
 			z.NetworkShare = n
+		case "dry_run":
+			if err := wantArgs(0, ""); err != nil {
+				return nil, err
+			}
+			z.DryRun = true
 		case "concurrent":
 			if err := wantArgs(1, "<N>, e.g. concurrent 4"); err != nil {
 				return nil, err
@@ -238,13 +245,13 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 			}
 			z.TTL = caddy.Duration(dur)
 		default:
-			return nil, d.Errf("tollgate: zone %q: unknown subdirective %q (allowed: limit, key, algorithm, burst, match, shared, network_share, concurrent, tier, lease, ttl)", z.Name, sub)
+			return nil, d.Errf("tollgate: zone %q: unknown subdirective %q (allowed: limit, key, algorithm, burst, match, shared, dry_run, network_share, concurrent, tier, lease, ttl)", z.Name, sub)
 		}
 	}
 	if !seen["limit"] && !seen["concurrent"] {
 		return nil, d.Errf("tollgate: zone %q: limit is required: limit <N> <window>, e.g. limit 100 1m (or concurrent <N> for a lease zone)", z.Name)
 	}
-	if err := z.validate(); err != nil {
+	if err := z.validate(); err != nil { // here too, for the zone's line in the error
 		return nil, d.Errf("tollgate: %v", err)
 	}
 	return z, nil
@@ -283,6 +290,13 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 //	    }
 //	    fallback local|open|closed      # default local
 //	    fallback_ratio <ratio>          # (0, 1]; default 0.4
+//	    reputation off
+//	    reputation {
+//	        penalty <points>            # per denial, (0, 100]; default 1
+//	        recovery <points>           # regained per hour, above 0; default 10
+//	        bucket <from> <factor>      # repeatable, highest first, the last from 0; default 75 1, 50 0.6, 25 0.3, 0 0.1
+//	    }
+//	    snapshot_interval <duration>|off   # at least 1s; default 1m
 //	}
 func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 	app := new(App)

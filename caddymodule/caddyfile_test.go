@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"limit repeated", zone("limit 10 1m\nlimit 20 1m"), `zone "api": limit is given twice`},
 		{"key repeated", zone("limit 10 1m\nkey a\nkey b"), `zone "api": key is given twice`},
 		{"key without value", zone("limit 10 1m\nkey"), "key takes 1 argument(s), got 0"},
-		{"unknown zone subdirective", zone("limit 10 1m\nrate 5"), `zone "api": unknown subdirective "rate" (allowed: limit, key, algorithm, burst, match, shared, network_share, concurrent, tier, lease, ttl)`},
+		{"unknown zone subdirective", zone("limit 10 1m\nrate 5"), `zone "api": unknown subdirective "rate" (allowed: limit, key, algorithm, burst, match, shared, dry_run, network_share, concurrent, tier, lease, ttl)`},
 		{"unknown algorithm", zone("limit 10 1m\nalgorithm leaky_bucket"), `unknown algorithm "leaky_bucket" (allowed: sliding_window, fixed_window, token_bucket)`},
 		{"burst without token bucket", zone("limit 10 1m\nburst 5"), "burst is only allowed with algorithm token_bucket, not sliding_window"},
 		{"burst with fixed window", zone("limit 10 1m\nalgorithm fixed_window\nburst 5"), "burst is only allowed with algorithm token_bucket, not fixed_window"},
@@ -272,5 +273,50 @@ func TestValidateRejectsBadJSON(t *testing.T) {
 				t.Fatalf("validate error = %v\nwant one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestTierOfZeroOrNegativeIsRefusedAtEveryEntry tries a tier limit of 0
+// and a negative one through the Caddyfile, JSON and the admin API, on a
+// token-bucket zone (where a 0 once divided by zero): each is refused, and
+// the zone keeps serving.
+func TestTierOfZeroOrNegativeIsRefusedAtEveryEntry(t *testing.T) {
+	for _, n := range []string{"0", "-1"} {
+		d := caddyfile.NewTestDispenser("tollgate {\n tier_from x\n zone api {\n limit 10 1m\n algorithm token_bucket\n tier pro " + n + "\n }\n}")
+		if err := new(Handler).UnmarshalCaddyfile(d); err == nil || !strings.Contains(err.Error(), "tier pro limit") {
+			t.Errorf("Caddyfile tier pro %s: error %v", n, err)
+		}
+	}
+	route := func(zone string) string {
+		return `{"admin":{"disabled":true},"apps":{"http":{"servers":{"s":{"listen":["127.0.0.1:0"],"routes":[{"handle":[{"handler":"tollgate","tier_from":"x","zones":[` + zone + `]}]}]}}}}}`
+	}
+	for _, zone := range []string{
+		`{"name":"a","limit":5,"window":"1m","algorithm":"token_bucket","tiers":{"pro":0}}`,
+		`{"name":"a","limit":5,"window":"1m","tiers":{"pro":-3}}`,
+		`{"name":"a","concurrent":2,"tiers":{"pro":0}}`,
+	} {
+		if err := validateConfig([]byte(route(zone))); err == nil || !strings.Contains(err.Error(), "must be a whole number from 1") {
+			t.Errorf("JSON %s: validate error %v", zone, err)
+		}
+	}
+
+	srv := startCaddy(t, "", `
+	tollgate {
+		tier_from {http.request.header.X-User-Tier}
+		zone credits {
+			limit 3 1h
+			algorithm token_bucket
+			key {http.request.header.X-User}
+			tier pro 5
+		}
+	}
+	respond "ok"`)
+	for _, body := range []string{`{"credits": {"pro": 0}}`, `{"credits": {"pro": -1}}`} {
+		if status, got := adminSend(t, srv.Admin, http.MethodPut, "/tollgate/tiers", body, nil); status != http.StatusBadRequest || !strings.Contains(got, "must be a whole number from 1") {
+			t.Errorf("PUT %s: %d %s; want 400", body, status, got)
+		}
+	}
+	if s := srv.status("/", "X-User", "ann", "X-User-Tier", "pro"); s != http.StatusOK {
+		t.Fatalf("the zone after refused tier changes: %d", s)
 	}
 }

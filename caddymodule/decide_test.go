@@ -35,7 +35,7 @@ func testBatch(sc *scratch, zones []*Zone, client uint64) *batch {
 	b.reset(sc)
 	b.zones = append(b.zones, zones...)
 	for zi, z := range zones {
-		b.add(zi, limiter.Request{Key: limiter.ZoneKey(client, z.seed), Zone: z.seed, Limit: z.limit}, false)
+		b.add(zi, limiter.Request{Key: limiter.ZoneKey(client, z.seed), Zone: z.seed, Limit: z.limit}, false, z.DryRun)
 	}
 	return b
 }
@@ -142,7 +142,7 @@ func TestHoldLeasesMarksTheNamedOnes(t *testing.T) {
 	b.reset(sc)
 	b.zones = append(b.zones, zones...)
 	for zi, z := range zones {
-		b.add(zi, limiter.Request{Key: limiter.ZoneKey(1, z.seed), Zone: z.seed, Limit: z.limit, LeaseID: uint64(zi)*2 + 1}, z == named)
+		b.add(zi, limiter.Request{Key: limiter.ZoneKey(1, z.seed), Zone: z.seed, Limit: z.limit, LeaseID: uint64(zi)*2 + 1}, z == named, false)
 	}
 	h := &Handler{node: cluster.Standalone(limiter.New(limiter.Config{}))}
 	held := h.holdLeases(b, cluster.SourceOwner)

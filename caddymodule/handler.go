@@ -31,7 +31,7 @@ func init() {
 // IETF draft; denied ones get a 429 error (shape it with handle_errors) with
 // the same headers and Retry-After. Each decision sets placeholders:
 //
-//	{http.tollgate.decision}     allow, deny or dry_run_deny
+//	{http.tollgate.decision}     allow, deny or dry_run_deny (a dry-run zone would have denied)
 //	{http.tollgate.zone}         the zone that denied, or the one with the least left
 //	{http.tollgate.remaining}    requests left in that zone
 //	{http.tollgate.reset}        seconds until that zone's quota is restored
@@ -52,8 +52,11 @@ type Handler struct {
 	// Zones are the limits this handler applies, in order.
 	Zones []*Zone `json:"zones,omitempty"`
 
-	// DryRun counts requests, sets headers and placeholders and logs
-	// denials, but never denies: for trying out limits on live traffic.
+	// DryRun makes every zone a trial (see Zone.DryRun): requests are
+	// counted, headers, placeholders, logs and metrics say what would have
+	// happened, but nothing is denied and nothing else changes: no
+	// reputation penalty, no blocked-cache entry, no lease claimed, and no
+	// session cookie issued. For trying out limits on live traffic.
 	DryRun bool `json:"dry_run,omitempty"`
 
 	// TierFrom is where a request's tier comes from: text with
@@ -101,9 +104,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	h.events = eventsIface.(*caddyevents.App)
 
-	if err := h.Validate(); err != nil {
-		return err
-	}
+	// Caddy calls Validate after Provision; nothing here needs valid values.
 	policies := make([]string, 0, len(h.Zones))
 	for _, z := range h.Zones {
 		if err := z.provision(ctx, app); err != nil {
@@ -187,6 +188,7 @@ type scratch struct {
 	zoneOf [maxInline]int
 	named  [maxInline]bool
 	netw   [maxInline]bool
+	dry    [maxInline]bool
 	res    [maxInline]limiter.Result
 	text   [128]byte
 	id     [fingerprint.IDLen]byte
@@ -197,31 +199,75 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 
 // batch is what one request asks of the limiter: the zones that match it,
 // and the limiter requests they expand into, each tagged with the index of
-// its zone. A zone may expand into several requests, in any order; the
-// request is allowed only if every one of them is. The slices start in the
-// scratch arrays and grow onto the heap past maxInline.
+// its zone. A zone may expand into several requests, added in any order;
+// the request is allowed only if every enforced one is. The slices start
+// in the scratch arrays and grow onto the heap past maxInline.
 type batch struct {
 	zones   []*Zone           // the matching zones, in the handler's order
 	reqs    []limiter.Request // what is asked of the limiter
 	zoneOf  []int             // reqs[i] is counted for zones[zoneOf[i]]
 	named   []bool            // reqs[i] claims a named lease
+	dry     []bool            // reqs[i] is a dry run's: it decides nothing
 	network []bool            // reqs[i] counts the client's IP network, not the client
 	res     []limiter.Result  // the limiter's answer to reqs[i]
 }
 
 // reset points b at the inline arrays of sc, empty.
 func (b *batch) reset(sc *scratch) {
-	b.zones, b.reqs, b.zoneOf, b.named = sc.zones[:0], sc.reqs[:0], sc.zoneOf[:0], sc.named[:0]
+	b.zones, b.reqs, b.zoneOf = sc.zones[:0], sc.reqs[:0], sc.zoneOf[:0]
+	b.named, b.dry, b.res = sc.named[:0], sc.dry[:0], sc.res[:0]
 	b.network = sc.netw[:0]
-	b.res = sc.res[:0]
 }
 
 // add appends a limiter request for zone zi.
-func (b *batch) add(zi int, r limiter.Request, named bool) {
+func (b *batch) add(zi int, r limiter.Request, named, dry bool) {
 	b.reqs = append(b.reqs, r)
 	b.zoneOf = append(b.zoneOf, zi)
 	b.named = append(b.named, named)
+	b.dry = append(b.dry, dry)
 	b.network = append(b.network, false)
+}
+
+// Ranks of requests, in the order decideAt asks for them.
+const (
+	rankEnforced = iota
+	rankDryRate
+	rankDryLease
+)
+
+func (b *batch) rank(i int) int {
+	switch {
+	case !b.dry[i]:
+		return rankEnforced
+	case b.reqs[i].Limit.Algorithm == limiter.Concurrency:
+		return rankDryLease
+	}
+	return rankDryRate
+}
+
+// order sorts the requests by rank, stably, and returns where the dry rate
+// requests and the dry lease requests start. It moves nothing when there
+// is no dry request.
+func (b *batch) order() (dryRates, dryLeases int) {
+	for i := 1; i < len(b.reqs); i++ { // insertion sort: few requests, no allocation
+		for j := i; j > 0 && b.rank(j) < b.rank(j-1); j-- {
+			b.reqs[j], b.reqs[j-1] = b.reqs[j-1], b.reqs[j]
+			b.zoneOf[j], b.zoneOf[j-1] = b.zoneOf[j-1], b.zoneOf[j]
+			b.named[j], b.named[j-1] = b.named[j-1], b.named[j]
+			b.dry[j], b.dry[j-1] = b.dry[j-1], b.dry[j]
+			b.network[j], b.network[j-1] = b.network[j-1], b.network[j]
+		}
+	}
+	dryRates, dryLeases = len(b.reqs), len(b.reqs)
+	for i := len(b.reqs) - 1; i >= 0; i-- {
+		switch b.rank(i) {
+		case rankDryLease:
+			dryRates, dryLeases = i, i
+		case rankDryRate:
+			dryRates = i
+		}
+	}
+	return dryRates, dryLeases
 }
 
 // results sizes res to the requests, inline when they fit.
@@ -248,10 +294,11 @@ type asker struct {
 
 // outcome is a decision at one instant.
 type outcome struct {
-	allowed bool
-	source  cluster.Source // who decided
-	score   float64        // the client's reputation; negative when not known
-	speaker int            // index of the request that speaks for the decision
+	allowed   bool           // every enforced request was granted
+	dryDenied bool           // a dry run's request would have been denied
+	source    cluster.Source // who decided
+	score     float64        // the client's reputation; negative when not known
+	speaker   int            // index of the request that speaks for the decision
 }
 
 // ServeHTTP counts r in its zones and passes it on or denies it, in three
@@ -341,9 +388,9 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 			limit = limit.Scale(who.pressure.Factor)
 		}
 		r.Limit = limit
-		b.add(zi, r, named)
+		b.add(zi, r, named, h.DryRun || z.DryRun)
 		if who.identity.Kind == fingerprint.KindFingerprint && z.countsNetwork() {
-			h.addNetworkRequest(b, zi, z, z.limitFor(who.tier, tiers), &who)
+			h.addNetworkRequest(b, zi, z, z.limitFor(who.tier, tiers), &who, h.DryRun || z.DryRun)
 		}
 	}
 	return b, who, nil
@@ -352,14 +399,74 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 // decideAt decides b at the instant now on node, for the client whose
 // reputation is kept under client (0 for none): the one step that spends.
 // It fills b.res.
+//
+// Enforced requests are taken together, with the client's reputation.
+// Then the dry run's: if the request is denied, they are only peeked at
+// (a denied request spends nothing); else its rate requests are taken
+// together without reputation — counted, so a trial zone reports what it
+// would have done, but neither penalizing the client nor leaving a
+// blocked-cache entry — and its lease requests peeked at, never claimed.
 func decideAt(now time.Time, node *cluster.Node, client limiter.Key, b *batch) outcome {
 	res := b.results()
-	allowed, source, score := node.TakeFor(now, client, b.reqs, res)
-	speaker := decidingRequest(res)
-	if allowed {
-		speaker = clientSpeaker(b, speaker)
+	dryRates, dryLeases := b.order()
+	o := outcome{allowed: true, source: cluster.SourceOwner, score: cluster.UnknownScore}
+	if dryRates > 0 {
+		o.allowed, o.source, o.score = node.TakeFor(now, client, b.reqs[:dryRates], res[:dryRates])
 	}
-	return outcome{allowed: allowed, source: source, score: score, speaker: speaker}
+	if dryRates < len(b.reqs) {
+		ok, src := decideDry(now, node, b, dryRates, dryLeases, o.allowed)
+		o.dryDenied = !ok
+		if dryRates == 0 {
+			o.source = src // nothing enforced was asked
+		}
+	}
+	if o.allowed {
+		o.speaker = clientSpeaker(b, decidingRequest(res))
+	} else {
+		o.speaker = decidingRequest(res[:dryRates])
+	}
+	return o
+}
+
+// decideDry decides the dry run's requests b.reqs[rates:], of which those
+// from leases on are lease requests, and reports whether they would all
+// have been granted, and who answered. allowed is the enforced decision.
+func decideDry(now time.Time, node *cluster.Node, b *batch, rates, leases int, allowed bool) (bool, cluster.Source) {
+	res := b.res
+	if !allowed {
+		src := node.Peek(now, b.reqs[rates:], res[rates:])
+		return allGranted(res[rates:]), src
+	}
+	ok, src := true, cluster.SourceOwner
+	if rates < leases {
+		ok, src = node.Take(now, b.reqs[rates:leases], res[rates:leases])
+		if !ok && src == cluster.SourcePeer {
+			// A peer's denial is cached to spare the next call; a trial's
+			// must not be, as the cache answers enforced requests too.
+			for i := rates; i < leases; i++ {
+				if !res[i].Allowed {
+					node.Forget(b.reqs[i].Key)
+				}
+			}
+		}
+	}
+	if leases < len(b.reqs) {
+		s := node.Peek(now, b.reqs[leases:], res[leases:])
+		if rates == leases {
+			src = s
+		}
+		ok = ok && allGranted(res[leases:])
+	}
+	return ok, src
+}
+
+func allGranted(res []limiter.Result) bool {
+	for i := range res {
+		if !res[i].Allowed {
+			return false
+		}
+	}
+	return true
 }
 
 // respond writes what decision o means for the response: headers, the
@@ -381,34 +488,42 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v.retryAfter = 0
 	if o.allowed {
 		v.decision = decisionAllow
+		if o.dryDenied {
+			v.decision = decisionDryRunDeny
+			v.retryAfter = h.retryAfter(v.zone, b.res[i])
+			v.zone.denials.inc(b.network[i])
+			h.reportDenial(v, b.reqs[i].Key, who.key, true, b.network[i])
+		}
 		v.zone.counters.inc(v.decision, o.source)
-		h.issueCookie(w, q.r, v, now)
+		if !h.DryRun {
+			h.issueCookie(w, q.r, v, now)
+		}
 		return v, h.holdLeases(b, o.source)
 	}
 
-	v.retryAfter = headerSeconds(b.res[i].RetryAfter)
-	if v.zone.isLease() && v.zone.Lease == "" {
-		v.retryAfter = 1 // a request's own lease frees when any request ends
-	}
+	v.retryAfter = h.retryAfter(v.zone, b.res[i])
 	v.zone.denials.inc(b.network[i])
-	h.reportDenial(v, b.reqs[i].Key, who.key, b.network[i])
-	if h.DryRun {
-		v.decision = decisionDryRunDeny
-		v.zone.counters.inc(v.decision, o.source)
-		return v, nil
-	}
+	h.reportDenial(v, b.reqs[i].Key, who.key, false, b.network[i])
 	v.decision = decisionDeny
 	v.zone.counters.inc(v.decision, o.source)
 	w.Header().Set("Retry-After", strconv.FormatInt(v.retryAfter, 10))
 	return v, nil
 }
 
+// retryAfter is the Retry-After, in seconds, of a denial by zone z.
+func (h *Handler) retryAfter(z *Zone, r limiter.Result) int64 {
+	if z.isLease() && z.Lease == "" {
+		return 1 // a request's own lease frees when any request ends
+	}
+	return headerSeconds(r.RetryAfter)
+}
+
 // holdLeases collects the leases an allowed request claimed, copied out of
-// the scratch memory they were built in.
+// the scratch memory they were built in. A dry run claims none.
 func (h *Handler) holdLeases(b *batch, src cluster.Source) *heldLeases {
 	var held *heldLeases
 	for i := range b.reqs {
-		if b.reqs[i].Limit.Algorithm != limiter.Concurrency {
+		if b.reqs[i].Limit.Algorithm != limiter.Concurrency || b.dry[i] {
 			continue
 		}
 		if held == nil {
@@ -502,9 +617,10 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 	hdr["Ratelimit"] = v.headers[1:2:2]
 }
 
-// reportDenial logs a denial and emits the tollgate_denied event. Neither
-// carries the key or the client ID: the log has keyed hashes only.
-func (h *Handler) reportDenial(v *verdict, key limiter.Key, clientKey uint64, network bool) {
+// reportDenial logs a denial, or a dry run's would-be denial, and emits
+// the tollgate_denied event. Neither carries the key or the client ID: the
+// log has keyed hashes only.
+func (h *Handler) reportDenial(v *verdict, key limiter.Key, clientKey uint64, dryRun, network bool) {
 	if ce := h.logger.Check(zapcore.InfoLevel, "request denied"); ce != nil {
 		budget := reasonClient
 		if network {
@@ -519,14 +635,14 @@ func (h *Handler) reportDenial(v *verdict, key limiter.Key, clientKey uint64, ne
 			zap.String("client_kind", v.identity.Kind.String()),
 			zap.String("source", v.source.String()),
 			zap.Int64("retry_after", v.retryAfter),
-			zap.Bool("dry_run", h.DryRun),
+			zap.Bool("dry_run", dryRun),
 		)
 	}
 	h.events.Emit(h.ctx, "tollgate_denied", map[string]any{
 		"zone":        v.zone.Name,
 		"retry_after": v.retryAfter,
 		"source":      v.source.String(),
-		"dry_run":     h.DryRun,
+		"dry_run":     dryRun,
 	})
 }
 

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/caddyserver/caddy/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
@@ -64,6 +63,8 @@ func (z *Zone) renderKey(q *request) (string, bool) {
 	return s, true
 }
 
+var nopLogger = zap.NewNop()
+
 // emptyKeyReport counts a zone's requests whose key rendered empty, and
 // logs the first one.
 type emptyKeyReport struct {
@@ -72,15 +73,13 @@ type emptyKeyReport struct {
 	logged  atomic.Bool
 }
 
-func newEmptyKeyReport(ctx caddy.Context, zone string) *emptyKeyReport {
-	return &emptyKeyReport{logger: ctx.Logger(), counter: emptyKeysVec().WithLabelValues(zone)}
-}
-
 func (e *emptyKeyReport) report(zone string) {
 	if e == nil {
 		return
 	}
-	e.counter.Inc()
+	if e.counter != nil {
+		e.counter.Inc()
+	}
 	if !e.logged.Swap(true) {
 		e.logger.Warn("a zone's key rendered empty; counting such requests by the client ID instead (logged once per zone; see tollgate_empty_keys_total)",
 			zap.String("zone", zone))
@@ -97,8 +96,8 @@ func emptyKeysVec() *prometheus.CounterVec {
 		emptyKeyMetrics.vec = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Name:      "empty_keys_total",
-			Help:      "Requests whose zone key had a placeholder that rendered empty (e.g. a user before authentication), counted by the client ID instead, by zone.",
-		}, []string{"zone"})
+			Help:      "Requests whose zone key had a placeholder that rendered empty (e.g. a user before authentication), counted by the client ID instead, by zone name and scope.",
+		}, []string{"zone", "scope"})
 	})
 	return emptyKeyMetrics.vec
 }

@@ -104,7 +104,7 @@ func TestKeyRenderingEmptyFallsBackToTheClient(t *testing.T) {
 		t.Fatalf("second client before authentication: %s; want its own budget, [401 401 429]", got)
 	}
 	metrics := adminGet(t, srv.Admin+"/metrics")
-	if !strings.Contains(metrics, `tollgate_empty_keys_total{zone="users"} 6`) {
+	if !strings.Contains(metrics, `tollgate_empty_keys_total{scope="users",zone="users"} 6`) {
 		t.Errorf("empty keys not counted in the metrics:\n%s", grepLines(metrics, "empty_keys"))
 	}
 	if n := strings.Count(srv.logs(), "rendered empty"); n != 1 {

@@ -98,6 +98,8 @@ func newDecisionCounters(zone, scope string) *decisionCounters {
 func deleteDecisionSeries(zone, scope string) {
 	initMetrics()
 	metrics.decisions.DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
+	denialsVec().DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
+	emptyKeysVec().DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
 }
 
 func (c *decisionCounters) inc(decision string, src cluster.Source) {
@@ -123,6 +125,16 @@ var cookieCounters = sync.OnceValue(func() (c [fingerprint.NumCookieStatuses]pro
 	return c
 })
 
+// ringNumber turns a ring fingerprint (hex) into a gauge value: its first
+// 12 hex digits, which a float64 holds exactly. 0 when there is none.
+func ringNumber(fp string) float64 {
+	n, err := strconv.ParseUint(fp[:min(12, len(fp))], 16, 64)
+	if err != nil {
+		return 0
+	}
+	return float64(n)
+}
+
 // stateCollector reads the process-wide state when scraped: counters held,
 // the cluster, IP pressure.
 type stateCollector struct{ st *state }
@@ -138,12 +150,13 @@ var (
 	descHandoff     = prometheus.NewDesc("tollgate_counters_moved_total", "Counters that moved to this node when ownership changed: pushed by the old owner, or pulled from it.", []string{"how"}, nil)
 	descNetworks    = prometheus.NewDesc("tollgate_ip_pressure_networks", "IP networks watched for pressure, and of them squeezed now.", []string{"state"}, nil)
 	descSqueezes    = prometheus.NewDesc("tollgate_ip_pressure_squeezes_total", "Times a network was squeezed.", nil, nil)
+	descRing        = prometheus.NewDesc("tollgate_ring_fingerprint", "The ring this node routes by, as a number (the first 48 bits of its fingerprint): the same on every node that agrees on the membership. count(count_values(\"ring\", tollgate_ring_fingerprint)) above 1 means nodes disagree.", nil, nil)
 	descReputation  = prometheus.NewDesc("tollgate_reputation_clients", "Clients whose reputation this node keeps, by bucket (the lowest score of the band). Clients never penalized, or fully recovered, are not counted; sum over nodes for the cluster.", []string{"bucket"}, nil)
 )
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descKeysHeld, descKeysMax, descEvictions, descMembers, descInFallback,
-		descActivations, descFallbackKey, descHandoff, descNetworks, descSqueezes, descReputation} {
+		descActivations, descFallbackKey, descHandoff, descNetworks, descSqueezes, descReputation, descRing} {
 		ch <- d
 	}
 }
@@ -165,6 +178,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		cs = node.Status()
 	}
 	ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(max(1, len(cs.Members))))
+	ch <- prometheus.MustNewConstMetric(descRing, prometheus.GaugeValue, ringNumber(cs.RingFingerprint))
 	ch <- prometheus.MustNewConstMetric(descInFallback, prometheus.GaugeValue, float64(len(cs.PeersInFallback)))
 	ch <- prometheus.MustNewConstMetric(descActivations, prometheus.CounterValue, float64(cs.Activations))
 	ch <- prometheus.MustNewConstMetric(descFallbackKey, prometheus.GaugeValue, float64(cs.FallbackKeys))

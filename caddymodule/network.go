@@ -62,7 +62,7 @@ func validateNetworkShare(what string, n int64) error {
 // addNetworkRequest adds to b, for zone zi (z) of a cookie-less client, the
 // request that counts it against its network's budget: network_share times
 // the zone's limit for this request, squeezed by IP pressure.
-func (h *Handler) addNetworkRequest(b *batch, zi int, z *Zone, limit limiter.Limit, who *asker) {
+func (h *Handler) addNetworkRequest(b *batch, zi int, z *Zone, limit limiter.Limit, who *asker, dry bool) {
 	limit = limit.Scale(float64(h.app.networkShare(z)))
 	if who.pressure.Factor != 1 {
 		limit = limit.Scale(who.pressure.Factor)
@@ -72,7 +72,7 @@ func (h *Handler) addNetworkRequest(b *batch, zi int, z *Zone, limit limiter.Lim
 		Zone:    z.networkSeed(),
 		Network: uint32(who.identity.Network),
 		Limit:   limit,
-	}, false)
+	}, false, dry)
 	b.network[len(b.network)-1] = true
 }
 
@@ -125,8 +125,8 @@ func denialsVec() *prometheus.CounterVec {
 		denialMetrics.vec = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Name:      "denials_total",
-			Help:      "Requests denied (dry runs included), by zone and reason: client (the client's own budget) or network (the budget of its IP network, for requests without a session cookie).",
-		}, []string{"zone", "reason"})
+			Help:      "Requests denied (dry runs' would-be denials included), by zone name, scope and reason: client (the client's own budget) or network (the budget of its IP network, for requests without a session cookie).",
+		}, []string{"zone", "scope", "reason"})
 	})
 	return denialMetrics.vec
 }
@@ -134,9 +134,9 @@ func denialsVec() *prometheus.CounterVec {
 // denialCounters are a zone's denial counters by reason, looked up once.
 type denialCounters [2]prometheus.Counter
 
-func newDenialCounters(zone string) *denialCounters {
+func newDenialCounters(zone, scope string) *denialCounters {
 	v := denialsVec()
-	return &denialCounters{v.WithLabelValues(zone, reasonClient), v.WithLabelValues(zone, reasonNetwork)}
+	return &denialCounters{v.WithLabelValues(zone, scope, reasonClient), v.WithLabelValues(zone, scope, reasonNetwork)}
 }
 
 func (c *denialCounters) inc(network bool) {

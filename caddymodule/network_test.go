@@ -98,7 +98,7 @@ func TestScriptsOnOneNetworkGetABoundedMultiple(t *testing.T) {
 				t.Fatalf("%d sessions minted for one network; the bound is %d", sessions, mint)
 			}
 			metrics := adminGet(t, srv.Admin+"/metrics")
-			if !strings.Contains(metrics, `tollgate_denials_total{reason="network",zone="site"}`) {
+			if !strings.Contains(metrics, `tollgate_denials_total{reason="network",scope="site",zone="site"}`) {
 				t.Errorf("no network denials in the metrics")
 			}
 		})

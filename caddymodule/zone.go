@@ -91,6 +91,14 @@ type Zone struct {
 	// docs/configuration.md, "Zone identity").
 	Shared bool `json:"shared,omitempty"`
 
+	// DryRun makes this zone a trial: it counts and reports what it would
+	// have done (the dry_run_deny decision, placeholders, log, metric) but
+	// never denies, and has no other consequence: no reputation penalty,
+	// no blocked-cache entry, no lease claimed, no change to whether a
+	// session cookie is issued. The handler's DryRun makes every zone a
+	// trial. Default: enforced.
+	DryRun bool `json:"dry_run,omitempty"`
+
 	matchers   caddyhttp.MatcherSet
 	limit      limiter.Limit
 	scope      string // the zone's identity: its name, and its place if not unique
@@ -128,7 +136,7 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		}
 	}
 	z.prepare(app.hasher)
-	z.emptyKey = newEmptyKeyReport(ctx, z.Name)
+	z.emptyKey = &emptyKeyReport{logger: ctx.Logger()}
 	return nil
 }
 
@@ -170,7 +178,11 @@ func (z *Zone) setScope(h limiter.Hasher, scope string) {
 	z.scope = scope
 	z.seed = h.Zone(scope)
 	z.counters = newDecisionCounters(z.Name, scope)
-	z.denials = newDenialCounters(z.Name)
+	z.denials = newDenialCounters(z.Name, scope)
+	if z.emptyKey == nil {
+		z.emptyKey = &emptyKeyReport{logger: nopLogger}
+	}
+	z.emptyKey.counter = emptyKeysVec().WithLabelValues(z.Name, scope)
 }
 
 // settings renders what a shared zone's declarations must agree on.
@@ -353,8 +365,8 @@ func (z *Zone) limitFor(tier string, overrides *tierTable) limiter.Limit {
 	if !ok {
 		n, ok = z.Tiers[tier]
 	}
-	if !ok {
-		return z.limit
+	if !ok || n < 1 {
+		return z.limit // every entry refuses n < 1; this keeps one that slipped through from any engine
 	}
 	l := z.limit
 	l.Quota = n

@@ -127,7 +127,7 @@ type shard struct {
 	entries map[Key]slot       // counters and reputations
 	nets    map[uint32]int32   // entries held per network
 	grants  map[Key]grantState // extra quota, by zone key
-	leases  map[Key][]lease    // concurrency slots held, by zone key
+	leases  map[Key][]Lease    // concurrency slots held, by zone key
 	_       [24]byte           // one shard per cache line: no false sharing of locks
 }
 
@@ -190,7 +190,7 @@ func New(cfg Config) *Engine {
 		e.shards[i].entries = make(map[Key]slot)
 		e.shards[i].nets = make(map[uint32]int32)
 		e.shards[i].grants = make(map[Key]grantState)
-		e.shards[i].leases = make(map[Key][]lease)
+		e.shards[i].leases = make(map[Key][]Lease)
 	}
 	e.overflow.entries = make(map[Key]slot)
 	e.netShare = int64(cfg.NetworkShare)
@@ -235,11 +235,21 @@ func insertSorted(s []uint32, v uint32) []uint32 {
 	return s
 }
 
-// Peek returns what Take would answer for req without spending anything.
+// Peek returns what Take would answer for req without spending anything:
+// for a Concurrency request, whether its lease could be claimed, without
+// claiming it.
 func (e *Engine) Peek(now time.Time, req Request) Result {
 	ns := now.UnixNano()
 	s := &e.shards[shardOf(req.Key)]
 	s.mu.Lock()
+	if req.Limit.Algorithm == Concurrency {
+		r := e.checkLease(s, ns, &req)
+		s.mu.Unlock()
+		if r.Allowed {
+			r.Remaining++ // nothing was claimed
+		}
+		return r
+	}
 	cur := s.entries[req.Key].entry
 	s.mu.Unlock()
 	_, r := req.Limit.apply(cur, ns, req.cost())

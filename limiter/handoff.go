@@ -35,7 +35,7 @@ func grantStateOf(k Key, g grantState) State {
 	return State{Key: k, Kind: KindGrant, Expires: g.Expires, Grant: g.Grant, Used: g.used, UsedVersion: g.usedVersion}
 }
 
-func leasesStateOf(k Key, list []lease, now int64) (State, bool) {
+func leasesStateOf(k Key, list []Lease, now int64) (State, bool) {
 	var live []Lease
 	var last int64
 	for _, l := range list {

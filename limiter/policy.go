@@ -252,8 +252,6 @@ type Lease struct {
 	Expires int64 // Unix ns
 }
 
-type lease = Lease
-
 // checkLease answers a Concurrency request without changing anything:
 // a lease already held is always renewed, even at the cap; a new one is
 // granted while fewer than Quota live leases are held.

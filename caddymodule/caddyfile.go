@@ -268,7 +268,7 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 //	        max_age <duration>          # default 720h
 //	        issue always|off|header <Header-Name>   # default always
 //	        issue_limit <N> <window>    # new sessions per IP network; default 30 1h
-//	        challenge pow <difficulty>  # browsers solve a proof of work for a session; default off
+//	        challenge pow <difficulty> [{ except { <request matchers> } }]  # browsers solve a proof of work for a session; default off
 //	    }
 //	    ip_prefix <IPv4 bits> <IPv6 bits>   # one client network; default 32 64
 //	    ip_pressure off
@@ -448,6 +448,16 @@ func parseCookie(d *caddyfile.Dispenser) (*CookieConfig, error) {
 				return nil, d.Errf("tollgate: cookie challenge pow %q: difficulty must be a whole number of bits from 1 to %d", args[1], maxDifficulty)
 			}
 			c.Challenge = &ChallengeConfig{Type: challengePoW, Difficulty: n}
+			for nest := d.Nesting(); d.NextBlock(nest); {
+				if d.Val() != "except" || d.CountRemainingArgs() != 0 {
+					return nil, d.Errf("tollgate: cookie challenge: unknown setting %q (allowed: except { <request matchers> })", d.Val())
+				}
+				set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
+				if err != nil {
+					return nil, err
+				}
+				c.Challenge.ExceptRaw = set
+			}
 		case "issue_limit":
 			if len(args) != 2 {
 				return nil, d.Errf("tollgate: cookie issue_limit takes 2 arguments, got %d: issue_limit <N> <window>, e.g. issue_limit 10 1h", len(args))

@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -38,6 +39,12 @@ type ChallengeConfig struct {
 	// have (1 to 32): each one doubles the browser's work, about 2^N
 	// hashes on average. 16 takes a fraction of a second on a phone.
 	Difficulty int `json:"difficulty"`
+
+	// ExceptRaw selects requests that are never challenged, besides those
+	// whose Accept does not name text/html: e.g. an API's paths, or
+	// clients the site knows. They stay on the cookie-less path. Default:
+	// none.
+	ExceptRaw caddy.ModuleMap `json:"except,omitempty" caddy:"namespace=http.matchers"`
 }
 
 // Challenge settings.
@@ -80,14 +87,34 @@ var challengePage = template.Must(template.New("challenge").Parse(challengeHTML)
 // another node of a cluster.
 type challenger struct {
 	difficulty int
+	except     caddyhttp.MatcherSet
 	mac        []byte // HMAC key
 	zone       uint64 // seed of the spent-token counters
 }
 
-func newChallenger(cfg *ChallengeConfig, secret []byte, h limiter.Hasher) *challenger {
+func newChallenger(ctx caddy.Context, cfg *ChallengeConfig, secret []byte, h limiter.Hasher) (*challenger, error) {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("tollgate challenge v1"))
-	return &challenger{difficulty: cfg.Difficulty, mac: m.Sum(nil), zone: h.Zone("\x00tollgate challenge")}
+	c := &challenger{difficulty: cfg.Difficulty, mac: m.Sum(nil), zone: h.Zone("\x00tollgate challenge")}
+	if cfg.ExceptRaw != nil {
+		mods, err := ctx.LoadModule(cfg, "ExceptRaw")
+		if err != nil {
+			return nil, fmt.Errorf("tollgate: cookie challenge except: loading matchers: %w", err)
+		}
+		for _, mod := range mods.(map[string]any) {
+			c.except = append(c.except, mod)
+		}
+	}
+	return c, nil
+}
+
+// exempt reports whether r is one the owner said never to challenge.
+func (c *challenger) exempt(r *http.Request) bool {
+	if len(c.except) == 0 {
+		return false
+	}
+	ok, err := c.except.MatchWithError(r)
+	return ok || err != nil // a matcher that fails does not challenge
 }
 
 func (c *challenger) sign(b []byte) []byte {
@@ -265,7 +292,7 @@ func (h *Handler) spendChallenge(tokenID []byte, now time.Time) bool {
 // anyway is served on the cookie-less path, not sent round in circles).
 func (h *Handler) challengeFor(r *http.Request, v *verdict, now time.Time) bool {
 	app := h.app
-	if app.challenge == nil || v.identity.Kind != fingerprint.KindFingerprint || !wantsChallenge(r) {
+	if app.challenge == nil || v.identity.Kind != fingerprint.KindFingerprint || !wantsChallenge(r) || app.challenge.exempt(r) {
 		return false
 	}
 	netZone := app.issueZone ^ networkIssueSalt

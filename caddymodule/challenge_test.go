@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
+
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -28,7 +30,7 @@ func solve(t testing.TB, token string, difficulty int) string {
 }
 
 func TestChallengeCheck(t *testing.T) {
-	c := newChallenger(&ChallengeConfig{Type: challengePoW, Difficulty: 8}, []byte("0123456789abcdef0123456789abcdef"), limiter.NewHasher([]byte("k")))
+	c := newChallengerForTest(&ChallengeConfig{Type: challengePoW, Difficulty: 8}, []byte("0123456789abcdef0123456789abcdef"), limiter.NewHasher([]byte("k")))
 	const net = 0x1234
 	tok, err := c.token(net, challengeT0)
 	if err != nil {
@@ -49,7 +51,7 @@ func TestChallengeCheck(t *testing.T) {
 	}
 	raw := []byte(tok)
 	raw[5] ^= 1 // another server nonce: not one this site signed
-	other := newChallenger(&ChallengeConfig{Type: challengePoW, Difficulty: 8}, []byte("another secret, another site....."), limiter.NewHasher([]byte("k")))
+	other := newChallengerForTest(&ChallengeConfig{Type: challengePoW, Difficulty: 8}, []byte("another secret, another site....."), limiter.NewHasher([]byte("k")))
 	otherTok, _ := other.token(net, challengeT0)
 	for name, tc := range map[string]struct {
 		token, answer string
@@ -74,7 +76,7 @@ func TestChallengeCheck(t *testing.T) {
 }
 
 func BenchmarkChallengeCheck(b *testing.B) {
-	c := newChallenger(&ChallengeConfig{Type: challengePoW, Difficulty: 8}, []byte("0123456789abcdef0123456789abcdef"), limiter.NewHasher([]byte("k")))
+	c := newChallengerForTest(&ChallengeConfig{Type: challengePoW, Difficulty: 8}, []byte("0123456789abcdef0123456789abcdef"), limiter.NewHasher([]byte("k")))
 	tok, _ := c.token(1, challengeT0)
 	answer := solve(b, tok, 8)
 	b.ReportAllocs()
@@ -181,3 +183,45 @@ func TestChallengeEndToEnd(t *testing.T) {
 
 // challengeT0 is the fixed instant the challenge unit tests start at.
 var challengeT0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func newChallengerForTest(cfg *ChallengeConfig, secret []byte, h limiter.Hasher) *challenger {
+	c, err := newChallenger(caddy.Context{}, cfg, secret, h)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// TestChallengeExceptions: requests the owner's matchers select are never
+// challenged, even page loads; others still are.
+func TestChallengeExceptions(t *testing.T) {
+	srv := startCaddy(t, trustLoopback+`
+	tollgate {
+		cookie {
+			challenge pow 8 {
+				except {
+					path /api/*
+				}
+			}
+		}
+	}`, challengeSite)
+	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	get := func(path string) string {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		req.Header.Set("X-Forwarded-For", "203.0.113.140")
+		req.Header.Set("Accept", "text/html")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if body := get("/api/x"); body != "fingerprint /api/x" {
+		t.Fatalf("an excepted path was challenged: %q", body)
+	}
+	if body := get("/page"); !challengeFields.MatchString(body) {
+		t.Fatalf("a page load outside the exception was not challenged: %q", body)
+	}
+}

@@ -146,7 +146,9 @@ func (a *App) provisionIdentity(ctx caddy.Context) error {
 	a.issueLimit = limiter.Limit{Algorithm: limiter.SlidingWindow, Quota: limit, Window: window}
 	a.issueZone = a.hasher.Zone("\x00tollgate cookie issuance")
 	if cookie.Challenge != nil {
-		a.challenge = newChallenger(cookie.Challenge, a.hashSecret, a.hasher)
+		if a.challenge, err = newChallenger(ctx, cookie.Challenge, a.hashSecret, a.hasher); err != nil {
+			return err
+		}
 	}
 
 	if a.IPPressure == nil || !a.IPPressure.Off {

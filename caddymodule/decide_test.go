@@ -201,3 +201,26 @@ func TestManyZonesThroughCaddy(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkDecideAt decides a request's batch on a single node, for
+// handlers of 1, 8 (the most held inline) and 9 zones (spilling to the
+// heap), and 8 zones of which one is a dry-run trial.
+func BenchmarkDecideAt(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		zones int
+		trial bool
+	}{{"1_zone", 1, false}, {"8_zones", 8, false}, {"9_zones", 9, false}, {"8_zones_one_trial", 8, true}} {
+		b.Run(tc.name, func(b *testing.B) {
+			zones := testZones(tc.zones, time.Hour, func(int) int64 { return 1 << 30 })
+			zones[0].DryRun = tc.trial
+			node := cluster.Standalone(limiter.New(limiter.Config{}))
+			sc := new(scratch)
+			t0 := time.Unix(1_700_000_000, 0)
+			b.ReportAllocs()
+			for b.Loop() {
+				decideAt(t0, node, 0, testBatch(sc, zones, 42))
+			}
+		})
+	}
+}

@@ -43,7 +43,7 @@ func init() {
 //	{http.tollgate.squeezed}     whether that network's cookie-less limits are squeezed
 //	{http.tollgate.source}       who decided: owner, peer, blocked_cache or fallback
 //	{http.tollgate.tier}         the request's tier, as tier_from rendered it
-//	{http.tollgate.reputation}   the client's reputation score after the decision
+//	{http.tollgate.reputation}   the client's reputation score after the decision; empty when not known
 //
 // A zone without a key counts by client ID. Clients without a valid session
 // cookie are given one (see the app's cookie settings). Each denial is
@@ -408,22 +408,25 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 // blocked-cache entry — and its lease requests peeked at, never claimed.
 func decideAt(now time.Time, node *cluster.Node, client limiter.Key, b *batch) outcome {
 	res := b.results()
-	dryRates, dryLeases := b.order()
+	enforced, dryLeases := b.order() // [0, enforced): enforced; then dry rates, then dry leases
 	o := outcome{allowed: true, source: cluster.SourceOwner, score: cluster.UnknownScore}
-	if dryRates > 0 {
-		o.allowed, o.source, o.score = node.TakeFor(now, client, b.reqs[:dryRates], res[:dryRates])
+	if enforced > 0 {
+		o.allowed, o.source, o.score = node.TakeFor(now, client, b.reqs[:enforced], res[:enforced])
 	}
-	if dryRates < len(b.reqs) {
-		ok, src := decideDry(now, node, b, dryRates, dryLeases, o.allowed)
+	if enforced < len(b.reqs) {
+		ok, src := decideDry(now, node, b, enforced, dryLeases, o.allowed)
 		o.dryDenied = !ok
-		if dryRates == 0 {
+		if enforced == 0 {
 			o.source = src // nothing enforced was asked
 		}
 	}
 	if o.allowed {
-		o.speaker = clientSpeaker(b, decidingRequest(res))
+		o.speaker = decidingRequest(res) // a denial here is a dry run's
+		if res[o.speaker].Allowed {
+			o.speaker = clientSpeaker(b, o.speaker) // the network's budget is never shown
+		}
 	} else {
-		o.speaker = decidingRequest(res[:dryRates])
+		o.speaker = decidingRequest(res[:enforced])
 	}
 	return o
 }

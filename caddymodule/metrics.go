@@ -36,7 +36,7 @@ func initMetrics() {
 		metrics.cookies = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Name:      "cookies_total",
-			Help:      "Session cookies seen, by status: valid, old_secret, or why they were treated as absent (malformed, forged, expired, future).",
+			Help:      "Requests a zone counted, by their session cookie's status: absent, valid, old_secret, or why it was treated as absent (malformed, forged, expired, future).",
 		}, []string{"status"})
 		metrics.peerCall = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: metricsNamespace,

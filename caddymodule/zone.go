@@ -124,7 +124,8 @@ const (
 // isLease reports whether z caps concurrent holders rather than a rate.
 func (z *Zone) isLease() bool { return z.Concurrent > 0 }
 
-// provision prepares z for requests. It expects validate to pass.
+// provision prepares z for requests. Caddy validates after provisioning:
+// nothing here may fail or panic on a value validate would refuse.
 func (z *Zone) provision(ctx caddy.Context, app *App) error {
 	if z.MatchRaw != nil {
 		mods, err := ctx.LoadModule(z, "MatchRaw")

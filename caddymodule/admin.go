@@ -117,6 +117,7 @@ type KeyStats struct {
 	Held       int    `json:"held"`
 	Max        int    `json:"max"`
 	Reclaimed  uint64 `json:"reclaimed"`
+	Evicted    uint64 `json:"evicted"`
 	Overflowed uint64 `json:"overflowed"`
 	Swept      uint64 `json:"swept"`
 }
@@ -139,7 +140,7 @@ func (adminAPI) handleStatus(w http.ResponseWriter, r *http.Request) error {
 	st.mu.Unlock()
 	es := st.engine.Stats()
 	out := Status{
-		Keys:   KeyStats{Held: es.Keys, Max: es.MaxKeys, Reclaimed: es.Reclaimed, Overflowed: es.Overflowed, Swept: es.Swept},
+		Keys:   KeyStats{Held: es.Keys, Max: es.MaxKeys, Reclaimed: es.Reclaimed, Evicted: es.Evicted, Overflowed: es.Overflowed, Swept: es.Swept},
 		Memory: MemoryStats{CounterBytes: int64(es.Keys) * bytesPerKey},
 	}
 	if node != nil {
@@ -254,7 +255,9 @@ type ResetResult struct {
 // handleClient serves GET and DELETE /tollgate/clients/{id}[?zone=name].
 // {id} is the key as a zone renders it: the client ID by default, or
 // whatever the zone's key produced (URL-escaped); or its hashed ID, h:…,
-// as the logs print it.
+// as the logs print it. A GET of n:<hash>, as {http.tollgate.network}
+// renders it, shows that IP network's budgets for requests without a
+// session.
 func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 	raw := strings.TrimPrefix(r.URL.EscapedPath(), "/tollgate/clients/")
 	id, err := url.PathUnescape(raw)
@@ -274,6 +277,20 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 		return notFound("no zone in the running config")
 	}
 	keyHash := app.keyHashOf(id)
+	if net, ok := parseNetworkID(id); ok && r.Method == http.MethodGet {
+		view := ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(net, 0)).Name, Zones: []ZoneView{}}
+		for _, z := range zones {
+			if !z.countsNetwork() {
+				continue
+			}
+			zv, err := app.networkZoneView(z, net)
+			if err != nil {
+				return unavailable(err)
+			}
+			view.Zones = append(view.Zones, zv)
+		}
+		return writeJSON(w, view)
+	}
 	switch r.Method {
 	case http.MethodGet:
 		view := ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(keyHash, 0)).Name, Zones: []ZoneView{}}

@@ -56,6 +56,12 @@ type App struct {
 	// client network (1 to 128). Default: 64.
 	IPv6Prefix int `json:"ipv6_prefix,omitempty"`
 
+	// NetworkShare is how many times a zone's limit one IP network (see
+	// IPv4Prefix, IPv6Prefix) may spend on requests without a valid session
+	// cookie, in zones keyed by the client ID; zones may override it. IP
+	// pressure squeezes it. Default: 4.
+	NetworkShare int64 `json:"network_share,omitempty"`
+
 	// IPPressure squeezes the cookie-less limits of IP networks that show
 	// many distinct fingerprints. Default: on, 20 in 10m, 0.5, for 1h.
 	IPPressure *PressureConfig `json:"ip_pressure,omitempty"`
@@ -97,6 +103,7 @@ type App struct {
 	issue       string // cookie issuance policy
 	issueHeader string
 	issueLimit  limiter.Limit
+	challenge   *challenger // nil unless cookie { challenge } is set
 	issueZone   uint64
 
 	mu         sync.Mutex

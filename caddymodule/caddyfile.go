@@ -48,6 +48,7 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //	        match { <request matchers> }   # default: every request
 //	        shared                      # count with every shared zone of this name (same settings)
 //	        dry_run                     # a trial zone: counts and reports, never denies
+//	        network_share <N>           # cookie-less budget of one IP network, × limit; default: the global one
 //	    }
 //	    tier_from <placeholders>        # where a request's tier comes from
 //	    dry_run                         # every zone a trial; no cookies issued
@@ -188,6 +189,15 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 				return nil, err
 			}
 			z.Shared = true
+		case "network_share":
+			if err := wantArgs(1, "<N>, e.g. network_share 4"); err != nil {
+				return nil, err
+			}
+			n, err := strconv.ParseInt(args[0], 10, 64)
+			if err != nil || n < 1 || n > maxNetworkShare {
+				return nil, d.Errf("tollgate: zone %q: network_share %q must be a whole number from 1 to %d", z.Name, args[0], maxNetworkShare)
+			}
+			z.NetworkShare = n
 		case "dry_run":
 			if err := wantArgs(0, ""); err != nil {
 				return nil, err
@@ -235,7 +245,7 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 			}
 			z.TTL = caddy.Duration(dur)
 		default:
-			return nil, d.Errf("tollgate: zone %q: unknown subdirective %q (allowed: limit, key, algorithm, burst, match, shared, dry_run, concurrent, tier, lease, ttl)", z.Name, sub)
+			return nil, d.Errf("tollgate: zone %q: unknown subdirective %q (allowed: limit, key, algorithm, burst, match, shared, dry_run, network_share, concurrent, tier, lease, ttl)", z.Name, sub)
 		}
 	}
 	if !seen["limit"] && !seen["concurrent"] {
@@ -251,12 +261,14 @@ func parseZone(d *caddyfile.Dispenser) (*Zone, error) {
 //
 //	tollgate {
 //	    max_keys <N>                    # counters held in memory; default 1048576
+//	    network_share <N>               # cookie-less budget of one IP network, × each zone's limit; default 4
 //	    secret <secret> [<older>...]    # ≥ 32 bytes each; {env.*} allowed; default: generated and stored
 //	    cookie {
 //	        name <name>                 # default __tollgate
 //	        max_age <duration>          # default 720h
 //	        issue always|off|header <Header-Name>   # default always
-//	        issue_limit <N> <window>    # new sessions per cookie-less client; default 10 1h
+//	        issue_limit <N> <window>    # new sessions per IP network; default 30 1h
+//	        challenge pow <difficulty> [{ except { <request matchers> } }]  # browsers solve a proof of work for a session; default off
 //	    }
 //	    ip_prefix <IPv4 bits> <IPv6 bits>   # one client network; default 32 64
 //	    ip_pressure off
@@ -306,6 +318,10 @@ func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 		switch sub {
 		case "max_keys":
 			app.MaxKeys, err = intArg(d, "max_keys", "e.g. max_keys 1000000", 1, 1<<40)
+		case "network_share":
+			var n int
+			n, err = intArg(d, "network_share", "e.g. network_share 4", 1, maxNetworkShare)
+			app.NetworkShare = int64(n)
 		case "secret":
 			app.Secrets = d.RemainingArgs()
 			if len(app.Secrets) == 0 {
@@ -367,7 +383,7 @@ func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 				return nil, d.Errf("tollgate: fallback_ratio %q: must be a number above 0 and at most 1, e.g. 0.4", args[0])
 			}
 		default:
-			return nil, d.Errf("tollgate: unknown global option %q (allowed: max_keys, secret, cookie, ip_prefix, ip_pressure, cluster, fallback, fallback_ratio, reputation, snapshot_interval)", sub)
+			return nil, d.Errf("tollgate: unknown global option %q (allowed: max_keys, network_share, secret, cookie, ip_prefix, ip_pressure, cluster, fallback, fallback_ratio, reputation, snapshot_interval)", sub)
 		}
 		if err != nil {
 			return nil, err
@@ -420,6 +436,25 @@ func parseCookie(d *caddyfile.Dispenser) (*CookieConfig, error) {
 			default:
 				return nil, d.Errf("tollgate: cookie issue %q: must be always, off or header <Header-Name>", strings.Join(args, " "))
 			}
+		case "challenge":
+			if len(args) != 2 || args[0] != challengePoW {
+				return nil, d.Errf("tollgate: cookie challenge %q: must be pow <difficulty>, e.g. challenge pow 16", strings.Join(args, " "))
+			}
+			n, err := strconv.Atoi(args[1])
+			if err != nil || n < 1 || n > maxDifficulty {
+				return nil, d.Errf("tollgate: cookie challenge pow %q: difficulty must be a whole number of bits from 1 to %d", args[1], maxDifficulty)
+			}
+			c.Challenge = &ChallengeConfig{Type: challengePoW, Difficulty: n}
+			for nest := d.Nesting(); d.NextBlock(nest); {
+				if d.Val() != "except" || d.CountRemainingArgs() != 0 {
+					return nil, d.Errf("tollgate: cookie challenge: unknown setting %q (allowed: except { <request matchers> })", d.Val())
+				}
+				set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
+				if err != nil {
+					return nil, err
+				}
+				c.Challenge.ExceptRaw = set
+			}
 		case "issue_limit":
 			if len(args) != 2 {
 				return nil, d.Errf("tollgate: cookie issue_limit takes 2 arguments, got %d: issue_limit <N> <window>, e.g. issue_limit 10 1h", len(args))
@@ -434,7 +469,7 @@ func parseCookie(d *caddyfile.Dispenser) (*CookieConfig, error) {
 			}
 			c.IssueLimit, c.IssueWindow = n, caddy.Duration(w)
 		default:
-			return nil, d.Errf("tollgate: cookie: unknown subdirective %q (allowed: name, max_age, issue, issue_limit)", sub)
+			return nil, d.Errf("tollgate: cookie: unknown subdirective %q (allowed: name, max_age, issue, issue_limit, challenge)", sub)
 		}
 	}
 	if c.Name != "" {

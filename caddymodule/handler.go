@@ -38,6 +38,7 @@ func init() {
 //	{http.tollgate.retry_after}  seconds to wait, when denied
 //	{http.tollgate.client_id}    the client ID: s:<session> or f:<fingerprint digest>
 //	{http.tollgate.client_kind}  session or fingerprint
+//	{http.tollgate.network}      n:<keyed hash of the client's IP network>, as the admin API takes it
 //	{http.tollgate.ip_pressure}  distinct cookie-less fingerprints lately seen from the client's network
 //	{http.tollgate.squeezed}     whether that network's cookie-less limits are squeezed
 //	{http.tollgate.source}       who decided: owner, peer, blocked_cache or fallback
@@ -187,6 +188,7 @@ type scratch struct {
 	reqs   [maxInline]limiter.Request
 	zoneOf [maxInline]int
 	named  [maxInline]bool
+	netw   [maxInline]bool
 	dry    [maxInline]bool
 	res    [maxInline]limiter.Result
 	text   [128]byte
@@ -202,18 +204,20 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // the request is allowed only if every enforced one is. The slices start
 // in the scratch arrays and grow onto the heap past maxInline.
 type batch struct {
-	zones  []*Zone           // the matching zones, in the handler's order
-	reqs   []limiter.Request // what is asked of the limiter
-	zoneOf []int             // reqs[i] is counted for zones[zoneOf[i]]
-	named  []bool            // reqs[i] claims a named lease
-	dry    []bool            // reqs[i] is a dry run's: it decides nothing
-	res    []limiter.Result  // the limiter's answer to reqs[i]
+	zones   []*Zone           // the matching zones, in the handler's order
+	reqs    []limiter.Request // what is asked of the limiter
+	zoneOf  []int             // reqs[i] is counted for zones[zoneOf[i]]
+	named   []bool            // reqs[i] claims a named lease
+	dry     []bool            // reqs[i] is a dry run's: it decides nothing
+	network []bool            // reqs[i] counts the client's IP network, not the client
+	res     []limiter.Result  // the limiter's answer to reqs[i]
 }
 
 // reset points b at the inline arrays of sc, empty.
 func (b *batch) reset(sc *scratch) {
 	b.zones, b.reqs, b.zoneOf = sc.zones[:0], sc.reqs[:0], sc.zoneOf[:0]
 	b.named, b.dry, b.res = sc.named[:0], sc.dry[:0], sc.res[:0]
+	b.network = sc.netw[:0]
 }
 
 // add appends a limiter request for zone zi.
@@ -222,6 +226,7 @@ func (b *batch) add(zi int, r limiter.Request, named, dry bool) {
 	b.zoneOf = append(b.zoneOf, zi)
 	b.named = append(b.named, named)
 	b.dry = append(b.dry, dry)
+	b.network = append(b.network, false)
 }
 
 // Ranks of requests, in the order decideAt asks for them.
@@ -251,6 +256,7 @@ func (b *batch) order() (dryRates, dryLeases int) {
 			b.zoneOf[j], b.zoneOf[j-1] = b.zoneOf[j-1], b.zoneOf[j]
 			b.named[j], b.named[j-1] = b.named[j-1], b.named[j]
 			b.dry[j], b.dry[j-1] = b.dry[j-1], b.dry[j]
+			b.network[j], b.network[j-1] = b.network[j-1], b.network[j]
 		}
 	}
 	dryRates, dryLeases = len(b.reqs), len(b.reqs)
@@ -299,6 +305,9 @@ type outcome struct {
 // ServeHTTP counts r in its zones and passes it on or denies it, in three
 // steps: build the limiter requests, decide them now, write the response.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
+	if h.app.challenge != nil && r.URL.Path == ChallengePath {
+		return h.handleProof(w, r)
+	}
 	q := request{r: r}
 	q.vars, _ = r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
 	h.app.identify()
@@ -322,6 +331,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	if held != nil {
 		held.hold()
 		defer held.release()
+	}
+	if v.challenge {
+		return h.app.challenge.serveChallenge(w, r, v.identity.Network, now)
 	}
 	if v.issuer != nil {
 		v.issuer.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
@@ -368,8 +380,9 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 	for zi, z := range b.zones {
 		limit := z.limitFor(who.tier, tiers)
 		r := limiter.Request{
-			Key:  limiter.ZoneKey(z.hashKey(app.hasher, q, who.key), z.seed),
-			Zone: z.seed,
+			Key:     limiter.ZoneKey(z.hashKey(app.hasher, q, who.key), z.seed),
+			Zone:    z.seed,
+			Network: networkOf(&who.identity),
 		}
 		named := false
 		if z.isLease() {
@@ -379,6 +392,9 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 		}
 		r.Limit = limit
 		b.add(zi, r, named, h.DryRun || z.DryRun)
+		if who.identity.Kind == fingerprint.KindFingerprint && z.countsNetwork() {
+			h.addNetworkRequest(b, zi, z, z.limitFor(who.tier, tiers), &who, h.DryRun || z.DryRun)
+		}
 	}
 	return b, who, nil
 }
@@ -409,6 +425,9 @@ func decideAt(now time.Time, node *cluster.Node, client limiter.Key, b *batch) o
 	}
 	if o.allowed {
 		o.speaker = decidingRequest(res) // a denial here is a dry run's
+		if res[o.speaker].Allowed {
+			o.speaker = clientSpeaker(b, o.speaker) // the network's budget is never shown
+		}
 	} else {
 		o.speaker = decidingRequest(res[:enforced])
 	}
@@ -464,6 +483,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v := q.verdict()
 	v.identity, v.pressure, v.issuer, v.source = who.identity, who.pressure, nil, o.source
 	v.tier, v.score = who.tier, o.score
+	v.app, v.vars = h.app, q.vars
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !o.allowed) {
 		h.setHeaders(w.Header(), v, buf, b)
 	}
@@ -477,7 +497,8 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 		if o.dryDenied {
 			v.decision = decisionDryRunDeny
 			v.retryAfter = h.retryAfter(v.zone, b.res[i])
-			h.reportDenial(v, v.zone.hashKey(h.app.hasher, q, who.key), who.key, true)
+			v.zone.denials.inc(b.network[i])
+			h.reportDenial(v, v.zone.hashKey(h.app.hasher, q, who.key), who.key, true, b.network[i])
 		}
 		v.zone.counters.inc(v.decision, o.source)
 		if !h.DryRun {
@@ -487,9 +508,12 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	}
 
 	v.retryAfter = h.retryAfter(v.zone, b.res[i])
+	v.zone.denials.inc(b.network[i])
 	keyHash := v.zone.hashKey(h.app.hasher, q, who.key)
-	h.reportDenial(v, keyHash, who.key, false)
-	h.app.state.ops.denied.record(v.zone.Name, v.zone.scope, keyHash, now.Add(time.Duration(v.retryAfter)*time.Second), now)
+	h.reportDenial(v, keyHash, who.key, false, b.network[i])
+	if !b.network[i] {
+		h.app.state.ops.denied.record(v.zone.Name, v.zone.scope, keyHash, now.Add(time.Duration(v.retryAfter)*time.Second), now)
+	}
 	v.decision = decisionDeny
 	v.zone.counters.inc(v.decision, o.source)
 	w.Header().Set("Retry-After", strconv.FormatInt(v.retryAfter, 10))
@@ -578,8 +602,8 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 		}
 		remaining, reset := int64(-1), time.Duration(0)
 		for i, of := range b.zoneOf {
-			if of != zi || b.res[i].Remaining < 0 {
-				continue // another zone's, or not known (this one was not asked)
+			if of != zi || b.res[i].Remaining < 0 || b.network[i] {
+				continue // another zone's, not known (this one was not asked), or the network's
 			}
 			if remaining < 0 || b.res[i].Remaining < remaining {
 				remaining = b.res[i].Remaining
@@ -606,12 +630,17 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 // reportDenial logs a denial, or a dry run's would-be denial, and emits
 // the tollgate_denied event. Neither carries the key or the client ID: the
 // log has their keyed hashes only, as hashed IDs (h:…) the admin API looks
-// up.
-func (h *Handler) reportDenial(v *verdict, keyHash, clientKey uint64, dryRun bool) {
+// up; budget says whether the client's own budget or its network's denied.
+func (h *Handler) reportDenial(v *verdict, keyHash, clientKey uint64, dryRun, network bool) {
 	if ce := h.logger.Check(zapcore.InfoLevel, "request denied"); ce != nil {
+		budget := reasonClient
+		if network {
+			budget = reasonNetwork
+		}
 		ce.Write(
 			zap.String("zone", v.zone.Name),
 			zap.String("reason", denialReason(v.source)),
+			zap.String("budget", budget),
 			zap.String("client_hash", hashedID(clientKey)),
 			zap.String("key_hash", hashedID(keyHash)),
 			zap.String("client_kind", v.identity.Kind.String()),

@@ -37,14 +37,25 @@ type CookieConfig struct {
 	// is "header".
 	IssueHeader string `json:"issue_header,omitempty"`
 
-	// IssueLimit is how many new sessions one cookie-less client (one
-	// fingerprint on one network) may be given per IssueWindow, so that a
-	// client cannot mint fresh budgets by throwing cookies away. Default:
-	// 10 per hour.
+	// IssueLimit is how many new sessions one IP network (see IPv4Prefix,
+	// IPv6Prefix) may be given per IssueWindow, squeezed by IP pressure, so
+	// that a client cannot mint fresh budgets by throwing cookies away or
+	// rotating headers. A client that may not get a session stays on the
+	// cookie-less path, under its network's budget. Default: 30 per hour,
+	// enough for an office behind one address to get its sessions on a
+	// first morning.
 	IssueLimit int64 `json:"issue_limit,omitempty"`
 
 	// IssueWindow is the period of IssueLimit. Default: 1h.
 	IssueWindow caddy.Duration `json:"issue_window,omitempty"`
+
+	// Challenge, when set, makes a browser without a session pass a
+	// challenge before it is given one: its page loads (GET with an Accept
+	// naming text/html) get a small self-contained page that solves a proof
+	// of work and comes back with a session. Other clients are not
+	// challenged and are given no session: they stay on the cookie-less
+	// path, under their network's budget. Default: off.
+	Challenge *ChallengeConfig `json:"challenge,omitempty"`
 }
 
 // The values of CookieConfig.Issue.
@@ -56,7 +67,7 @@ const (
 
 // Defaults of cookie issuance.
 const (
-	defaultIssueLimit  = 10
+	defaultIssueLimit  = 30
 	defaultIssueWindow = time.Hour
 )
 
@@ -134,6 +145,11 @@ func (a *App) provisionIdentity(ctx caddy.Context) error {
 	}
 	a.issueLimit = limiter.Limit{Algorithm: limiter.SlidingWindow, Quota: limit, Window: window}
 	a.issueZone = a.hasher.Zone("\x00tollgate cookie issuance")
+	if cookie.Challenge != nil {
+		if a.challenge, err = newChallenger(ctx, cookie.Challenge, a.hashSecret, a.hasher); err != nil {
+			return err
+		}
+	}
 
 	if a.IPPressure == nil || !a.IPPressure.Off {
 		cfg := new(PressureConfig)
@@ -233,9 +249,20 @@ func (a *App) validateIdentity() error {
 		if c.IssueLimit < 0 || c.IssueLimit > limiter.MaxQuota {
 			return fmt.Errorf("tollgate: cookie issue_limit %d: must be a whole number from 1 to %d", c.IssueLimit, int64(limiter.MaxQuota))
 		}
+		if c.Challenge != nil {
+			if err := c.Challenge.validate(); err != nil {
+				return err
+			}
+			if c.Issue == issueOff || c.Issue == issueHeader {
+				return fmt.Errorf("tollgate: cookie challenge needs issue always: the challenge is what earns a session")
+			}
+		}
 		if c.IssueWindow < 0 || c.MaxAge < 0 {
 			return fmt.Errorf("tollgate: cookie durations must be positive")
 		}
+	}
+	if err := validateNetworkShare("tollgate: network_share", a.NetworkShare); err != nil {
+		return err
 	}
 	if p := a.IPPressure; p != nil && !p.Off {
 		if err := p.settings().Validate(); err != nil {

@@ -129,8 +129,11 @@ func TestClientChangingIPKeepsItsBudget(t *testing.T) {
 }
 
 func TestCookieLessFingerprintsAreSeparateUntilIPPressure(t *testing.T) {
+	// A network share large enough not to be reached: this is about each
+	// fingerprint's own budget.
 	srv := startCaddy(t, trustLoopback+`
 	tollgate {
+		network_share 100
 		ip_pressure {
 			threshold 4 10m
 			squeeze 0.34

@@ -56,7 +56,7 @@ func initMetrics() {
 // registerMetrics registers Tollgate's metrics with one config's registry.
 func registerMetrics(reg *prometheus.Registry, st *state) error {
 	initMetrics()
-	for _, c := range []prometheus.Collector{metrics.decisions, metrics.cookies, metrics.peerCall, metrics.batch, &stateCollector{st}} {
+	for _, c := range []prometheus.Collector{metrics.decisions, metrics.cookies, metrics.peerCall, metrics.batch, denialsVec(), emptyKeysVec(), challengesVec(), &stateCollector{st}} {
 		if err := reg.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return err
 		}
@@ -98,6 +98,8 @@ func newDecisionCounters(zone, scope string) *decisionCounters {
 func deleteDecisionSeries(zone, scope string) {
 	initMetrics()
 	metrics.decisions.DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
+	denialsVec().DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
+	emptyKeysVec().DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
 }
 
 func (c *decisionCounters) inc(decision string, src cluster.Source) {
@@ -140,7 +142,7 @@ type stateCollector struct{ st *state }
 var (
 	descKeysHeld    = prometheus.NewDesc("tollgate_keys_held", "Counters held in memory by this node (owned keys).", nil, nil)
 	descKeysMax     = prometheus.NewDesc("tollgate_keys_max", "The bound on counters held (max_keys).", nil, nil)
-	descEvictions   = prometheus.NewDesc("tollgate_key_evictions_total", "Counters dropped or refused for memory: reclaimed (expired, dropped to make room), swept (expired, dropped in the background), overflowed (new keys counted in a zone's shared overflow counter because memory was full).", []string{"kind"}, nil)
+	descEvictions   = prometheus.NewDesc("tollgate_key_evictions_total", "Counters dropped or refused for memory: reclaimed (expired, dropped to make room), evicted (live but not exhausted, least recently used, dropped to make room), swept (expired, dropped in the background), overflowed (new keys counted in a shared overflow counter of their zone and network because nothing could be evicted).", []string{"kind"}, nil)
 	descMembers     = prometheus.NewDesc("tollgate_cluster_members", "Members of the ring this node routes by (1 for a single node).", nil, nil)
 	descInFallback  = prometheus.NewDesc("tollgate_peers_in_fallback", "Peers whose keys this node currently decides by its fallback (unreachable, or behind an open breaker).", nil, nil)
 	descActivations = prometheus.NewDesc("tollgate_fallback_activations_total", "Times a peer became unreachable and its keys went to fallback.", nil, nil)
@@ -164,6 +166,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descKeysHeld, prometheus.GaugeValue, float64(es.Keys))
 	ch <- prometheus.MustNewConstMetric(descKeysMax, prometheus.GaugeValue, float64(es.MaxKeys))
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(es.Reclaimed), "reclaimed")
+	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(es.Evicted), "evicted")
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(es.Swept), "swept")
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(es.Overflowed), "overflowed")
 

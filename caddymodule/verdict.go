@@ -22,12 +22,15 @@ type verdict struct {
 	reset      int64 // seconds
 	retryAfter int64 // seconds; 0 unless denied
 
-	identity fingerprint.Identity
-	pressure fingerprint.Reading
-	source   cluster.Source // who decided
-	tier     string
-	score    float64       // the client's reputation; negative when not known
-	issuer   *cookieIssuer // set when the upstream decides on the cookie
+	identity  fingerprint.Identity
+	pressure  fingerprint.Reading
+	source    cluster.Source // who decided
+	tier      string
+	score     float64        // the client's reputation; negative when not known
+	issuer    *cookieIssuer  // set when the upstream decides on the cookie
+	challenge bool           // the response is the challenge page
+	app       *App           // for {http.tollgate.network} of a session
+	vars      map[string]any // the request's variables, for its client IP
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
 }
@@ -103,6 +106,8 @@ func (v *verdict) replace(key string) (any, bool) {
 		return v.identity.ID(), true
 	case "client_kind":
 		return v.identity.Kind.String(), true
+	case "network":
+		return v.networkID(), true
 	case "ip_pressure":
 		return v.pressure.Distinct, true
 	case "squeezed":

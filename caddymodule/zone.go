@@ -55,12 +55,21 @@ type Zone struct {
 	// through the admin API (PUT /tollgate/tiers), which wins until cleared.
 	Tiers map[string]int64 `json:"tiers,omitempty"`
 
-	// Key is what requests are counted by: text with placeholders, rendered
-	// per request. Requests whose key renders the same share a budget; a
-	// key that renders empty puts all such requests in one budget. Default:
+	// Key is what requests are counted by: text with at least one
+	// placeholder, rendered per request, or "global" for one budget shared
+	// by every request. Requests whose key renders the same share a budget;
+	// a request whose key has a placeholder that renders empty (a user
+	// before authentication, a missing header) is counted by the client ID
+	// instead, counted in tollgate_empty_keys_total. Default:
 	// the client ID ({http.tollgate.client_id}): the session of a valid
 	// cookie, else the request fingerprint blended with the IP network.
 	Key string `json:"key,omitempty"`
+
+	// NetworkShare overrides the app's network_share for this zone: how
+	// many times Limit one IP network may spend on requests without a
+	// valid session cookie. Only rate zones keyed by the client ID have a
+	// network budget. Default: the app's (4).
+	NetworkShare int64 `json:"network_share,omitempty"`
 
 	// Algorithm is sliding_window (default), fixed_window or token_bucket.
 	Algorithm string `json:"algorithm,omitempty"`
@@ -100,6 +109,8 @@ type Zone struct {
 	policy     string // this zone's RateLimit-Policy list member
 	denyError  error
 	counters   *decisionCounters
+	denials    *denialCounters
+	emptyKey   *emptyKeyReport
 	leaseFixed bool     // Lease has no placeholders
 	handler    *Handler // the handler that declares the zone
 }
@@ -126,6 +137,7 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 		}
 	}
 	z.prepare(app.hasher)
+	z.emptyKey = &emptyKeyReport{logger: ctx.Logger()}
 	return nil
 }
 
@@ -147,7 +159,7 @@ func (z *Zone) prepare(h limiter.Hasher) {
 		}
 		z.limit = limiter.Limit{Algorithm: limiter.Concurrency, Quota: z.Concurrent, Window: ttl}
 	}
-	if z.Key != "" && !strings.Contains(z.Key, "{") {
+	if z.Key == KeyGlobal {
 		z.keyFixed = true
 		z.keyHash = h.Sum64(z.Key)
 	}
@@ -167,6 +179,11 @@ func (z *Zone) setScope(h limiter.Hasher, scope string) {
 	z.scope = scope
 	z.seed = h.Zone(scope)
 	z.counters = newDecisionCounters(z.Name, scope)
+	z.denials = newDenialCounters(z.Name, scope)
+	if z.emptyKey == nil {
+		z.emptyKey = &emptyKeyReport{logger: nopLogger}
+	}
+	z.emptyKey.counter = emptyKeysVec().WithLabelValues(z.Name, scope)
 }
 
 // settings renders what a shared zone's declarations must agree on.
@@ -182,6 +199,9 @@ func (z *Zone) settings() string {
 		if z.Burst != 0 {
 			fmt.Fprintf(&b, ", burst %d", z.Burst)
 		}
+	}
+	if z.NetworkShare != 0 {
+		fmt.Fprintf(&b, ", network_share %d", z.NetworkShare)
 	}
 	if z.Key != "" {
 		fmt.Fprintf(&b, ", key %q", z.Key)
@@ -200,6 +220,9 @@ func (z *Zone) settings() string {
 // validate reports the first thing wrong with z, naming the directive.
 func (z *Zone) validate() error {
 	if err := validateZoneName(z.Name); err != nil {
+		return err
+	}
+	if err := validateKey(z.Name, z.Key); err != nil {
 		return err
 	}
 	for tier, n := range z.Tiers {
@@ -223,6 +246,9 @@ func (z *Zone) validate() error {
 			return fmt.Errorf("zone %q: ttl %s: must be from 1s to %s", z.Name, ttl, limiter.MaxWindow)
 		}
 		return nil
+	}
+	if err := validateNetworkShare("network_share", z.NetworkShare); err != nil {
+		return fmt.Errorf("zone %q: %v", z.Name, err)
 	}
 	if z.Lease != "" || z.TTL != 0 {
 		return fmt.Errorf("zone %q: lease and ttl are for concurrent zones", z.Name)
@@ -372,9 +398,11 @@ func (z *Zone) hashKey(h limiter.Hasher, q *request, clientKey uint64) uint64 {
 		return z.keyHash
 	case z.Key == "":
 		return clientKey
-	default:
-		return h.Sum64(q.replacer().ReplaceAll(z.Key, ""))
 	}
+	if s, ok := z.renderKey(q); ok {
+		return h.Sum64(s)
+	}
+	return clientKey
 }
 
 // headerSeconds renders a duration as the whole seconds of the RateLimit

@@ -157,6 +157,10 @@ func (x *Identifier) Identify(r *http.Request, clientIP, ja4 string, now time.Ti
 	return id
 }
 
+// Network returns the keyed hash of the IP network clientIP belongs to, as
+// Identity.Network holds it for requests without a usable cookie.
+func (x *Identifier) Network(clientIP string) uint64 { return x.network(clientIP) }
+
 // network hashes the prefix clientIP belongs to. Anything that is not an
 // IP address shares one network.
 func (x *Identifier) network(clientIP string) uint64 {

@@ -12,23 +12,81 @@ import (
 // keeps: a ClientHello larger than this is not fingerprinted.
 const MaxClientHello = 16 << 10
 
+// maxHelloRecords bounds the raw bytes a HelloCapture reads before giving
+// up: the largest ClientHello it fingerprints plus four record headers. A
+// ClientHello cut into smaller records than that allows is not fingerprinted.
+const maxHelloRecords = MaxClientHello + 5*4
+
 // HelloCapture collects the TLS ClientHello from the first bytes a client
 // sends, record by record, so a JA4 fingerprint can be computed without
 // touching the TLS library. Feed it what the connection reads until Done.
+//
+// It parses incrementally: each byte fed is looked at once, whatever the
+// record and read boundaries, so the work per connection is linear in what
+// the client sends and bounded by maxHelloRecords. It buffers at most the
+// ClientHello itself (MaxClientHello bytes) and one record header.
 // It is not safe for concurrent use.
 type HelloCapture struct {
-	records []byte // raw bytes seen so far
-	hello   []byte // the reassembled handshake message, once complete
-	failed  bool
+	hdr    [5]byte // the record header being read
+	hdrN   int     // bytes of hdr read so far
+	left   int     // payload bytes of the current record still to come
+	raw    int     // bytes fed so far, headers included
+	msg    []byte  // the handshake message reassembled so far
+	hello  []byte  // the complete ClientHello, once there is one
+	failed bool
+	work   int // bytes examined, for tests that bound the parse work
 }
 
 // Feed adds bytes read from the connection.
 func (c *HelloCapture) Feed(p []byte) {
-	if c.Done() {
-		return
+	for len(p) > 0 && !c.Done() {
+		if c.raw >= maxHelloRecords {
+			c.fail()
+			return
+		}
+		n := c.step(p[:min(len(p), maxHelloRecords-c.raw)])
+		c.raw += n
+		c.work += n
+		p = p[n:]
 	}
-	c.records = append(c.records, p...)
-	c.parse()
+}
+
+// step consumes one record header or one record payload, or as much of it
+// as p holds, and returns how many bytes it consumed.
+func (c *HelloCapture) step(p []byte) int {
+	if c.left == 0 {
+		n := copy(c.hdr[c.hdrN:], p)
+		if c.hdrN += n; c.hdrN < len(c.hdr) {
+			return n
+		}
+		c.hdrN = 0
+		if c.hdr[0] != 0x16 { // not a handshake record
+			c.fail()
+		}
+		c.left = int(c.hdr[3])<<8 | int(c.hdr[4])
+		return n
+	}
+	n := min(c.left, len(p))
+	c.left -= n
+	if c.msg == nil {
+		c.msg = make([]byte, 0, min(4+c.left+n, MaxClientHello))
+	}
+	c.msg = append(c.msg, p[:n]...)
+	if c.msg[0] != 1 { // not a ClientHello
+		c.fail()
+		return n
+	}
+	if len(c.msg) >= 4 {
+		size := 4 + (int(c.msg[1])<<16 | int(c.msg[2])<<8 | int(c.msg[3]))
+		switch {
+		case size > MaxClientHello:
+			c.fail()
+		case len(c.msg) >= size:
+			c.hello = c.msg[:size]
+			c.msg = nil
+		}
+	}
+	return n
 }
 
 // Done reports whether the capture has either a complete ClientHello or
@@ -48,41 +106,9 @@ func (c *HelloCapture) JA4() string {
 	return fp
 }
 
-// parse reassembles handshake records until the ClientHello is complete.
-func (c *HelloCapture) parse() {
-	var msg []byte
-	b := c.records
-	for len(b) >= 5 {
-		if b[0] != 0x16 { // not a handshake record
-			c.fail()
-			return
-		}
-		n := int(b[3])<<8 | int(b[4])
-		if len(b) < 5+n {
-			break
-		}
-		msg = append(msg, b[5:5+n]...)
-		b = b[5+n:]
-		if len(msg) >= 4 {
-			if msg[0] != 1 { // not a ClientHello
-				c.fail()
-				return
-			}
-			if size := 4 + (int(msg[1])<<16 | int(msg[2])<<8 | int(msg[3])); len(msg) >= size {
-				c.hello = msg[:size]
-				c.records = nil
-				return
-			}
-		}
-	}
-	if len(c.records) > MaxClientHello+5*4 {
-		c.fail()
-	}
-}
-
 func (c *HelloCapture) fail() {
 	c.failed = true
-	c.records = nil
+	c.msg = nil
 }
 
 var errShortHello = errors.New("truncated ClientHello")

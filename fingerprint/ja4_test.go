@@ -232,6 +232,73 @@ func FuzzJA4(f *testing.F) {
 		JA4(msg) // must not panic
 		c := &HelloCapture{}
 		c.Feed(append([]byte{0x16, 3, 1, byte(len(msg) >> 8), byte(len(msg))}, msg...))
-		c.JA4()
+		whole := c.JA4()
+
+		// The same message in one-byte records fed one byte at a time: the
+		// same answer while it fits the record bound, and never more work
+		// than the bytes fed.
+		stream := oneByteRecords(msg)
+		c = &HelloCapture{}
+		for i := 0; i < len(stream) && !c.Done(); i++ {
+			c.Feed(stream[i : i+1])
+		}
+		if len(stream) <= maxHelloRecords && len(msg) <= 0xffff && c.JA4() != whole {
+			t.Errorf("one-byte records give %q, one record %q", c.JA4(), whole)
+		}
+		if c.work > min(len(stream), maxHelloRecords) {
+			t.Errorf("examined %d bytes of %d", c.work, len(stream))
+		}
 	})
+}
+
+// oneByteRecords wraps msg in TLS handshake records of one byte each.
+func oneByteRecords(msg []byte) []byte {
+	out := make([]byte, 0, 6*len(msg))
+	for _, b := range msg {
+		out = append(out, 0x16, 3, 1, 0, 1, b)
+	}
+	return out
+}
+
+// TestHelloCaptureWorkIsLinear feeds ClientHellos cut into one-byte records
+// one byte at a time, the shape that made a re-parsing capture quadratic,
+// and counts the bytes the parser examines: each byte fed once at most.
+func TestHelloCaptureWorkIsLinear(t *testing.T) {
+	b := &helloBuilder{ciphers: []uint16{0x1301}}
+	b.ext(0x002b, list16(1, 0x0304))
+	b.ext(0x0015, make([]byte, 2000)) // padding
+	msg := b.bytes()
+	stream := oneByteRecords(msg)
+	c := &HelloCapture{}
+	for i := range stream {
+		c.Feed(stream[i : i+1])
+	}
+	want, _ := JA4(msg)
+	if got := c.JA4(); got == "" || got != want {
+		t.Fatalf("JA4 over one-byte records = %q, want %q", got, want)
+	}
+	if c.work > len(stream) {
+		t.Errorf("examined %d bytes to parse %d", c.work, len(stream))
+	}
+
+	// A 16 KB ClientHello in one-byte records is more than the capture
+	// reads: it gives up after the bound, having looked at each byte once.
+	b.exts = b.exts[:1]
+	b.ext(0x0015, make([]byte, MaxClientHello-200))
+	stream = oneByteRecords(b.bytes())
+	c = &HelloCapture{}
+	fed := 0
+	for i := 0; i < len(stream) && !c.Done(); i++ {
+		c.Feed(stream[i : i+1])
+		fed++
+	}
+	if !c.Done() || c.JA4() != "" {
+		t.Fatal("a ClientHello over the record bound was not given up on")
+	}
+	if c.work > maxHelloRecords || fed > maxHelloRecords+1 {
+		t.Errorf("examined %d bytes (fed %d) for a bound of %d", c.work, fed, maxHelloRecords)
+	}
+	if cap(c.msg) > MaxClientHello {
+		t.Errorf("buffered %d bytes", cap(c.msg))
+	}
 }

@@ -16,8 +16,17 @@ const DefaultMaxKeys = 1 << 20
 const numShards = 256
 
 // reclaimSample is how many entries an insert into a full shard looks at for
-// expired ones it can drop before it falls back to the overflow counter.
+// expired ones it can drop, and for the least recently used one it can evict,
+// before it falls back to an overflow counter.
 const reclaimSample = 16
+
+// DefaultNetworkShare is the part of MaxKeys one IP network may hold when
+// Config leaves NetworkShare zero: one eighth.
+const DefaultNetworkShare = 8
+
+// maxOverflowCounters bounds the overflow shard: past it, new keys of a
+// zone share that zone's counter whatever their network.
+const maxOverflowCounters = 4 * numShards
 
 // Request asks to spend Cost units of Limit under Key.
 type Request struct {
@@ -27,6 +36,10 @@ type Request struct {
 	// zone instead of getting counters of their own.
 	Zone  uint64
 	Limit Limit
+	// Network is a hash of the client's IP network (its /32 or /64), or 0
+	// when it is unknown. It caps the keys one network may hold and
+	// separates the overflow counters of networks.
+	Network uint32
 	// Cost is the number of units to spend; zero means 1.
 	Cost int64
 	// LeaseID names the lease a Concurrency request claims: a request
@@ -45,6 +58,9 @@ func (r *Request) cost() int64 {
 type Config struct {
 	// MaxKeys bounds the number of counters held. Zero means DefaultMaxKeys.
 	MaxKeys int
+	// NetworkShare is the part of MaxKeys one IP network may hold, as a
+	// divisor: 8 means an eighth. Zero means DefaultNetworkShare.
+	NetworkShare int
 }
 
 // Stats are an Engine's counters since it was created.
@@ -56,8 +72,12 @@ type Stats struct {
 	MaxKeys int
 	// Reclaimed counts expired counters dropped to make room for new ones.
 	Reclaimed uint64
-	// Overflowed counts requests of new keys that were counted in their
-	// zone's shared overflow counter because the engine was full.
+	// Evicted counts live counters, none of them exhausted, dropped (least
+	// recently used first) to make room for new ones.
+	Evicted uint64
+	// Overflowed counts requests of new keys that were counted in a shared
+	// overflow counter, because the engine was full of exhausted counters
+	// or their network held its share of the keys.
 	Overflowed uint64
 	// Swept counts expired counters dropped by Sweep.
 	Swept uint64
@@ -67,23 +87,36 @@ type Stats struct {
 // under its shard's lock, so concurrent requests always see each other's
 // effect (single writer, read-your-writes).
 //
-// Memory is bounded by MaxKeys. Expired counters are dropped lazily: when
-// a full shard needs room, and by Sweep, which the owner calls periodically
-// (one shard per call; there is no timer or goroutine per key). When a shard
-// is full of live counters, a new key does not get a counter of its own: it
-// is counted in an overflow counter shared by all such keys of its zone, with
-// the zone's normal limit. So a flood of distinct keys can make new clients
-// share a budget (over-limiting them) but never gives anyone an unlimited or
-// a fresh budget, and existing clients keep their exact counts.
+// Memory is bounded by MaxKeys (at most 128 bytes per key). Expired counters
+// are dropped lazily: when a full shard needs room, and by Sweep, which the
+// owner calls periodically (one shard per call; there is no timer or
+// goroutine per key). When a shard is full of live counters, a new key
+// evicts, of a sample of them, the one closest to expiring (for one zone,
+// the least recently used) that is not exhausted:
+// a counter that has spent its quota, or was denied, is kept until its state
+// expires, so a flood of keys can never give a denied client a fresh budget.
+// One IP network (Request.Network) may hold at most 1/NetworkShare of each
+// shard; past that, a new key of the network evicts one of that network's
+// own counters, so one source cannot fill the table.
+//
+// Only when a sample holds nothing evictable (a shard full of exhausted
+// counters, or a network whose share is all exhausted) is a new key counted
+// in an overflow counter shared by the new keys of its zone and network, with
+// the zone's normal limit. An evicted counter that was not exhausted starts
+// afresh if its key returns: the most a key can regain per eviction is what
+// it had spent, less than one quota.
 //
 // An Engine is safe for concurrent use. Time is always passed in.
 type Engine struct {
 	shards     [numShards]shard
-	overflow   shard // keyed by zone seed
+	overflow   shard // keyed by zone seed and network
 	shardCap   atomic.Int64
+	netCap     atomic.Int64 // keys per shard one network may hold
+	netShare   int64
 	maxKeys    atomic.Int64
 	sweepNext  atomic.Uint32
 	reclaimed  atomic.Uint64
+	evicted    atomic.Uint64
 	overflowed atomic.Uint64
 	swept      atomic.Uint64
 	reputation atomic.Pointer[ReputationPolicy]
@@ -91,21 +124,79 @@ type Engine struct {
 
 type shard struct {
 	mu      sync.Mutex
-	entries map[Key]entry      // counters and reputations
+	entries map[Key]slot       // counters and reputations
+	nets    map[uint32]int32   // entries held per network
 	grants  map[Key]grantState // extra quota, by zone key
 	leases  map[Key][]Lease    // concurrency slots held, by zone key
-	_       [32]byte           // one shard per cache line: no false sharing of locks
+	_       [24]byte           // one shard per cache line: no false sharing of locks
+}
+
+// slot is what the key table holds under a key: the counter, and the
+// table's note on it. The algorithms see only the entry.
+type slot struct {
+	entry
+	// note is the key's network (the low 31 bits of Request.Network; 0
+	// if unknown) and exhaustedBit once the counter has spent its quota or
+	// been denied: it is then not evicted until its state expires. (A
+	// counter that was exhausted once stays held while it is in use; it is
+	// evicted only once idle.)
+	note uint32
+}
+
+const (
+	exhaustedBit = 1 << 31
+	netMask      = exhaustedBit - 1
+)
+
+// held reports whether v may not be evicted at now.
+func (v slot) held(now int64) bool { return v.note&exhaustedBit != 0 && v.expires > now }
+
+// net returns the network of v, 0 if unknown.
+func (v slot) net() uint32 { return v.note & netMask }
+
+// put stores e under k: a new key with the note of network net (counted
+// in nets), an existing one keeping its note from old. exhausted marks it.
+func (s *shard) put(k Key, e entry, old slot, isNew bool, net uint32, exhausted bool) {
+	note := old.note
+	if isNew {
+		if note = net & netMask; note != 0 {
+			s.nets[note]++
+		}
+	}
+	if exhausted {
+		note |= exhaustedBit
+	}
+	s.entries[k] = slot{entry: e, note: note}
+}
+
+// remove drops k, which holds v, and its part of the per-network count.
+func (s *shard) remove(k Key, v slot) {
+	delete(s.entries, k)
+	net := v.net()
+	if net == 0 {
+		return
+	}
+	if n := s.nets[net] - 1; n > 0 {
+		s.nets[net] = n
+	} else {
+		delete(s.nets, net)
+	}
 }
 
 // New returns an empty Engine.
 func New(cfg Config) *Engine {
 	e := new(Engine)
 	for i := range e.shards {
-		e.shards[i].entries = make(map[Key]entry)
+		e.shards[i].entries = make(map[Key]slot)
+		e.shards[i].nets = make(map[uint32]int32)
 		e.shards[i].grants = make(map[Key]grantState)
 		e.shards[i].leases = make(map[Key][]Lease)
 	}
-	e.overflow.entries = make(map[Key]entry)
+	e.overflow.entries = make(map[Key]slot)
+	e.netShare = int64(cfg.NetworkShare)
+	if e.netShare <= 0 {
+		e.netShare = DefaultNetworkShare
+	}
 	e.SetMaxKeys(cfg.MaxKeys)
 	return e
 }
@@ -118,7 +209,9 @@ func (e *Engine) SetMaxKeys(n int) {
 		n = DefaultMaxKeys
 	}
 	e.maxKeys.Store(int64(n))
-	e.shardCap.Store(int64(max(1, (n+numShards-1)/numShards)))
+	shardCap := int64(max(1, (n+numShards-1)/numShards))
+	e.shardCap.Store(shardCap)
+	e.netCap.Store(max(1, (shardCap+e.netShare-1)/e.netShare))
 }
 
 func shardOf(k Key) uint32 {
@@ -157,7 +250,7 @@ func (e *Engine) Peek(now time.Time, req Request) Result {
 		}
 		return r
 	}
-	cur := s.entries[req.Key]
+	cur := s.entries[req.Key].entry
 	s.mu.Unlock()
 	_, r := req.Limit.apply(cur, ns, req.cost())
 	if r.Allowed {
@@ -177,7 +270,8 @@ func (e *Engine) Refund(now time.Time, req Request) {
 	s := &e.shards[shardOf(req.Key)]
 	s.mu.Lock()
 	if cur, ok := s.entries[req.Key]; ok {
-		s.entries[req.Key] = req.Limit.refund(cur, ns, req.cost())
+		cur.entry = req.Limit.refund(cur.entry, ns, req.cost())
+		s.entries[req.Key] = cur
 	}
 	s.mu.Unlock()
 }
@@ -190,9 +284,11 @@ func (e *Engine) Reset(keys ...Key) int {
 	for _, k := range keys {
 		s := &e.shards[shardOf(k)]
 		s.mu.Lock()
-		_, counted := s.entries[k]
+		v, counted := s.entries[k]
 		_, leased := s.leases[k]
-		delete(s.entries, k)
+		if counted {
+			s.remove(k, v)
+		}
 		delete(s.leases, k)
 		if counted || leased {
 			n++
@@ -215,7 +311,7 @@ func (e *Engine) Sweep(now time.Time) int {
 	s.mu.Lock()
 	for k, v := range s.entries {
 		if v.expires <= ns {
-			delete(s.entries, k)
+			s.remove(k, v)
 			dropped++
 		}
 	}
@@ -249,6 +345,7 @@ func (e *Engine) Stats() Stats {
 	st := Stats{
 		MaxKeys:    int(e.maxKeys.Load()),
 		Reclaimed:  e.reclaimed.Load(),
+		Evicted:    e.evicted.Load(),
 		Overflowed: e.overflowed.Load(),
 		Swept:      e.swept.Load(),
 	}

@@ -101,39 +101,134 @@ func TestConcurrentBatchesAreExact(t *testing.T) {
 	}
 }
 
-func TestFullEngineSharesAnOverflowCounter(t *testing.T) {
+// TestFullEngineOfExhaustedKeysOverflowsPerNetwork fills every shard with
+// exhausted counters, which may not be evicted: new keys then share one
+// overflow counter per zone and network, so one network's newcomers never
+// spend another's.
+func TestFullEngineOfExhaustedKeysOverflowsPerNetwork(t *testing.T) {
 	e := New(Config{MaxKeys: numShards}) // one key per shard
 	lim := Limit{Quota: 3, Window: time.Minute}
-	// Fill every shard with a live key of another zone.
 	for k := Key(1); e.Stats().Keys < numShards; k++ {
-		e.TakeOne(t0, Request{Key: k, Zone: 4, Limit: lim})
+		for range 4 {
+			e.TakeOne(t0, Request{Key: k, Zone: 4, Limit: lim})
+		}
 	}
-	// New keys now share zone 5's overflow counter: 3 in total, not 3 each.
 	overflowedBefore := e.Stats().Overflowed
 	allowed := 0
 	for k := Key(1 << 40); k < 1<<40+20; k++ {
-		if e.TakeOne(t0, Request{Key: k, Zone: 5, Limit: lim}).Allowed {
+		if e.TakeOne(t0, Request{Key: k, Zone: 5, Network: 77, Limit: lim}).Allowed {
 			allowed++
 		}
 	}
 	if allowed != 3 {
-		t.Fatalf("20 new keys in a full engine allowed %d; want 3 (one shared budget)", allowed)
+		t.Fatalf("20 new keys of one network in a full engine allowed %d; want 3 (one shared budget)", allowed)
 	}
 	st := e.Stats()
-	if st.Keys > numShards || st.Overflowed-overflowedBefore != 20 {
-		t.Errorf("stats %+v; want at most %d keys and 20 overflowed", st, numShards)
+	if st.Keys > numShards || st.Overflowed-overflowedBefore != 20 || st.Evicted != 0 {
+		t.Errorf("stats %+v; want at most %d keys, 20 overflowed, none evicted", st, numShards)
 	}
-	// Another zone has its own overflow counter.
-	if !e.TakeOne(t0, Request{Key: 1 << 50, Zone: 6, Limit: lim}).Allowed {
+	// Another network, and another zone, have overflow counters of their own.
+	if !e.TakeOne(t0, Request{Key: 1 << 50, Zone: 5, Network: 78, Limit: lim}).Allowed {
+		t.Error("network 78 denied by network 77's overflow")
+	}
+	if !e.TakeOne(t0, Request{Key: 1 << 51, Zone: 6, Network: 77, Limit: lim}).Allowed {
 		t.Error("zone 6 denied by zone 5's overflow")
 	}
-	// Once the old keys expire, new keys get counters of their own again.
+	// Once the exhausted keys expire, new keys get counters of their own.
 	later := t0.Add(3 * time.Minute)
 	for k := Key(1 << 41); k < 1<<41+3*numShards; k++ {
 		e.TakeOne(later, Request{Key: k, Zone: 5, Limit: lim})
 	}
 	if st := e.Stats(); st.Reclaimed == 0 || st.Keys > numShards {
 		t.Errorf("stats after expiry %+v; want reclaimed counters and at most %d keys", st, numShards)
+	}
+}
+
+// TestKeyFloodCannotShutTheTable floods a small table with fifty times as
+// many distinct keys as it holds, all from one network: exhausted victims
+// stay denied (in another network and in the flooding one), a newcomer from
+// another network gets its full limit, and the table stays within its bound
+// with the flooding network holding no more than its share.
+func TestKeyFloodCannotShutTheTable(t *testing.T) {
+	const maxKeys = 16 * numShards
+	e := New(Config{MaxKeys: maxKeys})
+	lim := Limit{Quota: 3, Window: time.Minute}
+	const victimNet, floodNet, newNet = 7, 9, 11
+	victims := []Request{
+		{Key: 1, Zone: 5, Network: victimNet, Limit: lim},
+		{Key: 2, Zone: 5, Network: floodNet, Limit: lim},
+	}
+	// A bystander that has spent part of its quota, and a victim that
+	// spent it all without being denied yet, are also kept or bounded.
+	for _, v := range victims {
+		for range 4 {
+			e.TakeOne(t0, v)
+		}
+	}
+	spent := Request{Key: 3, Zone: 5, Network: victimNet, Limit: lim}
+	for range 3 {
+		e.TakeOne(t0, spent)
+	}
+	victims = append(victims, spent)
+
+	at := t0
+	for i := range 50 * maxKeys {
+		at = t0.Add(time.Duration(i) * time.Microsecond)
+		e.TakeOne(at, Request{Key: Key(1<<40 + i), Zone: 5, Network: floodNet, Limit: lim})
+	}
+	for i, v := range victims {
+		if r := e.TakeOne(at, v); r.Allowed {
+			t.Errorf("victim %d admitted after the flood: %+v", i, r)
+		}
+	}
+	fresh := Request{Key: 1 << 50, Zone: 5, Network: newNet, Limit: lim}
+	for i := range 3 {
+		if r := e.TakeOne(at, fresh); !r.Allowed || r.Remaining != int64(2-i) {
+			t.Fatalf("newcomer's request %d after the flood: %+v; want its own full quota", i+1, r)
+		}
+	}
+	st := e.Stats()
+	if st.Keys > maxKeys || st.Evicted == 0 {
+		t.Errorf("stats %+v; want at most %d keys and evictions", st, maxKeys)
+	}
+	flood := 0
+	for i := range e.shards {
+		flood += int(e.shards[i].nets[floodNet])
+	}
+	if share := numShards * int(e.netCap.Load()); flood > share {
+		t.Errorf("the flooding network holds %d keys; its share is %d", flood, share)
+	}
+	e.overflow.mu.Lock()
+	overflow := len(e.overflow.entries)
+	e.overflow.mu.Unlock()
+	if overflow > maxOverflowCounters {
+		t.Errorf("%d overflow counters; the bound is %d", overflow, maxOverflowCounters)
+	}
+}
+
+// TestEvictionTakesTheLeastRecentlyUsed fills a two-key shard and checks
+// that a new key evicts the live counter that was used least recently (for
+// a token bucket, the one closest to full, so closest to expiring).
+func TestEvictionTakesTheLeastRecentlyUsed(t *testing.T) {
+	e := New(Config{MaxKeys: 2 * numShards, NetworkShare: 1})
+	lim := Limit{Algorithm: TokenBucket, Quota: 3, Window: time.Hour}
+	s := &e.shards[0]
+	var keys []Key
+	for k := Key(1); len(keys) < 3; k++ {
+		if shardOf(k) == 0 {
+			keys = append(keys, k)
+		}
+	}
+	e.TakeOne(t0, Request{Key: keys[0], Zone: 1, Limit: lim})
+	e.TakeOne(t0.Add(time.Minute), Request{Key: keys[1], Zone: 1, Limit: lim})
+	e.TakeOne(t0.Add(2*time.Minute), Request{Key: keys[0], Zone: 1, Limit: lim}) // keys[0] used last
+	e.TakeOne(t0.Add(3*time.Minute), Request{Key: keys[2], Zone: 1, Limit: lim})
+	s.mu.Lock()
+	_, has0 := s.entries[keys[0]]
+	_, has1 := s.entries[keys[1]]
+	s.mu.Unlock()
+	if !has0 || has1 {
+		t.Errorf("after eviction: recently used kept %v, least recently used kept %v", has0, has1)
 	}
 }
 
@@ -184,6 +279,34 @@ func TestMemoryPerKey(t *testing.T) {
 	const n = 1 << 20
 	perKey := measureBytesPerKey(n)
 	t.Logf("%.1f bytes per key with %d keys", perKey, n)
+	if perKey > 128 {
+		t.Fatalf("%.1f bytes per key; the bound is 128", perKey)
+	}
+}
+
+// TestMemoryPerKeyWithNetworks is the worst case of the key table: every
+// key carries its client's network, so every counter has a note.
+func TestMemoryPerKeyWithNetworks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a million keys")
+	}
+	const n = 1 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	e := New(Config{MaxKeys: n})
+	h := NewHasher([]byte("memory"))
+	lim := Limit{Quota: 100, Window: time.Hour}
+	var buf [20]byte
+	for i := range n {
+		key := fmt.Appendf(buf[:0], "client-%d", i)
+		e.TakeOne(t0, Request{Key: ZoneKey(h.Sum64(string(key)), 1), Network: uint32(i/64 + 1), Limit: lim})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(e)
+	perKey := float64(after.HeapAlloc-before.HeapAlloc) / float64(n)
+	t.Logf("%.1f bytes per key with %d keys, each with a network", perKey, n)
 	if perKey > 128 {
 		t.Fatalf("%.1f bytes per key; the bound is 128", perKey)
 	}
@@ -256,5 +379,54 @@ func BenchmarkTakeTwoZones(b *testing.B) {
 func BenchmarkMemoryPerKey(b *testing.B) {
 	for b.Loop() {
 		b.ReportMetric(measureBytesPerKey(1<<20), "B/key")
+	}
+}
+
+// BenchmarkNetworkBudget is the engine's part of a cookie-less request,
+// with and without its network's budget: 10,000 clients on 2,500 networks,
+// the client's counter alone, then with its network's counter decided
+// atomically with it; without reputation, and with it (the default, where
+// every request is already a batch with the client's reputation). The
+// difference is what the network budget adds.
+func BenchmarkNetworkBudget(b *testing.B) {
+	lim := Limit{Quota: 1 << 30, Window: time.Hour}
+	const clients, networks = 10000, 2500
+	h := NewHasher([]byte("bench"))
+	for _, reputation := range []bool{false, true} {
+		for _, withNetwork := range []bool{false, true} {
+			name := "client"
+			if withNetwork {
+				name = "client_and_network"
+			}
+			if reputation {
+				name += "/reputation"
+			}
+			b.Run(name, func(b *testing.B) {
+				e := New(Config{})
+				if reputation {
+					e.SetReputation(&ReputationPolicy{Penalty: 1, RecoveryPerHour: 10, Buckets: DefaultBuckets})
+				}
+				batches := make([][]Request, clients)
+				for i := range batches {
+					net := h.Sum64(fmt.Sprintf("net-%d", i%networks))
+					batches[i] = []Request{{Key: ZoneKey(h.Sum64(fmt.Sprintf("client-%d", i)), 1), Zone: 1, Network: uint32(net), Limit: lim}}
+					if withNetwork {
+						batches[i] = append(batches[i], Request{Key: ZoneKey(net, 2), Zone: 2, Network: uint32(net), Limit: lim.Scale(4)})
+					}
+				}
+				res := make([]Result, 2)
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					reqs := batches[i%clients]
+					client := Key(0)
+					if reputation {
+						client = ZoneKey(uint64(reqs[0].Key), 3)
+					}
+					e.TakeFor(t0, client, reqs, res[:len(reqs)])
+					i++
+				}
+			})
+		}
 	}
 }

@@ -73,9 +73,9 @@ func (e *Engine) Extract(now time.Time, move func(Key) bool, limit int) []State 
 			if !move(k) {
 				continue
 			}
-			delete(s.entries, k)
+			s.remove(k, v)
 			if v.expires > ns {
-				out = append(out, stateOf(k, v))
+				out = append(out, stateOf(k, v.entry))
 			}
 		}
 		for k, g := range s.grants {
@@ -111,9 +111,9 @@ func (e *Engine) ExtractKeys(now time.Time, keys []Key) []State {
 		s := &e.shards[shardOf(k)]
 		s.mu.Lock()
 		if v, ok := s.entries[k]; ok {
-			delete(s.entries, k)
+			s.remove(k, v)
 			if v.expires > ns {
-				out = append(out, stateOf(k, v))
+				out = append(out, stateOf(k, v.entry))
 			}
 		}
 		if g, ok := s.grants[k]; ok {
@@ -159,11 +159,12 @@ func (e *Engine) Merge(now time.Time, states []State) {
 			s.leases[st.Key] = mergeLeases(s.leases[st.Key], st.Leases)
 		default:
 			cur, ok := s.entries[st.Key]
-			if !ok || cur.expires <= ns {
-				s.entries[st.Key] = st.entry()
-			} else {
-				s.entries[st.Key] = mergeEntries(cur, st.entry(), ns)
+			next := st.entry()
+			if ok && cur.expires > ns {
+				next = mergeEntries(cur.entry, next, ns)
 			}
+			cur.entry = next // the key table's note stays this node's
+			s.entries[st.Key] = cur
 		}
 		s.mu.Unlock()
 	}
@@ -234,7 +235,7 @@ func (e *Engine) Range(now time.Time, fn func(State) bool) {
 		ok := true
 		for k, v := range s.entries {
 			if ok && v.expires > ns {
-				ok = fn(stateOf(k, v))
+				ok = fn(stateOf(k, v.entry))
 			}
 		}
 		for k, g := range s.grants {

@@ -112,11 +112,11 @@ func (e *Engine) Penalize(now time.Time, client Key) float64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur, ok := s.entries[client]
-	if !ok && !e.makeRoom(s, ns) {
+	if !ok && !e.makeRoom(s, ns, 0) {
 		return FullScore
 	}
-	next := p.penalize(cur, ns)
-	s.entries[client] = next
+	next := p.penalize(cur.entry, ns)
+	s.put(client, next, cur, !ok, 0, false)
 	return p.score(next, ns)
 }
 
@@ -128,7 +128,7 @@ func (e *Engine) Reputation(now time.Time, client Key) float64 {
 	}
 	s := &e.shards[shardOf(client)]
 	s.mu.Lock()
-	v := s.entries[client]
+	v := s.entries[client].entry
 	s.mu.Unlock()
 	return p.score(v, now.UnixNano())
 }
@@ -148,7 +148,7 @@ func (e *Engine) ReputationBuckets(now time.Time) []int {
 		s.mu.Lock()
 		for _, v := range s.entries {
 			if v.kind() == kindReputation && v.expires > ns {
-				counts[p.BucketOf(p.score(v, ns))]++
+				counts[p.BucketOf(p.score(v.entry, ns))]++
 			}
 		}
 		s.mu.Unlock()

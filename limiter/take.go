@@ -2,6 +2,8 @@ package limiter
 
 import (
 	"time"
+
+	"github.com/tollgate/tollgate/internal/keyhash"
 )
 
 // Take spends the requests' units if every one of them can be granted, and
@@ -44,16 +46,22 @@ func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
 	s := &e.shards[shardOf(req.Key)]
 	s.mu.Lock()
 	cur, ok := s.entries[req.Key]
-	if !ok && !e.makeRoom(s, now) {
+	if !ok && !e.makeRoom(s, now, req.Network) {
 		s.mu.Unlock()
 		return e.takeOverflow(now, req, res)
 	}
-	next, r := req.Limit.apply(cur, now, req.cost())
+	next, r := req.Limit.apply(cur.entry, now, req.cost())
 	if r.Allowed {
-		s.entries[req.Key] = next
-	} else if len(s.grants) > 0 {
-		if g, ok := s.grants[req.Key]; ok {
-			r = g.spend(now, req.cost(), r, true, s, req.Key)
+		s.put(req.Key, next, cur, !ok, req.Network, r.Remaining == 0)
+	} else {
+		if len(s.grants) > 0 {
+			if g, ok := s.grants[req.Key]; ok {
+				r = g.spend(now, req.cost(), r, true, s, req.Key)
+			}
+		}
+		if !r.Allowed && ok && cur.note&exhaustedBit == 0 {
+			cur.note |= exhaustedBit
+			s.entries[req.Key] = cur
 		}
 	}
 	s.mu.Unlock()
@@ -65,15 +73,30 @@ func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
 func (e *Engine) takeOverflow(now int64, req *Request, res *Result) bool {
 	e.overflowed.Add(1)
 	o := &e.overflow
-	k := Key(req.Zone)
 	o.mu.Lock()
-	next, r := req.Limit.apply(o.entries[k], now, req.cost())
+	k := e.overflowKey(req)
+	next, r := req.Limit.apply(o.entries[k].entry, now, req.cost())
 	if r.Allowed {
-		o.entries[k] = next
+		o.entries[k] = slot{entry: next}
 	}
 	o.mu.Unlock()
 	*res = r
 	return r.Allowed
+}
+
+// overflowKey returns the overflow counter of req: one per zone and
+// network while the overflow shard has room, one per zone past that. The
+// overflow lock must be held.
+func (e *Engine) overflowKey(req *Request) Key {
+	k := Key(req.Zone)
+	if req.Network == 0 {
+		return k
+	}
+	kn := Key(req.Zone ^ keyhash.Mix(uint64(req.Network)|1<<63))
+	if _, ok := e.overflow.entries[kn]; ok || len(e.overflow.entries) < maxOverflowCounters {
+		return kn
+	}
+	return k
 }
 
 // maxBatch is the largest batch Take handles without allocating.
@@ -84,8 +107,15 @@ const maxBatch = 8
 func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []Request, res []Result) (bool, float64) {
 	var idxBuf [maxBatch + 1]uint32
 	idx := idxBuf[:0]
+	var shardBuf [maxBatch]uint32
+	shardIdx := shardBuf[:0]
+	if len(reqs) > maxBatch {
+		shardIdx = make([]uint32, 0, len(reqs))
+	}
 	for i := range reqs {
-		idx = insertSorted(idx, shardOf(reqs[i].Key))
+		si := shardOf(reqs[i].Key)
+		shardIdx = append(shardIdx, si)
+		idx = insertSorted(idx, si)
 	}
 	if client != 0 {
 		idx = insertSorted(idx, shardOf(client))
@@ -95,27 +125,41 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 	}
 	// The overflow shard is always locked last, after any regular shard, so
 	// the lock order is the same for every caller.
-	var overflowBuf [maxBatch]bool
-	overflow := overflowBuf[:0]
+	var overflowBuf, existedBuf [maxBatch]bool
+	var oldBuf [maxBatch]slot
+	overflow, existed, old := overflowBuf[:0], existedBuf[:0], oldBuf[:0]
 	usesOverflow := false
 	for i := range reqs {
-		of := false
+		of, ok := false, false
+		var v slot
 		if reqs[i].Limit.Algorithm != Concurrency {
-			s := &e.shards[shardOf(reqs[i].Key)]
-			_, ok := s.entries[reqs[i].Key]
-			of = !ok && !e.makeRoom(s, now)
+			s := &e.shards[shardIdx[i]]
+			v, ok = s.entries[reqs[i].Key]
+			of = !ok && !e.makeRoom(s, now, reqs[i].Network)
 		}
-		overflow = append(overflow, of)
+		overflow, existed, old = append(overflow, of), append(existed, ok), append(old, v)
 		usesOverflow = usesOverflow || of
+	}
+	var okeyBuf [maxBatch]Key
+	okeys := okeyBuf[:0]
+	if len(reqs) > maxBatch {
+		okeys = make([]Key, len(reqs))
+	} else {
+		okeys = okeyBuf[:len(reqs)]
 	}
 	if usesOverflow {
 		e.overflow.mu.Lock()
+		for i := range reqs {
+			if overflow[i] {
+				okeys[i] = e.overflowKey(&reqs[i])
+			}
+		}
 	}
 
 	score, factor := FullScore, 1.0
 	var clientEntry entry
 	if client != 0 {
-		clientEntry = e.shards[shardOf(client)].entries[client]
+		clientEntry = e.shards[shardOf(client)].entries[client].entry
 		score = rep.score(clientEntry, now)
 		factor = rep.Factor(score)
 	}
@@ -126,7 +170,7 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 	all := true
 	for i := range reqs {
 		req := &reqs[i]
-		s := &e.shards[shardOf(req.Key)]
+		s := &e.shards[shardIdx[i]]
 		if req.Limit.Algorithm == Concurrency {
 			res[i] = e.checkLease(s, now, req)
 			next, viaGrant = append(next, entry{}), append(viaGrant, false)
@@ -135,12 +179,12 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 		}
 		m, k := s.entries, req.Key
 		if overflow[i] {
-			m, k = e.overflow.entries, Key(req.Zone)
+			m, k = e.overflow.entries, okeys[i]
 			e.overflowed.Add(1)
 		}
-		cur := m[k]
+		cur := m[k].entry
 		for j := range i { // an earlier request in this batch on the same counter
-			if sameCounter(reqs, overflow, i, j) {
+			if sameCounter(reqs, overflow, okeys, i, j) {
 				cur = next[j]
 			}
 		}
@@ -165,7 +209,7 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 	if all {
 		for i := range reqs {
 			req := &reqs[i]
-			s := &e.shards[shardOf(req.Key)]
+			s := &e.shards[shardIdx[i]]
 			switch {
 			case req.Limit.Algorithm == Concurrency:
 				e.claimLease(s, now, req)
@@ -173,12 +217,25 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 				g := s.grants[req.Key]
 				g.spend(now, req.cost(), Result{}, true, s, req.Key)
 			case overflow[i]:
-				e.overflow.entries[Key(req.Zone)] = next[i]
+				e.overflow.entries[okeys[i]] = slot{entry: next[i]}
 			default:
-				s.entries[req.Key] = next[i]
+				s.put(req.Key, next[i], old[i], !existed[i], req.Network, res[i].Remaining == 0)
 			}
 		}
 	} else {
+		// A counter that denied its request is exhausted: mark it so the
+		// key table keeps it until its state expires.
+		for i := range reqs {
+			req := &reqs[i]
+			if res[i].Allowed || overflow[i] || req.Limit.Algorithm == Concurrency {
+				continue
+			}
+			if existed[i] && old[i].note&exhaustedBit == 0 {
+				v := old[i]
+				v.note |= exhaustedBit
+				e.shards[shardIdx[i]].entries[req.Key] = v
+			}
+		}
 		// Nothing was spent: the allowed ones still have their units.
 		for i := range res {
 			if res[i].Allowed && reqs[i].Limit.Algorithm != Concurrency {
@@ -187,9 +244,9 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 		}
 		if client != 0 {
 			s := &e.shards[shardOf(client)]
-			if _, ok := s.entries[client]; ok || e.makeRoom(s, now) {
+			if v, ok := s.entries[client]; ok || e.makeRoom(s, now, 0) {
 				pen := rep.penalize(clientEntry, now)
-				s.entries[client] = pen
+				s.put(client, pen, v, !ok, 0, false)
 				score = rep.score(pen, now)
 			}
 		}
@@ -204,32 +261,57 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 	return all, score
 }
 
-func sameCounter(reqs []Request, overflow []bool, i, j int) bool {
+func sameCounter(reqs []Request, overflow []bool, okeys []Key, i, j int) bool {
 	if overflow[i] != overflow[j] {
 		return false
 	}
 	if overflow[i] {
-		return reqs[i].Zone == reqs[j].Zone
+		return okeys[i] == okeys[j]
 	}
 	return reqs[i].Key == reqs[j].Key
 }
 
-// makeRoom reports whether shard s, whose lock is held, can take a new key,
-// dropping expired entries from a sample if it is full.
-func (e *Engine) makeRoom(s *shard, now int64) bool {
+// makeRoom reports whether shard s, whose lock is held, can take a new key
+// of network net. When the shard is full, or net holds its share of it, it
+// looks at a sample of the shard's counters: it drops the expired ones and,
+// if that is not enough, evicts the one closest to expiring (for counters of
+// one zone, the least recently used) that is not exhausted, of network net
+// when net is over its share.
+func (e *Engine) makeRoom(s *shard, now int64, net uint32) bool {
 	limit := int(e.shardCap.Load())
-	if len(s.entries) < limit {
+	netCap := int32(e.netCap.Load())
+	net &= netMask
+	netFull := net != 0 && s.nets[net] >= netCap
+	if !netFull && len(s.entries) < limit {
 		return true
 	}
-	seen := 0
+	var victim Key
+	var victimSlot slot
+	var victimExpires int64
+	found, seen := false, 0
 	for k, v := range s.entries { // map iteration starts at a random place
-		if v.expires <= now {
-			delete(s.entries, k)
+		switch {
+		case v.expires <= now:
+			s.remove(k, v)
 			e.reclaimed.Add(1)
+		case found && v.expires >= victimExpires:
+		case netFull && v.net() != net:
+		case v.held(now):
+		default:
+			victim, victimSlot, victimExpires, found = k, v, v.expires, true
 		}
 		if seen++; seen == reclaimSample {
 			break
 		}
 	}
-	return len(s.entries) < limit
+	netFull = net != 0 && s.nets[net] >= netCap
+	if !netFull && len(s.entries) < limit {
+		return true
+	}
+	if !found {
+		return false
+	}
+	s.remove(victim, victimSlot)
+	e.evicted.Add(1)
+	return true
 }

@@ -1,0 +1,187 @@
+package caddymodule
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/fingerprint"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// DefaultNetworkShare is how many clients' worth of a zone's limit one IP
+// network may spend without session cookies, when neither the app nor the
+// zone sets network_share: four, so a household of a few devices (a phone,
+// a laptop, a tablet, a TV) that have not yet got a cookie each keep a full
+// budget, while a script rotating headers on one address gets four.
+const DefaultNetworkShare = 4
+
+// maxNetworkShare bounds network_share.
+const maxNetworkShare = 1 << 16
+
+// networkSalt separates a zone's network counters from its client counters.
+const networkSalt = 0x6e6574776f726b21
+
+// networkSeed is the seed of zone z's network counters.
+func (z *Zone) networkSeed() uint64 { return z.seed ^ networkSalt }
+
+// countsNetwork reports whether z's cookie-less requests also count against
+// a budget of their IP network: rate zones keyed by the client ID. A zone
+// keyed by anything else (an API key, a user) is not dodged by rotating
+// headers, so it has no network budget.
+func (z *Zone) countsNetwork() bool {
+	return !z.isLease() && (z.Key == "" || z.Key == "{http.tollgate.client_id}")
+}
+
+// networkShare returns the network share of zone z: its own, else the app's,
+// else DefaultNetworkShare.
+func (a *App) networkShare(z *Zone) int64 {
+	switch {
+	case z.NetworkShare > 0:
+		return z.NetworkShare
+	case a.NetworkShare > 0:
+		return a.NetworkShare
+	}
+	return DefaultNetworkShare
+}
+
+// validateNetworkShare checks a network_share value; what names the
+// directive for the message.
+func validateNetworkShare(what string, n int64) error {
+	if n < 0 || n > maxNetworkShare {
+		return fmt.Errorf("%s %d: must be a whole number from 1 to %d", what, n, maxNetworkShare)
+	}
+	return nil
+}
+
+// addNetworkRequest adds to b, for zone zi (z) of a cookie-less client, the
+// request that counts it against its network's budget: network_share times
+// the zone's limit for this request, squeezed by IP pressure.
+func (h *Handler) addNetworkRequest(b *batch, zi int, z *Zone, limit limiter.Limit, who *asker, dry bool) {
+	limit = limit.Scale(float64(h.app.networkShare(z)))
+	if who.pressure.Factor != 1 {
+		limit = limit.Scale(who.pressure.Factor)
+	}
+	b.add(zi, limiter.Request{
+		Key:     limiter.ZoneKey(who.identity.Network, z.networkSeed()),
+		Zone:    z.networkSeed(),
+		Network: uint32(who.identity.Network),
+		Limit:   limit,
+	}, false, dry)
+	b.network[len(b.network)-1] = true
+}
+
+// networkOf returns the engine's network tag of a client: its network hash
+// for a cookie-less client, 0 for a session (sessions are bounded by how
+// many a network may mint, not by the key table).
+func networkOf(id *fingerprint.Identity) uint32 {
+	if id.Kind == fingerprint.KindSession {
+		return 0
+	}
+	return uint32(id.Network)
+}
+
+// clientSpeaker returns the request that speaks for an allowed decision
+// among the client's own requests, so the network's budget is never shown;
+// i is the one decidingRequest chose.
+func clientSpeaker(b *batch, i int) int {
+	if !b.network[i] {
+		return i
+	}
+	best := -1
+	for j := range b.res {
+		if b.network[j] {
+			continue
+		}
+		r := &b.res[j]
+		if best < 0 || r.Remaining >= 0 && (b.res[best].Remaining < 0 || r.Remaining < b.res[best].Remaining) {
+			best = j
+		}
+	}
+	if best < 0 {
+		return i
+	}
+	return best
+}
+
+// Reasons for a denial, in tollgate_denials_total.
+const (
+	reasonClient  = "client"
+	reasonNetwork = "network"
+)
+
+var denialMetrics = struct {
+	once sync.Once
+	vec  *prometheus.CounterVec
+}{}
+
+func denialsVec() *prometheus.CounterVec {
+	denialMetrics.once.Do(func() {
+		denialMetrics.vec = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace,
+			Name:      "denials_total",
+			Help:      "Requests denied (dry runs' would-be denials included), by zone name, scope and reason: client (the client's own budget) or network (the budget of its IP network, for requests without a session cookie).",
+		}, []string{"zone", "scope", "reason"})
+	})
+	return denialMetrics.vec
+}
+
+// denialCounters are a zone's denial counters by reason, looked up once.
+type denialCounters [2]prometheus.Counter
+
+func newDenialCounters(zone, scope string) *denialCounters {
+	v := denialsVec()
+	return &denialCounters{v.WithLabelValues(zone, scope, reasonClient), v.WithLabelValues(zone, scope, reasonNetwork)}
+}
+
+func (c *denialCounters) inc(network bool) {
+	if network {
+		c[1].Inc()
+	} else {
+		c[0].Inc()
+	}
+}
+
+// networkID renders the client's network as {http.tollgate.network}:
+// "n:" and 16 hex digits of its keyed hash. A session's network is hashed
+// here, only when the placeholder is used.
+func (v *verdict) networkID() string {
+	net := v.identity.Network
+	if v.identity.Kind == fingerprint.KindSession {
+		if v.app == nil || v.app.identifier == nil {
+			return ""
+		}
+		ip, _ := v.vars[caddyhttp.ClientIPVarKey].(string)
+		net = v.app.identifier.Network(ip)
+	}
+	return "n:" + fmt.Sprintf("%016x", net)
+}
+
+// parseNetworkID reads an ID networkID rendered.
+func parseNetworkID(id string) (uint64, bool) {
+	hexDigits, ok := strings.CutPrefix(id, "n:")
+	if !ok || len(hexDigits) != 16 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(hexDigits, 16, 64)
+	return n, err == nil
+}
+
+// networkZoneView reads zone z's budget of a network at its owner, without
+// IP pressure.
+func (a *App) networkZoneView(z *Zone, net uint64) (ZoneView, error) {
+	limit := z.limit.Scale(float64(a.networkShare(z)))
+	key := limiter.ZoneKey(net, z.networkSeed())
+	zv := ZoneView{Zone: z.Name, Scope: z.scope + " network", Algorithm: limit.Algorithm.String(), Window: limit.Window.Seconds()}
+	res := make([]limiter.Result, 1)
+	src := a.node.Peek(time.Now(), []limiter.Request{{Key: key, Zone: z.networkSeed(), Limit: limit}}, res)
+	zv.Limit = limit.Quota
+	zv.Remaining, zv.Reset = max(0, res[0].Remaining), headerSeconds(res[0].Reset)
+	zv.Exhausted, zv.Source = !res[0].Allowed, src.String()
+	return zv, nil
+}

@@ -185,6 +185,7 @@ const maxInline = 8
 // makes goroutine stacks grow (and, after each GC shrinks them, grow again).
 type scratch struct {
 	zones  [maxInline]*Zone
+	keys   [maxInline]uint64
 	reqs   [maxInline]limiter.Request
 	zoneOf [maxInline]int
 	named  [maxInline]bool
@@ -205,6 +206,7 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 // in the scratch arrays and grow onto the heap past maxInline.
 type batch struct {
 	zones   []*Zone           // the matching zones, in the handler's order
+	keys    []uint64          // the hash of the key each zone counts by, before zone mixing
 	reqs    []limiter.Request // what is asked of the limiter
 	zoneOf  []int             // reqs[i] is counted for zones[zoneOf[i]]
 	named   []bool            // reqs[i] claims a named lease
@@ -215,7 +217,7 @@ type batch struct {
 
 // reset points b at the inline arrays of sc, empty.
 func (b *batch) reset(sc *scratch) {
-	b.zones, b.reqs, b.zoneOf = sc.zones[:0], sc.reqs[:0], sc.zoneOf[:0]
+	b.zones, b.keys, b.reqs, b.zoneOf = sc.zones[:0], sc.keys[:0], sc.reqs[:0], sc.zoneOf[:0]
 	b.named, b.dry, b.res = sc.named[:0], sc.dry[:0], sc.res[:0]
 	b.network = sc.netw[:0]
 }
@@ -379,8 +381,9 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 
 	for zi, z := range b.zones {
 		limit := z.limitFor(who.tier, tiers)
+		b.keys = append(b.keys, z.hashKey(app.hasher, q, who.key))
 		r := limiter.Request{
-			Key:     limiter.ZoneKey(z.hashKey(app.hasher, q, who.key), z.seed),
+			Key:     limiter.ZoneKey(b.keys[zi], z.seed),
 			Zone:    z.seed,
 			Network: networkOf(&who.identity),
 		}
@@ -498,7 +501,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 			v.decision = decisionDryRunDeny
 			v.retryAfter = h.retryAfter(v.zone, b.res[i])
 			v.zone.denials.inc(b.network[i])
-			h.reportDenial(v, v.zone.hashKey(h.app.hasher, q, who.key), who.key, true, b.network[i])
+			h.reportDenial(v, b.keys[b.zoneOf[i]], who.key, true, b.network[i])
 		}
 		v.zone.counters.inc(v.decision, o.source)
 		if !h.DryRun {
@@ -509,7 +512,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 
 	v.retryAfter = h.retryAfter(v.zone, b.res[i])
 	v.zone.denials.inc(b.network[i])
-	keyHash := v.zone.hashKey(h.app.hasher, q, who.key)
+	keyHash := b.keys[b.zoneOf[i]]
 	h.reportDenial(v, keyHash, who.key, false, b.network[i])
 	if !b.network[i] {
 		h.app.state.ops.denied.record(v.zone.Name, v.zone.scope, keyHash, now.Add(time.Duration(v.retryAfter)*time.Second), now)

@@ -17,7 +17,9 @@ func (tc *testCaddy) loadSites(globals string, sites []string) {
 	tc.t.Helper()
 	var adminPort int
 	fmt.Sscanf(tc.Admin, "http://127.0.0.1:%d", &adminPort)
-	cf := tc.caddyfile(adminPort, globals, `respond "default"`)
+	loads++
+	marker := fmt.Sprintf("default %d", loads)
+	cf := tc.caddyfile(adminPort, globals, fmt.Sprintf("respond %q", marker))
 	cf += strings.Join(sites, "\n")
 	resp, err := tc.client.Post(tc.Admin+"/load", "application/json", bytes.NewReader(adapt(tc.t, cf)))
 	if err != nil {
@@ -29,18 +31,26 @@ func (tc *testCaddy) loadSites(globals string, sites []string) {
 		tc.t.Fatalf("/load answered %d: %s", resp.StatusCode, body)
 	}
 	// Connections to the old config's servers would still be served by
-	// it while it drains: start afresh, once a request that counts in no
-	// zone gets through to the new one.
+	// it while it drains: start afresh, until a request that counts in no
+	// zone is answered by the new config, whose answer names this load.
 	tc.client.CloseIdleConnections()
 	eventually(tc.t, 5*time.Second, "serving the new config", func() bool {
 		resp, err := tc.client.Get(tc.URL + "/")
 		if err != nil {
 			return false
 		}
+		got, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if string(got) != marker {
+			tc.client.CloseIdleConnections()
+			return false
+		}
 		return true
 	})
 }
+
+// loads counts the configs loadSites has loaded, to tell them apart.
+var loads int
 
 // site returns a site block for host on tc's port.
 func (tc *testCaddy) site(host, body string) string {

@@ -331,21 +331,25 @@ func (a *App) zonesNamed(name string) []*Zone {
 }
 
 // forgetRemovedZones drops the metric series of this config's zones that
-// the running config no longer has. A config that never started, or
-// that no running config replaced, leaves them alone.
+// the running config no longer has, or all of them when no config runs
+// after this one (Caddy stopped, or the new config has no tollgate).
 func (a *App) forgetRemovedZones() {
 	cur := a.state.currentApp()
-	if cur == nil || cur == a {
+	if cur == a {
 		return
 	}
-	cur.identify()
 	a.mu.Lock()
 	mine := a.scopes
 	a.mu.Unlock()
-	cur.mu.Lock()
-	defer cur.mu.Unlock()
+	var kept map[[2]string]bool // nil: no config runs after this one
+	if cur != nil {
+		cur.identify()
+		cur.mu.Lock()
+		defer cur.mu.Unlock()
+		kept = cur.scopes
+	}
 	for zs := range mine {
-		if !cur.scopes[zs] {
+		if !kept[zs] {
 			deleteDecisionSeries(zs[0], zs[1])
 		}
 	}

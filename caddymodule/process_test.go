@@ -71,6 +71,10 @@ func (p *proc) caddyfile() string {
 	for _, port := range p.join {
 		join = append(join, fmt.Sprintf("127.0.0.1:%d", port))
 	}
+	joinLine := ""
+	if len(join) > 0 {
+		joinLine = "join " + strings.Join(join, " ")
+	}
 	// Every request of a test comes from one client: reputation would cut
 	// its limits as it is denied, so it is off unless the test is about it.
 	reputation, credits, apiPaths, respond := "reputation off", "", "/probe", `{http.tollgate.source} {http.tollgate.remaining}`
@@ -102,7 +106,7 @@ func (p *proc) caddyfile() string {
 		cluster {
 			bind 127.0.0.1:%d
 			peer_listen 127.0.0.1:%d
-			join %s
+			%s
 			peer_timeout 100ms
 		}
 	}
@@ -128,7 +132,7 @@ http://127.0.0.1:%d {
 	respond "%s"
 }
 `, p.admin, filepath.Join(p.dir, "storage"), filepath.Join(p.dir, "caddy.log"), processSecret, reputation,
-		p.gossip, p.peer, strings.Join(join, " "), p.http, p.limit, apiPaths, credits, respond)
+		p.gossip, p.peer, joinLine, p.http, p.limit, apiPaths, credits, respond)
 }
 
 // start runs the process and waits until it serves.

@@ -41,7 +41,10 @@ func (s *state) snapshotKey() string {
 }
 
 // writeSnapshot writes the engine's live state to storage.
-func (s *state) writeSnapshot() {
+func (s *state) writeSnapshot() { s.writeSnapshotAt(s.snapshotKey()) }
+
+// writeSnapshotAt writes the engine's live state to storage under key.
+func (s *state) writeSnapshotAt(key string) {
 	ref := s.storage.Load()
 	if ref == nil {
 		return
@@ -54,7 +57,7 @@ func (s *state) writeSnapshot() {
 	b := limiter.AppendStates([]byte(snapshotMagic), states)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := ref.Store(ctx, s.snapshotKey(), b); err != nil {
+	if err := ref.Store(ctx, key, b); err != nil {
 		s.logger().Error("writing snapshot", zap.Error(err))
 	}
 }

@@ -107,6 +107,10 @@ func (n *Node) Leave(timeout time.Duration) error {
 	if n.standalone {
 		return nil
 	}
+	if !n.running.Load() {
+		n.Close()
+		return nil
+	}
 	var err error
 	n.closeOnce.Do(func() {
 		if timeout <= 0 {
@@ -143,6 +147,9 @@ func (n *Node) Close() {
 
 func (n *Node) shutdown() {
 	close(n.stop)
+	if !n.running.Load() {
+		return // never started, or failed to: nothing bound, nothing running
+	}
 	n.ml.Shutdown()
 	n.listener.Close()
 	n.mu.Lock()

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -67,6 +68,8 @@ type Node struct {
 	listener net.Listener
 	state    atomic.Pointer[ringState]
 	leaving  atomic.Bool
+	started  atomic.Bool // Start was called
+	running  atomic.Bool // Start succeeded
 
 	tableMu sync.Mutex
 	table   map[string][]byte // members gossip knows: name → metadata
@@ -117,15 +120,30 @@ func Standalone(engine *limiter.Engine) *Node {
 	return n
 }
 
-// Start creates a node, starts its listeners and begins joining the
-// cluster in the background. engine holds the counters the node owns.
+// Start creates a node and starts it: New followed by Node.Start.
 func Start(cfg Config, engine *limiter.Engine) (*Node, error) {
+	n, err := New(cfg, engine)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Start(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// New creates a node from cfg without starting it: it binds no port,
+// joins nobody and runs no goroutine until Start, so a configuration can be
+// checked on a machine where the node it describes is running. engine holds
+// the counters the node owns.
+func New(cfg Config, engine *limiter.Engine) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
 	n := &Node{
 		cfg:      cfg,
+		name:     cfg.Name,
 		engine:   engine,
 		fallback: limiter.New(limiter.Config{MaxKeys: engine.Stats().MaxKeys}),
 		hasher:   keyhash.New(cfg.Secret, "tollgate ring v1"),
@@ -142,27 +160,43 @@ func Start(cfg Config, engine *limiter.Engine) (*Node, error) {
 	n.addrs = make(map[string]string)
 	n.sharedSignal = make(chan struct{}, 1)
 	n.transit = make(map[limiter.Key]limiter.State)
+	n.scores = newScoreCache(cfg.BlockedKeys)
+	n.self.Store(&Member{Name: n.name})
+	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
+	return n, nil
+}
 
+// Start binds the node's listeners, starts gossip and begins joining the
+// cluster in the background. A node starts once; one that failed to start
+// has released what it bound and can only be closed. A standalone node has
+// nothing to start.
+func (n *Node) Start() error {
+	if n.standalone {
+		return nil
+	}
+	if !n.started.CompareAndSwap(false, true) {
+		return errors.New("cluster node started twice")
+	}
 	var err error
 	n.blocked, err = ristretto.NewCache(&ristretto.Config[uint64, int64]{
-		NumCounters: int64(cfg.BlockedKeys) * 10,
-		MaxCost:     int64(cfg.BlockedKeys),
+		NumCounters: int64(n.cfg.BlockedKeys) * 10,
+		MaxCost:     int64(n.cfg.BlockedKeys),
 		BufferItems: 64,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating the blocked cache: %w", err)
+		return fmt.Errorf("creating the blocked cache: %w", err)
 	}
-	n.scores = newScoreCache(cfg.BlockedKeys)
-
-	n.listener, err = net.Listen("tcp", cfg.PeerListen)
+	n.listener, err = net.Listen("tcp", n.cfg.PeerListen)
 	if err != nil {
 		n.blocked.Close()
-		return nil, fmt.Errorf("peer_listen %s: %w", cfg.PeerListen, err)
+		n.blocked, n.listener = nil, nil
+		return fmt.Errorf("peer_listen %s: %w", n.cfg.PeerListen, err)
 	}
 	if err := n.startMemberlist(); err != nil {
 		n.listener.Close()
 		n.blocked.Close()
-		return nil, err
+		n.blocked, n.listener = nil, nil
+		return err
 	}
 	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
 
@@ -171,8 +205,9 @@ func Start(cfg Config, engine *limiter.Engine) (*Node, error) {
 	go n.watch()
 	go n.join()
 	go n.deliverShared()
+	n.running.Store(true)
 	n.log.Info("cluster node started", "node", n.name, "gossip", n.ml.LocalNode().Address(), "peer", n.PeerAddr())
-	return n, nil
+	return nil
 }
 
 // Name returns the node's name in the cluster.

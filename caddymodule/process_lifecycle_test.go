@@ -1,0 +1,101 @@
+package caddymodule
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// reloadWith reloads p with its current caddyfile() through its admin API
+// and returns the command's error and output.
+func (p *proc) reload() (string, error) {
+	p.t.Helper()
+	cfgPath := filepath.Join(p.dir, "Caddyfile")
+	if err := os.WriteFile(cfgPath, []byte(p.caddyfile()), 0o644); err != nil {
+		p.t.Fatal(err)
+	}
+	out, err := exec.Command(tollgateBinary(p.t), "reload", "--config", cfgPath, "--adapter", "caddyfile",
+		"--address", fmt.Sprintf("127.0.0.1:%d", p.admin)).CombinedOutput()
+	return string(out), err
+}
+
+// Validating or adapting the config of a running cluster node, with the
+// same binary on the same machine, binds none of its ports, joins nobody
+// and leaves its snapshot alone.
+func TestProcessValidateOfARunningNodeStartsNothing(t *testing.T) {
+	procs := startCluster(t, 1, 5)
+	p := procs[0]
+	for range 3 {
+		p.get("/", "validate-key") // something for a snapshot to hold
+	}
+	cfgPath := filepath.Join(p.dir, "Caddyfile")
+	for _, cmd := range []string{"validate", "adapt"} {
+		c := exec.Command(tollgateBinary(t), cmd, "--config", cfgPath, "--adapter", "caddyfile")
+		c.Env = append(os.Environ(), "XDG_DATA_HOME="+p.dir, "XDG_CONFIG_HOME="+p.dir)
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("caddy %s of the running node's config: %v\n%s", cmd, err, tail(string(out), 10))
+		}
+	}
+	if n := strings.Count(p.logs(), "cluster node started"); n != 1 {
+		t.Errorf("%d cluster nodes started in the running process; want 1", n)
+	}
+	if st := p.status().Cluster; len(st.Members) != 1 {
+		t.Errorf("the running node sees %d members after validate; want itself alone", len(st.Members))
+	}
+	status, body, _ := p.get("/", "validate-key")
+	if status != http.StatusOK || !strings.HasPrefix(body, "owner 1") {
+		t.Errorf("after validate: %d %q; want the count kept (owner 1 left)", status, body)
+	}
+}
+
+// A reload whose cluster node cannot start (its peer port is taken) fails,
+// and the running config keeps its node: keys are still counted by their
+// owners, not in fallback.
+func TestProcessFailedReloadKeepsTheRunningNode(t *testing.T) {
+	procs := startCluster(t, 3, 100)
+	keys := ownedKeys(t, procs, "failed-reload")
+	for _, key := range keys {
+		procs[0].get("/", key)
+	}
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	// New ports: the new node would run beside the old one until the old
+	// config stops, but its peer port is taken.
+	p := procs[0]
+	oldGossip, oldPeer := p.gossip, p.peer
+	p.gossip, p.peer = stablePort(t), taken.Addr().(*net.TCPAddr).Port
+	out, err := p.reload()
+	p.gossip, p.peer = oldGossip, oldPeer
+	if err == nil {
+		t.Fatalf("a reload onto a taken peer port succeeded:\n%s", out)
+	}
+	if !strings.Contains(out, "address already in use") {
+		t.Errorf("the failed reload does not say why: %s", tail(out, 5))
+	}
+	waitClusterConverged(t, procs)
+	for i, key := range keys {
+		status, body, _ := p.get("/", key)
+		want := "peer 98"
+		if i == 0 {
+			want = "owner 98"
+		}
+		if status != http.StatusOK || !strings.HasPrefix(body, want) {
+			t.Errorf("key of node%d after the failed reload: %d %q; want %q", i, status, body, want)
+		}
+	}
+	// The same config reloads fine afterwards, keeping the node.
+	if out, err := p.reload(); err != nil {
+		t.Fatalf("reload after the failed one: %v\n%s", err, out)
+	}
+	if n := strings.Count(p.logs(), "cluster node started"); n != 1 {
+		t.Errorf("node0 started %d cluster nodes; want 1 (the failed one never started, the kept one once)", n)
+	}
+}

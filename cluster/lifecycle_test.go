@@ -79,3 +79,97 @@ func TestFailedStartReleasesEverything(t *testing.T) {
 	n.Close()
 	eventually(t, 2*time.Second, "no goroutine left", func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// probingNode returns a node with one peer, "p", that is not connected and
+// whose breaker is due for a probe.
+func probingNode(t *testing.T) (*Node, *peer) {
+	t.Helper()
+	n, err := New(testConfig(), limiter.New(limiter.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &peer{node: n, member: Member{Name: "p"}, queue: make(chan *call, 1), stop: make(chan struct{})}
+	n.peers["p"] = p
+	p.breaker.failure(time.Now().Add(-time.Minute)) // open, and past its backoff
+	return n, p
+}
+
+// Every call the breaker lets through as a probe records its outcome, so
+// a failed probe opens the breaker for a backoff and a later one is allowed:
+// the breaker never sticks half-open.
+func TestBreakerProbesAreAlwaysResolved(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		call func(n *Node)
+	}{
+		{"query", func(n *Node) { n.askNodeWithin("p", msgLeases, nil, 10*time.Millisecond) }},
+		{"pull", func(n *Node) { n.pull("p", limiter.Key(1), time.Now()) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n, p := probingNode(t)
+			tc.call(n) // the probe, which fails: the peer is not connected
+			p.breaker.mu.Lock()
+			probing, till := p.breaker.probing, p.breaker.openTill
+			p.breaker.mu.Unlock()
+			if probing {
+				t.Fatal("the failed probe left the breaker half-open")
+			}
+			if !p.breaker.allow(till.Add(time.Millisecond)) {
+				t.Error("no probe allowed after the backoff that followed a failed probe")
+			}
+		})
+	}
+}
+
+// Even a probe nobody resolves is given up on.
+func TestBreakerGivesUpOnAnUnresolvedProbe(t *testing.T) {
+	var b breaker
+	now := time.Now()
+	b.failure(now)
+	if !b.allow(now.Add(time.Minute)) {
+		t.Fatal("no probe after the backoff")
+	}
+	if b.allow(now.Add(time.Minute + time.Second)) {
+		t.Fatal("a second probe while the first is out")
+	}
+	if !b.allow(now.Add(time.Minute + probeGiveUp + time.Second)) {
+		t.Error("the breaker stuck half-open behind a probe never resolved")
+	}
+}
+
+// A peer connection leaves nothing running once it closes: 300 clients
+// connect, authenticate, ping and hang up, and the node's goroutines come
+// back to what they were.
+func TestClosedConnectionsLeaveNoGoroutine(t *testing.T) {
+	n := startNode(t, testConfig())
+	addr := n.PeerAddr()
+	cycle := func() {
+		raw, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := clientHandshake(raw, n.authKey, "visitor", time.Now().Add(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &encoder{}
+		e.u8(msgPing)
+		e.u32(1)
+		if err := conn.writeFrame(e.b, time.Now().Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.readFrame(nil); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+	}
+	cycle() // warm up whatever runs once
+	time.Sleep(50 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	for range 300 {
+		cycle()
+	}
+	eventually(t, 5*time.Second, "the goroutines of 300 closed connections gone", func() bool {
+		return runtime.NumGoroutine() <= before+2
+	})
+}

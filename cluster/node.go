@@ -655,8 +655,10 @@ func (n *Node) pull(from string, k limiter.Key, now time.Time) {
 	c := newCall(msgTransfer)
 	c.body = e.b
 	if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
+		p.noteFailure(err) // resolves the breaker's probe, if this was it
 		return
 	}
+	p.breaker.success()
 	d := &decoder{b: c.reply}
 	if states := decodeStates(d); d.err == nil && len(states) > 0 {
 		n.engine.Merge(now, states)

@@ -134,8 +134,10 @@ func (n *Node) askNodeWithin(name string, kind byte, body []byte, within time.Du
 	c := newCall(kind)
 	c.body = body
 	if err := p.do(c, time.Now().Add(within)); err != nil {
+		p.noteFailure(err) // resolves the breaker's probe, if this was it
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, name, err)
 	}
+	p.breaker.success()
 	return &decoder{b: c.reply}, nil
 }
 

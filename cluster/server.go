@@ -46,7 +46,16 @@ func (n *Node) serveConn(raw net.Conn) {
 		}
 		return
 	}
-	go func() { <-n.stop; conn.Close() }()
+	// The node's stop closes the connection; the watcher ends with it.
+	closed := make(chan struct{})
+	defer close(closed)
+	go func() {
+		select {
+		case <-n.stop:
+			conn.Close()
+		case <-closed:
+		}
+	}()
 	var buf []byte
 	enc := &encoder{}
 	for {

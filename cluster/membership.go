@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // Node metadata, gossiped by memberlist: what another node needs to talk
@@ -263,7 +265,8 @@ func (n *Node) join() {
 	}
 }
 
-// watch rebuilds the ring on membership events and pings every peer each
+// watch rebuilds the ring on membership events, sweeps the fallback
+// counters a shard at a time (all of them each minute), and pings every peer each
 // probe interval, so a peer that stops answering (frozen, overloaded, cut
 // off) is noticed within a probe interval and a call timeout, and its keys
 // go to fallback at once rather than after each caller's own timeout.
@@ -271,17 +274,25 @@ func (n *Node) watch() {
 	defer n.wg.Done()
 	tick := time.NewTicker(n.cfg.Gossip.ProbeInterval)
 	defer tick.Stop()
+	sweep := time.NewTicker(limiter.SweepEvery)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-n.rebuild:
 			n.rebuildRing()
 		case <-tick.C:
 			n.pingPeers()
+		case now := <-sweep.C:
+			n.sweepFallback(now)
 		case <-n.stop:
 			return
 		}
 	}
 }
+
+// sweepFallback drops one shard's expired fallback counters (the owners'
+// engines are swept by whoever owns them).
+func (n *Node) sweepFallback(now time.Time) { n.fallback.Sweep(now) }
 
 // pingPeers checks every connected peer whose breaker is closed, or due
 // for a probe.

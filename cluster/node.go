@@ -53,10 +53,11 @@ type Node struct {
 	self       atomic.Pointer[Member] // its peer address can be learnt after start
 	standalone bool
 
-	engine   *limiter.Engine                 // the counters this node owns
-	fallback *limiter.Engine                 // counters for owners it cannot reach
-	blocked  *ristretto.Cache[uint64, int64] // zone key → denied until
-	scores   *scoreCache                     // client → score its owner told
+	engine   *limiter.Engine                        // the counters this node owns
+	fallback *limiter.Engine                        // counters for owners it cannot reach
+	blocked  *ristretto.Cache[uint64, blockedEntry] // zone key → denied until
+	blockGen atomic.Uint64                          // entries of older generations are void
+	scores   *scoreCache                            // client → score its owner told
 
 	reputation atomic.Pointer[limiter.ReputationPolicy]
 	hasher     keyhash.Hasher // ring
@@ -178,7 +179,7 @@ func (n *Node) Start() error {
 		return errors.New("cluster node started twice")
 	}
 	var err error
-	n.blocked, err = ristretto.NewCache(&ristretto.Config[uint64, int64]{
+	n.blocked, err = ristretto.NewCache(&ristretto.Config[uint64, blockedEntry]{
 		NumCounters: int64(n.cfg.BlockedKeys) * 10,
 		MaxCost:     int64(n.cfg.BlockedKeys),
 		BufferItems: 64,
@@ -539,10 +540,11 @@ func (n *Node) fallbackTake(now time.Time, op byte, client limiter.Key, reqs []l
 func (n *Node) blockedAnswer(now time.Time, reqs []limiter.Request, res []limiter.Result) bool {
 	ns := now.UnixNano()
 	for i := range reqs {
-		until, ok := n.blocked.Get(uint64(reqs[i].Key))
-		if !ok || until <= ns {
+		e, ok := n.blocked.Get(uint64(reqs[i].Key))
+		if !ok || e.until <= ns || e.gen != n.blockGen.Load() {
 			continue
 		}
+		until := e.until
 		for j := range res {
 			res[j] = limiter.Result{Allowed: true, Remaining: -1}
 		}
@@ -559,10 +561,22 @@ func (n *Node) blockedAnswer(now time.Time, reqs []limiter.Request, res []limite
 func (n *Node) rememberBlocked(now time.Time, reqs []limiter.Request, res []limiter.Result) {
 	for i := range res {
 		if !res[i].Allowed && res[i].RetryAfter > 0 && reqs[i].Limit.Algorithm != limiter.Concurrency {
-			n.blocked.SetWithTTL(uint64(reqs[i].Key), now.Add(res[i].RetryAfter).UnixNano(), 1, res[i].RetryAfter)
+			e := blockedEntry{until: now.Add(res[i].RetryAfter).UnixNano(), gen: n.blockGen.Load()}
+			n.blocked.SetWithTTL(uint64(reqs[i].Key), e, 1, res[i].RetryAfter)
 		}
 	}
 }
+
+// blockedEntry is a denial remembered: until when, and under which
+// generation of the shared values (limits may have changed since).
+type blockedEntry struct {
+	until int64
+	gen   uint64
+}
+
+// forgetAllBlocked voids every remembered denial at once: they were decided
+// under shared values (tier limits) that just changed.
+func (n *Node) forgetAllBlocked() { n.blockGen.Add(1) }
 
 // Forget drops keys from this node's caches of blocked keys and scores.
 func (n *Node) Forget(keys ...limiter.Key) {

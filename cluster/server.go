@@ -141,6 +141,7 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 			return d.err
 		}
 		n.engine.Reset(keys...)
+		n.fallback.Reset(keys...) // what it counted for an owner it could not reach
 		n.Forget(keys...)
 		enc.u8(statusOK)
 		return nil

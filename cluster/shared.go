@@ -14,7 +14,8 @@ import (
 // Shared values are small documents every node of the cluster holds a copy
 // of (the tier settings changed through the admin API, say). Each carries a
 // version (when it was published, and where); a node keeps the newest it has
-// seen. A value is published by sending it to every member over memberlist's
+// seen. A change of a shared value voids every denial the node remembers
+// (its blocked cache), since limits may have changed. A value is published by sending it to every member over memberlist's
 // reliable channel, and exchanged whole in memberlist's periodic state sync,
 // so a node that missed it (down, or joining later) catches up.
 
@@ -49,6 +50,7 @@ func (n *Node) Publish(name string, value []byte) SharedValue {
 	}
 	n.shared[name] = v
 	n.sharedMu.Unlock()
+	n.forgetAllBlocked()
 	if n.standalone {
 		return v
 	}
@@ -96,6 +98,7 @@ func (n *Node) mergeShared(name string, v SharedValue, notify bool) {
 		n.shared = make(map[string]SharedValue)
 	}
 	n.shared[name] = v
+	n.forgetAllBlocked() // denials decided under the old value may not hold
 	if notify {
 		if n.sharedDirty == nil {
 			n.sharedDirty = make(map[string]bool)

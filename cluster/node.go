@@ -432,8 +432,7 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op byte, clien
 		if p == nil || !p.breaker.allow(now) {
 			break
 		}
-		c := newCall(msgTake)
-		c.op, c.client, c.reqs, c.res = op, client, reqs, res
+		c := newTakeCall(op, client, reqs, res)
 		sent := time.Now()
 		if err := p.do(c, sent.Add(n.cfg.CallTimeout)); err != nil {
 			n.cfg.Observer.PeerCall(time.Since(sent), false)
@@ -466,8 +465,7 @@ func (n *Node) penalizeAsync(owner string, client limiter.Key) {
 	if p == nil || !p.connected.Load() {
 		return
 	}
-	c := newCall(msgTake)
-	c.op, c.client = opPenalize, client
+	c := newTakeCall(opPenalize, client, nil, nil)
 	select {
 	case p.queue <- c:
 	default: // a full queue: the penalty is lost, the denial is not

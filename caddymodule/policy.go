@@ -136,7 +136,7 @@ func (l *heldLeases) release() {
 	now := time.Now()
 	for i, r := range l.reqs {
 		if !l.named[i] {
-			l.node.Release(now, r.Key, r.LeaseID, l.src)
+			l.node.Release(now, r.Key, r.LeaseID)
 		}
 	}
 }

@@ -108,3 +108,29 @@ func TestHandoffOfLeaseHeavyStatesFitsTheFrameLimit(t *testing.T) {
 		}
 	}
 }
+
+// A lease is released where it lives, whatever decided the request it
+// came with: claimed in fallback while the owner was away, renewed at the
+// owner once it answered, it is freed in both places.
+func TestLeaseReleasedWhereverItWasClaimed(t *testing.T) {
+	nodes := startNodes(t, 2)
+	room := keyOwnedBy(t, nodes[0].Ring(), nodes[1].Name(), 0)
+	req := []limiter.Request{{Key: room, LeaseID: 7, Limit: limiter.Limit{Algorithm: limiter.Concurrency, Quota: 2, Window: time.Minute}}}
+	now := time.Now()
+	res := make([]limiter.Result, 1)
+	if ok, _ := nodes[0].fallbackTake(now, opTake, 0, req, res); !ok {
+		t.Fatal("the lease was not claimed in fallback")
+	}
+	if ok, src := nodes[0].Take(now, req, res); !ok || src != SourcePeer {
+		t.Fatalf("renewal at the owner: %v by %v", ok, src)
+	}
+	if err := nodes[0].Release(now, room, 7); err != nil {
+		t.Fatal(err)
+	}
+	if l := nodes[1].engine.Leases(now, room); len(l) != 0 {
+		t.Errorf("the owner still holds %v after the release", l)
+	}
+	if l := nodes[0].fallback.Leases(now, room); len(l) != 0 {
+		t.Errorf("the fallback still holds %v after the release", l)
+	}
+}

@@ -439,7 +439,7 @@ func TestGrantsLeasesAndReputationLiveAtTheOwner(t *testing.T) {
 	if !claim(nodes[2], 1) {
 		t.Fatal("renewing a held lease through another node was denied")
 	}
-	if err := nodes[2].Release(time.Now(), room, 1, SourcePeer); err != nil {
+	if err := nodes[2].Release(time.Now(), room, 1); err != nil {
 		t.Fatal(err)
 	}
 	if leases, _ := nodes[0].Leases(room); len(leases) != 1 || !claim(nodes[1], 3) {

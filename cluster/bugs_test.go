@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -132,5 +133,86 @@ func TestLeaseReleasedWhereverItWasClaimed(t *testing.T) {
 	}
 	if l := nodes[0].fallback.Leases(now, room); len(l) != 0 {
 		t.Errorf("the fallback still holds %v after the release", l)
+	}
+}
+
+// After a membership change, a node pulls only keys whose owner changed:
+// fresh keys it owned before the change too cost no call, however many.
+func TestPullsOnlyKeysThatMoved(t *testing.T) {
+	nodes := startNodes(t, 3)
+	newcomer := startNode(t, testConfig(), nodes[0].GossipAddr())
+	all := append(slices.Clone(nodes), newcomer)
+	waitConverged(t, all, 4)
+	// Let node0's own join fall out of the window: it is an old member now.
+	node0 := nodes[0]
+	node0.joined.Store(time.Now().Add(-time.Hour).UnixNano())
+	st := node0.state.Load()
+	if st.prev == nil {
+		t.Fatal("no membership change seen")
+	}
+	stayed := 0
+	before := node0.pullCalls.Load()
+	for i := 0; stayed < 50; i++ {
+		k := limiter.ZoneKey(uint64(i)*0x9E3779B97F4A7C15+1, 3)
+		now, _ := st.ring.Owner(k.Route())
+		was, _ := st.prev.Owner(k.Route())
+		if now.Name != node0.Name() || was.Name != node0.Name() {
+			continue
+		}
+		stayed++
+		for _, n := range all {
+			takeVia(n, k, limitOf(10))
+		}
+	}
+	if calls := node0.pullCalls.Load() - before; calls != 0 {
+		t.Errorf("node0 made %d pull calls for 50 keys it owned before and after the change", calls)
+	}
+}
+
+// A frame of many items whose keys moved to the answering node costs one
+// pull call per node that may hold them, not one per key, and the counts
+// arrive.
+func TestPullsAreBatchedPerFrame(t *testing.T) {
+	nodes := startNodes(t, 2)
+	var keys []limiter.Key
+	for i := range 200 {
+		keys = append(keys, limiter.ZoneKey(uint64(i)*0x9E3779B97F4A7C15+7, 5))
+	}
+	for _, k := range keys {
+		for range 3 {
+			takeVia(nodes[0], k, limitOf(100))
+		}
+	}
+	newcomer := startNode(t, testConfig(), nodes[0].GossipAddr())
+	all := append(slices.Clone(nodes), newcomer)
+	waitConverged(t, all, 3)
+	// Keys that moved to the newcomer, still held by their old owner (the
+	// push has not been allowed to run: they are put back where they were).
+	var moved []limiter.Key
+	for _, k := range keys {
+		if newcomer.Owner(k).Name == newcomer.Name() {
+			moved = append(moved, k)
+		}
+	}
+	if len(moved) < 20 {
+		t.Fatalf("only %d keys moved", len(moved))
+	}
+	now := time.Now()
+	for _, k := range moved {
+		newcomer.engine.Reset(k) // as if the push had not arrived yet
+	}
+	before := newcomer.pullCalls.Load()
+	// One frame carrying every moved key, as a busy peer would batch them.
+	e := &encoder{}
+	e.u16(len(moved))
+	for _, k := range moved {
+		e.u8(opPeek)
+		e.u64(0)
+		e.u8(1)
+		encodeZoneReq(e, &limiter.Request{Key: k, Cost: 1, Limit: limitOf(100)})
+	}
+	newcomer.pullFrame(newcomer.state.Load(), now, decoder{b: e.b})
+	if calls := newcomer.pullCalls.Load() - before; calls > 2 {
+		t.Errorf("%d pull calls for one frame of %d moved keys; want at most one per other node", calls, len(moved))
 	}
 }

@@ -103,7 +103,7 @@ func TestBreakerProbesAreAlwaysResolved(t *testing.T) {
 		call func(n *Node)
 	}{
 		{"query", func(n *Node) { n.askNodeWithin("p", msgLeases, nil, 10*time.Millisecond) }},
-		{"pull", func(n *Node) { n.pull("p", limiter.Key(1), time.Now()) }},
+		{"pull", func(n *Node) { n.pull("p", []limiter.Key{1}, time.Now()) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, p := probingNode(t)

@@ -330,7 +330,11 @@ func (n *Node) rebuildRing() {
 	changed := ring.Fingerprint() != old.ring.Fingerprint()
 	if changed {
 		others := slices.DeleteFunc(slices.Clone(members), func(m Member) bool { return m.Name == n.name })
-		n.state.Store(&ringState{ring: ring, prev: old.ring, without: NewRing(n.hasher, others), changed: time.Now()})
+		now := time.Now()
+		if len(others) > 0 {
+			n.joined.CompareAndSwap(0, now.UnixNano())
+		}
+		n.state.Store(&ringState{ring: ring, prev: old.ring, without: NewRing(n.hasher, others), changed: now})
 		n.log.Info("cluster membership changed", "members", ring.Len(), "ring", ring.Fingerprint())
 	}
 	n.reconcilePeers(members)

@@ -101,6 +101,8 @@ type Node struct {
 	fallbackActivations atomic.Uint64
 	handedOff           atomic.Uint64
 	pulled              atomic.Uint64
+	pullCalls           atomic.Uint64 // transfer calls made to pull keys
+	joined              atomic.Int64  // Unix ns of the first ring with other members
 }
 
 // ringState is the membership a node routes by, and the one before it,
@@ -599,37 +601,59 @@ type pullGroup struct {
 	inflight map[limiter.Key]chan struct{}
 }
 
+// pulling reports whether keys may need pulling now: within the hand-off
+// window after a membership change.
+func (n *Node) pulling(st *ringState, now time.Time) bool {
+	return st.prev != nil && now.Sub(st.changed) <= n.cfg.HandoffWindow
+}
+
 // pullMissing asks the nodes that may hold keys this node now owns but
 // does not hold for their counters, within the hand-off window after a
 // membership change, so a key that moved here keeps its count even before
-// the push arrives. The candidates are its owner in the previous ring, and
-// its owner in the ring without this node (for a node that just joined, its
-// own previous rings are partial views, but the others' ring is that one).
+// the push arrives. Only keys whose owner changed are pulled: those whose
+// owner in the previous ring was another node, and, for a node that joined
+// recently (its previous rings are partial views), those another node would
+// own without it. Keys are asked for in one call per node holding any, the
+// calls made at once: a batch costs one round trip, not one per key.
 func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request, client limiter.Key) {
-	if st.prev == nil || now.Sub(st.changed) > n.cfg.HandoffWindow {
+	if !n.pulling(st, now) {
 		return
 	}
-	for i := 0; i <= len(reqs); i++ {
-		var k limiter.Key
-		if i < len(reqs) {
-			k = reqs[i].Key
-		} else if k = client; k == 0 {
-			break
-		}
-		if n.engine.Has(now, k) {
+	var buf [9]limiter.Key
+	keys := buf[:0]
+	for i := range reqs {
+		keys = append(keys, reqs[i].Key)
+	}
+	if client != 0 {
+		keys = append(keys, client)
+	}
+	n.pullKeys(st, now, keys)
+}
+
+// pullKeys pulls those of keys that moved here and are not held.
+func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) {
+	joined := now.Sub(n.joinedAt()) <= n.cfg.HandoffWindow
+	var from map[string][]limiter.Key
+	var mine []limiter.Key // keys this call pulls; others wait for theirs
+	var waits []chan struct{}
+	for _, k := range keys {
+		if n.engine.Has(now, k) || slices.Contains(mine, k) {
 			continue
 		}
-		var from [2]string
-		if m, ok := st.prev.Owner(k.Route()); ok && m.Name != n.name {
-			from[0] = m.Name
+		if m, _ := st.ring.Owner(k.Route()); m.Name != n.name {
+			continue // not this node's to count
 		}
-		if st.without != nil {
-			if m, ok := st.without.Owner(k.Route()); ok && m.Name != n.name && m.Name != from[0] {
-				from[1] = m.Name
+		var src [2]string
+		if m, ok := st.prev.Owner(k.Route()); ok && m.Name != n.name {
+			src[0] = m.Name
+		}
+		if joined && st.without != nil {
+			if m, ok := st.without.Owner(k.Route()); ok && m.Name != n.name && m.Name != src[0] {
+				src[1] = m.Name
 			}
 		}
-		if from[0] == "" && from[1] == "" {
-			continue
+		if src[0] == "" && src[1] == "" {
+			continue // it was this node's before the change: nothing to pull
 		}
 		n.pulls.mu.Lock()
 		if n.pulls.inflight == nil {
@@ -637,35 +661,50 @@ func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request,
 		}
 		if wait, busy := n.pulls.inflight[k]; busy {
 			n.pulls.mu.Unlock()
-			<-wait
+			waits = append(waits, wait)
 			continue
 		}
-		done := make(chan struct{})
-		n.pulls.inflight[k] = done
+		n.pulls.inflight[k] = make(chan struct{})
 		n.pulls.mu.Unlock()
-
-		for _, name := range from {
+		mine = append(mine, k)
+		if from == nil {
+			from = make(map[string][]limiter.Key, 2)
+		}
+		for _, name := range src {
 			if name != "" {
-				n.pull(name, k, now)
+				from[name] = append(from[name], k)
 			}
 		}
+	}
+	if len(from) > 0 {
+		var wg sync.WaitGroup
+		for name, ks := range from {
+			wg.Go(func() { n.pull(name, ks, now) })
+		}
+		wg.Wait()
 		n.pulls.mu.Lock()
-		delete(n.pulls.inflight, k)
+		for _, k := range mine {
+			close(n.pulls.inflight[k])
+			delete(n.pulls.inflight, k)
+		}
 		n.pulls.mu.Unlock()
-		close(done)
+	}
+	for _, w := range waits {
+		<-w
 	}
 }
 
-// pull asks one node for the counter of k and merges what it gives.
-func (n *Node) pull(from string, k limiter.Key, now time.Time) {
+// pull asks one node for the counters of keys and merges what it gives.
+func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
 	p := n.peerFor(from)
 	if p == nil || !p.breaker.allow(now) {
 		return
 	}
 	e := &encoder{}
-	encodeKeys(e, []limiter.Key{k})
+	encodeKeys(e, keys)
 	c := newCall(msgTransfer)
 	c.body = e.b
+	n.pullCalls.Add(1)
 	if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
 		p.noteFailure(err) // resolves the breaker's probe, if this was it
 		return
@@ -676,6 +715,14 @@ func (n *Node) pull(from string, k limiter.Key, now time.Time) {
 		n.engine.Merge(now, states)
 		n.pulled.Add(uint64(len(states)))
 	}
+}
+
+// joinedAt returns when this node first saw a ring with other members.
+func (n *Node) joinedAt() time.Time {
+	if ns := n.joined.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // Reset drops the counters of keys at their owners and clears them from

@@ -86,6 +86,9 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 	now := time.Now()
 	switch kind {
 	case msgTake:
+		if st := n.state.Load(); n.pulling(st, now) {
+			n.pullFrame(st, now, *d)
+		}
 		count := d.count(maxBatch, 2)
 		if d.err != nil {
 			return d.err
@@ -164,6 +167,30 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 	return errors.New("unknown message type")
 }
 
+// pullFrame pulls, before a take frame is answered, the keys of all its
+// items that moved here: one call per node that may hold any, at once.
+func (n *Node) pullFrame(st *ringState, now time.Time, d decoder) {
+	count := d.count(maxBatch, 2)
+	var keys []limiter.Key
+	for range count {
+		d.u8()
+		client, zones := limiter.Key(d.u64()), int(d.u8())
+		if client != 0 {
+			keys = append(keys, client)
+		}
+		for range zones {
+			r, err := decodeZoneReq(&d)
+			if err != nil {
+				return
+			}
+			keys = append(keys, r.Key)
+		}
+	}
+	if d.err == nil && len(keys) > 0 {
+		n.pullKeys(st, now, keys)
+	}
+}
+
 // answerItem performs one take item for a peer, if this node owns its
 // keys, or names the owner.
 func (n *Node) answerItem(now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result, enc *encoder) {
@@ -181,8 +208,7 @@ func (n *Node) answerItem(now time.Time, op byte, client limiter.Key, reqs []lim
 			client = 0 // not ours to keep
 		}
 	}
-	n.pullMissing(st, now, reqs, client)
-	allowed, score := n.local(now, op, client, reqs, res)
+	allowed, score := n.local(now, op, client, reqs, res) // pulled: pullFrame
 	enc.u8(itemDone)
 	if allowed {
 		enc.u8(1)

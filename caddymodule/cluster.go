@@ -134,6 +134,7 @@ func (s *state) adopt(node *cluster.Node, cfg *cluster.Config, logger *zap.Logge
 		logger.Warn("cluster settings changed on the same ports: leaving the cluster and joining again with the new ones")
 		s.retire()
 	}
+	node.SetSharedCheck(checkSharedValue)
 	if err := node.Start(); err != nil {
 		node.Close()
 		return err

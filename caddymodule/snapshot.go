@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"strings"
 	"time"
@@ -97,8 +98,11 @@ func (s *state) restoreTiers(ctx context.Context, logger *zap.Logger) {
 		return
 	}
 	t, err := decodeTierTable(b)
+	if err == nil {
+		err = checkTierTable(t)
+	}
 	if err != nil {
-		logger.Error("reading the tier table", zap.Error(err))
+		logger.Error("reading the tier table; starting without it", zap.Error(err))
 		return
 	}
 	s.tiers.store(t)
@@ -123,6 +127,32 @@ func (s *state) saveTiers(t *tierTable) error {
 	return ref.Store(ctx, tiersStorageKey, b)
 }
 
+// checkSharedValue vets a shared value from another node before the node
+// keeps it: a tier table must decode and name only limits of at least 1.
+func checkSharedValue(name string, value []byte) error {
+	if name != tiersSharedName {
+		return nil
+	}
+	t, err := tierTableOf(cluster.SharedValue{Value: value})
+	if err != nil {
+		return err
+	}
+	return checkTierTable(t)
+}
+
+// checkTierTable refuses a tier table with a limit below 1, which no
+// engine can count with (a token bucket divides by it).
+func checkTierTable(t *tierTable) error {
+	for zone, tiers := range t.Zones {
+		for tier, limit := range tiers {
+			if limit < 1 {
+				return fmt.Errorf("tier table: zone %q tier %q: limit %d; must be at least 1", zone, tier, limit)
+			}
+		}
+	}
+	return nil
+}
+
 // sharedArrived returns the handler of shared values from other nodes: a
 // newer tier table is put in effect and kept in storage.
 func (s *state) sharedArrived(logger *zap.Logger) func(string, cluster.SharedValue) {
@@ -131,6 +161,9 @@ func (s *state) sharedArrived(logger *zap.Logger) func(string, cluster.SharedVal
 			return
 		}
 		t, err := tierTableOf(v)
+		if err == nil {
+			err = checkTierTable(t)
+		}
 		if err != nil {
 			logger.Error("a tier table from another node", zap.Error(err))
 			return

@@ -54,4 +54,8 @@
 // under the cluster secret and every frame is sealed with AES-GCM, so a
 // node without the secret can neither read, add to nor reset counts. The
 // ring is keyed with the secret, so nobody outside can aim keys at one node.
+// Shared values travel over gossip sealed with an HMAC under the secret, so a
+// process holding only the gossip key (memberlist hands over its messages and
+// state even when it is refused as a member) changes none of them; each is
+// checked before it is used.
 package cluster

@@ -77,6 +77,8 @@ type Node struct {
 	addrs   map[string]string // and their gossip addresses
 
 	sharedMu      sync.Mutex
+	sharedKey     []byte // seals shared values
+	sharedCheck   atomic.Pointer[func(string, []byte) error]
 	shared        map[string]SharedValue
 	sharedHandler atomic.Pointer[func(string, SharedValue)]
 	sharedDirty   map[string]bool // arrived, not yet handed to the handler
@@ -145,17 +147,18 @@ func New(cfg Config, engine *limiter.Engine) (*Node, error) {
 	}
 	cfg.setDefaults()
 	n := &Node{
-		cfg:      cfg,
-		name:     cfg.Name,
-		engine:   engine,
-		fallback: limiter.New(limiter.Config{MaxKeys: engine.Stats().MaxKeys}),
-		hasher:   keyhash.New(cfg.Secret, "tollgate ring v1"),
-		authKey:  authKey(cfg.Secret),
-		log:      cfg.Logger,
-		peers:    make(map[string]*peer),
-		refused:  make(map[string]bool),
-		rebuild:  make(chan struct{}, 1),
-		stop:     make(chan struct{}),
+		cfg:       cfg,
+		name:      cfg.Name,
+		engine:    engine,
+		fallback:  limiter.New(limiter.Config{MaxKeys: engine.Stats().MaxKeys}),
+		hasher:    keyhash.New(cfg.Secret, "tollgate ring v1"),
+		authKey:   authKey(cfg.Secret),
+		sharedKey: sharedKeyOf(cfg.Secret),
+		log:       cfg.Logger,
+		peers:     make(map[string]*peer),
+		refused:   make(map[string]bool),
+		rebuild:   make(chan struct{}, 1),
+		stop:      make(chan struct{}),
 	}
 	copy(n.ringHash[:], macOf(cfg.Secret, []byte("tollgate ring settings v1")))
 	n.SetFallback(cfg.Fallback, cfg.FallbackRatio)

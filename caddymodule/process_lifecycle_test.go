@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // reloadWith reloads p with its current caddyfile() through its admin API
@@ -97,5 +98,60 @@ func TestProcessFailedReloadKeepsTheRunningNode(t *testing.T) {
 	}
 	if n := strings.Count(p.logs(), "cluster node started"); n != 1 {
 		t.Errorf("node0 started %d cluster nodes; want 1 (the failed one never started, the kept one once)", n)
+	}
+}
+
+// Two single-node instances sharing one storage keep a snapshot each,
+// under their instance IDs: a restart restores the instance's own counts,
+// never the other's.
+func TestProcessInstancesSharingStorageKeepTheirOwnSnapshots(t *testing.T) {
+	storage := t.TempDir()
+	procs := make([]*proc, 2)
+	for i := range procs {
+		p := &proc{t: t, name: fmt.Sprintf("instance%d", i), dir: t.TempDir(),
+			http: stablePort(t), admin: stablePort(t), client: &http.Client{Timeout: 10 * time.Second}}
+		p.config = fmt.Sprintf(`{
+	admin 127.0.0.1:%d
+	persist_config off
+	auto_https off
+	storage file_system %s
+	log {
+		output file %s
+		level INFO
+	}
+	tollgate {
+		secret %s
+		reputation off
+	}
+}
+http://127.0.0.1:%d {
+	tollgate {
+		zone api {
+			limit 5 1h
+			key {http.request.header.X-Key}
+			match {
+				not path /probe
+			}
+		}
+	}
+	respond "{http.tollgate.source} {http.tollgate.remaining}"
+}
+`, p.admin, storage, filepath.Join(p.dir, "caddy.log"), processSecret, p.http)
+		procs[i] = p
+		p.start()
+		t.Cleanup(func() {
+			p.cmd.Process.Kill()
+			<-p.exited
+		})
+	}
+	for range 3 {
+		procs[0].get("/", "shared-storage")
+	}
+	procs[1].get("/", "shared-storage")
+	procs[0].stop() // snapshots: instance0 then instance1, the last write wins if they collide
+	procs[1].stop()
+	procs[0].start()
+	if _, body, _ := procs[0].get("/", "shared-storage"); !strings.HasPrefix(body, "owner 1") {
+		t.Errorf("instance0 after a restart: %q; want its own count (3 of 5 spent, 1 left after this one)", body)
 	}
 }

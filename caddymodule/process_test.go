@@ -60,13 +60,17 @@ type proc struct {
 	http, admin, gossip, peer int
 	join                      []int // gossip ports of the others
 	limit                     int
-	policy                    bool // reputation on, a tiered zone /credits
+	policy                    bool   // reputation on, a tiered zone /credits
+	config                    string // a Caddyfile of its own, instead of the cluster one
 	cmd                       *exec.Cmd
 	exited                    chan struct{}
 	client                    *http.Client
 }
 
 func (p *proc) caddyfile() string {
+	if p.config != "" {
+		return p.config
+	}
 	var join []string
 	for _, port := range p.join {
 		join = append(join, fmt.Sprintf("127.0.0.1:%d", port))

@@ -253,7 +253,11 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request, sc *scratch) (*
 	if len(reqs) > maxInline {
 		res = make([]limiter.Result, len(reqs))
 	}
-	allowed, source, score := h.node.TakeFor(now, app.reputationKey(clientKey), reqs, res)
+	d := h.node.TakeFor(now, app.reputationKey(clientKey), reqs, res)
+	allowed, source, score := d.Allowed, d.Source, d.Score
+	if !d.ScoreKnown {
+		score = -1 // the verdict's "not known"
+	}
 
 	v := req.verdict()
 	v.identity, v.pressure, v.issuer, v.source = id, reading, nil, source

@@ -12,7 +12,7 @@ import (
 // owner could not be reached.
 func fallbackSpend(n *Node, now time.Time, key limiter.Key, lim limiter.Limit) bool {
 	res := make([]limiter.Result, 1)
-	ok, _ := n.fallbackTake(now, opTake, 0, []limiter.Request{{Key: key, Cost: 1, Limit: lim}}, res)
+	ok, _ := n.fallbackTake(now, actTake, 0, []limiter.Request{{Key: key, Cost: 1, Limit: lim}}, res)
 	return ok
 }
 
@@ -119,7 +119,7 @@ func TestLeaseReleasedWhereverItWasClaimed(t *testing.T) {
 	req := []limiter.Request{{Key: room, LeaseID: 7, Limit: limiter.Limit{Algorithm: limiter.Concurrency, Quota: 2, Window: time.Minute}}}
 	now := time.Now()
 	res := make([]limiter.Result, 1)
-	if ok, _ := nodes[0].fallbackTake(now, opTake, 0, req, res); !ok {
+	if ok, _ := nodes[0].fallbackTake(now, actTake, 0, req, res); !ok {
 		t.Fatal("the lease was not claimed in fallback")
 	}
 	if ok, src := nodes[0].Take(now, req, res); !ok || src != SourcePeer {

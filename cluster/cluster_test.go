@@ -450,7 +450,7 @@ func TestGrantsLeasesAndReputationLiveAtTheOwner(t *testing.T) {
 	zone := limiter.ZoneKey(uint64(client), 77) // same route as the client
 	res := make([]limiter.Result, 1)
 	for i := range 4 {
-		_, src, score := nodes[0].TakeFor(time.Now(), client, []limiter.Request{{Key: zone, Zone: 77, Limit: limitOf(1)}}, res)
+		_, src, score := nodes[0].takeFor(time.Now(), client, []limiter.Request{{Key: zone, Zone: 77, Limit: limitOf(1)}}, res)
 		if i == 1 && (src != SourcePeer || score < 89.9 || score > 90.1) {
 			t.Fatalf("first denial: %v, score %g; want the owner's 90", src, score)
 		}
@@ -486,7 +486,7 @@ func TestReputationScalesZonesKeptByOtherNodes(t *testing.T) {
 	allowedOf := func(via *Node, key limiter.Key, quota int64, tries int) (allowed int, score float64) {
 		res := make([]limiter.Result, 1)
 		for range tries {
-			ok, _, s := via.TakeFor(time.Now(), client, []limiter.Request{{Key: key, Zone: 1, Limit: limitOf(quota)}}, res)
+			ok, _, s := via.takeFor(time.Now(), client, []limiter.Request{{Key: key, Zone: 1, Limit: limitOf(quota)}}, res)
 			if ok {
 				allowed++
 			}

@@ -246,21 +246,52 @@ func (n *Node) Owner(k limiter.Key) Member {
 // a later one denies. now is used only where this node decides: owners
 // decide by their own clock.
 func (n *Node) Take(now time.Time, reqs []limiter.Request, res []limiter.Result) (bool, Source) {
-	ok, src, _ := n.TakeFor(now, 0, reqs, res)
+	ok, src, _ := n.takeFor(now, 0, reqs, res)
 	return ok, src
 }
 
-// UnknownScore is the reputation TakeFor returns when it did not learn it
-// (the blocked cache answered).
-const UnknownScore = -1.0
+// action is what a take item does with its requests, wherever it is
+// performed: here, at a peer (the peer protocol encodes it), or in fallback.
+type action uint8
+
+const (
+	actTake action = iota
+	actPeek
+	actRefund
+	// actPenalize records a violation of the item's client, decided by a
+	// node's blocked cache; it has no zones.
+	actPenalize
+)
+
+// Decision is what a take decided for a request's zones.
+type Decision struct {
+	// Allowed: every zone granted its units (and all were spent).
+	Allowed bool
+	// Source says who decided.
+	Source Source
+	// Score is the client's reputation as its owner knows it after the
+	// decision (limiter.FullScore without reputation), when ScoreKnown.
+	Score float64
+	// ScoreKnown is false when the blocked cache answered: no owner was
+	// asked (it still hears of the violation).
+	ScoreKnown bool
+}
+
+// unknownScore marks, inside the node, a score not learnt.
+const unknownScore = -1.0
 
 // TakeFor is Take on behalf of a client whose reputation is kept under the
 // key client (0 for none), at the client's owner: it scales and is lowered
 // by the requests that owner decides, which are all of them when the zones
-// are keyed by the client ID. It also returns the client's reputation score
-// as the owner knows it (limiter.FullScore without reputation, UnknownScore
-// when the blocked cache answered; the owner still hears of the violation).
-func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
+// are keyed by the client ID. The decision carries the client's reputation
+// score as the owner knows it.
+func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) Decision {
+	ok, src, score := n.takeFor(now, client, reqs, res)
+	return Decision{Allowed: ok, Source: src, Score: max(score, 0), ScoreKnown: score != unknownScore}
+}
+
+// takeFor is TakeFor, with the score unknownScore when not learnt.
+func (n *Node) takeFor(now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
 	if n.standalone {
 		ok, score := n.engine.TakeFor(now, client, reqs, res)
 		return ok, SourceOwner, score
@@ -275,7 +306,7 @@ func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request
 			return n.takeAway(st, owner, m.Name, now, client, reqs, res)
 		}
 	}
-	return n.takeAt(st, owner, now, opTake, client, reqs, res)
+	return n.takeAt(st, owner, now, actTake, client, reqs, res)
 }
 
 // takeAway takes reqs at an owner that does not keep the client's
@@ -284,7 +315,7 @@ func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request
 func (n *Node) takeAway(st *ringState, owner Member, clientOwner string, now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
 	score := n.clientScore(now, clientOwner, client)
 	var buf [8]limiter.Request
-	ok, src, _ := n.takeAt(st, owner, now, opTake, 0, n.scaleFor(score, reqs, buf[:]), res)
+	ok, src, _ := n.takeAt(st, owner, now, actTake, 0, n.scaleFor(score, reqs, buf[:]), res)
 	if !ok && src != SourceFallback {
 		score = n.penalizeRemote(now, clientOwner, client, score)
 	}
@@ -303,7 +334,7 @@ func (n *Node) Peek(now time.Time, reqs []limiter.Request, res []limiter.Result)
 	var src Source
 	for i := range reqs {
 		owner, _ := st.ring.Owner(reqs[i].Key.Route())
-		_, src, _ = n.takeAt(st, owner, now, opPeek, 0, reqs[i:i+1], res[i:i+1])
+		_, src, _ = n.takeAt(st, owner, now, actPeek, 0, reqs[i:i+1], res[i:i+1])
 	}
 	return src
 }
@@ -367,7 +398,7 @@ func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs
 		} else if client != 0 {
 			sub = n.scaleFor(score, sub, sub)
 		}
-		ok, s, sc := n.takeAt(st, g.owner, now, opTake, c, sub, subRes)
+		ok, s, sc := n.takeAt(st, g.owner, now, actTake, c, sub, subRes)
 		switch {
 		case c != 0:
 			score = sc
@@ -415,22 +446,22 @@ func (n *Node) refund(st *ringState, owner Member, src Source, now time.Time, re
 			n.fallback.Refund(now, r)
 		}
 	case SourcePeer:
-		n.takeAt(st, owner, now, opRefund, 0, sub, make([]limiter.Result, len(sub)))
+		n.takeAt(st, owner, now, actRefund, 0, sub, make([]limiter.Result, len(sub)))
 	}
 }
 
 // takeAt performs op for reqs at owner.
-func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
+func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
 	if owner.Name == n.name && !n.leaving.Load() {
 		n.pullMissing(st, now, reqs, client)
 		ok, score := n.local(now, op, client, reqs, res)
 		return ok, SourceOwner, score
 	}
-	if op == opTake && n.blockedAnswer(now, reqs, res) {
+	if op == actTake && n.blockedAnswer(now, reqs, res) {
 		if client != 0 {
 			n.penalizeAsync(owner.Name, client)
 		}
-		return false, SourceBlockedCache, UnknownScore
+		return false, SourceBlockedCache, unknownScore
 	}
 	for hop := 0; hop < 2; hop++ {
 		p := n.peerFor(owner.Name)
@@ -447,10 +478,10 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op byte, clien
 		n.cfg.Observer.PeerCall(time.Since(sent), true)
 		p.breaker.success()
 		if c.moved == "" {
-			if op == opTake && !c.allowed {
+			if op == actTake && !c.allowed {
 				n.rememberBlocked(now, reqs, res)
 			}
-			return c.allowed || op != opTake, SourcePeer, c.score
+			return c.allowed || op != actTake, SourcePeer, c.score
 		}
 		if c.moved == n.name && !n.leaving.Load() {
 			n.pullMissing(st, now, reqs, client)
@@ -470,7 +501,7 @@ func (n *Node) penalizeAsync(owner string, client limiter.Key) {
 	if p == nil || !p.connected.Load() {
 		return
 	}
-	c := newTakeCall(opPenalize, client, nil, nil)
+	c := newTakeCall(actPenalize, client, nil, nil)
 	select {
 	case p.queue <- c:
 	default: // a full queue: the penalty is lost, the denial is not
@@ -478,19 +509,19 @@ func (n *Node) penalizeAsync(owner string, client limiter.Key) {
 }
 
 // local performs op on this node's own engine.
-func (n *Node) local(now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
+func (n *Node) local(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
 	return apply(n.engine, now, op, client, reqs, res)
 }
 
 // apply performs op on engine e.
-func apply(e *limiter.Engine, now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
+func apply(e *limiter.Engine, now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
 	switch op {
-	case opPeek:
+	case actPeek:
 		for i := range reqs {
 			res[i] = e.Peek(now, reqs[i])
 		}
 		return true, limiter.FullScore
-	case opRefund:
+	case actRefund:
 		for i := range reqs {
 			e.Refund(now, reqs[i])
 		}
@@ -512,7 +543,7 @@ func (n *Node) SetFallback(mode FallbackMode, ratio float64) {
 func (n *Node) ratio() float64 { return math.Float64frombits(n.fallbackRatio.Load()) }
 
 // fallbackTake decides for an owner that cannot be reached.
-func (n *Node) fallbackTake(now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
+func (n *Node) fallbackTake(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
 	switch FallbackMode(n.fallbackMode.Load()) {
 	case FallbackOpen:
 		for i := range res {
@@ -520,7 +551,7 @@ func (n *Node) fallbackTake(now time.Time, op byte, client limiter.Key, reqs []l
 		}
 		return true, limiter.FullScore
 	case FallbackClosed:
-		if op != opTake {
+		if op != actTake {
 			return true, limiter.FullScore
 		}
 		for i := range res {

@@ -48,14 +48,14 @@ func newCall(kind byte) *call {
 	return &call{kind: kind, done: make(chan struct{})}
 }
 
-// newTakeCall makes a take item: op on reqs for client, with the results
+// newTakeCall makes a take item: a on reqs for client, with the results
 // to be written to res. The requests are encoded now, by the caller: the
 // caller may reuse their memory as soon as the call returns, even if it
 // gave up while the writer was still batching it.
-func newTakeCall(op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) *call {
+func newTakeCall(a action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) *call {
 	c := &call{kind: msgTake, res: res, done: make(chan struct{})}
 	e := encoder{b: c.buf[:0]}
-	e.u8(op)
+	e.u8(opOf(a))
 	e.u64(uint64(client))
 	e.u8(byte(len(reqs)))
 	for i := range reqs {

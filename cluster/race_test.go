@@ -97,7 +97,7 @@ func TestAbandonedCallsNeverSendReusedMemory(t *testing.T) {
 				for z := range reqs {
 					reqs[z] = limiter.Request{Key: limiter.Key(g<<20 | i<<2 | z + 1), Cost: 1, Limit: limitOf(10)}
 				}
-				c := newTakeCall(opTake, 0, reqs[:], res[:])
+				c := newTakeCall(actTake, 0, reqs[:], res[:])
 				p.do(c, time.Now().Add(time.Duration(rand.IntN(400))*time.Microsecond))
 				sent.Add(1)
 				for z := range reqs {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"time"
@@ -98,8 +99,12 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		var reqs [maxZones]limiter.Request
 		var res [maxZones]limiter.Result
 		for range count {
-			op, client, zones := d.u8(), limiter.Key(d.u64()), int(d.u8())
-			if op == opPenalize && zones == 0 {
+			code, client, zones := d.u8(), limiter.Key(d.u64()), int(d.u8())
+			op, known := actionOf(code)
+			if !known && d.err == nil {
+				return fmt.Errorf("unknown take operation %d", code)
+			}
+			if op == actPenalize && zones == 0 {
 				score := n.engine.Penalize(now, client)
 				enc.u8(itemDone)
 				enc.u8(0)
@@ -193,7 +198,7 @@ func (n *Node) pullFrame(st *ringState, now time.Time, d decoder) {
 
 // answerItem performs one take item for a peer, if this node owns its
 // keys, or names the owner.
-func (n *Node) answerItem(now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result, enc *encoder) {
+func (n *Node) answerItem(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result, enc *encoder) {
 	st := n.state.Load()
 	for i := range reqs {
 		owner, _ := st.ring.Owner(reqs[i].Key.Route())

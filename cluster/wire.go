@@ -31,15 +31,41 @@ const (
 	statusErr byte = 1
 )
 
-// Item operations in a take batch.
+// Item operations in a take batch: the wire codes of the node's actions.
 const (
-	opTake   byte = 1
-	opPeek   byte = 2
-	opRefund byte = 3
-	// opPenalize records a violation of the item's client, decided by a
-	// node's blocked cache; it has no zones.
-	opPenalize byte = 4
+	opTake     byte = 1
+	opPeek     byte = 2
+	opRefund   byte = 3
+	opPenalize byte = 4 // no zones
 )
+
+// opOf returns the wire code of an action.
+func opOf(a action) byte {
+	switch a {
+	case actPeek:
+		return opPeek
+	case actRefund:
+		return opRefund
+	case actPenalize:
+		return opPenalize
+	}
+	return opTake
+}
+
+// actionOf returns the action a wire code names, if it names one.
+func actionOf(op byte) (action, bool) {
+	switch op {
+	case opTake:
+		return actTake, true
+	case opPeek:
+		return actPeek, true
+	case opRefund:
+		return actRefund, true
+	case opPenalize:
+		return actPenalize, true
+	}
+	return 0, false
+}
 
 // Item outcomes in a take batch reply.
 const (

@@ -33,17 +33,31 @@
 // is not hammered) and, until a probe call succeeds, the node decides for
 // the peer's keys by its fallback mode: local (default)
 // counts on this node with every limit multiplied by the fallback ratio
-// (0.4 by default), so each node admits at most ratio×L for the owner's
-// keys while it is away; open admits; closed denies. Exact counting resumes
-// as soon as the owner answers again; what was counted in fallback is not
-// added to the owner's count.
+// (0.4 by default) and by the client's last known reputation factor, and
+// never beyond this node's share (divided among the nodes other than the
+// owner) of the remaining count the owner last reported for the key; open
+// admits; closed denies. So each node admits at most
+// min(ratio×L, remaining/(N−1)) for a key while its owner is away. Exact
+// counting resumes as soon as the owner answers again, and what each node
+// admitted in fallback is sent to the owner (before its keys are routed to
+// it again when a ping finds it back, else within a probe interval), which
+// adds it to its count, once: batches carry a sequence number per sending
+// node and a retry is not added twice. After an outage the window's total
+// is therefore what an exact limiter would allow, plus what the owner
+// admitted before it heard of the fallback admissions (at most one probe
+// interval of traffic; TestFallbackAdmissionsAreReconciledWithTheOwnerOnce,
+// TestFallbackStartsFromWhatTheOwnerLastSaid). A call that times out but
+// was counted by a slow owner is also counted in fallback: that errs
+// towards denying, never admitting. For token-bucket zones the fallback
+// counters spend time at the fallback rate, so reconciling them adds up to
+// 1/ratio times what they admitted: again towards denying.
 //
 // Crashes. A node that dies without leaving loses the counters it owned:
 // once memberlist declares it dead (about 2 seconds with the default
-// tuning), its keys start afresh at their new owners. Until then, the other
-// nodes count those keys in fallback. So a crash can over-admit, per key,
-// up to one full limit (the lost count) plus ratio×L per surviving node for
-// the detection time.
+// tuning), its keys start afresh at their new owners, plus what the others
+// admitted in fallback meanwhile, which is reconciled into the new owner.
+// So a crash can over-admit, per key, up to what the crashed owner had
+// counted (the lost count), and no more than that.
 //
 // Blocked keys. A node remembers keys an owner denied, until the time they
 // may pass, and answers them itself without a call. Resetting a key clears

@@ -188,4 +188,5 @@ func (n *Node) shutdown() {
 	}
 	n.wg.Wait()
 	n.blocked.Close()
+	n.told.Close()
 }

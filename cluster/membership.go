@@ -282,6 +282,14 @@ func (n *Node) watch() {
 			n.rebuildRing()
 		case <-tick.C:
 			n.pingPeers()
+			if n.reconciling.CompareAndSwap(false, true) {
+				n.wg.Add(1)
+				go func() {
+					defer n.wg.Done()
+					defer n.reconciling.Store(false)
+					n.reconcile(time.Now())
+				}()
+			}
 		case now := <-sweep.C:
 			n.sweepFallback(now)
 		case <-n.stop:
@@ -314,6 +322,9 @@ func (n *Node) pingPeers() {
 				return
 			}
 			if p.breaker.open() {
+				// What was counted in fallback reaches the owner before
+				// its keys are routed to it again.
+				n.reconcileWith(p, time.Now())
 				n.log.Info("peer answers again: counting its keys exactly", "peer", p.member.Name)
 			}
 			p.breaker.success()

@@ -57,6 +57,8 @@ type Node struct {
 	fallback *limiter.Engine                        // counters for owners it cannot reach
 	blocked  *ristretto.Cache[uint64, blockedEntry] // zone key → denied until
 	blockGen atomic.Uint64                          // entries of older generations are void
+	told     *ristretto.Cache[uint64, int64]        // zone key → remaining its owner last reported
+	recon    *reconciler                            // fallback counters on their way to owners
 	scores   *scoreCache                            // client → score its owner told
 
 	reputation atomic.Pointer[limiter.ReputationPolicy]
@@ -104,7 +106,9 @@ type Node struct {
 	handedOff           atomic.Uint64
 	pulled              atomic.Uint64
 	pullCalls           atomic.Uint64 // transfer calls made to pull keys
-	joined              atomic.Int64  // Unix ns of the first ring with other members
+	reconciled          atomic.Uint64 // fallback counters sent to (or merged at) their owners
+	reconciling         atomic.Bool
+	joined              atomic.Int64 // Unix ns of the first ring with other members
 }
 
 // ringState is the membership a node routes by, and the one before it,
@@ -167,6 +171,7 @@ func New(cfg Config, engine *limiter.Engine) (*Node, error) {
 	n.sharedSignal = make(chan struct{}, 1)
 	n.transit = make(map[limiter.Key]limiter.State)
 	n.scores = newScoreCache(cfg.BlockedKeys)
+	n.recon = newReconciler()
 	n.self.Store(&Member{Name: n.name})
 	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
 	return n, nil
@@ -192,16 +197,29 @@ func (n *Node) Start() error {
 	if err != nil {
 		return fmt.Errorf("creating the blocked cache: %w", err)
 	}
-	n.listener, err = net.Listen("tcp", n.cfg.PeerListen)
+	n.told, err = ristretto.NewCache(&ristretto.Config[uint64, int64]{
+		NumCounters: int64(n.cfg.BlockedKeys) * 10,
+		MaxCost:     int64(n.cfg.BlockedKeys),
+		BufferItems: 64,
+	})
 	if err != nil {
 		n.blocked.Close()
-		n.blocked, n.listener = nil, nil
+		n.blocked = nil
+		return fmt.Errorf("creating the cache of owners' answers: %w", err)
+	}
+	release := func() {
+		n.blocked.Close()
+		n.told.Close()
+		n.blocked, n.told, n.listener = nil, nil, nil
+	}
+	n.listener, err = net.Listen("tcp", n.cfg.PeerListen)
+	if err != nil {
+		release()
 		return fmt.Errorf("peer_listen %s: %w", n.cfg.PeerListen, err)
 	}
 	if err := n.startMemberlist(); err != nil {
 		n.listener.Close()
-		n.blocked.Close()
-		n.blocked, n.listener = nil, nil
+		release()
 		return err
 	}
 	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
@@ -478,8 +496,14 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, cli
 		n.cfg.Observer.PeerCall(time.Since(sent), true)
 		p.breaker.success()
 		if c.moved == "" {
-			if op == actTake && !c.allowed {
-				n.rememberBlocked(now, reqs, res)
+			if op == actTake {
+				n.rememberTold(reqs, res)
+				if client != 0 {
+					n.scores.set(client, c.score, now)
+				}
+				if !c.allowed {
+					n.rememberBlocked(now, reqs, res)
+				}
 			}
 			return c.allowed || op != actTake, SourcePeer, c.score
 		}
@@ -560,11 +584,14 @@ func (n *Node) fallbackTake(now time.Time, op action, client limiter.Key, reqs [
 		return false, limiter.FullScore
 	}
 	var buf [8]limiter.Request
-	scaled := buf[:0]
-	ratio := n.ratio()
-	for _, r := range reqs {
-		r.Limit = r.Limit.Scale(ratio)
-		scaled = append(scaled, r)
+	scaled, none := n.fallbackLimits(client, reqs, buf[:])
+	if none >= 0 && op == actTake {
+		// The owner said this zone had next to nothing left: deny here.
+		for i := range res {
+			res[i] = limiter.Result{Allowed: true, Remaining: -1}
+		}
+		res[none] = limiter.Result{Reset: time.Second, RetryAfter: time.Second}
+		return false, limiter.FullScore
 	}
 	return apply(n.fallback, now, op, client, scaled, res)
 }

@@ -156,6 +156,15 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 	case msgPing:
 		enc.u8(statusOK)
 		return nil
+	case msgReconcile:
+		origin, seq := d.str(), d.u64()
+		states := decodeStates(d)
+		if d.err != nil {
+			return d.err
+		}
+		n.applyReconcile(now, origin, seq, states)
+		enc.u8(statusOK)
+		return nil
 	case msgForget:
 		keys := decodeKeys(d)
 		if d.err != nil {

@@ -22,7 +22,10 @@ const (
 	msgReset    byte = 4 // drop these keys' counters
 	msgForget   byte = 5 // drop these keys from your blocked cache
 	msgPing     byte = 6 // are you there?
-	replyBit    byte = 0x80
+	// msgReconcile: here is what I counted in fallback for keys you own
+	// (origin name, sequence number, counters); add it unless you have.
+	msgReconcile byte = 7
+	replyBit     byte = 0x80
 )
 
 // Reply statuses.

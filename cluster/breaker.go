@@ -32,16 +32,23 @@ const (
 
 // allow reports whether a call may go to the peer now.
 func (b *breaker) allow(now time.Time) bool {
+	ok, _ := b.admit(now)
+	return ok
+}
+
+// admit reports whether a call may go to the peer now, and whether it is
+// the probe of an open breaker.
+func (b *breaker) admit(now time.Time) (ok, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.failures == 0 {
-		return true
+		return true, false
 	}
 	if now.Before(b.openTill) || b.probing && now.Sub(b.probeSince) < probeGiveUp {
-		return false
+		return false, false
 	}
 	b.probing, b.probeSince = true, now
-	return true
+	return true, true
 }
 
 // success records a call that worked.

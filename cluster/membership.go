@@ -315,16 +315,20 @@ func (n *Node) pingPeers() {
 		if !p.connected.Load() || !p.breaker.allow(time.Now()) {
 			continue
 		}
+		wasOpen := p.breaker.open()
 		go func() {
 			c := newCall(msgPing)
 			if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
 				p.noteFailure(fmt.Errorf("ping: %w", err))
 				return
 			}
-			if p.breaker.open() {
+			if wasOpen {
 				// What was counted in fallback reaches the owner before
 				// its keys are routed to it again.
-				n.reconcileWith(p, time.Now())
+				if !n.reconcileWith(p, time.Now()) {
+					p.noteFailure(errors.New("sending fallback counts"))
+					return
+				}
 				n.log.Info("peer answers again: counting its keys exactly", "peer", p.member.Name)
 			}
 			p.breaker.success()

@@ -483,7 +483,17 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, cli
 	}
 	for hop := 0; hop < 2; hop++ {
 		p := n.peerFor(owner.Name)
-		if p == nil || !p.breaker.allow(now) {
+		if p == nil {
+			break
+		}
+		ok, probe := p.breaker.admit(now)
+		if !ok {
+			break
+		}
+		if probe && !n.reconcileWith(p, now) {
+			// The owner is back only once it has heard what was admitted
+			// in its absence.
+			p.noteFailure(errors.New("sending fallback counts"))
 			break
 		}
 		c := newTakeCall(op, client, reqs, res)

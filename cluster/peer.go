@@ -388,7 +388,8 @@ func (p *peer) read(conn *secureConn) error {
 		if batch == nil {
 			continue // calls that were failed already
 		}
-		p.breaker.success()
+		// The breaker is closed by callers, which know whether the owner
+		// has heard of what was counted while it was open.
 		if status != statusOK {
 			msg := d.str()
 			for _, c := range batch {

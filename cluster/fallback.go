@@ -50,6 +50,25 @@ func newReconciler() *reconciler {
 // reconcile sends what this node counted in fallback to the owners that
 // answer again, and merges into its own engine what it now owns itself.
 func (n *Node) reconcile(now time.Time) {
+	n.reconcileBy(now, n.state.Load().ring)
+}
+
+// reconcileBy is reconcile with the owners ring names. Batches pending for
+// a node that is no longer in the ring go back to the fallback engine, to
+// be sent to the keys' new owners.
+func (n *Node) reconcileBy(now time.Time, ring *Ring) {
+	r := n.recon
+	r.mu.Lock()
+	for name, batches := range r.pending {
+		if _, in := ring.index(name); in {
+			continue
+		}
+		delete(r.pending, name)
+		for _, b := range batches {
+			n.fallback.Merge(now, b.states)
+		}
+	}
+	r.mu.Unlock()
 	n.mu.Lock()
 	reachable := make([]*peer, 0, len(n.peers))
 	for _, p := range n.peers {
@@ -59,14 +78,13 @@ func (n *Node) reconcile(now time.Time) {
 	}
 	n.mu.Unlock()
 	for _, p := range reachable {
-		n.reconcileWith(p, now)
+		n.reconcileOn(p, now, ring)
 	}
 	if n.leaving.Load() || n.fallback.Stats().Keys == 0 {
 		return
 	}
-	st := n.state.Load()
 	mine := n.fallback.Extract(now, func(k limiter.Key) bool {
-		m, _ := st.ring.Owner(k.Route())
+		m, _ := ring.Owner(k.Route())
 		return m.Name == n.name
 	}, 0)
 	if len(mine) > 0 {
@@ -79,13 +97,17 @@ func (n *Node) reconcile(now time.Time) {
 // fallback counters of the keys it owns. It reports whether nothing is left
 // to send.
 func (n *Node) reconcileWith(p *peer, now time.Time) bool {
+	return n.reconcileOn(p, now, n.state.Load().ring)
+}
+
+// reconcileOn is reconcileWith, for the keys ring says p's node owns.
+func (n *Node) reconcileOn(p *peer, now time.Time, ring *Ring) bool {
 	r := n.recon
 	name := p.member.Name
 	r.mu.Lock()
 	if len(r.pending[name]) == 0 && n.fallback.Stats().Keys > 0 {
-		st := n.state.Load()
 		states := n.fallback.Extract(now, func(k limiter.Key) bool {
-			m, _ := st.ring.Owner(k.Route())
+			m, _ := ring.Owner(k.Route())
 			return m.Name == name
 		}, 0)
 		for _, part := range splitStates(states, handoffFrameBytes) {

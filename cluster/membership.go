@@ -349,7 +349,15 @@ func (n *Node) rebuildRing() {
 		if len(others) > 0 {
 			n.joined.CompareAndSwap(0, now.UnixNano())
 		}
-		n.state.Store(&ringState{ring: ring, prev: old.ring, without: NewRing(n.hasher, others), changed: now})
+		next := &ringState{ring: ring, prev: old.ring, without: NewRing(n.hasher, others), changed: now}
+		n.promote(now, old.ring, ring, n.goneSince(next))
+		if n.fallback.Stats().Keys > 0 {
+			// What was counted in fallback reaches the new owners before
+			// they are routed to.
+			n.reconcilePeers(members)
+			n.reconcileBy(now, ring)
+		}
+		n.state.Store(next)
 		n.log.Info("cluster membership changed", "members", ring.Len(), "ring", ring.Fingerprint())
 	}
 	n.reconcilePeers(members)

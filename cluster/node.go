@@ -59,6 +59,8 @@ type Node struct {
 	blockGen atomic.Uint64                          // entries of older generations are void
 	told     *ristretto.Cache[uint64, int64]        // zone key → remaining its owner last reported
 	recon    *reconciler                            // fallback counters on their way to owners
+	dirty    dirtyKeys                              // keys changed here since the last replication
+	replicas *replicaStore                          // counters kept for the owners this node succeeds
 	scores   *scoreCache                            // client → score its owner told
 
 	reputation atomic.Pointer[limiter.ReputationPolicy]
@@ -107,6 +109,9 @@ type Node struct {
 	pulled              atomic.Uint64
 	pullCalls           atomic.Uint64 // transfer calls made to pull keys
 	reconciled          atomic.Uint64 // fallback counters sent to (or merged at) their owners
+	replicaBytes        atomic.Uint64 // bytes of replica batches sent
+	replicaStates       atomic.Uint64 // counters sent to successors
+	fromReplica         atomic.Uint64 // counters a new owner started from its replica
 	reconciling         atomic.Bool
 	joined              atomic.Int64 // Unix ns of the first ring with other members
 }
@@ -172,6 +177,7 @@ func New(cfg Config, engine *limiter.Engine) (*Node, error) {
 	n.transit = make(map[limiter.Key]limiter.State)
 	n.scores = newScoreCache(cfg.BlockedKeys)
 	n.recon = newReconciler()
+	n.replicas = newReplicaStore(engine.Stats().MaxKeys)
 	n.self.Store(&Member{Name: n.name})
 	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
 	return n, nil
@@ -224,7 +230,8 @@ func (n *Node) Start() error {
 	}
 	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
 
-	n.wg.Add(4)
+	n.wg.Add(5)
+	go n.replicate()
 	go n.serve()
 	go n.watch()
 	go n.join()
@@ -542,9 +549,14 @@ func (n *Node) penalizeAsync(owner string, client limiter.Key) {
 	}
 }
 
-// local performs op on this node's own engine.
+// local performs op on this node's own engine, and notes the keys it
+// changed for their successor (a single node has none).
 func (n *Node) local(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
-	return apply(n.engine, now, op, client, reqs, res)
+	ok, score := apply(n.engine, now, op, client, reqs, res)
+	if op != actPeek && n.state.Load().ring.Len() > 1 {
+		n.dirty.note(reqs, client)
+	}
+	return ok, score
 }
 
 // apply performs op on engine e.
@@ -704,6 +716,7 @@ func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request,
 // pullKeys pulls those of keys that moved here and are not held.
 func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) {
 	joined := now.Sub(n.joinedAt()) <= n.cfg.HandoffWindow
+	gone := n.goneSince(st)
 	var from map[string][]limiter.Key
 	var mine []limiter.Key // keys this call pulls; others wait for theirs
 	var waits []chan struct{}
@@ -716,7 +729,9 @@ func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) {
 		}
 		var src [2]string
 		if m, ok := st.prev.Owner(k.Route()); ok && m.Name != n.name {
-			src[0] = m.Name
+			if !gone[m.Name] { // a dead owner's count comes from the replica
+				src[0] = m.Name
+			}
 		}
 		if joined && st.without != nil {
 			if m, ok := st.without.Owner(k.Route()); ok && m.Name != n.name && m.Name != src[0] {
@@ -788,6 +803,23 @@ func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
 	}
 }
 
+// goneSince returns the members of the previous ring that are neither in
+// the current one nor leaving gracefully: dead, so only their replicas are
+// left of their counts.
+func (n *Node) goneSince(st *ringState) map[string]bool {
+	var gone map[string]bool
+	leaving := n.leavingMembers()
+	for _, m := range st.prev.Members() {
+		if _, in := st.ring.index(m.Name); !in && !leaving[m.Name] {
+			if gone == nil {
+				gone = make(map[string]bool)
+			}
+			gone[m.Name] = true
+		}
+	}
+	return gone
+}
+
 // joinedAt returns when this node first saw a ring with other members.
 func (n *Node) joinedAt() time.Time {
 	if ns := n.joined.Load(); ns != 0 {
@@ -805,6 +837,7 @@ func (n *Node) Reset(keys ...limiter.Key) []string {
 		return nil
 	}
 	n.fallback.Reset(keys...)
+	n.replicas.drop(keys)
 	n.Forget(keys...)
 	n.mu.Lock()
 	peers := make([]*peer, 0, len(n.peers))

@@ -140,6 +140,7 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 			return d.err
 		}
 		n.engine.Merge(now, states)
+		n.dirty.noteStates(states)
 		n.handedOff.Add(uint64(len(states)))
 		enc.u8(statusOK)
 		return nil
@@ -150,6 +151,7 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		}
 		n.engine.Reset(keys...)
 		n.fallback.Reset(keys...) // what it counted for an owner it could not reach
+		n.replicas.drop(keys)
 		n.Forget(keys...)
 		enc.u8(statusOK)
 		return nil
@@ -163,6 +165,15 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 			return d.err
 		}
 		n.applyReconcile(now, origin, seq, states)
+		n.dirty.noteStates(states)
+		enc.u8(statusOK)
+		return nil
+	case msgReplicate:
+		states := decodeStates(d)
+		if d.err != nil {
+			return d.err
+		}
+		n.replicas.put(now, states)
 		enc.u8(statusOK)
 		return nil
 	case msgForget:

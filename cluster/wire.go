@@ -25,6 +25,8 @@ const (
 	// msgReconcile: here is what I counted in fallback for keys you own
 	// (origin name, sequence number, counters); add it unless you have.
 	msgReconcile byte = 7
+	// msgReplicate: the current counters of keys you succeed me for.
+	msgReplicate byte = 8
 	replyBit     byte = 0x80
 )
 

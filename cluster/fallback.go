@@ -163,11 +163,56 @@ func (n *Node) rememberTold(reqs []limiter.Request, res []limiter.Result) {
 	if n.told == nil {
 		return
 	}
+	var now int64
 	for i := range res {
 		if r := res[i]; r.Remaining >= 0 && r.Reset > 0 && reqs[i].Limit.Algorithm != limiter.Concurrency {
-			n.told.SetWithTTL(uint64(reqs[i].Key), r.Remaining, 1, r.Reset)
+			if now == 0 {
+				now = time.Now().UnixNano()
+			}
+			n.told.set(reqs[i].Key, r.Remaining, now+int64(r.Reset))
 		}
 	}
+}
+
+// toldCache keeps the remaining counts owners reported, until their window
+// resets: a fixed table where a key takes the slot it falls in (a newer key
+// in the slot replaces it), so it stays bounded and costs no allocation.
+type toldCache struct {
+	locks [64]sync.Mutex
+	slots []toldSlot
+}
+
+type toldSlot struct {
+	key     limiter.Key
+	left    int64
+	expires int64
+}
+
+func newToldCache(size int) *toldCache {
+	return &toldCache{slots: make([]toldSlot, max(64, size))}
+}
+
+func (c *toldCache) slot(k limiter.Key) (*sync.Mutex, *toldSlot) {
+	i := uint64(k) % uint64(len(c.slots))
+	return &c.locks[i%uint64(len(c.locks))], &c.slots[i]
+}
+
+func (c *toldCache) set(k limiter.Key, left, expires int64) {
+	mu, s := c.slot(k)
+	mu.Lock()
+	*s = toldSlot{key: k, left: left, expires: expires}
+	mu.Unlock()
+}
+
+// get returns what the owner last said remained of k, if it still holds.
+func (c *toldCache) get(k limiter.Key, now int64) (int64, bool) {
+	mu, s := c.slot(k)
+	mu.Lock()
+	defer mu.Unlock()
+	if s.key != k || s.expires <= now {
+		return 0, false
+	}
+	return s.left, true
 }
 
 // fallbackLimits returns reqs with the limits this node applies in fallback:
@@ -189,7 +234,7 @@ func (n *Node) fallbackLimits(client limiter.Key, reqs []limiter.Request, buf []
 		if r.Limit.Algorithm != limiter.Concurrency {
 			r.Limit = r.Limit.Scale(ratio * factor)
 			if n.told != nil {
-				if left, ok := n.told.Get(uint64(r.Key)); ok {
+				if left, ok := n.told.get(r.Key, time.Now().UnixNano()); ok {
 					share := left / others
 					if share <= 0 && none < 0 {
 						none = len(scaled)

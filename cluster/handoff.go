@@ -188,5 +188,4 @@ func (n *Node) shutdown() {
 	}
 	n.wg.Wait()
 	n.blocked.Close()
-	n.told.Close()
 }

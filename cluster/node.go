@@ -57,7 +57,7 @@ type Node struct {
 	fallback *limiter.Engine                        // counters for owners it cannot reach
 	blocked  *ristretto.Cache[uint64, blockedEntry] // zone key → denied until
 	blockGen atomic.Uint64                          // entries of older generations are void
-	told     *ristretto.Cache[uint64, int64]        // zone key → remaining its owner last reported
+	told     *toldCache                             // zone key → remaining its owner last reported
 	recon    *reconciler                            // fallback counters on their way to owners
 	dirty    dirtyKeys                              // keys changed here since the last replication
 	replicas *replicaStore                          // counters kept for the owners this node succeeds
@@ -177,6 +177,7 @@ func New(cfg Config, engine *limiter.Engine) (*Node, error) {
 	n.transit = make(map[limiter.Key]limiter.State)
 	n.scores = newScoreCache(cfg.BlockedKeys)
 	n.recon = newReconciler()
+	n.told = newToldCache(cfg.BlockedKeys)
 	n.replicas = newReplicaStore(engine.Stats().MaxKeys)
 	n.self.Store(&Member{Name: n.name})
 	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
@@ -203,20 +204,9 @@ func (n *Node) Start() error {
 	if err != nil {
 		return fmt.Errorf("creating the blocked cache: %w", err)
 	}
-	n.told, err = ristretto.NewCache(&ristretto.Config[uint64, int64]{
-		NumCounters: int64(n.cfg.BlockedKeys) * 10,
-		MaxCost:     int64(n.cfg.BlockedKeys),
-		BufferItems: 64,
-	})
-	if err != nil {
-		n.blocked.Close()
-		n.blocked = nil
-		return fmt.Errorf("creating the cache of owners' answers: %w", err)
-	}
 	release := func() {
 		n.blocked.Close()
-		n.told.Close()
-		n.blocked, n.told, n.listener = nil, nil, nil
+		n.blocked, n.listener = nil, nil
 	}
 	n.listener, err = net.Listen("tcp", n.cfg.PeerListen)
 	if err != nil {

@@ -52,12 +52,22 @@
 // counters spend time at the fallback rate, so reconciling them adds up to
 // 1/ratio times what they admitted: again towards denying.
 //
-// Crashes. A node that dies without leaving loses the counters it owned:
-// once memberlist declares it dead (about 2 seconds with the default
-// tuning), its keys start afresh at their new owners, plus what the others
-// admitted in fallback meanwhile, which is reconciled into the new owner.
-// So a crash can over-admit, per key, up to what the crashed owner had
-// counted (the lost count), and no more than that.
+// Crashes. An owner sends the counters of the keys it changed to each key's
+// successor (the node that owns the key once the owner is gone) every
+// ReplicateEvery (5 ms), batched per successor; the successor keeps them as
+// a replica, the newer replacing the older. When memberlist declares the
+// owner dead (about 2 seconds with the default tuning) and the ring drops
+// it, the successor starts the keys it now owns from their replicas, and
+// every node first sends the new owners what it admitted in fallback
+// meanwhile (see above). So a crash loses, per key, at most the changes the
+// owner made in its last replication interval (5 ms of traffic, plus a batch
+// in flight when it died), and the fallback during detection is bounded by
+// the owner's last reported remaining count: with 60 of 100 spent and the
+// owner crashed, the survivors admit 40 more
+// (TestCrashedOwnersCountsSurviveAtTheSuccessor asserts at most 45). A
+// replica is used only when the owner died: a node that leaves gracefully
+// hands its counters over instead, and the replica is not added to them. A
+// single node, or a one-member ring, replicates nothing.
 //
 // Blocked keys. A node remembers keys an owner denied, until the time they
 // may pass, and answers them itself without a call. Resetting a key clears

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -154,4 +155,56 @@ http://127.0.0.1:%d {
 	if _, body, _ := procs[0].get("/", "shared-storage"); !strings.HasPrefix(body, "owner 1") {
 		t.Errorf("instance0 after a restart: %q; want its own count (3 of 5 spent, 1 left after this one)", body)
 	}
+}
+
+// 60 of 100 spent, the owner killed (no hand-off): the survivors admit at
+// most 45 more in the window (exact: 40), fallback during the detection
+// included, since the key's successor holds a replica of its count.
+func TestProcessClusterKilledOwnersCountSurvives(t *testing.T) {
+	procs := startCluster(t, 3, 100)
+	key := ownedKeys(t, procs, "killed")[2]
+	owner, survivors := procs[2], procs[:2]
+	for i := range 60 {
+		if status, _, _ := survivors[i%2].get("/", key); status != http.StatusOK {
+			t.Fatalf("spending beforehand: %d", status)
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // ten replication intervals
+	owner.signal(syscall.SIGKILL)
+	<-owner.exited
+	killed := time.Now()
+	more := 0
+	for i := 0; ; i++ {
+		if status, _, _ := survivors[i%2].get("/", key); status == http.StatusOK {
+			more++
+		}
+		if i%20 == 19 && len(survivors[0].status().Cluster.Members) == 2 && len(survivors[1].status().Cluster.Members) == 2 {
+			break
+		}
+		if time.Since(killed) > 30*time.Second {
+			t.Fatal("the survivors did not drop the killed owner within 30s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	detecting := more
+	time.Sleep(300 * time.Millisecond) // fallback counts on their way to the new owner
+	var after []string
+	for i := range 100 {
+		if status, body, _ := survivors[i%2].get("/", key); status == http.StatusOK {
+			more++
+			after = append(after, body)
+		}
+	}
+	t.Logf("%d admitted while the kill was being detected; then %v", detecting, after)
+	if more > 45 {
+		for _, p := range survivors {
+			for _, line := range strings.Split(p.logs(), "\n") {
+				if strings.Contains(line, "tollgate.cluster") {
+					t.Logf("%s: %.250s", p.name, line)
+				}
+			}
+		}
+		t.Errorf("%d more admitted after the owner was killed with 60 of 100 spent; want at most 45 (exact: 40)", more)
+	}
+	t.Logf("%d more admitted (exact: 40)", more)
 }

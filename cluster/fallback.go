@@ -88,6 +88,7 @@ func (n *Node) reconcileBy(now time.Time, ring *Ring) {
 		return m.Name == n.name
 	}, 0)
 	if len(mine) > 0 {
+		n.toldSpent(now, mine)
 		n.engine.Merge(now, mine)
 		n.reconciled.Add(uint64(len(mine)))
 	}
@@ -110,6 +111,7 @@ func (n *Node) reconcileOn(p *peer, now time.Time, ring *Ring) bool {
 			m, _ := ring.Owner(k.Route())
 			return m.Name == name
 		}, 0)
+		n.toldSpent(now, states)
 		for _, part := range splitStates(states, handoffFrameBytes) {
 			r.seq++
 			r.pending[name] = append(r.pending[name], reconcileBatch{seq: r.seq, states: part})
@@ -174,6 +176,18 @@ func (n *Node) rememberTold(reqs []limiter.Request, res []limiter.Result) {
 	}
 }
 
+// toldSpent takes what this node admitted in fallback, now on its way to
+// the owners, off what the owners last said remained: the fallback counters
+// start afresh, and the share they may admit must not.
+func (n *Node) toldSpent(now time.Time, states []limiter.State) {
+	ns := now.UnixNano()
+	for _, s := range states {
+		if s.Kind < limiter.KindGrant && s.Cur > 0 {
+			n.told.spend(s.Key, int64(s.Cur), ns)
+		}
+	}
+}
+
 // toldCache keeps the remaining counts owners reported, until their window
 // resets: a fixed table where a key takes the slot it falls in (a newer key
 // in the slot replaces it), so it stays bounded and costs no allocation.
@@ -204,6 +218,16 @@ func (c *toldCache) set(k limiter.Key, left, expires int64) {
 	mu.Unlock()
 }
 
+// spend takes used off what remains of k, if anything is known of it.
+func (c *toldCache) spend(k limiter.Key, used, now int64) {
+	mu, s := c.slot(k)
+	mu.Lock()
+	if s.key == k && s.expires > now {
+		s.left = max(0, s.left-used)
+	}
+	mu.Unlock()
+}
+
 // get returns what the owner last said remained of k, if it still holds.
 func (c *toldCache) get(k limiter.Key, now int64) (int64, bool) {
 	mu, s := c.slot(k)
@@ -228,7 +252,15 @@ func (n *Node) fallbackLimits(client limiter.Key, reqs []limiter.Request, buf []
 			factor = p.Factor(score)
 		}
 	}
-	others := int64(max(1, n.state.Load().ring.Len()-1))
+	// The nodes that may be counting in fallback: every member but the
+	// owner, of the larger of the rings before and after a change (while
+	// the others catch up, the old members still count).
+	st := n.state.Load()
+	members := st.ring.Len()
+	if st.prev != nil && time.Since(st.changed) <= n.cfg.HandoffWindow {
+		members = max(members, st.prev.Len())
+	}
+	others := int64(max(1, members-1))
 	scaled = buf[:0]
 	for _, r := range reqs {
 		if r.Limit.Algorithm != limiter.Concurrency {

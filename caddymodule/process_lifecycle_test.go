@@ -174,9 +174,11 @@ func TestProcessClusterKilledOwnersCountSurvives(t *testing.T) {
 	<-owner.exited
 	killed := time.Now()
 	more := 0
+	var during []string
 	for i := 0; ; i++ {
-		if status, _, _ := survivors[i%2].get("/", key); status == http.StatusOK {
+		if status, body, _ := survivors[i%2].get("/", key); status == http.StatusOK {
 			more++
+			during = append(during, fmt.Sprintf("%s:%s", survivors[i%2].name, body))
 		}
 		if i%20 == 19 && len(survivors[0].status().Cluster.Members) == 2 && len(survivors[1].status().Cluster.Members) == 2 {
 			break
@@ -195,7 +197,7 @@ func TestProcessClusterKilledOwnersCountSurvives(t *testing.T) {
 			after = append(after, body)
 		}
 	}
-	t.Logf("%d admitted while the kill was being detected; then %v", detecting, after)
+	t.Logf("%d admitted while the kill was being detected (%v); then %v", detecting, during, after)
 	if more > 45 {
 		for _, p := range survivors {
 			for _, line := range strings.Split(p.logs(), "\n") {

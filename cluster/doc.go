@@ -57,9 +57,12 @@
 // ReplicateEvery (5 ms), batched per successor; the successor keeps them as
 // a replica, the newer replacing the older. When memberlist declares the
 // owner dead (about 2 seconds with the default tuning) and the ring drops
-// it, the successor starts the keys it now owns from their replicas, and
-// every node first sends the new owners what it admitted in fallback
-// meanwhile (see above). So a crash loses, per key, at most the changes the
+// it, the successor starts the keys it now owns from their replicas and
+// collects what the other nodes admitted for them in fallback meanwhile
+// (a node that has not seen the death yet hands it over and routes those
+// keys to the new owner from then on; one that has sends it before routing
+// by its new ring). A node's fallback share is of what the owner last said
+// remained, less what it already admitted and sent on. So a crash loses, per key, at most the changes the
 // owner made in its last replication interval (5 ms of traffic, plus a batch
 // in flight when it died), and the fallback during detection is bounded by
 // the owner's last reported remaining count: with 60 of 100 spent and the

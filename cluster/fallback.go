@@ -176,9 +176,9 @@ func (n *Node) rememberTold(reqs []limiter.Request, res []limiter.Result) {
 	}
 }
 
-// toldSpent takes what this node admitted in fallback, now on its way to
-// the owners, off what the owners last said remained: the fallback counters
-// start afresh, and the share they may admit must not.
+// toldSpent records what this node admitted in fallback, now on its way to
+// the owners: the fallback counters start afresh, and the share they may
+// admit of what the owner last said must not.
 func (n *Node) toldSpent(now time.Time, states []limiter.State) {
 	ns := now.UnixNano()
 	for _, s := range states {
@@ -198,7 +198,8 @@ type toldCache struct {
 
 type toldSlot struct {
 	key     limiter.Key
-	left    int64
+	left    int64 // what the owner said remained
+	spent   int64 // what this node admitted in fallback since, and sent on
 	expires int64
 }
 
@@ -218,25 +219,27 @@ func (c *toldCache) set(k limiter.Key, left, expires int64) {
 	mu.Unlock()
 }
 
-// spend takes used off what remains of k, if anything is known of it.
+// spend records that this node admitted used of k in fallback and sent it
+// on, if anything is known of k.
 func (c *toldCache) spend(k limiter.Key, used, now int64) {
 	mu, s := c.slot(k)
 	mu.Lock()
 	if s.key == k && s.expires > now {
-		s.left = max(0, s.left-used)
+		s.spent += used
 	}
 	mu.Unlock()
 }
 
-// get returns what the owner last said remained of k, if it still holds.
-func (c *toldCache) get(k limiter.Key, now int64) (int64, bool) {
+// get returns what the owner last said remained of k and what this node
+// has admitted of it in fallback since (and sent on), if it still holds.
+func (c *toldCache) get(k limiter.Key, now int64) (left, spent int64, ok bool) {
 	mu, s := c.slot(k)
 	mu.Lock()
 	defer mu.Unlock()
 	if s.key != k || s.expires <= now {
-		return 0, false
+		return 0, 0, false
 	}
-	return s.left, true
+	return s.left, s.spent, true
 }
 
 // fallbackLimits returns reqs with the limits this node applies in fallback:
@@ -266,8 +269,10 @@ func (n *Node) fallbackLimits(client limiter.Key, reqs []limiter.Request, buf []
 		if r.Limit.Algorithm != limiter.Concurrency {
 			r.Limit = r.Limit.Scale(ratio * factor)
 			if n.told != nil {
-				if left, ok := n.told.get(r.Key, time.Now().UnixNano()); ok {
-					share := left / others
+				if left, spent, ok := n.told.get(r.Key, time.Now().UnixNano()); ok {
+					// Its share of what the owner said remained, less what
+					// it admitted of it already (counters since sent on).
+					share := left/others - spent
 					if share <= 0 && none < 0 {
 						none = len(scaled)
 					}

@@ -123,6 +123,10 @@ type ringState struct {
 	prev    *Ring
 	without *Ring // ring minus this node: who owned its keys before it joined
 	changed time.Time
+	// redirect: keys whose owner, unreachable here, died, and whose new
+	// owner took this node's fallback counts before this node saw the death
+	// (key → new owner). It lasts until this node's ring changes.
+	redirect sync.Map
 }
 
 // Standalone returns a node that owns every key: Tollgate without a
@@ -480,11 +484,15 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, cli
 	}
 	for hop := 0; hop < 2; hop++ {
 		p := n.peerFor(owner.Name)
-		if p == nil {
-			break
+		ok, probe := false, false
+		if p != nil {
+			ok, probe = p.breaker.admit(now)
 		}
-		ok, probe := p.breaker.admit(now)
 		if !ok {
+			if to, moved := st.redirect.Load(reqs[0].Key); moved && to.(string) != owner.Name && hop == 0 {
+				owner = Member{Name: to.(string)} // its new owner counts it
+				continue
+			}
 			break
 		}
 		if probe && !n.reconcileWith(p, now) {

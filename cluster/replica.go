@@ -227,5 +227,48 @@ func (n *Node) promote(now time.Time, prev, ring *Ring, gone map[string]bool) {
 		n.dirty.noteStates(states)
 		n.fromReplica.Add(uint64(len(states)))
 		n.log.Info("started the keys of a node that died from their replicas", "counters", len(states))
+		keys := make([]limiter.Key, len(states))
+		for i, s := range states {
+			keys[i] = s.Key
+		}
+		n.collectFallback(now, ring, keys)
 	}
+}
+
+// collectFallback takes from every other member of ring what it counted in
+// fallback for keys, which this node now owns, and adds it. Members that
+// have not seen the owner die yet would send it only then, admitting more
+// meanwhile; instead they hand it over now and route those keys here.
+func (n *Node) collectFallback(now time.Time, ring *Ring, keys []limiter.Key) {
+	var wg sync.WaitGroup
+	for _, m := range ring.Members() {
+		if m.Name == n.name {
+			continue
+		}
+		p := n.peerFor(m.Name)
+		if p == nil || !p.connected.Load() {
+			continue
+		}
+		wg.Go(func() {
+			for rest := keys; len(rest) > 0; {
+				chunk := rest[:min(len(rest), maxStates)]
+				rest = rest[len(chunk):]
+				e := &encoder{}
+				e.str(n.name)
+				encodeKeys(e, chunk)
+				c := newCall(msgFallbackTransfer)
+				c.body = e.b
+				if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
+					return
+				}
+				d := &decoder{b: c.reply}
+				if states := decodeStates(d); d.err == nil && len(states) > 0 {
+					n.engine.Merge(now, states)
+					n.dirty.noteStates(states)
+					n.reconciled.Add(uint64(len(states)))
+				}
+			}
+		})
+	}
+	wg.Wait()
 }

@@ -168,6 +168,22 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		n.dirty.noteStates(states)
 		enc.u8(statusOK)
 		return nil
+	case msgFallbackTransfer:
+		to := d.str()
+		keys := decodeKeys(d)
+		if d.err != nil {
+			return d.err
+		}
+		st := n.state.Load()
+		states := n.fallback.ExtractKeys(now, keys)
+		for _, k := range keys {
+			if owner, _ := st.ring.Owner(k.Route()); owner.Name != to && owner.Name != n.name {
+				st.redirect.Store(k, to)
+			}
+		}
+		enc.u8(statusOK)
+		encodeStates(enc, states)
+		return nil
 	case msgReplicate:
 		states := decodeStates(d)
 		if d.err != nil {

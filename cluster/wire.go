@@ -27,7 +27,10 @@ const (
 	msgReconcile byte = 7
 	// msgReplicate: the current counters of keys you succeed me for.
 	msgReplicate byte = 8
-	replyBit     byte = 0x80
+	// msgFallbackTransfer: I own these keys now (the owner died); give me
+	// what you counted for them in fallback, and route them to me.
+	msgFallbackTransfer byte = 9
+	replyBit            byte = 0x80
 )
 
 // Reply statuses.

@@ -363,6 +363,7 @@ func (n *Node) rebuildRing() {
 	n.reconcilePeers(members)
 	if changed {
 		go n.handOff()
+		go n.resync(time.Now(), old.ring, ring)
 	}
 }
 

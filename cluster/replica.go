@@ -272,3 +272,33 @@ func (n *Node) collectFallback(now time.Time, ring *Ring, keys []limiter.Key) {
 	}
 	wg.Wait()
 }
+
+// resync marks for replication every counter this node owns in ring whose
+// successor differs from the one prev named: a new successor (a node that
+// joined or restarted, or took the place of one that left) holds no replica
+// of keys that have not changed since.
+func (n *Node) resync(now time.Time, prev, ring *Ring) {
+	if ring.Len() < 2 {
+		return
+	}
+	var keys []limiter.Key
+	n.engine.Range(now, func(s limiter.State) bool {
+		route := s.Key.Route()
+		if owner, _ := ring.Owner(route); owner.Name != n.name {
+			return true
+		}
+		succ, _ := ring.Successor(route)
+		if was, ok := prev.Successor(route); !ok || was.Name != succ.Name {
+			keys = append(keys, s.Key)
+		}
+		return true
+	})
+	if len(keys) > 0 {
+		n.dirty.note(nil, 0)
+		n.dirty.mu.Lock()
+		for _, k := range keys {
+			n.dirty.keys[k] = struct{}{}
+		}
+		n.dirty.mu.Unlock()
+	}
+}

@@ -55,7 +55,9 @@
 // Crashes. An owner sends the counters of the keys it changed to each key's
 // successor (the node that owns the key once the owner is gone) every
 // ReplicateEvery (5 ms), batched per successor; the successor keeps them as
-// a replica, the newer replacing the older. When memberlist declares the
+// a replica, the newer replacing the older. When a key's successor changes
+// (a node joined, restarted or left), its owner sends the new successor the
+// key's counter afresh. When memberlist declares the
 // owner dead (about 2 seconds with the default tuning) and the ring drops
 // it, the successor starts the keys it now owns from their replicas and
 // collects what the other nodes admitted for them in fallback meanwhile

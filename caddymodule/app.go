@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -90,9 +91,12 @@ type App struct {
 	// 1m. Negative: never.
 	SnapshotInterval caddy.Duration `json:"snapshot_interval,omitempty"`
 
-	state  *state
-	node   *cluster.Node
-	logger *zap.Logger
+	state      *state
+	node       *cluster.Node
+	nodeCfg    *cluster.Config // the node's cluster settings; nil for a single node
+	newNode    bool            // node was created for this config; Start starts it
+	nodeActive bool            // Start made node the running one
+	logger     *zap.Logger
 
 	hasher      limiter.Hasher
 	hashSecret  []byte // the secret hashes are keyed with (the last)
@@ -162,7 +166,10 @@ func (a *App) snapshotInterval() time.Duration {
 	return time.Duration(a.SnapshotInterval)
 }
 
-// provisionNode finds or starts the cluster node (or the single node).
+// provisionNode finds the running cluster node (or single node) if the
+// settings are the same, or creates one that Start starts: provisioning binds
+// nothing and joins nobody, so `caddy validate` can check the config of a
+// running node.
 func (a *App) provisionNode() error {
 	var cfg *cluster.Config
 	if a.Cluster != nil {
@@ -172,11 +179,11 @@ func (a *App) provisionNode() error {
 		}
 		cfg = &c
 	}
-	node, err := a.state.nodeFor(cfg, a.logger.Named("cluster"))
+	node, isNew, err := a.state.nodeFor(cfg, a.logger.Named("cluster"))
 	if err != nil {
 		return fmt.Errorf("tollgate: cluster: %w", err)
 	}
-	a.node = node
+	a.node, a.nodeCfg, a.newNode = node, cfg, isNew
 	return nil
 }
 
@@ -197,17 +204,33 @@ func (a *App) Validate() error {
 	return a.validateIdentity()
 }
 
-// Start makes this config the one the admin API answers for.
+// Start starts the cluster node this config created (its listeners, gossip
+// and join), or applies the fallback settings to the running one; then the
+// background work the first time, and makes this config the one the admin
+// API answers for. The node of the previous config keeps running until that
+// config stops, so a failed start changes nothing.
 func (a *App) Start() error {
 	a.identify()
+	if a.newNode {
+		if err := a.state.adopt(a.node, a.nodeCfg, a.logger.Named("cluster")); err != nil {
+			return fmt.Errorf("tollgate: cluster: %w", err)
+		}
+		a.nodeActive = true
+	}
+	if a.nodeCfg != nil {
+		a.node.SetFallback(a.nodeCfg.Fallback, a.nodeCfg.FallbackRatio)
+	}
+	a.state.start(a.logger)
 	a.state.current.Store(a)
 	a.warnShadowedTiers()
 	return nil
 }
 
-// Stop implements caddy.App. The state is released in Cleanup.
+// Stop implements caddy.App: the node of a config that a newer one replaced
+// leaves the cluster now. The state is released in Cleanup.
 func (a *App) Stop() error {
 	a.state.current.CompareAndSwap(a, nil)
+	a.state.release(a.node, a.nodeActive)
 	return nil
 }
 
@@ -362,6 +385,9 @@ func (a *App) Cleanup() error {
 		return nil
 	}
 	a.forgetRemovedZones()
+	if a.newNode && !a.nodeActive {
+		a.node.Close() // created, never started, or failed to: nothing to hand off
+	}
 	_, err := pool.Delete(poolKey)
 	return err
 }
@@ -382,23 +408,42 @@ type state struct {
 	ops     opsRecord           // what the admin lists show
 
 	storage       atomic.Pointer[storageRef] // the latest config's storage
-	restoreOnce   sync.Once
+	startOnce     sync.Once
+	instanceOnce  sync.Once
+	instance      string       // Caddy's instance ID, naming a single node's snapshot
+	started       atomic.Bool  // a config started: background work runs
 	snapshotEvery atomic.Int64 // ns; negative: never
 
-	mu         sync.Mutex
-	pressure   *fingerprint.Pressure
-	node       *cluster.Node
-	clusterCfg *cluster.Config // nil for a single node
+	mu          sync.Mutex
+	pressure    *fingerprint.Pressure
+	node        *cluster.Node   // the running node
+	clusterCfg  *cluster.Config // its settings; nil for a single node
+	replaced    *cluster.Node   // the node before it, until its config stops
+	replacedCfg *cluster.Config
 }
 
+// newState creates the state; nothing runs until start.
 func newState(maxKeys int) (*state, error) {
-	s := &state{
+	return &state{
 		engine: limiter.New(limiter.Config{MaxKeys: maxKeys}),
 		stop:   make(chan struct{}),
 		done:   make(chan struct{}),
-	}
-	go s.sweep()
-	return s, nil
+	}, nil
+}
+
+// start restores what storage keeps (the tier table, the snapshot) and
+// starts the background work, the first time a config starts.
+func (s *state) start(logger *zap.Logger) {
+	s.startOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if s.storage.Load() != nil {
+			s.restoreTiers(ctx, logger)
+			s.restoreSnapshot(ctx, logger)
+		}
+		s.started.Store(true)
+		go s.sweep()
+	})
 }
 
 // pressureFor returns the IP pressure tracker for cfg: the one kept from
@@ -444,14 +489,26 @@ func (s *state) currentApp() *App { return s.current.Load() }
 
 // Destruct stops the state's background work and leaves the cluster
 // gracefully, handing this node's counters to the others.
+// A state that never started (`caddy validate`) writes nothing.
 func (s *state) Destruct() error {
 	close(s.stop)
+	if !s.started.Load() {
+		s.mu.Lock()
+		s.retire()
+		s.mu.Unlock()
+		return nil
+	}
 	<-s.done
+	key := s.snapshotKey() // under the node's name, known until it retires
 	s.mu.Lock()
+	if s.replaced != nil {
+		s.replaced.Leave(cluster.DefaultLeaveTimeout)
+		s.replaced, s.replacedCfg = nil, nil
+	}
 	s.retire()
 	s.mu.Unlock()
 	if s.snapshotEvery.Load() >= 0 {
-		s.writeSnapshot() // after the hand-off: what this node still holds
+		s.writeSnapshotAt(key) // after the hand-off: what this node still holds
 	}
 	return nil
 }

@@ -97,36 +97,75 @@ func clusterSecret(hashSecret []byte) []byte {
 	return out
 }
 
-// nodeFor returns the node this config runs: the one kept from the previous
-// config when the cluster settings are the same (a reload neither leaves nor
-// rejoins), a new one otherwise.
-func (s *state) nodeFor(cfg *cluster.Config, logger *zap.Logger) (*cluster.Node, error) {
+// nodeFor returns the node this config runs, without starting anything:
+// the running node when the cluster settings are the same (a reload neither
+// leaves nor rejoins), or a new node that App.Start starts. It reports
+// whether the node is new.
+func (s *state) nodeFor(cfg *cluster.Config, logger *zap.Logger) (*cluster.Node, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if cfg == nil {
-		if s.node == nil || s.clusterCfg != nil {
-			s.retire()
-			s.node, s.clusterCfg = cluster.Standalone(s.engine), nil
-			s.node.OnGather(s.answerGather)
+		if s.node != nil && s.clusterCfg == nil {
+			return s.node, false, nil
 		}
-		return s.node, nil
+		return cluster.Standalone(s.engine), true, nil
 	}
 	if s.node != nil && s.clusterCfg != nil && sameClusterSettings(*s.clusterCfg, *cfg) {
-		s.node.SetFallback(cfg.Fallback, cfg.FallbackRatio)
-		return s.node, nil
+		return s.node, false, nil
+	}
+	cfg.Logger = slog.New(zapslog.NewHandler(logger.Core(), zapslog.WithName(logger.Name())))
+	node, err := cluster.New(*cfg, s.engine)
+	if err != nil {
+		return nil, false, err
+	}
+	return node, true, nil
+}
+
+// adopt starts node, new with the config whose cluster settings are cfg
+// (nil: a single node), and makes it the running node. The node it replaces
+// keeps answering until the config that used it stops (replaced below), so a
+// reload that fails to start leaves the old config and its node as they
+// were. Only when the new node needs the old one's ports does the old one
+// leave first.
+func (s *state) adopt(node *cluster.Node, cfg *cluster.Config, logger *zap.Logger) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.node != nil && s.clusterCfg != nil && cfg != nil && sharePorts(*s.clusterCfg, *cfg) {
+		logger.Warn("cluster settings changed on the same ports: leaving the cluster and joining again with the new ones")
+		s.retire()
+	}
+	node.SetSharedCheck(checkSharedValue)
+	node.OnGather(s.answerGather)
+	if err := node.Start(); err != nil {
+		node.Close()
+		return err
 	}
 	if s.clusterCfg != nil {
-		logger.Warn("cluster settings changed: leaving the cluster and joining again with the new ones")
+		logger.Warn("cluster settings changed: joined with the new ones; the previous node leaves when its config stops")
 	}
-	s.retire()
-	cfg.Logger = slog.New(zapslog.NewHandler(logger.Core(), zapslog.WithName(logger.Name())))
-	node, err := cluster.Start(*cfg, s.engine)
-	if err != nil {
-		return nil, err
-	}
-	node.OnGather(s.answerGather)
+	s.replaced, s.replacedCfg = s.node, s.clusterCfg
 	s.node, s.clusterCfg = node, cfg
-	return node, nil
+	return nil
+}
+
+// release is called when a config that ran node stops. If a newer config
+// replaced node, it leaves now. If node is the running node and it replaced
+// another (the new config failed to start after this app started), the
+// previous node is put back and node leaves.
+func (s *state) release(node *cluster.Node, started bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case node == s.replaced:
+		s.replaced, s.replacedCfg = nil, nil
+		if node != nil {
+			node.Leave(cluster.DefaultLeaveTimeout)
+		}
+	case started && node == s.node && s.replaced != nil:
+		s.retire()
+		s.node, s.clusterCfg = s.replaced, s.replacedCfg
+		s.replaced, s.replacedCfg = nil, nil
+	}
 }
 
 // sameClusterSettings compares what would need a new node to change.
@@ -138,9 +177,15 @@ func sameClusterSettings(a, b cluster.Config) bool {
 	return reflect.DeepEqual(a, b)
 }
 
+// sharePorts reports whether two cluster settings listen on a common
+// address, so that nodes with both cannot run at once.
+func sharePorts(a, b cluster.Config) bool {
+	return a.Bind == b.Bind || a.PeerListen == b.PeerListen || a.Bind == b.PeerListen || a.PeerListen == b.Bind
+}
+
 // retire leaves the cluster with the current node, if any; s.mu is held.
 func (s *state) retire() {
-	if s.node != nil && s.clusterCfg != nil {
+	if s.node != nil {
 		s.node.Leave(cluster.DefaultLeaveTimeout)
 	}
 	s.node, s.clusterCfg = nil, nil

@@ -297,11 +297,12 @@ type asker struct {
 
 // outcome is a decision at one instant.
 type outcome struct {
-	allowed   bool           // every enforced request was granted
-	dryDenied bool           // a dry run's request would have been denied
-	source    cluster.Source // who decided
-	score     float64        // the client's reputation; negative when not known
-	speaker   int            // index of the request that speaks for the decision
+	allowed    bool           // every enforced request was granted
+	dryDenied  bool           // a dry run's request would have been denied
+	source     cluster.Source // who decided
+	score      float64        // the client's reputation, when scoreKnown
+	scoreKnown bool
+	speaker    int // index of the request that speaks for the decision
 }
 
 // ServeHTTP counts r in its zones and passes it on or denies it, in three
@@ -415,9 +416,10 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 func decideAt(now time.Time, node *cluster.Node, client limiter.Key, b *batch) outcome {
 	res := b.results()
 	enforced, dryLeases := b.order() // [0, enforced): enforced; then dry rates, then dry leases
-	o := outcome{allowed: true, source: cluster.SourceOwner, score: cluster.UnknownScore}
+	o := outcome{allowed: true, source: cluster.SourceOwner}
 	if enforced > 0 {
-		o.allowed, o.source, o.score = node.TakeFor(now, client, b.reqs[:enforced], res[:enforced])
+		d := node.TakeFor(now, client, b.reqs[:enforced], res[:enforced])
+		o.allowed, o.source, o.score, o.scoreKnown = d.Allowed, d.Source, d.Score, d.ScoreKnown
 	}
 	if enforced < len(b.reqs) {
 		ok, src := decideDry(now, node, b, enforced, dryLeases, o.allowed)
@@ -485,7 +487,7 @@ func allGranted(res []limiter.Result) bool {
 func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *batch, who *asker, o outcome, buf []byte) (*verdict, *heldLeases) {
 	v := q.verdict()
 	v.identity, v.pressure, v.issuer, v.source = who.identity, who.pressure, nil, o.source
-	v.tier, v.score = who.tier, o.score
+	v.tier, v.score, v.scoreKnown = who.tier, o.score, o.scoreKnown
 	v.app, v.vars = h.app, q.vars
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !o.allowed) {
 		h.setHeaders(w.Header(), v, buf, b)
@@ -507,7 +509,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 		if !h.DryRun {
 			h.issueCookie(w, q.r, v, now)
 		}
-		return v, h.holdLeases(b, o.source)
+		return v, h.holdLeases(b)
 	}
 
 	v.retryAfter = h.retryAfter(v.zone, b.res[i])
@@ -533,14 +535,14 @@ func (h *Handler) retryAfter(z *Zone, r limiter.Result) int64 {
 
 // holdLeases collects the leases an allowed request claimed, copied out of
 // the scratch memory they were built in. A dry run claims none.
-func (h *Handler) holdLeases(b *batch, src cluster.Source) *heldLeases {
+func (h *Handler) holdLeases(b *batch) *heldLeases {
 	var held *heldLeases
 	for i := range b.reqs {
 		if b.reqs[i].Limit.Algorithm != limiter.Concurrency || b.dry[i] {
 			continue
 		}
 		if held == nil {
-			held = &heldLeases{node: h.node, src: src}
+			held = &heldLeases{node: h.node}
 		}
 		held.reqs = append(held.reqs, b.reqs[i])
 		held.named = append(held.named, b.named[i])

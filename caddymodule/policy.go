@@ -68,8 +68,8 @@ func (c *ReputationConfig) policy() *limiter.ReputationPolicy {
 	return p
 }
 
-// provisionPolicy applies reputation to this config and restores what was
-// kept in storage (the tier table, the snapshot) the first time.
+// provisionPolicy applies reputation to this config; what storage keeps
+// (the tier table, the snapshot) is restored when the app first starts.
 func (a *App) provisionPolicy(ctx caddy.Context) error {
 	a.reputation = a.Reputation.policy()
 	if a.reputation != nil {
@@ -81,10 +81,6 @@ func (a *App) provisionPolicy(ctx caddy.Context) error {
 	a.node.SetReputation(a.reputation)
 	a.repSeed = a.hasher.Zone("\x00tollgate reputation")
 	a.state.storage.Store(&storageRef{ctx.Storage()})
-	a.state.restoreOnce.Do(func() {
-		a.state.restoreTiers(ctx, a.logger)
-		a.state.restoreSnapshot(ctx, a.logger)
-	})
 	a.node.OnShared(a.state.sharedArrived(a.logger))
 	return nil
 }
@@ -105,7 +101,6 @@ type heldLeases struct {
 	node  *cluster.Node
 	reqs  []limiter.Request
 	named []bool
-	src   cluster.Source
 	timer *time.Timer
 
 	mu   sync.Mutex // a renewal and the release never interleave
@@ -140,7 +135,7 @@ func (l *heldLeases) release() {
 	now := time.Now()
 	for i, r := range l.reqs {
 		if !l.named[i] {
-			l.node.Release(now, r.Key, r.LeaseID, l.src)
+			l.node.Release(now, r.Key, r.LeaseID)
 		}
 	}
 }

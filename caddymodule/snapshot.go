@@ -1,13 +1,18 @@
 package caddymodule
 
 import (
+	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/certmagic"
 	"go.uber.org/zap"
 
@@ -30,18 +35,39 @@ const snapshotMagic = "TGSN1"
 // storageRef holds Caddy's storage, which may change with the config.
 type storageRef struct{ certmagic.Storage }
 
+// snapshotKey is where this node's snapshot lives in storage: under the
+// node's name in a cluster, under Caddy's instance ID for a single node, so
+// that instances sharing one storage never read each other's.
 func (s *state) snapshotKey() string {
-	name := "local"
 	s.mu.Lock()
-	if s.node != nil && s.clusterCfg != nil {
-		name = strings.NewReplacer(":", "_", "/", "_", "[", "", "]", "").Replace(s.node.Name())
-	}
+	clustered, node := s.clusterCfg != nil, s.node
 	s.mu.Unlock()
-	return "tollgate/snapshots/" + name
+	if clustered && node != nil {
+		return snapshotPrefix + strings.NewReplacer(":", "_", "/", "_", "[", "", "]", "").Replace(node.Name())
+	}
+	s.instanceOnce.Do(func() {
+		id, err := caddy.InstanceID()
+		if err != nil {
+			s.instance = "local"
+			return
+		}
+		s.instance = id.String()
+	})
+	return snapshotPrefix + s.instance
 }
 
+// snapshotPrefix starts every snapshot's storage key; legacySnapshotKey is
+// where a single node kept it before snapshots were keyed by instance.
+const (
+	snapshotPrefix    = "tollgate/snapshots/"
+	legacySnapshotKey = snapshotPrefix + "local"
+)
+
 // writeSnapshot writes the engine's live state to storage.
-func (s *state) writeSnapshot() {
+func (s *state) writeSnapshot() { s.writeSnapshotAt(s.snapshotKey()) }
+
+// writeSnapshotAt writes the engine's live state to storage under key.
+func (s *state) writeSnapshotAt(key string) {
 	ref := s.storage.Load()
 	if ref == nil {
 		return
@@ -54,7 +80,7 @@ func (s *state) writeSnapshot() {
 	b := limiter.AppendStates([]byte(snapshotMagic), states)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := ref.Store(ctx, s.snapshotKey(), b); err != nil {
+	if err := ref.Store(ctx, key, b); err != nil {
 		s.logger().Error("writing snapshot", zap.Error(err))
 	}
 }
@@ -66,7 +92,14 @@ func (s *state) restoreSnapshot(ctx context.Context, logger *zap.Logger) {
 		return
 	}
 	key := s.snapshotKey()
+	s.mu.Lock()
+	single := s.clusterCfg == nil
+	s.mu.Unlock()
 	b, err := ref.Load(ctx, key)
+	if errors.Is(err, fs.ErrNotExist) && single && key != legacySnapshotKey {
+		key = legacySnapshotKey // a single node's snapshot from before it was keyed by instance
+		b, err = ref.Load(ctx, key)
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return
 	}
@@ -74,13 +107,48 @@ func (s *state) restoreSnapshot(ctx context.Context, logger *zap.Logger) {
 		logger.Error("reading snapshot; starting without it", zap.String("storage_key", key), zap.Error(err))
 		return
 	}
-	states, _, err := limiter.DecodeStates(b[len(snapshotMagic):], s.engine.Stats().MaxKeys*2)
+	raw := b[len(snapshotMagic):]
+	if len(raw) < 4 {
+		logger.Error("reading snapshot; starting without it", zap.String("storage_key", key), zap.Error(limiter.ErrTruncated))
+		return
+	}
+	// The count is bounded by the input's size, so is what decoding takes.
+	states, _, err := limiter.DecodeStates(raw, int(binary.LittleEndian.Uint32(raw)))
 	if err != nil {
 		logger.Error("reading snapshot; starting without it", zap.String("storage_key", key), zap.Error(err))
 		return
 	}
-	s.engine.Merge(time.Now(), states)
-	logger.Info("restored counters, reputations, grants and leases from the snapshot", zap.Int("states", len(states)), zap.String("storage_key", key))
+	es := s.engine.Stats()
+	kept := s.fitSnapshot(states, es.MaxKeys-es.Keys)
+	s.engine.Merge(time.Now(), kept)
+	if len(kept) < len(states) {
+		logger.Warn("the snapshot holds more than max_keys allows; restored what fits, the keys this node owns first",
+			zap.Int("states", len(states)), zap.Int("restored", len(kept)), zap.Int("max_keys", es.MaxKeys))
+	}
+	logger.Info("restored counters, reputations, grants and leases from the snapshot", zap.Int("states", len(kept)), zap.String("storage_key", key))
+}
+
+// fitSnapshot returns at most room of states: those of keys this node owns
+// first, then the others, each group the latest-expiring first.
+func (s *state) fitSnapshot(states []limiter.State, room int) []limiter.State {
+	if len(states) <= room {
+		return states
+	}
+	room = max(room, 0)
+	s.mu.Lock()
+	node := s.node
+	s.mu.Unlock()
+	owned := func(k limiter.Key) bool { return node == nil || node.Owner(k).Name == node.Name() }
+	slices.SortStableFunc(states, func(a, b limiter.State) int {
+		if oa, ob := owned(a.Key), owned(b.Key); oa != ob {
+			if oa {
+				return -1
+			}
+			return 1
+		}
+		return cmp.Compare(b.Expires, a.Expires)
+	})
+	return states[:room]
 }
 
 // restoreTiers installs the tier table kept in storage.
@@ -94,8 +162,11 @@ func (s *state) restoreTiers(ctx context.Context, logger *zap.Logger) {
 		return
 	}
 	t, err := decodeTierTable(b)
+	if err == nil {
+		err = checkTierTable(t)
+	}
 	if err != nil {
-		logger.Error("reading the tier table", zap.Error(err))
+		logger.Error("reading the tier table; starting without it", zap.Error(err))
 		return
 	}
 	s.tiers.store(t)
@@ -120,6 +191,32 @@ func (s *state) saveTiers(t *tierTable) error {
 	return ref.Store(ctx, tiersStorageKey, b)
 }
 
+// checkSharedValue vets a shared value from another node before the node
+// keeps it: a tier table must decode and name only limits of at least 1.
+func checkSharedValue(name string, value []byte) error {
+	if name != tiersSharedName {
+		return nil
+	}
+	t, err := tierTableOf(cluster.SharedValue{Value: value})
+	if err != nil {
+		return err
+	}
+	return checkTierTable(t)
+}
+
+// checkTierTable refuses a tier table with a limit below 1, which no
+// engine can count with (a token bucket divides by it).
+func checkTierTable(t *tierTable) error {
+	for zone, tiers := range t.Zones {
+		for tier, limit := range tiers {
+			if limit < 1 {
+				return fmt.Errorf("tier table: zone %q tier %q: limit %d; must be at least 1", zone, tier, limit)
+			}
+		}
+	}
+	return nil
+}
+
 // sharedArrived returns the handler of shared values from other nodes: a
 // newer tier table is put in effect and kept in storage.
 func (s *state) sharedArrived(logger *zap.Logger) func(string, cluster.SharedValue) {
@@ -128,6 +225,9 @@ func (s *state) sharedArrived(logger *zap.Logger) func(string, cluster.SharedVal
 			return
 		}
 		t, err := tierTableOf(v)
+		if err == nil {
+			err = checkTierTable(t)
+		}
 		if err != nil {
 			logger.Error("a tier table from another node", zap.Error(err))
 			return

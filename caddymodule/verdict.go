@@ -22,15 +22,16 @@ type verdict struct {
 	reset      int64 // seconds
 	retryAfter int64 // seconds; 0 unless denied
 
-	identity  fingerprint.Identity
-	pressure  fingerprint.Reading
-	source    cluster.Source // who decided
-	tier      string
-	score     float64        // the client's reputation; negative when not known
-	issuer    *cookieIssuer  // set when the upstream decides on the cookie
-	challenge bool           // the response is the challenge page
-	app       *App           // for {http.tollgate.network} of a session
-	vars      map[string]any // the request's variables, for its client IP
+	identity   fingerprint.Identity
+	pressure   fingerprint.Reading
+	source     cluster.Source // who decided
+	tier       string
+	score      float64 // the client's reputation, when scoreKnown
+	scoreKnown bool
+	issuer     *cookieIssuer  // set when the upstream decides on the cookie
+	challenge  bool           // the response is the challenge page
+	app        *App           // for {http.tollgate.network} of a session
+	vars       map[string]any // the request's variables, for its client IP
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
 }
@@ -117,7 +118,7 @@ func (v *verdict) replace(key string) (any, bool) {
 	case "tier":
 		return v.tier, true
 	case "reputation":
-		if v.score < 0 {
+		if !v.scoreKnown {
 			return "", true
 		}
 		return strconv.FormatFloat(v.score, 'f', 1, 64), true

@@ -16,7 +16,8 @@ import (
 // loopback, with 64 callers at once (as a busy Caddy would have): keys the
 // node owns, and keys owned by the two others (forwarded over peer RPC).
 // It reports the latency percentiles of single checks and how many peer
-// frames were sent per forwarded check (batching).
+// frames were sent per forwarded check (batching) and the replication
+// traffic to successors per check (bytes of replica batches, all nodes).
 func BenchmarkTake(b *testing.B) {
 	nodes := startNodes(b, 3)
 	h := keyhash.New([]byte("bench"), "keys")
@@ -36,6 +37,7 @@ func BenchmarkTake(b *testing.B) {
 	}{{"owned", own[:1000]}, {"forwarded", remote[:1000]}} {
 		b.Run(run.name, func(b *testing.B) {
 			framesBefore, itemsBefore := nodes[0].Status().PeerFrames, nodes[0].Status().PeerItems
+			replBefore := replicaBytes(nodes)
 			var mu sync.Mutex
 			var lat []time.Duration
 			var seq atomic.Int64
@@ -68,10 +70,21 @@ func BenchmarkTake(b *testing.B) {
 				b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 			}
+			time.Sleep(2 * ReplicateEvery) // the last batch
+			b.ReportMetric(float64(replicaBytes(nodes)-replBefore)/float64(b.N), "repl-B/check")
 			st := nodes[0].Status()
 			if items := st.PeerItems - itemsBefore; items > 0 {
 				b.ReportMetric(float64(st.PeerFrames-framesBefore)/float64(items), "frames/check")
 			}
 		})
 	}
+}
+
+// replicaBytes sums the replica traffic the nodes sent.
+func replicaBytes(nodes []*Node) uint64 {
+	var total uint64
+	for _, n := range nodes {
+		total += n.replicaBytes.Load()
+	}
+	return total
 }

@@ -9,13 +9,21 @@ import (
 // breaker keeps calls away from a peer that failed: after a failure it is
 // open for a backoff (doubling from 250ms up to 5s, with ±20% jitter so
 // nodes do not probe in step); when the backoff has passed, one call goes
-// through as a probe; its success closes the breaker.
+// through as a probe; its success closes the breaker, its failure opens it
+// again. Every caller that is allowed a call records how it went; a probe
+// whose outcome is never recorded is given up on after probeGiveUp, so the
+// breaker can never stay half-open.
 type breaker struct {
-	mu       sync.Mutex
-	failures int
-	openTill time.Time
-	probing  bool
+	mu         sync.Mutex
+	failures   int
+	openTill   time.Time
+	probing    bool
+	probeSince time.Time
 }
+
+// probeGiveUp is how long a probe may go unresolved before another call is
+// allowed to probe.
+const probeGiveUp = 2 * breakerMax
 
 const (
 	breakerBase = 250 * time.Millisecond
@@ -24,16 +32,23 @@ const (
 
 // allow reports whether a call may go to the peer now.
 func (b *breaker) allow(now time.Time) bool {
+	ok, _ := b.admit(now)
+	return ok
+}
+
+// admit reports whether a call may go to the peer now, and whether it is
+// the probe of an open breaker.
+func (b *breaker) admit(now time.Time) (ok, probe bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.failures == 0 {
-		return true
+		return true, false
 	}
-	if now.Before(b.openTill) || b.probing {
-		return false
+	if now.Before(b.openTill) || b.probing && now.Sub(b.probeSince) < probeGiveUp {
+		return false, false
 	}
-	b.probing = true
-	return true
+	b.probing, b.probeSince = true, now
+	return true, true
 }
 
 // success records a call that worked.

@@ -292,16 +292,20 @@ func TestUnreachableOwnerFallsBackToTighterLocalCaps(t *testing.T) {
 		t.Fatalf("through a survivor: %d allowed, %d by fallback; want 40 and 100", allowed, fallback)
 	}
 	// Once it is declared dead, the key has a live owner again and counts
-	// exactly (afresh: the crashed owner's count is lost).
+	// exactly: the crashed owner's count is lost, but what the survivor
+	// admitted in fallback reaches the new owner.
 	waitConverged(t, nodes[:2], 2)
+	eventually(t, 2*time.Second, "the fallback counts reconciled", func() bool {
+		return nodes[0].fallback.Stats().Keys == 0
+	})
 	allowed = 0
 	for i := range 200 {
 		if ok, src := takeVia(nodes[i%2], key, limitOf(100)); ok && src != SourceFallback {
 			allowed++
 		}
 	}
-	if allowed != 100 {
-		t.Fatalf("after the owner was declared dead: %d allowed exactly; want 100", allowed)
+	if allowed != 60 {
+		t.Fatalf("after the owner was declared dead: %d allowed exactly; want 60 (100 less the 40 admitted in fallback)", allowed)
 	}
 }
 
@@ -439,7 +443,7 @@ func TestGrantsLeasesAndReputationLiveAtTheOwner(t *testing.T) {
 	if !claim(nodes[2], 1) {
 		t.Fatal("renewing a held lease through another node was denied")
 	}
-	if err := nodes[2].Release(time.Now(), room, 1, SourcePeer); err != nil {
+	if err := nodes[2].Release(time.Now(), room, 1); err != nil {
 		t.Fatal(err)
 	}
 	if leases, _ := nodes[0].Leases(room); len(leases) != 1 || !claim(nodes[1], 3) {
@@ -450,7 +454,7 @@ func TestGrantsLeasesAndReputationLiveAtTheOwner(t *testing.T) {
 	zone := limiter.ZoneKey(uint64(client), 77) // same route as the client
 	res := make([]limiter.Result, 1)
 	for i := range 4 {
-		_, src, score := nodes[0].TakeFor(time.Now(), client, []limiter.Request{{Key: zone, Zone: 77, Limit: limitOf(1)}}, res)
+		_, src, score := nodes[0].takeFor(time.Now(), client, []limiter.Request{{Key: zone, Zone: 77, Limit: limitOf(1)}}, res)
 		if i == 1 && (src != SourcePeer || score < 89.9 || score > 90.1) {
 			t.Fatalf("first denial: %v, score %g; want the owner's 90", src, score)
 		}
@@ -486,7 +490,7 @@ func TestReputationScalesZonesKeptByOtherNodes(t *testing.T) {
 	allowedOf := func(via *Node, key limiter.Key, quota int64, tries int) (allowed int, score float64) {
 		res := make([]limiter.Result, 1)
 		for range tries {
-			ok, _, s := via.TakeFor(time.Now(), client, []limiter.Request{{Key: key, Zone: 1, Limit: limitOf(quota)}}, res)
+			ok, _, s := via.takeFor(time.Now(), client, []limiter.Request{{Key: key, Zone: 1, Limit: limitOf(quota)}}, res)
 			if ok {
 				allowed++
 			}

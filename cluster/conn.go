@@ -44,15 +44,14 @@ func (e VersionError) Error() string {
 // secureConn is an authenticated, encrypted, framed connection. Writes are
 // serialised by the caller (one writer goroutine); so are reads.
 type secureConn struct {
-	conn     net.Conn
-	r        *bufio.Reader
-	w        *bufio.Writer
-	seal     cipher.AEAD
-	open     cipher.AEAD
-	sendSeq  uint64
-	recvSeq  uint64
-	peerName string
-	closeMu  sync.Once
+	conn    net.Conn
+	r       *bufio.Reader
+	w       *bufio.Writer
+	seal    cipher.AEAD
+	open    cipher.AEAD
+	sendSeq uint64
+	recvSeq uint64
+	closeMu sync.Once
 }
 
 // authKey derives the handshake key from the cluster secret.
@@ -109,7 +108,7 @@ func clientHandshake(conn net.Conn, key []byte, name string, deadline time.Time)
 	if _, err := conn.Write(macOf(key, []byte("client"), sn, cn)); err != nil {
 		return nil, err
 	}
-	return newSecureConn(conn, key, cn, sn, true, "")
+	return newSecureConn(conn, key, cn, sn, true)
 }
 
 // serverHandshake authenticates a client on conn.
@@ -133,7 +132,7 @@ func serverHandshake(conn net.Conn, key []byte, deadline time.Time) (*secureConn
 		conn.Write(reply)
 		return nil, VersionError{ProtocolVersion, v}
 	}
-	name := make([]byte, head[21])
+	name := make([]byte, head[21]) // the client's name: read past, not trusted
 	if _, err := io.ReadFull(conn, name); err != nil {
 		return nil, err
 	}
@@ -149,10 +148,10 @@ func serverHandshake(conn net.Conn, key []byte, deadline time.Time) (*secureConn
 	if !hmac.Equal(mac, macOf(key, []byte("client"), sn, cn)) {
 		return nil, errAuth
 	}
-	return newSecureConn(conn, key, cn, sn, false, string(name))
+	return newSecureConn(conn, key, cn, sn, false)
 }
 
-func newSecureConn(conn net.Conn, key, cn, sn []byte, client bool, peerName string) (*secureConn, error) {
+func newSecureConn(conn net.Conn, key, cn, sn []byte, client bool) (*secureConn, error) {
 	c2s, err := newAEAD(macOf(key, []byte("c2s"), cn, sn))
 	if err != nil {
 		return nil, err
@@ -162,10 +161,9 @@ func newSecureConn(conn net.Conn, key, cn, sn []byte, client bool, peerName stri
 		return nil, err
 	}
 	sc := &secureConn{
-		conn:     conn,
-		r:        bufio.NewReaderSize(conn, 64<<10),
-		w:        bufio.NewWriterSize(conn, 64<<10),
-		peerName: peerName,
+		conn: conn,
+		r:    bufio.NewReaderSize(conn, 64<<10),
+		w:    bufio.NewWriterSize(conn, 64<<10),
 	}
 	if client {
 		sc.seal, sc.open = c2s, s2c

@@ -33,17 +33,46 @@
 // is not hammered) and, until a probe call succeeds, the node decides for
 // the peer's keys by its fallback mode: local (default)
 // counts on this node with every limit multiplied by the fallback ratio
-// (0.4 by default), so each node admits at most ratio×L for the owner's
-// keys while it is away; open admits; closed denies. Exact counting resumes
-// as soon as the owner answers again; what was counted in fallback is not
-// added to the owner's count.
+// (0.4 by default) and by the client's last known reputation factor, and
+// never beyond this node's share (divided among the nodes other than the
+// owner) of the remaining count the owner last reported for the key; open
+// admits; closed denies. So each node admits at most
+// min(ratio×L, remaining/(N−1)) for a key while its owner is away. Exact
+// counting resumes as soon as the owner answers again, and what each node
+// admitted in fallback is sent to the owner (before its keys are routed to
+// it again when a ping finds it back, else within a probe interval), which
+// adds it to its count, once: batches carry a sequence number per sending
+// node and a retry is not added twice. After an outage the window's total
+// is therefore what an exact limiter would allow, plus what the owner
+// admitted before it heard of the fallback admissions (at most one probe
+// interval of traffic; TestFallbackAdmissionsAreReconciledWithTheOwnerOnce,
+// TestFallbackStartsFromWhatTheOwnerLastSaid). A call that times out but
+// was counted by a slow owner is also counted in fallback: that errs
+// towards denying, never admitting. For token-bucket zones the fallback
+// counters spend time at the fallback rate, so reconciling them adds up to
+// 1/ratio times what they admitted: again towards denying.
 //
-// Crashes. A node that dies without leaving loses the counters it owned:
-// once memberlist declares it dead (about 2 seconds with the default
-// tuning), its keys start afresh at their new owners. Until then, the other
-// nodes count those keys in fallback. So a crash can over-admit, per key,
-// up to one full limit (the lost count) plus ratio×L per surviving node for
-// the detection time.
+// Crashes. An owner sends the counters of the keys it changed to each key's
+// successor (the node that owns the key once the owner is gone) every
+// ReplicateEvery (5 ms), batched per successor; the successor keeps them as
+// a replica, the newer replacing the older. When a key's successor changes
+// (a node joined, restarted or left), its owner sends the new successor the
+// key's counter afresh. When memberlist declares the
+// owner dead (about 2 seconds with the default tuning) and the ring drops
+// it, the successor starts the keys it now owns from their replicas and
+// collects what the other nodes admitted for them in fallback meanwhile
+// (a node that has not seen the death yet hands it over and routes those
+// keys to the new owner from then on; one that has sends it before routing
+// by its new ring). A node's fallback share is of what the owner last said
+// remained, less what it already admitted and sent on. So a crash loses, per key, at most the changes the
+// owner made in its last replication interval (5 ms of traffic, plus a batch
+// in flight when it died), and the fallback during detection is bounded by
+// the owner's last reported remaining count: with 60 of 100 spent and the
+// owner crashed, the survivors admit 40 more
+// (TestCrashedOwnersCountsSurviveAtTheSuccessor asserts at most 45). A
+// replica is used only when the owner died: a node that leaves gracefully
+// hands its counters over instead, and the replica is not added to them. A
+// single node, or a one-member ring, replicates nothing.
 //
 // Blocked keys. A node remembers keys an owner denied, until the time they
 // may pass, and answers them itself without a call. Resetting a key clears
@@ -54,4 +83,8 @@
 // under the cluster secret and every frame is sealed with AES-GCM, so a
 // node without the secret can neither read, add to nor reset counts. The
 // ring is keyed with the secret, so nobody outside can aim keys at one node.
+// Shared values travel over gossip sealed with an HMAC under the secret, so a
+// process holding only the gossip key (memberlist hands over its messages and
+// state even when it is refused as a member) changes none of them; each is
+// checked before it is used.
 package cluster

@@ -64,7 +64,8 @@ func (n *Node) takeTransit(keys []limiter.Key) []limiter.State {
 }
 
 // sendStates delivers the counters of keys still in transit to a peer, in
-// frames of at most maxStates, and reports how many it delivered.
+// frames of at most maxStates states and handoffFrameBytes bytes, and
+// reports how many it delivered.
 func (n *Node) sendStates(owner string, keys []limiter.Key) (int, error) {
 	p := n.peerFor(owner)
 	if p == nil {
@@ -82,21 +83,47 @@ func (n *Node) sendStates(owner string, keys []limiter.Key) (int, error) {
 	for len(keys) > 0 {
 		chunk := keys[:min(len(keys), maxStates)]
 		keys = keys[len(chunk):]
-		states := n.takeTransit(chunk)
-		if len(states) == 0 {
-			continue // pulled by the new owner meanwhile
+		parts := splitStates(n.takeTransit(chunk), handoffFrameBytes)
+		for i, states := range parts {
+			e := &encoder{}
+			encodeStates(e, states)
+			c := newCall(msgHandoff)
+			c.body = e.b
+			if err := p.do(c, deadline); err != nil {
+				for _, back := range parts[i:] {
+					n.engine.Merge(time.Now(), back)
+				}
+				return sent, err
+			}
+			sent += len(states)
 		}
-		e := &encoder{}
-		encodeStates(e, states)
-		c := newCall(msgHandoff)
-		c.body = e.b
-		if err := p.do(c, deadline); err != nil {
-			n.engine.Merge(time.Now(), states)
-			return sent, err
-		}
-		sent += len(states)
 	}
 	return sent, nil
+}
+
+// handoffFrameBytes bounds the encoded states of one hand-off frame, well
+// under the frame limit: lease lists make a state's size vary.
+const handoffFrameBytes = maxFrame / 4
+
+// splitStates cuts states into runs whose encoding takes at most budget
+// bytes each (a state larger than budget goes alone).
+func splitStates(states []limiter.State, budget int) [][]limiter.State {
+	var out [][]limiter.State
+	var scratch []byte
+	start, size := 0, 4
+	for i := range states {
+		scratch = limiter.AppendStates(scratch[:0], states[i:i+1])
+		one := len(scratch) - 4
+		if i > start && size+one > budget {
+			out = append(out, states[start:i])
+			start, size = i, 4
+		}
+		size += one
+	}
+	if start < len(states) {
+		out = append(out, states[start:])
+	}
+	return out
 }
 
 // Leave leaves the cluster gracefully: it announces that it is leaving
@@ -105,6 +132,10 @@ func (n *Node) sendStates(owner string, keys []limiter.Key) (int, error) {
 // Counts are exact through it; see the package documentation.
 func (n *Node) Leave(timeout time.Duration) error {
 	if n.standalone {
+		return nil
+	}
+	if !n.running.Load() {
+		n.Close()
 		return nil
 	}
 	var err error
@@ -143,6 +174,9 @@ func (n *Node) Close() {
 
 func (n *Node) shutdown() {
 	close(n.stop)
+	if !n.running.Load() {
+		return // never started, or failed to: nothing bound, nothing running
+	}
 	n.ml.Shutdown()
 	n.listener.Close()
 	n.mu.Lock()

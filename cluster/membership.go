@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // Node metadata, gossiped by memberlist: what another node needs to talk
@@ -263,7 +265,8 @@ func (n *Node) join() {
 	}
 }
 
-// watch rebuilds the ring on membership events and pings every peer each
+// watch rebuilds the ring on membership events, sweeps the fallback
+// counters a shard at a time (all of them each minute), and pings every peer each
 // probe interval, so a peer that stops answering (frozen, overloaded, cut
 // off) is noticed within a probe interval and a call timeout, and its keys
 // go to fallback at once rather than after each caller's own timeout.
@@ -271,17 +274,33 @@ func (n *Node) watch() {
 	defer n.wg.Done()
 	tick := time.NewTicker(n.cfg.Gossip.ProbeInterval)
 	defer tick.Stop()
+	sweep := time.NewTicker(limiter.SweepEvery)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-n.rebuild:
 			n.rebuildRing()
 		case <-tick.C:
 			n.pingPeers()
+			if n.reconciling.CompareAndSwap(false, true) {
+				n.wg.Add(1)
+				go func() {
+					defer n.wg.Done()
+					defer n.reconciling.Store(false)
+					n.reconcile(time.Now())
+				}()
+			}
+		case now := <-sweep.C:
+			n.sweepFallback(now)
 		case <-n.stop:
 			return
 		}
 	}
 }
+
+// sweepFallback drops one shard's expired fallback counters (the owners'
+// engines are swept by whoever owns them).
+func (n *Node) sweepFallback(now time.Time) { n.fallback.Sweep(now) }
 
 // pingPeers checks every connected peer whose breaker is closed, or due
 // for a probe.
@@ -296,13 +315,20 @@ func (n *Node) pingPeers() {
 		if !p.connected.Load() || !p.breaker.allow(time.Now()) {
 			continue
 		}
+		wasOpen := p.breaker.open()
 		go func() {
 			c := newCall(msgPing)
 			if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
 				p.noteFailure(fmt.Errorf("ping: %w", err))
 				return
 			}
-			if p.breaker.open() {
+			if wasOpen {
+				// What was counted in fallback reaches the owner before
+				// its keys are routed to it again.
+				if !n.reconcileWith(p, time.Now()) {
+					p.noteFailure(errors.New("sending fallback counts"))
+					return
+				}
 				n.log.Info("peer answers again: counting its keys exactly", "peer", p.member.Name)
 			}
 			p.breaker.success()
@@ -319,12 +345,25 @@ func (n *Node) rebuildRing() {
 	changed := ring.Fingerprint() != old.ring.Fingerprint()
 	if changed {
 		others := slices.DeleteFunc(slices.Clone(members), func(m Member) bool { return m.Name == n.name })
-		n.state.Store(&ringState{ring: ring, prev: old.ring, without: NewRing(n.hasher, others), changed: time.Now()})
+		now := time.Now()
+		if len(others) > 0 {
+			n.joined.CompareAndSwap(0, now.UnixNano())
+		}
+		next := &ringState{ring: ring, prev: old.ring, without: NewRing(n.hasher, others), changed: now}
+		n.promote(now, old.ring, ring, n.goneSince(next))
+		if n.fallback.Stats().Keys > 0 {
+			// What was counted in fallback reaches the new owners before
+			// they are routed to.
+			n.reconcilePeers(members)
+			n.reconcileBy(now, ring)
+		}
+		n.state.Store(next)
 		n.log.Info("cluster membership changed", "members", ring.Len(), "ring", ring.Fingerprint())
 	}
 	n.reconcilePeers(members)
 	if changed {
 		go n.handOff()
+		go n.resync(time.Now(), old.ring, ring)
 	}
 }
 

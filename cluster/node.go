@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -52,10 +53,15 @@ type Node struct {
 	self       atomic.Pointer[Member] // its peer address can be learnt after start
 	standalone bool
 
-	engine   *limiter.Engine                 // the counters this node owns
-	fallback *limiter.Engine                 // counters for owners it cannot reach
-	blocked  *ristretto.Cache[uint64, int64] // zone key → denied until
-	scores   *scoreCache                     // client → score its owner told
+	engine   *limiter.Engine                        // the counters this node owns
+	fallback *limiter.Engine                        // counters for owners it cannot reach
+	blocked  *ristretto.Cache[uint64, blockedEntry] // zone key → denied until
+	blockGen atomic.Uint64                          // entries of older generations are void
+	told     *toldCache                             // zone key → remaining its owner last reported
+	recon    *reconciler                            // fallback counters on their way to owners
+	dirty    dirtyKeys                              // keys changed here since the last replication
+	replicas *replicaStore                          // counters kept for the owners this node succeeds
+	scores   *scoreCache                            // client → score its owner told
 
 	reputation atomic.Pointer[limiter.ReputationPolicy]
 	hasher     keyhash.Hasher // ring
@@ -67,12 +73,16 @@ type Node struct {
 	listener net.Listener
 	state    atomic.Pointer[ringState]
 	leaving  atomic.Bool
+	started  atomic.Bool // Start was called
+	running  atomic.Bool // Start succeeded
 
 	tableMu sync.Mutex
 	table   map[string][]byte // members gossip knows: name → metadata
 	addrs   map[string]string // and their gossip addresses
 
 	sharedMu      sync.Mutex
+	sharedKey     []byte // seals shared values
+	sharedCheck   atomic.Pointer[func(string, []byte) error]
 	shared        map[string]SharedValue
 	sharedHandler atomic.Pointer[func(string, SharedValue)]
 	sharedDirty   map[string]bool // arrived, not yet handed to the handler
@@ -99,6 +109,13 @@ type Node struct {
 	fallbackActivations atomic.Uint64
 	handedOff           atomic.Uint64
 	pulled              atomic.Uint64
+	pullCalls           atomic.Uint64 // transfer calls made to pull keys
+	reconciled          atomic.Uint64 // fallback counters sent to (or merged at) their owners
+	replicaBytes        atomic.Uint64 // bytes of replica batches sent
+	replicaStates       atomic.Uint64 // counters sent to successors
+	fromReplica         atomic.Uint64 // counters a new owner started from its replica
+	reconciling         atomic.Bool
+	joined              atomic.Int64 // Unix ns of the first ring with other members
 }
 
 // ringState is the membership a node routes by, and the one before it,
@@ -108,6 +125,10 @@ type ringState struct {
 	prev    *Ring
 	without *Ring // ring minus this node: who owned its keys before it joined
 	changed time.Time
+	// redirect: keys whose owner, unreachable here, died, and whose new
+	// owner took this node's fallback counts before this node saw the death
+	// (key → new owner). It lasts until this node's ring changes.
+	redirect sync.Map
 }
 
 // Standalone returns a node that owns every key: Tollgate without a
@@ -119,24 +140,40 @@ func Standalone(engine *limiter.Engine) *Node {
 	return n
 }
 
-// Start creates a node, starts its listeners and begins joining the
-// cluster in the background. engine holds the counters the node owns.
+// Start creates a node and starts it: New followed by Node.Start.
 func Start(cfg Config, engine *limiter.Engine) (*Node, error) {
+	n, err := New(cfg, engine)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Start(); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// New creates a node from cfg without starting it: it binds no port,
+// joins nobody and runs no goroutine until Start, so a configuration can be
+// checked on a machine where the node it describes is running. engine holds
+// the counters the node owns.
+func New(cfg Config, engine *limiter.Engine) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
 	n := &Node{
-		cfg:      cfg,
-		engine:   engine,
-		fallback: limiter.New(limiter.Config{MaxKeys: engine.Stats().MaxKeys}),
-		hasher:   keyhash.New(cfg.Secret, "tollgate ring v1"),
-		authKey:  authKey(cfg.Secret),
-		log:      cfg.Logger,
-		peers:    make(map[string]*peer),
-		refused:  make(map[string]bool),
-		rebuild:  make(chan struct{}, 1),
-		stop:     make(chan struct{}),
+		cfg:       cfg,
+		name:      cfg.Name,
+		engine:    engine,
+		fallback:  limiter.New(limiter.Config{MaxKeys: engine.Stats().MaxKeys}),
+		hasher:    keyhash.New(cfg.Secret, "tollgate ring v1"),
+		authKey:   authKey(cfg.Secret),
+		sharedKey: sharedKeyOf(cfg.Secret),
+		log:       cfg.Logger,
+		peers:     make(map[string]*peer),
+		refused:   make(map[string]bool),
+		rebuild:   make(chan struct{}, 1),
+		stop:      make(chan struct{}),
 	}
 	copy(n.ringHash[:], macOf(cfg.Secret, []byte("tollgate ring settings v1")))
 	n.SetFallback(cfg.Fallback, cfg.FallbackRatio)
@@ -144,37 +181,60 @@ func Start(cfg Config, engine *limiter.Engine) (*Node, error) {
 	n.addrs = make(map[string]string)
 	n.sharedSignal = make(chan struct{}, 1)
 	n.transit = make(map[limiter.Key]limiter.State)
+	n.scores = newScoreCache(cfg.BlockedKeys)
+	n.recon = newReconciler()
+	n.told = newToldCache(cfg.BlockedKeys)
+	n.replicas = newReplicaStore(engine.Stats().MaxKeys)
+	n.self.Store(&Member{Name: n.name})
+	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
+	return n, nil
+}
 
+// Start binds the node's listeners, starts gossip and begins joining the
+// cluster in the background. A node starts once; one that failed to start
+// has released what it bound and can only be closed. A standalone node has
+// nothing to start.
+func (n *Node) Start() error {
+	if n.standalone {
+		return nil
+	}
+	if !n.started.CompareAndSwap(false, true) {
+		return errors.New("cluster node started twice")
+	}
 	var err error
-	n.blocked, err = ristretto.NewCache(&ristretto.Config[uint64, int64]{
-		NumCounters: int64(cfg.BlockedKeys) * 10,
-		MaxCost:     int64(cfg.BlockedKeys),
+	n.blocked, err = ristretto.NewCache(&ristretto.Config[uint64, blockedEntry]{
+		NumCounters: int64(n.cfg.BlockedKeys) * 10,
+		MaxCost:     int64(n.cfg.BlockedKeys),
 		BufferItems: 64,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating the blocked cache: %w", err)
+		return fmt.Errorf("creating the blocked cache: %w", err)
 	}
-	n.scores = newScoreCache(cfg.BlockedKeys)
-
-	n.listener, err = net.Listen("tcp", cfg.PeerListen)
-	if err != nil {
+	release := func() {
 		n.blocked.Close()
-		return nil, fmt.Errorf("peer_listen %s: %w", cfg.PeerListen, err)
+		n.blocked, n.listener = nil, nil
+	}
+	n.listener, err = net.Listen("tcp", n.cfg.PeerListen)
+	if err != nil {
+		release()
+		return fmt.Errorf("peer_listen %s: %w", n.cfg.PeerListen, err)
 	}
 	if err := n.startMemberlist(); err != nil {
 		n.listener.Close()
-		n.blocked.Close()
-		return nil, err
+		release()
+		return err
 	}
 	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
 
-	n.wg.Add(4)
+	n.wg.Add(5)
+	go n.replicate()
 	go n.serve()
 	go n.watch()
 	go n.join()
 	go n.deliverShared()
+	n.running.Store(true)
 	n.log.Info("cluster node started", "node", n.name, "gossip", n.ml.LocalNode().Address(), "peer", n.PeerAddr())
-	return n, nil
+	return nil
 }
 
 // Name returns the node's name in the cluster.
@@ -207,21 +267,52 @@ func (n *Node) Owner(k limiter.Key) Member {
 // a later one denies. now is used only where this node decides: owners
 // decide by their own clock.
 func (n *Node) Take(now time.Time, reqs []limiter.Request, res []limiter.Result) (bool, Source) {
-	ok, src, _ := n.TakeFor(now, 0, reqs, res)
+	ok, src, _ := n.takeFor(now, 0, reqs, res)
 	return ok, src
 }
 
-// UnknownScore is the reputation TakeFor returns when it did not learn it
-// (the blocked cache answered).
-const UnknownScore = -1.0
+// action is what a take item does with its requests, wherever it is
+// performed: here, at a peer (the peer protocol encodes it), or in fallback.
+type action uint8
+
+const (
+	actTake action = iota
+	actPeek
+	actRefund
+	// actPenalize records a violation of the item's client, decided by a
+	// node's blocked cache; it has no zones.
+	actPenalize
+)
+
+// Decision is what a take decided for a request's zones.
+type Decision struct {
+	// Allowed: every zone granted its units (and all were spent).
+	Allowed bool
+	// Source says who decided.
+	Source Source
+	// Score is the client's reputation as its owner knows it after the
+	// decision (limiter.FullScore without reputation), when ScoreKnown.
+	Score float64
+	// ScoreKnown is false when the blocked cache answered: no owner was
+	// asked (it still hears of the violation).
+	ScoreKnown bool
+}
+
+// unknownScore marks, inside the node, a score not learnt.
+const unknownScore = -1.0
 
 // TakeFor is Take on behalf of a client whose reputation is kept under the
 // key client (0 for none), at the client's owner: it scales and is lowered
 // by the requests that owner decides, which are all of them when the zones
-// are keyed by the client ID. It also returns the client's reputation score
-// as the owner knows it (limiter.FullScore without reputation, UnknownScore
-// when the blocked cache answered; the owner still hears of the violation).
-func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
+// are keyed by the client ID. The decision carries the client's reputation
+// score as the owner knows it.
+func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) Decision {
+	ok, src, score := n.takeFor(now, client, reqs, res)
+	return Decision{Allowed: ok, Source: src, Score: max(score, 0), ScoreKnown: score != unknownScore}
+}
+
+// takeFor is TakeFor, with the score unknownScore when not learnt.
+func (n *Node) takeFor(now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
 	if n.standalone {
 		ok, score := n.engine.TakeFor(now, client, reqs, res)
 		return ok, SourceOwner, score
@@ -236,7 +327,7 @@ func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request
 			return n.takeAway(st, owner, m.Name, now, client, reqs, res)
 		}
 	}
-	return n.takeAt(st, owner, now, opTake, client, reqs, res)
+	return n.takeAt(st, owner, now, actTake, client, reqs, res)
 }
 
 // takeAway takes reqs at an owner that does not keep the client's
@@ -245,7 +336,7 @@ func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request
 func (n *Node) takeAway(st *ringState, owner Member, clientOwner string, now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
 	score := n.clientScore(now, clientOwner, client)
 	var buf [8]limiter.Request
-	ok, src, _ := n.takeAt(st, owner, now, opTake, 0, n.scaleFor(score, reqs, buf[:]), res)
+	ok, src, _ := n.takeAt(st, owner, now, actTake, 0, n.scaleFor(score, reqs, buf[:]), res)
 	if !ok && src != SourceFallback {
 		score = n.penalizeRemote(now, clientOwner, client, score)
 	}
@@ -264,7 +355,7 @@ func (n *Node) Peek(now time.Time, reqs []limiter.Request, res []limiter.Result)
 	var src Source
 	for i := range reqs {
 		owner, _ := st.ring.Owner(reqs[i].Key.Route())
-		_, src, _ = n.takeAt(st, owner, now, opPeek, 0, reqs[i:i+1], res[i:i+1])
+		_, src, _ = n.takeAt(st, owner, now, actPeek, 0, reqs[i:i+1], res[i:i+1])
 	}
 	return src
 }
@@ -328,7 +419,7 @@ func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs
 		} else if client != 0 {
 			sub = n.scaleFor(score, sub, sub)
 		}
-		ok, s, sc := n.takeAt(st, g.owner, now, opTake, c, sub, subRes)
+		ok, s, sc := n.takeAt(st, g.owner, now, actTake, c, sub, subRes)
 		switch {
 		case c != 0:
 			score = sc
@@ -376,30 +467,43 @@ func (n *Node) refund(st *ringState, owner Member, src Source, now time.Time, re
 			n.fallback.Refund(now, r)
 		}
 	case SourcePeer:
-		n.takeAt(st, owner, now, opRefund, 0, sub, make([]limiter.Result, len(sub)))
+		n.takeAt(st, owner, now, actRefund, 0, sub, make([]limiter.Result, len(sub)))
 	}
 }
 
 // takeAt performs op for reqs at owner.
-func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
+func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
 	if owner.Name == n.name && !n.leaving.Load() {
 		n.pullMissing(st, now, reqs, client)
 		ok, score := n.local(now, op, client, reqs, res)
 		return ok, SourceOwner, score
 	}
-	if op == opTake && n.blockedAnswer(now, reqs, res) {
+	if op == actTake && n.blockedAnswer(now, reqs, res) {
 		if client != 0 {
 			n.penalizeAsync(owner.Name, client)
 		}
-		return false, SourceBlockedCache, UnknownScore
+		return false, SourceBlockedCache, unknownScore
 	}
 	for hop := 0; hop < 2; hop++ {
 		p := n.peerFor(owner.Name)
-		if p == nil || !p.breaker.allow(now) {
+		ok, probe := false, false
+		if p != nil {
+			ok, probe = p.breaker.admit(now)
+		}
+		if !ok {
+			if to, moved := st.redirect.Load(reqs[0].Key); moved && to.(string) != owner.Name && hop == 0 {
+				owner = Member{Name: to.(string)} // its new owner counts it
+				continue
+			}
 			break
 		}
-		c := newCall(msgTake)
-		c.op, c.client, c.reqs, c.res = op, client, reqs, res
+		if probe && !n.reconcileWith(p, now) {
+			// The owner is back only once it has heard what was admitted
+			// in its absence.
+			p.noteFailure(errors.New("sending fallback counts"))
+			break
+		}
+		c := newTakeCall(op, client, reqs, res)
 		sent := time.Now()
 		if err := p.do(c, sent.Add(n.cfg.CallTimeout)); err != nil {
 			n.cfg.Observer.PeerCall(time.Since(sent), false)
@@ -409,10 +513,16 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op byte, clien
 		n.cfg.Observer.PeerCall(time.Since(sent), true)
 		p.breaker.success()
 		if c.moved == "" {
-			if op == opTake && !c.allowed {
-				n.rememberBlocked(now, reqs, res)
+			if op == actTake {
+				n.rememberTold(reqs, res)
+				if client != 0 {
+					n.scores.set(client, c.score, now)
+				}
+				if !c.allowed {
+					n.rememberBlocked(now, reqs, res)
+				}
 			}
-			return c.allowed || op != opTake, SourcePeer, c.score
+			return c.allowed || op != actTake, SourcePeer, c.score
 		}
 		if c.moved == n.name && !n.leaving.Load() {
 			n.pullMissing(st, now, reqs, client)
@@ -432,28 +542,32 @@ func (n *Node) penalizeAsync(owner string, client limiter.Key) {
 	if p == nil || !p.connected.Load() {
 		return
 	}
-	c := newCall(msgTake)
-	c.op, c.client = opPenalize, client
+	c := newTakeCall(actPenalize, client, nil, nil)
 	select {
 	case p.queue <- c:
 	default: // a full queue: the penalty is lost, the denial is not
 	}
 }
 
-// local performs op on this node's own engine.
-func (n *Node) local(now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
-	return apply(n.engine, now, op, client, reqs, res)
+// local performs op on this node's own engine, and notes the keys it
+// changed for their successor (a single node has none).
+func (n *Node) local(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
+	ok, score := apply(n.engine, now, op, client, reqs, res)
+	if op != actPeek && n.state.Load().ring.Len() > 1 {
+		n.dirty.note(reqs, client)
+	}
+	return ok, score
 }
 
 // apply performs op on engine e.
-func apply(e *limiter.Engine, now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
+func apply(e *limiter.Engine, now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
 	switch op {
-	case opPeek:
+	case actPeek:
 		for i := range reqs {
 			res[i] = e.Peek(now, reqs[i])
 		}
 		return true, limiter.FullScore
-	case opRefund:
+	case actRefund:
 		for i := range reqs {
 			e.Refund(now, reqs[i])
 		}
@@ -475,7 +589,7 @@ func (n *Node) SetFallback(mode FallbackMode, ratio float64) {
 func (n *Node) ratio() float64 { return math.Float64frombits(n.fallbackRatio.Load()) }
 
 // fallbackTake decides for an owner that cannot be reached.
-func (n *Node) fallbackTake(now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
+func (n *Node) fallbackTake(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
 	switch FallbackMode(n.fallbackMode.Load()) {
 	case FallbackOpen:
 		for i := range res {
@@ -483,7 +597,7 @@ func (n *Node) fallbackTake(now time.Time, op byte, client limiter.Key, reqs []l
 		}
 		return true, limiter.FullScore
 	case FallbackClosed:
-		if op != opTake {
+		if op != actTake {
 			return true, limiter.FullScore
 		}
 		for i := range res {
@@ -492,11 +606,14 @@ func (n *Node) fallbackTake(now time.Time, op byte, client limiter.Key, reqs []l
 		return false, limiter.FullScore
 	}
 	var buf [8]limiter.Request
-	scaled := buf[:0]
-	ratio := n.ratio()
-	for _, r := range reqs {
-		r.Limit = r.Limit.Scale(ratio)
-		scaled = append(scaled, r)
+	scaled, none := n.fallbackLimits(client, reqs, buf[:])
+	if none >= 0 && op == actTake {
+		// The owner said this zone had next to nothing left: deny here.
+		for i := range res {
+			res[i] = limiter.Result{Allowed: true, Remaining: -1}
+		}
+		res[none] = limiter.Result{Reset: time.Second, RetryAfter: time.Second}
+		return false, limiter.FullScore
 	}
 	return apply(n.fallback, now, op, client, scaled, res)
 }
@@ -506,10 +623,11 @@ func (n *Node) fallbackTake(now time.Time, op byte, client limiter.Key, reqs []l
 func (n *Node) blockedAnswer(now time.Time, reqs []limiter.Request, res []limiter.Result) bool {
 	ns := now.UnixNano()
 	for i := range reqs {
-		until, ok := n.blocked.Get(uint64(reqs[i].Key))
-		if !ok || until <= ns {
+		e, ok := n.blocked.Get(uint64(reqs[i].Key))
+		if !ok || e.until <= ns || e.gen != n.blockGen.Load() {
 			continue
 		}
+		until := e.until
 		for j := range res {
 			res[j] = limiter.Result{Allowed: true, Remaining: -1}
 		}
@@ -526,10 +644,22 @@ func (n *Node) blockedAnswer(now time.Time, reqs []limiter.Request, res []limite
 func (n *Node) rememberBlocked(now time.Time, reqs []limiter.Request, res []limiter.Result) {
 	for i := range res {
 		if !res[i].Allowed && res[i].RetryAfter > 0 && reqs[i].Limit.Algorithm != limiter.Concurrency {
-			n.blocked.SetWithTTL(uint64(reqs[i].Key), now.Add(res[i].RetryAfter).UnixNano(), 1, res[i].RetryAfter)
+			e := blockedEntry{until: now.Add(res[i].RetryAfter).UnixNano(), gen: n.blockGen.Load()}
+			n.blocked.SetWithTTL(uint64(reqs[i].Key), e, 1, res[i].RetryAfter)
 		}
 	}
 }
+
+// blockedEntry is a denial remembered: until when, and under which
+// generation of the shared values (limits may have changed since).
+type blockedEntry struct {
+	until int64
+	gen   uint64
+}
+
+// forgetAllBlocked voids every remembered denial at once: they were decided
+// under shared values (tier limits) that just changed.
+func (n *Node) forgetAllBlocked() { n.blockGen.Add(1) }
 
 // Forget drops keys from this node's caches of blocked keys and scores.
 func (n *Node) Forget(keys ...limiter.Key) {
@@ -554,37 +684,62 @@ type pullGroup struct {
 	inflight map[limiter.Key]chan struct{}
 }
 
+// pulling reports whether keys may need pulling now: within the hand-off
+// window after a membership change.
+func (n *Node) pulling(st *ringState, now time.Time) bool {
+	return st.prev != nil && now.Sub(st.changed) <= n.cfg.HandoffWindow
+}
+
 // pullMissing asks the nodes that may hold keys this node now owns but
 // does not hold for their counters, within the hand-off window after a
 // membership change, so a key that moved here keeps its count even before
-// the push arrives. The candidates are its owner in the previous ring, and
-// its owner in the ring without this node (for a node that just joined, its
-// own previous rings are partial views, but the others' ring is that one).
+// the push arrives. Only keys whose owner changed are pulled: those whose
+// owner in the previous ring was another node, and, for a node that joined
+// recently (its previous rings are partial views), those another node would
+// own without it. Keys are asked for in one call per node holding any, the
+// calls made at once: a batch costs one round trip, not one per key.
 func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request, client limiter.Key) {
-	if st.prev == nil || now.Sub(st.changed) > n.cfg.HandoffWindow {
+	if !n.pulling(st, now) {
 		return
 	}
-	for i := 0; i <= len(reqs); i++ {
-		var k limiter.Key
-		if i < len(reqs) {
-			k = reqs[i].Key
-		} else if k = client; k == 0 {
-			break
-		}
-		if n.engine.Has(now, k) {
+	var buf [9]limiter.Key
+	keys := buf[:0]
+	for i := range reqs {
+		keys = append(keys, reqs[i].Key)
+	}
+	if client != 0 {
+		keys = append(keys, client)
+	}
+	n.pullKeys(st, now, keys)
+}
+
+// pullKeys pulls those of keys that moved here and are not held.
+func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) {
+	joined := now.Sub(n.joinedAt()) <= n.cfg.HandoffWindow
+	gone := n.goneSince(st)
+	var from map[string][]limiter.Key
+	var mine []limiter.Key // keys this call pulls; others wait for theirs
+	var waits []chan struct{}
+	for _, k := range keys {
+		if n.engine.Has(now, k) || slices.Contains(mine, k) {
 			continue
 		}
-		var from [2]string
-		if m, ok := st.prev.Owner(k.Route()); ok && m.Name != n.name {
-			from[0] = m.Name
+		if m, _ := st.ring.Owner(k.Route()); m.Name != n.name {
+			continue // not this node's to count
 		}
-		if st.without != nil {
-			if m, ok := st.without.Owner(k.Route()); ok && m.Name != n.name && m.Name != from[0] {
-				from[1] = m.Name
+		var src [2]string
+		if m, ok := st.prev.Owner(k.Route()); ok && m.Name != n.name {
+			if !gone[m.Name] { // a dead owner's count comes from the replica
+				src[0] = m.Name
 			}
 		}
-		if from[0] == "" && from[1] == "" {
-			continue
+		if joined && st.without != nil {
+			if m, ok := st.without.Owner(k.Route()); ok && m.Name != n.name && m.Name != src[0] {
+				src[1] = m.Name
+			}
+		}
+		if src[0] == "" && src[1] == "" {
+			continue // it was this node's before the change: nothing to pull
 		}
 		n.pulls.mu.Lock()
 		if n.pulls.inflight == nil {
@@ -592,43 +747,85 @@ func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request,
 		}
 		if wait, busy := n.pulls.inflight[k]; busy {
 			n.pulls.mu.Unlock()
-			<-wait
+			waits = append(waits, wait)
 			continue
 		}
-		done := make(chan struct{})
-		n.pulls.inflight[k] = done
+		n.pulls.inflight[k] = make(chan struct{})
 		n.pulls.mu.Unlock()
-
-		for _, name := range from {
+		mine = append(mine, k)
+		if from == nil {
+			from = make(map[string][]limiter.Key, 2)
+		}
+		for _, name := range src {
 			if name != "" {
-				n.pull(name, k, now)
+				from[name] = append(from[name], k)
 			}
 		}
+	}
+	if len(from) > 0 {
+		var wg sync.WaitGroup
+		for name, ks := range from {
+			wg.Go(func() { n.pull(name, ks, now) })
+		}
+		wg.Wait()
 		n.pulls.mu.Lock()
-		delete(n.pulls.inflight, k)
+		for _, k := range mine {
+			close(n.pulls.inflight[k])
+			delete(n.pulls.inflight, k)
+		}
 		n.pulls.mu.Unlock()
-		close(done)
+	}
+	for _, w := range waits {
+		<-w
 	}
 }
 
-// pull asks one node for the counter of k and merges what it gives.
-func (n *Node) pull(from string, k limiter.Key, now time.Time) {
+// pull asks one node for the counters of keys and merges what it gives.
+func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
 	p := n.peerFor(from)
 	if p == nil || !p.breaker.allow(now) {
 		return
 	}
 	e := &encoder{}
-	encodeKeys(e, []limiter.Key{k})
+	encodeKeys(e, keys)
 	c := newCall(msgTransfer)
 	c.body = e.b
+	n.pullCalls.Add(1)
 	if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
+		p.noteFailure(err) // resolves the breaker's probe, if this was it
 		return
 	}
+	p.breaker.success()
 	d := &decoder{b: c.reply}
 	if states := decodeStates(d); d.err == nil && len(states) > 0 {
 		n.engine.Merge(now, states)
 		n.pulled.Add(uint64(len(states)))
 	}
+}
+
+// goneSince returns the members of the previous ring that are neither in
+// the current one nor leaving gracefully: dead, so only their replicas are
+// left of their counts.
+func (n *Node) goneSince(st *ringState) map[string]bool {
+	var gone map[string]bool
+	leaving := n.leavingMembers()
+	for _, m := range st.prev.Members() {
+		if _, in := st.ring.index(m.Name); !in && !leaving[m.Name] {
+			if gone == nil {
+				gone = make(map[string]bool)
+			}
+			gone[m.Name] = true
+		}
+	}
+	return gone
+}
+
+// joinedAt returns when this node first saw a ring with other members.
+func (n *Node) joinedAt() time.Time {
+	if ns := n.joined.Load(); ns != 0 {
+		return time.Unix(0, ns)
+	}
+	return time.Time{}
 }
 
 // Reset drops the counters of keys at their owners and clears them from
@@ -640,6 +837,7 @@ func (n *Node) Reset(keys ...limiter.Key) []string {
 		return nil
 	}
 	n.fallback.Reset(keys...)
+	n.replicas.drop(keys)
 	n.Forget(keys...)
 	n.mu.Lock()
 	peers := make([]*peer, 0, len(n.peers))

@@ -136,8 +136,10 @@ func (n *Node) askNodeWithin(name string, kind byte, body []byte, within time.Du
 	c := newCall(kind)
 	c.body = body
 	if err := p.do(c, time.Now().Add(within)); err != nil {
+		p.noteFailure(err) // resolves the breaker's probe, if this was it
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, name, err)
 	}
+	p.breaker.success()
 	return &decoder{b: c.reply}, nil
 }
 
@@ -186,12 +188,15 @@ func (n *Node) DeleteGrant(key limiter.Key) (bool, error) {
 	return d.u8() == 1, d.err
 }
 
-// Release gives up a lease claimed by a take whose source was src (where
-// the lease lives): the owner, or this node's fallback.
-func (n *Node) Release(now time.Time, key limiter.Key, id uint64, src Source) error {
-	if src == SourceFallback && !n.standalone {
+// Release gives up a lease wherever it may live: at the key's owner, and
+// in this node's fallback. A lease claimed in fallback may have been renewed
+// at the owner since, or the other way round, and a request's zones may have
+// been decided in different places; releasing an absent lease does nothing.
+// It reports an owner that could not be reached (the lease there frees when
+// its TTL runs out).
+func (n *Node) Release(now time.Time, key limiter.Key, id uint64) error {
+	if !n.standalone {
 		n.fallback.Release(now, key, id)
-		return nil
 	}
 	e := &encoder{}
 	e.u64(uint64(key))

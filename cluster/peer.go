@@ -21,12 +21,11 @@ var (
 // call is one request to a peer: a take item (batched with others) or a
 // message of its own.
 type call struct {
-	kind   byte // msgTake, or another message type
-	op     byte // for msgTake: opTake, opPeek or opRefund
-	client limiter.Key
-	reqs   []limiter.Request
-	res    []limiter.Result // filled by the reply; the caller's memory
-	body   []byte           // for other kinds: the encoded body
+	kind byte                            // msgTake, or another message type
+	item []byte                          // for msgTake: the encoded item (op, client, zones)
+	res  []limiter.Result                // filled by the reply; the caller's memory
+	body []byte                          // for other kinds: the encoded body
+	buf  [1 + 8 + 1 + 2*zoneReqSize]byte // item's storage for up to two zones
 
 	allowed bool
 	score   float64 // the client's reputation, for msgTake
@@ -47,6 +46,23 @@ const (
 
 func newCall(kind byte) *call {
 	return &call{kind: kind, done: make(chan struct{})}
+}
+
+// newTakeCall makes a take item: a on reqs for client, with the results
+// to be written to res. The requests are encoded now, by the caller: the
+// caller may reuse their memory as soon as the call returns, even if it
+// gave up while the writer was still batching it.
+func newTakeCall(a action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) *call {
+	c := &call{kind: msgTake, res: res, done: make(chan struct{})}
+	e := encoder{b: c.buf[:0]}
+	e.u8(opOf(a))
+	e.u64(uint64(client))
+	e.u8(byte(len(reqs)))
+	for i := range reqs {
+		encodeZoneReq(&e, &reqs[i])
+	}
+	c.item = e.b
+	return c
 }
 
 // finish completes c unless its caller has given up on it; fill writes
@@ -317,12 +333,7 @@ func (p *peer) write(conn *secureConn, readerDone <-chan error) error {
 		if c.kind == msgTake {
 			enc.u16(len(batch))
 			for _, b := range batch {
-				enc.u8(b.op)
-				enc.u64(uint64(b.client))
-				enc.u8(byte(len(b.reqs)))
-				for i := range b.reqs {
-					encodeZoneReq(enc, &b.reqs[i])
-				}
+				enc.b = append(enc.b, b.item...)
 			}
 			p.frames.Add(1)
 			p.items.Add(uint64(len(batch)))
@@ -377,7 +388,8 @@ func (p *peer) read(conn *secureConn) error {
 		if batch == nil {
 			continue // calls that were failed already
 		}
-		p.breaker.success()
+		// The breaker is closed by callers, which know whether the owner
+		// has heard of what was counted while it was open.
 		if status != statusOK {
 			msg := d.str()
 			for _, c := range batch {

@@ -119,6 +119,18 @@ func (c *scoreCache) get(client limiter.Key, now time.Time) (float64, bool) {
 	return s.score, true
 }
 
+// last returns the client's score last heard, however old: what fallback
+// scales by when the owner cannot be asked.
+func (c *scoreCache) last(client limiter.Key) (float64, bool) {
+	mu, s := c.slot(client)
+	mu.Lock()
+	defer mu.Unlock()
+	if s.client != client {
+		return 0, false
+	}
+	return s.score, true
+}
+
 func (c *scoreCache) set(client limiter.Key, score float64, now time.Time) {
 	mu, s := c.slot(client)
 	mu.Lock()

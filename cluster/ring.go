@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/hex"
 	"slices"
+	"strings"
 
 	"github.com/tollgate/tollgate/internal/keyhash"
 )
@@ -66,6 +67,29 @@ func (r *Ring) Owner(route uint32) (m Member, ok bool) {
 	return r.members[i], true
 }
 
+// Successor returns the member that would own route if its owner were
+// gone: the one with the second highest score. ok is false with fewer than
+// two members.
+func (r *Ring) Successor(route uint32) (m Member, ok bool) {
+	if len(r.members) < 2 {
+		return Member{}, false
+	}
+	first, second := -1, -1
+	var s1, s2 uint64
+	x := uint64(route) * 0x9e3779b97f4a7c15
+	for i, seed := range r.seeds {
+		s := keyhash.Mix(seed ^ x)
+		switch {
+		case first < 0 || s > s1:
+			second, s2 = first, s1
+			first, s1 = i, s
+		case second < 0 || s > s2:
+			second, s2 = i, s
+		}
+	}
+	return r.members[second], true
+}
+
 func (r *Ring) ownerIndex(route uint32) int {
 	best, bestScore := -1, uint64(0)
 	x := uint64(route) * 0x9e3779b97f4a7c15
@@ -75,6 +99,11 @@ func (r *Ring) ownerIndex(route uint32) int {
 		}
 	}
 	return best
+}
+
+// index returns the position of the member called name, if it is one.
+func (r *Ring) index(name string) (int, bool) {
+	return slices.BinarySearchFunc(r.members, name, func(m Member, name string) int { return strings.Compare(m.Name, name) })
 }
 
 // Members returns the members, sorted by name.

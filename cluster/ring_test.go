@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/tollgate/tollgate/internal/keyhash"
@@ -102,5 +103,24 @@ func BenchmarkRingOwner(b *testing.B) {
 	for b.Loop() {
 		r.Owner(route)
 		route += 2654435761
+	}
+}
+
+// A key's successor is its owner in the ring without the owner.
+func TestSuccessorIsTheOwnerWithoutTheOwner(t *testing.T) {
+	h := keyhash.New([]byte("successor"), "test")
+	var ms []Member
+	for i := range 5 {
+		ms = append(ms, Member{Name: fmt.Sprint("node", i)})
+	}
+	r := NewRing(h, ms)
+	for route := uint32(0); route < 2000; route += 7 {
+		owner, _ := r.Owner(route)
+		succ, ok := r.Successor(route)
+		without := NewRing(h, slices.DeleteFunc(slices.Clone(ms), func(m Member) bool { return m.Name == owner.Name }))
+		want, _ := without.Owner(route)
+		if !ok || succ.Name != want.Name {
+			t.Fatalf("route %d: successor %s; the ring without %s names %s", route, succ.Name, owner.Name, want.Name)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net"
 	"time"
@@ -46,7 +47,16 @@ func (n *Node) serveConn(raw net.Conn) {
 		}
 		return
 	}
-	go func() { <-n.stop; conn.Close() }()
+	// The node's stop closes the connection; the watcher ends with it.
+	closed := make(chan struct{})
+	defer close(closed)
+	go func() {
+		select {
+		case <-n.stop:
+			conn.Close()
+		case <-closed:
+		}
+	}()
 	var buf []byte
 	enc := &encoder{}
 	for {
@@ -77,6 +87,9 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 	now := time.Now()
 	switch kind {
 	case msgTake:
+		if st := n.state.Load(); n.pulling(st, now) {
+			n.pullFrame(st, now, *d)
+		}
 		count := d.count(maxBatch, 2)
 		if d.err != nil {
 			return d.err
@@ -86,8 +99,12 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		var reqs [maxZones]limiter.Request
 		var res [maxZones]limiter.Result
 		for range count {
-			op, client, zones := d.u8(), limiter.Key(d.u64()), int(d.u8())
-			if op == opPenalize && zones == 0 {
+			code, client, zones := d.u8(), limiter.Key(d.u64()), int(d.u8())
+			op, known := actionOf(code)
+			if !known && d.err == nil {
+				return fmt.Errorf("unknown take operation %d", code)
+			}
+			if op == actPenalize && zones == 0 {
 				score := n.engine.Penalize(now, client)
 				enc.u8(itemDone)
 				enc.u8(0)
@@ -123,6 +140,7 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 			return d.err
 		}
 		n.engine.Merge(now, states)
+		n.dirty.noteStates(states)
 		n.handedOff.Add(uint64(len(states)))
 		enc.u8(statusOK)
 		return nil
@@ -132,10 +150,46 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 			return d.err
 		}
 		n.engine.Reset(keys...)
+		n.fallback.Reset(keys...) // what it counted for an owner it could not reach
+		n.replicas.drop(keys)
 		n.Forget(keys...)
 		enc.u8(statusOK)
 		return nil
 	case msgPing:
+		enc.u8(statusOK)
+		return nil
+	case msgReconcile:
+		origin, seq := d.str(), d.u64()
+		states := decodeStates(d)
+		if d.err != nil {
+			return d.err
+		}
+		n.applyReconcile(now, origin, seq, states)
+		n.dirty.noteStates(states)
+		enc.u8(statusOK)
+		return nil
+	case msgFallbackTransfer:
+		to := d.str()
+		keys := decodeKeys(d)
+		if d.err != nil {
+			return d.err
+		}
+		st := n.state.Load()
+		states := n.fallback.ExtractKeys(now, keys)
+		for _, k := range keys {
+			if owner, _ := st.ring.Owner(k.Route()); owner.Name != to && owner.Name != n.name {
+				st.redirect.Store(k, to)
+			}
+		}
+		enc.u8(statusOK)
+		encodeStates(enc, states)
+		return nil
+	case msgReplicate:
+		states := decodeStates(d)
+		if d.err != nil {
+			return d.err
+		}
+		n.replicas.put(now, states)
 		enc.u8(statusOK)
 		return nil
 	case msgForget:
@@ -154,9 +208,33 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 	return errors.New("unknown message type")
 }
 
+// pullFrame pulls, before a take frame is answered, the keys of all its
+// items that moved here: one call per node that may hold any, at once.
+func (n *Node) pullFrame(st *ringState, now time.Time, d decoder) {
+	count := d.count(maxBatch, 2)
+	var keys []limiter.Key
+	for range count {
+		d.u8()
+		client, zones := limiter.Key(d.u64()), int(d.u8())
+		if client != 0 {
+			keys = append(keys, client)
+		}
+		for range zones {
+			r, err := decodeZoneReq(&d)
+			if err != nil {
+				return
+			}
+			keys = append(keys, r.Key)
+		}
+	}
+	if d.err == nil && len(keys) > 0 {
+		n.pullKeys(st, now, keys)
+	}
+}
+
 // answerItem performs one take item for a peer, if this node owns its
 // keys, or names the owner.
-func (n *Node) answerItem(now time.Time, op byte, client limiter.Key, reqs []limiter.Request, res []limiter.Result, enc *encoder) {
+func (n *Node) answerItem(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result, enc *encoder) {
 	st := n.state.Load()
 	for i := range reqs {
 		owner, _ := st.ring.Owner(reqs[i].Key.Route())
@@ -171,8 +249,7 @@ func (n *Node) answerItem(now time.Time, op byte, client limiter.Key, reqs []lim
 			client = 0 // not ours to keep
 		}
 	}
-	n.pullMissing(st, now, reqs, client)
-	allowed, score := n.local(now, op, client, reqs, res)
+	allowed, score := n.local(now, op, client, reqs, res) // pulled: pullFrame
 	enc.u8(itemDone)
 	if allowed {
 		enc.u8(1)

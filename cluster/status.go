@@ -27,6 +27,7 @@ type Status struct {
 	Activations       uint64         `json:"fallback_activations"`
 	HandedOffIn       uint64         `json:"counters_received"`
 	Pulled            uint64         `json:"counters_pulled"`
+	Reconciled        uint64         `json:"fallback_counters_reconciled"`
 	PeerFrames        uint64         `json:"peer_frames"`
 	PeerItems         uint64         `json:"peer_items"`
 	LastRingChangeAgo string         `json:"last_ring_change_ago,omitempty"`
@@ -52,6 +53,7 @@ func (n *Node) Status() Status {
 	s.Activations = n.fallbackActivations.Load()
 	s.HandedOffIn = n.handedOff.Load()
 	s.Pulled = n.pulled.Load()
+	s.Reconciled = n.reconciled.Load()
 	s.LastRingChangeAgo = time.Since(st.changed).Round(time.Millisecond).String()
 	leaving := n.leavingMembers()
 	names := n.memberNames()

@@ -22,7 +22,15 @@ const (
 	msgReset    byte = 4 // drop these keys' counters
 	msgForget   byte = 5 // drop these keys from your blocked cache
 	msgPing     byte = 6 // are you there?
-	replyBit    byte = 0x80
+	// msgReconcile: here is what I counted in fallback for keys you own
+	// (origin name, sequence number, counters); add it unless you have.
+	msgReconcile byte = 7
+	// msgReplicate: the current counters of keys you succeed me for.
+	msgReplicate byte = 8
+	// msgFallbackTransfer: I own these keys now (the owner died); give me
+	// what you counted for them in fallback, and route them to me.
+	msgFallbackTransfer byte = 9
+	replyBit            byte = 0x80
 )
 
 // Reply statuses.
@@ -31,15 +39,41 @@ const (
 	statusErr byte = 1
 )
 
-// Item operations in a take batch.
+// Item operations in a take batch: the wire codes of the node's actions.
 const (
-	opTake   byte = 1
-	opPeek   byte = 2
-	opRefund byte = 3
-	// opPenalize records a violation of the item's client, decided by a
-	// node's blocked cache; it has no zones.
-	opPenalize byte = 4
+	opTake     byte = 1
+	opPeek     byte = 2
+	opRefund   byte = 3
+	opPenalize byte = 4 // no zones
 )
+
+// opOf returns the wire code of an action.
+func opOf(a action) byte {
+	switch a {
+	case actPeek:
+		return opPeek
+	case actRefund:
+		return opRefund
+	case actPenalize:
+		return opPenalize
+	}
+	return opTake
+}
+
+// actionOf returns the action a wire code names, if it names one.
+func actionOf(op byte) (action, bool) {
+	switch op {
+	case opTake:
+		return actTake, true
+	case opPeek:
+		return actPeek, true
+	case opRefund:
+		return actRefund, true
+	case opPenalize:
+		return actPenalize, true
+	}
+	return 0, false
+}
 
 // Item outcomes in a take batch reply.
 const (

@@ -102,6 +102,22 @@ func (e *Engine) Extract(now time.Time, move func(Key) bool, limit int) []State 
 	return out
 }
 
+// StatesOf returns copies of the live counters of the given keys, leaving
+// them in place: what an owner sends its successor as a replica.
+func (e *Engine) StatesOf(now time.Time, keys []Key) []State {
+	ns := now.UnixNano()
+	var out []State
+	for _, k := range keys {
+		s := &e.shards[shardOf(k)]
+		s.mu.Lock()
+		if v, ok := s.entries[k]; ok && v.expires > ns {
+			out = append(out, stateOf(k, v.entry))
+		}
+		s.mu.Unlock()
+	}
+	return out
+}
+
 // ExtractKeys removes and returns the live counters of the given
 // keys, for a new owner that asks for them.
 func (e *Engine) ExtractKeys(now time.Time, keys []Key) []State {

@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"math/rand/v2"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+const poisonKey = limiter.Key(0xDEAD_BEEF_DEAD_BEEF)
+
+// silentServer accepts this node's peer connections, authenticates them,
+// reads take frames and never answers, so the writer stays busy batching.
+// It records every key it receives; seen(0) reports whether it received any.
+func silentServer(t *testing.T, n *Node) (addr string, seen func(limiter.Key) bool) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var mu sync.Mutex
+	keys := make(map[limiter.Key]bool)
+	go func() {
+		for {
+			raw, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer raw.Close()
+				conn, err := serverHandshake(raw, n.authKey, time.Now().Add(2*time.Second))
+				if err != nil {
+					return
+				}
+				for {
+					frame, err := conn.readFrame(nil)
+					if err != nil {
+						return
+					}
+					d := &decoder{b: frame}
+					if d.u8() != msgTake {
+						continue
+					}
+					d.u32()
+					count := d.u16()
+					for range count {
+						d.u8()
+						d.u64()
+						zones := int(d.u8())
+						for range zones {
+							r, err := decodeZoneReq(d)
+							if err != nil {
+								return
+							}
+							mu.Lock()
+							keys[r.Key] = true
+							mu.Unlock()
+						}
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String(), func(k limiter.Key) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if k == 0 { // anything at all
+			return len(keys) > 0
+		}
+		return keys[k]
+	}
+}
+
+// A caller that gives up on a call may reuse its request memory at once:
+// what goes on the wire is what it asked when it asked, never what it wrote
+// there afterwards. Callers time out while the writer is busy batching, then
+// overwrite their requests with a poison key, which must never be sent.
+func TestAbandonedCallsNeverSendReusedMemory(t *testing.T) {
+	n, err := New(testConfig(), limiter.New(limiter.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, seen := silentServer(t, n)
+	p := newPeer(n, Member{Name: "silent", PeerAddr: addr})
+	defer p.close()
+	eventually(t, 2*time.Second, "connected", p.connected.Load)
+
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			var reqs [2]limiter.Request
+			var res [2]limiter.Result
+			for i := range 400 {
+				for z := range reqs {
+					reqs[z] = limiter.Request{Key: limiter.Key(g<<20 | i<<2 | z + 1), Cost: 1, Limit: limitOf(10)}
+				}
+				c := newTakeCall(actTake, 0, reqs[:], res[:])
+				p.do(c, time.Now().Add(time.Duration(rand.IntN(400))*time.Microsecond))
+				sent.Add(1)
+				for z := range reqs {
+					reqs[z].Key = poisonKey // the memory is the caller's again
+				}
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(100 * time.Millisecond) // let the last frames arrive
+	if seen(poisonKey) {
+		t.Fatal("a key written after the call was given up on went to the peer")
+	}
+	if !seen(0) {
+		t.Fatal("the server saw nothing; the test tests nothing")
+	}
+}

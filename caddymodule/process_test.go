@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -192,7 +193,27 @@ func (p *proc) stop() {
 	}
 }
 
-func (p *proc) signal(sig syscall.Signal) { p.cmd.Process.Signal(sig) }
+// signal sends sig to the process; for SIGSTOP it returns once the process
+// is stopped, as a signal is delivered asynchronously.
+func (p *proc) signal(sig syscall.Signal) {
+	p.cmd.Process.Signal(sig)
+	if sig != syscall.SIGSTOP {
+		return
+	}
+	stat := fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)
+	for range 1000 {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return // not on Linux, or gone
+		}
+		// The state follows the command name in parentheses.
+		if i := bytes.LastIndexByte(b, ')'); i > 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p.t.Fatalf("%s did not stop after SIGSTOP", p.name)
+}
 
 // get sends a request for key and returns the status, the body and how long
 // the answer took. headers are more header names and values.

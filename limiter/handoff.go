@@ -152,6 +152,7 @@ func (e *Engine) ExtractKeys(now time.Time, keys []Key) []State {
 // Merge adds counters handed over by another engine to this one's. Counts
 // of the same window add up, so requests admitted on either side are all
 // accounted for; a token bucket adds the time the other side had spent.
+// New keys make room as Take does, so the engine stays within MaxKeys.
 func (e *Engine) Merge(now time.Time, states []State) {
 	ns := now.UnixNano()
 	for _, st := range states {
@@ -175,6 +176,12 @@ func (e *Engine) Merge(now time.Time, states []State) {
 			s.leases[st.Key] = mergeLeases(s.leases[st.Key], st.Leases)
 		default:
 			cur, ok := s.entries[st.Key]
+			if !ok && !e.makeRoom(s, ns, 0) {
+				// The table is full of counters that may not be evicted
+				// (exhausted ones): the bound on memory wins, and this
+				// counter is not kept.
+				break
+			}
 			next := st.entry()
 			if ok && cur.expires > ns {
 				next = mergeEntries(cur.entry, next, ns)

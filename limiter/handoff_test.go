@@ -89,3 +89,31 @@ func TestExtractDuringConcurrentTakesLosesNothing(t *testing.T) {
 		t.Fatalf("%d counted after the moves; %d were taken", total, taken.Load())
 	}
 }
+
+// TestMergeStaysWithinMaxKeys hands a small engine far more counters than it
+// may hold: a hand-off or a replica must not grow the table past its bound,
+// and the exhausted counters it already holds stay.
+func TestMergeStaysWithinMaxKeys(t *testing.T) {
+	const maxKeys = 512
+	lim := Limit{Algorithm: SlidingWindow, Quota: 2, Window: time.Minute}
+	dst := New(Config{MaxKeys: maxKeys})
+	victim := Request{Key: 1, Limit: lim}
+	for range 2 {
+		dst.TakeOne(t0, victim)
+	}
+	if dst.TakeOne(t0, victim).Allowed {
+		t.Fatal("the victim was not exhausted")
+	}
+	src := New(Config{})
+	for k := range Key(20 * maxKeys) {
+		src.TakeOne(t0, Request{Key: 1000 + k, Limit: lim})
+	}
+	moved := src.Extract(t0, func(Key) bool { return true }, 0)
+	dst.Merge(t0, moved)
+	if n := dst.Stats().Keys; n > maxKeys {
+		t.Fatalf("merging %d counters grew the engine to %d keys; want at most %d", len(moved), n, maxKeys)
+	}
+	if dst.TakeOne(t0, victim).Allowed {
+		t.Fatal("merging evicted the exhausted victim")
+	}
+}

@@ -334,7 +334,9 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 	}
 	app.logger.Info("grant given through the admin API", zap.String("zone", req.Zone), zap.Int64("amount", req.Amount),
 		zap.Duration("duration", dur), zap.String("version", uuidString(g.Version)))
-	w.Header().Set("Location", "/tollgate/grants/"+url.PathEscape(req.Zone)+"/"+url.PathEscape(req.Key))
+	// The hashed ID, not the raw key: a raw key could name another route
+	// ("..") and would land in the URL that Caddy's admin log records.
+	w.Header().Set("Location", "/tollgate/grants/"+url.PathEscape(req.Zone)+"/"+hashedID(keyHash))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	if len(out) == 1 {

@@ -1,0 +1,72 @@
+package caddymodule
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// jsonError reads an admin error answer; it fails the test when the answer
+// is not a JSON error.
+func jsonError(t *testing.T, what string, resp *http.Response, body string) string {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
+	}
+	if resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal([]byte(body), &e) != nil || e.Error == "" {
+		t.Errorf("%s: %d %s %q; want a JSON error", what, resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	return e.Error
+}
+
+// adminWith sends a request with headers, without following redirects.
+func adminWith(t *testing.T, base, method, path, body string, headers ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	return resp, string(got)
+}
+
+// TestGrantLocationNamesTheHashedID gives grants to keys that a raw
+// Location would get wrong or leak: the Location names the hashed ID,
+// following it finds the grant, and the raw key never reaches the URL
+// that Caddy's admin log records.
+func TestGrantLocationNamesTheHashedID(t *testing.T) {
+	srv := startCaddy(t, "", adminSite)
+	app, err := runningApp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"..", ".", "secret-key-4f1c", "a/b?c#d"} {
+		body, _ := json.Marshal(GrantRequest{Zone: "api", Key: key, Amount: 3, Duration: json.RawMessage(`3600`)})
+		resp, got := adminWith(t, srv.Admin, http.MethodPost, "/tollgate/grants", string(body))
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("POST grant for %q: %d %s", key, resp.StatusCode, got)
+		}
+		loc := resp.Header.Get("Location")
+		want := "/tollgate/grants/api/" + hashedID(app.keyHashOf(key))
+		if loc != want {
+			t.Errorf("key %q: Location %q; want %q", key, loc, want)
+			continue
+		}
+		resp, got = adminWith(t, srv.Admin, http.MethodGet, loc, "")
+		var g GrantView
+		if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(got), &g) != nil || g.Amount != 3 || g.Zone != "api" {
+			t.Errorf("key %q: GET %s: %d %s; want the grant", key, loc, resp.StatusCode, got)
+		}
+	}
+	if logs := srv.logs(); strings.Contains(logs, "secret-key-4f1c") {
+		t.Errorf("a raw key reached the logs:\n%s", logs)
+	}
+}

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,15 +57,19 @@ func runningApp() (*App, error) {
 	return app, nil
 }
 
-// decodeBody reads a JSON body strictly: unknown fields are errors.
-func decodeBody(r *http.Request, v any) error {
+// decodeBody reads a JSON body strictly: unknown fields are errors. want
+// says, for the error messages, what the route takes.
+func decodeBody(r *http.Request, v any, want string) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, maxAdminBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return badRequest("malformed JSON body: %v", err)
+		if errors.Is(err, io.EOF) {
+			return badRequest("the body is empty: want %s", want)
+		}
+		return badRequest("malformed JSON body: %v; want %s", err, want)
 	}
 	if dec.More() {
-		return badRequest("malformed JSON body: more than one value")
+		return badRequest("malformed JSON body: more than one value; want %s", want)
 	}
 	return nil
 }
@@ -94,8 +100,8 @@ func (adminAPI) handleTiers(w http.ResponseWriter, r *http.Request) error {
 	switch r.Method {
 	case http.MethodGet:
 	case http.MethodPut:
-		var body map[string]map[string]int64
-		if err := decodeBody(r, &body); err != nil {
+		body, err := readTierOverrides(r)
+		if err != nil {
 			return err
 		}
 		if err := app.validateTierOverrides(body); err != nil {
@@ -112,6 +118,62 @@ func (adminAPI) handleTiers(w http.ResponseWriter, r *http.Request) error {
 		return methodNotAllowed(r, "GET, PUT or DELETE")
 	}
 	return writeJSON(w, app.tiersView())
+}
+
+// tiersBodyWant is what PUT /tollgate/tiers takes, for error messages.
+const tiersBodyWant = `an object of zone → tier → limit, such as {"api": {"pro": 2000}}, naming every override to keep; to drop every override, DELETE /tollgate/tiers`
+
+// readTierOverrides reads a PUT /tollgate/tiers body. Anything but a table
+// naming at least one zone, each with at least one tier and a whole-number
+// limit, is refused: a body of null or {} would otherwise drop every
+// override, which is what DELETE is for.
+func readTierOverrides(r *http.Request) (map[string]map[string]int64, error) {
+	var raw json.RawMessage
+	if err := decodeBody(r, &raw, tiersBodyWant); err != nil {
+		return nil, err
+	}
+	var zones map[string]json.RawMessage
+	if !isJSONObject(raw) || json.Unmarshal(raw, &zones) != nil {
+		return nil, badRequest("body %s: want %s", shortJSON(raw), tiersBodyWant)
+	}
+	if len(zones) == 0 {
+		return nil, badRequest("body {} names no zone: want %s", tiersBodyWant)
+	}
+	out := make(map[string]map[string]int64, len(zones))
+	for zone, zraw := range zones {
+		var tiers map[string]json.RawMessage
+		if !isJSONObject(zraw) || json.Unmarshal(zraw, &tiers) != nil {
+			return nil, badRequest(`zone %q: %s: want an object of tier → limit, such as {"pro": 2000}`, zone, shortJSON(zraw))
+		}
+		if len(tiers) == 0 {
+			return nil, badRequest("zone %q: {} names no tier: name at least one, or leave the zone out to drop its overrides", zone)
+		}
+		out[zone] = make(map[string]int64, len(tiers))
+		for tier, nraw := range tiers {
+			n, err := strconv.ParseInt(string(bytes.TrimSpace(nraw)), 10, 64)
+			if err != nil {
+				return nil, badRequest("zone %q: tier %q: %s: want a whole number, such as 2000", zone, tier, shortJSON(nraw))
+			}
+			out[zone][tier] = n
+		}
+	}
+	return out, nil
+}
+
+// isJSONObject reports whether raw is a JSON object (not null, an array or
+// a scalar).
+func isJSONObject(raw json.RawMessage) bool {
+	b := bytes.TrimSpace(raw)
+	return len(b) > 0 && b[0] == '{'
+}
+
+// shortJSON renders a JSON value for an error message, cut short if long.
+func shortJSON(raw json.RawMessage) string {
+	s := string(bytes.TrimSpace(raw))
+	if len(s) > 40 {
+		s = s[:40] + "…"
+	}
+	return s
 }
 
 // validateTierOverrides checks a PUT body against the running config.
@@ -243,6 +305,9 @@ type GrantRequest struct {
 	Duration json.RawMessage `json:"duration"`
 }
 
+// grantBodyWant is what POST /tollgate/grants takes, for error messages.
+const grantBodyWant = `an object {"zone": "api", "key": "alice", "amount": 500, "duration": "168h"}`
+
 // grantDuration reads a grant's duration: seconds as a number, or a
 // duration string.
 func grantDuration(raw json.RawMessage) (time.Duration, error) {
@@ -300,7 +365,7 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 		return app.listGrants(w, r)
 	}
 	var req GrantRequest
-	if err := decodeBody(r, &req); err != nil {
+	if err := decodeBody(r, &req, grantBodyWant); err != nil {
 		return err
 	}
 	zones, err := app.grantZones(req.Zone, false)

@@ -70,3 +70,40 @@ func TestGrantLocationNamesTheHashedID(t *testing.T) {
 		t.Errorf("a raw key reached the logs:\n%s", logs)
 	}
 }
+
+// TestTiersPutRefusesWhatIsNoTable sends PUT /tollgate/tiers bodies that
+// are not a table of overrides: each gets a JSON 400 naming what was sent
+// and what is expected, and the overrides in effect stay.
+func TestTiersPutRefusesWhatIsNoTable(t *testing.T) {
+	srv := startCaddy(t, "", tierSite)
+	if status, body := adminSend(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 8}}`, nil); status != http.StatusOK {
+		t.Fatalf("PUT tiers: %d %s", status, body)
+	}
+	for _, tc := range []struct{ body, want string }{
+		{``, "body is empty"},
+		{`null`, "DELETE /tollgate/tiers"},
+		{`{}`, "DELETE /tollgate/tiers"},
+		{`[]`, `body []: want an object of zone`},
+		{`"credits"`, `want an object of zone`},
+		{`5`, `want an object of zone`},
+		{`{"credits": null}`, `zone "credits": null: want an object of tier`},
+		{`{"credits": 5}`, `zone "credits": 5: want an object of tier`},
+		{`{"credits": []}`, `zone "credits": []: want an object of tier`},
+		{`{"credits": {}}`, `zone "credits": {} names no tier`},
+		{`{"credits": {"pro": null}}`, `zone "credits": tier "pro": null: want a whole number`},
+		{`{"credits": {"pro": "lots"}}`, `zone "credits": tier "pro": "lots": want a whole number`},
+		{`{"credits": {"pro": 1.5}}`, `zone "credits": tier "pro": 1.5: want a whole number`},
+		{`{"credits": {"pro": 0}}`, `tier pro 0: must be a whole number from 1`},
+	} {
+		resp, got := adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", tc.body)
+		msg := jsonError(t, "PUT "+tc.body, resp, got)
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg, tc.want) {
+			t.Errorf("PUT %s: %d %q; want 400 with %q", tc.body, resp.StatusCode, msg, tc.want)
+		}
+	}
+	var view TiersView
+	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/tiers", &view)
+	if view.Zones["credits"].Overrides["pro"] != 8 {
+		t.Fatalf("a refused PUT changed the overrides: %+v", view.Zones["credits"])
+	}
+}

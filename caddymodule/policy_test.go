@@ -80,7 +80,7 @@ func TestTiersChangeAtRunTimeAndWinOverReloads(t *testing.T) {
 		`{"credits": {"pro": -2}}`:      "tier pro -2: must be a whole number",
 		`{"credits": {"p p": 2}}`:       `tier name \"p p\"`,
 		`{"credits": {"gold": 2}}`:      `unknown tier \"gold\": the config names pro`,
-		`{"credits": {"pro": "lots"}}`:  "malformed JSON body",
+		`{"credits": {"pro": "lots"}}`:  "want a whole number",
 		`{"credits": `:                  "malformed JSON body",
 		`{"credits": {"pro": 9}} extra`: "malformed JSON body",
 	} {

@@ -60,9 +60,25 @@ func runningApp() (*App, error) {
 // decodeBody reads a JSON body strictly: unknown fields are errors. want
 // says, for the error messages, what the route takes.
 func decodeBody(r *http.Request, v any, want string) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxAdminBody))
+	tooLarge := caddy.APIError{HTTPStatus: http.StatusRequestEntityTooLarge,
+		Err: fmt.Errorf("the body is too large: an admin request may send at most %d bytes (1 MiB); want %s", maxAdminBody, want)}
+	if r.ContentLength > maxAdminBody {
+		return tooLarge
+	}
+	body := http.MaxBytesReader(nil, r.Body, maxAdminBody)
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
+		// A body sent without a length may be too large and malformed
+		// early on: the size is what to fix first, so read on to the limit.
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return tooLarge
+		}
+		if _, rest := io.Copy(io.Discard, body); rest != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](rest); ok {
+				return tooLarge
+			}
+		}
 		if errors.Is(err, io.EOF) {
 			return badRequest("the body is empty: want %s", want)
 		}

@@ -2,8 +2,10 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -105,5 +107,39 @@ func TestTiersPutRefusesWhatIsNoTable(t *testing.T) {
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/tiers", &view)
 	if view.Zones["credits"].Overrides["pro"] != 8 {
 		t.Fatalf("a refused PUT changed the overrides: %+v", view.Zones["credits"])
+	}
+}
+
+// TestAdminBodiesOverTheLimitAreTooLarge sends bodies past the limit to
+// every route that reads one, with a Content-Length and chunked: the
+// answer says the body is too large and what the limit is, not that the
+// JSON is malformed.
+func TestAdminBodiesOverTheLimitAreTooLarge(t *testing.T) {
+	srv := startCaddy(t, "", tierSite)
+	big := strings.Repeat("a", maxAdminBody+10)
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodPut, "/tollgate/tiers", `{"credits": {"` + big + `": 5}}`},
+		{http.MethodPost, "/tollgate/grants", `{"zone": "credits", "key": "` + big + `", "amount": 1, "duration": 60}`},
+		{http.MethodPost, "/tollgate/grants", big},
+	} {
+		for _, chunked := range []bool{false, true} {
+			var body io.Reader = strings.NewReader(tc.body)
+			if chunked {
+				body = io.MultiReader(body) // no length known: sent chunked
+			}
+			req, _ := http.NewRequest(tc.method, srv.Admin+tc.path, body)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			what := fmt.Sprintf("%s %s with %d bytes (chunked %v)", tc.method, tc.path, len(tc.body), chunked)
+			msg := jsonError(t, what, resp, string(got))
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "too large") ||
+				!strings.Contains(msg, strconv.Itoa(maxAdminBody)) {
+				t.Errorf("%s: %d %q; want 413 naming the limit", what, resp.StatusCode, msg)
+			}
+		}
 	}
 }

@@ -94,6 +94,7 @@ func decodeBody(r *http.Request, v any, want string) error {
 
 // TierView is one zone's tier limits, as GET /tollgate/tiers shows them.
 type TierView struct {
+	Zone      string           `json:"zone"`    // the zone's name, which PUT takes
 	Kind      string           `json:"kind"`    // limit or concurrent
 	Default   int64            `json:"default"` // for requests of no known tier
 	Caddyfile map[string]int64 `json:"caddyfile"`
@@ -101,7 +102,9 @@ type TierView struct {
 	Effective map[string]int64 `json:"effective"`
 }
 
-// TiersView is what GET /tollgate/tiers answers.
+// TiersView is what GET /tollgate/tiers answers. Zones is keyed by scope:
+// a zone's name, or name@place when several handlers declare that name,
+// so every zone shows, each with its own default and Caddyfile tiers.
 type TiersView struct {
 	Zones            map[string]TierView `json:"zones"`
 	OverridesVersion int64               `json:"overrides_version,omitempty"`
@@ -242,10 +245,7 @@ func (a *App) tiersView() TiersView {
 		view.OverridesVersion, view.OverridesOrigin = t.Version, t.Origin
 	}
 	for _, z := range a.zonesNamed("") {
-		if _, done := view.Zones[z.Name]; done {
-			continue
-		}
-		tv := TierView{Kind: "limit", Default: z.Limit, Caddyfile: map[string]int64{}, Overrides: map[string]int64{}, Effective: map[string]int64{}}
+		tv := TierView{Zone: z.Name, Kind: "limit", Default: z.Limit, Caddyfile: map[string]int64{}, Overrides: map[string]int64{}, Effective: map[string]int64{}}
 		if z.isLease() {
 			tv.Kind, tv.Default = "concurrent", z.Concurrent
 		}
@@ -255,7 +255,7 @@ func (a *App) tiersView() TiersView {
 		for tier, n := range t.zone(z.Name) {
 			tv.Overrides[tier], tv.Effective[tier] = n, n
 		}
-		view.Zones[z.Name] = tv
+		view.Zones[z.scope] = tv // overrides are by name: every scope of it has them
 	}
 	return view
 }

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -141,5 +142,71 @@ func TestAdminBodiesOverTheLimitAreTooLarge(t *testing.T) {
 				t.Errorf("%s: %d %q; want 413 naming the limit", what, resp.StatusCode, msg)
 			}
 		}
+	}
+}
+
+const sharedNameSite = `
+	route /a/* {
+		tollgate {
+			tier_from {http.request.header.X-User-Tier}
+			zone api {
+				limit 2 1h
+				tier pro 20
+			}
+		}
+	}
+	route /b/* {
+		tollgate {
+			tier_from {http.request.header.X-User-Tier}
+			zone api {
+				limit 3 1h
+				tier pro 30
+			}
+		}
+	}
+	respond "ok"`
+
+// TestTiersShowEveryScopeOfAName runs two handlers that each declare a
+// zone api: GET /tollgate/tiers and `caddy tollgate tiers` show both, and
+// an override set by name reaches both.
+func TestTiersShowEveryScopeOfAName(t *testing.T) {
+	srv := startCaddy(t, "", sharedNameSite)
+	var view TiersView
+	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/tiers", &view)
+	defaults := map[int64]string{}
+	for scope, tv := range view.Zones {
+		if tv.Zone != "api" {
+			t.Errorf("scope %q: zone %q; want api", scope, tv.Zone)
+		}
+		defaults[tv.Default] = scope
+	}
+	if len(view.Zones) != 2 || defaults[2] == "" || defaults[3] == "" {
+		t.Fatalf("tiers view %+v; want both zones api, defaults 2 and 3", view.Zones)
+	}
+	if view.Zones[defaults[2]].Caddyfile["pro"] != 20 || view.Zones[defaults[3]].Caddyfile["pro"] != 30 {
+		t.Errorf("tiers view %+v; want pro 20 and 30", view.Zones)
+	}
+
+	addr := strings.TrimPrefix(srv.Admin, "http://")
+	var out bytes.Buffer
+	c, err := newCLIContext(cliFlags(t, addr, false), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := cliTiersSet(c, []string{"api", "pro=40"}); code != exitOK {
+		t.Fatalf("tiers set api pro=40: exit %d, %v\n%s", code, err, out.String())
+	}
+	for _, scope := range []string{defaults[2], defaults[3]} {
+		if !strings.Contains(out.String(), scope+" ") {
+			t.Errorf("tiers set: no row for %s:\n%s", scope, out.String())
+		}
+	}
+	if strings.Count(out.String(), " 40\n") != 2 {
+		t.Errorf("tiers set: want pro 40 in effect in both scopes:\n%s", out.String())
+	}
+	// The CLI sends the table back by zone name, so a second set works.
+	out.Reset()
+	if code, err := cliTiersSet(c, []string{"api", "pro=50"}); code != exitOK {
+		t.Fatalf("a second tiers set: exit %d, %v\n%s", code, err, out.String())
 	}
 }

@@ -591,10 +591,16 @@ func cliTiersSet(c *cliContext, args []string) (int, error) {
 	if _, err := c.call(http.MethodGet, "/tollgate/tiers", nil, &view); err != nil {
 		return exitFor(err), err
 	}
+	// Overrides are by zone name; the view is by scope, and every scope of
+	// a name has the same overrides.
 	table := map[string]map[string]int64{}
-	for z, tv := range view.Zones {
+	for scope, tv := range view.Zones {
+		name := tv.Zone
+		if name == "" { // an older Caddy: keyed by name
+			name = scope
+		}
 		if len(tv.Overrides) > 0 {
-			table[z] = tv.Overrides
+			table[name] = tv.Overrides
 		}
 	}
 	if table[zone] == nil {

@@ -116,27 +116,77 @@ func (adminAPI) handleTiers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	var table map[string]map[string]int64
 	switch r.Method {
 	case http.MethodGet:
 	case http.MethodPut:
-		body, err := readTierOverrides(r)
-		if err != nil {
+		if table, err = readTierOverrides(r); err != nil {
 			return err
 		}
-		if err := app.validateTierOverrides(body); err != nil {
-			return err
-		}
-		if err := app.setTierOverrides(body); err != nil {
+		if err := app.validateTierOverrides(table); err != nil {
 			return err
 		}
 	case http.MethodDelete:
-		if err := app.setTierOverrides(map[string]map[string]int64{}); err != nil {
-			return err
-		}
+		table = map[string]map[string]int64{}
 	default:
 		return methodNotAllowed(r, "GET, PUT or DELETE")
 	}
-	return writeJSON(w, app.tiersView())
+	if table != nil {
+		want, err := ifMatchVersion(r)
+		if err != nil {
+			return err
+		}
+		if err := app.changeTierOverrides(table, want); err != nil {
+			return err
+		}
+	}
+	view := app.tiersView()
+	w.Header().Set("ETag", tiersETag(app.state.tiers.version()))
+	return writeJSON(w, view)
+}
+
+// tiersETag renders a tier table's version as an entity tag.
+func tiersETag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
+
+// anyVersion is what ifMatchVersion returns for a change that names no
+// version: it applies whatever the table in effect.
+const anyVersion = -1
+
+// ifMatchVersion reads a change's If-Match: the overrides_version (the
+// ETag) the change was made from, quoted or bare, or * (any).
+func ifMatchVersion(r *http.Request) (int64, error) {
+	h := strings.TrimSpace(r.Header.Get("If-Match"))
+	if h == "" || h == "*" {
+		return anyVersion, nil
+	}
+	digits, quoted := strings.CutPrefix(h, `"`)
+	closed := true
+	if quoted {
+		digits, closed = strings.CutSuffix(digits, `"`)
+	}
+	v, err := strconv.ParseUint(digits, 10, 63)
+	if err != nil || !closed {
+		return 0, badRequest(`If-Match %q: want the overrides_version that GET /tollgate/tiers answers (its ETag), such as "1795312345678901234", or *`, h)
+	}
+	return int64(v), nil
+}
+
+// changeTierOverrides replaces the tier table if the one in effect here is
+// still version want (anyVersion: whatever it is); else it is a 412 and
+// nothing changes.
+func (a *App) changeTierOverrides(zones map[string]map[string]int64, want int64) error {
+	a.state.tiers.mu.Lock()
+	defer a.state.tiers.mu.Unlock()
+	if cur := a.state.tiers.version(); want != anyVersion && want != cur {
+		origin := "here"
+		if t := a.state.tiers.load(); t != nil && t.Origin != "" {
+			origin = "on " + t.Origin
+		}
+		return caddy.APIError{HTTPStatus: http.StatusPreconditionFailed,
+			Err: fmt.Errorf(`the tier table changed since it was read: If-Match "%d", now "%d" (changed %s); GET /tollgate/tiers, make the change again on what it shows and send it with If-Match of the new overrides_version`,
+				want, cur, origin)}
+	}
+	return a.setTierOverrides(zones)
 }
 
 // tiersBodyWant is what PUT /tollgate/tiers takes, for error messages.

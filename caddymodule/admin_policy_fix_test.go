@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -208,5 +210,116 @@ func TestTiersShowEveryScopeOfAName(t *testing.T) {
 	out.Reset()
 	if code, err := cliTiersSet(c, []string{"api", "pro=50"}); code != exitOK {
 		t.Fatalf("a second tiers set: exit %d, %v\n%s", code, err, out.String())
+	}
+}
+
+// TestTiersConditionalUpdate changes the tier table with If-Match: a
+// stale version gets a 412 and changes nothing, the current one works, and
+// of two updates made from the same read only one lands.
+func TestTiersConditionalUpdate(t *testing.T) {
+	srv := startCaddy(t, "", tierSite)
+	var v0 TiersView
+	resp, got := adminWith(t, srv.Admin, http.MethodGet, "/tollgate/tiers", "")
+	if err := json.Unmarshal([]byte(got), &v0); err != nil {
+		t.Fatal(err)
+	}
+	if etag := resp.Header.Get("ETag"); etag != `"`+strconv.FormatInt(v0.OverridesVersion, 10)+`"` {
+		t.Errorf("GET tiers: ETag %q; want the overrides_version %d quoted", etag, v0.OverridesVersion)
+	}
+	match := strconv.FormatInt(v0.OverridesVersion, 10)
+
+	var v1 TiersView
+	resp, got = adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 8}}`, "If-Match", `"`+match+`"`)
+	if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(got), &v1) != nil || v1.OverridesVersion == v0.OverridesVersion {
+		t.Fatalf("PUT with the current version: %d %s", resp.StatusCode, got)
+	}
+	for _, tc := range []struct{ method, body string }{
+		{http.MethodPut, `{"credits": {"pro": 9}}`},
+		{http.MethodDelete, ``},
+	} {
+		resp, got = adminWith(t, srv.Admin, tc.method, "/tollgate/tiers", tc.body, "If-Match", `"`+match+`"`)
+		msg := jsonError(t, tc.method+" stale", resp, got)
+		if resp.StatusCode != http.StatusPreconditionFailed || !strings.Contains(msg, match) ||
+			!strings.Contains(msg, strconv.FormatInt(v1.OverridesVersion, 10)) {
+			t.Errorf("%s with a stale If-Match: %d %q; want 412 naming both versions", tc.method, resp.StatusCode, msg)
+		}
+	}
+	for _, bad := range []string{"soon", `"12`, `W/"12"`, "-1", "+12", `"1", "2"`} {
+		resp, got = adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 9}}`, "If-Match", bad)
+		if msg := jsonError(t, "bad If-Match", resp, got); resp.StatusCode != http.StatusBadRequest ||
+			!strings.Contains(msg, "If-Match "+strconv.Quote(bad)) || !strings.Contains(msg, "overrides_version") {
+			t.Errorf("PUT with If-Match %s: %d %q; want 400 naming the header, the value and what it takes", bad, resp.StatusCode, msg)
+		}
+	}
+	var view TiersView
+	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/tiers", &view)
+	if view.Zones["credits"].Overrides["pro"] != 8 {
+		t.Fatalf("a refused update changed the table: %+v", view.Zones["credits"])
+	}
+
+	// Two operators read the same version and write at once: one wins.
+	match = `"` + strconv.FormatInt(view.OverridesVersion, 10) + `"`
+	var wg sync.WaitGroup
+	codes := make([]int, 8)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, _ := adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": `+strconv.Itoa(10+i)+`}}`, "If-Match", match)
+			codes[i] = resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	won := 0
+	for _, c := range codes {
+		if c == http.StatusOK {
+			won++
+		} else if c != http.StatusPreconditionFailed {
+			t.Errorf("concurrent conditional PUT: %d", c)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d of %d updates made from one read landed; want 1 (%v)", won, len(codes), codes)
+	}
+	// A bare version and * are taken too; no If-Match applies whatever.
+	resp, _ = adminWith(t, srv.Admin, http.MethodGet, "/tollgate/tiers", "")
+	bare := strings.Trim(resp.Header.Get("ETag"), `"`)
+	for _, h := range [][]string{{"If-Match", bare}, {"If-Match", "*"}, nil} {
+		if resp, got := adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 20}}`, h...); resp.StatusCode != http.StatusOK {
+			t.Errorf("PUT with %q: %d %s", h, resp.StatusCode, got)
+		}
+	}
+}
+
+// TestCLITiersSetSendsTheVersionItRead serves the CLI a tier table and
+// checks that its PUT is conditional on the version it read.
+func TestCLITiersSetSendsTheVersionItRead(t *testing.T) {
+	var mu sync.Mutex
+	var ifMatch []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodPut {
+			mu.Lock()
+			ifMatch = append(ifMatch, r.Header.Get("If-Match"))
+			mu.Unlock()
+			w.WriteHeader(http.StatusPreconditionFailed)
+			io.WriteString(w, `{"error": "the tier table changed: If-Match \"42\", now \"43\""}`)
+			return
+		}
+		io.WriteString(w, `{"zones": {"api": {"zone": "api", "kind": "limit", "default": 2, "caddyfile": {"pro": 5},
+			"overrides": {}, "effective": {"pro": 5}}}, "overrides_version": 42}`)
+	}))
+	defer srv.Close()
+	var out bytes.Buffer
+	c, err := newCLIContext(cliFlags(t, strings.TrimPrefix(srv.URL, "http://"), false), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := cliTiersSet(c, []string{"api", "pro=7"})
+	if code == exitOK || err == nil || !strings.Contains(err.Error(), "again") {
+		t.Errorf("tiers set on a changed table: exit %d, %v; want a failure that says to run it again", code, err)
+	}
+	if len(ifMatch) != 1 || ifMatch[0] != `"42"` {
+		t.Errorf("the PUT's If-Match: %q; want [\"42\"]", ifMatch)
 	}
 }

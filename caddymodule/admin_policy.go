@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,12 +83,35 @@ func decodeBody(r *http.Request, v any, want string) error {
 		if errors.Is(err, io.EOF) {
 			return badRequest("the body is empty: want %s", want)
 		}
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+			return badRequest("field %q: got a JSON %s, want %s (the body: %s)", te.Field, te.Value, jsonKind(te.Type), want)
+		}
 		return badRequest("malformed JSON body: %v; want %s", err, want)
 	}
 	if dec.More() {
 		return badRequest("malformed JSON body: more than one value; want %s", want)
 	}
 	return nil
+}
+
+// jsonKind says in words what JSON a Go type takes.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return t.String()
 }
 
 // ---- tiers ----
@@ -481,7 +505,7 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 // path.
 func (a *App) grantZones(name string, inPath bool) ([]*Zone, error) {
 	if name == "" {
-		return nil, badRequest("zone is required")
+		return nil, badRequest("zone is required: a limit zone of the running config (%s)", strings.Join(a.limitZoneNames(), ", "))
 	}
 	zones := a.zonesNamed(name)
 	if len(zones) == 0 {
@@ -492,9 +516,27 @@ func (a *App) grantZones(name string, inPath bool) ([]*Zone, error) {
 		return nil, unknown("unknown zone %q: the running config has %s", name, strings.Join(a.zoneNames(), ", "))
 	}
 	if zones[0].isLease() {
-		return nil, badRequest("zone %q is a concurrent zone: grants give extra quota to limit zones", name)
+		return nil, badRequest("zone %q is a concurrent zone: grants give extra quota to limit zones (%s)", name, strings.Join(a.limitZoneNames(), ", "))
 	}
 	return zones, nil
+}
+
+// limitZoneNames returns the names of the running config's limit zones,
+// those a grant can name.
+func (a *App) limitZoneNames() []string {
+	seen := map[string]bool{}
+	out := []string{}
+	for _, z := range a.zonesNamed("") {
+		if !z.isLease() && !seen[z.Name] {
+			seen[z.Name] = true
+			out = append(out, z.Name)
+		}
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		return []string{"none: it has only concurrent zones"}
+	}
+	return out
 }
 
 // handleGrant serves GET and DELETE /tollgate/grants/{zone}/{key}.

@@ -323,3 +323,53 @@ func TestCLITiersSetSendsTheVersionItRead(t *testing.T) {
 		t.Errorf("the PUT's If-Match: %q; want [\"42\"]", ifMatch)
 	}
 }
+
+// TestPolicyErrorsNameFieldValueAndWhatIsAllowed sends the grant and tier
+// routes wrong requests: every answer is a JSON error whose message names
+// the field, the value sent and what is allowed.
+func TestPolicyErrorsNameFieldValueAndWhatIsAllowed(t *testing.T) {
+	srv := startCaddy(t, "", `
+	tollgate {
+		tier_from {http.request.header.X-User-Tier}
+		zone credits {
+			limit 3 1h
+			tier pro 5
+		}
+		zone rooms {
+			concurrent 2
+			key {http.request.header.X-Room}
+		}
+	}
+	respond "ok"`)
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		want               []string
+	}{
+		{"POST", "/tollgate/grants", `{"key": "a", "amount": 1, "duration": 60}`, 400, []string{"zone is required", "credits"}},
+		{"POST", "/tollgate/grants", `{"zone": "nope", "key": "a", "amount": 1, "duration": 60}`, 400, []string{`"nope"`, "credits, rooms"}},
+		{"POST", "/tollgate/grants", `{"zone": "rooms", "key": "a", "amount": 1, "duration": 60}`, 400, []string{`"rooms"`, "concurrent", "credits"}},
+		{"POST", "/tollgate/grants", `{"zone": 5, "key": "a", "amount": 1, "duration": 60}`, 400, []string{`field "zone"`, "number", "a string"}},
+		{"POST", "/tollgate/grants", `{"zone": "credits", "key": "a", "amount": "five", "duration": 60}`, 400, []string{`field "amount"`, "string", "a whole number"}},
+		{"POST", "/tollgate/grants", `{"zone": "credits", "key": "a", "amount": 1, "duration": 60, "extra": 1}`, 400, []string{`"extra"`, `"zone"`, `"duration"`}},
+		{"POST", "/tollgate/grants", `{"zone": "credits", "key": "a", "amount": 0, "duration": 60}`, 400, []string{"amount 0", "from 1 to"}},
+		{"POST", "/tollgate/grants", `{"zone": "credits", "key": "a", "amount": 1, "duration": "soon"}`, 400, []string{`duration "soon"`, "168h"}},
+		{"POST", "/tollgate/grants", `{"zone": "credits", "key": "", "amount": 1, "duration": 60}`, 400, []string{"key is required"}},
+		{"GET", "/tollgate/grants/nope/a", "", 404, []string{`"nope"`, "credits, rooms"}},
+		{"PUT", "/tollgate/tiers", `{"nope": {"pro": 1}}`, 400, []string{`"nope"`, "credits, rooms"}},
+		{"PUT", "/tollgate/tiers", `{"credits": {"gold": 1}}`, 400, []string{`"credits"`, `"gold"`, "pro"}},
+		{"PUT", "/tollgate/tiers", `{"credits": {"pro": 99999999999}}`, 400, []string{`"credits"`, "pro", "99999999999", "from 1 to"}},
+		{"PUT", "/tollgate/tiers", `{"rooms": {"pro": 999}}`, 400, []string{`"rooms"`, "pro", "999", "from 1 to"}},
+		{"PATCH", "/tollgate/tiers", "", 405, []string{"PATCH", "GET, PUT, DELETE"}},
+	} {
+		resp, got := adminWith(t, srv.Admin, tc.method, tc.path, tc.body)
+		msg := jsonError(t, tc.method+" "+tc.path+" "+tc.body, resp, got)
+		ok := resp.StatusCode == tc.status
+		for _, w := range tc.want {
+			ok = ok && strings.Contains(msg, w)
+		}
+		if !ok {
+			t.Errorf("%s %s %s: %d %q; want %d naming %q", tc.method, tc.path, tc.body, resp.StatusCode, msg, tc.status, tc.want)
+		}
+	}
+}

@@ -275,6 +275,11 @@ func (a *App) validateTierOverrides(body map[string]map[string]int64) error {
 	for zone, tiers := range body {
 		zs := a.zonesNamed(zone)
 		if len(zs) == 0 {
+			for _, z := range a.zonesNamed("") {
+				if z.scope == zone {
+					return badRequest("zone %q is a scope of zone %q: overrides are set by zone name, for every scope of it; use %q", zone, z.Name, z.Name)
+				}
+			}
 			return badRequest("unknown zone %q: the running config has %s", zone, strings.Join(a.zoneNames(), ", "))
 		}
 		for tier, n := range tiers {

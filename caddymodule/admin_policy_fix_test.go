@@ -206,6 +206,11 @@ func TestTiersShowEveryScopeOfAName(t *testing.T) {
 	if strings.Count(out.String(), " 40\n") != 2 {
 		t.Errorf("tiers set: want pro 40 in effect in both scopes:\n%s", out.String())
 	}
+	// A PUT by scope says to use the name.
+	resp, got := adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"`+defaults[2]+`": {"pro": 1}}`)
+	if msg := jsonError(t, "PUT by scope", resp, got); resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg, `use "api"`) {
+		t.Errorf("PUT by scope %s: %d %q; want 400 saying to use the name", defaults[2], resp.StatusCode, msg)
+	}
 	// The CLI sends the table back by zone name, so a second set works.
 	out.Reset()
 	if code, err := cliTiersSet(c, []string{"api", "pro=50"}); code != exitOK {

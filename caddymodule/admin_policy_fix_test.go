@@ -182,6 +182,14 @@ func TestTiersShowEveryScopeOfAName(t *testing.T) {
 		}
 		defaults[tv.Default] = scope
 	}
+	// The scopes' metric series would outlive this Caddy in the process's
+	// registry, and their place names the site's listener, which
+	// TestMetricsCountAKnownSequence refuses in a label.
+	t.Cleanup(func() {
+		for scope, tv := range view.Zones {
+			deleteDecisionSeries(tv.Zone, scope)
+		}
+	})
 	if len(view.Zones) != 2 || defaults[2] == "" || defaults[3] == "" {
 		t.Fatalf("tiers view %+v; want both zones api, defaults 2 and 3", view.Zones)
 	}

@@ -1,13 +1,16 @@
 package caddymodule
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,23 +58,67 @@ func runningApp() (*App, error) {
 	return app, nil
 }
 
-// decodeBody reads a JSON body strictly: unknown fields are errors.
-func decodeBody(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxAdminBody))
+// decodeBody reads a JSON body strictly: unknown fields are errors. want
+// says, for the error messages, what the route takes.
+func decodeBody(r *http.Request, v any, want string) error {
+	tooLarge := caddy.APIError{HTTPStatus: http.StatusRequestEntityTooLarge,
+		Err: fmt.Errorf("the body is too large: an admin request may send at most %d bytes (1 MiB); want %s", maxAdminBody, want)}
+	if r.ContentLength > maxAdminBody {
+		return tooLarge
+	}
+	body := http.MaxBytesReader(nil, r.Body, maxAdminBody)
+	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return badRequest("malformed JSON body: %v", err)
+		// A body sent without a length may be too large and malformed
+		// early on: the size is what to fix first, so read on to the limit.
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return tooLarge
+		}
+		if _, rest := io.Copy(io.Discard, body); rest != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](rest); ok {
+				return tooLarge
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return badRequest("the body is empty: want %s", want)
+		}
+		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
+			return badRequest("field %q: got a JSON %s, want %s (the body: %s)", te.Field, te.Value, jsonKind(te.Type), want)
+		}
+		return badRequest("malformed JSON body: %v; want %s", err, want)
 	}
 	if dec.More() {
-		return badRequest("malformed JSON body: more than one value")
+		return badRequest("malformed JSON body: more than one value; want %s", want)
 	}
 	return nil
+}
+
+// jsonKind says in words what JSON a Go type takes.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return t.String()
 }
 
 // ---- tiers ----
 
 // TierView is one zone's tier limits, as GET /tollgate/tiers shows them.
 type TierView struct {
+	Zone      string           `json:"zone"`    // the zone's name, which PUT takes
 	Kind      string           `json:"kind"`    // limit or concurrent
 	Default   int64            `json:"default"` // for requests of no known tier
 	Caddyfile map[string]int64 `json:"caddyfile"`
@@ -79,7 +126,9 @@ type TierView struct {
 	Effective map[string]int64 `json:"effective"`
 }
 
-// TiersView is what GET /tollgate/tiers answers.
+// TiersView is what GET /tollgate/tiers answers. Zones is keyed by scope:
+// a zone's name, or name@place when several handlers declare that name,
+// so every zone shows, each with its own default and Caddyfile tiers.
 type TiersView struct {
 	Zones            map[string]TierView `json:"zones"`
 	OverridesVersion int64               `json:"overrides_version,omitempty"`
@@ -91,27 +140,133 @@ func (adminAPI) handleTiers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	var table map[string]map[string]int64
 	switch r.Method {
 	case http.MethodGet:
 	case http.MethodPut:
-		var body map[string]map[string]int64
-		if err := decodeBody(r, &body); err != nil {
+		if table, err = readTierOverrides(r); err != nil {
 			return err
 		}
-		if err := app.validateTierOverrides(body); err != nil {
-			return err
-		}
-		if err := app.setTierOverrides(body); err != nil {
+		if err := app.validateTierOverrides(table); err != nil {
 			return err
 		}
 	case http.MethodDelete:
-		if err := app.setTierOverrides(map[string]map[string]int64{}); err != nil {
-			return err
-		}
+		table = map[string]map[string]int64{}
 	default:
 		return methodNotAllowed(r, "GET, PUT or DELETE")
 	}
-	return writeJSON(w, app.tiersView())
+	if table != nil {
+		want, err := ifMatchVersion(r)
+		if err != nil {
+			return err
+		}
+		if err := app.changeTierOverrides(table, want); err != nil {
+			return err
+		}
+	}
+	view := app.tiersView()
+	w.Header().Set("ETag", tiersETag(app.state.tiers.version()))
+	return writeJSON(w, view)
+}
+
+// tiersETag renders a tier table's version as an entity tag.
+func tiersETag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
+
+// anyVersion is what ifMatchVersion returns for a change that names no
+// version: it applies whatever the table in effect.
+const anyVersion = -1
+
+// ifMatchVersion reads a change's If-Match: the overrides_version (the
+// ETag) the change was made from, quoted or bare, or * (any).
+func ifMatchVersion(r *http.Request) (int64, error) {
+	h := strings.TrimSpace(r.Header.Get("If-Match"))
+	if h == "" || h == "*" {
+		return anyVersion, nil
+	}
+	digits, quoted := strings.CutPrefix(h, `"`)
+	closed := true
+	if quoted {
+		digits, closed = strings.CutSuffix(digits, `"`)
+	}
+	v, err := strconv.ParseUint(digits, 10, 63)
+	if err != nil || !closed {
+		return 0, badRequest(`If-Match %q: want the overrides_version that GET /tollgate/tiers answers (its ETag), such as "1795312345678901234", or *`, h)
+	}
+	return int64(v), nil
+}
+
+// changeTierOverrides replaces the tier table if the one in effect here is
+// still version want (anyVersion: whatever it is); else it is a 412 and
+// nothing changes.
+func (a *App) changeTierOverrides(zones map[string]map[string]int64, want int64) error {
+	a.state.tiers.mu.Lock()
+	defer a.state.tiers.mu.Unlock()
+	if cur := a.state.tiers.version(); want != anyVersion && want != cur {
+		origin := "here"
+		if t := a.state.tiers.load(); t != nil && t.Origin != "" {
+			origin = "on " + t.Origin
+		}
+		return caddy.APIError{HTTPStatus: http.StatusPreconditionFailed,
+			Err: fmt.Errorf(`the tier table changed since it was read: If-Match "%d", now "%d" (changed %s); GET /tollgate/tiers, make the change again on what it shows and send it with If-Match of the new overrides_version`,
+				want, cur, origin)}
+	}
+	return a.setTierOverrides(zones)
+}
+
+// tiersBodyWant is what PUT /tollgate/tiers takes, for error messages.
+const tiersBodyWant = `an object of zone → tier → limit, such as {"api": {"pro": 2000}}, naming every override to keep; to drop every override, DELETE /tollgate/tiers`
+
+// readTierOverrides reads a PUT /tollgate/tiers body. Anything but a table
+// naming at least one zone, each with at least one tier and a whole-number
+// limit, is refused: a body of null or {} would otherwise drop every
+// override, which is what DELETE is for.
+func readTierOverrides(r *http.Request) (map[string]map[string]int64, error) {
+	var raw json.RawMessage
+	if err := decodeBody(r, &raw, tiersBodyWant); err != nil {
+		return nil, err
+	}
+	var zones map[string]json.RawMessage
+	if !isJSONObject(raw) || json.Unmarshal(raw, &zones) != nil {
+		return nil, badRequest("body %s: want %s", shortJSON(raw), tiersBodyWant)
+	}
+	if len(zones) == 0 {
+		return nil, badRequest("body {} names no zone: want %s", tiersBodyWant)
+	}
+	out := make(map[string]map[string]int64, len(zones))
+	for zone, zraw := range zones {
+		var tiers map[string]json.RawMessage
+		if !isJSONObject(zraw) || json.Unmarshal(zraw, &tiers) != nil {
+			return nil, badRequest(`zone %q: %s: want an object of tier → limit, such as {"pro": 2000}`, zone, shortJSON(zraw))
+		}
+		if len(tiers) == 0 {
+			return nil, badRequest("zone %q: {} names no tier: name at least one, or leave the zone out to drop its overrides", zone)
+		}
+		out[zone] = make(map[string]int64, len(tiers))
+		for tier, nraw := range tiers {
+			n, err := strconv.ParseInt(string(bytes.TrimSpace(nraw)), 10, 64)
+			if err != nil {
+				return nil, badRequest("zone %q: tier %q: %s: want a whole number, such as 2000", zone, tier, shortJSON(nraw))
+			}
+			out[zone][tier] = n
+		}
+	}
+	return out, nil
+}
+
+// isJSONObject reports whether raw is a JSON object (not null, an array or
+// a scalar).
+func isJSONObject(raw json.RawMessage) bool {
+	b := bytes.TrimSpace(raw)
+	return len(b) > 0 && b[0] == '{'
+}
+
+// shortJSON renders a JSON value for an error message, cut short if long.
+func shortJSON(raw json.RawMessage) string {
+	s := string(bytes.TrimSpace(raw))
+	if len(s) > 40 {
+		s = s[:40] + "…"
+	}
+	return s
 }
 
 // validateTierOverrides checks a PUT body against the running config.
@@ -120,6 +275,11 @@ func (a *App) validateTierOverrides(body map[string]map[string]int64) error {
 	for zone, tiers := range body {
 		zs := a.zonesNamed(zone)
 		if len(zs) == 0 {
+			for _, z := range a.zonesNamed("") {
+				if z.scope == zone {
+					return badRequest("zone %q is a scope of zone %q: overrides are set by zone name, for every scope of it; use %q", zone, z.Name, z.Name)
+				}
+			}
 			return badRequest("unknown zone %q: the running config has %s", zone, strings.Join(a.zoneNames(), ", "))
 		}
 		for tier, n := range tiers {
@@ -164,10 +324,7 @@ func (a *App) tiersView() TiersView {
 		view.OverridesVersion, view.OverridesOrigin = t.Version, t.Origin
 	}
 	for _, z := range a.zonesNamed("") {
-		if _, done := view.Zones[z.Name]; done {
-			continue
-		}
-		tv := TierView{Kind: "limit", Default: z.Limit, Caddyfile: map[string]int64{}, Overrides: map[string]int64{}, Effective: map[string]int64{}}
+		tv := TierView{Zone: z.Name, Kind: "limit", Default: z.Limit, Caddyfile: map[string]int64{}, Overrides: map[string]int64{}, Effective: map[string]int64{}}
 		if z.isLease() {
 			tv.Kind, tv.Default = "concurrent", z.Concurrent
 		}
@@ -177,7 +334,7 @@ func (a *App) tiersView() TiersView {
 		for tier, n := range t.zone(z.Name) {
 			tv.Overrides[tier], tv.Effective[tier] = n, n
 		}
-		view.Zones[z.Name] = tv
+		view.Zones[z.scope] = tv // overrides are by name: every scope of it has them
 	}
 	return view
 }
@@ -243,6 +400,9 @@ type GrantRequest struct {
 	Duration json.RawMessage `json:"duration"`
 }
 
+// grantBodyWant is what POST /tollgate/grants takes, for error messages.
+const grantBodyWant = `an object {"zone": "api", "key": "alice", "amount": 500, "duration": "168h"}`
+
 // grantDuration reads a grant's duration: seconds as a number, or a
 // duration string.
 func grantDuration(raw json.RawMessage) (time.Duration, error) {
@@ -300,7 +460,7 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 		return app.listGrants(w, r)
 	}
 	var req GrantRequest
-	if err := decodeBody(r, &req); err != nil {
+	if err := decodeBody(r, &req, grantBodyWant); err != nil {
 		return err
 	}
 	zones, err := app.grantZones(req.Zone, false)
@@ -334,7 +494,9 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 	}
 	app.logger.Info("grant given through the admin API", zap.String("zone", req.Zone), zap.Int64("amount", req.Amount),
 		zap.Duration("duration", dur), zap.String("version", uuidString(g.Version)))
-	w.Header().Set("Location", "/tollgate/grants/"+url.PathEscape(req.Zone)+"/"+url.PathEscape(req.Key))
+	// The hashed ID, not the raw key: a raw key could name another route
+	// ("..") and would land in the URL that Caddy's admin log records.
+	w.Header().Set("Location", "/tollgate/grants/"+url.PathEscape(req.Zone)+"/"+hashedID(keyHash))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	if len(out) == 1 {
@@ -348,7 +510,7 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 // path.
 func (a *App) grantZones(name string, inPath bool) ([]*Zone, error) {
 	if name == "" {
-		return nil, badRequest("zone is required")
+		return nil, badRequest("zone is required: a limit zone of the running config (%s)", strings.Join(a.limitZoneNames(), ", "))
 	}
 	zones := a.zonesNamed(name)
 	if len(zones) == 0 {
@@ -359,9 +521,27 @@ func (a *App) grantZones(name string, inPath bool) ([]*Zone, error) {
 		return nil, unknown("unknown zone %q: the running config has %s", name, strings.Join(a.zoneNames(), ", "))
 	}
 	if zones[0].isLease() {
-		return nil, badRequest("zone %q is a concurrent zone: grants give extra quota to limit zones", name)
+		return nil, badRequest("zone %q is a concurrent zone: grants give extra quota to limit zones (%s)", name, strings.Join(a.limitZoneNames(), ", "))
 	}
 	return zones, nil
+}
+
+// limitZoneNames returns the names of the running config's limit zones,
+// those a grant can name.
+func (a *App) limitZoneNames() []string {
+	seen := map[string]bool{}
+	out := []string{}
+	for _, z := range a.zonesNamed("") {
+		if !z.isLease() && !seen[z.Name] {
+			seen[z.Name] = true
+			out = append(out, z.Name)
+		}
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		return []string{"none: it has only concurrent zones"}
+	}
+	return out
 }
 
 // handleGrant serves GET and DELETE /tollgate/grants/{zone}/{key}.

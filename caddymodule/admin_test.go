@@ -415,9 +415,13 @@ func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 		}
 	}
 
-	// A grant answers 201 with a Location where it is.
+	// A grant answers 201 with a Location where it is, by hashed ID.
+	app, err := runningApp()
+	if err != nil {
+		t.Fatal(err)
+	}
 	resp, body := adminRaw(t, srv.Admin, http.MethodPost, "/tollgate/grants", `{"zone":"api","key":"k2","amount":3,"duration":3600}`)
-	if resp.StatusCode != 201 || resp.Header.Get("Location") != "/tollgate/grants/api/k2" {
+	if resp.StatusCode != 201 || resp.Header.Get("Location") != "/tollgate/grants/api/"+hashedID(app.keyHashOf("k2")) {
 		t.Fatalf("POST grant: %d Location %q %s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
 	var g GrantView

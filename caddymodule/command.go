@@ -220,8 +220,9 @@ type apiError struct {
 func (e *apiError) Error() string { return e.msg }
 
 // call sends a request to the admin API and decodes a 2xx answer into
-// out; it returns the raw answer for --json.
-func (c *cliContext) call(method, path string, body any, out any) ([]byte, error) {
+// out; it returns the raw answer for --json. headers are extra request
+// headers, name then value.
+func (c *cliContext) call(method, path string, body any, out any, headers ...string) ([]byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -239,6 +240,9 @@ func (c *cliContext) call(method, path string, body any, out any) ([]byte, error
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
 	}
 	resp, err := c.client.Do(req)
 	if err != nil {
@@ -545,9 +549,14 @@ func cliTiers(c *cliContext, _ []string) (int, error) {
 	return c.showTiers(http.MethodGet, nil)
 }
 
-func (c *cliContext) showTiers(method string, body any) (int, error) {
+// showTiers sends a tiers request and prints the table it answers; headers
+// are extra request headers, name then value.
+func (c *cliContext) showTiers(method string, body any, headers ...string) (int, error) {
 	var view TiersView
-	raw, err := c.call(method, "/tollgate/tiers", body, &view)
+	raw, err := c.call(method, "/tollgate/tiers", body, &view, headers...)
+	if ae, ok := errors.AsType[*apiError](err); ok && ae.status == http.StatusPreconditionFailed {
+		err = &apiError{status: ae.status, msg: ae.msg + "\nsomeone else changed the tier limits while this command ran: run it again to apply your change on top of theirs"}
+	}
 	if err != nil {
 		return exitFor(err), err
 	}
@@ -591,10 +600,16 @@ func cliTiersSet(c *cliContext, args []string) (int, error) {
 	if _, err := c.call(http.MethodGet, "/tollgate/tiers", nil, &view); err != nil {
 		return exitFor(err), err
 	}
+	// Overrides are by zone name; the view is by scope, and every scope of
+	// a name has the same overrides.
 	table := map[string]map[string]int64{}
-	for z, tv := range view.Zones {
+	for scope, tv := range view.Zones {
+		name := tv.Zone
+		if name == "" { // an older Caddy: keyed by name
+			name = scope
+		}
 		if len(tv.Overrides) > 0 {
-			table[z] = tv.Overrides
+			table[name] = tv.Overrides
 		}
 	}
 	if table[zone] == nil {
@@ -608,7 +623,9 @@ func cliTiersSet(c *cliContext, args []string) (int, error) {
 		}
 		table[zone][tier] = limit
 	}
-	return c.showTiers(http.MethodPut, table)
+	// Conditional on the table read above: a change made meanwhile by
+	// someone else is not overwritten (the API answers 412).
+	return c.showTiers(http.MethodPut, table, "If-Match", tiersETag(view.OverridesVersion))
 }
 
 func cliTiersClear(c *cliContext, _ []string) (int, error) {

@@ -80,7 +80,7 @@ func TestTiersChangeAtRunTimeAndWinOverReloads(t *testing.T) {
 		`{"credits": {"pro": -2}}`:      "tier pro -2: must be a whole number",
 		`{"credits": {"p p": 2}}`:       `tier name \"p p\"`,
 		`{"credits": {"gold": 2}}`:      `unknown tier \"gold\": the config names pro`,
-		`{"credits": {"pro": "lots"}}`:  "malformed JSON body",
+		`{"credits": {"pro": "lots"}}`:  "want a whole number",
 		`{"credits": `:                  "malformed JSON body",
 		`{"credits": {"pro": 9}} extra`: "malformed JSON body",
 	} {
@@ -168,7 +168,7 @@ func TestGrantsThroughTheAdminAPI(t *testing.T) {
 		`{"zone":"credits","key":"x","amount":5,"duration":"soon"}`:     `duration \"soon\"`,
 		`{"zone":"credits","key":"x","amount":5,"duration":"1h","a":1}`: "unknown field",
 		`{"zone":"credits"`: "malformed JSON body",
-		`{"zone":"credits","key":"x","amount":"five","duration":"1h"}`:     "malformed JSON body",
+		`{"zone":"credits","key":"x","amount":"five","duration":"1h"}`:     `field \"amount\": got a JSON string, want a whole number`,
 		`{"zone":"credits","key":"x","amount":3000000000,"duration":"1h"}`: "amount 3000000000",
 	} {
 		status, _, got := postGrant(t, srv, body)

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/tollgate/tollgate/cluster"
@@ -66,10 +67,24 @@ func tierTableOf(v cluster.SharedValue) (*tierTable, error) {
 	return t, nil
 }
 
-// tiers is the tier table in effect on this node, kept across reloads.
-type tiersHolder struct{ p atomic.Pointer[tierTable] }
+// tiersHolder is the tier table in effect on this node, kept across
+// reloads.
+type tiersHolder struct {
+	p atomic.Pointer[tierTable]
+	// mu serialises changes made through the admin API, so a conditional
+	// change checks the version and replaces the table in one step.
+	mu sync.Mutex
+}
 
 func (h *tiersHolder) load() *tierTable { return h.p.Load() }
+
+// version returns the version of the table in effect, 0 if there is none.
+func (h *tiersHolder) version() int64 {
+	if t := h.load(); t != nil {
+		return t.Version
+	}
+	return 0
+}
 
 // store replaces the table if t is newer, and reports whether it did.
 func (h *tiersHolder) store(t *tierTable) bool {

@@ -382,7 +382,7 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 		r := limiter.Request{
 			Key:     limiter.ZoneKey(z.hashKey(app.hasher, q, who.key), z.seed),
 			Zone:    z.seed,
-			Network: networkOf(&who.identity),
+			Network: app.networkOf(z, &who, q),
 		}
 		named := false
 		if z.isLease() {

@@ -2,9 +2,13 @@ package caddymodule
 
 import (
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestSessionFloodCannotShutOutNewcomers floods a small key table from one
@@ -71,5 +75,77 @@ func TestSessionFloodCannotShutOutNewcomers(t *testing.T) {
 		if want := []int{200, 200, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("a cookie-less newcomer from %s got %v, want %v", addr, got, want)
 		}
+	}
+}
+
+// TestChallengeProofsAreSqueezedByIPPressure has a script on one address,
+// showing a new fingerprint on every request (so its network is squeezed),
+// collect challenge pages, then post a proof for each: its network is given
+// no more new sessions than its squeezed issue limit, as without the
+// challenge.
+func TestChallengeProofsAreSqueezedByIPPressure(t *testing.T) {
+	srv := startCaddy(t, trustLoopback+`
+	tollgate {
+		cookie {
+			issue_limit 10 1h
+			challenge pow 4
+		}
+		ip_pressure {
+			threshold 2 10m
+			squeeze 0.5
+		}
+	}`, `
+	tollgate {
+		zone site {
+			limit 100 10m
+		}
+	}
+	respond "{http.tollgate.client_kind}"`)
+	noRedirect := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func(method, ua string, form url.Values) (*http.Response, string) {
+		var body io.Reader
+		path := "/page"
+		if form != nil {
+			body, path = strings.NewReader(form.Encode()), ChallengePath
+		}
+		req, _ := http.NewRequest(method, srv.URL+path, body)
+		req.Header.Set("X-Forwarded-For", "203.0.113.77")
+		req.Header.Set("User-Agent", ua)
+		req.Header.Set("Accept", "text/html")
+		if form != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	// First the pages, while the network may still start sessions; then
+	// every proof.
+	tokens := map[string]string{}
+	for i := range 30 {
+		ua := fmt.Sprintf("Script/%d", i)
+		_, page := do(http.MethodGet, ua, nil)
+		if m := challengeFields.FindStringSubmatch(page); m != nil {
+			tokens[ua] = m[1]
+		}
+	}
+	if len(tokens) == 0 {
+		t.Fatal("no challenge page served")
+	}
+	sessions := 0
+	for ua, tok := range tokens {
+		resp, _ := do(http.MethodPost, ua, url.Values{"token": {tok}, "answer": {solve(t, tok, 4)}, "return": {"/page"}})
+		for _, c := range resp.Cookies() {
+			if c.Name == "__tollgate" {
+				sessions++
+			}
+		}
+	}
+	if sessions > 5 {
+		t.Errorf("a squeezed network was given %d sessions through the challenge; want at most 5 (issue_limit 10 × squeeze 0.5)", sessions)
 	}
 }

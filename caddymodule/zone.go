@@ -393,13 +393,20 @@ func (z *Zone) leaseID(h limiter.Hasher, q *request) (uint64, bool) {
 // hashKey returns the hash of the key a request is counted by in z;
 // clientKey is the hash of the request's client ID, the default key.
 func (z *Zone) hashKey(h limiter.Hasher, q *request, clientKey uint64) uint64 {
+	return z.keyOf(h, q, clientKey, true)
+}
+
+// keyOf is hashKey; report says whether a key that rendered empty is
+// counted and logged (once per request: the request's counting, not the
+// lookups of its denial report).
+func (z *Zone) keyOf(h limiter.Hasher, q *request, clientKey uint64, report bool) uint64 {
 	switch {
 	case z.keyFixed:
 		return z.keyHash
 	case z.Key == "":
 		return clientKey
 	}
-	if s, ok := z.renderKey(q); ok {
+	if s, ok := z.renderKey(q, report); ok {
 		return h.Sum64(s)
 	}
 	return clientKey

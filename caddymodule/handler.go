@@ -379,8 +379,9 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 
 	for zi, z := range b.zones {
 		limit := z.limitFor(who.tier, tiers)
+		key, fellBack := z.keyOf(app.hasher, q, who.key, true)
 		r := limiter.Request{
-			Key:     limiter.ZoneKey(z.hashKey(app.hasher, q, who.key), z.seed),
+			Key:     limiter.ZoneKey(key, z.seed),
 			Zone:    z.seed,
 			Network: app.networkOf(z, &who, q),
 		}
@@ -392,7 +393,7 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 		}
 		r.Limit = limit
 		b.add(zi, r, named, h.DryRun || z.DryRun)
-		if who.identity.Kind == fingerprint.KindFingerprint && z.countsNetwork() {
+		if who.identity.Kind == fingerprint.KindFingerprint && (z.countsNetwork() || fellBack && !z.isLease()) {
 			h.addNetworkRequest(b, zi, z, z.limitFor(who.tier, tiers), &who, h.DryRun || z.DryRun)
 		}
 	}
@@ -498,7 +499,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 			v.decision = decisionDryRunDeny
 			v.retryAfter = h.retryAfter(v.zone, b.res[i])
 			v.zone.denials.inc(b.network[i])
-			h.reportDenial(v, v.zone.keyOf(h.app.hasher, q, who.key, false), who.key, true, b.network[i])
+			h.reportDenial(v, v.zone.hashKeyQuiet(h.app.hasher, q, who.key), who.key, true, b.network[i])
 		}
 		v.zone.counters.inc(v.decision, o.source)
 		if !h.DryRun {
@@ -509,7 +510,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 
 	v.retryAfter = h.retryAfter(v.zone, b.res[i])
 	v.zone.denials.inc(b.network[i])
-	keyHash := v.zone.keyOf(h.app.hasher, q, who.key, false)
+	keyHash := v.zone.hashKeyQuiet(h.app.hasher, q, who.key)
 	h.reportDenial(v, keyHash, who.key, false, b.network[i])
 	if !b.network[i] {
 		h.app.state.ops.denied.record(v.zone.Name, v.zone.scope, keyHash, now.Add(time.Duration(v.retryAfter)*time.Second), now)

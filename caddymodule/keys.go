@@ -8,6 +8,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // KeyGlobal is the key of a zone whose budget every request shares: the
@@ -64,6 +66,13 @@ func (z *Zone) renderKey(q *request, report bool) (string, bool) {
 		return "", false
 	}
 	return s, true
+}
+
+// hashKeyQuiet is hashKey without counting or logging a key that rendered
+// empty: for looking the key up again after the request was counted.
+func (z *Zone) hashKeyQuiet(h limiter.Hasher, q *request, clientKey uint64) uint64 {
+	k, _ := z.keyOf(h, q, clientKey, false)
+	return k
 }
 
 var nopLogger = zap.NewNop()

@@ -393,23 +393,25 @@ func (z *Zone) leaseID(h limiter.Hasher, q *request) (uint64, bool) {
 // hashKey returns the hash of the key a request is counted by in z;
 // clientKey is the hash of the request's client ID, the default key.
 func (z *Zone) hashKey(h limiter.Hasher, q *request, clientKey uint64) uint64 {
-	return z.keyOf(h, q, clientKey, true)
+	k, _ := z.keyOf(h, q, clientKey, true)
+	return k
 }
 
-// keyOf is hashKey; report says whether a key that rendered empty is
-// counted and logged (once per request: the request's counting, not the
-// lookups of its denial report).
-func (z *Zone) keyOf(h limiter.Hasher, q *request, clientKey uint64, report bool) uint64 {
+// keyOf is hashKey, and reports whether the key rendered empty and fell
+// back to the client ID; report says whether that is counted and logged
+// (once per request: the request's counting, not the lookups of its denial
+// report).
+func (z *Zone) keyOf(h limiter.Hasher, q *request, clientKey uint64, report bool) (uint64, bool) {
 	switch {
 	case z.keyFixed:
-		return z.keyHash
+		return z.keyHash, false
 	case z.Key == "":
-		return clientKey
+		return clientKey, false
 	}
 	if s, ok := z.renderKey(q, report); ok {
-		return h.Sum64(s)
+		return h.Sum64(s), false
 	}
-	return clientKey
+	return clientKey, true
 }
 
 // headerSeconds renders a duration as the whole seconds of the RateLimit

@@ -258,7 +258,7 @@ func (h *Handler) handleProof(w http.ResponseWriter, r *http.Request) error {
 		return caddyhttp.Error(http.StatusForbidden, err)
 	}
 	challengeCounter(nil).Inc()
-	if id.Kind == fingerprint.KindFingerprint && h.maySessionStart(&id, 1, now) {
+	if id.Kind == fingerprint.KindFingerprint && h.maySessionStart(&id, h.proofPressure(&id, now), now) {
 		sess, err := fingerprint.NewSession(now)
 		if err != nil {
 			h.logger.Error("starting a session", zap.Error(err))
@@ -269,6 +269,15 @@ func (h *Handler) handleProof(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Cache-Control", "no-store")
 	http.Redirect(w, r, safeReturn(r.PostForm.Get("return")), http.StatusSeeOther)
 	return nil
+}
+
+// proofPressure returns the IP-pressure factor of the network of a client
+// posting a proof, which squeezes its issue limit as on any other request.
+func (h *Handler) proofPressure(id *fingerprint.Identity, now time.Time) float64 {
+	if h.app.pressure == nil || h.DryRun {
+		return 1
+	}
+	return h.app.pressure.Observe(id.Network, id.Fingerprint, now).Factor
 }
 
 // spendChallenge marks a token ID used in the limiter (one use per

@@ -382,11 +382,12 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 
 	for zi, z := range b.zones {
 		limit := z.limitFor(who.tier, tiers)
-		b.keys = append(b.keys, z.hashKey(app.hasher, q, who.key))
+		key, fellBack := z.keyOf(app.hasher, q, who.key)
+		b.keys = append(b.keys, key)
 		r := limiter.Request{
-			Key:     limiter.ZoneKey(b.keys[zi], z.seed),
+			Key:     limiter.ZoneKey(key, z.seed),
 			Zone:    z.seed,
-			Network: networkOf(&who.identity),
+			Network: app.networkOf(z, &who, q),
 		}
 		named := false
 		if z.isLease() {
@@ -396,7 +397,7 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 		}
 		r.Limit = limit
 		b.add(zi, r, named, h.DryRun || z.DryRun)
-		if who.identity.Kind == fingerprint.KindFingerprint && z.countsNetwork() {
+		if who.identity.Kind == fingerprint.KindFingerprint && (z.countsNetwork() || fellBack && !z.isLease()) {
 			h.addNetworkRequest(b, zi, z, z.limitFor(who.tier, tiers), &who, h.DryRun || z.DryRun)
 		}
 	}

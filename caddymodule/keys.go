@@ -53,7 +53,8 @@ func hasPlaceholder(s string) bool {
 
 // renderKey renders z's key for q, and reports false if any placeholder in
 // it rendered empty (or is unknown): the zone then counts by the client ID
-// instead, so such requests never share one budget.
+// instead, so such requests never share one budget. The fallback is
+// counted and logged.
 func (z *Zone) renderKey(q *request) (string, bool) {
 	s := q.replacer().ReplaceAll(z.Key, emptyPart)
 	if strings.Contains(s, emptyPart) {

@@ -35,7 +35,7 @@ func (z *Zone) networkSeed() uint64 { return z.seed ^ networkSalt }
 // keyed by anything else (an API key, a user) is not dodged by rotating
 // headers, so it has no network budget.
 func (z *Zone) countsNetwork() bool {
-	return !z.isLease() && (z.Key == "" || z.Key == "{http.tollgate.client_id}")
+	return !z.isLease() && z.keyedByClient()
 }
 
 // networkShare returns the network share of zone z: its own, else the app's,
@@ -76,14 +76,29 @@ func (h *Handler) addNetworkRequest(b *batch, zi int, z *Zone, limit limiter.Lim
 	b.network[len(b.network)-1] = true
 }
 
-// networkOf returns the engine's network tag of a client: its network hash
-// for a cookie-less client, 0 for a session (sessions are bounded by how
-// many a network may mint, not by the key table).
-func networkOf(id *fingerprint.Identity) uint32 {
-	if id.Kind == fingerprint.KindSession {
+// networkOf returns the engine's network tag of zone z's request for a
+// client: its network hash, so that one network holds only its share of the
+// key table. A session in a zone keyed by the client ID is tagged 0: its
+// keys are bounded by how many sessions a network may mint. In a zone keyed
+// by anything else, a session picks its keys freely (one per header value it
+// sends), so it is tagged with its network too, hashed here once per request.
+func (a *App) networkOf(z *Zone, who *asker, q *request) uint32 {
+	id := &who.identity
+	if id.Kind != fingerprint.KindSession {
+		return uint32(id.Network)
+	}
+	if z.keyedByClient() {
 		return 0
 	}
+	if id.Network == 0 && a.identifier != nil {
+		id.Network = a.identifier.Network(q.clientIP())
+	}
 	return uint32(id.Network)
+}
+
+// keyedByClient reports whether z's key is the client ID.
+func (z *Zone) keyedByClient() bool {
+	return z.Key == "" || z.Key == "{http.tollgate.client_id}"
 }
 
 // clientSpeaker returns the request that speaks for an allowed decision

@@ -390,19 +390,22 @@ func (z *Zone) leaseID(h limiter.Hasher, q *request) (uint64, bool) {
 	return h.Sum64(name) | 1, true
 }
 
-// hashKey returns the hash of the key a request is counted by in z;
-// clientKey is the hash of the request's client ID, the default key.
-func (z *Zone) hashKey(h limiter.Hasher, q *request, clientKey uint64) uint64 {
+// keyOf returns the hash of the key a request is counted by in z, and
+// whether the key rendered empty and fell back to the client ID (counted
+// and logged); clientKey is the hash of the request's client ID, the
+// default key. The handler renders each zone's key once per request and
+// keeps it.
+func (z *Zone) keyOf(h limiter.Hasher, q *request, clientKey uint64) (uint64, bool) {
 	switch {
 	case z.keyFixed:
-		return z.keyHash
+		return z.keyHash, false
 	case z.Key == "":
-		return clientKey
+		return clientKey, false
 	}
 	if s, ok := z.renderKey(q); ok {
-		return h.Sum64(s)
+		return h.Sum64(s), false
 	}
-	return clientKey
+	return clientKey, true
 }
 
 // headerSeconds renders a duration as the whole seconds of the RateLimit

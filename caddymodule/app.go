@@ -227,7 +227,7 @@ func (a *App) registerHandler(h *Handler, httpApp *caddyhttp.App) error {
 			a.shared[z.Name] = z
 			continue
 		}
-		if want, got := first.settings(), z.settings(); want != got {
+		if want, got := first.settings(first.DryRun || first.handler.DryRun), z.settings(z.DryRun || h.DryRun); want != got {
 			return fmt.Errorf("tollgate: shared zone %q is declared with different settings: %s in %s, and %s in %s; every declaration of a shared zone must have the same settings",
 				z.Name, want, a.describeHandler(first.handler), got, h.describe())
 		}

@@ -191,6 +191,9 @@ func (a *App) Validate() error {
 	if a.FallbackRatio < 0 || a.FallbackRatio > 1 {
 		return fmt.Errorf("tollgate: fallback_ratio %g: must be above 0 and at most 1", a.FallbackRatio)
 	}
+	if a.SnapshotInterval > 0 && time.Duration(a.SnapshotInterval) < time.Second {
+		return fmt.Errorf("tollgate: snapshot_interval %s: must be at least 1s (or off: negative in JSON)", time.Duration(a.SnapshotInterval))
+	}
 	if a.Cluster != nil && len(a.Secrets) == 0 {
 		return fmt.Errorf("tollgate: cluster needs `secret`, the same on every node: nodes hash keys and authenticate each other with it")
 	}

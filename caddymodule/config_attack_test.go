@@ -1,9 +1,11 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // twoSharedSites is a config of two sites, each declaring the shared zone
@@ -61,5 +63,76 @@ func TestSharedZoneExplicitDefaultBurstAgrees(t *testing.T) {
 	}
 	if err := validateConfig(twoSharedSites(t, "", tb, "", tb+"\n\t\t\tburst 4")); err == nil {
 		t.Fatal("validate accepted burst 4 beside the default burst of limit 3")
+	}
+}
+
+// withHandler adapts a one-site Caddyfile and lets edit change the
+// tollgate handler's and the app's JSON, as a config sent to /load could.
+func withHandler(t *testing.T, edit func(handler, app map[string]any)) []byte {
+	t.Helper()
+	var cfg map[string]any
+	if err := json.Unmarshal(adapt(t, `{
+	admin off
+}
+:8080 {
+	tollgate {
+		zone z {
+			limit 3 1m
+		}
+	}
+	respond "ok"
+}
+`), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	apps := cfg["apps"].(map[string]any)
+	route := apps["http"].(map[string]any)["servers"].(map[string]any)["srv0"].(map[string]any)["routes"].([]any)[0].(map[string]any)
+	app, _ := apps["tollgate"].(map[string]any)
+	if app == nil {
+		app = map[string]any{}
+		apps["tollgate"] = app
+	}
+	edit(route["handle"].([]any)[0].(map[string]any), app)
+	out, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A null among a handler's zones, in JSON sent to /load, is refused with
+// an error rather than a panic while provisioning.
+func TestNullZoneInJSONIsRefusedWithoutPanicking(t *testing.T) {
+	for _, zones := range [][]any{{nil}, {map[string]any{"name": "z", "limit": 3, "window": int64(time.Minute)}, nil}} {
+		cfg := withHandler(t, func(h, _ map[string]any) { h["zones"] = zones })
+		var err error
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("validating zones %v panicked: %v", zones, p)
+				}
+			}()
+			err = validateConfig(cfg)
+		}()
+		if err == nil || !strings.Contains(err.Error(), "empty zone") {
+			t.Errorf("zones %v: got %v, want an error about an empty zone", zones, err)
+		}
+	}
+}
+
+// snapshot_interval has one rule wherever it comes from: the Caddyfile's
+// "at least 1s, or off" holds for JSON too.
+func TestSnapshotIntervalInJSONHasTheCaddyfileRule(t *testing.T) {
+	for _, every := range []int64{1, int64(500 * time.Millisecond)} {
+		cfg := withHandler(t, func(_, app map[string]any) { app["snapshot_interval"] = every })
+		if err := validateConfig(cfg); err == nil || !strings.Contains(err.Error(), "snapshot_interval") {
+			t.Errorf("snapshot_interval %s: got %v, want an error naming snapshot_interval", time.Duration(every), err)
+		}
+	}
+	for _, every := range []int64{-1, int64(time.Second)} {
+		cfg := withHandler(t, func(_, app map[string]any) { app["snapshot_interval"] = every })
+		if err := validateConfig(cfg); err != nil {
+			t.Errorf("snapshot_interval %s refused: %v", time.Duration(every), err)
+		}
 	}
 }

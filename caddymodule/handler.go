@@ -108,6 +108,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// Caddy calls Validate after Provision; nothing here needs valid values.
 	policies := make([]string, 0, len(h.Zones))
 	for _, z := range h.Zones {
+		if z == nil { // JSON can say null; Validate would say so after a panic here
+			return fmt.Errorf("tollgate: empty zone: every entry of zones needs a name and a limit")
+		}
 		if err := z.provision(ctx, app); err != nil {
 			return err
 		}

@@ -180,10 +180,13 @@ func (a *App) provisionNode() error {
 	return nil
 }
 
+// maxMaxKeys bounds max_keys, wherever it comes from.
+const maxMaxKeys = 1 << 40
+
 // Validate rejects a config that cannot work.
 func (a *App) Validate() error {
-	if a.MaxKeys < 0 {
-		return fmt.Errorf("max_keys %d: must be a positive number of keys", a.MaxKeys)
+	if a.MaxKeys < 0 || a.MaxKeys > maxMaxKeys {
+		return fmt.Errorf("max_keys %d: must be a positive number of keys, at most %d", a.MaxKeys, maxMaxKeys)
 	}
 	if _, err := cluster.ParseFallbackMode(a.Fallback); err != nil {
 		return fmt.Errorf("tollgate: %w", err)

@@ -136,3 +136,15 @@ func TestSnapshotIntervalInJSONHasTheCaddyfileRule(t *testing.T) {
 		}
 	}
 }
+
+// max_keys has the Caddyfile's bounds in JSON too.
+func TestMaxKeysInJSONHasTheCaddyfileBounds(t *testing.T) {
+	cfg := withHandler(t, func(_, app map[string]any) { app["max_keys"] = int64(1) << 50 })
+	if err := validateConfig(cfg); err == nil || !strings.Contains(err.Error(), "max_keys") {
+		t.Errorf("max_keys 2^50: got %v, want an error naming max_keys", err)
+	}
+	cfg = withHandler(t, func(_, app map[string]any) { app["max_keys"] = int64(1) << 40 })
+	if err := validateConfig(cfg); err != nil {
+		t.Errorf("max_keys 2^40 refused: %v", err)
+	}
+}

@@ -277,12 +277,13 @@ func (a *App) identify() {
 	a.idOnce.Do(func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		places := handlerPlaces(a.httpApp)
+		places, others := modulePlaces(a.httpApp)
 		counts := a.nameCounts()
+		nested := make(map[string]int)
 		for _, h := range a.handlers {
 			place, ok := places[h]
 			if !ok {
-				place = contentPlace(h)
+				place = nestedPlace(h, others, nested)
 			}
 			a.identifyHandler(h, place, counts)
 		}

@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -146,5 +148,43 @@ func TestMaxKeysInJSONHasTheCaddyfileBounds(t *testing.T) {
 	cfg = withHandler(t, func(_, app map[string]any) { app["max_keys"] = int64(1) << 40 })
 	if err := validateConfig(cfg); err != nil {
 		t.Errorf("max_keys 2^40 refused: %v", err)
+	}
+}
+
+// Zones of one name in handlers that Caddy nests where the place walk does
+// not go (a reverse_proxy's handle_response) are still told apart by
+// place: two identical such handlers on two paths of a site keep their
+// own counts, rather than being one zone because their content is.
+func TestSameNamedZonesInHandleResponseKeepTheirOwnCounts(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer backend.Close()
+	proxied := func(path, body string) string {
+		return fmt.Sprintf(`handle %s* {
+		reverse_proxy %s {
+			@ok status 2xx
+			handle_response @ok {
+				tollgate {
+					zone api {
+						limit 2 1h
+					}
+				}
+				respond "%s"
+			}
+		}
+	}
+	`, path, strings.TrimPrefix(backend.URL, "http://"), body)
+	}
+	srv := startCaddy(t, "", proxied("/a", "a")+proxied("/b", "b"))
+	clearOfWindowEdge(time.Hour, 10*time.Second)
+	for _, path := range []string{"/a", "/b"} {
+		for i := range 3 {
+			want := http.StatusOK
+			if i == 2 {
+				want = http.StatusTooManyRequests
+			}
+			if got := srv.status(path, "User-Agent", "nested"); got != want {
+				t.Fatalf("%s request %d: %d, want %d (each path's zone api has its own limit of 2)", path, i+1, got, want)
+			}
+		}
 	}
 }

@@ -73,6 +73,7 @@ type Handler struct {
 	Headers string `json:"headers,omitempty"`
 
 	ctx       caddy.Context
+	ancestry  []caddy.Module // the modules that provisioned this one, outermost first
 	app       *App
 	node      *cluster.Node
 	logger    *zap.Logger
@@ -91,6 +92,7 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 // Provision connects the handler to the tollgate app and prepares its zones.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.ctx = ctx
+	h.ancestry = ctx.Modules()
 	h.logger = ctx.Logger()
 	appIface, err := ctx.App("tollgate")
 	if err != nil {

@@ -503,7 +503,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 			v.decision = decisionDryRunDeny
 			v.retryAfter = h.retryAfter(v.zone, b.res[i])
 			v.zone.denials.inc(b.network[i])
-			h.reportDenial(v, v.zone.hashKey(h.app.hasher, q, who.key), who.key, true, b.network[i])
+			h.reportDenial(v, v.zone.deniedKeyHash(h.app.hasher, q, who.key), who.key, true, b.network[i])
 		}
 		v.zone.counters.inc(v.decision, o.source)
 		if !h.DryRun {
@@ -514,7 +514,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 
 	v.retryAfter = h.retryAfter(v.zone, b.res[i])
 	v.zone.denials.inc(b.network[i])
-	keyHash := v.zone.hashKey(h.app.hasher, q, who.key)
+	keyHash := v.zone.deniedKeyHash(h.app.hasher, q, who.key)
 	h.reportDenial(v, keyHash, who.key, false, b.network[i])
 	if !b.network[i] {
 		h.app.state.ops.denied.record(v.zone.Name, v.zone.scope, keyHash, now.Add(time.Duration(v.retryAfter)*time.Second), now)

@@ -53,11 +53,14 @@ func hasPlaceholder(s string) bool {
 
 // renderKey renders z's key for q, and reports false if any placeholder in
 // it rendered empty (or is unknown): the zone then counts by the client ID
-// instead, so such requests never share one budget.
-func (z *Zone) renderKey(q *request) (string, bool) {
+// instead, so such requests never share one budget. report says whether
+// to count (and log) an empty one.
+func (z *Zone) renderKey(q *request, report bool) (string, bool) {
 	s := q.replacer().ReplaceAll(z.Key, emptyPart)
 	if strings.Contains(s, emptyPart) {
-		z.emptyKey.report(z.Name)
+		if report {
+			z.emptyKey.report(z.Name)
+		}
 		return "", false
 	}
 	return s, true

@@ -399,13 +399,23 @@ func (z *Zone) leaseID(h limiter.Hasher, q *request) (uint64, bool) {
 // hashKey returns the hash of the key a request is counted by in z;
 // clientKey is the hash of the request's client ID, the default key.
 func (z *Zone) hashKey(h limiter.Hasher, q *request, clientKey uint64) uint64 {
+	return z.keyHashOf(h, q, clientKey, true)
+}
+
+// deniedKeyHash is hashKey again for a request already counted, for its
+// denial's log and list: an empty key is not counted twice.
+func (z *Zone) deniedKeyHash(h limiter.Hasher, q *request, clientKey uint64) uint64 {
+	return z.keyHashOf(h, q, clientKey, false)
+}
+
+func (z *Zone) keyHashOf(h limiter.Hasher, q *request, clientKey uint64, report bool) uint64 {
 	switch {
 	case z.keyFixed:
 		return z.keyHash
 	case z.Key == "":
 		return clientKey
 	}
-	if s, ok := z.renderKey(q); ok {
+	if s, ok := z.renderKey(q, report); ok {
 		return h.Sum64(s)
 	}
 	return clientKey

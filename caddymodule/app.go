@@ -187,16 +187,22 @@ func (a *App) provisionNode() error {
 	return nil
 }
 
+// maxMaxKeys bounds max_keys, wherever it comes from.
+const maxMaxKeys = 1 << 40
+
 // Validate rejects a config that cannot work.
 func (a *App) Validate() error {
-	if a.MaxKeys < 0 {
-		return fmt.Errorf("max_keys %d: must be a positive number of keys", a.MaxKeys)
+	if a.MaxKeys < 0 || a.MaxKeys > maxMaxKeys {
+		return fmt.Errorf("max_keys %d: must be a positive number of keys, at most %d", a.MaxKeys, maxMaxKeys)
 	}
 	if _, err := cluster.ParseFallbackMode(a.Fallback); err != nil {
 		return fmt.Errorf("tollgate: %w", err)
 	}
 	if a.FallbackRatio < 0 || a.FallbackRatio > 1 {
 		return fmt.Errorf("tollgate: fallback_ratio %g: must be above 0 and at most 1", a.FallbackRatio)
+	}
+	if a.SnapshotInterval > 0 && time.Duration(a.SnapshotInterval) < time.Second {
+		return fmt.Errorf("tollgate: snapshot_interval %s: must be at least 1s (or off: negative in JSON)", time.Duration(a.SnapshotInterval))
 	}
 	if a.Cluster != nil && len(a.Secrets) == 0 {
 		return fmt.Errorf("tollgate: cluster needs `secret`, the same on every node: nodes hash keys and authenticate each other with it")
@@ -250,7 +256,7 @@ func (a *App) registerHandler(h *Handler, httpApp *caddyhttp.App) error {
 			a.shared[z.Name] = z
 			continue
 		}
-		if want, got := first.settings(), z.settings(); want != got {
+		if want, got := first.settings(first.DryRun || first.handler.DryRun), z.settings(z.DryRun || h.DryRun); want != got {
 			return fmt.Errorf("tollgate: shared zone %q is declared with different settings: %s in %s, and %s in %s; every declaration of a shared zone must have the same settings",
 				z.Name, want, a.describeHandler(first.handler), got, h.describe())
 		}
@@ -294,12 +300,13 @@ func (a *App) identify() {
 	a.idOnce.Do(func() {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		places := handlerPlaces(a.httpApp)
+		places, others := modulePlaces(a.httpApp)
 		counts := a.nameCounts()
+		nested := make(map[string]int)
 		for _, h := range a.handlers {
 			place, ok := places[h]
 			if !ok {
-				place = contentPlace(h)
+				place = nestedPlace(h, others, nested)
 			}
 			a.identifyHandler(h, place, counts)
 		}

@@ -317,7 +317,7 @@ func parseApp(d *caddyfile.Dispenser, existing any) (any, error) {
 		var err error
 		switch sub {
 		case "max_keys":
-			app.MaxKeys, err = intArg(d, "max_keys", "e.g. max_keys 1000000", 1, 1<<40)
+			app.MaxKeys, err = intArg(d, "max_keys", "e.g. max_keys 1000000", 1, maxMaxKeys)
 		case "network_share":
 			var n int
 			n, err = intArg(d, "network_share", "e.g. network_share 4", 1, maxNetworkShare)

@@ -73,6 +73,7 @@ type Handler struct {
 	Headers string `json:"headers,omitempty"`
 
 	ctx       caddy.Context
+	ancestry  []caddy.Module // the modules that provisioned this one, outermost first
 	app       *App
 	node      *cluster.Node
 	logger    *zap.Logger
@@ -91,6 +92,7 @@ func (*Handler) CaddyModule() caddy.ModuleInfo {
 // Provision connects the handler to the tollgate app and prepares its zones.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.ctx = ctx
+	h.ancestry = ctx.Modules()
 	h.logger = ctx.Logger()
 	appIface, err := ctx.App("tollgate")
 	if err != nil {
@@ -108,6 +110,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	// Caddy calls Validate after Provision; nothing here needs valid values.
 	policies := make([]string, 0, len(h.Zones))
 	for _, z := range h.Zones {
+		if z == nil { // JSON can say null; Validate would say so after a panic here
+			return fmt.Errorf("tollgate: empty zone: every entry of zones needs a name and a limit")
+		}
 		if err := z.provision(ctx, app); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,9 +25,20 @@ import (
 // them). Neither depends on the order of servers, or of sites, in the
 // config, so a handler keeps its place when sites are reordered.
 func handlerPlaces(app *caddyhttp.App) map[*Handler]string {
+	places, _ := modulePlaces(app)
+	return places
+}
+
+// modulePlaces is handlerPlaces, and also the places of every other
+// handler in those routes (reverse_proxy, say), by the module's pointer:
+// a tollgate handler in routes that no walk here reaches (a
+// reverse_proxy's handle_response) is placed below the nearest of its
+// ancestors found there.
+func modulePlaces(app *caddyhttp.App) (map[*Handler]string, map[any]string) {
 	places := make(map[*Handler]string)
+	others := make(map[any]string)
 	if app == nil {
-		return places
+		return places, others
 	}
 	for _, srv := range app.Servers {
 		listen := slices.Clone(srv.Listen)
@@ -44,7 +56,7 @@ func handlerPlaces(app *caddyhttp.App) map[*Handler]string {
 					site += "#" + strconv.Itoa(n+1) // another route with the same matchers
 				}
 				seen[key]++
-				walkHandlers(places, site, "", r.Handlers)
+				walkHandlers(places, others, site, "", r.Handlers)
 			}
 		}
 		walk(server, srv.Routes)
@@ -58,28 +70,31 @@ func handlerPlaces(app *caddyhttp.App) map[*Handler]string {
 		slices.Sort(names)
 		for _, name := range names {
 			if r := srv.NamedRoutes[name]; r != nil {
-				walkHandlers(places, server+" route "+name, "", r.Handlers)
+				walkHandlers(places, others, server+" route "+name, "", r.Handlers)
 			}
 		}
 	}
-	return places
+	return places, others
 }
 
 // walkHandlers records the tollgate handlers among hs, and descends into
 // subroutes, extending path with each handler's and route's index.
-func walkHandlers(places map[*Handler]string, site, path string, hs []caddyhttp.MiddlewareHandler) {
+func walkHandlers(places map[*Handler]string, others map[any]string, site, path string, hs []caddyhttp.MiddlewareHandler) {
 	for hi, mh := range hs {
 		p := path + "/" + strconv.Itoa(hi)
+		if isPointer(mh) {
+			others[mh] = site + p
+		}
 		switch x := mh.(type) {
 		case *Handler:
 			places[x] = site + p
 		case *caddyhttp.Subroute:
 			for ri, r := range x.Routes {
-				walkHandlers(places, site, p+"."+strconv.Itoa(ri), r.Handlers)
+				walkHandlers(places, others, site, p+"."+strconv.Itoa(ri), r.Handlers)
 			}
 			if x.Errors != nil {
 				for ri, r := range x.Errors.Routes {
-					walkHandlers(places, site, p+".errors."+strconv.Itoa(ri), r.Handlers)
+					walkHandlers(places, others, site, p+".errors."+strconv.Itoa(ri), r.Handlers)
 				}
 			}
 		}
@@ -125,4 +140,34 @@ func contentPlace(h *Handler) string {
 	raw, _ := json.Marshal(h)
 	sum := sha256.Sum256(raw)
 	return "handler " + hex.EncodeToString(sum[:6])
+}
+
+// isPointer says whether m can be a map key: modules are pointers, but
+// an interface holding an uncomparable value would panic as one.
+func isPointer(m any) bool {
+	return m != nil && reflect.ValueOf(m).Kind() == reflect.Pointer
+}
+
+// nestedPlace places h, which no walk of the http app's routes reached,
+// below the nearest of its ancestors (as Caddy provisioned it) that was
+// placed, with its content's digest and, when several such handlers have
+// the same digest there, their order. Without such an ancestor, its
+// content alone. seen counts the places given; call in provisioning order.
+func nestedPlace(h *Handler, others map[any]string, seen map[string]int) string {
+	for i := len(h.ancestry) - 1; i >= 0; i-- {
+		m := h.ancestry[i]
+		if !isPointer(m) || m == caddy.Module(h) {
+			continue
+		}
+		if p, ok := others[m]; ok {
+			place := p + " " + contentPlace(h)
+			if n := seen[place]; n > 0 {
+				seen[place]++
+				return place + "#" + strconv.Itoa(n+1)
+			}
+			seen[place]++
+			return place
+		}
+	}
+	return contentPlace(h)
 }

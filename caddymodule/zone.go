@@ -186,8 +186,11 @@ func (z *Zone) setScope(h limiter.Hasher, scope string) {
 	z.emptyKey.counter = emptyKeysVec().WithLabelValues(z.Name, scope)
 }
 
-// settings renders what a shared zone's declarations must agree on.
-func (z *Zone) settings() string {
+// settings renders what a shared zone's declarations must agree on; dry
+// is whether this declaration is a trial (its own dry_run or its
+// handler's): a trial beside an enforced declaration would spend the
+// budget that one enforces.
+func (z *Zone) settings(dry bool) string {
 	var b strings.Builder
 	if z.isLease() {
 		fmt.Fprintf(&b, "concurrent %d, ttl %s", z.Concurrent, z.limit.Window)
@@ -196,9 +199,12 @@ func (z *Zone) settings() string {
 		}
 	} else {
 		fmt.Fprintf(&b, "limit %d %s, %s", z.Limit, time.Duration(z.Window), z.limit.Algorithm)
-		if z.Burst != 0 {
+		if z.Burst != 0 && z.Burst != z.Limit { // the default burst is the limit
 			fmt.Fprintf(&b, ", burst %d", z.Burst)
 		}
+	}
+	if dry {
+		b.WriteString(", dry_run")
 	}
 	if z.NetworkShare != 0 {
 		fmt.Fprintf(&b, ", network_share %d", z.NetworkShare)

@@ -424,8 +424,10 @@ func TestProcessClusterFreezeAndKillOfAnOwner(t *testing.T) {
 	owner.signal(syscall.SIGSTOP)
 	inFallback := 0
 	for _, s := range survivors {
+		// 50 requests each: past the fallback cap of 40, and over well
+		// before memberlist would declare the owner dead (about 2 s).
 		allowed := 0
-		for range 100 {
+		for range 50 {
 			status, body, took := s.get("/", key)
 			if status >= 500 {
 				t.Fatalf("%s answered %d while the owner was frozen", s.name, status)
@@ -441,7 +443,7 @@ func TestProcessClusterFreezeAndKillOfAnOwner(t *testing.T) {
 			}
 		}
 		if allowed == 0 || allowed > 40 {
-			t.Errorf("%s allowed %d of 100 while the owner was frozen; want at most 40 (fallback ratio 0.4 of 100)", s.name, allowed)
+			t.Errorf("%s allowed %d of 50 while the owner was frozen; want at most 40 (fallback ratio 0.4 of 100)", s.name, allowed)
 		}
 		inFallback += allowed
 	}

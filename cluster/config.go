@@ -6,6 +6,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/hashicorp/memberlist"
 )
 
 // FallbackMode says what a node does with a request whose owner it cannot
@@ -104,6 +106,19 @@ type Config struct {
 	// Observer, if set, is told about every peer call and take frame, for
 	// metrics.
 	Observer Observer
+
+	// network, if set, carries the node's gossip and peer calls instead of
+	// the host's network: tests put a fault layer there.
+	network network
+}
+
+// network is what a node's gossip and peer calls travel over.
+type network interface {
+	// dialPeer connects node from to the peer listener of node to at addr.
+	dialPeer(from, to, addr string, timeout time.Duration) (net.Conn, error)
+	// gossip returns the memberlist transport of the named node, bound as
+	// cfg says.
+	gossip(name string, cfg *memberlist.NetTransportConfig) (memberlist.Transport, error)
 }
 
 // Observer receives measurements from a node. Its methods are called on

@@ -74,6 +74,45 @@
 // hands its counters over instead, and the replica is not added to them. A
 // single node, or a one-member ring, replicates nothing.
 //
+// The bound, under faults. For each key and window with limit L, the
+// requests admitted across the cluster are at most
+//
+//	L + F + C + S
+//
+// where F is the number admitted by fallback (an owner may admit that many
+// before it hears of them; each node's fallback is also capped, as above,
+// but the cap starts again when its counters are sent to the owner); C is,
+// for each crash of the key's owner, what that owner counted from
+// 2×ReplicateEvery before it crashed until it was gone (the last
+// replication interval and a batch in flight); and S is, for each split (a
+// partition, a frozen node, or links slow or lossy enough for memberlist
+// to declare nodes dead) from its start, and for each membership change (a
+// node leaving or joining) from its start, until every node routes by the
+// same ring again: what was counted by owners other than the key's owner
+// on that ring. Each side of a split counts on its own and admits at most L
+// (one limit per side). Without a fault F is 0 unless peer calls outlive
+// their deadline, so the bound is L: exact. TestFaults plays hundreds of
+// random schedules of these faults on three or four nodes and checks
+// every key against this bound; delays, loss, freezes and partitions hold
+// it.
+//
+// Crashes and restarts, as of now, do not always, and TestFaults finds it
+// (run it with -fault-kinds kill, killkeep, restart, kill-early or
+// restart-early). The successor's replica can miss changes from long
+// before the crash: replication batches that find the successor
+// unconnected, or whose call fails, are dropped, so the key is not sent
+// again until it changes again (seen: 17 of 17 spent, a replica of 0, 16
+// more admitted after the crash). A node that restarts and takes requests
+// before it has joined counts alone, as a one-node cluster, and can admit a
+// whole limit more for every key it will own. After a graceful leave and
+// restart, or a crash and restart, a node that has joined can now and then
+// count a key, asked by a node that already routes to it, before it has
+// the key's counter. And after a split longer than failure detection the
+// sides may take longer than 20 seconds to merge, since each has declared
+// the other dead and a node joins through its seeds only when it starts
+// (the test joins them after each split). Until those are fixed, route
+// requests to a restarted node only once it has joined.
+//
 // Blocked keys. A node remembers keys an owner denied, until the time they
 // may pass, and answers them itself without a call. Resetting a key clears
 // it from every node's cache.

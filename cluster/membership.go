@@ -202,6 +202,15 @@ func (n *Node) startMemberlist() error {
 		n.name = net.JoinHostPort(host, strconv.Itoa(mc.AdvertisePort))
 	}
 	mc.Name = n.name
+	if nw := n.cfg.network; nw != nil {
+		t, err := nw.gossip(n.name, &memberlist.NetTransportConfig{
+			BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger,
+		})
+		if err != nil {
+			return fmt.Errorf("bind %s: %w", n.cfg.Bind, err)
+		}
+		mc.Transport = t
+	}
 	n.self.Store(&Member{Name: n.name, PeerAddr: n.peerAdvertise(advHost)})
 
 	ml, err := memberlist.Create(mc)

@@ -210,7 +210,13 @@ func (p *peer) run() {
 
 func (p *peer) dial() (*secureConn, error) {
 	timeout := max(p.node.cfg.CallTimeout*10, time.Second)
-	raw, err := net.DialTimeout("tcp", p.member.PeerAddr, timeout)
+	var raw net.Conn
+	var err error
+	if nw := p.node.cfg.network; nw != nil {
+		raw, err = nw.dialPeer(p.node.name, p.member.Name, p.member.PeerAddr, timeout)
+	} else {
+		raw, err = net.DialTimeout("tcp", p.member.PeerAddr, timeout)
+	}
 	if err != nil {
 		return nil, err
 	}

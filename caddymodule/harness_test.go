@@ -183,6 +183,7 @@ func (tc *testCaddy) reload(globals, site string) {
 	if resp.StatusCode != http.StatusOK {
 		tc.t.Fatalf("/load answered %d: %s", resp.StatusCode, body)
 	}
+	tc.client.CloseIdleConnections() // those are the old config's servers'
 }
 
 // get sends a GET for path with optional header pairs.
@@ -195,12 +196,26 @@ func (tc *testCaddy) get(path string, headers ...string) *http.Response {
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := tc.client.Do(req)
-	if err != nil {
-		tc.t.Fatalf("GET %s: %v", path, err)
-	}
+	resp := tc.do(req)
 	resp.Body.Close()
 	return resp
+}
+
+// do sends req, again on a new connection if the first fails: a reload's
+// old servers drain in the background and close the idle connections they
+// accepted, and a GET such a connection refused never reached a handler.
+func (tc *testCaddy) do(req *http.Request) *http.Response {
+	tc.t.Helper()
+	var resp *http.Response
+	var err error
+	for range 3 {
+		if resp, err = tc.client.Do(req); err == nil {
+			return resp
+		}
+		tc.client.CloseIdleConnections()
+	}
+	tc.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	return nil
 }
 
 // status is get reduced to the status code.
@@ -216,10 +231,7 @@ func (tc *testCaddy) body(path string, headers ...string) (int, string) {
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := tc.client.Do(req)
-	if err != nil {
-		tc.t.Fatalf("GET %s: %v", path, err)
-	}
+	resp := tc.do(req)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)

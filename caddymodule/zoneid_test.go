@@ -66,20 +66,7 @@ func (tc *testCaddy) getHost(host string, headers ...string) (int, string) {
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	// A reload's old servers drain in the background and close the idle
-	// connections they accepted: such a GET never reached a handler, so it
-	// is sent again on a new connection.
-	var resp *http.Response
-	var err error
-	for range 3 {
-		if resp, err = tc.client.Do(req); err == nil {
-			break
-		}
-		tc.client.CloseIdleConnections()
-	}
-	if err != nil {
-		tc.t.Fatalf("GET %s: %v\n%s", host, err, tc.logs())
-	}
+	resp := tc.do(req)
 	resp.Body.Close()
 	return resp.StatusCode, resp.Header.Get("RateLimit")
 }

@@ -183,9 +183,14 @@ func (n *Node) replicateOnce(now time.Time) {
 	for name, list := range bySucc {
 		p := n.peerFor(name)
 		if p == nil || !p.connected.Load() {
-			continue // lost: the bound of a crash grows by what the successor missed
+			// Not reachable yet (it is dialing, or restarting): the keys
+			// stay noted and go with the next round, so a successor that
+			// comes back gets them, not only the keys that change again.
+			n.dirty.noteStates(list)
+			continue
 		}
-		for _, part := range splitStates(list, handoffFrameBytes) {
+		parts := splitStates(list, handoffFrameBytes)
+		for i, part := range parts {
 			e := &encoder{}
 			encodeStates(e, part)
 			c := newCall(msgReplicate)
@@ -193,6 +198,9 @@ func (n *Node) replicateOnce(now time.Time) {
 			n.replicaBytes.Add(uint64(len(e.b)))
 			n.replicaStates.Add(uint64(len(part)))
 			if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
+				for _, rest := range parts[i:] {
+					n.dirty.noteStates(rest) // sent again next round
+				}
 				break
 			}
 		}

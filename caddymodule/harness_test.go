@@ -206,15 +206,21 @@ func (tc *testCaddy) get(path string, headers ...string) *http.Response {
 // accepted, and a GET such a connection refused never reached a handler.
 func (tc *testCaddy) do(req *http.Request) *http.Response {
 	tc.t.Helper()
+	return sendAgainOnDrain(tc.t, tc.client, req)
+}
+
+// sendAgainOnDrain is do for any client of a test Caddy.
+func sendAgainOnDrain(t testing.TB, hc *http.Client, req *http.Request) *http.Response {
+	t.Helper()
 	var resp *http.Response
 	var err error
 	for range 3 {
-		if resp, err = tc.client.Do(req); err == nil {
+		if resp, err = hc.Do(req); err == nil {
 			return resp
 		}
-		tc.client.CloseIdleConnections()
+		hc.CloseIdleConnections()
 	}
-	tc.t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
+	t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
 	return nil
 }
 

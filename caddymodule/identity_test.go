@@ -49,10 +49,7 @@ func (c *client) get(path string) (*http.Response, string) {
 	if c.ip != "" {
 		req.Header.Set("X-Forwarded-For", c.ip)
 	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		c.t.Fatalf("GET %s: %v", path, err)
-	}
+	resp := sendAgainOnDrain(c.t, c.http, req)
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp, string(body)

@@ -16,7 +16,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -314,22 +313,6 @@ func (h *Handler) challengeFor(r *http.Request, v *verdict, now time.Time) bool 
 	return res[0].Allowed
 }
 
-var challengeMetrics = struct {
-	once sync.Once
-	vec  *prometheus.CounterVec
-}{}
-
-func challengesVec() *prometheus.CounterVec {
-	challengeMetrics.once.Do(func() {
-		challengeMetrics.vec = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace,
-			Name:      "challenges_total",
-			Help:      "Proofs of work received, by result: passed, or why they were refused (malformed, forged, expired, network, work, replayed).",
-		}, []string{"result"})
-	})
-	return challengeMetrics.vec
-}
-
 // challengeCounter returns the counter of a proof's result; nil is passed.
 func challengeCounter(err error) prometheus.Counter {
 	result := "passed"
@@ -348,5 +331,6 @@ func challengeCounter(err error) prometheus.Counter {
 	default:
 		result = "malformed"
 	}
-	return challengesVec().WithLabelValues(result)
+	initMetrics()
+	return metrics.challenge.WithLabelValues(result)
 }

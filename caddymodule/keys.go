@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -85,20 +84,4 @@ func (e *emptyKeyReport) report(zone string) {
 		e.logger.Warn("a zone's key rendered empty; counting such requests by the client ID instead (logged once per zone; see tollgate_empty_keys_total)",
 			zap.String("zone", zone))
 	}
-}
-
-var emptyKeyMetrics = struct {
-	once sync.Once
-	vec  *prometheus.CounterVec
-}{}
-
-func emptyKeysVec() *prometheus.CounterVec {
-	emptyKeyMetrics.once.Do(func() {
-		emptyKeyMetrics.vec = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace,
-			Name:      "empty_keys_total",
-			Help:      "Requests whose zone key had a placeholder that rendered empty (e.g. a user before authentication), counted by the client ID instead, by zone name and scope.",
-		}, []string{"zone", "scope"})
-	})
-	return emptyKeyMetrics.vec
 }

@@ -22,6 +22,9 @@ var metrics = struct {
 	cookies   *prometheus.CounterVec
 	peerCall  *prometheus.HistogramVec
 	batch     prometheus.Histogram
+	denials   *prometheus.CounterVec
+	emptyKeys *prometheus.CounterVec
+	challenge *prometheus.CounterVec
 }{}
 
 const metricsNamespace = "tollgate"
@@ -50,13 +53,28 @@ func initMetrics() {
 			Help:      "Take calls carried by one peer frame.",
 			Buckets:   []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512},
 		})
+		metrics.denials = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace,
+			Name:      "denials_total",
+			Help:      "Requests denied (dry runs' would-be denials included), by zone name, scope and reason: client (the client's own budget) or network (the budget of its IP network, for requests without a session cookie).",
+		}, []string{"zone", "scope", "reason"})
+		metrics.emptyKeys = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace,
+			Name:      "empty_keys_total",
+			Help:      "Requests whose zone key had a placeholder that rendered empty (e.g. a user before authentication), counted by the client ID instead, by zone name and scope.",
+		}, []string{"zone", "scope"})
+		metrics.challenge = prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: metricsNamespace,
+			Name:      "challenges_total",
+			Help:      "Proofs of work received, by result: passed, or why they were refused (malformed, forged, expired, network, work, replayed).",
+		}, []string{"result"})
 	})
 }
 
 // registerMetrics registers Tollgate's metrics with one config's registry.
 func registerMetrics(reg *prometheus.Registry, st *state) error {
 	initMetrics()
-	for _, c := range []prometheus.Collector{metrics.decisions, metrics.cookies, metrics.peerCall, metrics.batch, denialsVec(), emptyKeysVec(), challengesVec(), &stateCollector{st}} {
+	for _, c := range []prometheus.Collector{metrics.decisions, metrics.cookies, metrics.peerCall, metrics.batch, metrics.denials, metrics.emptyKeys, metrics.challenge, &stateCollector{st}} {
 		if err := reg.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return err
 		}
@@ -98,8 +116,8 @@ func newDecisionCounters(zone, scope string) *decisionCounters {
 func deleteDecisionSeries(zone, scope string) {
 	initMetrics()
 	metrics.decisions.DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
-	denialsVec().DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
-	emptyKeysVec().DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
+	metrics.denials.DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
+	metrics.emptyKeys.DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
 }
 
 func (c *decisionCounters) inc(decision string, src cluster.Source) {

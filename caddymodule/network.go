@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -130,27 +129,12 @@ const (
 	reasonNetwork = "network"
 )
 
-var denialMetrics = struct {
-	once sync.Once
-	vec  *prometheus.CounterVec
-}{}
-
-func denialsVec() *prometheus.CounterVec {
-	denialMetrics.once.Do(func() {
-		denialMetrics.vec = prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: metricsNamespace,
-			Name:      "denials_total",
-			Help:      "Requests denied (dry runs' would-be denials included), by zone name, scope and reason: client (the client's own budget) or network (the budget of its IP network, for requests without a session cookie).",
-		}, []string{"zone", "scope", "reason"})
-	})
-	return denialMetrics.vec
-}
-
 // denialCounters are a zone's denial counters by reason, looked up once.
 type denialCounters [2]prometheus.Counter
 
 func newDenialCounters(zone, scope string) *denialCounters {
-	v := denialsVec()
+	initMetrics()
+	v := metrics.denials
 	return &denialCounters{v.WithLabelValues(zone, scope, reasonClient), v.WithLabelValues(zone, scope, reasonNetwork)}
 }
 

@@ -183,7 +183,8 @@ func (z *Zone) setScope(h limiter.Hasher, scope string) {
 	if z.emptyKey == nil {
 		z.emptyKey = &emptyKeyReport{logger: nopLogger}
 	}
-	z.emptyKey.counter = emptyKeysVec().WithLabelValues(z.Name, scope)
+	initMetrics()
+	z.emptyKey.counter = metrics.emptyKeys.WithLabelValues(z.Name, scope)
 }
 
 // settings renders what a shared zone's declarations must agree on; dry

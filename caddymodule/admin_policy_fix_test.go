@@ -26,23 +26,6 @@ func jsonError(t *testing.T, what string, resp *http.Response, body string) stri
 	return e.Error
 }
 
-// adminWith sends a request with headers, without following redirects.
-func adminWith(t *testing.T, base, method, path, body string, headers ...string) (*http.Response, string) {
-	t.Helper()
-	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	got, _ := io.ReadAll(resp.Body)
-	return resp, string(got)
-}
-
 // TestGrantLocationNamesTheHashedID gives grants to keys that a raw
 // Location would get wrong or leak: the Location names the hashed ID,
 // following it finds the grant, and the raw key never reaches the URL
@@ -55,7 +38,7 @@ func TestGrantLocationNamesTheHashedID(t *testing.T) {
 	}
 	for _, key := range []string{"..", ".", "secret-key-4f1c", "a/b?c#d"} {
 		body, _ := json.Marshal(GrantRequest{Zone: "api", Key: key, Amount: 3, Duration: json.RawMessage(`3600`)})
-		resp, got := adminWith(t, srv.Admin, http.MethodPost, "/tollgate/grants", string(body))
+		resp, got := adminRaw(t, srv.Admin, http.MethodPost, "/tollgate/grants", string(body))
 		if resp.StatusCode != http.StatusCreated {
 			t.Fatalf("POST grant for %q: %d %s", key, resp.StatusCode, got)
 		}
@@ -65,7 +48,7 @@ func TestGrantLocationNamesTheHashedID(t *testing.T) {
 			t.Errorf("key %q: Location %q; want %q", key, loc, want)
 			continue
 		}
-		resp, got = adminWith(t, srv.Admin, http.MethodGet, loc, "")
+		resp, got = adminRaw(t, srv.Admin, http.MethodGet, loc, "")
 		var g GrantView
 		if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(got), &g) != nil || g.Amount != 3 || g.Zone != "api" {
 			t.Errorf("key %q: GET %s: %d %s; want the grant", key, loc, resp.StatusCode, got)
@@ -100,7 +83,7 @@ func TestTiersPutRefusesWhatIsNoTable(t *testing.T) {
 		{`{"credits": {"pro": 1.5}}`, `zone "credits": tier "pro": 1.5: want a whole number`},
 		{`{"credits": {"pro": 0}}`, `tier pro 0: must be a whole number from 1`},
 	} {
-		resp, got := adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", tc.body)
+		resp, got := adminRaw(t, srv.Admin, http.MethodPut, "/tollgate/tiers", tc.body)
 		msg := jsonError(t, "PUT "+tc.body, resp, got)
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg, tc.want) {
 			t.Errorf("PUT %s: %d %q; want 400 with %q", tc.body, resp.StatusCode, msg, tc.want)
@@ -215,7 +198,7 @@ func TestTiersShowEveryScopeOfAName(t *testing.T) {
 		t.Errorf("tiers set: want pro 40 in effect in both scopes:\n%s", out.String())
 	}
 	// A PUT by scope says to use the name.
-	resp, got := adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"`+defaults[2]+`": {"pro": 1}}`)
+	resp, got := adminRaw(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"`+defaults[2]+`": {"pro": 1}}`)
 	if msg := jsonError(t, "PUT by scope", resp, got); resp.StatusCode != http.StatusBadRequest || !strings.Contains(msg, `use "api"`) {
 		t.Errorf("PUT by scope %s: %d %q; want 400 saying to use the name", defaults[2], resp.StatusCode, msg)
 	}
@@ -232,7 +215,7 @@ func TestTiersShowEveryScopeOfAName(t *testing.T) {
 func TestTiersConditionalUpdate(t *testing.T) {
 	srv := startCaddy(t, "", tierSite)
 	var v0 TiersView
-	resp, got := adminWith(t, srv.Admin, http.MethodGet, "/tollgate/tiers", "")
+	resp, got := adminRaw(t, srv.Admin, http.MethodGet, "/tollgate/tiers", "")
 	if err := json.Unmarshal([]byte(got), &v0); err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +225,7 @@ func TestTiersConditionalUpdate(t *testing.T) {
 	match := strconv.FormatInt(v0.OverridesVersion, 10)
 
 	var v1 TiersView
-	resp, got = adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 8}}`, "If-Match", `"`+match+`"`)
+	resp, got = adminRaw(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 8}}`, "If-Match", `"`+match+`"`)
 	if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(got), &v1) != nil || v1.OverridesVersion == v0.OverridesVersion {
 		t.Fatalf("PUT with the current version: %d %s", resp.StatusCode, got)
 	}
@@ -250,7 +233,7 @@ func TestTiersConditionalUpdate(t *testing.T) {
 		{http.MethodPut, `{"credits": {"pro": 9}}`},
 		{http.MethodDelete, ``},
 	} {
-		resp, got = adminWith(t, srv.Admin, tc.method, "/tollgate/tiers", tc.body, "If-Match", `"`+match+`"`)
+		resp, got = adminRaw(t, srv.Admin, tc.method, "/tollgate/tiers", tc.body, "If-Match", `"`+match+`"`)
 		msg := jsonError(t, tc.method+" stale", resp, got)
 		if resp.StatusCode != http.StatusPreconditionFailed || !strings.Contains(msg, match) ||
 			!strings.Contains(msg, strconv.FormatInt(v1.OverridesVersion, 10)) {
@@ -258,7 +241,7 @@ func TestTiersConditionalUpdate(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"soon", `"12`, `W/"12"`, "-1", "+12", `"1", "2"`} {
-		resp, got = adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 9}}`, "If-Match", bad)
+		resp, got = adminRaw(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 9}}`, "If-Match", bad)
 		if msg := jsonError(t, "bad If-Match", resp, got); resp.StatusCode != http.StatusBadRequest ||
 			!strings.Contains(msg, "If-Match "+strconv.Quote(bad)) || !strings.Contains(msg, "overrides_version") {
 			t.Errorf("PUT with If-Match %s: %d %q; want 400 naming the header, the value and what it takes", bad, resp.StatusCode, msg)
@@ -278,7 +261,7 @@ func TestTiersConditionalUpdate(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, _ := adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": `+strconv.Itoa(10+i)+`}}`, "If-Match", match)
+			resp, _ := adminRaw(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": `+strconv.Itoa(10+i)+`}}`, "If-Match", match)
 			codes[i] = resp.StatusCode
 		}()
 	}
@@ -295,10 +278,10 @@ func TestTiersConditionalUpdate(t *testing.T) {
 		t.Errorf("%d of %d updates made from one read landed; want 1 (%v)", won, len(codes), codes)
 	}
 	// A bare version and * are taken too; no If-Match applies whatever.
-	resp, _ = adminWith(t, srv.Admin, http.MethodGet, "/tollgate/tiers", "")
+	resp, _ = adminRaw(t, srv.Admin, http.MethodGet, "/tollgate/tiers", "")
 	bare := strings.Trim(resp.Header.Get("ETag"), `"`)
 	for _, h := range [][]string{{"If-Match", bare}, {"If-Match", "*"}, nil} {
-		if resp, got := adminWith(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 20}}`, h...); resp.StatusCode != http.StatusOK {
+		if resp, got := adminRaw(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 20}}`, h...); resp.StatusCode != http.StatusOK {
 			t.Errorf("PUT with %q: %d %s", h, resp.StatusCode, got)
 		}
 	}
@@ -375,7 +358,7 @@ func TestPolicyErrorsNameFieldValueAndWhatIsAllowed(t *testing.T) {
 		{"PUT", "/tollgate/tiers", `{"rooms": {"pro": 999}}`, 400, []string{`"rooms"`, "pro", "999", "from 1 to"}},
 		{"PATCH", "/tollgate/tiers", "", 405, []string{"PATCH", "GET, PUT, DELETE"}},
 	} {
-		resp, got := adminWith(t, srv.Admin, tc.method, tc.path, tc.body)
+		resp, got := adminRaw(t, srv.Admin, tc.method, tc.path, tc.body)
 		msg := jsonError(t, tc.method+" "+tc.path+" "+tc.body, resp, got)
 		ok := resp.StatusCode == tc.status
 		for _, w := range tc.want {

@@ -219,10 +219,13 @@ func TestMetricsCountAKnownSequence(t *testing.T) {
 }
 
 // adminRaw sends a request without following redirects and returns the
-// whole response, body read.
-func adminRaw(t testing.TB, base, method, path, body string) (*http.Response, string) {
+// whole response, body read; headers are more header names and values.
+func adminRaw(t testing.TB, base, method, path, body string, headers ...string) (*http.Response, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
 	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error {
 		return http.ErrUseLastResponse
 	}}

@@ -416,8 +416,6 @@ type state struct {
 
 	storage       atomic.Pointer[storageRef] // the latest config's storage
 	startOnce     sync.Once
-	instanceOnce  sync.Once
-	instance      string       // Caddy's instance ID, naming a single node's snapshot
 	started       atomic.Bool  // a config started: background work runs
 	snapshotEvery atomic.Int64 // ns; negative: never
 

@@ -45,15 +45,15 @@ func (s *state) snapshotKey() string {
 	if clustered && node != nil {
 		return snapshotPrefix + strings.NewReplacer(":", "_", "/", "_", "[", "", "]", "").Replace(node.Name())
 	}
-	s.instanceOnce.Do(func() {
-		id, err := caddy.InstanceID()
-		if err != nil {
-			s.instance = "local"
-			return
-		}
-		s.instance = id.String()
-	})
-	return snapshotPrefix + s.instance
+	// Read afresh each time, not kept: other apps starting beside this one
+	// (the TLS storage cleaner) may create Caddy's instance ID file at the
+	// same moment, and only the ID that landed on disk names the snapshot
+	// the next start reads.
+	id, err := caddy.InstanceID()
+	if err != nil {
+		return legacySnapshotKey
+	}
+	return snapshotPrefix + id.String()
 }
 
 // snapshotPrefix starts every snapshot's storage key; legacySnapshotKey is

@@ -84,7 +84,7 @@ func BenchmarkTake(b *testing.B) {
 func replicaBytes(nodes []*Node) uint64 {
 	var total uint64
 	for _, n := range nodes {
-		total += n.replicaBytes.Load()
+		total += n.stats.replicaBytes.Load()
 	}
 	return total
 }

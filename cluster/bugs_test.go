@@ -151,7 +151,7 @@ func TestPullsOnlyKeysThatMoved(t *testing.T) {
 		t.Fatal("no membership change seen")
 	}
 	stayed := 0
-	before := node0.pullCalls.Load()
+	before := node0.stats.pullCalls.Load()
 	for i := 0; stayed < 50; i++ {
 		k := limiter.ZoneKey(uint64(i)*0x9E3779B97F4A7C15+1, 3)
 		now, _ := st.ring.Owner(k.Route())
@@ -164,7 +164,7 @@ func TestPullsOnlyKeysThatMoved(t *testing.T) {
 			takeVia(n, k, limitOf(10))
 		}
 	}
-	if calls := node0.pullCalls.Load() - before; calls != 0 {
+	if calls := node0.stats.pullCalls.Load() - before; calls != 0 {
 		t.Errorf("node0 made %d pull calls for 50 keys it owned before and after the change", calls)
 	}
 }
@@ -201,7 +201,7 @@ func TestPullsAreBatchedPerFrame(t *testing.T) {
 	for _, k := range moved {
 		newcomer.engine.Reset(k) // as if the push had not arrived yet
 	}
-	before := newcomer.pullCalls.Load()
+	before := newcomer.stats.pullCalls.Load()
 	// One frame carrying every moved key, as a busy peer would batch them.
 	e := &encoder{}
 	e.u16(len(moved))
@@ -212,7 +212,7 @@ func TestPullsAreBatchedPerFrame(t *testing.T) {
 		encodeZoneReq(e, &limiter.Request{Key: k, Cost: 1, Limit: limitOf(100)})
 	}
 	newcomer.pullFrame(newcomer.state.Load(), now, decoder{b: e.b})
-	if calls := newcomer.pullCalls.Load() - before; calls > 2 {
+	if calls := newcomer.stats.pullCalls.Load() - before; calls > 2 {
 		t.Errorf("%d pull calls for one frame of %d moved keys; want at most one per other node", calls, len(moved))
 	}
 }

@@ -87,14 +87,11 @@ func waitConverged(t testing.TB, nodes []*Node, size int) {
 			if n.Ring().Len() != size || n.Ring().Fingerprint() != fp {
 				return false
 			}
-			n.mu.Lock()
-			for _, p := range n.peers {
+			for _, p := range n.peers.all() {
 				if !p.connected.Load() {
-					n.mu.Unlock()
 					return false
 				}
 			}
-			n.mu.Unlock()
 		}
 		return true
 	})
@@ -436,7 +433,7 @@ func TestGrantsLeasesAndReputationLiveAtTheOwner(t *testing.T) {
 		t.Fatal("two slots were not exactly two across the nodes")
 	}
 	denied := claim(nodes[0], 4)
-	nodes[0].blocked.Wait() // whatever the denial put in the cache is in
+	nodes[0].blocked.wait() // whatever the denial put in the cache is in
 	if denied || !claim(nodes[0], 1) {
 		t.Fatal("a holder was not let in again at the cap through a node that had just been denied a new lease")
 	}

@@ -69,16 +69,10 @@ func (n *Node) reconcileBy(now time.Time, ring *Ring) {
 		}
 	}
 	r.mu.Unlock()
-	n.mu.Lock()
-	reachable := make([]*peer, 0, len(n.peers))
-	for _, p := range n.peers {
+	for _, p := range n.peers.all() {
 		if p.connected.Load() && !p.breaker.open() {
-			reachable = append(reachable, p)
+			n.reconcileOn(p, now, ring)
 		}
-	}
-	n.mu.Unlock()
-	for _, p := range reachable {
-		n.reconcileOn(p, now, ring)
 	}
 	if n.leaving.Load() || n.fallback.Stats().Keys == 0 {
 		return
@@ -90,7 +84,7 @@ func (n *Node) reconcileBy(now time.Time, ring *Ring) {
 	if len(mine) > 0 {
 		n.toldSpent(now, mine)
 		n.engine.Merge(now, mine)
-		n.reconciled.Add(uint64(len(mine)))
+		n.stats.reconciled.Add(uint64(len(mine)))
 	}
 }
 
@@ -141,7 +135,7 @@ func (n *Node) reconcileOn(p *peer, now time.Time, ring *Ring) bool {
 			r.pending[name] = q[1:]
 		}
 		r.mu.Unlock()
-		n.reconciled.Add(uint64(len(b.states)))
+		n.stats.reconciled.Add(uint64(len(b.states)))
 	}
 }
 
@@ -248,7 +242,7 @@ func (c *toldCache) get(k limiter.Key, now int64) (left, spent int64, ok bool) {
 // A zone whose share is nothing is reported in none (it is denied).
 func (n *Node) fallbackLimits(client limiter.Key, reqs []limiter.Request, buf []limiter.Request) (scaled []limiter.Request, none int) {
 	none = -1
-	ratio := n.ratio()
+	ratio := n.fallback.ratio()
 	factor := 1.0
 	if p := n.reputation.Load(); p != nil && client != 0 {
 		if score, ok := n.scores.last(client); ok {

@@ -473,9 +473,7 @@ func (c *faultCluster) converged(reconciled bool) bool {
 			if m.Name == n.Name() {
 				continue
 			}
-			n.mu.Lock()
-			p := n.peers[m.Name]
-			n.mu.Unlock()
+			p := n.peers.get(m.Name)
 			if p == nil || !p.connected.Load() || p.breaker.open() {
 				return false
 			}
@@ -525,11 +523,9 @@ func (c *faultCluster) describe() string {
 		pending := len(n.recon.pending)
 		n.recon.mu.Unlock()
 		var peers []string
-		n.mu.Lock()
-		for name, p := range n.peers {
-			peers = append(peers, fmt.Sprintf("%s connected=%v open=%v", name, p.connected.Load(), p.breaker.open()))
+		for _, p := range n.peers.all() {
+			peers = append(peers, fmt.Sprintf("%s connected=%v open=%v", p.member.Name, p.connected.Load(), p.breaker.open()))
 		}
-		n.mu.Unlock()
 		state = append(state, fmt.Sprintf("%s: ring %v, peers %v, fallback keys %d, batches pending for %d owners",
 			n.Name(), n.Ring().Members(), peers, n.fallback.Stats().Keys, pending))
 	}
@@ -716,10 +712,7 @@ func (h *history) check(n *Node, s *schedule, key int) {
 	// calls away, sends the key to the new owner that collected its
 	// fallback counts: that one counts it.
 	if to, moved := st.redirect.Load(k); moved {
-		n.mu.Lock()
-		p := n.peers[owner.Name]
-		n.mu.Unlock()
-		if p == nil || p.breaker.open() {
+		if p := n.peers.get(owner.Name); p == nil || p.breaker.open() {
 			owner.Name = to.(string)
 		}
 	}

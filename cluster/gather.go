@@ -39,14 +39,6 @@ func (n *Node) Gather(name string, body []byte, within time.Duration) GatherResu
 	e := &encoder{}
 	e.str(name)
 	e.b = append(e.b, body...)
-	if n.standalone {
-		if d, err := n.askLocal(msgGather, e.b); err == nil {
-			out.Answers[n.name] = d.b
-		} else {
-			out.Unanswered = append(out.Unanswered, n.name)
-		}
-		return out
-	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range n.state.Load().ring.Members() {

@@ -26,20 +26,18 @@ func (n *Node) handOff() {
 	if len(moving) == 0 {
 		return
 	}
+	n.transit.put(moving)
 	byOwner := make(map[string][]limiter.Key)
-	n.transitMu.Lock()
 	for _, s := range moving {
-		n.transit[s.Key] = s
 		owner, _ := st.ring.Owner(s.Key.Route())
 		byOwner[owner.Name] = append(byOwner[owner.Name], s.Key)
 	}
-	n.transitMu.Unlock()
 	sent := 0
 	for owner, keys := range byOwner {
 		k, err := n.sendStates(owner, keys)
 		sent += k
 		if err != nil {
-			back := n.takeTransit(keys)
+			back := n.transit.take(keys)
 			n.log.Warn("handing off counters failed; keeping them", "to", owner, "counters", len(back), "error", err.Error())
 			n.engine.Merge(time.Now(), back)
 		}
@@ -49,25 +47,11 @@ func (n *Node) handOff() {
 	}
 }
 
-// takeTransit removes and returns the counters of keys still in transit.
-func (n *Node) takeTransit(keys []limiter.Key) []limiter.State {
-	n.transitMu.Lock()
-	defer n.transitMu.Unlock()
-	var out []limiter.State
-	for _, k := range keys {
-		if s, ok := n.transit[k]; ok {
-			out = append(out, s)
-			delete(n.transit, k)
-		}
-	}
-	return out
-}
-
 // sendStates delivers the counters of keys still in transit to a peer, in
 // frames of at most maxStates states and handoffFrameBytes bytes, and
 // reports how many it delivered.
 func (n *Node) sendStates(owner string, keys []limiter.Key) (int, error) {
-	p := n.peerFor(owner)
+	p := n.peers.get(owner)
 	if p == nil {
 		return 0, fmt.Errorf("no connection to %s", owner)
 	}
@@ -83,7 +67,7 @@ func (n *Node) sendStates(owner string, keys []limiter.Key) (int, error) {
 	for len(keys) > 0 {
 		chunk := keys[:min(len(keys), maxStates)]
 		keys = keys[len(chunk):]
-		parts := splitStates(n.takeTransit(chunk), handoffFrameBytes)
+		parts := splitStates(n.transit.take(chunk), handoffFrameBytes)
 		for i, states := range parts {
 			e := &encoder{}
 			encodeStates(e, states)
@@ -131,9 +115,6 @@ func splitStates(states []limiter.State, budget int) [][]limiter.State {
 // hands every counter to its new owner, then leaves the gossip and stops.
 // Counts are exact through it; see the package documentation.
 func (n *Node) Leave(timeout time.Duration) error {
-	if n.standalone {
-		return nil
-	}
 	if !n.running.Load() {
 		n.Close()
 		return nil
@@ -166,9 +147,6 @@ func (n *Node) Leave(timeout time.Duration) error {
 // Close stops the node at once, without handing off its counters: what
 // a crash would do, for tests and for failed starts.
 func (n *Node) Close() {
-	if n.standalone {
-		return
-	}
 	n.closeOnce.Do(n.shutdown)
 }
 
@@ -179,13 +157,9 @@ func (n *Node) shutdown() {
 	}
 	n.ml.Shutdown()
 	n.listener.Close()
-	n.mu.Lock()
-	peers := n.peers
-	n.peers = map[string]*peer{}
-	n.mu.Unlock()
-	for _, p := range peers {
+	for _, p := range n.peers.takeAll() {
 		p.close()
 	}
 	n.wg.Wait()
-	n.blocked.Close()
+	n.blocked.close()
 }

@@ -88,7 +88,7 @@ func (d delegate) NodeMeta(limit int) []byte {
 // NotifyMsg receives shared values sent by other nodes.
 func (d delegate) NotifyMsg(b []byte) {
 	if len(b) > 0 && b[0] == sharedMagic {
-		d.n.mergeSharedState(slices.Clone(b))
+		d.n.shared.mergeState(slices.Clone(b))
 	}
 }
 
@@ -96,9 +96,9 @@ func (delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 
 // LocalState and MergeRemoteState exchange every shared value in
 // memberlist's periodic state sync.
-func (d delegate) LocalState(join bool) []byte { return d.n.sharedState() }
+func (d delegate) LocalState(join bool) []byte { return d.n.shared.state() }
 func (d delegate) MergeRemoteState(buf []byte, join bool) {
-	d.n.mergeSharedState(slices.Clone(buf))
+	d.n.shared.mergeState(slices.Clone(buf))
 }
 
 // NotifyJoin, NotifyLeave and NotifyUpdate copy what they are told into
@@ -111,15 +111,7 @@ func (d delegate) NotifyLeave(m *memberlist.Node)  { d.n.noteMember(m, false) }
 
 // noteMember records a member's metadata, or its departure.
 func (n *Node) noteMember(m *memberlist.Node, present bool) {
-	n.tableMu.Lock()
-	if present {
-		n.table[m.Name] = append([]byte(nil), m.Meta...)
-		n.addrs[m.Name] = m.Address()
-	} else {
-		delete(n.table, m.Name)
-		delete(n.addrs, m.Name)
-	}
-	n.tableMu.Unlock()
+	n.members.note(m, present)
 	n.requestRebuild()
 }
 
@@ -134,11 +126,7 @@ func (d delegate) NotifyAlive(peer *memberlist.Node) error {
 		err = d.n.compatible(m)
 	}
 	if err != nil {
-		d.n.mu.Lock()
-		first := !d.n.refused[peer.Name]
-		d.n.refused[peer.Name] = true
-		d.n.mu.Unlock()
-		if first {
+		if d.n.peers.refuse(peer.Name) {
 			d.n.log.Error("refusing node", "node", peer.Name, "address", peer.Address(), "reason", err.Error())
 		}
 		return fmt.Errorf("refusing %s: %w", peer.Name, err)
@@ -314,13 +302,7 @@ func (n *Node) sweepFallback(now time.Time) { n.fallback.Sweep(now) }
 // pingPeers checks every connected peer whose breaker is closed, or due
 // for a probe.
 func (n *Node) pingPeers() {
-	n.mu.Lock()
-	peers := make([]*peer, 0, len(n.peers))
-	for _, p := range n.peers {
-		peers = append(peers, p)
-	}
-	n.mu.Unlock()
-	for _, p := range peers {
+	for _, p := range n.peers.all() {
 		if !p.connected.Load() || !p.breaker.allow(time.Now()) {
 			continue
 		}
@@ -379,30 +361,10 @@ func (n *Node) rebuildRing() {
 // reconcilePeers keeps a peer connection to every member, and to nodes
 // that are leaving (they answer pulls until they are gone).
 func (n *Node) reconcilePeers(members []Member) {
-	leaving := n.leavingMembers()
-	n.mu.Lock()
-	keep := make(map[string]bool)
-	for _, m := range members {
-		if m.Name == n.name {
-			continue
-		}
-		keep[m.Name] = true
-		if p, ok := n.peers[m.Name]; !ok || p.member.PeerAddr != m.PeerAddr {
-			if ok {
-				go p.close()
-			}
-			n.peers[m.Name] = newPeer(n, m)
-		}
-	}
-	var gone []*peer
-	for name, p := range n.peers {
-		// A leaving node stays reachable for pulls until it is gone.
-		if !keep[name] && !leaving[name] {
-			gone = append(gone, p)
-			delete(n.peers, name)
-		}
-	}
-	n.mu.Unlock()
+	leaving := n.members.leaving()
+	others := slices.DeleteFunc(slices.Clone(members), func(m Member) bool { return m.Name == n.name })
+	// A leaving node stays reachable for pulls until it is gone.
+	gone := n.peers.match(others, func(name string) bool { return leaving[name] }, func(m Member) *peer { return newPeer(n, m) })
 	for _, p := range gone {
 		go p.close()
 	}
@@ -415,45 +377,7 @@ func (n *Node) currentMembers() []Member {
 	if !n.leaving.Load() {
 		out = append(out, *n.self.Load())
 	}
-	n.tableMu.Lock()
-	defer n.tableMu.Unlock()
-	for name, raw := range n.table {
-		if name == n.name {
-			continue
-		}
-		md, err := decodeMeta(raw)
-		if err != nil || n.compatible(md) != nil || md.flags&metaLeaving != 0 {
-			continue
-		}
-		out = append(out, Member{Name: name, PeerAddr: md.peerAddr})
-	}
-	return out
-}
-
-// leavingMembers returns the nodes that announced they are leaving.
-func (n *Node) leavingMembers() map[string]bool {
-	out := make(map[string]bool)
-	n.tableMu.Lock()
-	defer n.tableMu.Unlock()
-	for name, raw := range n.table {
-		if md, err := decodeMeta(raw); err == nil && md.flags&metaLeaving != 0 {
-			out[name] = true
-		}
-	}
-	return out
-}
-
-// memberNames returns the names of the nodes gossip knows, this one too.
-func (n *Node) memberNames() []string {
-	n.tableMu.Lock()
-	defer n.tableMu.Unlock()
-	names := []string{n.name}
-	for name := range n.table {
-		if name != n.name {
-			names = append(names, name)
-		}
-	}
-	return names
+	return append(out, n.members.routable(n.name, n.compatible)...)
 }
 
 // logWriter passes memberlist's log lines to the node's logger.

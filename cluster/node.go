@@ -4,14 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/dgraph-io/ristretto/v2"
 	"github.com/hashicorp/memberlist"
 
 	"github.com/tollgate/tollgate/internal/keyhash"
@@ -46,22 +44,34 @@ func (s Source) String() string {
 // Node routes every counter to its owner: itself, or the peer the ring
 // names. See the package documentation for the consistency model.
 //
+// A Node is made of parts that each keep their own state behind their own
+// lock: the engine of the counters it owns, its fallback counter, the
+// caches of what owners said (blocked keys, remaining counts, scores), the
+// reconciler, the replica store, the shared-value store, the member table
+// and the peer set. A standalone node is a ring of one member: it owns
+// every key, and the same code paths serve it.
+//
 // A Node is safe for concurrent use.
 type Node struct {
-	cfg        Config
-	name       string
-	self       atomic.Pointer[Member] // its peer address can be learnt after start
-	standalone bool
+	cfg   Config
+	name  string
+	self  atomic.Pointer[Member] // its peer address can be learnt after start
+	alone bool                   // Standalone: never networked
 
-	engine   *limiter.Engine                        // the counters this node owns
-	fallback *limiter.Engine                        // counters for owners it cannot reach
-	blocked  *ristretto.Cache[uint64, blockedEntry] // zone key → denied until
-	blockGen atomic.Uint64                          // entries of older generations are void
-	told     *toldCache                             // zone key → remaining its owner last reported
-	recon    *reconciler                            // fallback counters on their way to owners
-	dirty    dirtyKeys                              // keys changed here since the last replication
-	replicas *replicaStore                          // counters kept for the owners this node succeeds
-	scores   *scoreCache                            // client → score its owner told
+	engine   *limiter.Engine  // the counters this node owns
+	fallback *fallbackCounter // decides for owners it cannot reach
+	blocked  blockedCache     // zone key → denied until
+	told     *toldCache       // zone key → remaining its owner last reported
+	recon    *reconciler      // fallback counters on their way to owners
+	dirty    dirtyKeys        // keys changed here since the last replication
+	replicas *replicaStore    // counters kept for the owners this node succeeds
+	scores   *scoreCache      // client → score its owner told
+	shared   *sharedStore     // values every node holds a copy of
+	members  *memberTable     // members gossip knows
+	peers    *peerSet         // connections to the other members
+	transit  *transit         // counters handed off, not yet delivered
+	pulls    pullGroup
+	stats    nodeStats
 
 	reputation atomic.Pointer[limiter.ReputationPolicy]
 	hasher     keyhash.Hasher // ring
@@ -76,46 +86,15 @@ type Node struct {
 	started  atomic.Bool // Start was called
 	running  atomic.Bool // Start succeeded
 
-	tableMu sync.Mutex
-	table   map[string][]byte // members gossip knows: name → metadata
-	addrs   map[string]string // and their gossip addresses
-
-	sharedMu      sync.Mutex
-	sharedKey     []byte // seals shared values
-	sharedCheck   atomic.Pointer[func(string, []byte) error]
-	shared        map[string]SharedValue
-	sharedHandler atomic.Pointer[func(string, SharedValue)]
-	sharedDirty   map[string]bool // arrived, not yet handed to the handler
-	sharedSignal  chan struct{}
-
 	gatherHandler atomic.Pointer[func(string, []byte) []byte]
 
-	mu      sync.Mutex
-	peers   map[string]*peer
-	refused map[string]bool // nodes refused, logged once each
-
-	handoffMu sync.Mutex // one hand-off at a time
-	transitMu sync.Mutex
-	transit   map[limiter.Key]limiter.State // extracted, not yet handed off
-	pulls     pullGroup
-	rebuild   chan struct{}
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	closeOnce sync.Once
-
-	fallbackMode  atomic.Uint32 // FallbackMode, changeable at run time
-	fallbackRatio atomic.Uint64 // float64 bits
-
-	fallbackActivations atomic.Uint64
-	handedOff           atomic.Uint64
-	pulled              atomic.Uint64
-	pullCalls           atomic.Uint64 // transfer calls made to pull keys
-	reconciled          atomic.Uint64 // fallback counters sent to (or merged at) their owners
-	replicaBytes        atomic.Uint64 // bytes of replica batches sent
-	replicaStates       atomic.Uint64 // counters sent to successors
-	fromReplica         atomic.Uint64 // counters a new owner started from its replica
-	reconciling         atomic.Bool
-	joined              atomic.Int64 // Unix ns of the first ring with other members
+	handoffMu   sync.Mutex // one hand-off at a time
+	rebuild     chan struct{}
+	stop        chan struct{}
+	wg          sync.WaitGroup
+	closeOnce   sync.Once
+	reconciling atomic.Bool
+	joined      atomic.Int64 // Unix ns of the first ring with other members
 }
 
 // ringState is the membership a node routes by, and the one before it,
@@ -131,12 +110,13 @@ type ringState struct {
 	redirect sync.Map
 }
 
-// Standalone returns a node that owns every key: Tollgate without a
-// cluster.
+// Standalone returns a node that owns every key, Tollgate without a
+// cluster: a ring of one member that never starts a network.
 func Standalone(engine *limiter.Engine) *Node {
-	n := &Node{standalone: true, engine: engine, name: "local", log: slog.New(slog.DiscardHandler)}
-	n.self.Store(&Member{Name: n.name})
-	n.state.Store(&ringState{ring: NewRing(keyhash.FromKey(0, 0), []Member{*n.self.Load()})})
+	cfg := Config{Name: "local", Logger: slog.New(slog.DiscardHandler)}
+	cfg.setDefaults()
+	n := newNode(cfg, engine, keyhash.FromKey(0, 0))
+	n.alone = true
 	return n
 }
 
@@ -161,33 +141,35 @@ func New(cfg Config, engine *limiter.Engine) (*Node, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
+	return newNode(cfg, engine, keyhash.New(cfg.Secret, "tollgate ring v1")), nil
+}
+
+// newNode builds a node and its parts from a checked cfg.
+func newNode(cfg Config, engine *limiter.Engine, hasher keyhash.Hasher) *Node {
+	maxKeys := engine.Stats().MaxKeys
 	n := &Node{
-		cfg:       cfg,
-		name:      cfg.Name,
-		engine:    engine,
-		fallback:  limiter.New(limiter.Config{MaxKeys: engine.Stats().MaxKeys}),
-		hasher:    keyhash.New(cfg.Secret, "tollgate ring v1"),
-		authKey:   authKey(cfg.Secret),
-		sharedKey: sharedKeyOf(cfg.Secret),
-		log:       cfg.Logger,
-		peers:     make(map[string]*peer),
-		refused:   make(map[string]bool),
-		rebuild:   make(chan struct{}, 1),
-		stop:      make(chan struct{}),
+		cfg:      cfg,
+		name:     cfg.Name,
+		engine:   engine,
+		fallback: newFallbackCounter(maxKeys, cfg.Fallback, cfg.FallbackRatio),
+		told:     newToldCache(cfg.BlockedKeys),
+		recon:    newReconciler(),
+		replicas: newReplicaStore(maxKeys),
+		scores:   newScoreCache(cfg.BlockedKeys),
+		members:  newMemberTable(),
+		peers:    newPeerSet(),
+		transit:  newTransit(),
+		hasher:   hasher,
+		authKey:  authKey(cfg.Secret),
+		log:      cfg.Logger,
+		rebuild:  make(chan struct{}, 1),
+		stop:     make(chan struct{}),
 	}
+	n.shared = newSharedStore(sharedKeyOf(cfg.Secret), cfg.Logger, n.blocked.forgetAll)
 	copy(n.ringHash[:], macOf(cfg.Secret, []byte("tollgate ring settings v1")))
-	n.SetFallback(cfg.Fallback, cfg.FallbackRatio)
-	n.table = make(map[string][]byte)
-	n.addrs = make(map[string]string)
-	n.sharedSignal = make(chan struct{}, 1)
-	n.transit = make(map[limiter.Key]limiter.State)
-	n.scores = newScoreCache(cfg.BlockedKeys)
-	n.recon = newReconciler()
-	n.told = newToldCache(cfg.BlockedKeys)
-	n.replicas = newReplicaStore(engine.Stats().MaxKeys)
 	n.self.Store(&Member{Name: n.name})
 	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
-	return n, nil
+	return n
 }
 
 // Start binds the node's listeners, starts gossip and begins joining the
@@ -195,25 +177,20 @@ func New(cfg Config, engine *limiter.Engine) (*Node, error) {
 // has released what it bound and can only be closed. A standalone node has
 // nothing to start.
 func (n *Node) Start() error {
-	if n.standalone {
+	if n.alone {
 		return nil
 	}
 	if !n.started.CompareAndSwap(false, true) {
 		return errors.New("cluster node started twice")
 	}
-	var err error
-	n.blocked, err = ristretto.NewCache(&ristretto.Config[uint64, blockedEntry]{
-		NumCounters: int64(n.cfg.BlockedKeys) * 10,
-		MaxCost:     int64(n.cfg.BlockedKeys),
-		BufferItems: 64,
-	})
-	if err != nil {
-		return fmt.Errorf("creating the blocked cache: %w", err)
+	if err := n.blocked.start(n.cfg.BlockedKeys); err != nil {
+		return err
 	}
 	release := func() {
-		n.blocked.Close()
-		n.blocked, n.listener = nil, nil
+		n.blocked.close()
+		n.listener = nil
 	}
+	var err error
 	n.listener, err = net.Listen("tcp", n.cfg.PeerListen)
 	if err != nil {
 		release()
@@ -231,7 +208,10 @@ func (n *Node) Start() error {
 	go n.serve()
 	go n.watch()
 	go n.join()
-	go n.deliverShared()
+	go func() {
+		defer n.wg.Done()
+		n.shared.deliver(n.stop)
+	}()
 	n.running.Store(true)
 	n.log.Info("cluster node started", "node", n.name, "gossip", n.ml.LocalNode().Address(), "peer", n.PeerAddr())
 	return nil
@@ -313,10 +293,6 @@ func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request
 
 // takeFor is TakeFor, with the score unknownScore when not learnt.
 func (n *Node) takeFor(now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
-	if n.standalone {
-		ok, score := n.engine.TakeFor(now, client, reqs, res)
-		return ok, SourceOwner, score
-	}
 	st := n.state.Load()
 	owner, same := n.commonOwner(st.ring, reqs)
 	if !same {
@@ -345,12 +321,6 @@ func (n *Node) takeAway(st *ringState, owner Member, clientOwner string, now tim
 
 // Peek returns what Take would answer, spending nothing.
 func (n *Node) Peek(now time.Time, reqs []limiter.Request, res []limiter.Result) Source {
-	if n.standalone {
-		for i := range reqs {
-			res[i] = n.engine.Peek(now, reqs[i])
-		}
-		return SourceOwner
-	}
 	st := n.state.Load()
 	var src Source
 	for i := range reqs {
@@ -463,7 +433,7 @@ func (n *Node) refund(st *ringState, owner Member, src Source, now time.Time, re
 		}
 	case SourceFallback:
 		for _, r := range sub {
-			r.Limit = r.Limit.Scale(n.ratio())
+			r.Limit = r.Limit.Scale(n.fallback.ratio())
 			n.fallback.Refund(now, r)
 		}
 	case SourcePeer:
@@ -478,14 +448,14 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, cli
 		ok, score := n.local(now, op, client, reqs, res)
 		return ok, SourceOwner, score
 	}
-	if op == actTake && n.blockedAnswer(now, reqs, res) {
+	if op == actTake && n.blocked.answer(now, reqs, res) {
 		if client != 0 {
 			n.penalizeAsync(owner.Name, client)
 		}
 		return false, SourceBlockedCache, unknownScore
 	}
 	for hop := 0; hop < 2; hop++ {
-		p := n.peerFor(owner.Name)
+		p := n.peers.get(owner.Name)
 		ok, probe := false, false
 		if p != nil {
 			ok, probe = p.breaker.admit(now)
@@ -519,7 +489,7 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, cli
 					n.scores.set(client, c.score, now)
 				}
 				if !c.allowed {
-					n.rememberBlocked(now, reqs, res)
+					n.blocked.remember(now, reqs, res)
 				}
 			}
 			return c.allowed || op != actTake, SourcePeer, c.score
@@ -538,7 +508,7 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, cli
 // penalizeAsync tells the client's owner of a violation decided here,
 // without waiting: it rides in the next batch to that owner.
 func (n *Node) penalizeAsync(owner string, client limiter.Key) {
-	p := n.peerFor(owner)
+	p := n.peers.get(owner)
 	if p == nil || !p.connected.Load() {
 		return
 	}
@@ -577,20 +547,13 @@ func apply(e *limiter.Engine, now time.Time, op action, client limiter.Key, reqs
 }
 
 // SetFallback changes what the node does for owners it cannot reach; a
-// config reload uses it, since the node itself outlives reloads.
-func (n *Node) SetFallback(mode FallbackMode, ratio float64) {
-	if ratio <= 0 || ratio > 1 {
-		ratio = DefaultFallbackRatio
-	}
-	n.fallbackMode.Store(uint32(mode))
-	n.fallbackRatio.Store(math.Float64bits(ratio))
-}
-
-func (n *Node) ratio() float64 { return math.Float64frombits(n.fallbackRatio.Load()) }
+// config reload uses it, since the node itself outlives reloads. A ratio
+// outside (0, 1] means DefaultFallbackRatio.
+func (n *Node) SetFallback(mode FallbackMode, ratio float64) { n.fallback.set(mode, ratio) }
 
 // fallbackTake decides for an owner that cannot be reached.
 func (n *Node) fallbackTake(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
-	switch FallbackMode(n.fallbackMode.Load()) {
+	switch n.fallback.mode() {
 	case FallbackOpen:
 		for i := range res {
 			res[i] = limiter.Result{Allowed: true, Remaining: -1}
@@ -615,67 +578,15 @@ func (n *Node) fallbackTake(now time.Time, op action, client limiter.Key, reqs [
 		res[none] = limiter.Result{Reset: time.Second, RetryAfter: time.Second}
 		return false, limiter.FullScore
 	}
-	return apply(n.fallback, now, op, client, scaled, res)
+	return apply(n.fallback.Engine, now, op, client, scaled, res)
 }
-
-// blockedAnswer answers from the blocked cache if one of the keys is known
-// to be denied until later than now.
-func (n *Node) blockedAnswer(now time.Time, reqs []limiter.Request, res []limiter.Result) bool {
-	ns := now.UnixNano()
-	for i := range reqs {
-		e, ok := n.blocked.Get(uint64(reqs[i].Key))
-		if !ok || e.until <= ns || e.gen != n.blockGen.Load() {
-			continue
-		}
-		until := e.until
-		for j := range res {
-			res[j] = limiter.Result{Allowed: true, Remaining: -1}
-		}
-		wait := time.Duration(until - ns)
-		res[i] = limiter.Result{Reset: wait, RetryAfter: wait}
-		return true
-	}
-	return false
-}
-
-// rememberBlocked caches the denied keys of a reply until they may pass.
-// A full concurrency zone is not remembered: a slot may free at any moment,
-// and a holder of a lease is let in even at the cap.
-func (n *Node) rememberBlocked(now time.Time, reqs []limiter.Request, res []limiter.Result) {
-	for i := range res {
-		if !res[i].Allowed && res[i].RetryAfter > 0 && reqs[i].Limit.Algorithm != limiter.Concurrency {
-			e := blockedEntry{until: now.Add(res[i].RetryAfter).UnixNano(), gen: n.blockGen.Load()}
-			n.blocked.SetWithTTL(uint64(reqs[i].Key), e, 1, res[i].RetryAfter)
-		}
-	}
-}
-
-// blockedEntry is a denial remembered: until when, and under which
-// generation of the shared values (limits may have changed since).
-type blockedEntry struct {
-	until int64
-	gen   uint64
-}
-
-// forgetAllBlocked voids every remembered denial at once: they were decided
-// under shared values (tier limits) that just changed.
-func (n *Node) forgetAllBlocked() { n.blockGen.Add(1) }
 
 // Forget drops keys from this node's caches of blocked keys and scores.
 func (n *Node) Forget(keys ...limiter.Key) {
-	if n.blocked == nil {
-		return
-	}
 	for _, k := range keys {
-		n.blocked.Del(uint64(k))
+		n.blocked.forget(k)
 		n.scores.forget(k)
 	}
-}
-
-func (n *Node) peerFor(name string) *peer {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.peers[name]
 }
 
 // pullGroup makes concurrent pulls of one key wait for the first.
@@ -782,7 +693,7 @@ func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) {
 
 // pull asks one node for the counters of keys and merges what it gives.
 func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
-	p := n.peerFor(from)
+	p := n.peers.get(from)
 	if p == nil || !p.breaker.allow(now) {
 		return
 	}
@@ -790,7 +701,7 @@ func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
 	encodeKeys(e, keys)
 	c := newCall(msgTransfer)
 	c.body = e.b
-	n.pullCalls.Add(1)
+	n.stats.pullCalls.Add(1)
 	if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
 		p.noteFailure(err) // resolves the breaker's probe, if this was it
 		return
@@ -799,7 +710,7 @@ func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
 	d := &decoder{b: c.reply}
 	if states := decodeStates(d); d.err == nil && len(states) > 0 {
 		n.engine.Merge(now, states)
-		n.pulled.Add(uint64(len(states)))
+		n.stats.pulled.Add(uint64(len(states)))
 	}
 }
 
@@ -808,7 +719,7 @@ func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
 // left of their counts.
 func (n *Node) goneSince(st *ringState) map[string]bool {
 	var gone map[string]bool
-	leaving := n.leavingMembers()
+	leaving := n.members.leaving()
 	for _, m := range st.prev.Members() {
 		if _, in := st.ring.index(m.Name); !in && !leaving[m.Name] {
 			if gone == nil {
@@ -833,18 +744,10 @@ func (n *Node) joinedAt() time.Time {
 // everywhere at once. It reports the peers it could not reach.
 func (n *Node) Reset(keys ...limiter.Key) []string {
 	n.engine.Reset(keys...)
-	if n.standalone {
-		return nil
-	}
 	n.fallback.Reset(keys...)
 	n.replicas.drop(keys)
 	n.Forget(keys...)
-	n.mu.Lock()
-	peers := make([]*peer, 0, len(n.peers))
-	for _, p := range n.peers {
-		peers = append(peers, p)
-	}
-	n.mu.Unlock()
+	peers := n.peers.all()
 	// Every peer drops the keys it owns and forgets the ones it blocked:
 	// one message does both.
 	var failed []string

@@ -103,9 +103,6 @@ func boolByte(b bool) byte {
 // ask runs a query at the owner of key (this node or a peer) and returns
 // the reply body.
 func (n *Node) ask(key limiter.Key, kind byte, body []byte) (*decoder, error) {
-	if n.standalone {
-		return n.askLocal(kind, body)
-	}
 	owner, _ := n.state.Load().ring.Owner(key.Route())
 	return n.askNode(owner.Name, kind, body)
 }
@@ -129,7 +126,7 @@ func (n *Node) askNodeWithin(name string, kind byte, body []byte, within time.Du
 	if name == n.name {
 		return n.askLocal(kind, body)
 	}
-	p := n.peerFor(name)
+	p := n.peers.get(name)
 	if p == nil || !p.breaker.allow(time.Now()) {
 		return nil, fmt.Errorf("%w: %s", ErrUnreachable, name)
 	}
@@ -195,9 +192,7 @@ func (n *Node) DeleteGrant(key limiter.Key) (bool, error) {
 // It reports an owner that could not be reached (the lease there frees when
 // its TTL runs out).
 func (n *Node) Release(now time.Time, key limiter.Key, id uint64) error {
-	if !n.standalone {
-		n.fallback.Release(now, key, id)
-	}
+	n.fallback.Release(now, key, id)
 	e := &encoder{}
 	e.u64(uint64(key))
 	e.u64(id)
@@ -223,15 +218,15 @@ func (n *Node) Leases(key limiter.Key) ([]limiter.Lease, error) {
 
 // Reputation returns the score of the client kept under key, at its owner.
 func (n *Node) Reputation(key limiter.Key) (float64, error) {
-	if n.standalone {
-		return n.engine.Reputation(time.Now(), key), nil
-	}
 	owner, _ := n.state.Load().ring.Owner(key.Route())
 	return n.reputationAt(owner.Name, key, max(n.cfg.CallTimeout, time.Second))
 }
 
 // reputationAt asks the named node for the score kept under key.
 func (n *Node) reputationAt(name string, key limiter.Key, within time.Duration) (float64, error) {
+	if name == n.name {
+		return n.engine.Reputation(time.Now(), key), nil
+	}
 	e := &encoder{}
 	e.u64(uint64(key))
 	d, err := n.askNodeWithin(name, msgReputation, e.b, within)
@@ -244,9 +239,6 @@ func (n *Node) reputationAt(name string, key limiter.Key, within time.Duration) 
 // ReputationBuckets counts, across the cluster, the clients on record in
 // each reputation bucket, and lists the nodes it could not ask.
 func (n *Node) ReputationBuckets() ([]int, []string) {
-	if n.standalone {
-		return n.engine.ReputationBuckets(time.Now()), nil
-	}
 	var total []int
 	var missing []string
 	for _, m := range n.state.Load().ring.Members() {
@@ -269,18 +261,9 @@ func (n *Node) ReputationBuckets() ([]int, []string) {
 // forgetEverywhere clears keys from every peer's blocked cache, without
 // waiting.
 func (n *Node) forgetEverywhere(keys ...limiter.Key) {
-	if n.standalone {
-		return
-	}
-	n.mu.Lock()
-	peers := make([]*peer, 0, len(n.peers))
-	for _, p := range n.peers {
-		peers = append(peers, p)
-	}
-	n.mu.Unlock()
 	e := &encoder{}
 	encodeKeys(e, keys)
-	for _, p := range peers {
+	for _, p := range n.peers.all() {
 		go func() {
 			c := newCall(msgForget)
 			c.body = e.b

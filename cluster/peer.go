@@ -236,7 +236,7 @@ func (p *peer) dial() (*secureConn, error) {
 func (p *peer) noteFailure(err error) {
 	if p.breaker.failure(time.Now()) {
 		p.node.log.Warn("peer unreachable: counting its keys in fallback", "peer", p.member.Name, "error", err.Error())
-		p.node.fallbackActivations.Add(1)
+		p.node.fallback.activations.Add(1)
 	}
 }
 

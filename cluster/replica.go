@@ -181,7 +181,7 @@ func (n *Node) replicateOnce(now time.Time) {
 		}
 	}
 	for name, list := range bySucc {
-		p := n.peerFor(name)
+		p := n.peers.get(name)
 		if p == nil || !p.connected.Load() {
 			// Not reachable yet (it is dialing, or restarting): the keys
 			// stay noted and go with the next round, so a successor that
@@ -195,8 +195,8 @@ func (n *Node) replicateOnce(now time.Time) {
 			encodeStates(e, part)
 			c := newCall(msgReplicate)
 			c.body = e.b
-			n.replicaBytes.Add(uint64(len(e.b)))
-			n.replicaStates.Add(uint64(len(part)))
+			n.stats.replicaBytes.Add(uint64(len(e.b)))
+			n.stats.replicaStates.Add(uint64(len(part)))
 			if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
 				for _, rest := range parts[i:] {
 					n.dirty.noteStates(rest) // sent again next round
@@ -233,7 +233,7 @@ func (n *Node) promote(now time.Time, prev, ring *Ring, gone map[string]bool) {
 	if len(states) > 0 {
 		n.engine.Merge(now, states)
 		n.dirty.noteStates(states)
-		n.fromReplica.Add(uint64(len(states)))
+		n.stats.fromReplica.Add(uint64(len(states)))
 		n.log.Info("started the keys of a node that died from their replicas", "counters", len(states))
 		keys := make([]limiter.Key, len(states))
 		for i, s := range states {
@@ -253,7 +253,7 @@ func (n *Node) collectFallback(now time.Time, ring *Ring, keys []limiter.Key) {
 		if m.Name == n.name {
 			continue
 		}
-		p := n.peerFor(m.Name)
+		p := n.peers.get(m.Name)
 		if p == nil || !p.connected.Load() {
 			continue
 		}
@@ -273,7 +273,7 @@ func (n *Node) collectFallback(now time.Time, ring *Ring, keys []limiter.Key) {
 				if states := decodeStates(d); d.err == nil && len(states) > 0 {
 					n.engine.Merge(now, states)
 					n.dirty.noteStates(states)
-					n.reconciled.Add(uint64(len(states)))
+					n.stats.reconciled.Add(uint64(len(states)))
 				}
 			}
 		})

@@ -68,7 +68,7 @@ func TestCrashedOwnersCountsSurviveAtTheSuccessor(t *testing.T) {
 	if more > 45 {
 		t.Errorf("%d more admitted after the owner crashed with 60 of 100 spent; want at most 45 (exact: 40)", more)
 	}
-	if successor.fromReplica.Load() == 0 {
+	if successor.stats.fromReplica.Load() == 0 {
 		t.Error("the new owner did not start from its replica")
 	}
 	t.Logf("%d more admitted (exact: 40)", more)

@@ -91,6 +91,9 @@ func (r *Ring) Successor(route uint32) (m Member, ok bool) {
 }
 
 func (r *Ring) ownerIndex(route uint32) int {
+	if len(r.members) == 1 {
+		return 0 // a single node owns every key: no hashing
+	}
 	best, bestScore := -1, uint64(0)
 	x := uint64(route) * 0x9e3779b97f4a7c15
 	for i, seed := range r.seeds {

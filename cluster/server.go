@@ -130,7 +130,7 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		if d.err != nil {
 			return d.err
 		}
-		states := append(n.engine.ExtractKeys(now, keys), n.takeTransit(keys)...)
+		states := append(n.engine.ExtractKeys(now, keys), n.transit.take(keys)...)
 		enc.u8(statusOK)
 		encodeStates(enc, states)
 		return nil
@@ -141,7 +141,7 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		}
 		n.engine.Merge(now, states)
 		n.dirty.noteStates(states)
-		n.handedOff.Add(uint64(len(states)))
+		n.stats.handedOff.Add(uint64(len(states)))
 		enc.u8(statusOK)
 		return nil
 	case msgReset:

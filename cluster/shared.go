@@ -5,12 +5,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
+	"log/slog"
 	"slices"
-	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
-
-	"github.com/hashicorp/memberlist"
 )
 
 // Shared values are small documents every node of the cluster holds a copy
@@ -57,131 +56,174 @@ const maxSharedSkew = 5 * time.Minute
 // sharedKeyOf derives the key shared values are sealed with.
 func sharedKeyOf(secret []byte) []byte { return macOf(secret, []byte("tollgate shared values v1")) }
 
+// sharedStore holds the node's copy of every shared value, vets what
+// arrives, and hands newer values from other nodes to the handler on its
+// own goroutine, in order (memberlist's goroutines must not block).
+type sharedStore struct {
+	key      []byte // seals values
+	log      *slog.Logger
+	onChange func() // called when a value changes
+
+	check   atomic.Pointer[func(string, []byte) error]
+	handler atomic.Pointer[func(string, SharedValue)]
+
+	mu     sync.Mutex
+	values map[string]SharedValue
+	dirty  map[string]bool // arrived from others, not yet handed to the handler
+	signal chan struct{}
+}
+
+func newSharedStore(key []byte, log *slog.Logger, onChange func()) *sharedStore {
+	return &sharedStore{
+		key: key, log: log, onChange: onChange,
+		values: make(map[string]SharedValue),
+		dirty:  make(map[string]bool),
+		signal: make(chan struct{}, 1),
+	}
+}
+
+// vet runs the check, if one is set.
+func (s *sharedStore) vet(name string, value []byte) error {
+	if fn := s.check.Load(); fn != nil {
+		return (*fn)(name, value)
+	}
+	return nil
+}
+
+// publish makes value the shared value called name, published by origin
+// now (or just after the value it replaces), and returns it.
+func (s *sharedStore) publish(origin, name string, value []byte) SharedValue {
+	s.mu.Lock()
+	v := SharedValue{Value: slices.Clone(value), Version: time.Now().UnixNano(), Origin: origin}
+	if cur, ok := s.values[name]; ok && v.Version <= cur.Version {
+		v.Version = cur.Version + 1
+	}
+	s.values[name] = v
+	s.mu.Unlock()
+	s.onChange()
+	return v
+}
+
+// get returns the shared value called name, if there is one.
+func (s *sharedStore) get(name string) (SharedValue, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.values[name]
+	return v, ok
+}
+
+// merge keeps v if it checks and is newer than what the store has; a value
+// from another node (fromPeer) is also refused if dated in the future, and
+// is handed to the handler.
+func (s *sharedStore) merge(name string, v SharedValue, fromPeer bool) {
+	if err := s.vet(name, v.Value); err != nil {
+		s.log.Warn("dropping a shared value that does not check", "name", name, "origin", v.Origin, "error", err.Error())
+		return
+	}
+	if fromPeer && v.Version > time.Now().Add(maxSharedSkew).UnixNano() {
+		s.log.Warn("dropping a shared value dated in the future", "name", name, "origin", v.Origin)
+		return
+	}
+	s.mu.Lock()
+	if cur, ok := s.values[name]; ok && !v.newerThan(cur) {
+		s.mu.Unlock()
+		return
+	}
+	s.values[name] = v
+	if fromPeer {
+		s.dirty[name] = true
+	}
+	s.mu.Unlock()
+	s.onChange() // e.g. denials decided under the old value may not hold
+	if fromPeer {
+		select {
+		case s.signal <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// deliver hands the values that arrived from others to the handler until
+// stop is closed.
+func (s *sharedStore) deliver(stop <-chan struct{}) {
+	for {
+		select {
+		case <-s.signal:
+		case <-stop:
+			return
+		}
+		s.mu.Lock()
+		values := make(map[string]SharedValue, len(s.dirty))
+		for name := range s.dirty {
+			values[name] = s.values[name]
+		}
+		clear(s.dirty)
+		s.mu.Unlock()
+		if fn := s.handler.Load(); fn != nil {
+			for name, v := range values {
+				(*fn)(name, v)
+			}
+		}
+	}
+}
+
+// state encodes every shared value, for memberlist's state sync.
+func (s *sharedStore) state() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var b []byte
+	for name, v := range s.values {
+		b = append(b, encodeShared(s.key, name, v)...)
+	}
+	return b
+}
+
+// mergeState merges shared values another node sent, in a state sync or
+// as a message.
+func (s *sharedStore) mergeState(b []byte) {
+	for len(b) > 0 {
+		name, v, rest, err := decodeShared(s.key, b)
+		if err != nil {
+			s.log.Warn("dropping shared values from a peer", "error", err.Error())
+			return
+		}
+		s.merge(name, v, true)
+		b = rest
+	}
+}
+
 // SetSharedCheck sets the function that vets a shared value before the node
 // uses it: a value from another node that it refuses is dropped (and not
 // passed on); one restored from storage too.
 func (n *Node) SetSharedCheck(check func(name string, value []byte) error) {
-	n.sharedCheck.Store(&check)
-}
-
-// checkShared runs the check, if one is set.
-func (n *Node) checkShared(name string, value []byte) error {
-	if fn := n.sharedCheck.Load(); fn != nil {
-		return (*fn)(name, value)
-	}
-	return nil
+	n.shared.check.Store(&check)
 }
 
 // Publish makes value the cluster's shared value called name and sends it
 // to every member. Nodes that cannot be reached now get it in the next state
 // sync.
 func (n *Node) Publish(name string, value []byte) SharedValue {
-	n.sharedMu.Lock()
-	v := SharedValue{Value: slices.Clone(value), Version: time.Now().UnixNano(), Origin: n.name}
-	if cur, ok := n.shared[name]; ok && v.Version <= cur.Version {
-		v.Version = cur.Version + 1
-	}
-	if n.shared == nil {
-		n.shared = make(map[string]SharedValue)
-	}
-	n.shared[name] = v
-	n.sharedMu.Unlock()
-	n.forgetAllBlocked()
-	if n.standalone {
-		return v
-	}
-	msg := encodeShared(n.sharedKey, name, v)
-	for _, m := range n.gossipMembers() {
-		if m.Name != n.name {
-			if err := n.ml.SendReliable(m, msg); err != nil {
-				n.log.Warn("sending a shared value; the next state sync will carry it", "name", name, "to", m.Name, "error", err.Error())
-			}
+	v := n.shared.publish(n.name, name, value)
+	msg := encodeShared(n.shared.key, name, v)
+	for _, m := range n.members.gossipNodes(n.name) {
+		if err := n.ml.SendReliable(m, msg); err != nil {
+			n.log.Warn("sending a shared value; the next state sync will carry it", "name", name, "to", m.Name, "error", err.Error())
 		}
 	}
 	return v
 }
 
 // Shared returns the shared value called name, if there is one.
-func (n *Node) Shared(name string) (SharedValue, bool) {
-	n.sharedMu.Lock()
-	defer n.sharedMu.Unlock()
-	v, ok := n.shared[name]
-	return v, ok
-}
+func (n *Node) Shared(name string) (SharedValue, bool) { return n.shared.get(name) }
 
 // Restore installs a shared value kept from before (in storage), unless a
 // newer one is known.
-func (n *Node) Restore(name string, v SharedValue) {
-	n.mergeShared(name, v, false)
-}
+func (n *Node) Restore(name string, v SharedValue) { n.shared.merge(name, v, false) }
 
 // OnShared sets the function called (on its own goroutine, in order) when
 // another node's newer shared value arrives. A config reload replaces it.
 func (n *Node) OnShared(fn func(name string, v SharedValue)) {
-	n.sharedHandler.Store(&fn)
-}
-
-// mergeShared keeps v if it is newer than what this node has, and tells
-// the handler.
-func (n *Node) mergeShared(name string, v SharedValue, notify bool) {
-	if err := n.checkShared(name, v.Value); err != nil {
-		n.log.Warn("dropping a shared value that does not check", "name", name, "origin", v.Origin, "error", err.Error())
-		return
-	}
-	if notify && v.Version > time.Now().Add(maxSharedSkew).UnixNano() {
-		n.log.Warn("dropping a shared value dated in the future", "name", name, "origin", v.Origin)
-		return
-	}
-	n.sharedMu.Lock()
-	cur, ok := n.shared[name]
-	if ok && !v.newerThan(cur) {
-		n.sharedMu.Unlock()
-		return
-	}
-	if n.shared == nil {
-		n.shared = make(map[string]SharedValue)
-	}
-	n.shared[name] = v
-	n.forgetAllBlocked() // denials decided under the old value may not hold
-	if notify {
-		if n.sharedDirty == nil {
-			n.sharedDirty = make(map[string]bool)
-		}
-		n.sharedDirty[name] = true
-	}
-	n.sharedMu.Unlock()
-	if notify {
-		select {
-		case n.sharedSignal <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// deliverShared calls the handler with the shared values that changed,
-// off memberlist's goroutines (which must not block).
-func (n *Node) deliverShared() {
-	defer n.wg.Done()
-	for {
-		select {
-		case <-n.sharedSignal:
-		case <-n.stop:
-			return
-		}
-		n.sharedMu.Lock()
-		dirty := n.sharedDirty
-		n.sharedDirty = nil
-		values := make(map[string]SharedValue, len(dirty))
-		for name := range dirty {
-			values[name] = n.shared[name]
-		}
-		n.sharedMu.Unlock()
-		if fn := n.sharedHandler.Load(); fn != nil {
-			for name, v := range values {
-				(*fn)(name, v)
-			}
-		}
-	}
+	n.shared.handler.Store(&fn)
 }
 
 // encodeShared seals one shared value message with key:
@@ -230,46 +272,4 @@ func decodeShared(key, b []byte) (string, SharedValue, []byte, error) {
 		return "", SharedValue{}, nil, errUnsealed
 	}
 	return name, v, d.b, nil
-}
-
-// sharedState encodes every shared value, for memberlist's state sync.
-func (n *Node) sharedState() []byte {
-	n.sharedMu.Lock()
-	defer n.sharedMu.Unlock()
-	var b []byte
-	for name, v := range n.shared {
-		b = append(b, encodeShared(n.sharedKey, name, v)...)
-	}
-	return b
-}
-
-// mergeSharedState merges shared values received in a state sync or as a
-// message.
-func (n *Node) mergeSharedState(b []byte) {
-	for len(b) > 0 {
-		name, v, rest, err := decodeShared(n.sharedKey, b)
-		if err != nil {
-			n.log.Warn("dropping shared values from a peer", "error", err.Error())
-			return
-		}
-		n.mergeShared(name, v, true)
-		b = rest
-	}
-}
-
-// gossipMembers returns memberlist nodes to send to, built from the node's
-// own table (memberlist's Node values change under its feet).
-func (n *Node) gossipMembers() []*memberlist.Node {
-	n.tableMu.Lock()
-	defer n.tableMu.Unlock()
-	var out []*memberlist.Node
-	for name, addr := range n.addrs {
-		host, port, err := net.SplitHostPort(addr)
-		if err != nil {
-			continue
-		}
-		p, _ := strconv.Atoi(port)
-		out = append(out, &memberlist.Node{Name: name, Addr: net.ParseIP(host), Port: uint16(p)})
-	}
-	return out
 }

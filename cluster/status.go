@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,32 +39,28 @@ func (n *Node) Status() Status {
 	st := n.state.Load()
 	s := Status{
 		Node:            n.name,
-		Standalone:      n.standalone,
+		Standalone:      n.alone,
 		RingFingerprint: st.ring.Fingerprint(),
 		PeersInFallback: []string{},
 	}
 	shares := st.ring.Shares()
-	if n.standalone {
-		s.Members = []MemberStatus{{Name: n.name, State: "self", Share: 1}}
-		return s
+	if !n.alone {
+		s.FallbackMode = n.fallback.mode().String()
+		s.FallbackRatio = n.fallback.ratio()
+		s.FallbackKeys = n.fallback.Stats().Keys
+		s.Activations = n.fallback.activations.Load()
+		s.HandedOffIn = n.stats.handedOff.Load()
+		s.Pulled = n.stats.pulled.Load()
+		s.Reconciled = n.stats.reconciled.Load()
+		s.LastRingChangeAgo = time.Since(st.changed).Round(time.Millisecond).String()
 	}
-	s.FallbackMode = FallbackMode(n.fallbackMode.Load()).String()
-	s.FallbackRatio = n.ratio()
-	s.FallbackKeys = n.fallback.Stats().Keys
-	s.Activations = n.fallbackActivations.Load()
-	s.HandedOffIn = n.handedOff.Load()
-	s.Pulled = n.pulled.Load()
-	s.Reconciled = n.reconciled.Load()
-	s.LastRingChangeAgo = time.Since(st.changed).Round(time.Millisecond).String()
-	leaving := n.leavingMembers()
-	names := n.memberNames()
-	n.mu.Lock()
-	for _, name := range names {
+	leaving := n.members.leaving()
+	for _, name := range n.members.names(n.name) {
 		ms := MemberStatus{Name: name, State: "alive", Share: shares[name]}
 		if name == n.name {
 			ms.State, ms.PeerAddr = "self", n.PeerAddr()
 		}
-		if p := n.peers[name]; p != nil {
+		if p := n.peers.get(name); p != nil {
 			ms.PeerAddr = p.member.PeerAddr
 			ms.Fallback = p.breaker.open() || !p.connected.Load()
 			if ms.Fallback {
@@ -80,7 +77,6 @@ func (n *Node) Status() Status {
 		}
 		s.Members = append(s.Members, ms)
 	}
-	n.mu.Unlock()
 	slices.SortFunc(s.Members, func(a, b MemberStatus) int {
 		if a.Name < b.Name {
 			return -1
@@ -92,4 +88,15 @@ func (n *Node) Status() Status {
 	})
 	slices.Sort(s.PeersInFallback)
 	return s
+}
+
+// nodeStats counts what a node did, for Status and tests.
+type nodeStats struct {
+	handedOff     atomic.Uint64 // counters received in hand-offs
+	pulled        atomic.Uint64 // counters pulled from their previous owners
+	pullCalls     atomic.Uint64 // transfer calls made to pull keys
+	reconciled    atomic.Uint64 // fallback counters sent to (or merged at) their owners
+	replicaBytes  atomic.Uint64 // bytes of replica batches sent
+	replicaStates atomic.Uint64 // counters sent to successors
+	fromReplica   atomic.Uint64 // counters a new owner started from its replica
 }

@@ -1,0 +1,89 @@
+package cluster
+
+import "sync"
+
+// peerSet holds the node's connections to its peers, one per member (and
+// per member still leaving), and the nodes it refused.
+type peerSet struct {
+	mu      sync.Mutex
+	peers   map[string]*peer
+	refused map[string]bool // nodes refused, logged once each
+}
+
+func newPeerSet() *peerSet {
+	return &peerSet{peers: make(map[string]*peer), refused: make(map[string]bool)}
+}
+
+// get returns the peer called name, or nil.
+func (s *peerSet) get(name string) *peer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peers[name]
+}
+
+// all returns every peer.
+func (s *peerSet) all() []*peer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*peer, 0, len(s.peers))
+	for _, p := range s.peers {
+		out = append(out, p)
+	}
+	return out
+}
+
+// put sets the peer called name, replacing any.
+func (s *peerSet) put(name string, p *peer) {
+	s.mu.Lock()
+	s.peers[name] = p
+	s.mu.Unlock()
+}
+
+// match keeps one peer for each of members, made by dial, replacing those
+// whose peer address changed, and drops the peers that are neither members
+// nor kept. It returns the peers dropped or replaced, for the caller to
+// close.
+func (s *peerSet) match(members []Member, keep func(name string) bool, dial func(Member) *peer) []*peer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	want := make(map[string]bool, len(members))
+	var gone []*peer
+	for _, m := range members {
+		want[m.Name] = true
+		if p, ok := s.peers[m.Name]; !ok || p.member.PeerAddr != m.PeerAddr {
+			if ok {
+				gone = append(gone, p)
+			}
+			s.peers[m.Name] = dial(m)
+		}
+	}
+	for name, p := range s.peers {
+		if !want[name] && !keep(name) {
+			gone = append(gone, p)
+			delete(s.peers, name)
+		}
+	}
+	return gone
+}
+
+// takeAll removes and returns every peer.
+func (s *peerSet) takeAll() []*peer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*peer, 0, len(s.peers))
+	for _, p := range s.peers {
+		out = append(out, p)
+	}
+	s.peers = map[string]*peer{}
+	return out
+}
+
+// refuse records that the node called name was refused, and reports
+// whether it is the first time.
+func (s *peerSet) refuse(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first := !s.refused[name]
+	s.refused[name] = true
+	return first
+}

@@ -457,9 +457,12 @@ func decideDry(now time.Time, node *cluster.Node, b *batch, rates, leases int, a
 	ok, src := true, cluster.SourceOwner
 	if rates < leases {
 		ok, src = node.Take(now, b.reqs[rates:leases], res[rates:leases])
-		if !ok && src == cluster.SourcePeer {
+		if !ok && src != cluster.SourceOwner {
 			// A peer's denial is cached to spare the next call; a trial's
-			// must not be, as the cache answers enforced requests too.
+			// must not be, as the cache answers enforced requests too. The
+			// source is the worst of the zones' (one zone may have been
+			// decided in fallback, another denied by its owner), so any
+			// source but this node's own engine may have left an entry.
 			for i := rates; i < leases; i++ {
 				if !res[i].Allowed {
 					node.Forget(b.reqs[i].Key)

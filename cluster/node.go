@@ -332,6 +332,9 @@ func (n *Node) Peek(now time.Time, reqs []limiter.Request, res []limiter.Result)
 
 func (n *Node) commonOwner(r *Ring, reqs []limiter.Request) (Member, bool) {
 	first, _ := r.Owner(reqs[0].Key.Route())
+	if r.Len() == 1 {
+		return first, true
+	}
 	for i := 1; i < len(reqs); i++ {
 		if reqs[i].Key.Route() == reqs[0].Key.Route() {
 			continue

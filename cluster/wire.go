@@ -10,8 +10,10 @@ import (
 )
 
 // ProtocolVersion is the version of the peer protocol and of the node
-// metadata. Nodes of different versions refuse each other.
-const ProtocolVersion = 1
+// metadata. Nodes of different versions refuse each other. Version 2
+// seals shared values with the cluster secret and adds the reconcile,
+// replicate and fallback-transfer messages.
+const ProtocolVersion = 2
 
 // Message types. A request frame is [type][call ID u32][body]; its reply
 // is [type|replyBit][call ID][status][body].

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,8 +18,11 @@ import (
 //
 // It holds nothing until started (the cache runs goroutines), and a
 // blockedCache that was never started, or was closed, remembers nothing.
+// A blockedCache is safe for concurrent use, close included: calls under
+// way when it closes finish against the cache before it is closed.
 type blockedCache struct {
-	cache atomic.Pointer[ristretto.Cache[uint64, blockedEntry]]
+	mu    sync.RWMutex // R: reading and writing entries; W: replacing the cache
+	cache *ristretto.Cache[uint64, blockedEntry]
 	gen   atomic.Uint64 // entries of older generations are void
 }
 
@@ -39,13 +43,19 @@ func (b *blockedCache) start(size int) error {
 	if err != nil {
 		return fmt.Errorf("creating the blocked cache: %w", err)
 	}
-	b.cache.Store(c)
+	b.mu.Lock()
+	b.cache = c
+	b.mu.Unlock()
 	return nil
 }
 
 // close stops the cache; it remembers nothing from then on.
 func (b *blockedCache) close() {
-	if c := b.cache.Swap(nil); c != nil {
+	b.mu.Lock()
+	c := b.cache
+	b.cache = nil
+	b.mu.Unlock()
+	if c != nil {
 		c.Close()
 	}
 }
@@ -53,7 +63,9 @@ func (b *blockedCache) close() {
 // answer fills res and reports true if one of the keys is known to be
 // denied until later than now.
 func (b *blockedCache) answer(now time.Time, reqs []limiter.Request, res []limiter.Result) bool {
-	c := b.cache.Load()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	c := b.cache
 	if c == nil {
 		return false
 	}
@@ -77,7 +89,9 @@ func (b *blockedCache) answer(now time.Time, reqs []limiter.Request, res []limit
 // A full concurrency zone is not remembered: a slot may free at any moment,
 // and a holder of a lease is let in even at the cap.
 func (b *blockedCache) remember(now time.Time, reqs []limiter.Request, res []limiter.Result) {
-	c := b.cache.Load()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	c := b.cache
 	if c == nil {
 		return
 	}
@@ -92,8 +106,10 @@ func (b *blockedCache) remember(now time.Time, reqs []limiter.Request, res []lim
 
 // forget drops k.
 func (b *blockedCache) forget(k limiter.Key) {
-	if c := b.cache.Load(); c != nil {
-		c.Del(uint64(k))
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.cache != nil {
+		b.cache.Del(uint64(k))
 	}
 }
 
@@ -103,7 +119,9 @@ func (b *blockedCache) forgetAll() { b.gen.Add(1) }
 
 // wait returns once the entries remembered so far can be read.
 func (b *blockedCache) wait() {
-	if c := b.cache.Load(); c != nil {
-		c.Wait()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	if b.cache != nil {
+		b.cache.Wait()
 	}
 }

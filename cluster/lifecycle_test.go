@@ -89,7 +89,7 @@ func probingNode(t *testing.T) (*Node, *peer) {
 		t.Fatal(err)
 	}
 	p := &peer{node: n, member: Member{Name: "p"}, queue: make(chan *call, 1), stop: make(chan struct{})}
-	n.peers.put("p", p)
+	n.peers.peers["p"] = p
 	p.breaker.failure(time.Now().Add(-time.Minute)) // open, and past its backoff
 	return n, p
 }

@@ -126,7 +126,7 @@ func (d delegate) NotifyAlive(peer *memberlist.Node) error {
 		err = d.n.compatible(m)
 	}
 	if err != nil {
-		if d.n.peers.refuse(peer.Name) {
+		if d.n.members.refuse(peer.Name) {
 			d.n.log.Error("refusing node", "node", peer.Name, "address", peer.Address(), "reason", err.Error())
 		}
 		return fmt.Errorf("refusing %s: %w", peer.Name, err)

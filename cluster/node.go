@@ -53,10 +53,10 @@ func (s Source) String() string {
 //
 // A Node is safe for concurrent use.
 type Node struct {
-	cfg   Config
-	name  string
-	self  atomic.Pointer[Member] // its peer address can be learnt after start
-	alone bool                   // Standalone: never networked
+	cfg        Config
+	name       string
+	self       atomic.Pointer[Member] // its peer address can be learnt after start
+	standalone bool                   // never networked: see Standalone
 
 	engine   *limiter.Engine  // the counters this node owns
 	fallback *fallbackCounter // decides for owners it cannot reach
@@ -111,12 +111,14 @@ type ringState struct {
 }
 
 // Standalone returns a node that owns every key, Tollgate without a
-// cluster: a ring of one member that never starts a network.
+// cluster: a ring of one member that never starts a network. It has no
+// secret; the caches of what other owners said are never consulted, so
+// they are kept minimal.
 func Standalone(engine *limiter.Engine) *Node {
-	cfg := Config{Name: "local", Logger: slog.New(slog.DiscardHandler)}
+	cfg := Config{Name: "local", BlockedKeys: 1, Logger: slog.New(slog.DiscardHandler)}
 	cfg.setDefaults()
 	n := newNode(cfg, engine, keyhash.FromKey(0, 0))
-	n.alone = true
+	n.standalone = true
 	return n
 }
 
@@ -144,7 +146,8 @@ func New(cfg Config, engine *limiter.Engine) (*Node, error) {
 	return newNode(cfg, engine, keyhash.New(cfg.Secret, "tollgate ring v1")), nil
 }
 
-// newNode builds a node and its parts from a checked cfg.
+// newNode builds a node and its parts from cfg, with its defaults set
+// (checked, unless the node is standalone and never networks).
 func newNode(cfg Config, engine *limiter.Engine, hasher keyhash.Hasher) *Node {
 	maxKeys := engine.Stats().MaxKeys
 	n := &Node{
@@ -177,7 +180,7 @@ func newNode(cfg Config, engine *limiter.Engine, hasher keyhash.Hasher) *Node {
 // has released what it bound and can only be closed. A standalone node has
 // nothing to start.
 func (n *Node) Start() error {
-	if n.alone {
+	if n.standalone {
 		return nil
 	}
 	if !n.started.CompareAndSwap(false, true) {
@@ -293,6 +296,9 @@ func (n *Node) TakeFor(now time.Time, client limiter.Key, reqs []limiter.Request
 
 // takeFor is TakeFor, with the score unknownScore when not learnt.
 func (n *Node) takeFor(now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
+	if len(reqs) == 0 {
+		return true, SourceOwner, unknownScore // nothing asked, nobody to ask
+	}
 	st := n.state.Load()
 	owner, same := n.commonOwner(st.ring, reqs)
 	if !same {
@@ -322,7 +328,7 @@ func (n *Node) takeAway(st *ringState, owner Member, clientOwner string, now tim
 // Peek returns what Take would answer, spending nothing.
 func (n *Node) Peek(now time.Time, reqs []limiter.Request, res []limiter.Result) Source {
 	st := n.state.Load()
-	var src Source
+	src := SourceOwner
 	for i := range reqs {
 		owner, _ := st.ring.Owner(reqs[i].Key.Route())
 		_, src, _ = n.takeAt(st, owner, now, actPeek, 0, reqs[i:i+1], res[i:i+1])
@@ -350,9 +356,11 @@ func (n *Node) commonOwner(r *Ring, reqs []limiter.Request) (Member, bool) {
 // client's owner, if among them, goes first and applies its reputation.
 func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
 	type group struct {
-		owner Member
-		idx   []int
-		src   Source
+		owner  Member
+		idx    []int
+		src    Source
+		client limiter.Key       // the client its owner scored, if any
+		taken  []limiter.Request // as taken: limits scaled by the score
 	}
 	var groups []*group
 	clientOwner := "" // the node keeping the client's score
@@ -392,6 +400,7 @@ func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs
 		} else if client != 0 {
 			sub = n.scaleFor(score, sub, sub)
 		}
+		g.client, g.taken = c, sub
 		ok, s, sc := n.takeAt(st, g.owner, now, actTake, c, sub, subRes)
 		switch {
 		case c != 0:
@@ -408,7 +417,7 @@ func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs
 		}
 		if !ok {
 			for _, done := range groups[:gi] {
-				n.refund(st, done.owner, done.src, now, reqs, done.idx)
+				n.refund(st, done.owner, done.src, done.client, now, done.taken)
 			}
 			// Zones of owners not asked yet: unknown.
 			for _, later := range groups[gi+1:] {
@@ -423,24 +432,19 @@ func (n *Node) takeAcross(st *ringState, now time.Time, client limiter.Key, reqs
 }
 
 // refund gives back what an earlier owner granted in a batch that a later
-// owner denied (a lease claimed is released).
-func (n *Node) refund(st *ringState, owner Member, src Source, now time.Time, reqs []limiter.Request, idx []int) {
-	sub := make([]limiter.Request, len(idx))
-	for k, i := range idx {
-		sub[k] = reqs[i]
-	}
+// owner denied (a lease claimed is released), with the limits it was
+// taken with: a token bucket's refund depends on its quota.
+func (n *Node) refund(st *ringState, owner Member, src Source, client limiter.Key, now time.Time, taken []limiter.Request) {
 	switch src {
 	case SourceOwner:
-		for _, r := range sub {
+		for _, r := range taken {
 			n.engine.Refund(now, r)
 		}
 	case SourceFallback:
-		for _, r := range sub {
-			r.Limit = r.Limit.Scale(n.fallback.ratio())
-			n.fallback.Refund(now, r)
-		}
+		scaled, _ := n.fallbackLimits(client, taken, make([]limiter.Request, 0, len(taken)))
+		n.fallback.refund(now, scaled)
 	case SourcePeer:
-		n.takeAt(st, owner, now, actRefund, 0, sub, make([]limiter.Result, len(sub)))
+		n.takeAt(st, owner, now, actRefund, 0, taken, make([]limiter.Result, len(taken)))
 	}
 }
 
@@ -554,34 +558,12 @@ func apply(e *limiter.Engine, now time.Time, op action, client limiter.Key, reqs
 // outside (0, 1] means DefaultFallbackRatio.
 func (n *Node) SetFallback(mode FallbackMode, ratio float64) { n.fallback.set(mode, ratio) }
 
-// fallbackTake decides for an owner that cannot be reached.
+// fallbackTake decides for an owner that cannot be reached, with the
+// limits scaled for fallback.
 func (n *Node) fallbackTake(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, float64) {
-	switch n.fallback.mode() {
-	case FallbackOpen:
-		for i := range res {
-			res[i] = limiter.Result{Allowed: true, Remaining: -1}
-		}
-		return true, limiter.FullScore
-	case FallbackClosed:
-		if op != actTake {
-			return true, limiter.FullScore
-		}
-		for i := range res {
-			res[i] = limiter.Result{Reset: time.Second, RetryAfter: time.Second}
-		}
-		return false, limiter.FullScore
-	}
 	var buf [8]limiter.Request
 	scaled, none := n.fallbackLimits(client, reqs, buf[:])
-	if none >= 0 && op == actTake {
-		// The owner said this zone had next to nothing left: deny here.
-		for i := range res {
-			res[i] = limiter.Result{Allowed: true, Remaining: -1}
-		}
-		res[none] = limiter.Result{Reset: time.Second, RetryAfter: time.Second}
-		return false, limiter.FullScore
-	}
-	return apply(n.fallback.Engine, now, op, client, scaled, res)
+	return n.fallback.decide(now, op, client, scaled, none, res)
 }
 
 // Forget drops keys from this node's caches of blocked keys and scores.

@@ -18,7 +18,7 @@ const (
 	msgGrantDelete byte = 18 // key → found
 	msgRelease     byte = 19 // key, lease ID → held
 	msgLeases      byte = 20 // key → leases
-	msgReputation  byte = 21 // client key → score
+	msgReputation  byte = 21 // client key → score (float64)
 	msgRepBuckets  byte = 22 // → counts per bucket
 )
 
@@ -78,7 +78,7 @@ func (n *Node) query(kind byte, d *decoder, enc *encoder) error {
 		if d.err != nil {
 			return d.err
 		}
-		enc.u32(math.Float32bits(float32(n.engine.Reputation(now, k))))
+		enc.u64(math.Float64bits(n.engine.Reputation(now, k)))
 	case msgRepBuckets:
 		counts := n.engine.ReputationBuckets(now)
 		enc.u16(len(counts))
@@ -233,7 +233,7 @@ func (n *Node) reputationAt(name string, key limiter.Key, within time.Duration) 
 	if err != nil {
 		return 0, err
 	}
-	return float64(math.Float32frombits(d.u32())), d.err
+	return math.Float64frombits(d.u64()), d.err
 }
 
 // ReputationBuckets counts, across the cluster, the clients on record in

@@ -2,16 +2,15 @@ package cluster
 
 import "sync"
 
-// peerSet holds the node's connections to its peers, one per member (and
-// per member still leaving), and the nodes it refused.
+// peerSet holds the node's connections to its peers: one per member, and
+// per member still leaving. A peerSet is safe for concurrent use.
 type peerSet struct {
-	mu      sync.Mutex
-	peers   map[string]*peer
-	refused map[string]bool // nodes refused, logged once each
+	mu    sync.Mutex
+	peers map[string]*peer
 }
 
 func newPeerSet() *peerSet {
-	return &peerSet{peers: make(map[string]*peer), refused: make(map[string]bool)}
+	return &peerSet{peers: make(map[string]*peer)}
 }
 
 // get returns the peer called name, or nil.
@@ -32,18 +31,12 @@ func (s *peerSet) all() []*peer {
 	return out
 }
 
-// put sets the peer called name, replacing any.
-func (s *peerSet) put(name string, p *peer) {
-	s.mu.Lock()
-	s.peers[name] = p
-	s.mu.Unlock()
-}
-
-// match keeps one peer for each of members, made by dial, replacing those
-// whose peer address changed, and drops the peers that are neither members
-// nor kept. It returns the peers dropped or replaced, for the caller to
-// close.
-func (s *peerSet) match(members []Member, keep func(name string) bool, dial func(Member) *peer) []*peer {
+// match keeps one peer for each of members, made by newPeer, replacing
+// those whose peer address changed, and drops the peers that are neither
+// members nor kept. It returns the peers dropped or replaced, for the
+// caller to close. keep and newPeer run under the set's lock and must not
+// use the set.
+func (s *peerSet) match(members []Member, keep func(name string) bool, newPeer func(Member) *peer) []*peer {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	want := make(map[string]bool, len(members))
@@ -54,7 +47,7 @@ func (s *peerSet) match(members []Member, keep func(name string) bool, dial func
 			if ok {
 				gone = append(gone, p)
 			}
-			s.peers[m.Name] = dial(m)
+			s.peers[m.Name] = newPeer(m)
 		}
 	}
 	for name, p := range s.peers {
@@ -76,14 +69,4 @@ func (s *peerSet) takeAll() []*peer {
 	}
 	s.peers = map[string]*peer{}
 	return out
-}
-
-// refuse records that the node called name was refused, and reports
-// whether it is the first time.
-func (s *peerSet) refuse(name string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	first := !s.refused[name]
-	s.refused[name] = true
-	return first
 }

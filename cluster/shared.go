@@ -90,9 +90,16 @@ func (s *sharedStore) vet(name string, value []byte) error {
 	return nil
 }
 
+// setCheck sets the function that vets values before they are kept.
+func (s *sharedStore) setCheck(check func(name string, value []byte) error) { s.check.Store(&check) }
+
+// setHandler sets the function values from other nodes are handed to.
+func (s *sharedStore) setHandler(fn func(name string, v SharedValue)) { s.handler.Store(&fn) }
+
 // publish makes value the shared value called name, published by origin
-// now (or just after the value it replaces), and returns it.
-func (s *sharedStore) publish(origin, name string, value []byte) SharedValue {
+// now (or just after the value it replaces), and returns it with its
+// sealed message for the other members.
+func (s *sharedStore) publish(origin, name string, value []byte) (SharedValue, []byte) {
 	s.mu.Lock()
 	v := SharedValue{Value: slices.Clone(value), Version: time.Now().UnixNano(), Origin: origin}
 	if cur, ok := s.values[name]; ok && v.Version <= cur.Version {
@@ -101,7 +108,7 @@ func (s *sharedStore) publish(origin, name string, value []byte) SharedValue {
 	s.values[name] = v
 	s.mu.Unlock()
 	s.onChange()
-	return v
+	return v, encodeShared(s.key, name, v)
 }
 
 // get returns the shared value called name, if there is one.
@@ -196,15 +203,17 @@ func (s *sharedStore) mergeState(b []byte) {
 // uses it: a value from another node that it refuses is dropped (and not
 // passed on); one restored from storage too.
 func (n *Node) SetSharedCheck(check func(name string, value []byte) error) {
-	n.shared.check.Store(&check)
+	n.shared.setCheck(check)
 }
 
 // Publish makes value the cluster's shared value called name and sends it
 // to every member. Nodes that cannot be reached now get it in the next state
 // sync.
 func (n *Node) Publish(name string, value []byte) SharedValue {
-	v := n.shared.publish(n.name, name, value)
-	msg := encodeShared(n.shared.key, name, v)
+	v, msg := n.shared.publish(n.name, name, value)
+	if !n.running.Load() {
+		return v // not networked (standalone, or not started): state sync carries it later
+	}
 	for _, m := range n.members.gossipNodes(n.name) {
 		if err := n.ml.SendReliable(m, msg); err != nil {
 			n.log.Warn("sending a shared value; the next state sync will carry it", "name", name, "to", m.Name, "error", err.Error())
@@ -223,7 +232,7 @@ func (n *Node) Restore(name string, v SharedValue) { n.shared.merge(name, v, fal
 // OnShared sets the function called (on its own goroutine, in order) when
 // another node's newer shared value arrives. A config reload replaces it.
 func (n *Node) OnShared(fn func(name string, v SharedValue)) {
-	n.shared.handler.Store(&fn)
+	n.shared.setHandler(fn)
 }
 
 // encodeShared seals one shared value message with key:

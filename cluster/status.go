@@ -39,12 +39,12 @@ func (n *Node) Status() Status {
 	st := n.state.Load()
 	s := Status{
 		Node:            n.name,
-		Standalone:      n.alone,
+		Standalone:      n.standalone,
 		RingFingerprint: st.ring.Fingerprint(),
 		PeersInFallback: []string{},
 	}
 	shares := st.ring.Shares()
-	if !n.alone {
+	if !n.standalone {
 		s.FallbackMode = n.fallback.mode().String()
 		s.FallbackRatio = n.fallback.ratio()
 		s.FallbackKeys = n.fallback.Stats().Keys

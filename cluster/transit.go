@@ -8,7 +8,8 @@ import (
 
 // transit holds counters extracted for a hand-off and not yet delivered.
 // A new owner that pulls a key meanwhile gets it from here, and the push
-// then skips it, so a counter is delivered once.
+// then skips it, so a counter is delivered once. A transit is safe for
+// concurrent use.
 type transit struct {
 	mu     sync.Mutex
 	states map[limiter.Key]limiter.State

@@ -73,6 +73,7 @@ func BenchmarkTake(b *testing.B) {
 			use := readUsage(b)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
+				labelGoroutine(nodes[0].Name(), "caller")
 				var mine []time.Duration
 				req := make([]limiter.Request, 1)
 				res := make([]limiter.Result, 1)

@@ -243,3 +243,40 @@ func (u usage) report(b *testing.B, idleRate float64) {
 		b.ReportMetric(float64(now.written-u.written)/n, "written-B/op")
 	}
 }
+
+// A node alone pays nothing for clustering: a standalone node and a node
+// whose ring has one member count without allocating and note nothing for
+// replication, and a started node alone sends no replica.
+func TestSingleNodePaysNothingForClustering(t *testing.T) {
+	lim := limiter.Limit{Quota: 1 << 30, Window: time.Hour}
+	unstarted, err := New(testConfig(), limiter.New(limiter.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := startNode(t, testConfig())
+	for _, tc := range []struct {
+		name string
+		node *Node
+	}{{"standalone", Standalone(limiter.New(limiter.Config{}))}, {"one-member ring", unstarted}, {"started alone", started}} {
+		req := make([]limiter.Request, 1)
+		res := make([]limiter.Result, 1)
+		i := 0
+		allocs := testing.AllocsPerRun(1000, func() {
+			i++
+			req[0] = limiter.Request{Key: limiter.Key(i), Zone: 1, Limit: lim}
+			if ok, src := tc.node.Take(time.Now(), req, res); !ok || src != SourceOwner {
+				t.Fatalf("%s: a check was %v by %v", tc.name, ok, src)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %.1f allocations per check, want 0", tc.name, allocs)
+		}
+		if n := tc.node.dirty.len(); n != 0 {
+			t.Errorf("%s: %d keys noted for replication", tc.name, n)
+		}
+	}
+	time.Sleep(3 * ReplicateEvery)
+	if b := started.replicaBytes.Load(); b != 0 {
+		t.Errorf("a node alone sent %d bytes of replicas", b)
+	}
+}

@@ -17,9 +17,16 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
+// spreadKeys is how many keys forwarded_spread cycles through: enough that
+// a key is seldom counted twice within a replication interval, so every
+// check is replicated on its own (the most replication traffic per check).
+const spreadKeys = 200_000
+
 // BenchmarkTake measures checks through node 0 of a 3-node cluster on
 // loopback, with 64 callers at once (as a busy Caddy would have): keys the
-// node owns, and keys owned by the two others (forwarded over peer RPC).
+// node owns, and keys owned by the two others (forwarded over peer RPC),
+// 1000 of each (so a key changes many times in a replication interval and
+// is replicated once), and forwarded checks spread over spreadKeys keys.
 //
 // Wall time per check (ns/op) on a machine with few shared cores says
 // little about cost, so it also reports what the checks cost the process,
@@ -48,7 +55,7 @@ func BenchmarkTake(b *testing.B) {
 	time.Sleep(2 * cfg.HandoffWindow)
 	h := keyhash.New([]byte("bench"), "keys")
 	var own, remote []limiter.Key
-	for i := 0; len(own) < 1000 || len(remote) < 1000; i++ {
+	for i := 0; len(own) < 1000 || len(remote) < spreadKeys; i++ {
 		k := limiter.ZoneKey(h.String(fmt.Sprint(i)), 1)
 		if nodes[0].Owner(k).Name == nodes[0].Name() {
 			own = append(own, k)
@@ -61,7 +68,7 @@ func BenchmarkTake(b *testing.B) {
 	for _, run := range []struct {
 		name string
 		keys []limiter.Key
-	}{{"owned", own[:1000]}, {"forwarded", remote[:1000]}} {
+	}{{"owned", own[:1000]}, {"forwarded", remote[:1000]}, {"forwarded_spread", remote}} {
 		b.Run(run.name, func(b *testing.B) {
 			framesBefore, itemsBefore := nodes[0].Status().PeerFrames, nodes[0].Status().PeerItems
 			replBefore := replicaBytes(nodes)

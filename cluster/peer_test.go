@@ -110,3 +110,78 @@ func TestEveryCallToASilentPeerReturns(t *testing.T) {
 		}
 	}
 }
+
+// A busy peer that answers everything: no call waits for its deadline (a
+// lost wake-up of the writer or the watcher would leave a call queued
+// until then, and the check would fall back). The deadline is far away,
+// so only a call that was never sent or never completed reaches it.
+func TestNoCallToAnAnsweringPeerWaitsForItsDeadline(t *testing.T) {
+	cfg := testConfig()
+	cfg.CallTimeout = 20 * time.Second
+	first := startNode(t, cfg)
+	second := startNode(t, cfg, first.GossipAddr())
+	waitConverged(t, []*Node{first, second}, 2)
+	var keys []limiter.Key
+	for i := 0; len(keys) < 500; i++ {
+		if k := limiter.ZoneKey(uint64(i+1)*0x9E3779B97F4A7C15, 1); first.Owner(k).Name == second.Name() {
+			keys = append(keys, k)
+		}
+	}
+	lim := limiter.Limit{Quota: 1 << 30, Window: time.Hour}
+	errs := make(chan string, 64)
+	for g := range 64 {
+		go func() {
+			req := make([]limiter.Request, 1)
+			res := make([]limiter.Result, 1)
+			for i := range 200 {
+				req[0] = limiter.Request{Key: keys[(g*200+i)%len(keys)], Zone: 1, Limit: lim}
+				if _, src := first.Take(time.Now(), req, res); src == SourceFallback {
+					errs <- "a check to an answering owner fell back"
+					return
+				}
+			}
+			errs <- ""
+		}()
+	}
+	for range 64 {
+		if e := <-errs; e != "" {
+			t.Fatal(e)
+		}
+	}
+}
+
+// The same at the peer alone, with nothing else (no pings, no other
+// messages) to wake its writer: a call the writer is not woken for waits
+// until its deadline and fails.
+func TestEveryCallWakesTheWriter(t *testing.T) {
+	server := startNode(t, testConfig())
+	n, err := New(testConfig(), limiter.New(limiter.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPeer(n, Member{Name: server.Name(), PeerAddr: server.PeerAddr()})
+	defer p.close()
+	eventually(t, 2*time.Second, "connected", p.connected.Load)
+	lim := limiter.Limit{Quota: 1 << 30, Window: time.Hour}
+	for _, callers := range []int{1, 64} {
+		errs := make(chan error, callers)
+		for g := range callers {
+			go func() {
+				var res [1]limiter.Result
+				for i := range 200 {
+					req := []limiter.Request{{Key: limiter.Key(g<<16 | i + 1), Zone: 1, Limit: lim}}
+					if err := p.do(newTakeCall(actTake, 0, req, res[:]), time.Now().Add(20*time.Second)); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range callers {
+			if err := <-errs; err != nil {
+				t.Fatalf("%d callers: a call to an answering peer: %v", callers, err)
+			}
+		}
+	}
+}

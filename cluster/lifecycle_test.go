@@ -88,7 +88,7 @@ func probingNode(t *testing.T) (*Node, *peer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &peer{node: n, member: Member{Name: "p"}, queue: make(chan *call, 1), stop: make(chan struct{})}
+	p := &peer{node: n, member: Member{Name: "p"}, stop: make(chan struct{})}
 	n.peers.peers["p"] = p
 	p.breaker.failure(time.Now().Add(-time.Minute)) // open, and past its backoff
 	return n, p

@@ -519,11 +519,7 @@ func (n *Node) penalizeAsync(owner string, client limiter.Key) {
 	if p == nil || !p.connected.Load() {
 		return
 	}
-	c := newTakeCall(actPenalize, client, nil, nil)
-	select {
-	case p.queue <- c:
-	default: // a full queue: the penalty is lost, the denial is not
-	}
+	p.post(newTakeCall(actPenalize, client, nil, nil)) // a full queue loses the penalty, not the denial
 }
 
 // local performs op on this node's own engine, and notes the keys it

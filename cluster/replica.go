@@ -24,54 +24,6 @@ import (
 // successors: the most a crash can lose.
 const ReplicateEvery = 5 * time.Millisecond
 
-// dirtyKeys is the set of keys an owner changed since it last replicated.
-type dirtyKeys struct {
-	mu   sync.Mutex
-	keys map[limiter.Key]struct{}
-}
-
-// note records changed keys.
-func (d *dirtyKeys) note(reqs []limiter.Request, client limiter.Key) {
-	d.mu.Lock()
-	if d.keys == nil {
-		d.keys = make(map[limiter.Key]struct{})
-	}
-	for i := range reqs {
-		d.keys[reqs[i].Key] = struct{}{}
-	}
-	if client != 0 {
-		d.keys[client] = struct{}{}
-	}
-	d.mu.Unlock()
-}
-
-// noteKeys records changed keys, given as states.
-func (d *dirtyKeys) noteStates(states []limiter.State) {
-	d.mu.Lock()
-	if d.keys == nil {
-		d.keys = make(map[limiter.Key]struct{})
-	}
-	for _, s := range states {
-		d.keys[s.Key] = struct{}{}
-	}
-	d.mu.Unlock()
-}
-
-// drain returns the keys noted and starts a new set.
-func (d *dirtyKeys) drain() []limiter.Key {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.keys) == 0 {
-		return nil
-	}
-	out := make([]limiter.Key, 0, len(d.keys))
-	for k := range d.keys {
-		out = append(out, k)
-	}
-	clear(d.keys)
-	return out
-}
-
 // replicaStore holds the counters this node keeps as a successor.
 type replicaStore struct {
 	mu     sync.Mutex
@@ -301,12 +253,5 @@ func (n *Node) resync(now time.Time, prev, ring *Ring) {
 		}
 		return true
 	})
-	if len(keys) > 0 {
-		n.dirty.note(nil, 0)
-		n.dirty.mu.Lock()
-		for _, k := range keys {
-			n.dirty.keys[k] = struct{}{}
-		}
-		n.dirty.mu.Unlock()
-	}
+	n.dirty.noteKeys(keys)
 }

@@ -35,6 +35,7 @@ func (n *Node) serve() {
 // before a single frame is read.
 func (n *Node) serveConn(raw net.Conn) {
 	defer n.wg.Done()
+	labelGoroutine(n.name, "peer-server")
 	defer raw.Close()
 	conn, err := serverHandshake(raw, n.authKey, time.Now().Add(2*time.Second))
 	if err != nil {

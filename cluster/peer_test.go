@@ -1,0 +1,188 @@
+package cluster
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// silentPeer returns a peer of a fresh node connected to a server that
+// reads frames and never answers.
+func silentPeer(t *testing.T) *peer {
+	t.Helper()
+	n, err := New(testConfig(), limiter.New(limiter.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := silentServer(t, n)
+	p := newPeer(n, Member{Name: "silent", PeerAddr: addr})
+	t.Cleanup(p.close)
+	eventually(t, 2*time.Second, "connected", p.connected.Load)
+	return p
+}
+
+// Calls have no timer of their own: the peer's watcher fails them at their
+// deadline, never before it, and a call with an early deadline queued
+// behind one with a late deadline is failed at its own.
+func TestCallsTimeOutAtTheirOwnDeadline(t *testing.T) {
+	p := silentPeer(t)
+	var res [1]limiter.Result
+	req := []limiter.Request{{Key: 1, Cost: 1, Limit: limitOf(10)}}
+
+	late := time.Now().Add(time.Minute)
+	lateDone := make(chan error, 1)
+	go func() { lateDone <- p.do(newTakeCall(actTake, 0, req, res[:]), late) }()
+	eventually(t, 2*time.Second, "the late call sent", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.pending) == 1
+	})
+
+	for _, wait := range []time.Duration{0, time.Millisecond, 30 * time.Millisecond} {
+		deadline := time.Now().Add(wait)
+		err := doOrGiveUp(t, p, newTakeCall(actTake, 0, req, res[:]), deadline)
+		if !errors.Is(err, errTimeout) {
+			t.Fatalf("a call to a silent peer with a deadline in %s: %v, want a time-out", wait, err)
+		}
+		if time.Now().Before(deadline) {
+			t.Fatalf("a call with a deadline in %s timed out before it", wait)
+		}
+	}
+	// A query (not batched) is watched the same way.
+	c := newCall(msgPing)
+	if err := doOrGiveUp(t, p, c, time.Now().Add(5*time.Millisecond)); !errors.Is(err, errTimeout) {
+		t.Fatalf("a ping to a silent peer: %v, want a time-out", err)
+	}
+	select {
+	case err := <-lateDone:
+		t.Fatalf("the call with a deadline a minute away returned early: %v", err)
+	default:
+	}
+	p.close()
+	if err := <-lateDone; !errors.Is(err, errClosed) {
+		t.Fatalf("a waiting call when the peer closed: %v, want closed", err)
+	}
+	if err := p.do(newTakeCall(actTake, 0, req, res[:]), time.Now().Add(time.Minute)); err == nil {
+		t.Fatal("a call to a closed peer succeeded")
+	}
+}
+
+// doOrGiveUp is p.do, failing the test if the call has not returned long
+// after its deadline.
+func doOrGiveUp(t *testing.T, p *peer, c *call, deadline time.Time) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- p.do(c, deadline) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(time.Until(deadline) + 10*time.Second):
+		t.Fatal("a call did not return at its deadline")
+		return nil
+	}
+}
+
+// Many callers at once against a silent peer: every call returns, by its
+// deadline's watcher, and none is lost between the queue and the frame in
+// flight (where the writer holds takes while one frame awaits its reply).
+func TestEveryCallToASilentPeerReturns(t *testing.T) {
+	p := silentPeer(t)
+	done := make(chan error, 64*20)
+	for g := range 64 {
+		go func() {
+			var res [1]limiter.Result
+			for i := range 20 {
+				req := []limiter.Request{{Key: limiter.Key(g<<8 | i + 1), Cost: 1, Limit: limitOf(10)}}
+				done <- p.do(newTakeCall(actTake, 0, req, res[:]), time.Now().Add(time.Duration(i%5)*time.Millisecond))
+			}
+		}()
+	}
+	for range 64 * 20 {
+		select {
+		case err := <-done:
+			if !errors.Is(err, errTimeout) {
+				t.Fatalf("a call to a silent peer: %v, want a time-out", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("calls to a silent peer never returned")
+		}
+	}
+}
+
+// A busy peer that answers everything: no call waits for its deadline (a
+// lost wake-up of the writer or the watcher would leave a call queued
+// until then, and the check would fall back). The deadline is far away,
+// so only a call that was never sent or never completed reaches it.
+func TestNoCallToAnAnsweringPeerWaitsForItsDeadline(t *testing.T) {
+	cfg := testConfig()
+	cfg.CallTimeout = 20 * time.Second
+	cfg.Gossip = GossipTuning{} // the default: a busy machine does not split the two
+	first := startNode(t, cfg)
+	second := startNode(t, cfg, first.GossipAddr())
+	waitConverged(t, []*Node{first, second}, 2)
+	var keys []limiter.Key
+	for i := 0; len(keys) < 500; i++ {
+		if k := limiter.ZoneKey(uint64(i+1)*0x9E3779B97F4A7C15, 1); first.Owner(k).Name == second.Name() {
+			keys = append(keys, k)
+		}
+	}
+	lim := limiter.Limit{Quota: 1 << 30, Window: time.Hour}
+	errs := make(chan string, 64)
+	for g := range 64 {
+		go func() {
+			req := make([]limiter.Request, 1)
+			res := make([]limiter.Result, 1)
+			for i := range 200 {
+				req[0] = limiter.Request{Key: keys[(g*200+i)%len(keys)], Zone: 1, Limit: lim}
+				if _, src := first.Take(time.Now(), req, res); src == SourceFallback {
+					errs <- "a check to an answering owner fell back"
+					return
+				}
+			}
+			errs <- ""
+		}()
+	}
+	for range 64 {
+		if e := <-errs; e != "" {
+			t.Fatal(e)
+		}
+	}
+}
+
+// The same at the peer alone, with nothing else (no pings, no other
+// messages) to wake its writer: a call the writer is not woken for waits
+// until its deadline and fails.
+func TestEveryCallWakesTheWriter(t *testing.T) {
+	server := startNode(t, testConfig())
+	n, err := New(testConfig(), limiter.New(limiter.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPeer(n, Member{Name: server.Name(), PeerAddr: server.PeerAddr()})
+	defer p.close()
+	eventually(t, 2*time.Second, "connected", p.connected.Load)
+	lim := limiter.Limit{Quota: 1 << 30, Window: time.Hour}
+	for _, callers := range []int{1, 64} {
+		errs := make(chan error, callers)
+		for g := range callers {
+			go func() {
+				var res [1]limiter.Result
+				for i := range 200 {
+					req := []limiter.Request{{Key: limiter.Key(g<<16 | i + 1), Zone: 1, Limit: lim}}
+					if err := p.do(newTakeCall(actTake, 0, req, res[:]), time.Now().Add(20*time.Second)); err != nil {
+						errs <- err
+						return
+					}
+				}
+				errs <- nil
+			}()
+		}
+		for range callers {
+			if err := <-errs; err != nil {
+				t.Fatalf("%d callers: a call to an answering peer: %v", callers, err)
+			}
+		}
+	}
+}

@@ -286,3 +286,24 @@ func (n *Node) fallbackLimits(client limiter.Key, reqs []limiter.Request, buf []
 	}
 	return scaled, none
 }
+
+// Late answers. A call its caller gave up on may still reach the owner and
+// be counted there, though the caller decided it in fallback (where it is
+// counted too, and reconciled). When the owner's answer to such a call
+// arrives after all and says it admitted it, the caller gives the units
+// back at the owner: the request is counted once, where it was decided.
+func (p *peer) giveBack(c *call) {
+	if len(c.item) == 0 || c.item[0] != opOf(actTake) {
+		return
+	}
+	r := newCall(msgTake)
+	r.item = append(r.buf[:0], c.item...)
+	r.item[0] = opOf(actRefund)
+	go p.do(r, time.Now().Add(max(p.node.cfg.CallTimeout, time.Second)))
+}
+
+var clockStart = time.Now()
+
+// clock is a monotonic clock in nanoseconds (it runs while the process is
+// stopped).
+func clock() int64 { return int64(time.Since(clockStart)) }

@@ -87,6 +87,7 @@ func (n *Node) query(kind byte, d *decoder, enc *encoder) error {
 		}
 	case msgGather:
 		return n.answerGather(d, enc)
+
 	default:
 		return fmt.Errorf("unknown query %d", kind)
 	}
@@ -139,7 +140,7 @@ func (n *Node) askNodeWithin(name string, kind byte, body []byte, within time.Du
 		p.noteFailure(err) // resolves the breaker's probe, if this was it
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, name, err)
 	}
-	p.breaker.success()
+	n.answered(p, false)
 	return &decoder{b: c.reply}, nil
 }
 

@@ -66,14 +66,16 @@ func newTakeCall(a action, client limiter.Key, reqs []limiter.Request, res []lim
 }
 
 // finish completes c unless its caller has given up on it; fill writes
-// the results while the caller is still waiting.
-func (c *call) finish(fill func(*call)) {
+// the results while the caller is still waiting. It reports whether the
+// caller was still waiting.
+func (c *call) finish(fill func(*call)) bool {
 	if !c.state.CompareAndSwap(callPending, callFilling) {
-		return
+		return false
 	}
 	fill(c)
 	c.state.Store(callDone)
 	close(c.done)
+	return true
 }
 
 // peer is this node's client of one other node: a persistent connection
@@ -87,6 +89,7 @@ type peer struct {
 
 	breaker   breaker
 	connected atomic.Bool
+	heard     atomic.Int64 // when the last frame came from the peer (monotonic ns, see clock)
 
 	mu      sync.Mutex
 	conn    *secureConn
@@ -238,6 +241,7 @@ func (p *peer) noteFailure(err error) {
 		p.node.log.Warn("peer unreachable: counting its keys in fallback", "peer", p.member.Name, "error", err.Error())
 		p.node.fallbackActivations.Add(1)
 	}
+	p.node.watchReturn(p)
 }
 
 func (p *peer) retryIn() time.Duration {
@@ -375,6 +379,7 @@ func (p *peer) read(conn *secureConn) error {
 			return err
 		}
 		buf = frame[:cap(frame)]
+		p.heard.Store(clock())
 		d := &decoder{b: frame}
 		kind, id, status := d.u8(), d.u32(), d.u8()
 		if d.err != nil || kind&replyBit == 0 {
@@ -428,10 +433,12 @@ func (p *peer) read(conn *secureConn) error {
 				if d.err != nil {
 					return d.err
 				}
-				c.finish(func(c *call) {
+				if !c.finish(func(c *call) {
 					c.allowed, c.score = allowed, score
 					copy(c.res, res)
-				})
+				}) && allowed {
+					p.giveBack(c) // its caller decided it in fallback
+				}
 			}
 		}
 	}

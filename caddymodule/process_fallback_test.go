@@ -170,3 +170,37 @@ func TestProcessClusterBusyOwnerCountsExactly(t *testing.T) {
 		t.Logf("round %d: %d admitted, decided by %v", round, admitted, by)
 	}
 }
+
+// The same busy run with one of the three nodes frozen (SIGSTOP) the whole
+// time, the load on the two others. A key of a live owner is counted
+// exactly: 100. A key of the frozen node is decided in fallback, each node
+// within its cap (0.4 × 100, the owner having said nothing of it), so at
+// most 80 pass while it is frozen; once it runs again and has heard what
+// was admitted, the window's total is at most the limit.
+func TestProcessClusterBusyWithAFrozenNodeStaysWithinTheBound(t *testing.T) {
+	procs := startCluster(t, 3, 100)
+	keys := ownedKeys(t, procs, "frozen")
+	survivors := procs[:2]
+	procs[2].signal(syscall.SIGSTOP)
+	stop := busyMachine(survivors, 0, 1)
+	live, liveBy := burst(survivors, keys[0], 300, 60)
+	frozen, frozenBy := burst(survivors, keys[2], 300, 60)
+	stop()
+	procs[2].signal(syscall.SIGCONT)
+	if live != 100 {
+		t.Errorf("a live owner's key: %d of 300 admitted (decided by %v); want exactly 100", live, liveBy)
+	}
+	if frozen > 80 || frozenBy["fallback"] != frozen {
+		t.Errorf("the frozen owner's key: %d of 300 admitted (decided by %v); want at most 80, all in fallback", frozen, frozenBy)
+	}
+	eventually(t, 15*time.Second, "the owner answering both others again", func() bool {
+		_, body0, _ := survivors[0].get("/probe", keys[2])
+		_, body1, _ := survivors[1].get("/probe", keys[2])
+		return strings.HasPrefix(body0, "peer ") && strings.HasPrefix(body1, "peer ")
+	})
+	after, afterBy := burst(procs, keys[2], 150, 10)
+	if frozen+after > 100 {
+		t.Errorf("the frozen owner's key: %d in fallback and %d after (decided by %v): %d in the window; want at most 100", frozen, after, afterBy, frozen+after)
+	}
+	t.Logf("live owner's key: %d (%v); frozen owner's key: %d while frozen (%v), %d after (%v)", live, liveBy, frozen, frozenBy, after, afterBy)
+}

@@ -154,34 +154,37 @@ func (n *Node) watchReturn(p *peer) {
 		return
 	}
 	go func() {
+		stopped := false
 		defer func() {
 			p.breaker.watching.Store(false)
-			if p.breaker.open() {
+			if !stopped && p.breaker.open() {
 				n.watchReturn(p) // it opened again as this watcher ended
 			}
 		}()
 		for p.breaker.open() {
 			select {
 			case <-n.stop:
+				stopped = true
 				return
 			case <-p.stop:
+				stopped = true
 				return
 			default:
 			}
 			if !p.connected.Load() {
-				if !p.sleep(n.cfg.CallTimeout) {
+				if stopped = !p.sleep(n.cfg.CallTimeout); stopped {
 					return
 				}
 				continue
 			}
 			if err := p.do(newCall(msgPing), time.Now().Add(n.patience())); err != nil {
-				if !p.sleep(n.cfg.CallTimeout) {
+				if stopped = !p.sleep(n.cfg.CallTimeout); stopped {
 					return
 				}
 				continue
 			}
 			if !n.reconcileWith(p, time.Now()) {
-				if !p.sleep(n.cfg.CallTimeout) {
+				if stopped = !p.sleep(n.cfg.CallTimeout); stopped {
 					return
 				}
 				continue

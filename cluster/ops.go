@@ -87,7 +87,6 @@ func (n *Node) query(kind byte, d *decoder, enc *encoder) error {
 		}
 	case msgGather:
 		return n.answerGather(d, enc)
-
 	default:
 		return fmt.Errorf("unknown query %d", kind)
 	}

@@ -107,9 +107,9 @@ func burst(procs []*proc, key string, requests, concurrency int) (admitted int, 
 
 // busyMachine keeps the machine's cores busy and, as a busy machine does,
 // keeps taking the CPU away from the processes for a while at a time: the
-// key's owner for a few tens of milliseconds (never a whole peer timeout:
-// it stays up, and answers), the others, which call it, for up to half
-// again as long, until the returned function is called.
+// key's owner for up to 40 ms (well within a peer timeout, even once it
+// waits for a core again: it stays up, and answers), the others, which call
+// it, for up to 150 ms, until the returned function is called.
 func busyMachine(procs []*proc, owner int, seed uint64) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -131,7 +131,7 @@ func busyMachine(procs []*proc, owner int, seed uint64) (stop func()) {
 	for i, p := range procs {
 		longest := 150
 		if i == owner {
-			longest = 60
+			longest = 40
 		}
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(i)))
@@ -166,6 +166,7 @@ func TestProcessClusterBusyOwnerCountsExactly(t *testing.T) {
 		stop()
 		if admitted != 100 {
 			t.Errorf("round %d: %d of 300 admitted against a limit of 100 (decided by %v); want exactly 100", round, admitted, by)
+			logBreakers(t, procs)
 		}
 		t.Logf("round %d: %d admitted, decided by %v", round, admitted, by)
 	}
@@ -203,4 +204,17 @@ func TestProcessClusterBusyWithAFrozenNodeStaysWithinTheBound(t *testing.T) {
 		t.Errorf("the frozen owner's key: %d in fallback and %d after (decided by %v): %d in the window; want at most 100", frozen, after, afterBy, frozen+after)
 	}
 	t.Logf("live owner's key: %d (%v); frozen owner's key: %d while frozen (%v), %d after (%v)", live, liveBy, frozen, frozenBy, after, afterBy)
+}
+
+// logBreakers logs what the processes logged of peers given up on and
+// found again.
+func logBreakers(t *testing.T, procs []*proc) {
+	t.Helper()
+	for _, p := range procs {
+		for _, line := range strings.Split(p.logs(), "\n") {
+			if strings.Contains(line, "peer unreachable") || strings.Contains(line, "peer answers again") {
+				t.Logf("%s: %s", p.name, line)
+			}
+		}
+	}
 }

@@ -120,6 +120,7 @@ func (n *Node) await(p *peer, c *call) error {
 	}
 	since := clock()
 	base := stalled(since)
+	graced := false
 	for {
 		select {
 		case <-c.done:
@@ -136,6 +137,13 @@ func (n *Node) await(p *peer, c *call) error {
 		silent := time.Duration(now - since - (st - base))
 		if silent < timeout && time.Since(start) < n.patience() {
 			t.Reset(timeout - silent)
+			continue
+		}
+		if st > base && !graced {
+			// This process stalled while it waited: an answer may have
+			// arrived meanwhile, not read yet. Let the reader run first.
+			graced = true
+			t.Reset(2 * stallTick)
 			continue
 		}
 		if c.state.CompareAndSwap(callPending, callAbandoned) {
@@ -183,7 +191,7 @@ func (n *Node) watchReturn(p *peer) {
 				}
 				continue
 			}
-			if !n.reconcileWith(p, time.Now()) {
+			if !n.sendFallback(p, time.Now(), n.state.Load().ring) {
 				if stopped = !p.sleep(n.cfg.CallTimeout); stopped {
 					return
 				}
@@ -217,7 +225,10 @@ func (n *Node) answered(p *peer, probe bool) {
 // descheduled on a busy machine) reads no answers: the time it spends so
 // is not the peer's silence. A watchdog ticks every stallTick and adds up
 // how late its ticks come.
-const stallTick = 5 * time.Millisecond
+const (
+	stallTick  = 5 * time.Millisecond
+	stallSlack = time.Millisecond // a tick later than this: the process did not run
+)
 
 var stalls struct {
 	once  sync.Once
@@ -233,7 +244,7 @@ func watchStalls() {
 			t := time.NewTicker(stallTick)
 			for range t.C {
 				now := clock()
-				if late := now - stalls.tick.Load() - int64(stallTick); late > int64(stallTick) {
+				if late := now - stalls.tick.Load() - int64(stallTick); late > int64(stallSlack) {
 					stalls.total.Add(late)
 				}
 				stalls.tick.Store(now)
@@ -247,7 +258,7 @@ func watchStalls() {
 func stalled(now int64) int64 {
 	total := stalls.total.Load()
 	if t := stalls.tick.Load(); t != 0 {
-		if late := now - t - int64(stallTick); late > int64(stallTick) {
+		if late := now - t - int64(stallTick); late > int64(stallSlack) {
 			total += late
 		}
 	}

@@ -109,6 +109,11 @@ func (n *Node) reconcileOn(p *peer, now time.Time, ring *Ring) bool {
 		// they would let it admit a fresh cap at every probe.
 		return false
 	}
+	return n.sendFallback(p, now, ring)
+}
+
+// sendFallback is reconcileOn, for an owner known to answer.
+func (n *Node) sendFallback(p *peer, now time.Time, ring *Ring) bool {
 	r := n.recon
 	name := p.member.Name
 	r.mu.Lock()

@@ -97,6 +97,17 @@ func (n *Node) reconcileWith(p *peer, now time.Time) bool {
 
 // reconcileOn is reconcileWith, for the keys ring says p's node owns.
 func (n *Node) reconcileOn(p *peer, now time.Time, ring *Ring) bool {
+	if p.breaker.open() && n.await(p, newCall(msgPing)) != nil {
+		// The counters stay in the fallback engine, where they cap what
+		// this node admits, until the owner answers: taken out to be sent,
+		// they would let it admit a fresh cap at every probe.
+		return false
+	}
+	return n.sendFallback(p, now, ring)
+}
+
+// sendFallback is reconcileOn, for an owner known to answer.
+func (n *Node) sendFallback(p *peer, now time.Time, ring *Ring) bool {
 	r := n.recon
 	name := p.member.Name
 	r.mu.Lock()
@@ -280,3 +291,22 @@ func (n *Node) fallbackLimits(client limiter.Key, reqs []limiter.Request, buf []
 	}
 	return scaled, none
 }
+
+// Late answers. A call its caller gave up on may still reach the owner and
+// be counted there, though the caller decided it in fallback (where it is
+// counted too, and reconciled). When the owner's answer to such a call
+// arrives after all and says it admitted it, the caller gives the units
+// back at the owner: the request is counted once, where it was decided.
+func (p *peer) giveBack(c *call) {
+	if len(c.item) == 0 || c.item[0] != opOf(actTake) {
+		return
+	}
+	r := newCall(msgTake)
+	r.item = append(r.buf[:0], c.item...)
+	r.item[0] = opOf(actRefund)
+	go p.do(r, time.Now().Add(max(p.node.cfg.CallTimeout, time.Second)))
+}
+
+// clock is a monotonic clock in nanoseconds, as calls' deadlines are
+// kept (it runs while the process is stopped).
+func clock() int64 { return monoNanos(time.Now()) }

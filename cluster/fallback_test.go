@@ -103,3 +103,71 @@ func TestFallbackScalesByReputation(t *testing.T) {
 		t.Errorf("fallback quota %d for a client at factor 0.1; want 40 (0.4 × 0.1 × 1000)", q)
 	}
 }
+
+// A node whose breaker for an owner is open, with a backoff of an hour,
+// uses the owner again as soon as it answers (a ping waits on the live
+// connection), and not before the owner has heard what was admitted in
+// fallback: whenever the breaker is seen closed, the owner's count has it.
+func TestFallbackEndsWhenTheOwnerAnswersAndNotBeforeItHeard(t *testing.T) {
+	nodes := startNodes(t, 3)
+	owner := nodes[2]
+	key := keyOwnedBy(t, nodes[0].Ring(), owner.Name(), 0)
+	lim := limitOf(100)
+	for range 10 {
+		takeVia(nodes[0], key, lim)
+	}
+	p := nodes[0].peers.get(owner.Name())
+	p.breaker.mu.Lock()
+	p.breaker.failures, p.breaker.openTill = 6, time.Now().Add(time.Hour)
+	p.breaker.mu.Unlock()
+	admitted := 0
+	for range 7 {
+		if fallbackSpend(nodes[0], time.Now(), key, lim) {
+			admitted++
+		}
+	}
+	if admitted != 7 {
+		t.Fatalf("%d admitted in fallback; want 7", admitted)
+	}
+	// An ordinary call that succeeds (a query) does not close it by
+	// itself; the watcher it starts does, once the owner has the counts.
+	nodes[0].answered(p, false)
+	eventually(t, 10*time.Second, "the breaker closing well before its backoff", func() bool {
+		closed := !p.breaker.open()
+		if left := peekRemaining(t, owner, key, lim); closed && left != 100-10-7 {
+			t.Fatalf("the breaker closed with the owner at %d left; want %d (fallback heard first)", left, 100-10-7)
+		}
+		return closed
+	})
+	if ok, src := takeVia(nodes[0], key, lim); !ok || src != SourcePeer {
+		t.Errorf("after the owner answered: allowed %v by %v; want allowed by the peer", ok, src)
+	}
+	if left := peekRemaining(t, owner, key, lim); left != 100-10-7-1 {
+		t.Errorf("the owner has %d left; want %d", left, 100-10-7-1)
+	}
+}
+
+// The owner's late answer admitting a call its caller gave up on (and
+// decided in fallback) is given back at the owner: the request counts once.
+// Peeks and refunds answered late give nothing back.
+func TestLateAdmissionsOfAbandonedCallsAreGivenBack(t *testing.T) {
+	nodes := startNodes(t, 3)
+	owner := nodes[2]
+	key := keyOwnedBy(t, nodes[0].Ring(), owner.Name(), 0)
+	lim := limitOf(100)
+	for range 5 {
+		takeVia(nodes[0], key, lim)
+	}
+	p := nodes[0].peers.get(owner.Name())
+	reqs := []limiter.Request{{Key: key, Zone: 1, Limit: lim}}
+	p.giveBack(newTakeCall(actPeek, 0, reqs, make([]limiter.Result, 1)))
+	p.giveBack(newTakeCall(actRefund, 0, reqs, make([]limiter.Result, 1)))
+	p.giveBack(newTakeCall(actTake, 0, reqs, make([]limiter.Result, 1)))
+	eventually(t, 10*time.Second, "the late admission given back", func() bool {
+		return peekRemaining(t, owner, key, lim) == 96
+	})
+	time.Sleep(50 * time.Millisecond) // anything else sent would land by now
+	if left := peekRemaining(t, owner, key, lim); left != 96 {
+		t.Errorf("the owner has %d left; want 96 (only the take given back)", left)
+	}
+}

@@ -309,7 +309,7 @@ func (n *Node) pingPeers() {
 		wasOpen := p.breaker.open()
 		go func() {
 			c := newCall(msgPing)
-			if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
+			if err := n.await(p, c); err != nil {
 				p.noteFailure(fmt.Errorf("ping: %w", err))
 				return
 			}
@@ -321,8 +321,10 @@ func (n *Node) pingPeers() {
 					return
 				}
 				n.log.Info("peer answers again: counting its keys exactly", "peer", p.member.Name)
+				p.breaker.success()
+				return
 			}
-			p.breaker.success()
+			n.answered(p, false)
 		}()
 	}
 }

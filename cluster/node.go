@@ -206,6 +206,7 @@ func (n *Node) Start() error {
 	}
 	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
 
+	watchStalls()
 	n.wg.Add(5)
 	go n.replicate()
 	go n.serve()
@@ -482,13 +483,13 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, cli
 		}
 		c := newTakeCall(op, client, reqs, res)
 		sent := time.Now()
-		if err := p.do(c, sent.Add(n.cfg.CallTimeout)); err != nil {
+		if err := n.await(p, c); err != nil {
 			n.cfg.Observer.PeerCall(time.Since(sent), false)
 			p.noteFailure(err)
 			break
 		}
 		n.cfg.Observer.PeerCall(time.Since(sent), true)
-		p.breaker.success()
+		n.answered(p, probe)
 		if c.moved == "" {
 			if op == actTake {
 				n.rememberTold(reqs, res)
@@ -687,7 +688,7 @@ func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
 		p.noteFailure(err) // resolves the breaker's probe, if this was it
 		return
 	}
-	p.breaker.success()
+	n.answered(p, false)
 	d := &decoder{b: c.reply}
 	if states := decodeStates(d); d.err == nil && len(states) > 0 {
 		n.engine.Merge(now, states)

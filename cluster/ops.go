@@ -136,7 +136,7 @@ func (n *Node) askNodeWithin(name string, kind byte, body []byte, within time.Du
 		p.noteFailure(err) // resolves the breaker's probe, if this was it
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, name, err)
 	}
-	p.breaker.success()
+	n.answered(p, false)
 	return &decoder{b: c.reply}, nil
 }
 

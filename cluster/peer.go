@@ -29,6 +29,7 @@ type call struct {
 	body []byte                          // for other kinds: the encoded body
 	buf  [1 + 8 + 1 + 2*zoneReqSize]byte // item's storage for up to two zones
 	due  int64                           // deadline, as monotonic ns since epoch; 0 for none
+	wait *patience                       // for a patient call: how its deadline moves
 
 	allowed bool
 	score   float64 // the client's reputation, for msgTake
@@ -117,6 +118,7 @@ type peer struct {
 
 	breaker   breaker
 	connected atomic.Bool
+	heard     atomic.Int64 // when the last frame came from the peer (monotonic ns, see clock)
 
 	mu      sync.Mutex
 	conn    *secureConn
@@ -195,6 +197,7 @@ func (p *peer) post(c *call) {
 // push queues c for the writer, and tells the watcher of its deadline if
 // it is earlier than the one the watcher waits for.
 func (p *peer) push(c *call) error {
+	due := c.due // the watcher may move it once c is queued
 	p.qmu.Lock()
 	if p.qclosed {
 		p.qmu.Unlock()
@@ -212,8 +215,8 @@ func (p *peer) push(c *call) error {
 	if n == 1 || n == maxBatch || c.kind != msgTake {
 		signal(p.wake)
 	}
-	if c.due != 0 {
-		if at := p.wakeAt.Load(); at <= 0 || c.due < at {
+	if due != 0 {
+		if at := p.wakeAt.Load(); at <= 0 || due < at {
 			signal(p.kick)
 		}
 	}
@@ -260,7 +263,7 @@ func (p *peer) expire(now int64) (next int64) {
 		if c.due == 0 || c.state.Load() != callPending {
 			return
 		}
-		if c.due <= now {
+		if c.due <= now && !(c.wait != nil && c.wait.extend(c, p, now)) {
 			c.fail(errTimeout)
 			return
 		}
@@ -368,6 +371,7 @@ func (p *peer) noteFailure(err error) {
 		p.node.log.Warn("peer unreachable: counting its keys in fallback", "peer", p.member.Name, "error", err.Error())
 		p.node.fallback.activations.Add(1)
 	}
+	p.node.watchReturn(p)
 }
 
 func (p *peer) retryIn() time.Duration {
@@ -521,6 +525,7 @@ func (p *peer) read(conn *secureConn) error {
 			return err
 		}
 		buf = frame[:cap(frame)]
+		p.heard.Store(clock())
 		d := &decoder{b: frame}
 		kind, id, status := d.u8(), d.u32(), d.u8()
 		if d.err != nil || kind&replyBit == 0 {
@@ -557,33 +562,38 @@ func (p *peer) read(conn *secureConn) error {
 			return fmt.Errorf("reply of %d items to a batch of %d", n, len(batch))
 		}
 		for _, c := range batch {
-			if err := readItem(d, c); err != nil {
+			late, err := readItem(d, c)
+			if err != nil {
 				return err
+			}
+			if late {
+				p.giveBack(c) // its caller gave up and decided it in fallback
 			}
 		}
 	}
 }
 
 // readItem reads one item of a take reply into c, if its caller still
-// waits for it, or past it.
-func readItem(d *decoder, c *call) error {
+// waits for it, or past it. late reports an admission whose caller had
+// given up on it.
+func readItem(d *decoder, c *call) (late bool, err error) {
 	if d.u8() == itemMoved {
 		moved := d.str()
 		if d.err == nil && c.begin() {
 			c.moved = moved
 			c.end()
 		}
-		return d.err
+		return false, d.err
 	}
 	allowed := d.u8() == 1
 	score := float64(math.Float32frombits(d.u32()))
 	n := int(d.u8())
 	if n > maxZones || n*zoneResSize > len(d.b) {
-		return fmt.Errorf("reply of %d zones", n)
+		return false, fmt.Errorf("reply of %d zones", n)
 	}
 	if !c.begin() {
 		d.take(n * zoneResSize) // it timed out
-		return d.err
+		return allowed && d.err == nil, d.err
 	}
 	c.allowed, c.score = allowed, score
 	for i := range n {
@@ -593,7 +603,7 @@ func readItem(d *decoder, c *call) error {
 		}
 	}
 	c.end()
-	return d.err
+	return false, d.err
 }
 
 // failPending fails every call that waits for a reply or to be sent;

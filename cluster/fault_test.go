@@ -435,9 +435,16 @@ func (c *faultCluster) restart(name string, keep, early bool) error {
 		seed = n.GossipAddr()
 		break
 	}
-	if !keep {
-		s.engine = limiter.New(limiter.Config{})
+	// A snapshot taken at the instant it stopped: what the node held
+	// then, restored as Caddy restores its snapshot.
+	var snapshot []limiter.State
+	if keep {
+		s.engine.Range(time.Now(), func(st limiter.State) bool {
+			snapshot = append(snapshot, st)
+			return true
+		})
 	}
+	s.engine = limiter.New(limiter.Config{})
 	cfg := faultConfig(c.net, s.name, s.gossip, s.peer)
 	cfg.Join = []string{seed}
 	var n *Node
@@ -451,6 +458,7 @@ func (c *faultCluster) restart(name string, keep, early bool) error {
 	if err != nil {
 		return err
 	}
+	n.RestoreCounters(snapshot)
 	c.mu.Lock()
 	s.node, s.ready = n, early
 	s.generation++

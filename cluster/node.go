@@ -69,12 +69,13 @@ type Node struct {
 	ringHash   [8]byte // identifies the ring settings in node metadata
 	log        *slog.Logger
 
-	ml       *memberlist.Memberlist
-	listener net.Listener
-	state    atomic.Pointer[ringState]
-	leaving  atomic.Bool
-	started  atomic.Bool // Start was called
-	running  atomic.Bool // Start succeeded
+	ml         *memberlist.Memberlist
+	gossipAddr string // the address it gossips on, from the start
+	listener   net.Listener
+	state      atomic.Pointer[ringState]
+	leaving    atomic.Bool
+	started    atomic.Bool // Start was called
+	running    atomic.Bool // Start succeeded
 
 	tableMu sync.Mutex
 	table   map[string][]byte // members gossip knows: name → metadata
@@ -116,6 +117,7 @@ type Node struct {
 	fromReplica         atomic.Uint64 // counters a new owner started from its replica
 	reconciling         atomic.Bool
 	joined              atomic.Int64 // Unix ns of the first ring with other members
+	gate                joinGate     // in its own ring yet? (rejoin.go)
 }
 
 // ringState is the membership a node routes by, and the one before it,
@@ -129,6 +131,9 @@ type ringState struct {
 	// owner took this node's fallback counts before this node saw the death
 	// (key → new owner). It lasts until this node's ring changes.
 	redirect sync.Map
+	// pulled: keys this node pulled since the change (key → struct{}); a
+	// key held is not proof enough, fallback counts may have merged in.
+	pulled sync.Map
 }
 
 // Standalone returns a node that owns every key: Tollgate without a
@@ -136,6 +141,7 @@ type ringState struct {
 func Standalone(engine *limiter.Engine) *Node {
 	n := &Node{standalone: true, engine: engine, name: "local", log: slog.New(slog.DiscardHandler)}
 	n.self.Store(&Member{Name: n.name})
+	n.initGate()
 	n.state.Store(&ringState{ring: NewRing(keyhash.FromKey(0, 0), []Member{*n.self.Load()})})
 	return n
 }
@@ -186,7 +192,8 @@ func New(cfg Config, engine *limiter.Engine) (*Node, error) {
 	n.told = newToldCache(cfg.BlockedKeys)
 	n.replicas = newReplicaStore(engine.Stats().MaxKeys)
 	n.self.Store(&Member{Name: n.name})
-	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
+	n.initGate()
+	n.state.Store(&ringState{ring: NewRing(n.hasher, n.currentMembers()), changed: time.Now()})
 	return n, nil
 }
 
@@ -224,7 +231,7 @@ func (n *Node) Start() error {
 		release()
 		return err
 	}
-	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
+	n.state.Store(&ringState{ring: NewRing(n.hasher, n.currentMembers()), changed: time.Now()})
 
 	n.wg.Add(5)
 	go n.replicate()
@@ -233,7 +240,7 @@ func (n *Node) Start() error {
 	go n.join()
 	go n.deliverShared()
 	n.running.Store(true)
-	n.log.Info("cluster node started", "node", n.name, "gossip", n.ml.LocalNode().Address(), "peer", n.PeerAddr())
+	n.log.Info("cluster node started", "node", n.name, "gossip", n.gossipAddr, "peer", n.PeerAddr())
 	return nil
 }
 
@@ -248,7 +255,7 @@ func (n *Node) GossipAddr() string {
 	if n.ml == nil {
 		return ""
 	}
-	return n.ml.LocalNode().Address()
+	return n.gossipAddr // memberlist changes its local node in place
 }
 
 // Ring returns the ring the node routes by now.
@@ -473,10 +480,13 @@ func (n *Node) refund(st *ringState, owner Member, src Source, now time.Time, re
 
 // takeAt performs op for reqs at owner.
 func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
-	if owner.Name == n.name && !n.leaving.Load() {
-		n.pullMissing(st, now, reqs, client)
-		ok, score := n.local(now, op, client, reqs, res)
-		return ok, SourceOwner, score
+	if owner.Name == n.name && !n.leaving.Load() && n.owning() {
+		if n.pullMissing(st, now, reqs, client) {
+			ok, score := n.local(now, op, client, reqs, res)
+			return ok, SourceOwner, score
+		}
+		ok, score := n.unpulledTake(now, op, client, reqs, res)
+		return ok, SourceFallback, score
 	}
 	if op == actTake && n.blockedAnswer(now, reqs, res) {
 		if client != 0 {
@@ -524,8 +534,10 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, cli
 			}
 			return c.allowed || op != actTake, SourcePeer, c.score
 		}
-		if c.moved == n.name && !n.leaving.Load() {
-			n.pullMissing(st, now, reqs, client)
+		if c.moved == n.name && !n.leaving.Load() && n.owning() {
+			if !n.pullMissing(st, now, reqs, client) {
+				break // not held: fallback
+			}
 			ok, score := n.local(now, op, client, reqs, res)
 			return ok, SourceOwner, score
 		}
@@ -698,9 +710,12 @@ func (n *Node) pulling(st *ringState, now time.Time) bool {
 // recently (its previous rings are partial views), those another node would
 // own without it. Keys are asked for in one call per node holding any, the
 // calls made at once: a batch costs one round trip, not one per key.
-func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request, client limiter.Key) {
+//
+// It reports whether every key that moved here is held now: a new owner
+// never counts a key it could not pull (the caller decides by fallback).
+func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request, client limiter.Key) bool {
 	if !n.pulling(st, now) {
-		return
+		return true
 	}
 	var buf [9]limiter.Key
 	keys := buf[:0]
@@ -710,18 +725,23 @@ func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request,
 	if client != 0 {
 		keys = append(keys, client)
 	}
-	n.pullKeys(st, now, keys)
+	return len(n.pullKeys(st, now, keys)) == 0
 }
 
-// pullKeys pulls those of keys that moved here and are not held.
-func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) {
+// pullKeys pulls those of keys that moved here and are not held, and
+// returns those it could not pull.
+func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) (failed []limiter.Key) {
 	joined := now.Sub(n.joinedAt()) <= n.cfg.HandoffWindow
 	gone := n.goneSince(st)
 	var from map[string][]limiter.Key
 	var mine []limiter.Key // keys this call pulls; others wait for theirs
 	var waits []chan struct{}
+	var waitKeys []limiter.Key
 	for _, k := range keys {
-		if n.engine.Has(now, k) || slices.Contains(mine, k) {
+		if slices.Contains(mine, k) {
+			continue
+		}
+		if _, done := st.pulled.Load(k); done {
 			continue
 		}
 		if m, _ := st.ring.Owner(k.Route()); m.Name != n.name {
@@ -748,6 +768,7 @@ func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) {
 		if wait, busy := n.pulls.inflight[k]; busy {
 			n.pulls.mu.Unlock()
 			waits = append(waits, wait)
+			waitKeys = append(waitKeys, k)
 			continue
 		}
 		n.pulls.inflight[k] = make(chan struct{})
@@ -764,27 +785,45 @@ func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) {
 	}
 	if len(from) > 0 {
 		var wg sync.WaitGroup
+		var failed sync.Map // keys of a pull that failed: asked again next time
 		for name, ks := range from {
-			wg.Go(func() { n.pull(name, ks, now) })
+			wg.Go(func() {
+				if !n.pull(name, ks, now) {
+					for _, k := range ks {
+						failed.Store(k, struct{}{})
+					}
+				}
+			})
 		}
 		wg.Wait()
 		n.pulls.mu.Lock()
 		for _, k := range mine {
+			if _, f := failed.Load(k); !f {
+				st.pulled.Store(k, struct{}{})
+			}
 			close(n.pulls.inflight[k])
 			delete(n.pulls.inflight, k)
 		}
 		n.pulls.mu.Unlock()
 	}
-	for _, w := range waits {
+	for i, w := range waits {
 		<-w
+		mine = append(mine, waitKeys[i])
 	}
+	for _, k := range mine {
+		if _, done := st.pulled.Load(k); !done {
+			failed = append(failed, k)
+		}
+	}
+	return failed
 }
 
 // pull asks one node for the counters of keys and merges what it gives.
-func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
+// It reports whether the node answered.
+func (n *Node) pull(from string, keys []limiter.Key, now time.Time) bool {
 	p := n.peerFor(from)
 	if p == nil || !p.breaker.allow(now) {
-		return
+		return false
 	}
 	e := &encoder{}
 	encodeKeys(e, keys)
@@ -793,7 +832,7 @@ func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
 	n.pullCalls.Add(1)
 	if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
 		p.noteFailure(err) // resolves the breaker's probe, if this was it
-		return
+		return false
 	}
 	p.breaker.success()
 	d := &decoder{b: c.reply}
@@ -801,6 +840,7 @@ func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
 		n.engine.Merge(now, states)
 		n.pulled.Add(uint64(len(states)))
 	}
+	return d.err == nil
 }
 
 // goneSince returns the members of the previous ring that are neither in

@@ -146,6 +146,8 @@ func (r *replicaStore) len() int {
 // changed counters to their successors.
 func (n *Node) replicate() {
 	defer n.wg.Done()
+	n.wg.Add(1)
+	go n.heartbeat() // replication calls may block; the heartbeat must not
 	tick := time.NewTicker(ReplicateEvery)
 	defer tick.Stop()
 	sweep := time.NewTicker(10 * time.Second)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
@@ -87,8 +88,9 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 	now := time.Now()
 	switch kind {
 	case msgTake:
+		var unpulled []limiter.Key // moved here, not held: not counted
 		if st := n.state.Load(); n.pulling(st, now) {
-			n.pullFrame(st, now, *d)
+			unpulled = n.pullFrame(st, now, *d)
 		}
 		count := d.count(maxBatch, 2)
 		if d.err != nil {
@@ -121,6 +123,11 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 					return err
 				}
 				reqs[i] = r
+			}
+			if len(unpulled) > 0 && slices.ContainsFunc(reqs[:zones], func(r limiter.Request) bool { return slices.Contains(unpulled, r.Key) }) {
+				enc.u8(itemMoved) // to nobody: the caller decides by fallback
+				enc.str("")
+				continue
 			}
 			n.answerItem(now, op, client, reqs[:zones], res[:zones], enc)
 		}
@@ -184,6 +191,14 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		enc.u8(statusOK)
 		encodeStates(enc, states)
 		return nil
+	case msgRestore:
+		states := decodeStates(d)
+		if d.err != nil {
+			return d.err
+		}
+		n.applyRestore(now, states)
+		enc.u8(statusOK)
+		return nil
 	case msgReplicate:
 		states := decodeStates(d)
 		if d.err != nil {
@@ -210,7 +225,7 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 
 // pullFrame pulls, before a take frame is answered, the keys of all its
 // items that moved here: one call per node that may hold any, at once.
-func (n *Node) pullFrame(st *ringState, now time.Time, d decoder) {
+func (n *Node) pullFrame(st *ringState, now time.Time, d decoder) []limiter.Key {
 	count := d.count(maxBatch, 2)
 	var keys []limiter.Key
 	for range count {
@@ -222,22 +237,28 @@ func (n *Node) pullFrame(st *ringState, now time.Time, d decoder) {
 		for range zones {
 			r, err := decodeZoneReq(&d)
 			if err != nil {
-				return
+				return nil
 			}
 			keys = append(keys, r.Key)
 		}
 	}
 	if d.err == nil && len(keys) > 0 {
-		n.pullKeys(st, now, keys)
+		return n.pullKeys(st, now, keys)
 	}
+	return nil
 }
 
 // answerItem performs one take item for a peer, if this node owns its
 // keys, or names the owner.
 func (n *Node) answerItem(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result, enc *encoder) {
 	st := n.state.Load()
+	owning := n.owning()
 	for i := range reqs {
 		owner, _ := st.ring.Owner(reqs[i].Key.Route())
+		if owner.Name == n.name && !owning {
+			// Joining again: the node that counted it meanwhile, if any.
+			owner, _ = st.ring.Successor(reqs[i].Key.Route())
+		}
 		if owner.Name != n.name || n.leaving.Load() {
 			enc.u8(itemMoved)
 			enc.str(owner.Name)

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -326,10 +327,15 @@ func TestProcessClusterOwnerFrozenPastDetectionComesBackWithoutOverAdmitting(t *
 	declared := false
 	var during []string
 	for i := 0; time.Since(frozen) < 4*time.Second || !declared; i++ {
-		status, body, _ := survivors[i%2].get("/", key)
-		if status == http.StatusOK {
-			admitted++
-			during = append(during, body)
+		// Until it is declared dead, a request every 100 ms; then the
+		// successor counts the key up to 90 of 100, so an owner that came
+		// back counting from its stale 10 would admit far too many.
+		if !declared || admitted < 90 {
+			status, body, _ := survivors[i%2].get("/", key)
+			if status == http.StatusOK {
+				admitted++
+				during = append(during, body)
+			}
 		}
 		if !declared && i%5 == 4 {
 			declared = len(survivors[0].status().Cluster.Members) == 2 && len(survivors[1].status().Cluster.Members) == 2
@@ -337,11 +343,27 @@ func TestProcessClusterOwnerFrozenPastDetectionComesBackWithoutOverAdmitting(t *
 		if time.Since(frozen) > 30*time.Second {
 			t.Fatal("the survivors did not declare the frozen owner dead within 30s")
 		}
-		time.Sleep(100 * time.Millisecond)
+		if !declared || admitted >= 90 {
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 	beforeThaw := admitted
 	owner.signal(syscall.SIGCONT)
+	// A burst at the owner as it comes back, then requests everywhere.
+	var mu sync.Mutex
 	var after []string
+	var wg sync.WaitGroup
+	for range 30 {
+		wg.Go(func() {
+			if status, body, _ := owner.get("/", key); status == http.StatusOK {
+				mu.Lock()
+				admitted++
+				after = append(after, owner.name+":"+body)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
 	for i := range 200 {
 		status, body, _ := procs[i%3].get("/", key)
 		if status == http.StatusOK {
@@ -358,10 +380,31 @@ func TestProcessClusterOwnerFrozenPastDetectionComesBackWithoutOverAdmitting(t *
 		}
 	}
 	t.Logf("%d admitted before the thaw (frozen for %s; %v), %d after (%v)", beforeThaw, time.Since(frozen).Round(time.Millisecond), during, admitted-beforeThaw, after)
-	if admitted > 100 {
-		t.Errorf("%d admitted in the window through a freeze past failure detection and the owner's return; the limit is 100", admitted)
+	// The bound (cluster/doc.go): the limit, plus what nodes admitted in
+	// fallback while the owner came back (each capped by its share of what
+	// the owner last said remained); everything counted by an owner is
+	// exact: the owner neither starts from its stale count nor loses what
+	// its successor counted.
+	fallbackAfter := 0
+	for _, a := range after {
+		if strings.Contains(a, ":fallback") {
+			fallbackAfter++
+		}
 	}
+	if admitted-fallbackAfter > 100 {
+		t.Errorf("%d admitted in the window through a freeze past failure detection and the owner's return, %d of them in fallback after it came back; want at most the limit 100 plus those", admitted, fallbackAfter)
+	}
+	t.Logf("%d admitted in the window (limit 100), %d of them in fallback after the thaw", admitted, fallbackAfter)
 	if admitted < 100 {
 		t.Logf("%d admitted: counts were over-counted (errs towards denying)", admitted)
+	}
+	if t.Failed() {
+		for _, p := range procs {
+			for _, line := range strings.Split(p.logs(), "\n") {
+				if strings.Contains(line, "tollgate.cluster") {
+					t.Logf("%s: %.300s", p.name, line)
+				}
+			}
+		}
 	}
 }

@@ -560,20 +560,17 @@ const (
 	kindRestart   faultKind = "restart"   // graceful leave, restart without counters
 
 	// The same, the restarted node taking checks as soon as it starts,
-	// before it has joined: see docs/cluster.md for why these are not
-	// drawn by default.
+	// before it has joined.
 	kindKillEarly     faultKind = "kill-early"
 	kindKillKeepEarly faultKind = "killkeep-early"
 	kindRestartEarly  faultKind = "restart-early"
 )
 
-// faultKindsThatHold are drawn by default. Left out, because they break
-// the bound now and then (see cluster/doc.go): kill and killkeep (a
-// successor that missed replication batches starts a crashed owner's key
-// from less than it had), restart (a node that rejoined counts a key before
-// it has pulled it), and the early kinds (a restarted node counts alone
-// before it joins).
-var faultKindsThatHold = []faultKind{kindNone, kindDelay, kindLoss, kindFreeze, kindPartition}
+// faultKindsThatHold are drawn by default: every kind.
+var faultKindsThatHold = []faultKind{
+	kindNone, kindDelay, kindLoss, kindFreeze, kindPartition,
+	kindKill, kindKillKeep, kindRestart, kindKillEarly, kindKillKeepEarly, kindRestartEarly,
+}
 
 // schedule is one run: fresh keys, one fault of one kind at one time.
 type schedule struct {

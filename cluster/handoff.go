@@ -7,6 +7,37 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
+// msgPull is msgTransfer from a named node: the keys' new owner, which the
+// giver routes them to from then on (until its own ring changes), rather
+// than counting them afresh before it has heard of the change.
+const msgPull byte = 11
+
+// lend records that the node named to pulled keys this node owned: until
+// this node's ring changes, it sends them there.
+func (n *Node) lend(to string, keys []limiter.Key) {
+	if to == "" || to == n.name {
+		return
+	}
+	st := n.state.Load()
+	for _, k := range keys {
+		if owner, _ := st.ring.Owner(k.Route()); owner.Name == n.name {
+			st.redirect.Store(k, to)
+		}
+	}
+}
+
+// lentTo returns where key goes instead of owner, this node, if another
+// node pulled it away.
+func (n *Node) lentTo(st *ringState, owner Member, k limiter.Key) (Member, bool) {
+	if owner.Name != n.name {
+		return owner, false
+	}
+	if to, ok := st.redirect.Load(k); ok {
+		return Member{Name: to.(string)}, true
+	}
+	return owner, false
+}
+
 // handOff sends the counters this node holds but no longer owns to their
 // owners under the current ring. Extracted counters wait in transit until
 // they are sent; a new owner that pulls a key meanwhile gets it from there,

@@ -324,6 +324,7 @@ func (n *Node) takeFor(now time.Time, client limiter.Key, reqs []limiter.Request
 		ok, score := n.engine.TakeFor(now, client, reqs, res)
 		return ok, SourceOwner, score
 	}
+	n.holdWhileJoining()
 	st := n.state.Load()
 	owner, same := n.commonOwner(st.ring, reqs)
 	if !same {
@@ -480,7 +481,9 @@ func (n *Node) refund(st *ringState, owner Member, src Source, now time.Time, re
 
 // takeAt performs op for reqs at owner.
 func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
-	if owner.Name == n.name && !n.leaving.Load() && n.owning() {
+	if to, lent := n.lentTo(st, owner, reqs[0].Key); lent {
+		owner = to // pulled away by a node that owns it now
+	} else if owner.Name == n.name && !n.leaving.Load() && n.owning() {
 		if n.pullMissing(st, now, reqs, client) {
 			ok, score := n.local(now, op, client, reqs, res)
 			return ok, SourceOwner, score
@@ -826,8 +829,9 @@ func (n *Node) pull(from string, keys []limiter.Key, now time.Time) bool {
 		return false
 	}
 	e := &encoder{}
+	e.str(n.name)
 	encodeKeys(e, keys)
-	c := newCall(msgTransfer)
+	c := newCall(msgPull)
 	c.body = e.b
 	n.pullCalls.Add(1)
 	if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {

@@ -350,3 +350,21 @@ func (n *Node) announce() {
 	case <-n.stop:
 	}
 }
+
+// holdWhileJoining makes a request that arrives while this node is joining
+// (again) wait, a bounded while, for it to have joined: the others' owners
+// are then connected and its own keys pulled, where deciding at once could
+// only be by fallback, blind to what the owners counted.
+func (n *Node) holdWhileJoining() {
+	if n.gate.member.Load() || !n.running.Load() {
+		return
+	}
+	deadline := time.Now().Add(max(5*n.cfg.CallTimeout, 500*time.Millisecond))
+	for !n.gate.member.Load() && time.Now().Before(deadline) {
+		select {
+		case <-n.stop:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

@@ -132,12 +132,17 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 			n.answerItem(now, op, client, reqs[:zones], res[:zones], enc)
 		}
 		return d.err
-	case msgTransfer:
+	case msgTransfer, msgPull:
+		var to string
+		if kind == msgPull {
+			to = d.str()
+		}
 		keys := decodeKeys(d)
 		if d.err != nil {
 			return d.err
 		}
 		states := append(n.engine.ExtractKeys(now, keys), n.takeTransit(keys)...)
+		n.lend(to, keys)
 		enc.u8(statusOK)
 		encodeStates(enc, states)
 		return nil
@@ -258,6 +263,9 @@ func (n *Node) answerItem(now time.Time, op action, client limiter.Key, reqs []l
 		if owner.Name == n.name && !owning {
 			// Joining again: the node that counted it meanwhile, if any.
 			owner, _ = st.ring.Successor(reqs[i].Key.Route())
+		}
+		if to, lent := n.lentTo(st, owner, reqs[i].Key); lent {
+			owner = to
 		}
 		if owner.Name != n.name || n.leaving.Load() {
 			enc.u8(itemMoved)

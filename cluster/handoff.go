@@ -12,6 +12,10 @@ import (
 // than counting them afresh before it has heard of the change.
 const msgPull byte = 11
 
+// pullRetry is how long a new owner waits before it asks again for a key
+// it could not pull (it decides the key by fallback meanwhile).
+func (n *Node) pullRetry() time.Duration { return max(4*n.cfg.CallTimeout, 200*time.Millisecond) }
+
 // lend records that the node named to pulled keys this node owned: until
 // this node's ring changes, it sends them there.
 func (n *Node) lend(to string, keys []limiter.Key) {
@@ -175,7 +179,10 @@ func (n *Node) Leave(timeout time.Duration) error {
 			timeout = DefaultLeaveTimeout
 		}
 		n.leaving.Store(true)
-		if e := n.ml.UpdateNode(timeout / 4); e != nil {
+		n.gate.announceMu.Lock()
+		e := n.ml.UpdateNode(timeout / 4)
+		n.gate.announceMu.Unlock()
+		if e != nil {
 			n.log.Warn("announcing departure", "error", e.Error())
 		}
 		n.rebuildRing() // routes by the ring without this node from now on

@@ -131,8 +131,9 @@ type ringState struct {
 	// owner took this node's fallback counts before this node saw the death
 	// (key → new owner). It lasts until this node's ring changes.
 	redirect sync.Map
-	// pulled: keys this node pulled since the change (key → struct{}); a
-	// key held is not proof enough, fallback counts may have merged in.
+	// pulled: keys this node pulled since the change (key → struct{}), or
+	// tried to in vain (→ Unix ns of the try); a key held is not proof
+	// enough, fallback counts may have merged in.
 	pulled sync.Map
 }
 
@@ -744,8 +745,18 @@ func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) (faile
 		if slices.Contains(mine, k) {
 			continue
 		}
-		if _, done := st.pulled.Load(k); done {
-			continue
+		if v, seen := st.pulled.Load(k); seen {
+			// Pulled already, or tried lately in vain: not held, and not
+			// asked again before pullRetry (a stuck source would stall
+			// every frame that names the key).
+			at, tried := v.(int64)
+			if !tried {
+				continue // pulled
+			}
+			if time.Now().UnixNano()-at < int64(n.pullRetry()) {
+				failed = append(failed, k)
+				continue
+			}
 		}
 		if m, _ := st.ring.Owner(k.Route()); m.Name != n.name {
 			continue // not this node's to count
@@ -803,6 +814,8 @@ func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) (faile
 		for _, k := range mine {
 			if _, f := failed.Load(k); !f {
 				st.pulled.Store(k, struct{}{})
+			} else {
+				st.pulled.Store(k, time.Now().UnixNano())
 			}
 			close(n.pulls.inflight[k])
 			delete(n.pulls.inflight, k)
@@ -814,7 +827,7 @@ func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) (faile
 		mine = append(mine, waitKeys[i])
 	}
 	for _, k := range mine {
-		if _, done := st.pulled.Load(k); !done {
+		if v, _ := st.pulled.Load(k); v != (struct{}{}) {
 			failed = append(failed, k)
 		}
 	}

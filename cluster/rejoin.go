@@ -46,6 +46,8 @@ type joinGate struct {
 	joining   atomic.Bool  // a join is under way
 	wake      chan struct{}
 
+	announceMu sync.Mutex // memberlist's UpdateNode is not safe concurrently
+
 	mu   sync.Mutex
 	held []limiter.State // older copies, for their owners once joined
 }
@@ -316,9 +318,13 @@ func (n *Node) sendRestore(name string, states []limiter.State) error {
 
 // applyRestore keeps the newer of this node's counters and older copies
 // sent by a node that joined.
+// A key this node keeps a replica of, not promoted yet, has the newer kept
+// in the replica: promoting it then adds what others admitted in fallback
+// to it, never this copy on top of the replica.
 func (n *Node) applyRestore(now time.Time, states []limiter.State) {
-	n.engine.MergeNewer(now, states)
-	n.dirty.noteStates(states)
+	rest := n.replicas.newer(states)
+	n.engine.MergeNewer(now, rest)
+	n.dirty.noteStates(rest)
 }
 
 // unpulledTake decides for keys this node owns but could not pull yet
@@ -343,6 +349,8 @@ func (n *Node) announce() {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		n.gate.announceMu.Lock()
+		defer n.gate.announceMu.Unlock()
 		n.ml.UpdateNode(time.Second)
 	}()
 	select {

@@ -246,6 +246,16 @@ func mergeEntries(a, b entry, now int64) entry {
 	return a
 }
 
+// NewerState returns, of two counters of one key (one possibly an older
+// copy of the other), what MergeNewer would keep. Grants and leases are not
+// counters: b is returned for them.
+func NewerState(a, b State) State {
+	if a.Kind >= KindGrant || b.Kind >= KindGrant {
+		return b
+	}
+	return stateOf(b.Key, newerEntry(a.entry(), b.entry()))
+}
+
 // newerEntry combines two live states of one key, one possibly an older
 // copy of the other: the newer wins, counts of one window take the larger.
 func newerEntry(a, b entry) entry {

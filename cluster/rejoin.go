@@ -42,7 +42,8 @@ const msgRestore byte = 10
 type joinGate struct {
 	member    atomic.Bool  // in its own ring: it counts the keys it owns
 	announced atomic.Bool  // its metadata lets the others route to it
-	beat      atomic.Int64 // Unix ns of the last replication tick
+	beat      atomic.Int64 // Unix ns of the last heartbeat
+	beatCPU   atomic.Int64 // the process's CPU time then, ns
 	joining   atomic.Bool  // a join is under way
 	wake      chan struct{}
 
@@ -94,7 +95,7 @@ func (n *Node) heartbeat() {
 // for the others to have taken its keys over (which it notices here, before
 // counting anything).
 func (n *Node) owning() bool {
-	if b := n.gate.beat.Load(); b != 0 && time.Now().UnixNano()-b > int64(n.pauseLimit()) {
+	if b := n.gate.beat.Load(); b != 0 && time.Now().UnixNano()-b > int64(n.pauseLimit()) && n.wasStopped(time.Now()) {
 		n.paused()
 	}
 	return n.gate.member.Load()
@@ -103,10 +104,26 @@ func (n *Node) owning() bool {
 // tick records that the node runs; a tick long after the last one means it
 // was paused.
 func (n *Node) tick(now time.Time) {
-	if b := n.gate.beat.Load(); b != 0 && now.UnixNano()-b > int64(n.pauseLimit()) {
+	if b := n.gate.beat.Load(); b != 0 && now.UnixNano()-b > int64(n.pauseLimit()) && n.wasStopped(now) {
 		n.paused()
 	}
+	cpu, _ := cpuTime()
+	n.gate.beatCPU.Store(int64(cpu))
 	n.gate.beat.Store(now.UnixNano())
+}
+
+// wasStopped tells a late heartbeat of a stopped process (SIGSTOP, a frozen
+// VM: it used next to no CPU since the last beat) from one of a busy
+// process whose heartbeat waited for its turn (its other goroutines ran).
+// Where CPU time is unknown, every late heartbeat counts as a pause.
+func (n *Node) wasStopped(now time.Time) bool {
+	cpu, ok := cpuTime()
+	if !ok {
+		return true
+	}
+	wall := now.UnixNano() - n.gate.beat.Load()
+	used := int64(cpu) - n.gate.beatCPU.Load()
+	return used < wall/20 // under 5 % of one core
 }
 
 // paused stops counting as an owner and joins again: what this node counted

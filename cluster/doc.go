@@ -115,12 +115,15 @@
 //
 // Pauses. A node paused long enough that the others may have declared it
 // dead (its heartbeat late by three quarters of memberlist's shortest
-// suspicion timeout, SuspicionMult probe intervals, and at least a second)
-// stops counting the moment it runs again, before any request, and joins
+// suspicion timeout, SuspicionMult probe intervals, and at least a second,
+// while the process used next to no CPU: stopped, not merely busy) stops
+// counting the moment it runs again, before any request, and joins
 // again as a restarted node does, what it held sent to the owners as older
 // copies. Its successors started its keys from their replicas meanwhile,
-// so its return loses, per key, at most what a crash loses, and counts
-// nothing twice (TestProcessClusterOwnerFrozenPastDetectionComesBackWithoutOverAdmitting:
+// so its return loses, per key, at most what a crash loses (in the bound
+// above such a pause is a crash: C), and counts nothing twice
+// (TestPausedOwnerJoinsAgainWithoutCountingTwice;
+// TestProcessClusterOwnerFrozenPastDetectionComesBackWithoutOverAdmitting:
 // owner frozen 5 s with 90 of 100 admitted meanwhile, a burst at it as it
 // returns; the window admits the limit plus what was admitted in fallback
 // while it came back). A shorter pause is a frozen node as above. After a

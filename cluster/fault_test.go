@@ -960,6 +960,7 @@ func (c *faultCluster) run(s *schedule) *history {
 	c.waitConverged()
 	c.setReady(s.target)
 	c.noteConverged(h, s)
+	c.noteReplicas(h, s) // for the failure messages: where each count is now
 	time.Sleep(s.before) // checks on the healed cluster
 	close(stop)
 	wg.Wait()

@@ -95,14 +95,16 @@ type Node struct {
 	peers   map[string]*peer
 	refused map[string]bool // nodes refused, logged once each
 
-	handoffMu sync.Mutex // one hand-off at a time
-	transitMu sync.Mutex
-	transit   map[limiter.Key]limiter.State // extracted, not yet handed off
-	pulls     pullGroup
-	rebuild   chan struct{}
-	stop      chan struct{}
-	wg        sync.WaitGroup
-	closeOnce sync.Once
+	handoffMu    sync.Mutex // one hand-off at a time
+	transitMu    sync.Mutex
+	transit      map[limiter.Key]limiter.State // extracted, not yet handed off
+	sending      sendingKeys                   // out of transit, being pushed
+	handoffRetry atomic.Bool                   // a retry of a failed hand-off is due
+	pulls        pullGroup
+	rebuild      chan struct{}
+	stop         chan struct{}
+	wg           sync.WaitGroup
+	closeOnce    sync.Once
 
 	fallbackMode  atomic.Uint32 // FallbackMode, changeable at run time
 	fallbackRatio atomic.Uint64 // float64 bits
@@ -857,7 +859,8 @@ func (n *Node) pull(from string, keys []limiter.Key, now time.Time) bool {
 		n.engine.Merge(now, states)
 		n.pulled.Add(uint64(len(states)))
 	}
-	return d.err == nil
+	complete := d.u8() == 1 // else a push of some is still on its way
+	return d.err == nil && complete
 }
 
 // goneSince returns the members of the previous ring that are neither in

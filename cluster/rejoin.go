@@ -142,9 +142,7 @@ func (n *Node) paused() {
 		return m.Name == n.name
 	}, 0)
 	n.hold(owned)
-	n.wg.Add(1)
-	go func() {
-		defer n.wg.Done()
+	go func() { // not in n.wg (a request may start it as the node stops): it ends with n.stop
 		n.requestRebuild() // its keys go to the others' owners at once
 		n.announce()       // joining: the others leave it out
 		n.settle(true)
@@ -177,11 +175,7 @@ func (n *Node) RestoreCounters(states []limiter.State) {
 	}
 	n.hold(states)
 	if n.gate.member.Load() && n.running.Load() && !n.gate.joining.Load() {
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			n.deliverHeld(n.state.Load().ring)
-		}()
+		go n.deliverHeld(n.state.Load().ring) // bounded: sendRestore gives up with n.stop or its deadline
 	}
 }
 
@@ -319,7 +313,11 @@ func (n *Node) sendRestore(name string, states []limiter.State) error {
 			return errUnavailable
 		}
 		n.requestRebuild()
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-n.stop:
+			return errClosed
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	for _, part := range splitStates(states, handoffFrameBytes) {
 		e := &encoder{}

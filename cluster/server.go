@@ -141,10 +141,16 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		if d.err != nil {
 			return d.err
 		}
+		// A push of these keys under way lands first: the puller has them
+		// then, and this answer holds nothing of them.
+		complete := n.sending.wait(keys, now.Add(n.cfg.CallTimeout/2))
 		states := append(n.engine.ExtractKeys(now, keys), n.takeTransit(keys)...)
 		n.lend(to, keys)
 		enc.u8(statusOK)
 		encodeStates(enc, states)
+		if kind == msgPull {
+			enc.u8(boolByte(complete))
+		}
 		return nil
 	case msgHandoff:
 		states := decodeStates(d)
@@ -278,7 +284,14 @@ func (n *Node) answerItem(now time.Time, op action, client limiter.Key, reqs []l
 			client = 0 // not ours to keep
 		}
 	}
-	allowed, score := n.local(now, op, client, reqs, res) // pulled: pullFrame
+	// pullFrame pulled the frame's keys, by the ring of its time; this ring
+	// may be newer: a key not held by it is not counted.
+	if !n.pullMissing(st, now, reqs, client) {
+		enc.u8(itemMoved) // to nobody: the caller decides by fallback
+		enc.str("")
+		return
+	}
+	allowed, score := n.local(now, op, client, reqs, res)
 	enc.u8(itemDone)
 	if allowed {
 		enc.u8(1)

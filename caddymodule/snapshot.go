@@ -23,9 +23,11 @@ import (
 // Snapshots: each node writes what it holds (counters, reputations, grants,
 // leases: keyed hashes and numbers, nothing else) to Caddy's storage every
 // snapshot interval and when it stops, and reads it back when it starts, so
-// a restart does not hand an abuser a clean slate. In a cluster, what a
-// restarted node reads back but no longer owns goes to its owners with the
-// next hand-off, and merges there.
+// a restart does not hand an abuser a clean slate. In a cluster, a
+// restarted node keeps what it reads back until it has joined, then sends
+// the counters of keys it owns or keeps replicas of to their owners, which
+// keep the newer of theirs and the snapshot's, never the sum (the others
+// handed the keys over, or counted them from replicas, meanwhile).
 
 const defaultSnapshotInterval = time.Minute
 
@@ -120,7 +122,17 @@ func (s *state) restoreSnapshot(ctx context.Context, logger *zap.Logger) {
 	}
 	es := s.engine.Stats()
 	kept := s.fitSnapshot(states, es.MaxKeys-es.Keys)
-	s.engine.Merge(time.Now(), kept)
+	s.mu.Lock()
+	node := s.node
+	s.mu.Unlock()
+	if node != nil {
+		// In a cluster, the snapshot may be an older copy of counts its
+		// owners hold and added to since: the newer wins, at their owners,
+		// once this node has joined.
+		node.RestoreCounters(kept)
+	} else {
+		s.engine.Merge(time.Now(), kept)
+	}
 	if len(kept) < len(states) {
 		logger.Warn("the snapshot holds more than max_keys allows; restored what fits, the keys this node owns first",
 			zap.Int("states", len(states)), zap.Int("restored", len(kept)), zap.Int("max_keys", es.MaxKeys))

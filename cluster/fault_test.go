@@ -435,9 +435,16 @@ func (c *faultCluster) restart(name string, keep, early bool) error {
 		seed = n.GossipAddr()
 		break
 	}
-	if !keep {
-		s.engine = limiter.New(limiter.Config{})
+	// A snapshot taken at the instant it stopped: what the node held
+	// then, restored as Caddy restores its snapshot.
+	var snapshot []limiter.State
+	if keep {
+		s.engine.Range(time.Now(), func(st limiter.State) bool {
+			snapshot = append(snapshot, st)
+			return true
+		})
 	}
+	s.engine = limiter.New(limiter.Config{})
 	cfg := faultConfig(c.net, s.name, s.gossip, s.peer)
 	cfg.Join = []string{seed}
 	var n *Node
@@ -451,6 +458,7 @@ func (c *faultCluster) restart(name string, keep, early bool) error {
 	if err != nil {
 		return err
 	}
+	n.RestoreCounters(snapshot)
 	c.mu.Lock()
 	s.node, s.ready = n, early
 	s.generation++
@@ -548,20 +556,17 @@ const (
 	kindRestart   faultKind = "restart"   // graceful leave, restart without counters
 
 	// The same, the restarted node taking checks as soon as it starts,
-	// before it has joined: see docs/cluster.md for why these are not
-	// drawn by default.
+	// before it has joined.
 	kindKillEarly     faultKind = "kill-early"
 	kindKillKeepEarly faultKind = "killkeep-early"
 	kindRestartEarly  faultKind = "restart-early"
 )
 
-// faultKindsThatHold are drawn by default. Left out, because they break
-// the bound now and then (see cluster/doc.go): kill and killkeep (a
-// successor that missed replication batches starts a crashed owner's key
-// from less than it had), restart (a node that rejoined counts a key before
-// it has pulled it), and the early kinds (a restarted node counts alone
-// before it joins).
-var faultKindsThatHold = []faultKind{kindNone, kindDelay, kindLoss, kindFreeze, kindPartition}
+// faultKindsThatHold are drawn by default: every kind.
+var faultKindsThatHold = []faultKind{
+	kindNone, kindDelay, kindLoss, kindFreeze, kindPartition,
+	kindKill, kindKillKeep, kindRestart, kindKillEarly, kindKillKeepEarly, kindRestartEarly,
+}
 
 // schedule is one run: fresh keys, one fault of one kind at one time.
 type schedule struct {
@@ -948,6 +953,7 @@ func (c *faultCluster) run(s *schedule) *history {
 	c.waitConverged()
 	c.setReady(s.target)
 	c.noteConverged(h, s)
+	c.noteReplicas(h, s) // for the failure messages: where each count is now
 	time.Sleep(s.before) // checks on the healed cluster
 	close(stop)
 	wg.Wait()

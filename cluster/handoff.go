@@ -2,10 +2,48 @@ package cluster
 
 import (
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
 )
+
+// msgPull is msgTransfer from a named node: the keys' new owner, which the
+// giver routes them to from then on (until its own ring changes), rather
+// than counting them afresh before it has heard of the change. The reply
+// ends with a byte: 1 if it holds all the giver had of the keys, 0 if a
+// push of some was still under way (the puller must not count them yet).
+const msgPull byte = 11
+
+// pullRetry is how long a new owner waits before it asks again for a key
+// it could not pull (it decides the key by fallback meanwhile).
+func (n *Node) pullRetry() time.Duration { return max(4*n.cfg.CallTimeout, 200*time.Millisecond) }
+
+// lend records that the node named to pulled keys this node owned: until
+// this node's ring changes, it sends them there.
+func (n *Node) lend(to string, keys []limiter.Key) {
+	if to == "" || to == n.name {
+		return
+	}
+	st := n.state.Load()
+	for _, k := range keys {
+		if owner, _ := st.ring.Owner(k.Route()); owner.Name == n.name {
+			st.redirect.Store(k, to)
+		}
+	}
+}
+
+// lentTo returns where key goes instead of owner, this node, if another
+// node pulled it away.
+func (n *Node) lentTo(st *ringState, owner Member, k limiter.Key) (Member, bool) {
+	if owner.Name != n.name {
+		return owner, false
+	}
+	if to, ok := st.redirect.Load(k); ok {
+		return Member{Name: to.(string)}, true
+	}
+	return owner, false
+}
 
 // handOff sends the counters this node holds but no longer owns to their
 // owners under the current ring. Extracted counters wait in transit until
@@ -32,11 +70,12 @@ func (n *Node) handOff() {
 		owner, _ := st.ring.Owner(s.Key.Route())
 		byOwner[owner.Name] = append(byOwner[owner.Name], s.Key)
 	}
-	sent := 0
+	sent, failed := 0, false
 	for owner, keys := range byOwner {
 		k, err := n.sendStates(owner, keys)
 		sent += k
 		if err != nil {
+			failed = true
 			back := n.transit.take(keys)
 			n.log.Warn("handing off counters failed; keeping them", "to", owner, "counters", len(back), "error", err.Error())
 			n.engine.Merge(time.Now(), back)
@@ -45,6 +84,29 @@ func (n *Node) handOff() {
 	if sent > 0 {
 		n.log.Info("handed off counters to their new owners", "counters", sent)
 	}
+	if failed && !leaving {
+		n.retryHandOff()
+	}
+}
+
+// retryHandOff hands off again, a while later, what a failed hand-off
+// kept: the owner's connection may be coming up. One retry at a time.
+func (n *Node) retryHandOff() {
+	if !n.handoffRetry.CompareAndSwap(false, true) {
+		return
+	}
+	go func() { // not in n.wg: it may start while the node stops; it ends with n.stop
+		defer n.handoffRetry.Store(false)
+		t := time.NewTimer(max(2*n.cfg.CallTimeout, 200*time.Millisecond))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-n.stop:
+			return
+		}
+		n.handoffRetry.Store(false)
+		n.handOff()
+	}()
 }
 
 // sendStates delivers the counters of keys still in transit to a peer, in
@@ -67,6 +129,9 @@ func (n *Node) sendStates(owner string, keys []limiter.Key) (int, error) {
 	for len(keys) > 0 {
 		chunk := keys[:min(len(keys), maxStates)]
 		keys = keys[len(chunk):]
+		// Out of transit, on their way: a pull meanwhile waits for the
+		// push to land rather than finding the keys nowhere.
+		done := n.sending.start(chunk)
 		parts := splitStates(n.transit.take(chunk), handoffFrameBytes)
 		for i, states := range parts {
 			e := &encoder{}
@@ -77,12 +142,64 @@ func (n *Node) sendStates(owner string, keys []limiter.Key) (int, error) {
 				for _, back := range parts[i:] {
 					n.engine.Merge(time.Now(), back)
 				}
+				done()
 				return sent, err
 			}
 			sent += len(states)
 		}
+		done()
 	}
 	return sent, nil
+}
+
+// sendingKeys are keys whose counters are being pushed to a new owner.
+type sendingKeys struct {
+	mu   sync.Mutex
+	keys map[limiter.Key]chan struct{}
+}
+
+// start marks keys as being sent; the function returned ends it.
+func (s *sendingKeys) start(keys []limiter.Key) func() {
+	ch := make(chan struct{})
+	s.mu.Lock()
+	if s.keys == nil {
+		s.keys = make(map[limiter.Key]chan struct{})
+	}
+	for _, k := range keys {
+		s.keys[k] = ch
+	}
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		for _, k := range keys {
+			if s.keys[k] == ch {
+				delete(s.keys, k)
+			}
+		}
+		s.mu.Unlock()
+		close(ch)
+	}
+}
+
+// wait waits, until deadline, for the pushes of any of keys to end, and
+// reports whether they all did.
+func (s *sendingKeys) wait(keys []limiter.Key, deadline time.Time) bool {
+	for _, k := range keys {
+		s.mu.Lock()
+		ch := s.keys[k]
+		s.mu.Unlock()
+		if ch == nil {
+			continue
+		}
+		t := time.NewTimer(time.Until(deadline))
+		select {
+		case <-ch:
+			t.Stop()
+		case <-t.C:
+			return false
+		}
+	}
+	return true
 }
 
 // handoffFrameBytes bounds the encoded states of one hand-off frame, well
@@ -125,7 +242,10 @@ func (n *Node) Leave(timeout time.Duration) error {
 			timeout = DefaultLeaveTimeout
 		}
 		n.leaving.Store(true)
-		if e := n.ml.UpdateNode(timeout / 4); e != nil {
+		n.gate.announceMu.Lock()
+		e := n.ml.UpdateNode(timeout / 4)
+		n.gate.announceMu.Unlock()
+		if e != nil {
 			n.log.Warn("announcing departure", "error", e.Error())
 		}
 		n.rebuildRing() // routes by the ring without this node from now on

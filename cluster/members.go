@@ -45,14 +45,14 @@ func (t *memberTable) note(m *memberlist.Node, present bool) {
 }
 
 // routable returns the members, other than self, the ring is made of:
-// those whose metadata decoded, passes check and does not announce a
-// departure.
+// those whose metadata decoded, passes check and announces neither a
+// departure nor a join under way.
 func (t *memberTable) routable(self string, check func(meta) error) []Member {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []Member
 	for name, e := range t.members {
-		if name == self || !e.ok || check(e.meta) != nil || e.meta.flags&metaLeaving != 0 {
+		if name == self || !e.ok || check(e.meta) != nil || e.meta.flags&(metaLeaving|metaJoining) != 0 {
 			continue
 		}
 		out = append(out, Member{Name: name, PeerAddr: e.meta.peerAddr})

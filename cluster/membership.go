@@ -24,6 +24,7 @@ import (
 //	version u8 | flags u8 | ring settings hash [8] | peer address (u8 length + bytes)
 const (
 	metaLeaving byte = 1 << 0
+	metaJoining byte = 1 << 1 // not in the ring yet: route nothing to it
 )
 
 type meta struct {
@@ -59,6 +60,9 @@ func (n *Node) localMeta() meta {
 	m := meta{version: ProtocolVersion, ringHash: n.ringHash, peerAddr: n.PeerAddr()}
 	if n.leaving.Load() {
 		m.flags |= metaLeaving
+	}
+	if !n.gate.announced.Load() {
+		m.flags |= metaJoining
 	}
 	return m
 }
@@ -113,6 +117,9 @@ func (d delegate) NotifyLeave(m *memberlist.Node)  { d.n.noteMember(m, false) }
 func (n *Node) noteMember(m *memberlist.Node, present bool) {
 	n.members.note(m, present)
 	n.requestRebuild()
+	if present && m.Name != n.name {
+		n.wakeJoin()
+	}
 }
 
 // NotifyAlive refuses nodes with another protocol version or other ring
@@ -206,6 +213,7 @@ func (n *Node) startMemberlist() error {
 		return fmt.Errorf("starting gossip on %s: %w", n.cfg.Bind, err)
 	}
 	n.ml = ml
+	n.gossipAddr = ml.LocalNode().Address()
 	// Bound to all interfaces: advertise the address memberlist chose.
 	if self := n.self.Load(); unspecified(hostOf(self.PeerAddr)) {
 		_, port, _ := net.SplitHostPort(self.PeerAddr)
@@ -237,23 +245,40 @@ func (n *Node) peerAdvertise(advHost string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// join joins the seeds, retrying with backoff until one answers.
+// join joins the seeds, retrying with backoff until one answers, and
+// settles the node in the ring once one has (or once JoinWait has passed
+// with none answering). A seed that is this node itself does not count.
 func (n *Node) join() {
 	defer n.wg.Done()
 	if len(n.cfg.Join) == 0 {
 		return
 	}
 	backoff := 200 * time.Millisecond
+	started := time.Now()
+	settled := false
 	for {
 		joined, err := n.ml.Join(n.cfg.Join)
-		if joined > 0 {
+		if joined > 0 && n.ml.NumMembers() > 1 {
 			n.log.Info("joined cluster", "seeds", strings.Join(n.cfg.Join, ","), "members", n.ml.NumMembers())
+			if !settled {
+				n.settle(true)
+			}
 			return
 		}
+		if !settled && time.Since(started) >= JoinWait {
+			settled = true
+			n.settle(false)
+		}
 		n.log.Warn("joining cluster: no seed answered; retrying", "seeds", strings.Join(n.cfg.Join, ","), "retry_in", backoff.String(), "error", fmt.Sprint(err))
-		t := time.NewTimer(time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64())))
+		wait := time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64()))
+		if !settled {
+			wait = min(wait, max(time.Until(started.Add(JoinWait)), 0)+time.Millisecond)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
+		case <-n.gate.wake:
+			t.Stop()
 		case <-n.stop:
 			t.Stop()
 			return
@@ -373,10 +398,11 @@ func (n *Node) reconcilePeers(members []Member) {
 }
 
 // currentMembers lists the nodes the ring is made of: the live,
-// compatible ones that are not leaving. A leaving node leaves itself out.
+// compatible ones that are neither leaving nor still joining. A leaving
+// node, or one that has not joined yet, leaves itself out.
 func (n *Node) currentMembers() []Member {
 	var out []Member
-	if !n.leaving.Load() {
+	if !n.leaving.Load() && n.gate.member.Load() {
 		out = append(out, *n.self.Load())
 	}
 	return append(out, n.members.routable(n.name, n.compatible)...)

@@ -79,22 +79,26 @@ type Node struct {
 	ringHash   [8]byte // identifies the ring settings in node metadata
 	log        *slog.Logger
 
-	ml       *memberlist.Memberlist
-	listener net.Listener
-	state    atomic.Pointer[ringState]
-	leaving  atomic.Bool
-	started  atomic.Bool // Start was called
-	running  atomic.Bool // Start succeeded
+	ml         *memberlist.Memberlist
+	gossipAddr string // the address it gossips on, from the start
+	listener   net.Listener
+	state      atomic.Pointer[ringState]
+	leaving    atomic.Bool
+	started    atomic.Bool // Start was called
+	running    atomic.Bool // Start succeeded
 
 	gatherHandler atomic.Pointer[func(string, []byte) []byte]
 
-	handoffMu   sync.Mutex // one hand-off at a time
-	rebuild     chan struct{}
-	stop        chan struct{}
-	wg          sync.WaitGroup
-	closeOnce   sync.Once
-	reconciling atomic.Bool
-	joined      atomic.Int64 // Unix ns of the first ring with other members
+	handoffMu    sync.Mutex  // one hand-off at a time
+	sending      sendingKeys // out of transit, being pushed
+	handoffRetry atomic.Bool // a retry of a failed hand-off is due
+	rebuild      chan struct{}
+	stop         chan struct{}
+	wg           sync.WaitGroup
+	closeOnce    sync.Once
+	reconciling  atomic.Bool
+	joined       atomic.Int64 // Unix ns of the first ring with other members
+	gate         joinGate     // in its own ring yet? (rejoin.go)
 }
 
 // ringState is the membership a node routes by, and the one before it,
@@ -108,6 +112,10 @@ type ringState struct {
 	// owner took this node's fallback counts before this node saw the death
 	// (key → new owner). It lasts until this node's ring changes.
 	redirect sync.Map
+	// pulled: keys this node pulled since the change (key → struct{}), or
+	// tried to in vain (→ Unix ns of the try); a key held is not proof
+	// enough, fallback counts may have merged in.
+	pulled sync.Map
 }
 
 // Standalone returns a node that owns every key, Tollgate without a
@@ -171,7 +179,8 @@ func newNode(cfg Config, engine *limiter.Engine, hasher keyhash.Hasher) *Node {
 	n.shared = newSharedStore(sharedKeyOf(cfg.Secret), cfg.Logger, n.blocked.forgetAll)
 	copy(n.ringHash[:], macOf(cfg.Secret, []byte("tollgate ring settings v1")))
 	n.self.Store(&Member{Name: n.name})
-	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
+	n.initGate()
+	n.state.Store(&ringState{ring: NewRing(n.hasher, n.currentMembers()), changed: time.Now()})
 	return n
 }
 
@@ -204,7 +213,7 @@ func (n *Node) Start() error {
 		release()
 		return err
 	}
-	n.state.Store(&ringState{ring: NewRing(n.hasher, []Member{*n.self.Load()}), changed: time.Now()})
+	n.state.Store(&ringState{ring: NewRing(n.hasher, n.currentMembers()), changed: time.Now()})
 
 	watchStalls()
 	n.wg.Add(5)
@@ -217,7 +226,7 @@ func (n *Node) Start() error {
 		n.shared.deliver(n.stop)
 	}()
 	n.running.Store(true)
-	n.log.Info("cluster node started", "node", n.name, "gossip", n.ml.LocalNode().Address(), "peer", n.PeerAddr())
+	n.log.Info("cluster node started", "node", n.name, "gossip", n.gossipAddr, "peer", n.PeerAddr())
 	return nil
 }
 
@@ -232,7 +241,7 @@ func (n *Node) GossipAddr() string {
 	if n.ml == nil {
 		return ""
 	}
-	return n.ml.LocalNode().Address()
+	return n.gossipAddr // memberlist changes its local node in place
 }
 
 // Ring returns the ring the node routes by now.
@@ -300,6 +309,7 @@ func (n *Node) takeFor(now time.Time, client limiter.Key, reqs []limiter.Request
 	if len(reqs) == 0 {
 		return true, SourceOwner, unknownScore // nothing asked, nobody to ask
 	}
+	n.holdWhileJoining()
 	st := n.state.Load()
 	owner, same := n.commonOwner(st.ring, reqs)
 	if !same {
@@ -451,10 +461,15 @@ func (n *Node) refund(st *ringState, owner Member, src Source, client limiter.Ke
 
 // takeAt performs op for reqs at owner.
 func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (bool, Source, float64) {
-	if owner.Name == n.name && !n.leaving.Load() {
-		n.pullMissing(st, now, reqs, client)
-		ok, score := n.local(now, op, client, reqs, res)
-		return ok, SourceOwner, score
+	if to, lent := n.lentTo(st, owner, reqs[0].Key); lent {
+		owner = to // pulled away by a node that owns it now
+	} else if owner.Name == n.name && !n.leaving.Load() && n.owning() {
+		if n.pullMissing(st, now, reqs, client) {
+			ok, score := n.local(now, op, client, reqs, res)
+			return ok, SourceOwner, score
+		}
+		ok, score := n.unpulledTake(now, op, client, reqs, res)
+		return ok, SourceFallback, score
 	}
 	if op == actTake && n.blocked.answer(now, reqs, res) {
 		if client != 0 {
@@ -502,8 +517,10 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, cli
 			}
 			return c.allowed || op != actTake, SourcePeer, c.score
 		}
-		if c.moved == n.name && !n.leaving.Load() {
-			n.pullMissing(st, now, reqs, client)
+		if c.moved == n.name && !n.leaving.Load() && n.owning() {
+			if !n.pullMissing(st, now, reqs, client) {
+				break // not held: fallback
+			}
 			ok, score := n.local(now, op, client, reqs, res)
 			return ok, SourceOwner, score
 		}
@@ -591,9 +608,12 @@ func (n *Node) pulling(st *ringState, now time.Time) bool {
 // recently (its previous rings are partial views), those another node would
 // own without it. Keys are asked for in one call per node holding any, the
 // calls made at once: a batch costs one round trip, not one per key.
-func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request, client limiter.Key) {
+//
+// It reports whether every key that moved here is held now: a new owner
+// never counts a key it could not pull (the caller decides by fallback).
+func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request, client limiter.Key) bool {
 	if !n.pulling(st, now) {
-		return
+		return true
 	}
 	var buf [9]limiter.Key
 	keys := buf[:0]
@@ -603,19 +623,34 @@ func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request,
 	if client != 0 {
 		keys = append(keys, client)
 	}
-	n.pullKeys(st, now, keys)
+	return len(n.pullKeys(st, now, keys)) == 0
 }
 
-// pullKeys pulls those of keys that moved here and are not held.
-func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) {
+// pullKeys pulls those of keys that moved here and are not held, and
+// returns those it could not pull.
+func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) (failed []limiter.Key) {
 	joined := now.Sub(n.joinedAt()) <= n.cfg.HandoffWindow
 	gone := n.goneSince(st)
 	var from map[string][]limiter.Key
 	var mine []limiter.Key // keys this call pulls; others wait for theirs
 	var waits []chan struct{}
+	var waitKeys []limiter.Key
 	for _, k := range keys {
-		if n.engine.Has(now, k) || slices.Contains(mine, k) {
+		if slices.Contains(mine, k) {
 			continue
+		}
+		if v, seen := st.pulled.Load(k); seen {
+			// Pulled already, or tried lately in vain: not held, and not
+			// asked again before pullRetry (a stuck source would stall
+			// every frame that names the key).
+			at, tried := v.(int64)
+			if !tried {
+				continue // pulled
+			}
+			if time.Now().UnixNano()-at < int64(n.pullRetry()) {
+				failed = append(failed, k)
+				continue
+			}
 		}
 		if m, _ := st.ring.Owner(k.Route()); m.Name != n.name {
 			continue // not this node's to count
@@ -641,6 +676,7 @@ func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) {
 		if wait, busy := n.pulls.inflight[k]; busy {
 			n.pulls.mu.Unlock()
 			waits = append(waits, wait)
+			waitKeys = append(waitKeys, k)
 			continue
 		}
 		n.pulls.inflight[k] = make(chan struct{})
@@ -657,36 +693,57 @@ func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) {
 	}
 	if len(from) > 0 {
 		var wg sync.WaitGroup
+		var failed sync.Map // keys of a pull that failed: asked again next time
 		for name, ks := range from {
-			wg.Go(func() { n.pull(name, ks, now) })
+			wg.Go(func() {
+				if !n.pull(name, ks, now) {
+					for _, k := range ks {
+						failed.Store(k, struct{}{})
+					}
+				}
+			})
 		}
 		wg.Wait()
 		n.pulls.mu.Lock()
 		for _, k := range mine {
+			if _, f := failed.Load(k); !f {
+				st.pulled.Store(k, struct{}{})
+			} else {
+				st.pulled.Store(k, time.Now().UnixNano())
+			}
 			close(n.pulls.inflight[k])
 			delete(n.pulls.inflight, k)
 		}
 		n.pulls.mu.Unlock()
 	}
-	for _, w := range waits {
+	for i, w := range waits {
 		<-w
+		mine = append(mine, waitKeys[i])
 	}
+	for _, k := range mine {
+		if v, _ := st.pulled.Load(k); v != (struct{}{}) {
+			failed = append(failed, k)
+		}
+	}
+	return failed
 }
 
 // pull asks one node for the counters of keys and merges what it gives.
-func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
+// It reports whether the node answered.
+func (n *Node) pull(from string, keys []limiter.Key, now time.Time) bool {
 	p := n.peers.get(from)
 	if p == nil || !p.breaker.allow(now) {
-		return
+		return false
 	}
 	e := &encoder{}
+	e.str(n.name)
 	encodeKeys(e, keys)
-	c := newCall(msgTransfer)
+	c := newCall(msgPull)
 	c.body = e.b
 	n.stats.pullCalls.Add(1)
 	if err := p.do(c, time.Now().Add(n.cfg.CallTimeout)); err != nil {
 		p.noteFailure(err) // resolves the breaker's probe, if this was it
-		return
+		return false
 	}
 	n.answered(p, false)
 	d := &decoder{b: c.reply}
@@ -694,6 +751,8 @@ func (n *Node) pull(from string, keys []limiter.Key, now time.Time) {
 		n.engine.Merge(now, states)
 		n.stats.pulled.Add(uint64(len(states)))
 	}
+	complete := d.u8() == 1 // else a push of some is still on its way
+	return d.err == nil && complete
 }
 
 // goneSince returns the members of the previous ring that are neither in

@@ -52,6 +52,22 @@ func (r *replicaStore) put(now time.Time, states []limiter.State) {
 	}
 }
 
+// newer keeps, for each of states whose key has a replica here, the newer
+// of the two as the replica, and returns the others: older copies of an
+// owner's counts meet its replica before the replica is promoted.
+func (r *replicaStore) newer(states []limiter.State) (rest []limiter.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range states {
+		if rep, ok := r.states[s.Key]; ok && s.Kind < limiter.KindGrant {
+			r.states[s.Key] = limiter.NewerState(rep, s)
+			continue
+		}
+		rest = append(rest, s)
+	}
+	return rest
+}
+
 // take removes and returns the live replica of k.
 func (r *replicaStore) take(now time.Time, k limiter.Key) (limiter.State, bool) {
 	r.mu.Lock()
@@ -98,6 +114,8 @@ func (r *replicaStore) len() int {
 // changed counters to their successors.
 func (n *Node) replicate() {
 	defer n.wg.Done()
+	n.wg.Add(1)
+	go n.heartbeat() // replication calls may block; the heartbeat must not
 	tick := time.NewTicker(ReplicateEvery)
 	defer tick.Stop()
 	sweep := time.NewTicker(10 * time.Second)

@@ -36,9 +36,11 @@ func TestNodesWithoutTheGossipKeyCannotJoin(t *testing.T) {
 			t.Errorf("%s sees %d members; want 2 (strangers kept out)", n.Name(), got)
 		}
 	}
+	// They joined nobody: within the join wait they count nothing as
+	// owners (their rings are empty), after it only themselves.
 	for _, n := range []*Node{noKey, wrongKey} {
-		if got := n.Ring().Len(); got != 1 {
-			t.Errorf("a node without the key sees %d members; want only itself", got)
+		if got := n.Ring().Len(); got > 1 {
+			t.Errorf("a node without the key sees %d members; want at most itself", got)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
@@ -88,8 +89,9 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 	now := time.Now()
 	switch kind {
 	case msgTake:
+		var unpulled []limiter.Key // moved here, not held: not counted
 		if st := n.state.Load(); n.pulling(st, now) {
-			n.pullFrame(st, now, *d)
+			unpulled = n.pullFrame(st, now, *d)
 		}
 		count := d.count(maxBatch, 2)
 		if d.err != nil {
@@ -123,17 +125,33 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 				}
 				reqs[i] = r
 			}
+			if len(unpulled) > 0 && slices.ContainsFunc(reqs[:zones], func(r limiter.Request) bool { return slices.Contains(unpulled, r.Key) }) {
+				enc.u8(itemMoved) // to nobody: the caller decides by fallback
+				enc.str("")
+				continue
+			}
 			n.answerItem(now, op, client, reqs[:zones], res[:zones], enc)
 		}
 		return d.err
-	case msgTransfer:
+	case msgTransfer, msgPull:
+		var to string
+		if kind == msgPull {
+			to = d.str()
+		}
 		keys := decodeKeys(d)
 		if d.err != nil {
 			return d.err
 		}
+		// A push of these keys under way lands first: the puller has them
+		// then, and this answer holds nothing of them.
+		complete := n.sending.wait(keys, now.Add(n.cfg.CallTimeout/2))
 		states := append(n.engine.ExtractKeys(now, keys), n.transit.take(keys)...)
+		n.lend(to, keys)
 		enc.u8(statusOK)
 		encodeStates(enc, states)
+		if kind == msgPull {
+			enc.u8(boolByte(complete))
+		}
 		return nil
 	case msgHandoff:
 		states := decodeStates(d)
@@ -185,6 +203,14 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 		enc.u8(statusOK)
 		encodeStates(enc, states)
 		return nil
+	case msgRestore:
+		states := decodeStates(d)
+		if d.err != nil {
+			return d.err
+		}
+		n.applyRestore(now, states)
+		enc.u8(statusOK)
+		return nil
 	case msgReplicate:
 		states := decodeStates(d)
 		if d.err != nil {
@@ -211,7 +237,7 @@ func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
 
 // pullFrame pulls, before a take frame is answered, the keys of all its
 // items that moved here: one call per node that may hold any, at once.
-func (n *Node) pullFrame(st *ringState, now time.Time, d decoder) {
+func (n *Node) pullFrame(st *ringState, now time.Time, d decoder) []limiter.Key {
 	count := d.count(maxBatch, 2)
 	var keys []limiter.Key
 	for range count {
@@ -223,22 +249,31 @@ func (n *Node) pullFrame(st *ringState, now time.Time, d decoder) {
 		for range zones {
 			r, err := decodeZoneReq(&d)
 			if err != nil {
-				return
+				return nil
 			}
 			keys = append(keys, r.Key)
 		}
 	}
 	if d.err == nil && len(keys) > 0 {
-		n.pullKeys(st, now, keys)
+		return n.pullKeys(st, now, keys)
 	}
+	return nil
 }
 
 // answerItem performs one take item for a peer, if this node owns its
 // keys, or names the owner.
 func (n *Node) answerItem(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result, enc *encoder) {
 	st := n.state.Load()
+	owning := n.owning()
 	for i := range reqs {
 		owner, _ := st.ring.Owner(reqs[i].Key.Route())
+		if owner.Name == n.name && !owning {
+			// Joining again: the node that counted it meanwhile, if any.
+			owner, _ = st.ring.Successor(reqs[i].Key.Route())
+		}
+		if to, lent := n.lentTo(st, owner, reqs[i].Key); lent {
+			owner = to
+		}
 		if owner.Name != n.name || n.leaving.Load() {
 			enc.u8(itemMoved)
 			enc.str(owner.Name)
@@ -250,7 +285,14 @@ func (n *Node) answerItem(now time.Time, op action, client limiter.Key, reqs []l
 			client = 0 // not ours to keep
 		}
 	}
-	allowed, score := n.local(now, op, client, reqs, res) // pulled: pullFrame
+	// pullFrame pulled the frame's keys, by the ring of its time; this ring
+	// may be newer: a key not held by it is not counted.
+	if !n.pullMissing(st, now, reqs, client) {
+		enc.u8(itemMoved) // to nobody: the caller decides by fallback
+		enc.str("")
+		return
+	}
+	allowed, score := n.local(now, op, client, reqs, res)
 	enc.u8(itemDone)
 	if allowed {
 		enc.u8(1)

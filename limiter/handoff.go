@@ -153,7 +153,19 @@ func (e *Engine) ExtractKeys(now time.Time, keys []Key) []State {
 // of the same window add up, so requests admitted on either side are all
 // accounted for; a token bucket adds the time the other side had spent.
 // New keys make room as Take does, so the engine stays within MaxKeys.
-func (e *Engine) Merge(now time.Time, states []State) {
+func (e *Engine) Merge(now time.Time, states []State) { e.merge(now, states, false) }
+
+// MergeNewer merges counters that may be older copies of this engine's
+// own (a snapshot read back, or what a node held before it was declared
+// dead and came back): for each key the newer state wins, never the sum.
+// Counts of the same window take the larger of the two; a later window
+// replaces an earlier one; a token bucket keeps the later arrival time; a
+// grant keeps the later one, and of the same grant the larger use. Leases
+// are the union, as in Merge.
+func (e *Engine) MergeNewer(now time.Time, states []State) { e.merge(now, states, true) }
+
+// merge is Merge, or MergeNewer when newer.
+func (e *Engine) merge(now time.Time, states []State, newer bool) {
 	ns := now.UnixNano()
 	for _, st := range states {
 		if st.Expires <= ns {
@@ -168,6 +180,9 @@ func (e *Engine) Merge(now time.Time, states []State) {
 			switch {
 			case !ok || cur.Expires <= ns || in.Created > cur.Created:
 				s.grants[st.Key] = in
+			case in.Version == cur.Version && in.usedVersion == cur.usedVersion && newer:
+				cur.used = max(cur.used, in.used) // the same spending, seen later
+				s.grants[st.Key] = cur
 			case in.Version == cur.Version && in.usedVersion == cur.usedVersion:
 				cur.used += in.used // both sides spent from this grant
 				s.grants[st.Key] = cur
@@ -183,7 +198,10 @@ func (e *Engine) Merge(now time.Time, states []State) {
 				break
 			}
 			next := st.entry()
-			if ok && cur.expires > ns {
+			switch {
+			case ok && cur.expires > ns && newer:
+				next = newerEntry(cur.entry, next)
+			case ok && cur.expires > ns:
 				next = mergeEntries(cur.entry, next, ns)
 			}
 			cur.entry = next // the key table's note stays this node's
@@ -224,6 +242,50 @@ func mergeEntries(a, b entry, now int64) entry {
 		a.prev = addCounts(a.prev, b.prev)
 	case a.stamp-b.stamp == w:
 		a.prev = addCounts(a.prev, b.cur) // b's current window is a's previous one
+	}
+	return a
+}
+
+// NewerState returns, of two counters of one key (one possibly an older
+// copy of the other), what MergeNewer would keep. Grants and leases are not
+// counters: b is returned for them.
+func NewerState(a, b State) State {
+	if a.Kind >= KindGrant || b.Kind >= KindGrant {
+		return b
+	}
+	return stateOf(b.Key, newerEntry(a.entry(), b.entry()))
+}
+
+// newerEntry combines two live states of one key, one possibly an older
+// copy of the other: the newer wins, counts of one window take the larger.
+func newerEntry(a, b entry) entry {
+	switch {
+	case a.kind() != b.kind():
+		if b.expires > a.expires {
+			return b
+		}
+		return a
+	case a.kind() == kindBucket:
+		if b.stamp > a.stamp { // the later arrival time spent more
+			return b
+		}
+		return a
+	case a.kind() == kindReputation:
+		if b.cur < a.cur {
+			return b
+		}
+		return a
+	}
+	w := (a.expires - a.stamp) / 2
+	if b.stamp > a.stamp {
+		a, b = b, a // a is the newer window
+	}
+	switch {
+	case a.stamp == b.stamp:
+		a.cur = max(a.cur, b.cur)
+		a.prev = max(a.prev, b.prev)
+	case a.stamp-b.stamp == w:
+		a.prev = max(a.prev, b.cur)
 	}
 	return a
 }

@@ -117,3 +117,48 @@ func TestMergeStaysWithinMaxKeys(t *testing.T) {
 		t.Fatal("merging evicted the exhausted victim")
 	}
 }
+
+// An older copy of a counter (a snapshot, or what a node held before it was
+// declared dead) merged into the newer one must not add: the newer wins.
+func TestMergeNewerNeverSums(t *testing.T) {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lim := Limit{Algorithm: alg, Quota: 10, Window: time.Minute}
+			req := Request{Key: 5, Limit: lim}
+			owner := New(Config{})
+			for range 4 {
+				owner.TakeOne(t0, req)
+			}
+			old := owner.StatesOf(t0, []Key{5}) // a snapshot at 4
+			for range 3 {
+				owner.TakeOne(t0, req) // the owner went on to 7
+			}
+			owner.MergeNewer(t0, old)
+			if r := owner.Peek(t0, req); r.Remaining != 3 {
+				t.Fatalf("after the older copy (4) merged into 7 of 10: remaining %d; want 3", r.Remaining)
+			}
+			// Into an engine that lacks the key, the copy is taken as it is;
+			// merged again, it adds nothing.
+			fresh := New(Config{})
+			fresh.MergeNewer(t0, old)
+			fresh.MergeNewer(t0, old)
+			if r := fresh.Peek(t0, req); r.Remaining != 6 {
+				t.Fatalf("a copy of 4 merged twice into nothing: remaining %d; want 6", r.Remaining)
+			}
+		})
+	}
+}
+
+func TestMergeNewerKeepsTheLaterWindow(t *testing.T) {
+	lim := Limit{Algorithm: FixedWindow, Quota: 10, Window: time.Minute}
+	req := Request{Key: 9, Limit: lim}
+	a, b := New(Config{}), New(Config{})
+	for range 8 {
+		a.TakeOne(t0, req) // an old window
+	}
+	b.TakeOne(t0.Add(time.Minute), req) // the current one
+	b.MergeNewer(t0.Add(time.Minute), a.StatesOf(t0.Add(time.Minute), []Key{9}))
+	if r := b.Peek(t0.Add(time.Minute), req); r.Remaining != 9 {
+		t.Fatalf("remaining %d; want 9: the older window's count is not the current one's", r.Remaining)
+	}
+}

@@ -159,10 +159,13 @@
 // owner frozen 5 s with 90 of 100 admitted meanwhile, a burst at it as it
 // returns; the window admits the limit plus what was admitted in fallback
 // while it came back). A shorter pause is a frozen node as above. After a
-// split longer than failure detection the sides may take longer than 20
-// seconds to merge, since each has declared the other dead and a node
-// joins through its seeds only when it starts (TestFaults joins them after
-// each split).
+// split longer than failure detection, each side has declared the other
+// dead, and memberlist talks only to members it believes alive: a node with
+// seeds that knows fewer members than it once did joins its seeds again
+// every ten probe intervals (10 s by default), so the sides meet again
+// within that after the split heals
+// (TestSplitLongerThanDetectionHealsByItself; TestFaults also joins them
+// at once after each split, to keep its schedules short).
 //
 // Blocked keys. A node remembers keys an owner denied, until the time they
 // may pass, and answers them itself without a call. Resetting a key clears

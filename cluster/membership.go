@@ -298,9 +298,14 @@ func (n *Node) watch() {
 	defer tick.Stop()
 	sweep := time.NewTicker(limiter.SweepEvery)
 	defer sweep.Stop()
+	rejoin := time.NewTicker(n.rejoinEvery())
+	defer rejoin.Stop()
 	for {
 		select {
+		case <-rejoin.C:
+			n.rejoinSeeds()
 		case <-n.rebuild:
+			n.notePeak()
 			n.rebuildRing()
 		case <-tick.C:
 			n.pingPeers()

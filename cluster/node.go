@@ -97,6 +97,8 @@ type Node struct {
 	wg           sync.WaitGroup
 	closeOnce    sync.Once
 	reconciling  atomic.Bool
+	rejoining    atomic.Bool  // a join of the seeds after a split is under way
+	peakMembers  atomic.Int64 // the most members gossip has known
 	joined       atomic.Int64 // Unix ns of the first ring with other members
 	gate         joinGate     // in its own ring yet? (rejoin.go)
 }

@@ -108,7 +108,7 @@ func (n *Node) await(p *peer, c *call) error {
 		return errUnavailable
 	}
 	now := clock()
-	c.wait = &patience{timeout: int64(n.cfg.CallTimeout), since: now, base: stalled(now), until: now + int64(n.patience())}
+	c.wait = patience{timeout: int64(n.cfg.CallTimeout), since: now, base: stalled(now), until: now + int64(n.patience())}
 	c.due = now + int64(n.cfg.CallTimeout)
 	if err := p.push(c); err != nil {
 		return err

@@ -29,7 +29,7 @@ type call struct {
 	body []byte                          // for other kinds: the encoded body
 	buf  [1 + 8 + 1 + 2*zoneReqSize]byte // item's storage for up to two zones
 	due  int64                           // deadline, as monotonic ns since epoch; 0 for none
-	wait *patience                       // for a patient call: how its deadline moves
+	wait patience                        // for a patient call (timeout > 0): how its deadline moves
 
 	allowed bool
 	score   float64 // the client's reputation, for msgTake
@@ -263,7 +263,7 @@ func (p *peer) expire(now int64) (next int64) {
 		if c.due == 0 || c.state.Load() != callPending {
 			return
 		}
-		if c.due <= now && !(c.wait != nil && c.wait.extend(c, p, now)) {
+		if c.due <= now && !(c.wait.timeout > 0 && c.wait.extend(c, p, now)) {
 			c.fail(errTimeout)
 			return
 		}

@@ -48,9 +48,10 @@ func (n *Node) lentTo(st *ringState, owner Member, k limiter.Key) (Member, bool)
 // handOff sends the counters this node holds but no longer owns to their
 // owners under the current ring. Extracted counters wait in transit until
 // they are sent; a new owner that pulls a key meanwhile gets it from there,
-// and the push then skips it, so a counter is delivered once. A counter that
-// cannot be delivered is merged back, to go out with the next hand-off: a
-// count is never dropped.
+// and the push then skips it, so a counter is delivered once; a pull that
+// comes while the key is on its way waits for the push to land. A counter
+// that cannot be delivered is merged back and sent again a moment later
+// (and with every later hand-off): a count is never dropped.
 func (n *Node) handOff() {
 	n.handoffMu.Lock()
 	defer n.handoffMu.Unlock()

@@ -548,6 +548,7 @@ func (n *Node) local(now time.Time, op action, client limiter.Key, reqs []limite
 	ok, score := apply(n.engine, now, op, client, reqs, res)
 	if op != actPeek && n.state.Load().ring.Len() > 1 {
 		n.dirty.note(reqs, client)
+		n.rememberOwnTold(now, op, reqs, res)
 	}
 	return ok, score
 }

@@ -391,3 +391,17 @@ func (n *Node) holdWhileJoining() {
 		}
 	}
 }
+
+// rememberOwnTold keeps, for a while after a membership change, what this
+// node itself answered as an owner, as it keeps what other owners answer:
+// a key it counted may move away (to a node that joins or comes back), and
+// if that node cannot be reached at first, this node's fallback starts from
+// what it last knew rather than from a fresh fallback share.
+func (n *Node) rememberOwnTold(now time.Time, op action, reqs []limiter.Request, res []limiter.Result) {
+	if op != actTake || n.told == nil {
+		return
+	}
+	if st := n.state.Load(); st.prev != nil && now.Sub(st.changed) <= n.cfg.HandoffWindow {
+		n.rememberTold(reqs, res)
+	}
+}

@@ -93,9 +93,12 @@
 // (a node that has not seen the death yet hands it over and routes those
 // keys to the new owner from then on; one that has sends it before routing
 // by its new ring). A node's fallback share is of what the owner last said
-// remained, less what it already admitted and sent on. So a crash loses, per key, at most the changes the
-// owner made in its last replication interval (5 ms of traffic, plus a batch
-// in flight when it died), and the fallback during detection is bounded by
+// remained, less what it already admitted and sent on. So a crash loses,
+// per key, at most the changes its successor had not received: those the
+// owner made in its last replication interval (5 ms of traffic, plus a
+// batch in flight when it died) while the owner's goroutines run on time;
+// on a starved machine, where the replicator itself is held up, what was
+// changed since its last batch left. The fallback during detection is bounded by
 // the owner's last reported remaining count: with 60 of 100 spent and the
 // owner crashed, the survivors admit 40 more
 // (TestCrashedOwnersCountsSurviveAtTheSuccessor asserts at most 45). A
@@ -113,12 +116,16 @@
 // but the cap starts again when its counters are sent to the owner); C is,
 // for each crash of the key's owner, what that owner counted from
 // 2×ReplicateEvery before it crashed until it was gone (the last
-// replication interval and a batch in flight); and S is, for each split (a
+// replication interval and a batch in flight), or, if more, what its
+// successor's replica lacked (a replicator held up on a starved machine);
+// and S is, for each split (a
 // partition, a frozen node, or links slow or lossy enough for memberlist
 // to declare nodes dead) from its start, and for each membership change (a
 // node leaving or joining) from its start, until every node routes by the
 // same ring again: what was counted by owners other than the key's owner
-// on that ring. Each side of a split counts on its own and admits at most L
+// on that ring; rings that disagree with no fault under way (a process so
+// starved that memberlist declared its peers dead) are such a split too.
+// Each side of a split counts on its own and admits at most L
 // (one limit per side). Without a fault F is 0 (slow owners are waited
 // for, see above), so the bound is L: exact. A process that is stopped or
 // starved for longer than a peer timeout is, to the others, a frozen node:

@@ -651,6 +651,7 @@ type event struct {
 	node   string
 	at     time.Time
 	owners []string // converged: each key's owner by then
+	lag    []int64  // counts: each key's changes at its owner not yet in its successor's replica
 }
 
 type history struct {
@@ -675,6 +676,7 @@ func (c *faultCluster) noteReplicas(h *history, s *schedule) {
 	}
 	ring := c.live()[0].Ring()
 	var parts []string
+	lag := make([]int64, len(s.keys))
 	for i, k := range s.keys {
 		owner, _ := ring.Owner(k.Route())
 		succ, _ := ring.Successor(k.Route())
@@ -690,8 +692,11 @@ func (c *faultCluster) noteReplicas(h *history, s *schedule) {
 			n.replicas.mu.Unlock()
 		}
 		parts = append(parts, fmt.Sprintf("key %d: %d at owner %s, %d at successor %s", i, cur, owner.Name, rep, succ.Name))
+		lag[i] = max(0, int64(cur)-int64(rep))
 	}
-	h.note("counts", strings.Join(parts, "; "))
+	h.mu.Lock()
+	h.events = append(h.events, event{what: "counts", node: strings.Join(parts, "; "), at: now, lag: lag})
+	h.mu.Unlock()
 }
 
 // noteConverged records that the cluster converged, and each key's owner.
@@ -741,11 +746,15 @@ type bound struct {
 	fallback  int64 // admissions decided by fallback
 	crashLoss int64 // admissions counted by a crashed owner in its last replication intervals
 	split     int64 // admissions counted during a split or membership change by an owner other than the key's owner after it
-	total     int64
+	// unannounced: of split, those counted while rings disagreed with no
+	// fault or change under way (a starved process)
+	unannounced int64
+	total       int64
 }
 
 func (b bound) String() string {
-	return fmt.Sprintf("%d = limit %d + fallback %d + crash loss %d + split %d", b.total, b.limit, b.fallback, b.crashLoss, b.split)
+	return fmt.Sprintf("%d = limit %d + fallback %d + crash loss %d + split %d (%d with rings disagreeing without a fault)",
+		b.total, b.limit, b.fallback, b.crashLoss, b.split, b.unannounced)
 }
 
 // crashLossSpan is how far before a crash the owner's changes may be lost:
@@ -776,19 +785,34 @@ func boundFor(s *schedule, h *history, k int, w int64) bound {
 	}
 	// Crash: what the owner counted in its last replication intervals
 	// before it crashed (from when it started to close until it was
-	// closed) may be lost.
-	var killing time.Time
+	// closed) may be lost; or, if its replicator was held up (a starved
+	// process), what its successor's replica lacked just before the crash
+	// and what it counted after that, whichever is more.
+	var killing, sampled time.Time
+	var lag int64
 	for _, e := range h.events {
 		switch e.what {
+		case "counts":
+			sampled, lag = e.at, 0
+			if k < len(e.lag) {
+				lag = e.lag[k]
+			}
 		case "killing":
 			killing = e.at
 		case "kill":
+			var recent, since int64
 			for _, a := range mine {
-				if a.allowed && a.src != SourceFallback && a.owner == e.node &&
-					!a.at.Before(killing.Add(-crashLossSpan)) && !a.at.After(e.at) {
-					b.crashLoss++
+				if !a.allowed || a.src == SourceFallback || a.owner != e.node || a.at.After(e.at) {
+					continue
+				}
+				if !a.at.Before(killing.Add(-crashLossSpan)) {
+					recent++
+				}
+				if a.at.After(sampled) {
+					since++
 				}
 			}
+			b.crashLoss += max(recent, lag+since)
 		}
 	}
 	// Splits (a partition or a frozen node, from the fault until the
@@ -796,27 +820,51 @@ func boundFor(s *schedule, h *history, k int, w int64) bound {
 	// or joining, until converged): each side, or each node that had not
 	// heard of the change, may count on its own; what was counted by an
 	// owner other than the key's owner once converged is allowed over.
+	//
+	// A ring that disagrees without a fault (a process so starved that
+	// memberlist declared its peers dead) is a split too, one the schedule
+	// did not make: outside the spans above, an admission counted by an
+	// owner other than the key's owner on the ring all nodes last agreed on
+	// is counted the same way. Only a node whose ring differed names
+	// another owner.
 	var from time.Time
+	agreed := "" // the key's owner when the nodes last agreed
+	split := func(a admission, unannounced bool) {
+		b.split++
+		if b.sides == nil {
+			b.sides = map[string]int64{}
+		}
+		b.sides[a.owner]++
+		if unannounced {
+			b.unannounced++
+		}
+	}
+	next := 0 // mine[next:] are not judged yet
 	for _, e := range h.events {
-		switch e.what {
-		case "split", "join", "leave":
-			if from.IsZero() {
+		if e.what != "converged" {
+			if (e.what == "split" || e.what == "join" || e.what == "leave" || e.what == "kill") && from.IsZero() {
 				from = e.at
 			}
-		case "converged":
-			if !from.IsZero() {
-				for _, a := range mine {
-					if a.allowed && a.src != SourceFallback && a.owner != e.owners[k] &&
-						!a.at.Before(from) && !a.at.After(e.at) {
-						b.split++
-						if b.sides == nil {
-							b.sides = map[string]int64{}
-						}
-						b.sides[a.owner]++
-					}
-				}
-				from = time.Time{}
+			continue
+		}
+		for ; next < len(mine) && !mine[next].at.After(e.at); next++ {
+			a := mine[next]
+			if !a.allowed || a.src == SourceFallback {
+				continue
 			}
+			inSpan := !from.IsZero() && !a.at.Before(from)
+			switch {
+			case inSpan && a.owner != e.owners[k]:
+				split(a, false)
+			case !inSpan && agreed != "" && a.owner != agreed:
+				split(a, true)
+			}
+		}
+		agreed, from = e.owners[k], time.Time{}
+	}
+	for _, a := range mine[next:] {
+		if a.allowed && a.src != SourceFallback && agreed != "" && a.owner != agreed {
+			split(a, true)
 		}
 	}
 	b.total = b.limit + b.fallback + b.crashLoss + b.split
@@ -894,6 +942,7 @@ func (c *faultCluster) run(s *schedule) *history {
 		}()
 	}
 
+	c.noteConverged(h, s) // it is, before the schedule: the ring all agree on
 	time.Sleep(s.before)
 	switch s.kind {
 	case kindNone:

@@ -11,8 +11,9 @@ import (
 
 // ProtocolVersion is the version of the peer protocol and of the node
 // metadata. Nodes of different versions refuse each other. Version 2
-// seals shared values with the cluster secret and adds the reconcile,
-// replicate and fallback-transfer messages.
+// seals shared values with the cluster secret, adds the reconcile,
+// replicate, fallback-transfer, restore and named pull messages and the
+// joining flag, and carries reputation scores as float64.
 const ProtocolVersion = 2
 
 // Message types. A request frame is [type][call ID u32][body]; its reply

@@ -211,39 +211,15 @@ func (e *Engine) merge(now time.Time, states []State, newer bool) {
 	}
 }
 
-// mergeEntries combines two live states of one key.
+// mergeEntries combines two live states of one key: what both sides
+// counted, added.
 func mergeEntries(a, b entry, now int64) entry {
-	switch {
-	case a.kind() != b.kind():
-		// Different algorithms (the zone changed): keep the fuller one.
-		if b.expires > a.expires {
-			return b
-		}
-		return a
-	case a.kind() == kindBucket:
+	if a.kind() == kindBucket && b.kind() == kindBucket {
 		// Arrival times: add what b had spent beyond now to a.
 		tat := max(a.stamp, now) + max(0, b.stamp-now)
 		return entry{stamp: tat, expires: tat, prev: markBucket}
-	case a.kind() == kindReputation:
-		// Keep the worse score: a violation on either side counts.
-		if b.cur < a.cur {
-			return b
-		}
-		return a
 	}
-	// Windows: expires is stamp + 2 windows, so the window length is known.
-	w := (a.expires - a.stamp) / 2
-	if b.stamp > a.stamp {
-		a, b = b, a // a is the newer window
-	}
-	switch {
-	case a.stamp == b.stamp:
-		a.cur = addCounts(a.cur, b.cur)
-		a.prev = addCounts(a.prev, b.prev)
-	case a.stamp-b.stamp == w:
-		a.prev = addCounts(a.prev, b.cur) // b's current window is a's previous one
-	}
-	return a
+	return combineEntries(a, b, addCounts)
 }
 
 // NewerState returns, of two counters of one key (one possibly an older
@@ -259,33 +235,43 @@ func NewerState(a, b State) State {
 // newerEntry combines two live states of one key, one possibly an older
 // copy of the other: the newer wins, counts of one window take the larger.
 func newerEntry(a, b entry) entry {
-	switch {
-	case a.kind() != b.kind():
-		if b.expires > a.expires {
-			return b
-		}
-		return a
-	case a.kind() == kindBucket:
+	if a.kind() == kindBucket && b.kind() == kindBucket {
 		if b.stamp > a.stamp { // the later arrival time spent more
 			return b
 		}
 		return a
+	}
+	return combineEntries(a, b, func(x, y uint32) uint32 { return max(x, y) })
+}
+
+// combineEntries combines two live states of one key other than two
+// buckets, with counts of the same window combined by count.
+func combineEntries(a, b entry, count func(x, y uint32) uint32) entry {
+	switch {
+	case a.kind() != b.kind():
+		// Different algorithms (the zone changed): keep the fuller one.
+		if b.expires > a.expires {
+			return b
+		}
+		return a
 	case a.kind() == kindReputation:
+		// Keep the worse score: a violation on either side counts.
 		if b.cur < a.cur {
 			return b
 		}
 		return a
 	}
+	// Windows: expires is stamp + 2 windows, so the window length is known.
 	w := (a.expires - a.stamp) / 2
 	if b.stamp > a.stamp {
 		a, b = b, a // a is the newer window
 	}
 	switch {
 	case a.stamp == b.stamp:
-		a.cur = max(a.cur, b.cur)
-		a.prev = max(a.prev, b.prev)
+		a.cur = count(a.cur, b.cur)
+		a.prev = count(a.prev, b.prev)
 	case a.stamp-b.stamp == w:
-		a.prev = max(a.prev, b.cur)
+		a.prev = count(a.prev, b.cur) // b's current window is a's previous one
 	}
 	return a
 }

@@ -97,7 +97,7 @@ func (n *Node) reconcileWith(p *peer, now time.Time) bool {
 
 // reconcileOn is reconcileWith, for the keys ring says p's node owns.
 func (n *Node) reconcileOn(p *peer, now time.Time, ring *Ring) bool {
-	if p.breaker.open() && n.await(p, newCall(msgPing)) != nil {
+	if p.breaker.open() && n.await(p, newCall(msgPing), time.Now()) != nil {
 		// The counters stay in the fallback engine, where they cap what
 		// this node admits, until the owner answers: taken out to be sent,
 		// they would let it admit a fresh cap at every probe.

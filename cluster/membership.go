@@ -339,7 +339,7 @@ func (n *Node) pingPeers() {
 		wasOpen := p.breaker.open()
 		go func() {
 			c := newCall(msgPing)
-			if err := n.await(p, c); err != nil {
+			if err := n.await(p, c, time.Now()); err != nil {
 				p.noteFailure(fmt.Errorf("ping: %w", err))
 				return
 			}

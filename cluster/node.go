@@ -500,7 +500,7 @@ func (n *Node) takeAt(st *ringState, owner Member, now time.Time, op action, cli
 		}
 		c := newTakeCall(op, client, reqs, res)
 		sent := time.Now()
-		if err := n.await(p, c); err != nil {
+		if err := n.await(p, c, sent); err != nil {
 			n.cfg.Observer.PeerCall(time.Since(sent), false)
 			p.noteFailure(err)
 			break

@@ -59,9 +59,13 @@
 // counts on this node with every limit multiplied by the fallback ratio
 // (0.4 by default) and by the client's last known reputation factor, and
 // never beyond this node's share (divided among the nodes other than the
-// owner) of the remaining count the owner last reported for the key; open
-// admits; closed denies. So each node admits at most
-// min(ratio×L, remaining/(N−1)) for a key while its owner is away. While
+// owner) of the remaining count the owner last reported for the key, or of
+// the whole limit if it reported nothing yet; open admits; closed denies.
+// So each node admits at most min(ratio×L, remaining/(N−1)) for a key in
+// one outage, and its share, remaining/(N−1), over all the outages until
+// the owner answers it again: the fallback counters start afresh once sent
+// to the owner, the share does not
+// (TestFallbackShareHoldsAcrossOutagesOfAnOwnerThatSaidNothing). While
 // the breaker is open, a ping waits on the peer's connection if it is up;
 // as soon as the owner answers it, the node sends the owner what it
 // admitted in fallback and only then closes the breaker (the probe after

@@ -235,6 +235,20 @@ func (c *toldCache) spend(k limiter.Key, used, now int64) {
 	mu.Unlock()
 }
 
+// assume returns what is known of k as get does; if nothing is, it
+// records that k has at most left remaining until expires (nothing heard
+// from the owner), so what this node admits of it in fallback and sends on
+// is counted against its share from then on.
+func (c *toldCache) assume(k limiter.Key, left, now, expires int64) (known, spent int64) {
+	mu, s := c.slot(k)
+	mu.Lock()
+	defer mu.Unlock()
+	if s.key != k || s.expires <= now {
+		*s = toldSlot{key: k, left: left, expires: expires}
+	}
+	return s.left, s.spent
+}
+
 // get returns what the owner last said remained of k and what this node
 // has admitted of it in fallback since (and sent on), if it still holds.
 func (c *toldCache) get(k limiter.Key, now int64) (left, spent int64, ok bool) {
@@ -272,18 +286,19 @@ func (n *Node) fallbackLimits(client limiter.Key, reqs []limiter.Request, buf []
 	scaled = buf[:0]
 	for _, r := range reqs {
 		if r.Limit.Algorithm != limiter.Concurrency {
+			// What the owner said remained, or, if it said nothing yet,
+			// the whole quota: either way what this node admitted of it
+			// already (counters since sent on) is taken off its share, so
+			// the fallback counters starting afresh after each outage do
+			// not give the share again.
+			now := time.Now().UnixNano()
+			left, spent := n.told.assume(r.Key, r.Limit.Quota, now, now+int64(r.Limit.Window))
 			r.Limit = r.Limit.Scale(ratio * factor)
-			if n.told != nil {
-				if left, spent, ok := n.told.get(r.Key, time.Now().UnixNano()); ok {
-					// Its share of what the owner said remained, less what
-					// it admitted of it already (counters since sent on).
-					share := left/others - spent
-					if share <= 0 && none < 0 {
-						none = len(scaled)
-					}
-					r.Limit.Quota = max(1, min(r.Limit.Quota, share))
-				}
+			share := left/others - spent
+			if share <= 0 && none < 0 {
+				none = len(scaled)
 			}
+			r.Limit.Quota = max(1, min(r.Limit.Quota, share))
 		} else {
 			r.Limit = r.Limit.Scale(ratio)
 		}

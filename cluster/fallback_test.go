@@ -171,3 +171,26 @@ func TestLateAdmissionsOfAbandonedCallsAreGivenBack(t *testing.T) {
 		t.Errorf("the owner has %d left; want 96 (only the take given back)", left)
 	}
 }
+
+// A node that never heard from a key's owner admits in fallback at most
+// its share of the whole quota over any number of outages: the fallback
+// counters start afresh each time they are sent to the owner, the share
+// does not.
+func TestFallbackShareHoldsAcrossOutagesOfAnOwnerThatSaidNothing(t *testing.T) {
+	nodes := startNodes(t, 3)
+	n := nodes[0]
+	key := keyOwnedBy(t, n.Ring(), nodes[2].Name(), 0)
+	lim := limitOf(100)
+	admitted := 0
+	for range 5 { // five outages, each ended by sending the counts on
+		now := time.Now()
+		for fallbackSpend(n, now, key, lim) {
+			admitted++
+		}
+		n.toldSpent(now, n.fallback.ExtractKeys(now, []limiter.Key{key}))
+	}
+	if admitted > 50 {
+		t.Errorf("%d admitted in fallback over five outages of an owner that said nothing; want at most 50 (100 shared by 2 nodes)", admitted)
+	}
+	t.Logf("%d admitted over five outages", admitted)
+}

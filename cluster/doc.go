@@ -169,7 +169,21 @@
 // TestProcessClusterOwnerFrozenPastDetectionComesBackWithoutOverAdmitting:
 // owner frozen 5 s with 90 of 100 admitted meanwhile, a burst at it as it
 // returns; the window admits the limit plus what was admitted in fallback
-// while it came back). A shorter pause is a frozen node as above. After a
+// while it came back). A shorter pause is a frozen node as above.
+//
+// Known gaps, found from outside with three processes and not closed yet:
+// a pause of 1 to 2 seconds, about as long as failure detection, can end
+// with the node deciding it was paused while a successor has just started
+// its keys from the replica without the survivors' fallback counts, and for
+// about 100 ms two nodes count a key as its owner (measured 105 to 141 of
+// 100, of which 1 to 19 in fallback after the pause). And in the seconds
+// after a membership change (the hand-off window), nodes stopped for up to
+// 200 ms at random during a burst of 300 requests at concurrency 60 let 3
+// to 4 rounds in 18 admit 148 to 174 of 100 (the owner counting its own
+// requests while the others, unable to reach it, counted theirs in
+// fallback: within L + F), and others under-admit (a new owner that cannot
+// pull a key decides it by fallback caps until the pull succeeds). Both are
+// within the bound below and outside the exactness stated above. After a
 // split longer than failure detection, each side has declared the other
 // dead, and memberlist talks only to members it believes alive: a node with
 // seeds that knows fewer members than it once did joins its seeds again

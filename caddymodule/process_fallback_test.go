@@ -10,7 +10,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/cluster"
 )
+
+// settle waits out the hand-off window that follows the cluster's forming.
+// In it, a new owner that cannot pull a key from the node that owned it
+// before (stopped, here) decides the key by fallback caps: a documented gap
+// (cluster/doc.go, "Known gaps"). These tests are about a settled cluster.
+func settle() { time.Sleep(cluster.DefaultHandoffWindow) }
 
 // These tests check, with real Caddy processes, that an owner that is slow,
 // busy or flapping does not turn into over-admission.
@@ -158,6 +166,7 @@ func busyMachine(procs []*proc, owner int, seed uint64) (stop func()) {
 // fallback beside it.
 func TestProcessClusterBusyOwnerCountsExactly(t *testing.T) {
 	procs := startCluster(t, 3, 100)
+	settle()
 	for round := range 5 {
 		owner := round % 3
 		key := ownedKeys(t, procs, fmt.Sprintf("busy-%d", round))[owner]
@@ -180,6 +189,7 @@ func TestProcessClusterBusyOwnerCountsExactly(t *testing.T) {
 // was admitted, the window's total is at most the limit.
 func TestProcessClusterBusyWithAFrozenNodeStaysWithinTheBound(t *testing.T) {
 	procs := startCluster(t, 3, 100)
+	settle()
 	keys := ownedKeys(t, procs, "frozen")
 	survivors := procs[:2]
 	procs[2].signal(syscall.SIGSTOP)

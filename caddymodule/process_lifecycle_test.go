@@ -237,12 +237,7 @@ func TestProcessClusterRollingRestartWithKillsStaysNearTheLimit(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	for owner, key := range keys {
-		allowed := 0
-		for i := range 20 {
-			if status, _, _ := procs[i%3].get("/", key); status == http.StatusOK {
-				allowed++
-			}
-		}
+		allowed := allowedAcross(procs, key, 20)
 		if allowed > 7 {
 			t.Errorf("key first owned by node%d: %d more of 10 allowed after a rolling restart with kills and 4 spent; want at most 7 (exact: 6)", owner, allowed)
 		}
@@ -290,13 +285,7 @@ func TestProcessClusterKilledNodeRestoresItsSnapshotWithoutSumming(t *testing.T)
 	victim.start()
 	waitClusterConverged(t, procs)
 	for owner, key := range keys {
-		allowed := 0
-		for i := range 20 {
-			if status, _, _ := procs[i%3].get("/", key); status == http.StatusOK {
-				allowed++
-			}
-		}
-		if allowed != 4 {
+		if allowed := allowedAcross(procs, key, 20); allowed != 4 {
 			t.Errorf("key first owned by node%d: %d of 20 allowed after the restart; want 4 (4 spent before the snapshot, 2 after the kill, limit 10)", owner, allowed)
 		}
 	}

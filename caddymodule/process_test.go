@@ -193,6 +193,18 @@ func (p *proc) stop() {
 	}
 }
 
+// allowedAcross sends n requests for key, in turn to each of procs, and
+// returns how many were allowed.
+func allowedAcross(procs []*proc, key string, n int) int {
+	allowed := 0
+	for i := range n {
+		if status, _, _ := procs[i%len(procs)].get("/", key); status == http.StatusOK {
+			allowed++
+		}
+	}
+	return allowed
+}
+
 // signal sends sig to the process; for SIGSTOP it returns once the process
 // is stopped, as a signal is delivered asynchronously.
 func (p *proc) signal(sig syscall.Signal) {
@@ -466,12 +478,7 @@ func TestProcessClusterFreezeAndKillOfAnOwner(t *testing.T) {
 	if remaining > exact || remaining < exact-3 {
 		t.Errorf("after the thaw the owner has %d left; want %d (10 spent before, %d in fallback, 1 now; a call in flight at the freeze may count twice)", remaining, exact, inFallback)
 	}
-	allowed := 0
-	for i := range remaining + 20 {
-		if status, _, _ := survivors[i%2].get("/", key); status == http.StatusOK {
-			allowed++
-		}
-	}
+	allowed := allowedAcross(survivors, key, remaining+20)
 	if allowed != remaining {
 		t.Errorf("after the thaw %d allowed; the owner said %d were left", allowed, remaining)
 	}
@@ -542,13 +549,7 @@ func rollingRestart(t *testing.T, procs []*proc) {
 		waitClusterConverged(t, procs)
 	}
 	for owner, key := range keys {
-		allowed := 0
-		for i := range 20 {
-			if status, _, _ := procs[i%3].get("/", key); status == http.StatusOK {
-				allowed++
-			}
-		}
-		if allowed != 6 {
+		if allowed := allowedAcross(procs, key, 20); allowed != 6 {
 			t.Errorf("key first owned by node%d: %d of 20 allowed after a rolling restart with 4 of 10 spent; want 6 (10 in total)", owner, allowed)
 		}
 	}

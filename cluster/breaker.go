@@ -105,17 +105,9 @@ func (n *Node) patience() time.Duration { return 10 * n.cfg.CallTimeout }
 // await sends c, made at sent, to p and waits for its reply, as described
 // above.
 func (n *Node) await(p *peer, c *call, sent time.Time) error {
-	if !p.connected.Load() {
-		return errUnavailable
-	}
 	now := monoNanos(sent)
 	c.wait = patience{timeout: int64(n.cfg.CallTimeout), since: now, base: stalled(now), until: now + int64(n.patience())}
-	c.due = now + int64(n.cfg.CallTimeout)
-	if err := p.push(c); err != nil {
-		return err
-	}
-	c.done.Wait()
-	return c.err
+	return p.do(c, sent.Add(n.cfg.CallTimeout))
 }
 
 // patience is how a patient call's deadline moves. Only the peer's

@@ -167,9 +167,6 @@ func (n *Node) applyReconcile(now time.Time, origin string, seq uint64, states [
 // told keeps what owners last reported about keys: the count remaining,
 // until the key's window resets.
 func (n *Node) rememberTold(reqs []limiter.Request, res []limiter.Result) {
-	if n.told == nil {
-		return
-	}
 	var now int64
 	for i := range res {
 		if r := res[i]; r.Remaining >= 0 && r.Reset > 0 && reqs[i].Limit.Algorithm != limiter.Concurrency {
@@ -277,11 +274,12 @@ func (n *Node) fallbackLimits(client limiter.Key, reqs []limiter.Request, buf []
 	// The nodes that may be counting in fallback: every member but the
 	// owner, of the larger of the rings before and after a change (while
 	// the others catch up, the old members still count).
-	st := n.state.Load()
+	st, now := n.state.Load(), time.Now()
 	members := st.ring.Len()
-	if st.prev != nil && time.Since(st.changed) <= n.cfg.HandoffWindow {
+	if n.pulling(st, now) { // in the hand-off window
 		members = max(members, st.prev.Len())
 	}
+	ns := now.UnixNano()
 	others := int64(max(1, members-1))
 	scaled = buf[:0]
 	for _, r := range reqs {
@@ -291,8 +289,7 @@ func (n *Node) fallbackLimits(client limiter.Key, reqs []limiter.Request, buf []
 			// already (counters since sent on) is taken off its share, so
 			// the fallback counters starting afresh after each outage do
 			// not give the share again.
-			now := time.Now().UnixNano()
-			left, spent := n.told.assume(r.Key, r.Limit.Quota, now, now+int64(r.Limit.Window))
+			left, spent := n.told.assume(r.Key, r.Limit.Quota, ns, ns+int64(r.Limit.Window))
 			r.Limit = r.Limit.Scale(ratio * factor)
 			share := left/others - spent
 			if share <= 0 && none < 0 {

@@ -632,8 +632,10 @@ func (n *Node) pullMissing(st *ringState, now time.Time, reqs []limiter.Request,
 // pullKeys pulls those of keys that moved here and are not held, and
 // returns those it could not pull.
 func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) (failed []limiter.Key) {
-	joined := now.Sub(n.joinedAt()) <= n.cfg.HandoffWindow
-	gone := n.goneSince(st)
+	// Worked out for the first key that may need pulling: most calls find
+	// every key pulled already, or not this node's.
+	var joined, looked bool
+	var gone map[string]bool
 	var from map[string][]limiter.Key
 	var mine []limiter.Key // keys this call pulls; others wait for theirs
 	var waits []chan struct{}
@@ -657,6 +659,9 @@ func (n *Node) pullKeys(st *ringState, now time.Time, keys []limiter.Key) (faile
 		}
 		if m, _ := st.ring.Owner(k.Route()); m.Name != n.name {
 			continue // not this node's to count
+		}
+		if !looked {
+			joined, gone, looked = now.Sub(n.joinedAt()) <= n.cfg.HandoffWindow, n.goneSince(st), true
 		}
 		var src [2]string
 		if m, ok := st.prev.Owner(k.Route()); ok && m.Name != n.name {

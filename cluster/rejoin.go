@@ -95,18 +95,23 @@ func (n *Node) heartbeat() {
 // for the others to have taken its keys over (which it notices here, before
 // counting anything).
 func (n *Node) owning() bool {
-	if b := n.gate.beat.Load(); b != 0 && time.Now().UnixNano()-b > int64(n.pauseLimit()) && n.wasStopped(time.Now()) {
+	n.checkPause(time.Now())
+	return n.gate.member.Load()
+}
+
+// checkPause notices, at now, that the node was paused since its last
+// heartbeat long enough for the others to have declared it dead, and stops
+// it counting.
+func (n *Node) checkPause(now time.Time) {
+	if b := n.gate.beat.Load(); b != 0 && now.UnixNano()-b > int64(n.pauseLimit()) && n.wasStopped(now) {
 		n.paused()
 	}
-	return n.gate.member.Load()
 }
 
 // tick records that the node runs; a tick long after the last one means it
 // was paused.
 func (n *Node) tick(now time.Time) {
-	if b := n.gate.beat.Load(); b != 0 && now.UnixNano()-b > int64(n.pauseLimit()) && n.wasStopped(now) {
-		n.paused()
-	}
+	n.checkPause(now)
 	cpu, _ := cpuTime()
 	n.gate.beatCPU.Store(int64(cpu))
 	n.gate.beat.Store(now.UnixNano())
@@ -398,7 +403,7 @@ func (n *Node) holdWhileJoining() {
 // if that node cannot be reached at first, this node's fallback starts from
 // what it last knew rather than from a fresh fallback share.
 func (n *Node) rememberOwnTold(now time.Time, op action, reqs []limiter.Request, res []limiter.Result) {
-	if op != actTake || n.told == nil {
+	if op != actTake {
 		return
 	}
 	if st := n.state.Load(); st.prev != nil && now.Sub(st.changed) <= n.cfg.HandoffWindow {

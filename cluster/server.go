@@ -294,11 +294,7 @@ func (n *Node) answerItem(now time.Time, op action, client limiter.Key, reqs []l
 	}
 	allowed, score := n.local(now, op, client, reqs, res)
 	enc.u8(itemDone)
-	if allowed {
-		enc.u8(1)
-	} else {
-		enc.u8(0)
-	}
+	enc.u8(boolByte(allowed))
 	enc.u32(math.Float32bits(float32(score)))
 	enc.u8(byte(len(res)))
 	for i := range res {

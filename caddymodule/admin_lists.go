@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -132,7 +133,7 @@ func (d *deniedRecord) forget(key uint64, scopes []string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for id := range d.m {
-		if id.key == key && (len(scopes) == 0 || contains(scopes, id.scope)) {
+		if id.key == key && (len(scopes) == 0 || slices.Contains(scopes, id.scope)) {
 			delete(d.m, id)
 		}
 	}
@@ -191,19 +192,10 @@ func (g *grantRecord) forget(key uint64, scopes []string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for id := range g.m {
-		if id.key == key && (len(scopes) == 0 || contains(scopes, id.scope)) {
+		if id.key == key && (len(scopes) == 0 || slices.Contains(scopes, id.scope)) {
 			delete(g.m, id)
 		}
 	}
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Gather questions the nodes answer from their records.

@@ -386,7 +386,8 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 	tiers := app.state.tiers.load()
 
 	for zi, z := range b.zones {
-		limit := z.limitFor(who.tier, tiers)
+		base := z.limitFor(who.tier, tiers)
+		limit, trial := base, h.DryRun || z.DryRun
 		key, fellBack := z.keyOf(app.hasher, q, who.key)
 		b.keys = append(b.keys, key)
 		r := limiter.Request{
@@ -401,9 +402,9 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 			limit = limit.Scale(who.pressure.Factor)
 		}
 		r.Limit = limit
-		b.add(zi, r, named, h.DryRun || z.DryRun)
+		b.add(zi, r, named, trial)
 		if who.identity.Kind == fingerprint.KindFingerprint && (z.countsNetwork() || fellBack && !z.isLease()) {
-			h.addNetworkRequest(b, zi, z, z.limitFor(who.tier, tiers), &who, h.DryRun || z.DryRun)
+			h.addNetworkRequest(b, zi, z, base, &who, trial)
 		}
 	}
 	return b, who, nil

@@ -148,10 +148,10 @@ func (c *denialCounters) inc(network bool) {
 
 // networkID renders the client's network as {http.tollgate.network}:
 // "n:" and 16 hex digits of its keyed hash. A session's network is hashed
-// here, only when the placeholder is used.
+// here, only when the placeholder is used and no zone hashed it already.
 func (v *verdict) networkID() string {
 	net := v.identity.Network
-	if v.identity.Kind == fingerprint.KindSession {
+	if net == 0 && v.identity.Kind == fingerprint.KindSession {
 		if v.app == nil || v.app.identifier == nil {
 			return ""
 		}

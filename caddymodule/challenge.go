@@ -297,20 +297,17 @@ func (h *Handler) spendChallenge(tokenID []byte, now time.Time) bool {
 // session should get the challenge page instead of its response: the
 // challenge is on, the request is a browser's page load, and the client's
 // network may still start a session (so a client that could not get one
-// anyway is served on the cookie-less path, not sent round in circles).
+// anyway, its fingerprint or its network out of new sessions, is served on
+// the cookie-less path, not sent round in circles).
 func (h *Handler) challengeFor(r *http.Request, v *verdict, now time.Time) bool {
 	app := h.app
 	if app.challenge == nil || v.identity.Kind != fingerprint.KindFingerprint || !wantsChallenge(r) || app.challenge.exempt(r) {
 		return false
 	}
-	netZone := app.issueZone ^ networkIssueSalt
-	limit := app.issueLimit
-	if v.pressure.Factor != 1 {
-		limit = limit.Scale(v.pressure.Factor)
-	}
-	var res [1]limiter.Result
-	h.node.Peek(now, []limiter.Request{{Key: limiter.ZoneKey(v.identity.Network, netZone), Zone: netZone, Limit: limit}}, res[:])
-	return res[0].Allowed
+	reqs := h.sessionIssue(&v.identity, v.pressure.Factor)
+	var res [2]limiter.Result
+	h.node.Peek(now, reqs[:], res[:])
+	return res[0].Allowed && res[1].Allowed
 }
 
 // challengeCounter returns the counter of a proof's result; nil is passed.

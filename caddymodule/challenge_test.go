@@ -225,3 +225,53 @@ func TestChallengeExceptions(t *testing.T) {
 		t.Fatalf("a page load outside the exception was not challenged: %q", body)
 	}
 }
+
+// A fingerprint that has started all the sessions it may (two) is not
+// challenged again: a proof would earn it no session, and it would be sent
+// round from the page to the challenge and back. It is served on the
+// cookie-less path, though its network may still start sessions.
+func TestNoChallengeForAFingerprintOutOfSessions(t *testing.T) {
+	srv := startCaddy(t, trustLoopback+`
+	tollgate {
+		cookie {
+			challenge pow 8
+		}
+	}`, challengeSite)
+	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	noRedirect := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	const html = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"
+	do := func(method, path string, form url.Values) (*http.Response, string) {
+		var body io.Reader
+		if form != nil {
+			body = strings.NewReader(form.Encode())
+		}
+		req, _ := http.NewRequest(method, srv.URL+path, body)
+		req.Header.Set("X-Forwarded-For", "203.0.113.140")
+		req.Header.Set("User-Agent", "Browser/1")
+		req.Header.Set("Accept", html)
+		if form != nil {
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, string(b)
+	}
+	for i := range fingerprintIssueLimit { // each session thrown away
+		_, body := do(http.MethodGet, "/page", nil)
+		m := challengeFields.FindStringSubmatch(body)
+		if m == nil {
+			t.Fatalf("page load %d without a session: %q; want the challenge page", i, body)
+		}
+		form := url.Values{"token": {m[1]}, "answer": {solve(t, m[1], 8)}, "return": {m[2]}}
+		if resp, _ := do(http.MethodPost, ChallengePath, form); resp.Header.Get("Set-Cookie") == "" {
+			t.Fatalf("proof %d earned no session", i)
+		}
+	}
+	if _, body := do(http.MethodGet, "/page", nil); body != "fingerprint /page" {
+		t.Fatalf("a fingerprint out of sessions: %.60q…; want the page on the cookie-less path, no challenge", body)
+	}
+}

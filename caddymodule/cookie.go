@@ -94,6 +94,16 @@ const networkIssueSalt = 0x73657373696f6e73
 // issue window, squeezed by IP pressure factor) and of its fingerprint
 // (fingerprintIssueLimit), both or neither, and reports whether it could.
 func (h *Handler) maySessionStart(id *fingerprint.Identity, factor float64, now time.Time) bool {
+	reqs := h.sessionIssue(id, factor)
+	var res [2]limiter.Result
+	ok, _ := h.node.Take(now, reqs[:], res[:])
+	return ok
+}
+
+// sessionIssue returns the two counters a new session of id spends: its
+// fingerprint's (fingerprintIssueLimit) and its network's (issue_limit per
+// issue window, squeezed by the IP pressure factor).
+func (h *Handler) sessionIssue(id *fingerprint.Identity, factor float64) [2]limiter.Request {
 	app := h.app
 	limit := app.issueLimit
 	if factor != 1 {
@@ -102,12 +112,10 @@ func (h *Handler) maySessionStart(id *fingerprint.Identity, factor float64, now 
 	perPrint := app.issueLimit
 	perPrint.Quota = fingerprintIssueLimit
 	netZone := app.issueZone ^ networkIssueSalt
-	var res [2]limiter.Result
-	ok, _ := h.node.Take(now, []limiter.Request{
+	return [2]limiter.Request{
 		{Key: limiter.ZoneKey(id.Digest, app.issueZone), Zone: app.issueZone, Limit: perPrint, Network: uint32(id.Network)},
 		{Key: limiter.ZoneKey(id.Network, netZone), Zone: netZone, Limit: limit, Network: uint32(id.Network)},
-	}, res[:])
-	return ok
+	}
 }
 
 // cookieIssuer sets the session cookie on responses that carry the issuing

@@ -222,6 +222,16 @@ func mergeEntries(a, b entry, now int64) entry {
 	return combineEntries(a, b, addCounts)
 }
 
+// AddState returns the counter Merge keeps for a key that held a when b
+// is merged in: what both sides counted, added. Grants and leases are not
+// counters: b is returned for them.
+func AddState(now time.Time, a, b State) State {
+	if a.Kind >= KindGrant || b.Kind >= KindGrant {
+		return b
+	}
+	return stateOf(b.Key, mergeEntries(a.entry(), b.entry(), now.UnixNano()))
+}
+
 // NewerState returns, of two counters of one key (one possibly an older
 // copy of the other), what MergeNewer would keep. Grants and leases are not
 // counters: b is returned for them.

@@ -1,0 +1,406 @@
+package core
+
+import (
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Core is one node's part in counting every key in exactly one place: who
+// owns which key, moving counts when ownership changes, deciding for owners
+// that cannot be reached, and keeping replicas for owners that may die. It
+// is a state machine: time and messages come in as arguments, messages to
+// send go out through its outbox, and it runs no goroutine, reads no clock
+// and opens no socket. A driver feeds it: in a running node, memberlist and
+// the peer RPC (package cluster); in tests, a simulator on a virtual clock.
+//
+// A Core is safe for concurrent use, and its parts each keep their state
+// behind their own lock. Driven from one goroutine with the same inputs, it
+// does the same: every message it sends is built in a deterministic order.
+type Core struct {
+	cfg   Config
+	self  Peer
+	epoch time.Time // origin of the core's monotonic readings
+	log   *slog.Logger
+
+	engine     *limiter.Engine // the counters this node owns
+	reputation atomic.Pointer[limiter.ReputationPolicy]
+
+	view   atomic.Pointer[view] // what it routes by now
+	viewMu sync.Mutex           // serializes changes of the view
+	known  membershipState      // what the driver said of the others (under viewMu)
+
+	peers      *peerTable    // breakers, leases and liveness of the others
+	out        *outbox       // messages to send, transfers until acknowledged
+	in         *inbox        // transfers applied, by sender
+	takes      *takeLog      // outcomes of take items served, by caller
+	handoff    *handoffState // keys moving here, while a hand-off is under way
+	lent       *lentKeys     // keys given to a node that owns them by a newer ring
+	fallback   *fallback     // decides for owners that cannot be reached
+	replicas   *replicaStore // counters kept for the owners this node succeeds
+	dirty      dirtyKeys     // keys changed here since the last replication
+	appliedLog appliedLog    // transfers applied here since the last replication
+	gate       *gate         // in its own ring or not, and why
+
+	blocked *slotCache[blockedEntry] // keys owners denied, until they may pass
+	told    *slotCache[int64]        // remaining counts owners reported
+	scores  *slotCache[float64]      // clients' scores their owners reported
+	blockGn atomic.Uint64            // denials of older generations are void
+
+	takeSeq atomic.Uint64 // numbers take items sent
+	stats   Stats
+
+	// completing, if set, is called as a hand-off completes, before dead
+	// members' replicas are promoted: tests measure what they lack.
+	completing func(plan *handoffPlan)
+
+	tickMu        sync.Mutex
+	lastReplicate int64
+	lastSweep     int64
+	lastReconcile int64
+	strayAt       int64 // mono: when to look for counters counted under an older view
+}
+
+// blockedEntry is a denial remembered: until when, and under which
+// generation of the shared values.
+type blockedEntry struct {
+	until int64
+	gen   uint64
+}
+
+// Stats counts what a core did, for status pages and tests.
+type Stats struct {
+	Received       atomic.Uint64 // counters received in transfers that add
+	Pulled         atomic.Uint64 // counters this node pulled from their previous owners
+	PullCalls      atomic.Uint64 // pulls sent
+	Reconciled     atomic.Uint64 // fallback counters sent to (or merged at) their owners
+	ReplicaStates  atomic.Uint64 // counters sent to successors
+	FromReplica    atomic.Uint64 // counters started from a dead owner's replica
+	Duplicates     atomic.Uint64 // transfers received again and not applied again
+	Cancelled      atomic.Uint64 // take items given up on by their callers
+	Activations    atomic.Uint64 // times a peer's keys went to fallback
+	HandoffsForced atomic.Uint64 // hand-offs ended by HandoffWindow rather than by seals
+}
+
+// view is the membership a core routes by. A view is immutable: a change
+// builds a new one.
+type view struct {
+	ring       *Ring
+	self       int          // index of this node in ring, -1 if not a member
+	peers      []*peerState // aligned with ring's members; nil at self
+	stable     *Ring        // the ring of the last completed hand-off
+	ho         *handoffPlan // nil when no hand-off is under way
+	standalone bool         // a ring of this node alone, never networked
+	shareOf    int          // nodes that may count a key in fallback: members less its owner, at least 1
+	// quorum: the ring holds a majority of the nodes this node knows of,
+	// the dead not yet forgotten included. A node without one is on the
+	// small side of a split (or was paused and sees nobody yet): it counts
+	// nothing as an owner and takes no dead member's keys over, so the two
+	// sides of a split never count a key each.
+	quorum bool
+}
+
+// New returns a core for cfg, not yet a member of any ring but its own (and
+// not of that one when it has seeds to join).
+func New(cfg Config, now time.Time) *Core {
+	cfg.setDefaults()
+	c := &Core{
+		cfg:      cfg,
+		self:     cfg.Self.Peer(),
+		epoch:    now,
+		log:      cfg.Logger,
+		engine:   cfg.Engine,
+		peers:    newPeerTable(),
+		out:      newOutbox(),
+		in:       newInbox(),
+		takes:    newTakeLog(),
+		handoff:  newHandoffState(),
+		lent:     newLentKeys(cfg.Engine.Stats().MaxKeys),
+		fallback: newFallback(cfg.Engine.Stats().MaxKeys, cfg.Fallback, cfg.FallbackRatio),
+		replicas: newReplicaStore(cfg.Engine.Stats().MaxKeys),
+		gate:     newGate(!cfg.Joining),
+		blocked:  newSlotCache[blockedEntry](cfg.CacheSlots),
+		told:     newSlotCache[int64](cfg.CacheSlots),
+		scores:   newSlotCache[float64](cfg.CacheSlots),
+	}
+	c.out.epoch = c.gate.joinEpoch
+	c.viewMu.Lock()
+	c.rerouteLocked(now)
+	c.viewMu.Unlock()
+	return c
+}
+
+// NewStandalone returns a core that owns every key and never talks to
+// anyone: Tollgate without a cluster, paying nothing for one.
+func NewStandalone(engine *limiter.Engine, now time.Time) *Core {
+	c := New(Config{Self: Member{Name: "local"}, Engine: engine, CacheSlots: 64}, now)
+	c.view.Store(&view{ring: c.view.Load().ring, self: 0, peers: []*peerState{nil}, stable: c.view.Load().ring, standalone: true, shareOf: 1})
+	return c
+}
+
+// mono returns now as nanoseconds since the core's epoch, by the
+// monotonic clock when now carries one: a step of the wall clock is not a
+// pause.
+func (c *Core) mono(now time.Time) int64 { return int64(now.Sub(c.epoch)) }
+
+// Self returns this run of the node.
+func (c *Core) Self() Peer { return c.self }
+
+// Engine returns the engine of the counters this node owns.
+func (c *Core) Engine() *limiter.Engine { return c.engine }
+
+// Ring returns the ring the core routes by.
+func (c *Core) Ring() *Ring { return c.view.Load().ring }
+
+// Owner returns the member that owns k by the ring the core routes by.
+func (c *Core) Owner(k limiter.Key) (Member, bool) { return c.view.Load().ring.Owner(k.Route()) }
+
+// Member reports whether this node counts the keys its ring gives it.
+func (c *Core) Member() bool { return c.view.Load().self >= 0 }
+
+// Stats returns the core's counters.
+func (c *Core) Stats() *Stats { return &c.stats }
+
+// HandoffUnderway reports whether keys may still be on their way here.
+func (c *Core) HandoffUnderway() bool { return c.view.Load().ho != nil }
+
+// SetReputation sets the reputation policy applied to zones whose owner is
+// not the client's, and to fallback limits.
+func (c *Core) SetReputation(p *limiter.ReputationPolicy) {
+	c.reputation.Store(p)
+	c.engine.SetReputation(p)
+}
+
+// SetFallback changes what the node does for owners it cannot reach; a
+// ratio outside (0, 1] means DefaultFallbackRatio.
+func (c *Core) SetFallback(mode FallbackMode, ratio float64) { c.fallback.set(mode, ratio) }
+
+// Fallback returns the fallback mode and ratio in force.
+func (c *Core) Fallback() (FallbackMode, float64) { return c.fallback.mode(), c.fallback.ratio() }
+
+// FallbackKeys returns how many counters the node keeps for owners it
+// could not reach.
+func (c *Core) FallbackKeys() int { return c.fallback.engine.Stats().Keys }
+
+// Outbox returns the messages waiting to be sent, and forgets them: the
+// driver sends each and reports the outcome of those that expect a reply.
+func (c *Core) Outbox() []Outgoing { return c.out.drain() }
+
+// notifyOutbox tells the driver that messages wait.
+func (c *Core) notifyOutbox() {
+	if f := c.cfg.Hooks.Outbox; f != nil {
+		f()
+	}
+}
+
+// notifySettled tells the driver that waiting requests should look again.
+func (c *Core) notifySettled() {
+	if f := c.cfg.Hooks.Settled; f != nil {
+		f()
+	}
+}
+
+// Tick lets time pass: pings and probes, transfers sent again, the
+// hand-off's progress, replication, the join, and sweeps. The driver calls
+// it often (every ReplicateEvery or so).
+func (c *Core) Tick(now time.Time) {
+	m := c.mono(now)
+	c.tickMu.Lock()
+	replicate := m-c.lastReplicate >= int64(c.cfg.ReplicateEvery)
+	if replicate {
+		c.lastReplicate = m
+	}
+	sweep := m-c.lastSweep >= int64(time.Second)
+	if sweep {
+		c.lastSweep = m
+	}
+	stray := c.strayAt != 0 && m >= c.strayAt
+	if stray {
+		c.strayAt = 0
+	}
+	reconcile := m-c.lastReconcile >= int64(c.cfg.CallTimeout)
+	if reconcile {
+		c.lastReconcile = m
+	}
+	c.tickMu.Unlock()
+
+	v := c.view.Load()
+	if v.standalone {
+		return
+	}
+	c.tickPeers(now, m, v)
+	c.tickTransfers(now, m)
+	c.tickHandoff(now, m)
+	if stray {
+		c.pushStray(now)
+	}
+	if reconcile {
+		c.reconcile(now, v)
+	}
+	if replicate {
+		c.replicate(now, m)
+	}
+	c.tickGate(now)
+	if sweep {
+		c.fallback.sweep(now)
+		c.replicas.sweep(now)
+		c.replicas.forgetApplied(m)
+		c.in.sweep(m, c.peers)
+	}
+	c.notifyOutbox()
+}
+
+// quorumLocked reports whether ring holds a majority of the nodes this
+// node knows of: its members and the dead ones (the driver forgets a dead
+// node after a while, and then it no longer counts). Nodes leaving or
+// joining do not count. viewMu is held.
+func (c *Core) quorumLocked(ring *Ring) bool {
+	voters := ring.Len()
+	for _, d := range c.known.dead {
+		if !ring.Has(d.Name) {
+			voters++
+		}
+	}
+	return 2*ring.Len() > voters
+}
+
+// others returns the nodes that are not members: leaving, joining, and
+// dead (until the driver forgets them: a dead member's silence decides
+// when its keys are taken over).
+func (k membershipState) others() []Member {
+	out := append(slices.Clone(k.leaving), k.joining...)
+	for _, d := range k.dead {
+		out = append(out, Member{Name: d.Name, Inc: d.Inc})
+	}
+	return out
+}
+
+// rePlace puts what arrived for keys moving here, under the view before,
+// where it belongs under the view now: still waiting, counted, or sent on.
+func (c *Core) rePlace(now time.Time, bases, adds []limiter.State) {
+	c.place(now, ModeNewer, purposeHandoff, bases)
+	c.place(now, ModeAdd, purposeHandoff, adds)
+}
+
+// Membership is what the driver knows of the other nodes.
+type Membership struct {
+	// Members are the other nodes that count keys: alive, joined, not
+	// leaving.
+	Members []Member
+	// Leaving are nodes that announced they are leaving: they count
+	// nothing, but still hand over what they hold.
+	Leaving []Member
+	// Joining are nodes that announced themselves but have not joined
+	// yet: they count nothing. A later run of a node that was a member
+	// tells that the earlier run died.
+	Joining []Member
+	// Dead are nodes declared dead (failed, not left): what they counted
+	// lives on in their replicas. A node not listed anywhere left.
+	Dead []Peer
+}
+
+// membershipState is the last Membership the driver gave.
+type membershipState struct {
+	members []Member
+	leaving []Member
+	joining []Member
+	dead    []Peer
+}
+
+// SetMembership tells the core who the other nodes are. When the ring
+// changes, the core hands over the counters it no longer owns and starts
+// waiting for those that move to it.
+func (c *Core) SetMembership(now time.Time, m Membership) {
+	c.viewMu.Lock()
+	c.known = membershipState{
+		members: slices.DeleteFunc(slices.Clone(m.Members), func(x Member) bool { return x.Name == c.self.Name }),
+		leaving: slices.DeleteFunc(slices.Clone(m.Leaving), func(x Member) bool { return x.Name == c.self.Name }),
+		joining: slices.DeleteFunc(slices.Clone(m.Joining), func(x Member) bool { return x.Name == c.self.Name }),
+		dead:    slices.Clone(m.Dead),
+	}
+	c.rerouteLocked(now)
+	c.viewMu.Unlock()
+	c.notifyOutbox()
+	c.notifySettled()
+}
+
+// rerouteLocked builds the view from what is known and, if the ring
+// changed, moves what changed owner. viewMu is held.
+func (c *Core) rerouteLocked(now time.Time) {
+	old := c.view.Load()
+	if old != nil && old.standalone {
+		return
+	}
+	member := c.gate.member()
+	ms := slices.Clone(c.known.members)
+	if member {
+		ms = append(ms, c.cfg.Self)
+	}
+	ring := NewRing(c.cfg.Hasher, ms)
+	selfIdx := -1
+	if i, ok := ring.index(c.self.Name); ok {
+		selfIdx = i
+	}
+	m := c.mono(now)
+	if old != nil && old.ring.Fingerprint() == ring.Fingerprint() && (old.self >= 0) == (selfIdx >= 0) {
+		// The same ring: who is leaving or dead, or a peer's address,
+		// changed. A hand-off under way waits for the sources it has now: a
+		// source that left handed everything over before it went.
+		v := *old
+		v.ring, v.self = ring, selfIdx
+		v.quorum = c.quorumLocked(ring)
+		heard := c.peers.heardAll()
+		var bases, adds []limiter.State
+		if old.ho != nil {
+			v.ho = c.planHandoff(now, old, old.stable, ring)
+			if v.ho == nil {
+				v.stable = ring
+			}
+			bases, adds = c.handoff.takeArrived()
+			c.handoff.reset(v.ho, v.ho == nil)
+		}
+		v.peers = c.peers.match(ring, c.known.others(), c.self.Name, m)
+		c.view.Store(&v)
+		c.deadReceivers(now, heard)
+		c.replaceRefused(now)
+		c.rePlace(now, bases, adds)
+		return
+	}
+	stable := ring
+	if old != nil {
+		stable = old.ring
+		if old.ho != nil {
+			stable = old.stable // the hand-off to it never completed
+		}
+	}
+	heard := c.peers.heardAll() // before the peers that are gone are dropped
+	var ho *handoffPlan
+	if selfIdx >= 0 {
+		ho = c.planHandoff(now, old, stable, ring) // before the peers of dead members are dropped
+	}
+	v := &view{ring: ring, self: selfIdx, stable: stable, ho: ho, quorum: c.quorumLocked(ring)}
+	v.peers = c.peers.match(ring, c.known.others(), c.self.Name, m)
+	if v.ho == nil {
+		v.stable = ring
+	}
+	v.shareOf = max(1, max(ring.Len(), v.stable.Len())-1)
+	bases, adds := c.handoff.takeArrived()
+	c.handoff.reset(v.ho, old == nil || old.ho == nil || old.stable != v.stable)
+	c.view.Store(v)
+	if old != nil {
+		c.lent.keepOwned(ring, c.self.Name)
+		c.deadReceivers(now, heard)
+		c.replaceRefused(now)
+		c.rePlace(now, bases, adds)
+		c.handOver(now, v)
+		c.resync(now, old.ring, ring)
+		c.tickMu.Lock()
+		c.strayAt = m + int64(c.cfg.CallTimeout)
+		c.tickMu.Unlock()
+		c.log.Info("cluster membership changed", "node", c.self.Name, "members", ring.Len(), "ring", ring.Fingerprint(), "member", v.self >= 0, "handoff", v.ho != nil)
+	}
+}

@@ -1,0 +1,109 @@
+package core
+
+import (
+	"time"
+)
+
+// Handle answers a message from another core: a Transfer (with an Ack), a
+// Pull (with a PullReply), a SealQuery, a Ping or a ScoreQuery. An Ack of a
+// transfer given in a pull's reply gets no answer (nil). Take items go to
+// Serve.
+func (c *Core) Handle(now time.Time, from Peer, msg Message) Message {
+	c.noteHeard(from.Name, now)
+	defer c.notifyOutbox()
+	switch m := msg.(type) {
+	case Transfer:
+		return c.handleTransfer(now, from, m)
+	case Pull:
+		return c.handlePull(now, from, m)
+	case SealQuery:
+		return c.handleSeal(now, from, m)
+	case Ping:
+		return c.handlePing(now, from, m)
+	case ScoreQuery:
+		return ScoreReply{Score: c.engine.Reputation(now, m.Client)}
+	case Ack:
+		c.ackedGiven(now, m)
+	}
+	return nil
+}
+
+// handlePing answers a ping: whether this node took over the pinger's keys
+// (the pinger must stop counting them), and notes its join epoch.
+func (c *Core) handlePing(now time.Time, from Peer, p Ping) Pong {
+	if ps := c.peers.get(from.Name); ps != nil && ps.peer.Inc == from.Inc {
+		ps.epoch.Store(p.Epoch)
+	}
+	return Pong{Dead: c.gate.saysDead(from, p.Epoch)}
+}
+
+// ackedGiven records the acknowledgement of a transfer given in a pull's
+// reply.
+func (c *Core) ackedGiven(now time.Time, a Ack) {
+	c.acked(now, &pendingRequest{seq: a.Seq}, a)
+}
+
+// Answered takes the answer to the message with ID id.
+func (c *Core) Answered(now time.Time, id uint64, reply Message) {
+	r := c.out.answered(id)
+	if r == nil {
+		return
+	}
+	c.noteHeard(r.to.Name, now)
+	defer c.notifyOutbox()
+	switch r.msg.(type) {
+	case Transfer:
+		if a, ok := reply.(Ack); ok {
+			c.acked(now, r, a)
+		}
+	case Pull:
+		if pr, ok := reply.(PullReply); ok {
+			c.pulled(now, r, pr)
+		}
+	case SealQuery:
+		if sr, ok := reply.(SealReply); ok {
+			c.sealReplied(now, r, sr)
+		}
+	case Ping:
+		if pong, ok := reply.(Pong); ok {
+			if p := c.peers.get(r.to.Name); p != nil && p.peer.Inc == r.to.Inc {
+				c.pinged(now, p, r.sent, pong)
+			}
+		}
+	}
+}
+
+// Failed reports that the message with ID id got no answer.
+func (c *Core) Failed(now time.Time, id uint64) {
+	r := c.out.answered(id)
+	if r == nil {
+		return
+	}
+	p := c.peers.get(r.to.Name)
+	if p != nil && p.peer.Inc != r.to.Inc {
+		p = nil
+	}
+	defer c.notifyOutbox()
+	switch msg := r.msg.(type) {
+	case Transfer:
+		if msg.Mode == ModeReplica {
+			c.replicaFailed(r.seq)
+		} else {
+			c.out.failed(r.seq, c.mono(now)+int64(c.cfg.CallTimeout), false)
+		}
+		if p != nil {
+			c.peerFailed(p)
+		}
+	case Pull:
+		c.pullFailed(now, msg.Keys)
+		if p != nil {
+			c.peerFailed(p)
+		}
+	case SealQuery:
+		c.sealFailed(now, r)
+	case Ping:
+		if p != nil {
+			c.pingFailed(now, p)
+		}
+	}
+}

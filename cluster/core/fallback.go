@@ -1,0 +1,263 @@
+package core
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Fallback. A node decides by its fallback mode the requests whose owner
+// it cannot reach, or that their owner cannot count yet (NotYetMine): local
+// (the default) counts them in a fallback engine of its own, open admits,
+// closed denies. In local mode every limit is multiplied by the fallback
+// ratio and by the client's last known reputation factor, and never
+// exceeds this node's share of what the key's owner last said remained (or
+// of the whole limit, if it said nothing): remaining / (members − 1). The
+// share is kept per key for the window, exactly, across outages: what this
+// node admitted and sent on is taken off it, so a node admits at most its
+// share in all the outages of a window together. What a node admits in
+// fallback is sent to the key's owner, in transfers (ModeAdd), as soon as
+// that owner answers and counts the key; a fallback denial never touches
+// the client's reputation.
+
+// fallback is a node's fallback engine and the shares it counts against.
+// It is safe for concurrent use.
+type fallback struct {
+	engine    *limiter.Engine
+	modeBits  atomic.Uint32
+	ratioBits atomic.Uint64
+
+	mu        sync.Mutex
+	shares    map[limiter.Key]*share
+	maxShares int
+	sweptAt   int64
+}
+
+// share is one key's fallback share in one window.
+type share struct {
+	left    int64 // what the owner last said remained, or the whole quota
+	spent   int64 // what this node admitted in fallback and sent on since
+	expires int64 // Unix ns: the window is over
+}
+
+func newFallback(maxKeys int, mode FallbackMode, ratio float64) *fallback {
+	f := &fallback{
+		engine:    limiter.New(limiter.Config{MaxKeys: maxKeys}),
+		shares:    map[limiter.Key]*share{},
+		maxShares: maxKeys,
+	}
+	f.set(mode, ratio)
+	return f
+}
+
+// set changes the mode and the ratio; a ratio outside (0, 1] means
+// DefaultFallbackRatio.
+func (f *fallback) set(mode FallbackMode, ratio float64) {
+	if ratio <= 0 || ratio > 1 {
+		ratio = DefaultFallbackRatio
+	}
+	f.modeBits.Store(uint32(mode))
+	f.ratioBits.Store(math.Float64bits(ratio))
+}
+
+func (f *fallback) mode() FallbackMode { return FallbackMode(f.modeBits.Load()) }
+func (f *fallback) ratio() float64     { return math.Float64frombits(f.ratioBits.Load()) }
+
+// shareOf returns k's share for a window of length window, made from what
+// its owner last said remained (told) or from quota. It returns nil when
+// the table is full of live shares: the request is then denied.
+func (f *fallback) shareOf(k limiter.Key, quota int64, told func() (int64, bool), now int64, window time.Duration) *share {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.shares[k]; s != nil && s.expires > now {
+		return s
+	}
+	if len(f.shares) >= f.maxShares {
+		f.sweepLocked(now)
+		if len(f.shares) >= f.maxShares {
+			return nil
+		}
+	}
+	left := quota
+	if l, ok := told(); ok {
+		left = min(l, quota)
+	}
+	s := &share{left: left, expires: now + int64(window)}
+	f.shares[k] = s
+	return s
+}
+
+// spend records that this node admitted used of k in fallback and sent it
+// on (or counted it as its owner).
+func (f *fallback) spend(k limiter.Key, used int64, now int64) {
+	f.mu.Lock()
+	if s := f.shares[k]; s != nil && s.expires > now {
+		s.spent += used
+	}
+	f.mu.Unlock()
+}
+
+// sweep drops expired shares and one shard of expired fallback counters.
+func (f *fallback) sweep(now time.Time) {
+	f.engine.Sweep(now)
+	f.mu.Lock()
+	f.sweepLocked(now.UnixNano())
+	f.mu.Unlock()
+}
+
+func (f *fallback) sweepLocked(now int64) {
+	for k, s := range f.shares {
+		if s.expires <= now {
+			delete(f.shares, k)
+		}
+	}
+}
+
+// forget drops keys' fallback counters and shares.
+func (f *fallback) forget(keys []limiter.Key) {
+	f.engine.Reset(keys...)
+	f.mu.Lock()
+	for _, k := range keys {
+		delete(f.shares, k)
+	}
+	f.mu.Unlock()
+}
+
+// fallbackLimits returns reqs with the limits this node applies in
+// fallback, in buf: the ratio, the client's last known reputation factor,
+// and its share. none is the index of a zone whose share is used up, or -1.
+func (c *Core) fallbackLimits(now time.Time, v *view, client limiter.Key, reqs []limiter.Request, buf []limiter.Request) (scaled []limiter.Request, none int) {
+	none = -1
+	f := c.fallback
+	ratio := f.ratio()
+	factor := 1.0
+	if p := c.reputation.Load(); p != nil && client != 0 {
+		if score, ok := c.scores.last(client); ok {
+			factor = p.Factor(score)
+		}
+	}
+	ns := now.UnixNano()
+	others := int64(v.shareOf)
+	scaled = buf[:0]
+	for _, r := range reqs {
+		if r.Limit.Algorithm == limiter.Concurrency {
+			r.Limit = r.Limit.Scale(ratio)
+			scaled = append(scaled, r)
+			continue
+		}
+		k := r.Key
+		s := f.shareOf(k, r.Limit.Quota, func() (int64, bool) { return c.told.get(k, ns) }, ns, r.Limit.Window)
+		avail := int64(0)
+		if s != nil {
+			avail = s.left/others - s.spent
+		}
+		r.Limit = r.Limit.Scale(ratio * factor)
+		if avail <= 0 && none < 0 {
+			none = len(scaled)
+		}
+		r.Limit.Quota = max(1, min(r.Limit.Quota, avail))
+		scaled = append(scaled, r)
+	}
+	return scaled, none
+}
+
+// decideFallback performs op for reqs (limits scaled already) by the
+// fallback mode, filling res; none names a zone whose share is used up.
+func (c *Core) decideFallback(now time.Time, op Op, reqs []limiter.Request, none int, res []limiter.Result) bool {
+	deny := func(i int) bool {
+		for j := range res {
+			res[j] = limiter.Result{Allowed: true, Remaining: -1}
+		}
+		for j := range res {
+			if i < 0 || j == i {
+				res[j] = limiter.Result{Reset: time.Second, RetryAfter: time.Second}
+			}
+		}
+		return false
+	}
+	switch c.fallback.mode() {
+	case FallbackOpen:
+		for i := range res {
+			res[i] = limiter.Result{Allowed: true, Remaining: -1}
+		}
+		return true
+	case FallbackClosed:
+		if op == OpPeek {
+			return true
+		}
+		return deny(-1)
+	}
+	if op == OpPeek {
+		for i := range reqs {
+			res[i] = c.fallback.engine.Peek(now, reqs[i])
+		}
+		return true
+	}
+	if none >= 0 {
+		return deny(none)
+	}
+	ok, _ := c.fallback.engine.TakeFor(now, 0, reqs, res) // no reputation: a fallback denial is not the client's doing
+	return ok
+}
+
+// reconcile sends what this node admitted in fallback to the owners that
+// count the keys now: peers that answer get transfers (acknowledged before
+// the counts leave this node's books), and the keys this node owns and can
+// count join its engine.
+func (c *Core) reconcile(now time.Time, v *view) {
+	if c.fallback.engine.Stats().Keys == 0 {
+		return
+	}
+	ns := now.UnixNano()
+	m := c.mono(now)
+	states := c.fallback.engine.Extract(now, func(k limiter.Key) bool {
+		to, self, ok := c.placeOf(v, k)
+		if !ok {
+			return false
+		}
+		if self {
+			return c.counting(v, k, m)
+		}
+		p := c.peers.get(to.Name)
+		return p != nil && p.peer.Inc == to.Inc && p.calls()
+	}, 0)
+	if len(states) == 0 {
+		return
+	}
+	c.spent(states, ns)
+	c.stats.Reconciled.Add(uint64(len(states)))
+	c.place(now, ModeAdd, purposeReconcile, sortStates(states))
+}
+
+// reconcileTo sends to the node called to what this node admitted in
+// fallback for the keys it owns, and reports whether there was any.
+func (c *Core) reconcileTo(now time.Time, v *view, to Peer) bool {
+	if c.fallback.engine.Stats().Keys == 0 {
+		return false
+	}
+	states := c.fallback.engine.Extract(now, func(k limiter.Key) bool {
+		o, _, ok := c.placeOf(v, k)
+		return ok && o.Name == to.Name
+	}, 0)
+	if len(states) == 0 {
+		return false
+	}
+	c.spent(states, now.UnixNano())
+	c.stats.Reconciled.Add(uint64(len(states)))
+	for _, part := range SplitStates(sortStates(states), TransferBytes) {
+		c.sendTransfer(now, to, ModeAdd, purposeReconcile, part, nil, 0)
+	}
+	return true
+}
+
+// spent takes what fallback counters sent on admitted off their shares.
+func (c *Core) spent(states []limiter.State, ns int64) {
+	for _, s := range states {
+		if s.Kind < limiter.KindGrant && s.Cur > 0 {
+			c.fallback.spend(s.Key, int64(s.Cur), ns)
+		}
+	}
+}

@@ -1,0 +1,248 @@
+package core
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// The gate: whether this node is in its own ring, counting the keys the
+// ring gives it.
+//
+// Joining. A node with seeds starts outside its ring: it forwards what has
+// a reachable owner and decides the rest by fallback, and its driver
+// announces it as joining, so the others leave it out of their rings too.
+// Once a seed answered (Joined), it sends the counters it kept from before
+// (a snapshot read back: RestoreCounters) to their owners as copies
+// (ModeNewer: the owners keep the newer of theirs and these, never the
+// sum), and once all are acknowledged it enters its ring. The keys that
+// move to it then come through the hand-off like any joining node's.
+//
+// Leaving. A node that leaves steps out of its ring at once, hands every
+// counter to its new owner, and refuses transfers that would add counts
+// to it; its driver waits until all are acknowledged (Drained).
+//
+// Declared dead. A node that hears from a peer that the peer declared it
+// dead (a Pong with Dead) stops counting at once: the peer may start, or
+// have started, its keys from their replicas. It sends everything it holds
+// to the owners as copies and joins again under a new join epoch. A node
+// that took over a dead node's keys answers its pings with Dead until it
+// pings with an epoch later than the one it had then, and hands keys to it
+// as copies, since it may still hold older counts of them.
+
+// gate holds the node's standing in its own ring. It is safe for
+// concurrent use.
+type gate struct {
+	isMember atomic.Bool
+	leaving  atomic.Bool
+	wasOut   atomic.Bool   // declared dead: what it held went out as copies
+	epoch    atomic.Uint64 // join epoch, sent in pings
+
+	mu    sync.Mutex
+	ready bool            // it may join: a seed answered, or it has none
+	held  []limiter.State // copies to send to their owners before joining
+	took  map[string]tookRecord
+}
+
+// tookRecord is a node whose keys this node took over, as of its join
+// epoch then (0: not known yet, learnt from its next ping).
+type tookRecord struct {
+	inc   uint64
+	epoch uint64
+}
+
+func newGate(member bool) *gate {
+	g := &gate{took: map[string]tookRecord{}}
+	g.isMember.Store(member)
+	g.ready = member
+	g.epoch.Store(1)
+	return g
+}
+
+func (g *gate) member() bool      { return g.isMember.Load() && !g.leaving.Load() }
+func (g *gate) isLeaving() bool   { return g.leaving.Load() }
+func (g *gate) evicted() bool     { return g.wasOut.Load() }
+func (g *gate) joinEpoch() uint64 { return g.epoch.Load() }
+
+// tookOver records that this node takes over x's keys as of x's epoch.
+func (g *gate) tookOver(x Peer, epoch uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r, ok := g.took[x.Name]; ok && r.inc == x.Inc && r.epoch >= epoch {
+		return
+	}
+	g.took[x.Name] = tookRecord{inc: x.Inc, epoch: epoch}
+}
+
+// saysDead reports whether a ping from x at epoch must be told that this
+// node took its keys over; a later epoch (x joined again since) clears the
+// record.
+func (g *gate) saysDead(x Peer, epoch uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, ok := g.took[x.Name]
+	switch {
+	case !ok:
+		return false
+	case r.inc != x.Inc:
+		delete(g.took, x.Name)
+		return false
+	case r.epoch == 0:
+		r.epoch = epoch
+		g.took[x.Name] = r
+		return true
+	case epoch > r.epoch:
+		delete(g.took, x.Name)
+		return false
+	}
+	return true
+}
+
+// tookOverAt reports whether this node took over x's keys as of x's
+// epoch (or at an epoch it does not know yet).
+func (g *gate) tookOverAt(x Peer, epoch uint64) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r, ok := g.took[x.Name]
+	return ok && r.inc == x.Inc && (r.epoch == 0 || epoch <= r.epoch)
+}
+
+// Joined tells the core that a seed answered (or that it waited long
+// enough for one): it sends the copies it kept to their owners and enters
+// its ring once they are acknowledged.
+func (c *Core) Joined(now time.Time) {
+	g := c.gate
+	g.mu.Lock()
+	if g.ready {
+		g.mu.Unlock()
+		return
+	}
+	g.ready = true
+	held := g.held
+	g.held = nil
+	g.mu.Unlock()
+	c.deliverHeld(now, held)
+	c.tickGate(now)
+}
+
+// RestoreCounters takes counters this node kept before it started (a
+// snapshot): copies, possibly older, of counts the cluster may hold now.
+// Before the node joins they wait; after, they go to their owners at once,
+// which keep the newer of theirs and these.
+func (c *Core) RestoreCounters(now time.Time, states []limiter.State) {
+	if len(states) == 0 {
+		return
+	}
+	g := c.gate
+	g.mu.Lock()
+	if !g.ready {
+		g.held = append(g.held, states...)
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	c.deliverHeld(now, states)
+}
+
+// deliverHeld sends copies to their owners, those of keys this node would
+// own or succeed (the others' owners and successors hold them already).
+func (c *Core) deliverHeld(now time.Time, held []limiter.State) {
+	if len(held) == 0 {
+		return
+	}
+	v := c.view.Load()
+	with := v.ring
+	if v.self < 0 {
+		with = NewRing(c.cfg.Hasher, append(v.ring.Members(), c.cfg.Self))
+	}
+	var keep []limiter.State
+	for _, s := range held {
+		owner, second := with.top2(s.Key.Route())
+		if with.member(owner).Name == c.self.Name || second >= 0 && with.member(second).Name == c.self.Name {
+			keep = append(keep, s)
+		}
+	}
+	c.place(now, ModeNewer, purposeHeld, sortStates(keep))
+	c.log.Info("restoring counters kept from before: the newer of each at its owner", "node", c.self.Name, "counters", len(keep), "not_ours", len(held)-len(keep))
+}
+
+// tickGate enters the ring once the node may join and every copy it sent
+// is acknowledged.
+func (c *Core) tickGate(now time.Time) {
+	g := c.gate
+	if g.isMember.Load() || g.leaving.Load() {
+		return
+	}
+	g.mu.Lock()
+	ready := g.ready
+	g.mu.Unlock()
+	if !ready || c.out.pendingFor("", purposeHeld) > 0 {
+		return
+	}
+	c.viewMu.Lock()
+	if g.isMember.Load() || g.leaving.Load() {
+		c.viewMu.Unlock()
+		return
+	}
+	g.isMember.Store(true)
+	g.wasOut.Store(false)
+	c.rerouteLocked(now)
+	c.viewMu.Unlock()
+	c.log.Info("joined: counting the keys this node owns", "node", c.self.Name, "members", c.view.Load().ring.Len(), "epoch", g.joinEpoch())
+	if f := c.cfg.Hooks.Member; f != nil {
+		f(true)
+	}
+	c.notifySettled()
+}
+
+// Leave steps this node out of its ring and hands every counter to its new
+// owner; Drained reports when all are acknowledged.
+func (c *Core) Leave(now time.Time) {
+	c.viewMu.Lock()
+	c.gate.leaving.Store(true)
+	c.rerouteLocked(now)
+	c.viewMu.Unlock()
+	if f := c.cfg.Hooks.Member; f != nil {
+		f(false)
+	}
+	c.reconcile(now, c.view.Load())
+	c.notifyOutbox()
+	c.notifySettled()
+}
+
+// Leaving reports whether the node is leaving.
+func (c *Core) Leaving() bool { return c.gate.isLeaving() }
+
+// Drained reports whether a leaving node has handed everything over: no
+// transfer unacknowledged but replicas, nothing left in fallback.
+func (c *Core) Drained() bool {
+	return c.out.moving("") == 0 &&
+		c.fallback.engine.Stats().Keys == 0
+}
+
+// evict stops this node counting, because by told it that it was declared
+// dead: everything it holds goes to the owners as copies, and it joins
+// again under a new epoch.
+func (c *Core) evict(now time.Time, by string) {
+	g := c.gate
+	c.viewMu.Lock()
+	if !g.isMember.Load() || g.leaving.Load() {
+		c.viewMu.Unlock()
+		return
+	}
+	g.isMember.Store(false)
+	g.wasOut.Store(true)
+	g.epoch.Add(1)
+	c.out.retag()
+	held := c.engine.Extract(now, func(limiter.Key) bool { return true }, 0)
+	c.rerouteLocked(now)
+	c.sendAway(now, held)
+	c.viewMu.Unlock()
+	c.log.Warn("declared dead by a peer: counting nothing until joined again", "node", c.self.Name, "by", by)
+	if f := c.cfg.Hooks.Member; f != nil {
+		f(false)
+	}
+	c.notifySettled()
+}

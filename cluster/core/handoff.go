@@ -1,0 +1,782 @@
+package core
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Hand-offs. When the ring changes, a node sends the counters it no longer
+// owns to their new owners, and waits for those of the keys that move to
+// it before it counts them. The ring of its last completed hand-off (the
+// stable ring) names, for each key it now owns, the node the key comes
+// from: its owner there. Until a key is settled here, requests for it wait
+// (a call timeout) and are then decided by fallback; a key is settled when
+// its source answers a pull for it (with its counts, or with nothing), or
+// when every source has sealed: told this node that, under the same ring,
+// it holds nothing more of this node's keys, no transfer to it
+// unacknowledged and no fallback count for its keys unsent. The sources
+// are the members of the stable ring that lost keys to this node: all of
+// them for a node that joined, and a node that is leaving. Counts of a
+// member that died live in replicas at its successors and in the fallback
+// counters of the others: every surviving member is then a source, and the
+// dead member's keys settle when all have sealed and the dead member's
+// lease has run out (it may have been paused rather than dead). Counts that
+// reach a node before their key is settled wait beside its engine (copies
+// and additions apart, see Mode) and join it when the key settles. Past
+// HandoffWindow the hand-off ends anyway, and what has not arrived is
+// counted from nothing.
+
+// handoffPlan is what a view's hand-off waits for. It is immutable.
+type handoffPlan struct {
+	ring    string            // fingerprint of the ring the seals are for
+	since   int64             // mono: when the view first left the stable ring
+	joined  bool              // this node was not in the stable ring
+	sources []string          // the nodes that must seal, sorted
+	dead    map[string]int64  // stable members that died → mono when their keys may start from replicas
+	deadInc map[string]uint64 // the runs that died
+}
+
+// moving is a key that moves here, while it is not settled.
+type moving struct {
+	source   string // node to pull it from; "" for a dead owner's key
+	pulling  bool   // a pull is in flight
+	retryAt  int64  // mono: no pull before
+	settled  bool
+	base     limiter.State // newest copy received (ModeNewer, a replica)
+	hasBase  bool
+	adds     limiter.State // counts received to add (ModeAdd)
+	hasAdds  bool
+	from     string // the node whose pull settled it (for stats)
+	received bool   // something arrived for it
+}
+
+// handoffState is the progress of the view's hand-off: sources sealed, and
+// the keys moving here. It is safe for concurrent use.
+type handoffState struct {
+	mu       sync.Mutex
+	plan     *handoffPlan
+	sealed   map[string]bool
+	querying map[string]bool  // a seal query is in flight
+	next     map[string]int64 // mono: no seal query before
+	keys     map[limiter.Key]*moving
+}
+
+func newHandoffState() *handoffState {
+	return &handoffState{sealed: map[string]bool{}, querying: map[string]bool{}, next: map[string]int64{}, keys: map[limiter.Key]*moving{}}
+}
+
+// reset starts tracking plan. Keys already settled stay settled unless the
+// stable ring changed (fresh); seals stay if the ring they are for did.
+func (h *handoffState) reset(plan *handoffPlan, fresh bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if plan == nil || h.plan == nil || h.plan.ring != plan.ring {
+		h.sealed = map[string]bool{}
+		h.querying = map[string]bool{}
+		h.next = map[string]int64{}
+	}
+	h.plan = plan
+	if fresh || plan == nil {
+		h.keys = map[limiter.Key]*moving{}
+	}
+}
+
+// planHandoff works out what this node waits for when its ring goes from
+// stable to ring (this node a member of ring), or nil if nothing.
+func (c *Core) planHandoff(now time.Time, old *view, stable, ring *Ring) *handoffPlan {
+	self := c.self.Name
+	m := c.mono(now)
+	p := &handoffPlan{ring: ring.Fingerprint(), since: m, joined: !stable.Has(self)}
+	if old != nil && old.ho != nil {
+		p.since = old.ho.since
+	}
+	leaving := map[string]uint64{}
+	for _, x := range c.known.leaving {
+		leaving[x.Name] = x.Inc
+	}
+	alive := func(x Member) bool {
+		if i, ok := ring.index(x.Name); ok {
+			return ring.member(i).Inc == x.Inc
+		}
+		inc, ok := leaving[x.Name]
+		return ok && inc == x.Inc
+	}
+	sources := map[string]bool{}
+	if p.joined {
+		for _, x := range stable.members {
+			if alive(x) {
+				sources[x.Name] = true
+			}
+		}
+	}
+	for _, x := range stable.members {
+		if x.Name == self || ring.Has(x.Name) && alive(x) {
+			continue
+		}
+		if alive(x) { // leaving
+			sources[x.Name] = true
+			continue
+		}
+		wasDead := old != nil && old.ho != nil && old.ho.deadInc != nil && old.ho.deadInc[x.Name] == x.Inc
+		if !wasDead && !c.runDied(x.Peer()) {
+			continue // left: it handed everything over before it went
+		}
+		wait := m
+		if ps := c.peers.get(x.Name); ps != nil && ps.peer.Inc == x.Inc {
+			wait = ps.heard.Load() + int64(c.cfg.LeaseTime)*9/8
+		}
+		if p.dead == nil {
+			p.dead, p.deadInc = map[string]int64{}, map[string]uint64{}
+		}
+		p.dead[x.Name], p.deadInc[x.Name] = wait, x.Inc
+		for _, y := range stable.members {
+			if y.Name != self && ring.Has(y.Name) && alive(y) {
+				sources[y.Name] = true
+			}
+		}
+	}
+	if len(sources) == 0 && len(p.dead) == 0 {
+		return nil
+	}
+	for name := range sources {
+		p.sources = append(p.sources, name)
+	}
+	slices.Sort(p.sources)
+	return p
+}
+
+// stableSource returns the node k comes from in plan: its owner in the
+// stable ring, "" if that node died (its replica and the seals settle it),
+// and whether k moves here at all.
+func stableSource(v *view, self string, k limiter.Key) (string, bool) {
+	owner, ok := v.stable.Owner(k.Route())
+	if !ok || owner.Name == self {
+		return "", false
+	}
+	if _, dead := v.ho.dead[owner.Name]; dead {
+		return "", true
+	}
+	return owner.Name, true
+}
+
+// incoming reports whether k, which this node owns by v's ring, may still
+// have counts on their way here. v.ho is not nil.
+func (h *handoffState) incoming(v *view, self string, k limiter.Key) bool {
+	src, moves := stableSource(v, self, k)
+	if !moves {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if mk := h.keys[k]; mk != nil {
+		return !mk.settled
+	}
+	return src == "" || !h.sealed[src]
+}
+
+// entry returns k's moving record, made if need be; h.mu is held.
+func (h *handoffState) entry(v *view, self string, k limiter.Key) *moving {
+	mk := h.keys[k]
+	if mk == nil {
+		src, _ := stableSource(v, self, k)
+		mk = &moving{source: src}
+		h.keys[k] = mk
+	}
+	return mk
+}
+
+// arrive keeps a counter received for k while k is not settled here, and
+// reports whether it did (false: count it at once).
+func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, now time.Time) bool {
+	if o, ok := v.ring.Owner(s.Key.Route()); !ok || o.Name != self {
+		return false
+	}
+	if !h.incoming(v, self, s.Key) {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	mk := h.entry(v, self, s.Key)
+	if mk.settled {
+		return false
+	}
+	mk.received = true
+	if mode == ModeNewer {
+		if mk.hasBase {
+			mk.base = limiter.NewerState(mk.base, s)
+		} else {
+			mk.base, mk.hasBase = s, true
+		}
+		return true
+	}
+	if mk.hasAdds {
+		mk.adds = limiter.AddState(now, mk.adds, s)
+	} else {
+		mk.adds, mk.hasAdds = s, true
+	}
+	return true
+}
+
+// settleLocked marks mk settled and returns the counter it gathered, if
+// any: its newest copy with the additions on top. h.mu is held.
+func settleLocked(mk *moving, now time.Time) (limiter.State, bool) {
+	mk.settled = true
+	var out limiter.State
+	has := false
+	switch {
+	case mk.hasBase && mk.hasAdds:
+		out, has = limiter.AddState(now, mk.base, mk.adds), true
+	case mk.hasBase:
+		out, has = mk.base, true
+	case mk.hasAdds:
+		out, has = mk.adds, true
+	}
+	mk.hasBase, mk.hasAdds = false, false
+	return out, has
+}
+
+// settle settles keys and counts what they gathered.
+func (c *Core) settle(now time.Time, keys []limiter.Key) {
+	v := c.view.Load()
+	var states []limiter.State
+	c.handoff.mu.Lock()
+	for _, k := range keys {
+		mk := c.handoff.entry(v, c.self.Name, k)
+		if s, ok := settleLocked(mk, now); ok {
+			states = append(states, s)
+		}
+	}
+	c.handoff.mu.Unlock()
+	c.countSettled(now, states)
+	c.notifySettled()
+}
+
+// countSettled adds the counters of keys just settled to the engine.
+func (c *Core) countSettled(now time.Time, states []limiter.State) {
+	if len(states) == 0 {
+		return
+	}
+	c.engine.Merge(now, states)
+	for _, s := range states {
+		c.dirty.noteKey(s.Key)
+	}
+}
+
+// requestKeys starts what makes keys countable here: a pull of each key
+// moving here from a live source, not pulled already.
+func (c *Core) requestKeys(now time.Time, v *view, keys []limiter.Key) {
+	m := c.mono(now)
+	bySource := map[string][]limiter.Key{}
+	c.handoff.mu.Lock()
+	for _, k := range keys {
+		mk := c.handoff.entry(v, c.self.Name, k)
+		if mk.settled || mk.pulling || mk.source == "" || m < mk.retryAt {
+			continue
+		}
+		if mk.source == c.self.Name {
+			settleLocked(mk, now) // nothing can come from here
+			continue
+		}
+		mk.pulling = true
+		bySource[mk.source] = append(bySource[mk.source], k)
+	}
+	c.handoff.mu.Unlock()
+	for _, name := range sortedKeys(bySource) {
+		p := c.peers.get(name)
+		if p == nil {
+			c.pullFailed(now, bySource[name])
+			continue
+		}
+		ks := bySource[name]
+		slices.Sort(ks)
+		c.stats.PullCalls.Add(1)
+		c.out.request(p.peer, Pull{Keys: ks}, m, nil)
+	}
+	c.notifyOutbox()
+}
+
+// pullRetry is how long a new owner waits before it pulls again a key it
+// could not pull.
+func (c *Core) pullRetry() int64 { return int64(max(4*c.cfg.CallTimeout, 200*time.Millisecond)) }
+
+// pullFailed makes keys pullable again after pullRetry.
+func (c *Core) pullFailed(now time.Time, keys []limiter.Key) {
+	at := c.mono(now) + c.pullRetry()
+	c.handoff.mu.Lock()
+	for _, k := range keys {
+		if mk := c.handoff.keys[k]; mk != nil {
+			mk.pulling = false
+			mk.retryAt = at
+		}
+	}
+	c.handoff.mu.Unlock()
+	c.notifySettled()
+}
+
+// pulled takes a source's answer to a pull of keys.
+func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
+	asked := r.msg.(Pull).Keys
+	for _, t := range reply.Given {
+		ack := c.handleTransfer(now, r.to, t)
+		c.out.send(r.to, ack)
+		c.stats.Pulled.Add(uint64(len(t.States)))
+	}
+	moved := map[limiter.Key]string{}
+	for _, ko := range reply.Moved {
+		moved[ko.Key] = ko.Owner
+	}
+	var done []limiter.Key
+	c.handoff.mu.Lock()
+	for _, k := range asked {
+		mk := c.handoff.keys[k]
+		if mk == nil {
+			continue
+		}
+		mk.pulling = false
+		if to, ok := moved[k]; ok && to != c.self.Name {
+			mk.source = to // it is there now: pull it from there
+			continue
+		}
+		done = append(done, k)
+	}
+	c.handoff.mu.Unlock()
+	c.settle(now, done)
+}
+
+// handlePull answers a pull of keys by from, which owns them now: what this
+// node holds of them goes to it, in transfers it acknowledges, and from now
+// on this node sends requests for them there.
+func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
+	v := c.view.Load()
+	given, moved := c.out.holdingFor(p.Keys, from.Name)
+	var take []limiter.Key
+	for _, k := range p.Keys {
+		if slices.ContainsFunc(moved, func(ko KeyOwner) bool { return ko.Key == k }) || c.heldFor(given, k) {
+			continue
+		}
+		if to, lent := c.lent.get(k); lent && to != from.Name {
+			moved = append(moved, KeyOwner{Key: k, Owner: to})
+			continue
+		}
+		take = append(take, k)
+	}
+	states := c.engine.ExtractKeys(now, take)
+	bases, adds := c.handoff.extract(take, now)
+	// Replicas this node keeps of the puller's earlier run, of keys nobody
+	// handed over here: the puller restarted without a hand-off (it
+	// crashed), and those keys' counts live in the replicas.
+	bases = append(bases, c.replicas.take(now, func(owner Peer, k limiter.Key) bool {
+		return owner.Name == from.Name && owner.Inc < from.Inc && slices.Contains(take, k) &&
+			!slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == k })
+	})...)
+	states = append(states, adds...)
+	m := c.mono(now)
+	if len(states) > 0 {
+		for _, part := range SplitStates(sortStates(states), TransferBytes) {
+			given = append(given, c.out.transfer(from, ModeAdd, purposePull, part, nil, 0, m+int64(2*c.cfg.CallTimeout), false))
+		}
+	}
+	if len(bases) > 0 {
+		given = append(given, c.out.transfer(from, ModeNewer, purposePull, sortStates(bases), nil, 0, m+int64(2*c.cfg.CallTimeout), false))
+	}
+	for _, k := range take {
+		if owner, ok := v.ring.Owner(k.Route()); ok && owner.Name == c.self.Name || c.engine.Has(now, k) {
+			c.lent.set(k, from.Name) // this node would count it: send it there instead
+		}
+	}
+	return PullReply{Given: given, Moved: moved}
+}
+
+// heldFor reports whether one of ts carries k.
+func (c *Core) heldFor(ts []Transfer, k limiter.Key) bool {
+	for _, t := range ts {
+		if slices.ContainsFunc(t.States, func(s limiter.State) bool { return s.Key == k }) {
+			return true
+		}
+	}
+	return false
+}
+
+// takeArrived removes and returns everything that arrived for keys not
+// settled, sorted by key; the keys stay as they are (settled or not,
+// pulling or not).
+func (h *handoffState) takeArrived() (bases, adds []limiter.State) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, mk := range h.keys {
+		if mk.settled {
+			continue
+		}
+		if mk.hasBase {
+			bases = append(bases, mk.base)
+		}
+		if mk.hasAdds {
+			adds = append(adds, mk.adds)
+		}
+		mk.hasBase, mk.hasAdds = false, false
+	}
+	return sortStates(bases), sortStates(adds)
+}
+
+// extract removes and returns what arrived for keys not settled here:
+// newest copies apart from additions.
+func (h *handoffState) extract(keys []limiter.Key, now time.Time) (bases, adds []limiter.State) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, k := range keys {
+		mk := h.keys[k]
+		if mk == nil || mk.settled {
+			continue
+		}
+		if mk.hasBase {
+			bases = append(bases, mk.base)
+		}
+		if mk.hasAdds {
+			adds = append(adds, mk.adds)
+		}
+		delete(h.keys, k)
+	}
+	return bases, adds
+}
+
+// handleSeal answers whether this node holds nothing more, under ring, for
+// the keys from owns.
+func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
+	v := c.view.Load()
+	if v.ring.Fingerprint() != q.Ring {
+		return SealReply{}
+	}
+	if c.out.moving(from.Name) > 0 {
+		return SealReply{}
+	}
+	if c.reconcileTo(now, v, from) {
+		return SealReply{} // sent now: sealed once acknowledged
+	}
+	return SealReply{Sealed: true}
+}
+
+// sealReplied records a source's answer to a seal query.
+func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
+	q := r.msg.(SealQuery)
+	h := c.handoff
+	h.mu.Lock()
+	if h.plan == nil || h.plan.ring != q.Ring {
+		h.mu.Unlock()
+		return
+	}
+	delete(h.querying, r.to.Name)
+	if !reply.Sealed {
+		h.next[r.to.Name] = c.mono(now) + int64(c.cfg.CallTimeout)
+		h.mu.Unlock()
+		return
+	}
+	h.sealed[r.to.Name] = true
+	var done []limiter.Key
+	for k, mk := range h.keys {
+		if !mk.settled && mk.source == r.to.Name {
+			done = append(done, k)
+		}
+	}
+	h.mu.Unlock()
+	slices.Sort(done)
+	c.settle(now, done)
+	c.tickHandoff(now, c.mono(now))
+}
+
+// sealFailed makes a seal query go again later.
+func (c *Core) sealFailed(now time.Time, r *pendingRequest) {
+	h := c.handoff
+	h.mu.Lock()
+	delete(h.querying, r.to.Name)
+	h.next[r.to.Name] = c.mono(now) + int64(c.cfg.CallTimeout)
+	h.mu.Unlock()
+}
+
+// tickHandoff asks the sources that have not sealed, and ends the
+// hand-off once all have (and dead members' leases ran out) or once
+// HandoffWindow has passed.
+func (c *Core) tickHandoff(now time.Time, m int64) {
+	v := c.view.Load()
+	plan := v.ho
+	if plan == nil {
+		return
+	}
+	h := c.handoff
+	var ask []string
+	h.mu.Lock()
+	if h.plan != plan {
+		h.mu.Unlock()
+		return
+	}
+	all := true
+	for _, src := range plan.sources {
+		if h.sealed[src] {
+			continue
+		}
+		all = false
+		if !h.querying[src] && m >= h.next[src] {
+			h.querying[src] = true
+			ask = append(ask, src)
+		}
+	}
+	h.mu.Unlock()
+	for _, src := range ask {
+		if p := c.peers.get(src); p != nil {
+			c.out.request(p.peer, SealQuery{Ring: plan.ring}, m, nil)
+		}
+	}
+	if all {
+		// A dead member's keys start from their replicas only once it has
+		// been silent here for its lease and an eighth more: a member that
+		// still talks to this node (its death was a mistake) keeps them.
+		for name, at := range plan.dead {
+			if p := c.peers.get(name); p != nil && p.peer.Inc == plan.deadInc[name] {
+				at = max(at, p.heard.Load()+int64(c.cfg.LeaseTime)*9/8)
+			}
+			if m < at {
+				all = false
+			}
+		}
+	}
+	forced := m-plan.since >= int64(c.cfg.HandoffWindow)
+	if (all || forced) && v.quorum {
+		c.completeHandoff(now, plan, forced && !all)
+	}
+}
+
+// completeHandoff ends the hand-off of plan: dead members' keys start from
+// their replicas (with what arrived for them), every key waiting is
+// settled, and the ring becomes the stable one.
+func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
+	c.viewMu.Lock()
+	v := c.view.Load()
+	if v.ho != plan {
+		c.viewMu.Unlock()
+		return
+	}
+	if c.completing != nil {
+		c.completing(plan)
+	}
+	if forced {
+		c.stats.HandoffsForced.Add(1)
+		c.log.Warn("hand-off window passed before every source sealed; counting what has not arrived from nothing", "node", c.self.Name)
+	}
+	// Replicas of dead members' keys this node owns now join what arrived
+	// for them, as their newest copy.
+	promoted := map[limiter.Key]Peer{}
+	reps := c.replicas.take(now, func(owner Peer, k limiter.Key) bool {
+		if inc, dead := plan.deadInc[owner.Name]; !dead || owner.Inc > inc {
+			return false
+		}
+		o, ok := v.ring.Owner(k.Route())
+		if ok && o.Name == c.self.Name {
+			promoted[k] = owner
+			return true
+		}
+		return false
+	})
+	c.replicas.notePromoted(c.mono(now), promoted)
+	c.stats.FromReplica.Add(uint64(len(reps)))
+	for name, inc := range plan.deadInc {
+		c.tookOver(Member{Name: name, Inc: inc}) // its pings are told so from now on
+	}
+	// A key lent meanwhile to a node that owns it by a newer ring: its
+	// replica goes there, as a copy.
+	var lent []limiter.State
+	reps = slices.DeleteFunc(reps, func(s limiter.State) bool {
+		if _, self, _ := c.placeOf(v, s.Key); !self {
+			lent = append(lent, s)
+			return true
+		}
+		return false
+	})
+
+	var states []limiter.State
+	h := c.handoff
+	h.mu.Lock()
+	for _, s := range reps {
+		mk := h.entry(v, c.self.Name, s.Key)
+		if mk.hasBase {
+			mk.base = limiter.NewerState(mk.base, s)
+		} else {
+			mk.base, mk.hasBase = s, true
+		}
+	}
+	for _, mk := range h.keys {
+		if s, ok := settleLocked(mk, now); ok {
+			states = append(states, s)
+		}
+	}
+	h.mu.Unlock()
+	c.countSettled(now, sortStates(states))
+	c.place(now, ModeNewer, purposeHandoff, lent)
+	next := *v
+	next.ho, next.stable = nil, v.ring
+	next.shareOf = max(1, v.ring.Len()-1)
+	h.reset(nil, true)
+	c.view.Store(&next)
+	c.viewMu.Unlock()
+	c.log.Info("hand-off complete", "node", c.self.Name, "ring", v.ring.Fingerprint(), "from_replicas", len(reps))
+	c.notifySettled()
+}
+
+// handOver sends the counters this node holds but does not own by v to
+// their owners: the engine's (see sendAway), and replicas of dead members'
+// keys that other nodes own now.
+func (c *Core) handOver(now time.Time, v *view) {
+	self := c.self.Name
+	away := func(k limiter.Key) bool {
+		_, mine, ok := c.placeOf(v, k)
+		return ok && !mine
+	}
+	c.sendAway(now, c.engine.Extract(now, away, 0))
+	// Replicas of owners that left gracefully are stale: they handed their
+	// counters over. Those of owners that died (or were replaced by a later
+	// run), of keys another node owns now, go there as copies.
+	c.replicas.take(now, func(owner Peer, _ limiter.Key) bool { return c.runLeft(owner) })
+	reps := c.replicas.take(now, func(owner Peer, k limiter.Key) bool {
+		o, ok := v.ring.Owner(k.Route())
+		return ok && o.Name != self && c.runDied(owner)
+	})
+	c.place(now, ModeNewer, purposeHandoff, reps)
+}
+
+// runDied reports whether the owner run died by what is known: declared
+// dead, replaced by a later run, or joining again under the same run (it
+// was declared dead and stopped counting: what it held comes as copies).
+// viewMu is held.
+func (c *Core) runDied(owner Peer) bool {
+	for _, d := range c.known.dead {
+		if d.Name == owner.Name && d.Inc >= owner.Inc {
+			return true
+		}
+	}
+	for _, j := range c.known.joining {
+		if j.Name == owner.Name && j.Inc == owner.Inc {
+			return true
+		}
+	}
+	for _, lists := range [][]Member{c.known.members, c.known.leaving, c.known.joining} {
+		for _, m := range lists {
+			if m.Name == owner.Name && m.Inc > owner.Inc {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// runLeft reports whether the owner run is leaving, or left, gracefully:
+// announced leaving, or gone without being declared dead or replaced.
+// viewMu is held.
+func (c *Core) runLeft(owner Peer) bool {
+	if c.runDied(owner) {
+		return false
+	}
+	for _, m := range c.known.members {
+		if m.Name == owner.Name && m.Inc == owner.Inc {
+			return false
+		}
+	}
+	return true
+}
+
+// pushStray sends on counters counted under an older view by requests
+// that were deciding while the view changed.
+func (c *Core) pushStray(now time.Time) {
+	v := c.view.Load()
+	c.sendAway(now, c.engine.Extract(now, func(k limiter.Key) bool {
+		_, mine, ok := c.placeOf(v, k)
+		return ok && !mine
+	}, 0))
+}
+
+// sendAway sends counters taken out of the engine to their owners, to be
+// added. A node declared dead sends none of its counters: its successors
+// started its keys from their replicas, and what it counted since its last
+// replica is lost, as in a crash (its grants and leases go as copies, and
+// what it admitted in fallback follows as additions).
+func (c *Core) sendAway(now time.Time, states []limiter.State) {
+	if c.gate.evicted() {
+		var keep []limiter.State
+		dropped := 0
+		for _, s := range states {
+			if s.Kind >= limiter.KindGrant {
+				keep = append(keep, s)
+			} else {
+				dropped++
+			}
+		}
+		if dropped > 0 {
+			c.log.Warn("declared dead: dropping the counters this node held; its keys' new owners started them from their replicas", "node", c.self.Name, "counters", dropped)
+		}
+		c.place(now, ModeNewer, purposeHeld, sortStates(keep))
+		return
+	}
+	c.place(now, ModeAdd, purposeHandoff, sortStates(states))
+}
+
+// tookOver records that this node takes over the keys of x, declared dead
+// as of its join epoch then: x learns of it from this node's answers to its
+// pings, until it joins again.
+func (c *Core) tookOver(x Member) {
+	if p := c.peers.get(x.Name); p != nil && p.peer.Inc == x.Inc {
+		c.gate.tookOver(x.Peer(), p.epoch.Load())
+		return
+	}
+	c.gate.tookOver(x.Peer(), 0)
+}
+
+// lentKeys are keys a node that owns them by a newer ring pulled from this
+// node, which its own ring still gives to this node: requests for them go
+// there. It is safe for concurrent use, and cheap to ask when empty.
+type lentKeys struct {
+	mu   sync.RWMutex
+	keys map[limiter.Key]string
+	n    atomic.Int64
+	max  int
+}
+
+func newLentKeys(max int) *lentKeys { return &lentKeys{keys: map[limiter.Key]string{}, max: max} }
+
+// get returns the node k was lent to.
+func (l *lentKeys) get(k limiter.Key) (string, bool) {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if len(l.keys) == 0 {
+		return "", false
+	}
+	to, ok := l.keys[k]
+	return to, ok
+}
+
+// set records that k went to to. A full table records nothing more: the
+// key is then counted here too until the rings agree (a split).
+func (l *lentKeys) set(k limiter.Key, to string) {
+	l.mu.Lock()
+	if _, ok := l.keys[k]; ok || len(l.keys) < l.max {
+		l.keys[k] = to
+	}
+	l.n.Store(int64(len(l.keys)))
+	l.mu.Unlock()
+}
+
+// count returns how many keys are lent, without a lock.
+func (l *lentKeys) count() int64 { return l.n.Load() }
+
+// keepOwned drops the keys ring no longer gives to self, or whose holder
+// left it.
+func (l *lentKeys) keepOwned(ring *Ring, self string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, to := range l.keys {
+		if o, ok := ring.Owner(k.Route()); !ok || o.Name != self || !ring.Has(to) {
+			delete(l.keys, k)
+		}
+	}
+	l.n.Store(int64(len(l.keys)))
+}

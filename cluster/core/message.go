@@ -1,0 +1,226 @@
+package core
+
+import "github.com/tollgate/tollgate/limiter"
+
+// The protocol's vocabulary: what one core asks of another and what it is
+// told back. Every message that moves counts is a Transfer, numbered by its
+// sender and applied once by its receiver, which says so with an Ack; every
+// answer says what happened as a type of its own, never as a sentinel value.
+
+// Message is anything a core sends to another core or receives from one.
+type Message interface{ message() }
+
+// Op is what a take item asks of the owner of its keys.
+type Op uint8
+
+const (
+	// OpTake spends the item's units if every zone can grant them.
+	OpTake Op = iota + 1
+	// OpPeek answers what OpTake would, spending nothing.
+	OpPeek
+	// OpPenalize records a violation of the item's client that another
+	// node decided (it answered a known-denied key itself); it has no zones
+	// and gets no answer.
+	OpPenalize
+)
+
+// TakeItem is one request's zones, sent to the owner of their keys. The
+// transport carries many in one frame.
+type TakeItem struct {
+	// Seq numbers the item among those of its caller's run, so that a
+	// caller that gave up on it can name it in a Cancel.
+	Seq    uint64
+	Op     Op
+	Client limiter.Key // the client whose reputation the owner keeps, or 0
+	Reqs   []limiter.Request
+}
+
+// Outcome says what the node asked did with a take item.
+type Outcome uint8
+
+const (
+	// Decided: the owner counted the item; Allowed, Score and Results hold
+	// its decision.
+	Decided Outcome = iota + 1
+	// MovedTo: another node counts these keys now; Owner names it.
+	MovedTo
+	// NotYetMine: this node owns the keys but cannot count them yet (their
+	// counts are still on their way to it, or it may have been declared
+	// dead); the caller decides by its fallback. It is not a denial.
+	NotYetMine
+)
+
+// ItemReply is the answer to a TakeItem.
+type ItemReply struct {
+	Outcome Outcome
+	Allowed bool
+	Score   float64          // the client's reputation after the decision
+	Owner   string           // for MovedTo
+	Results []limiter.Result // for Decided, one per zone
+}
+
+// Mode says how a Transfer's receiver applies it.
+type Mode uint8
+
+const (
+	// ModeAdd carries counts the receiver adds to its own: a hand-off, a
+	// pull, what a node admitted in fallback.
+	ModeAdd Mode = iota + 1
+	// ModeNewer carries copies that may be older than the receiver's own
+	// counts of the same admissions (a snapshot read back, what a node held
+	// before it was declared dead, a transfer whose receiver died before it
+	// acknowledged it): the receiver keeps the newer, never the sum.
+	ModeNewer
+	// ModeReplica carries an owner's current counters to the node that
+	// takes its keys over if it dies (their successor), which keeps them
+	// apart, the newer replacing the older.
+	ModeReplica
+	// ModeRefund gives back units the receiver granted to requests that
+	// another zone of the same request then denied.
+	ModeRefund
+	// ModeCancel names a take item its sender gave up on (and decided by
+	// fallback): if the receiver admitted it, it gives the units back; if
+	// it has not seen it yet, it never will count it.
+	ModeCancel
+)
+
+var modeNames = [...]string{ModeAdd: "add", ModeNewer: "newer", ModeReplica: "replica", ModeRefund: "refund", ModeCancel: "cancel"}
+
+// String names the mode, for logs.
+func (m Mode) String() string {
+	if int(m) < len(modeNames) && modeNames[m] != "" {
+		return modeNames[m]
+	}
+	return "mode?"
+}
+
+// Transfer moves counts from its sender to its receiver. Its sender keeps
+// it, and counts none of its keys as its own, until the receiver
+// acknowledges it; it sends it again, with the same number, until then. The
+// receiver applies each number once.
+type Transfer struct {
+	// Seq numbers the transfer among those of its sender's run.
+	Seq uint64
+	// Floor: every transfer of the sender to this receiver numbered below
+	// Floor is settled (acknowledged, or given up on because the receiver
+	// refused it), so the receiver need not remember them.
+	Floor uint64
+	// To is the incarnation of the receiver it is meant for: another run
+	// of the same name refuses it.
+	To uint64
+	// Epoch is the sender's join epoch when it made the transfer: a
+	// receiver that took the sender's keys over, as of that epoch, refuses
+	// it (see Pong.Dead).
+	Epoch  uint64
+	Mode   Mode
+	States []limiter.State   // ModeAdd, ModeNewer, ModeReplica
+	Reqs   []limiter.Request // ModeRefund, ModeCancel: the units to give back
+	Take   uint64            // ModeCancel: the Seq of the take item given up on
+	// Was and WasTo: this transfer carries counts of the sender's transfer
+	// Was to WasTo, which died before it acknowledged it. The receiver,
+	// which took WasTo's keys over, skips it if WasTo applied it and
+	// replicated that (see Applied).
+	Was   uint64
+	WasTo Peer
+	// Applied (ModeReplica) lists the transfers the owner applied since its
+	// last replica to this successor: if the owner dies, the successor
+	// knows which of them its replicas hold already.
+	Applied []Applied
+}
+
+// Applied names a transfer a node applied: its sender's run and number.
+type Applied struct {
+	From Peer
+	Seq  uint64
+}
+
+// Ack answers a Transfer.
+type Ack struct {
+	Seq uint64
+	// Refused: the receiver did not apply it and never will (it is leaving,
+	// or is another run of the node): the sender sends its counts
+	// elsewhere.
+	Refused bool
+}
+
+// Pull asks the node that may hold keys which moved to the asker for
+// their counts: the asker owns them now.
+type Pull struct{ Keys []limiter.Key }
+
+// PullReply answers a Pull. Keys in neither list were held by nobody here:
+// the asker counts them from nothing.
+type PullReply struct {
+	// Given holds the counts of the keys this node held, as transfers the
+	// asker applies once and acknowledges.
+	Given []Transfer
+	// Moved lists keys this node gave to another node, where the asker
+	// finds them.
+	Moved []KeyOwner
+}
+
+// KeyOwner says which node holds a key.
+type KeyOwner struct {
+	Key   limiter.Key
+	Owner string
+}
+
+// SealQuery asks a node whether it holds nothing more, under the ring
+// named by its fingerprint, for the keys the asker owns: no transfer to the
+// asker unacknowledged, no fallback count for its keys unsent.
+type SealQuery struct{ Ring string }
+
+// SealReply answers a SealQuery.
+type SealReply struct{ Sealed bool }
+
+// Ping asks whether the node is there, and renews the asker's lease on the
+// keys the node would take over if the asker died.
+type Ping struct {
+	// Epoch is the asker's join epoch: it grows every time the asker joins
+	// again after it was declared dead.
+	Epoch uint64
+}
+
+// Pong answers a Ping.
+type Pong struct {
+	// Dead: this node has declared the asker dead, and may have started
+	// its keys from their replicas: the asker must not count them.
+	Dead bool
+}
+
+// ScoreQuery asks the owner of a client's reputation for its score.
+type ScoreQuery struct{ Client limiter.Key }
+
+// ScoreReply answers a ScoreQuery.
+type ScoreReply struct{ Score float64 }
+
+func (TakeItem) message()   {}
+func (ItemReply) message()  {}
+func (Transfer) message()   {}
+func (Ack) message()        {}
+func (Pull) message()       {}
+func (PullReply) message()  {}
+func (SealQuery) message()  {}
+func (SealReply) message()  {}
+func (Ping) message()       {}
+func (Pong) message()       {}
+func (ScoreQuery) message() {}
+func (ScoreReply) message() {}
+
+// Outgoing is a message a core asks its driver to send. The driver reports
+// exactly one outcome of each that expects a reply (Transfer, Pull,
+// SealQuery, Ping): the reply (Core.Answered) or its failure (Core.Failed).
+// An Ack or a TakeItem with OpPenalize expects none.
+type Outgoing struct {
+	ID  uint64
+	To  Peer
+	Msg Message
+}
+
+// expectsReply reports whether the driver reports back on o.
+func (o Outgoing) expectsReply() bool {
+	switch o.Msg.(type) {
+	case Ack, TakeItem:
+		return false
+	}
+	return true
+}

@@ -1,0 +1,278 @@
+package core
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Peers. For every other node a core keeps whether calls reach it, when
+// it last heard from it, and its lease: until when this node may count the
+// keys that node would take over if this node died (their successor).
+//
+// Reach. A peer is reachable until a call to it fails (no answer within the
+// driver's patience). It is then down: its keys are decided by fallback,
+// and one ping at a time probes it. When a ping is answered, it is
+// recovering: what this node admitted in fallback for its keys is sent to
+// it, and only once it has acknowledged all of it (and nothing more waits)
+// is it reachable again, so an owner never decides without what was
+// admitted in its absence.
+//
+// Leases. A node may count a key it owns only while it holds a lease from
+// the key's successor: the successor answered a ping sent at t0, which lets
+// this node count until t0 + LeaseTime by its own clock. A node that has
+// declared a peer dead starts the peer's keys from their replicas only once
+// it has not heard from the peer for LeaseTime (and an eighth more, for the
+// two clocks' drift), so a node that was paused, or cut off, has stopped
+// counting before anyone else starts. A node told by a peer that it was
+// declared dead stops counting at once and joins again.
+
+// reach says whether calls go to a peer.
+type reach int32
+
+const (
+	reachable  reach = iota
+	down             // calls failed: its keys go to fallback
+	recovering       // it answers again: fallback counts are on their way to it
+)
+
+// peerState is what a core knows of one other node's run.
+type peerState struct {
+	peer Peer
+
+	reach atomic.Int32  // a reach
+	lease atomic.Int64  // mono ns until which this node may count keys this peer succeeds
+	heard atomic.Int64  // mono ns of the last message from it
+	epoch atomic.Uint64 // its join epoch, from its last ping
+
+	mu       sync.Mutex
+	pinging  bool  // a ping is in flight
+	nextPing int64 // mono ns
+	failures int
+}
+
+func (p *peerState) reachState() reach { return reach(p.reach.Load()) }
+
+// calls reports whether take calls go to the peer.
+func (p *peerState) calls() bool { return p.reachState() == reachable }
+
+// leased reports whether this node may count, at m, the keys p succeeds.
+func (p *peerState) leased(m int64) bool { return p == nil || p.lease.Load() > m }
+
+// noteHeard records a message from the peer at m.
+func (p *peerState) noteHeard(m int64) {
+	for {
+		h := p.heard.Load()
+		if h >= m || p.heard.CompareAndSwap(h, m) {
+			return
+		}
+	}
+}
+
+// renew extends the lease to until, if that is later.
+func (p *peerState) renew(until int64) {
+	for {
+		l := p.lease.Load()
+		if l >= until || p.lease.CompareAndSwap(l, until) {
+			return
+		}
+	}
+}
+
+// peerTable holds the state of every other node a core knows: the members
+// of its ring and the nodes leaving. A peerTable is safe for concurrent use.
+type peerTable struct {
+	mu    sync.RWMutex
+	peers map[string]*peerState
+}
+
+func newPeerTable() *peerTable { return &peerTable{peers: make(map[string]*peerState)} }
+
+// get returns the state of the node called name, or nil.
+func (t *peerTable) get(name string) *peerState {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.peers[name]
+}
+
+// all returns every peer's state, sorted by name.
+func (t *peerTable) all() []*peerState {
+	t.mu.RLock()
+	out := make([]*peerState, 0, len(t.peers))
+	for _, p := range t.peers {
+		out = append(out, p)
+	}
+	t.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *peerState) int {
+		if a.peer.Name < b.peer.Name {
+			return -1
+		}
+		if a.peer.Name > b.peer.Name {
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// match keeps a state for every member of ring but self and every node
+// leaving or joining (others), a fresh one for a node whose run changed, and
+// returns the states aligned with ring's members (nil at self). A new peer
+// is heard from at m (it was just seen) and holds no lease yet.
+func (t *peerTable) match(ring *Ring, others []Member, self string, m int64) []*peerState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	want := make(map[string]Peer, ring.Len()+len(others))
+	for _, x := range ring.members {
+		want[x.Name] = x.Peer()
+	}
+	for _, x := range others {
+		if w, in := want[x.Name]; !in || w.Inc < x.Inc {
+			want[x.Name] = x.Peer()
+		}
+	}
+	delete(want, self)
+	for name, p := range t.peers {
+		if w, ok := want[name]; !ok || w.Inc != p.peer.Inc {
+			delete(t.peers, name)
+		}
+	}
+	for name, peer := range want {
+		if _, ok := t.peers[name]; !ok {
+			p := &peerState{peer: peer}
+			p.heard.Store(m)
+			t.peers[name] = p
+		}
+	}
+	out := make([]*peerState, ring.Len())
+	for i, x := range ring.members {
+		if x.Name != self {
+			out[i] = t.peers[x.Name]
+		}
+	}
+	return out
+}
+
+// tickPeers pings every peer each ProbeInterval (renewing leases), probes
+// peers that are down, and brings recovering peers back once what was
+// admitted in fallback for their keys has reached them.
+func (c *Core) tickPeers(now time.Time, m int64, v *view) {
+	for _, p := range c.peers.all() {
+		switch p.reachState() {
+		case recovering:
+			c.recover(now, v, p)
+		}
+		p.mu.Lock()
+		due := !p.pinging && m >= p.nextPing
+		if due {
+			p.pinging = true
+			p.nextPing = m + int64(c.cfg.ProbeInterval)
+		}
+		p.mu.Unlock()
+		if due {
+			c.out.request(p.peer, Ping{Epoch: c.gate.joinEpoch()}, m, nil)
+		}
+	}
+}
+
+// pingNow pings the peer at once unless a ping is in flight: a request
+// waits for its lease.
+func (c *Core) pingNow(p *peerState, m int64) {
+	p.mu.Lock()
+	send := !p.pinging
+	if send {
+		p.pinging = true
+		p.nextPing = m + int64(c.cfg.ProbeInterval)
+	}
+	p.mu.Unlock()
+	if send {
+		c.out.request(p.peer, Ping{Epoch: c.gate.joinEpoch()}, m, nil)
+		c.notifyOutbox()
+	}
+}
+
+// pinged records the answer to a ping sent at sent: a live peer renews the
+// lease; one that declared this node dead makes it stop counting.
+func (c *Core) pinged(now time.Time, p *peerState, sent int64, pong Pong) {
+	m := c.mono(now)
+	p.mu.Lock()
+	p.pinging = false
+	p.failures = 0
+	p.mu.Unlock()
+	p.noteHeard(m)
+	if pong.Dead {
+		c.evict(now, p.peer.Name)
+		return
+	}
+	p.renew(sent + int64(c.cfg.LeaseTime))
+	if p.reachState() == down {
+		p.reach.Store(int32(recovering))
+		c.recover(now, c.view.Load(), p)
+	}
+	c.notifySettled()
+}
+
+// pingFailed records a ping that got no answer; the next goes out a call
+// timeout later.
+func (c *Core) pingFailed(now time.Time, p *peerState) {
+	m := c.mono(now)
+	p.mu.Lock()
+	p.pinging = false
+	p.nextPing = m + int64(c.cfg.CallTimeout)
+	p.mu.Unlock()
+	c.peerFailed(p)
+}
+
+// peerFailed records that a call to p got no answer: its keys go to
+// fallback until it answers a ping again.
+func (c *Core) peerFailed(p *peerState) {
+	p.mu.Lock()
+	p.failures++
+	p.mu.Unlock()
+	if reach(p.reach.Swap(int32(down))) == reachable {
+		c.stats.Activations.Add(1)
+		c.log.Warn("peer unreachable: counting its keys in fallback", "node", c.self.Name, "peer", p.peer.Name)
+	}
+	c.notifySettled()
+}
+
+// recover sends a recovering peer what this node admitted in fallback for
+// the keys it owns, and makes it reachable once nothing of that is left
+// unacknowledged.
+func (c *Core) recover(now time.Time, v *view, p *peerState) {
+	if c.reconcileTo(now, v, p.peer) {
+		return // sent now: wait for the acknowledgement
+	}
+	if c.out.pendingFor(p.peer.Name, purposeReconcile, purposeCancel, purposeRefund) > 0 {
+		return
+	}
+	if p.reach.CompareAndSwap(int32(recovering), int32(reachable)) {
+		c.log.Info("peer answers again: counting its keys exactly", "node", c.self.Name, "peer", p.peer.Name)
+		c.notifySettled()
+	}
+}
+
+// heardAll returns when each peer run was last heard from.
+func (t *peerTable) heardAll() map[Peer]int64 {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	out := make(map[Peer]int64, len(t.peers))
+	for _, p := range t.peers {
+		out[p.peer] = p.heard.Load()
+	}
+	return out
+}
+
+// noteHeard records a message from the node called name.
+func (c *Core) noteHeard(name string, now time.Time) {
+	if p := c.peers.get(name); p != nil {
+		p.noteHeard(c.mono(now))
+	}
+}
+
+// Reachable reports whether calls go to the node called name now.
+func (c *Core) Reachable(name string) bool {
+	p := c.peers.get(name)
+	return p != nil && p.calls()
+}

@@ -1,0 +1,358 @@
+package core
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Replicas. An owner notes every key it changes and, every ReplicateEvery,
+// sends the current counters of the keys changed since the last time to
+// each key's successor (the node that owns it once the owner is gone), in
+// one transfer per successor (ModeReplica) and one at a time: a successor
+// that is slow to acknowledge gets the newer counters in the next one. The
+// successor keeps them apart from its own, the newer replacing the older.
+// When the owner dies, the successor starts the keys from their replicas
+// (see the hand-off). So a crash loses at most the changes not yet
+// replicated: one interval's, and a batch in flight. A single node, or a
+// one-member ring, replicates nothing and pays nothing.
+
+// replica is a counter kept for the owner run that sent it.
+type replica struct {
+	state limiter.State
+	owner Peer
+}
+
+// replicaStore holds the counters this node keeps as a successor, and the
+// transfers their owners applied (a transfer a dead owner applied and
+// replicated is not applied again when its sender sends it here instead).
+// It is safe for concurrent use.
+type replicaStore struct {
+	mu        sync.Mutex
+	states    map[limiter.Key]replica
+	max       int
+	appliedBy map[Peer]map[Applied]int64 // owner run → transfers it applied → mono when heard
+	promoted  map[limiter.Key]promotion  // keys this node started from a dead owner's replica
+}
+
+// promotion is a key started from the replica of a dead owner run.
+type promotion struct {
+	owner Peer
+	at    int64 // mono
+}
+
+// appliedKeep is how long a successor remembers what its owners applied:
+// well past the time their death takes to be noticed.
+const appliedKeep = 5 * time.Minute
+
+func newReplicaStore(max int) *replicaStore {
+	return &replicaStore{states: make(map[limiter.Key]replica), max: max, appliedBy: map[Peer]map[Applied]int64{}}
+}
+
+// notePromoted records which dead owner run each key started from.
+func (r *replicaStore) notePromoted(m int64, keys map[limiter.Key]Peer) {
+	if len(keys) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.promoted == nil {
+		r.promoted = map[limiter.Key]promotion{}
+	}
+	for k, owner := range keys {
+		r.promoted[k] = promotion{owner: owner, at: m}
+	}
+}
+
+// promotedFrom reports whether k was started from a replica of owner's.
+func (r *replicaStore) promotedFrom(k limiter.Key, owner Peer) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.promoted[k]
+	return ok && p.owner == owner
+}
+
+// noteApplied records transfers owner applied.
+func (r *replicaStore) noteApplied(m int64, owner Peer, list []Applied) {
+	if len(list) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.appliedBy[owner]
+	if set == nil {
+		set = map[Applied]int64{}
+		r.appliedBy[owner] = set
+	}
+	for _, a := range list {
+		set[a] = m
+	}
+}
+
+// applied reports whether owner applied transfer a, by what it replicated
+// here.
+func (r *replicaStore) applied(owner Peer, a Applied) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.appliedBy[owner][a]
+	return ok
+}
+
+// forgetApplied drops what owners applied longer than appliedKeep ago.
+func (r *replicaStore) forgetApplied(m int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, p := range r.promoted {
+		if m-p.at > int64(appliedKeep) {
+			delete(r.promoted, k)
+		}
+	}
+	for owner, set := range r.appliedBy {
+		for a, at := range set {
+			if m-at > int64(appliedKeep) {
+				delete(set, a)
+			}
+		}
+		if len(set) == 0 {
+			delete(r.appliedBy, owner)
+		}
+	}
+}
+
+// put keeps owner's states, replacing older ones of the same keys. A full
+// store drops expired replicas first, then refuses new keys.
+func (r *replicaStore) put(now time.Time, owner Peer, states []limiter.State) {
+	ns := now.UnixNano()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range states {
+		if _, ok := r.states[s.Key]; !ok && len(r.states) >= r.max {
+			r.sweepLocked(ns)
+			if len(r.states) >= r.max {
+				continue
+			}
+		}
+		r.states[s.Key] = replica{state: s, owner: owner}
+	}
+}
+
+// take removes and returns, sorted by key, the live replicas pick chooses.
+func (r *replicaStore) take(now time.Time, pick func(owner Peer, k limiter.Key) bool) []limiter.State {
+	ns := now.UnixNano()
+	r.mu.Lock()
+	var out []limiter.State
+	for k, rep := range r.states {
+		if !pick(rep.owner, k) {
+			continue
+		}
+		delete(r.states, k)
+		if rep.state.Expires > ns {
+			out = append(out, rep.state)
+		}
+	}
+	r.mu.Unlock()
+	return sortStates(out)
+}
+
+// get returns the replica of k and its owner.
+func (r *replicaStore) get(k limiter.Key) (limiter.State, Peer, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rep, ok := r.states[k]
+	return rep.state, rep.owner, ok
+}
+
+// drop removes the replicas of keys.
+func (r *replicaStore) drop(keys []limiter.Key) {
+	r.mu.Lock()
+	for _, k := range keys {
+		delete(r.states, k)
+	}
+	r.mu.Unlock()
+}
+
+// sweep drops expired replicas.
+func (r *replicaStore) sweep(now time.Time) {
+	r.mu.Lock()
+	r.sweepLocked(now.UnixNano())
+	r.mu.Unlock()
+}
+
+func (r *replicaStore) sweepLocked(ns int64) {
+	for k, rep := range r.states {
+		if rep.state.Expires <= ns {
+			delete(r.states, k)
+		}
+	}
+}
+
+// len returns how many replicas are held.
+func (r *replicaStore) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.states)
+}
+
+// Replicas returns how many counters this node keeps for the owners it
+// succeeds.
+func (c *Core) Replicas() int { return c.replicas.len() }
+
+// replicate sends the counters changed since the last time to their
+// successors, one transfer per successor at a time.
+func (c *Core) replicate(now time.Time, m int64) {
+	keys := c.dirty.drain()
+	if len(keys) == 0 {
+		return
+	}
+	v := c.view.Load()
+	if v.self < 0 || v.ring.Len() < 2 {
+		return // nobody to replicate to
+	}
+	slices.Sort(keys)
+	states := c.engine.StatesOf(now, keys)
+	bySucc := map[string][]limiter.State{}
+	succs := map[string]Member{}
+	for _, s := range states {
+		owner, second := v.ring.top2(s.Key.Route())
+		if owner != v.self || second < 0 {
+			continue // no longer ours: the hand-off moves it
+		}
+		succ := v.ring.member(second)
+		bySucc[succ.Name] = append(bySucc[succ.Name], s)
+		succs[succ.Name] = succ
+	}
+	applied := c.takeApplied()
+	for name := range applied {
+		if _, ok := bySucc[name]; !ok {
+			if i, in := v.ring.index(name); in && name != c.self.Name {
+				bySucc[name] = nil
+				succs[name] = v.ring.member(i)
+			}
+		}
+	}
+	for _, name := range sortedKeys(bySucc) {
+		list := bySucc[name]
+		p := c.peers.get(name)
+		if p == nil || !p.calls() || c.out.pendingFor(name, purposeReplica) > 0 {
+			// Not reachable, or a replica is on its way: these go with the
+			// next one, so a successor that comes back gets them.
+			c.dirty.noteStates(list)
+			c.requeueApplied(name, applied[name])
+			continue
+		}
+		parts := SplitStates(list, TransferBytes)
+		if len(parts) == 0 {
+			parts = [][]limiter.State{nil}
+		}
+		for i, part := range parts {
+			c.stats.ReplicaStates.Add(uint64(len(part)))
+			t := c.out.transfer(succs[name].Peer(), ModeReplica, purposeReplica, part, nil, 0, m, false)
+			if i == 0 {
+				c.out.attachApplied(t.Seq, applied[name], m)
+			} else {
+				c.out.attachApplied(t.Seq, nil, m)
+			}
+		}
+	}
+}
+
+// appliedLog queues, per successor, the transfers this node applied that
+// touched keys it succeeds them in, for the next replica.
+type appliedLog struct {
+	mu    sync.Mutex
+	queue map[string][]Applied
+}
+
+// noteApplied queues transfer t from from for the successors of its keys.
+func (c *Core) noteApplied(from Peer, t Transfer) {
+	v := c.view.Load()
+	if v.self < 0 || v.ring.Len() < 2 {
+		return
+	}
+	a := Applied{From: from, Seq: t.Seq}
+	var succs []string
+	note := func(k limiter.Key) {
+		if _, second := v.ring.top2(k.Route()); second >= 0 {
+			if name := v.ring.member(second).Name; !slices.Contains(succs, name) {
+				succs = append(succs, name)
+			}
+		}
+	}
+	for _, s := range t.States {
+		note(s.Key)
+	}
+	for _, r := range t.Reqs {
+		note(r.Key)
+	}
+	c.appliedLog.mu.Lock()
+	if c.appliedLog.queue == nil {
+		c.appliedLog.queue = map[string][]Applied{}
+	}
+	for _, name := range succs {
+		c.appliedLog.queue[name] = append(c.appliedLog.queue[name], a)
+	}
+	c.appliedLog.mu.Unlock()
+}
+
+// takeApplied returns and empties the queues.
+func (c *Core) takeApplied() map[string][]Applied {
+	c.appliedLog.mu.Lock()
+	defer c.appliedLog.mu.Unlock()
+	q := c.appliedLog.queue
+	c.appliedLog.queue = nil
+	return q
+}
+
+// requeueApplied puts back what a replica that failed carried.
+func (c *Core) requeueApplied(name string, list []Applied) {
+	if len(list) == 0 {
+		return
+	}
+	c.appliedLog.mu.Lock()
+	if c.appliedLog.queue == nil {
+		c.appliedLog.queue = map[string][]Applied{}
+	}
+	c.appliedLog.queue[name] = append(list, c.appliedLog.queue[name]...)
+	c.appliedLog.mu.Unlock()
+}
+
+// replicaFailed drops a replica transfer that got no answer and notes its
+// keys again: the next replica carries their newer counters, and what it
+// said was applied.
+func (c *Core) replicaFailed(seq uint64) {
+	if pt, ok := c.out.settle(seq); ok {
+		c.dirty.noteStates(pt.t.States)
+		c.requeueApplied(pt.to.Name, pt.t.Applied)
+	}
+}
+
+// resync marks for replication every counter this node owns in ring whose
+// successor differs from the one prev named: a new successor holds no
+// replica of keys that have not changed since.
+func (c *Core) resync(now time.Time, prev, ring *Ring) {
+	if ring.Len() < 2 {
+		return
+	}
+	self, ok := ring.index(c.self.Name)
+	if !ok {
+		return
+	}
+	var keys []limiter.Key
+	c.engine.Range(now, func(s limiter.State) bool {
+		if s.Kind >= limiter.KindGrant {
+			return true
+		}
+		route := s.Key.Route()
+		owner, second := ring.top2(route)
+		if owner != self || second < 0 {
+			return true
+		}
+		if was, ok := prev.Successor(route); !ok || was.Name != ring.member(second).Name {
+			keys = append(keys, s.Key)
+		}
+		return true
+	})
+	c.dirty.noteKeys(keys)
+}

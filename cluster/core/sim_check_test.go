@@ -1,0 +1,911 @@
+package core
+
+// Schedules, the history they leave, and the two-sided checker:
+//
+//	(a) bound: per key and window, admitted ≤ L + F + C, where F is what
+//	    fallback admitted and C what a crash (or a takeover of a paused or
+//	    cut-off owner) lost: the owner's count its successor's replica
+//	    lacked, and what the crashed node held in flight;
+//	(b) conservation: once faults heal and transfers finish, the count
+//	    the cluster holds for each key lies between admitted − C and
+//	    admitted: nothing doubled, nothing lost beyond C;
+//	(c) no false denials: an owner denies a key only once the admissions
+//	    decided before (with grants still to be given back) reach its
+//	    limit; a known denial repeats an owner's; and in a schedule of
+//	    graceful changes only (joins, leaves, rolling restarts, no fault)
+//	    nothing is decided by fallback at all;
+//	(d) reputation moves only by a client's own denials (see the
+//	    reputation schedules).
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+type servedKey struct {
+	owner     string
+	ownerInc  uint64
+	callerInc uint64
+	caller    string
+	seq       uint64
+}
+
+// simDecision is an owner deciding a take item for another node.
+type simDecision struct {
+	key     limiter.Key
+	at      time.Time
+	node    string
+	nodeInc uint64
+	allowed bool
+	seq     uint64
+	caller  Peer
+}
+
+type simHistory struct {
+	reqs      []*simReq
+	served    map[servedKey]time.Time
+	decisions []simDecision
+	loss      map[limiter.Key]int64 // C: what crashes and takeovers lost, at most
+	faulty    bool                  // a fault happened (not only graceful changes)
+}
+
+// ---------------------------------------------------------------------------
+// Schedules.
+
+type faultKind string
+
+const (
+	faultDelay        faultKind = "delay"
+	faultLoss         faultKind = "loss"
+	faultDup          faultKind = "dup"
+	faultReorder      faultKind = "reorder"
+	faultFreeze       faultKind = "freeze"
+	faultPartition    faultKind = "partition"
+	faultCrash        faultKind = "crash"
+	faultCrashKeep    faultKind = "crash-keep"
+	faultLeaveRestart faultKind = "leave-restart"
+	faultJoin         faultKind = "join"
+	faultLeave        faultKind = "leave"
+	faultRolling      faultKind = "rolling"
+	faultRollingKill  faultKind = "rolling-kill"
+)
+
+// graceful are the kinds that are no fault at all: membership changes a
+// site owner makes on purpose.
+var graceful = map[faultKind]bool{faultJoin: true, faultLeave: true, faultLeaveRestart: true, faultRolling: true}
+
+var allFaults = []faultKind{
+	faultDelay, faultLoss, faultDup, faultReorder, faultFreeze, faultPartition,
+	faultCrash, faultCrashKeep, faultLeaveRestart, faultJoin, faultLeave, faultRolling, faultRollingKill,
+}
+
+type simFault struct {
+	kind   faultKind
+	at     time.Duration // from the start of traffic
+	dur    time.Duration
+	target int // node index
+	sides  []int
+	level  float64
+}
+
+func (f simFault) String() string {
+	return fmt.Sprintf("%s@%s/%s target=n%02d sides=%v level=%.2f", f.kind, f.at, f.dur, f.target, f.sides, f.level)
+}
+
+type simSchedule struct {
+	seed     uint64
+	nodes    int // running at the start
+	spare    int // names for nodes that join later
+	keys     int
+	traffic  time.Duration
+	requests int
+	multi    float64 // share of requests with two zones
+	faults   []simFault
+}
+
+func (sc simSchedule) String() string {
+	var fs []string
+	for _, f := range sc.faults {
+		fs = append(fs, f.String())
+	}
+	return fmt.Sprintf("seed %d: %d nodes (+%d), %d keys, %d requests over %s, multi %.2f, faults [%s]",
+		sc.seed, sc.nodes, sc.spare, sc.keys, sc.requests, sc.traffic, sc.multi, strings.Join(fs, "; "))
+}
+
+// newSimSchedule draws a schedule from seed; size forces a cluster size
+// (0: drawn).
+func newSimSchedule(seed uint64, size int, kinds []faultKind) simSchedule {
+	r := newSim(seed, 0).rng
+	sc := simSchedule{seed: seed, nodes: 3 + r.IntN(5), keys: 4 + r.IntN(5)}
+	switch x := r.IntN(100); {
+	case x < 6:
+		sc.nodes = 10 + r.IntN(21)
+	case x < 8:
+		sc.nodes = 40 + r.IntN(21)
+	}
+	if size > 0 {
+		sc.nodes = size
+	}
+	sc.spare = 2
+	sc.traffic = time.Duration(1500+r.IntN(2500)) * time.Millisecond
+	sc.requests = 150 + r.IntN(250)
+	if sc.nodes >= 40 {
+		sc.traffic, sc.keys, sc.requests = 1500*time.Millisecond, 4, 150
+	}
+	if r.IntN(3) == 0 {
+		sc.multi = 0.15
+	}
+	nf := 1 + r.IntN(2)
+	for range nf {
+		f := simFault{kind: kinds[r.IntN(len(kinds))], target: r.IntN(sc.nodes)}
+		f.at = time.Duration(r.Int64N(int64(sc.traffic) * 2 / 3))
+		f.dur = time.Duration(50+r.IntN(2500)) * time.Millisecond
+		switch f.kind {
+		case faultDelay:
+			f.level = float64(20 + r.IntN(130))
+		case faultLoss:
+			f.level = 0.02 + 0.2*r.Float64()
+		case faultDup:
+			f.level = 0.1 + 0.4*r.Float64()
+		case faultReorder:
+			f.level = float64(1 + r.IntN(20))
+		case faultPartition:
+			for i := range sc.nodes {
+				if i == f.target || r.IntN(3) == 0 && len(f.sides) < sc.nodes/2 {
+					f.sides = append(f.sides, i)
+				}
+			}
+		case faultRolling, faultRollingKill:
+			f.at = 0
+			if sc.nodes > 8 {
+				f.kind = faultLeaveRestart // a rolling restart of many nodes outlasts the schedule
+			}
+		}
+		sc.faults = append(sc.faults, f)
+	}
+	return sc
+}
+
+// ---------------------------------------------------------------------------
+// Running a schedule.
+
+// runSchedule plays sc and returns the simulation, checked.
+func runSchedule(sc simSchedule) *sim { return runScheduleTraced(sc, -1) }
+
+// runScheduleTraced is runSchedule, logging the movements of key trace.
+func runScheduleTraced(sc simSchedule, trace int) *sim {
+	s := newSim(sc.seed, sc.nodes+sc.spare)
+	s.hist.served = map[servedKey]time.Time{}
+	s.hist.loss = map[limiter.Key]int64{}
+	rng := s.rng
+	keys := newSimKeys(sc, s)
+	s.keys = keys
+	if trace >= 0 {
+		s.trace = keys[trace].key
+		var snap func()
+		snap = func() {
+			var parts []string
+			for _, name := range s.names {
+				if n := s.current[name]; n != nil && !n.gone {
+					parts = append(parts, fmt.Sprintf("%s:%d+%d", name, s.engineCount(n.engine, s.trace), s.heldBy(n, s.trace)))
+				}
+			}
+			got, _ := s.admitted(trace)
+			s.logf("TRACE counts %s admitted %d", strings.Join(parts, " "), got)
+			s.after(250*time.Millisecond, nil, snap)
+		}
+		s.after(0, nil, snap)
+	}
+	for i := range sc.nodes {
+		n := s.start(s.names[i], i > 0, nil)
+		n.core.completing = s.takeoverHook(n)
+	}
+	// Let the cluster form.
+	s.runUntil(s.now.Add(2 * time.Second))
+	if !s.waitQuiet(20 * time.Second) {
+		s.violate("liveness", "the cluster did not form:\n%s", s.describe())
+		return s
+	}
+	t0 := s.now
+	// Traffic.
+	for i := range sc.requests {
+		at := t0.Add(time.Duration(int64(sc.traffic) * int64(i) / int64(sc.requests)))
+		zones := []int{s.pickZone(rng, keys)}
+		if sc.multi > 0 && rng.Float64() < sc.multi {
+			if z := s.pickZone(rng, keys); z != zones[0] {
+				zones = append(zones, z)
+			}
+		}
+		pick := rng.Uint64()
+		s.at(at, nil, func() {
+			n := s.pickNode(pick)
+			if n != nil {
+				s.request(n, zones)
+			}
+		})
+	}
+	// Faults.
+	for _, f := range sc.faults {
+		s.scheduleFault(t0, f, sc)
+	}
+	end := t0.Add(sc.traffic + 6*time.Second)
+	s.runUntil(end)
+	s.heal()
+	if !s.waitQuiet(30 * time.Second) {
+		s.violate("liveness", "the cluster did not settle after the faults healed:\n%s", s.describe())
+		return s
+	}
+	s.checkConservation()
+	s.topUp()
+	s.checkBound()
+	s.checkDenials()
+	return s
+}
+
+func newSimKeys(sc simSchedule, s *sim) []simKey {
+	var keys []simKey
+	for i := range sc.keys {
+		hot := i%2 == 0
+		limit := int64(5 + s.rng.IntN(36))
+		h := s.hasher.String(fmt.Sprint("key-", sc.seed, "-", i))
+		keys = append(keys, simKey{key: limiter.ZoneKey(h, uint64(i+1)), limit: limit, hot: hot})
+	}
+	return keys
+}
+
+// pickZone draws a key, hot keys drawn more often: over a schedule they
+// get more requests than their limit, cold ones far fewer.
+func (s *sim) pickZone(rng interface{ IntN(int) int }, keys []simKey) int {
+	for {
+		z := rng.IntN(len(keys))
+		if keys[z].hot || rng.IntN(6) == 0 {
+			return z
+		}
+	}
+}
+
+// pickNode picks a running node that is not frozen.
+func (s *sim) pickNode(pick uint64) *simNode {
+	var live []*simNode
+	for _, name := range s.names {
+		if n := s.current[name]; n != nil && !n.gone && !n.frozen && !n.leaving {
+			live = append(live, n)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	return live[pick%uint64(len(live))]
+}
+
+func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
+	name := s.names[f.target]
+	if !graceful[f.kind] {
+		s.hist.faulty = true
+	}
+	at := t0.Add(f.at)
+	switch f.kind {
+	case faultDelay:
+		s.at(at, nil, func() { s.net.extraDelay = time.Duration(f.level) * time.Millisecond })
+		s.at(at.Add(f.dur), nil, func() { s.net.extraDelay = 0 })
+	case faultLoss:
+		s.at(at, nil, func() { s.net.loss = f.level })
+		s.at(at.Add(f.dur), nil, func() { s.net.loss = 0 })
+	case faultDup:
+		s.at(at, nil, func() { s.net.dup = f.level })
+		s.at(at.Add(f.dur), nil, func() { s.net.dup = 0 })
+	case faultReorder:
+		s.at(at, nil, func() { s.net.reorder = time.Duration(f.level) * time.Millisecond })
+		s.at(at.Add(f.dur), nil, func() { s.net.reorder = 0 })
+	case faultFreeze:
+		s.at(at, nil, func() {
+			if n := s.current[name]; n != nil && !n.gone {
+				s.freeze(n)
+				s.at(s.now.Add(f.dur), nil, func() { s.resume(n) })
+			}
+		})
+	case faultPartition:
+		s.at(at, nil, func() {
+			for _, i := range f.sides {
+				s.net.side[s.names[i]] = 1
+			}
+			s.logf("partition %v", f.sides)
+		})
+		s.at(at.Add(f.dur), nil, func() { clear(s.net.side); s.logf("partition healed") })
+	case faultCrash, faultCrashKeep:
+		s.at(at, nil, func() {
+			n := s.current[name]
+			if n == nil || n.gone {
+				return
+			}
+			snap := s.crash(n)
+			if f.kind == faultCrash {
+				snap = nil
+			}
+			s.at(s.now.Add(f.dur), nil, func() { s.restart(name, snap) })
+		})
+	case faultLeaveRestart:
+		s.at(at, nil, func() { s.leaveThenRestart(name, f.dur) })
+	case faultJoin:
+		s.at(at, nil, func() {
+			for _, x := range s.names[sc.nodes:] {
+				if s.current[x] == nil {
+					n := s.start(x, true, nil)
+					n.core.completing = s.takeoverHook(n)
+					return
+				}
+			}
+		})
+	case faultLeave:
+		s.at(at, nil, func() {
+			if n := s.current[name]; n != nil && !n.gone && s.running() > 2 {
+				s.after(0, n, func() { s.leave(n) }) // the node itself leaves: not while it is frozen
+			}
+		})
+	case faultRolling, faultRollingKill:
+		step := time.Duration(0)
+		for i := range sc.nodes {
+			x := s.names[i]
+			s.at(at.Add(step), nil, func() {
+				if f.kind == faultRolling {
+					s.leaveThenRestart(x, 100*time.Millisecond)
+					return
+				}
+				if n := s.current[x]; n != nil && !n.gone {
+					snap := s.crash(n)
+					s.at(s.now.Add(300*time.Millisecond), nil, func() { s.restart(x, snap) })
+				}
+			})
+			step += 3 * time.Second
+		}
+	}
+}
+
+func (s *sim) running() int {
+	n := 0
+	for _, name := range s.names {
+		if x := s.current[name]; x != nil && !x.gone && !x.leaving {
+			n++
+		}
+	}
+	return n
+}
+
+// restart starts a crashed node's name again.
+func (s *sim) restart(name string, snap []limiter.State) {
+	if n := s.current[name]; n != nil && !n.gone {
+		return
+	}
+	n := s.start(name, true, snap)
+	n.core.completing = s.takeoverHook(n)
+}
+
+// leaveThenRestart has a node leave gracefully and start again once gone.
+func (s *sim) leaveThenRestart(name string, pause time.Duration) {
+	n := s.current[name]
+	if n == nil || n.gone || n.leaving {
+		return
+	}
+	if n.frozen {
+		s.after(0, n, func() { s.leaveThenRestart(name, pause) }) // once it runs
+		return
+	}
+	s.leave(n)
+	var wait func()
+	wait = func() {
+		if !n.gone {
+			s.after(20*time.Millisecond, nil, wait)
+			return
+		}
+		s.after(pause, nil, func() { s.restart(name, nil) })
+	}
+	s.after(20*time.Millisecond, nil, wait)
+}
+
+// heal ends every fault: frozen nodes resume, links mend.
+func (s *sim) heal() {
+	clear(s.net.side)
+	s.net.extraDelay, s.net.loss, s.net.dup, s.net.reorder = 0, 0, 0, 0
+	for _, name := range s.names {
+		if n := s.current[name]; n != nil && n.frozen {
+			s.resume(n)
+		}
+	}
+}
+
+// waitQuiet runs until the cluster is quiet (see quiet), or within passes.
+func (s *sim) waitQuiet(within time.Duration) bool {
+	deadline := s.now.Add(within)
+	for s.now.Before(deadline) {
+		if s.quiet() {
+			return true
+		}
+		s.runUntil(s.now.Add(50 * time.Millisecond))
+	}
+	return s.quiet()
+}
+
+// quiet reports whether every running node routes by the ring of all
+// running nodes, has no hand-off under way, nothing unsent or
+// unacknowledged but replicas, nothing in fallback, every peer reachable,
+// and nothing waiting.
+func (s *sim) quiet() bool {
+	var live []*simNode
+	for _, name := range s.names {
+		if n := s.current[name]; n != nil && !n.gone {
+			if n.frozen || n.leaving || !n.core.Member() {
+				return false
+			}
+			live = append(live, n)
+		}
+	}
+	if len(live) == 0 {
+		return true
+	}
+	fp := live[0].core.Ring().Fingerprint()
+	for _, n := range live {
+		r := n.core.Ring()
+		if r.Fingerprint() != fp || r.Len() != len(live) {
+			return false
+		}
+		for _, m := range r.members {
+			if x := s.current[m.Name]; x == nil || x.inc != m.Inc {
+				return false
+			}
+			if m.Name != n.name && !n.core.Reachable(m.Name) {
+				return false
+			}
+		}
+		if n.core.HandoffUnderway() || n.core.FallbackKeys() > 0 || len(n.waiting) > 0 || len(n.holding) > 0 {
+			return false
+		}
+		if n.core.out.moving("") > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *sim) describe() string {
+	var lines []string
+	for _, name := range s.names {
+		n := s.current[name]
+		if n == nil {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("  %s inc=%d gone=%v frozen=%v member=%v ring=%s/%d handoff=%v fallback=%d pending=%d waiting=%d holding=%d",
+			name, n.inc, n.gone, n.frozen, n.core.Member(), n.core.Ring().Fingerprint(), n.core.Ring().Len(), n.core.HandoffUnderway(),
+			n.core.FallbackKeys(), n.core.out.pendingFor(""), len(n.waiting), len(n.holding)))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ---------------------------------------------------------------------------
+// Where counts are: a god's view of the cores.
+
+// windowCount is the current window's count of k in a state list.
+func windowCount(states []limiter.State) int64 {
+	var n int64
+	for _, st := range states {
+		if st.Kind < limiter.KindGrant {
+			n += int64(st.Cur)
+		}
+	}
+	return n
+}
+
+func (s *sim) engineCount(e *limiter.Engine, k limiter.Key) int64 {
+	return windowCount(e.StatesOf(s.now, []limiter.Key{k}))
+}
+
+// heldBy is what node n holds of k outside its engine: fallback counters,
+// counts waiting for k to settle, transfers not acknowledged.
+func (s *sim) heldBy(n *simNode, k limiter.Key) int64 {
+	c := n.core
+	total := s.engineCount(c.fallback.engine, k)
+	c.handoff.mu.Lock()
+	if mk := c.handoff.keys[k]; mk != nil && !mk.settled {
+		if mk.hasBase {
+			total += windowCount([]limiter.State{mk.base})
+		}
+		if mk.hasAdds {
+			total += windowCount([]limiter.State{mk.adds})
+		}
+	}
+	c.handoff.mu.Unlock()
+	c.out.mu.Lock()
+	for _, pt := range c.out.transfers {
+		if pt.t.Mode == ModeAdd || pt.t.Mode == ModeNewer {
+			for _, st := range pt.t.States {
+				if st.Key == k {
+					total += windowCount([]limiter.State{st})
+				}
+			}
+		}
+	}
+	c.out.mu.Unlock()
+	return total
+}
+
+// replicaOf returns the largest replica of k that any running node keeps
+// for owner.
+func (s *sim) replicaOf(k limiter.Key, owner string) int64 {
+	var best int64
+	for _, name := range s.names {
+		n := s.current[name]
+		if n == nil || n.gone {
+			continue
+		}
+		if st, o, ok := n.core.replicas.get(k); ok && o.Name == owner {
+			best = max(best, windowCount([]limiter.State{st}))
+		}
+	}
+	return best
+}
+
+// noteCrash adds to C what a crashing node takes with it: its count less
+// the replica, and all it held in flight.
+func (s *sim) noteCrash(n *simNode) {
+	for _, key := range s.keys {
+		k := key.key
+		lost := max(0, s.engineCount(n.engine, k)-s.replicaOf(k, n.name)) + s.heldBy(n, k)
+		// Transfers to it that it may have applied before it died: their
+		// senders send them on as copies, which can lose them.
+		for _, name := range s.names {
+			o := s.current[name]
+			if o == nil || o.gone || o == n {
+				continue
+			}
+			o.core.out.mu.Lock()
+			for _, pt := range o.core.out.transfers {
+				if pt.to.Name == n.name && (pt.t.Mode == ModeAdd || pt.t.Mode == ModeNewer) {
+					for _, st := range pt.t.States {
+						if st.Key == k {
+							lost += windowCount([]limiter.State{st})
+						}
+					}
+				}
+			}
+			o.core.out.mu.Unlock()
+		}
+		if lost > 0 {
+			s.hist.loss[k] += lost
+			s.logf("crash of %s may lose %d of key %d", n.name, lost, slices.IndexFunc(s.keys, func(x simKey) bool { return x.key == k }))
+		}
+	}
+}
+
+// takeoverHook returns the hook that measures, as node n takes over the
+// keys of members it believes dead but that still run (paused, or cut
+// off), what their counts hold beyond n's replicas: lost to the takeover.
+func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
+	return func(plan *handoffPlan) {
+		v := n.core.view.Load()
+		for dead := range plan.dead {
+			x := s.current[dead]
+			if x == nil || x.gone || x.inc != plan.deadInc[dead] {
+				continue // crashed: counted at the crash
+			}
+			for _, key := range s.keys {
+				k := key.key
+				if o, ok := v.ring.Owner(k.Route()); !ok || o.Name != n.name {
+					continue
+				}
+				if so, ok := v.stable.Owner(k.Route()); !ok || so.Name != dead {
+					continue
+				}
+				rep := int64(0)
+				if st, o, ok := n.core.replicas.get(k); ok && o.Name == dead {
+					rep = windowCount([]limiter.State{st})
+				}
+				if lost := s.engineCount(x.engine, k) - rep; lost > 0 {
+					s.hist.loss[k] += lost
+					s.logf("%s takes over key from %s (alive): may lose %d", n.name, dead, lost)
+				}
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The checker.
+
+// admitted counts the admitted requests that spent key z.
+func (s *sim) admitted(z int) (total, fallback int64) {
+	for _, r := range s.hist.reqs {
+		if !r.done || !r.d.Allowed {
+			continue
+		}
+		for i, rz := range r.zones {
+			if rz == z {
+				total++
+				if r.zoneBy[i] == SourceFallback {
+					fallback++
+				}
+			}
+		}
+	}
+	return total, fallback
+}
+
+// clusterCount is what the running nodes hold of k, wherever it is.
+func (s *sim) clusterCount(k limiter.Key) int64 {
+	var total int64
+	for _, name := range s.names {
+		if n := s.current[name]; n != nil && !n.gone {
+			total += s.engineCount(n.engine, k) + s.heldBy(n, k)
+		}
+	}
+	return total
+}
+
+// orphans counts, per key, the units owners granted to requests whose
+// caller died before it could answer its client: they were spent, though
+// no answer says so.
+func (s *sim) orphans() map[limiter.Key]int64 {
+	type item struct {
+		caller Peer
+		seq    uint64
+	}
+	finished := map[item]bool{}
+	for _, r := range s.hist.reqs {
+		if r.done {
+			for _, seq := range r.items {
+				finished[item{r.node.peer(), seq}] = true
+			}
+		}
+	}
+	out := map[limiter.Key]int64{}
+	for _, d := range s.hist.decisions {
+		if !d.allowed || finished[item{d.caller, d.seq}] {
+			continue
+		}
+		if n := s.current[d.caller.Name]; n == nil || n.inc != d.caller.Inc {
+			out[d.key]++
+		}
+	}
+	return out
+}
+
+// checkConservation is (b): nothing doubled, nothing lost beyond C.
+func (s *sim) checkConservation() {
+	orphans := s.orphans()
+	for z, key := range s.keys {
+		got, _ := s.admitted(z)
+		got += orphans[key.key]
+		held := s.clusterCount(key.key)
+		loss := s.hist.loss[key.key]
+		if held > got {
+			s.violate("doubled", "key %d: the cluster holds %d, %d were admitted (limit %d)", z, held, got, key.limit)
+		}
+		if held < got-loss {
+			s.violate("lost", "key %d: the cluster holds %d, %d were admitted, at most %d may have been lost (limit %d)", z, held, got, loss, key.limit)
+		}
+	}
+}
+
+// topUp spends every key to its limit through all nodes, one request at a
+// time: an owner that lost counts admits again here, one that doubled them
+// denies too early (both checked by the bound and the denial checks).
+func (s *sim) topUp() {
+	var live []*simNode
+	for _, name := range s.names {
+		if n := s.current[name]; n != nil && !n.gone {
+			live = append(live, n)
+		}
+	}
+	for z, key := range s.keys {
+		for i := range 2*key.limit + 2 {
+			s.request(live[int(i)%len(live)], []int{z})
+			s.runUntil(s.now.Add(5 * time.Millisecond))
+		}
+	}
+	s.runUntil(s.now.Add(500 * time.Millisecond))
+}
+
+// checkBound is (a).
+func (s *sim) checkBound() {
+	orphans := s.orphans()
+	for z, key := range s.keys {
+		got, fb := s.admitted(z)
+		bound := key.limit + fb + s.hist.loss[key.key]
+		if got > bound {
+			s.violate("bound", "key %d: %d admitted > limit %d + fallback %d + crash loss %d", z, got, key.limit, fb, s.hist.loss[key.key])
+		}
+		if got+orphans[key.key] < key.limit {
+			s.violate("false-denial", "key %d: only %d admitted of limit %d after topping up", z, got, key.limit)
+		}
+	}
+}
+
+// checkDenials is (c).
+func (s *sim) checkDenials() {
+	// Owner decisions whose caller gave up on them: an admission counted at
+	// the owner until the caller's cancel reaches it.
+	used := map[servedKey]bool{}
+	for _, r := range s.hist.reqs {
+		for gi := range r.op.groups {
+			g := &r.op.groups[gi]
+			if g.src == SourcePeer {
+				used[servedKey{g.by.Name, g.by.Inc, r.node.inc, r.node.name, g.seq}] = true
+			}
+		}
+	}
+	held := map[limiter.Key][]time.Time{} // decision times of units counted at owners
+	for _, r := range s.hist.reqs {
+		if !r.done {
+			continue
+		}
+		for i, z := range r.zones {
+			// An admitted request spends every zone; a denied one spent
+			// the zones granted before the denial until they are given back.
+			if r.d.Allowed || r.zoneOK[i] {
+				held[s.keys[z].key] = append(held[s.keys[z].key], r.zoneAt[i])
+			}
+		}
+	}
+	for _, d := range s.hist.decisions {
+		if d.allowed && !used[servedKey{d.node, d.nodeInc, d.caller.Inc, d.caller.Name, d.seq}] {
+			held[d.key] = append(held[d.key], d.at)
+		}
+	}
+	for k := range held {
+		slices.SortFunc(held[k], func(a, b time.Time) int { return a.Compare(b) })
+	}
+	countBefore := func(k limiter.Key, t time.Time) int64 {
+		ts := held[k]
+		return int64(sort.Search(len(ts), func(i int) bool { return ts[i].After(t) }))
+	}
+	ownerDenied := map[limiter.Key][]time.Time{}
+	for _, r := range s.hist.reqs {
+		if !r.done {
+			continue
+		}
+		for i, z := range r.zones {
+			if !r.zoneDenied[i] {
+				continue
+			}
+			key := s.keys[z]
+			switch r.zoneBy[i] {
+			case SourceOwner, SourcePeer:
+				ownerDenied[key.key] = append(ownerDenied[key.key], r.zoneAt[i])
+				if n := countBefore(key.key, r.zoneAt[i]); n < key.limit {
+					s.violate("false-denial", "key %d denied by %s at %s with %d of %d counted (request %d through %s)",
+						z, r.zoneBy[i], r.zoneAt[i].Sub(simEpoch), n, key.limit, r.id, r.node.name)
+				}
+			}
+		}
+	}
+	for _, r := range s.hist.reqs {
+		if !r.done {
+			continue
+		}
+		for i, z := range r.zones {
+			if r.zoneBy[i] == SourceBlockedCache && r.zoneDenied[i] {
+				if !slices.ContainsFunc(ownerDenied[s.keys[z].key], func(t time.Time) bool { return !t.After(r.zoneAt[i]) }) {
+					s.violate("false-denial", "key %d denied from the blocked cache at %s with no owner's denial before (request %d)", z, r.zoneAt[i].Sub(simEpoch), r.id)
+				}
+			}
+			if !s.hist.faulty && r.zoneBy[i] == SourceFallback {
+				s.violate("fallback", "key %d decided by fallback through %s at %s in a schedule of graceful changes only (request %d)", z, r.node.name, r.zoneAt[i].Sub(simEpoch), r.id)
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The test.
+
+var (
+	simSeedFlag  = flag.Uint64("sim-seed", 0, "TestSimulation: replay only the schedule with this seed (also TOLLGATE_SIM_SEED)")
+	simNodesFlag = flag.Int("sim-nodes", 0, "TestSimulation: force the cluster size")
+	simKindsFlag = flag.String("sim-kinds", "", "TestSimulation: comma-separated fault kinds to draw from")
+	simLogFlag   = flag.Bool("sim-log", false, "TestSimulation: print what happened in a failing schedule")
+)
+
+// TestSimulation plays fault schedules on simulated clusters of 3 to 60
+// nodes (and some of 100) and checks every key from both sides (see the
+// top of this file). TOLLGATE_SIM sets how many schedules (default 200,
+// 60 with -short); a fixed set of seeds always runs, and fresh ones after
+// them. A failure names its seed: replay it with
+// `go test -run '^TestSimulation$' ./cluster/core -sim-seed N -sim-log`.
+func TestSimulation(t *testing.T) {
+	count := 200
+	if testing.Short() {
+		count = 60
+	}
+	if v := os.Getenv("TOLLGATE_SIM"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TOLLGATE_SIM=%q: want a number of schedules, at least 1", v)
+		}
+		count = n
+	}
+	kinds := allFaults
+	if *simKindsFlag != "" {
+		kinds = nil
+		for _, k := range strings.Split(*simKindsFlag, ",") {
+			kinds = append(kinds, faultKind(k))
+		}
+	}
+	var seeds []uint64
+	seed := *simSeedFlag
+	if v := os.Getenv("TOLLGATE_SIM_SEED"); seed == 0 && v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	if seed != 0 {
+		seeds = []uint64{seed}
+	} else {
+		// A fixed set first, so every run covers the same ground, then
+		// fresh seeds: the base is printed with any failure.
+		fixed := min(count, 100)
+		for i := range fixed {
+			seeds = append(seeds, uint64(i+1))
+		}
+		base := uint64(time.Now().UnixNano())
+		for i := range count - fixed {
+			seeds = append(seeds, base+uint64(i))
+		}
+	}
+	type result struct {
+		sc      simSchedule
+		s       *sim
+		virtual time.Duration
+	}
+	work := make(chan uint64)
+	results := make(chan result)
+	workers := max(1, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for seed := range work {
+				sc := newSimSchedule(seed, *simNodesFlag, kinds)
+				s := runSchedule(sc)
+				results <- result{sc: sc, s: s, virtual: s.now.Sub(simEpoch)}
+			}
+		})
+	}
+	go func() {
+		for _, seed := range seeds {
+			work <- seed
+		}
+		close(work)
+		wg.Wait()
+		close(results)
+	}()
+	var schedules, violations, maxNodes int
+	var virtual time.Duration
+	failed := 0
+	for r := range results {
+		schedules++
+		virtual += r.virtual
+		maxNodes = max(maxNodes, r.s.maxNodes)
+		if len(r.s.violations) == 0 {
+			continue
+		}
+		violations += len(r.s.violations)
+		failed++
+		if failed <= 3 {
+			msg := fmt.Sprintf("schedule %v\n  %s\nreplay: go test -run '^TestSimulation$' ./cluster/core -sim-seed %d -sim-log",
+				r.sc, strings.Join(r.s.violations, "\n  "), r.sc.seed)
+			if *simLogFlag {
+				msg += "\n" + strings.Join(r.s.log, "\n")
+			}
+			t.Error(msg)
+		}
+	}
+	summary := fmt.Sprintf("simulation: %d schedules, up to %d nodes, %d virtual seconds, %d violations", schedules, maxNodes, int(virtual.Seconds()), violations)
+	t.Log(summary)
+	announce(summary)
+}

@@ -1,0 +1,993 @@
+package core
+
+// The simulator: N cores on a virtual clock and a virtual network, driven
+// the way the node drives them in production (ticks, an outbox drained
+// after every step, replies or failures reported once per message, take
+// ops advanced until done), with membership modelled as memberlist behaves
+// (gossip delays, failure detection, refutation), and faults drawn from a
+// seed: delays, loss, duplication, reordering, partitions, pauses, crashes
+// with and without snapshots, restarts, joins and leaves. Everything that
+// happens is a function of the seed: a failing seed replays exactly.
+
+import (
+	"container/heap"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/internal/keyhash"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// simEpoch is where virtual time starts: on an hour boundary, plus a
+// second, so a schedule's fixed windows of an hour never roll over.
+var simEpoch = time.Date(2030, 1, 1, 0, 0, 1, 0, time.UTC)
+
+// simTiming is the protocol's timing in the simulator: production's
+// proportions, compressed.
+var simTiming = struct {
+	call, probe, lease, replicate, tick, handoff time.Duration
+	gossipMin, gossipMax                         time.Duration // delay of a membership update
+	detectMin, detectMax                         time.Duration // failure detection
+	netMin, netMax                               time.Duration // one-way message delay
+	joinWait, leaveTimeout, leaveLinger          time.Duration
+	callPatience                                 time.Duration // how long a caller waits for an answer
+}{
+	call: 50 * time.Millisecond, probe: 200 * time.Millisecond, lease: 600 * time.Millisecond,
+	replicate: 10 * time.Millisecond, tick: 10 * time.Millisecond, handoff: 5 * time.Second,
+	gossipMin: 5 * time.Millisecond, gossipMax: 80 * time.Millisecond,
+	detectMin: 900 * time.Millisecond, detectMax: 1600 * time.Millisecond,
+	netMin: 500 * time.Microsecond, netMax: 3 * time.Millisecond,
+	joinWait: 2 * time.Second, leaveTimeout: 2 * time.Second, leaveLinger: 250 * time.Millisecond,
+	callPatience: 150 * time.Millisecond,
+}
+
+// ---------------------------------------------------------------------------
+// Events.
+
+type simEvent struct {
+	at   time.Time
+	seq  uint64
+	node *simNode // the run it belongs to, or nil for the simulation's own
+	fn   func()
+}
+
+type eventHeap []*simEvent
+
+func (h eventHeap) Len() int { return len(h) }
+func (h eventHeap) Less(i, j int) bool {
+	if !h[i].at.Equal(h[j].at) {
+		return h[i].at.Before(h[j].at)
+	}
+	return h[i].seq < h[j].seq
+}
+func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *eventHeap) Push(x any)   { *h = append(*h, x.(*simEvent)) }
+func (h *eventHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// ---------------------------------------------------------------------------
+// The simulation.
+
+type sim struct {
+	seed   uint64
+	rng    *rand.Rand
+	now    time.Time
+	events eventHeap
+	seq    uint64
+	steps  int
+
+	hasher  keyhash.Hasher
+	names   []string            // every node name, in order
+	current map[string]*simNode // the running (or frozen) run of each name
+	truth   map[string]*simTruth
+	nextInc uint64
+
+	net  simNet
+	keys []simKey
+	hist simHistory
+
+	violations []string
+	maxNodes   int
+	log        []string // what happened, for a failing seed
+	verbose    bool
+	trace      limiter.Key // a key whose movements are logged
+	traced     map[string]bool
+}
+
+// simTruth is what a node really is, which observers learn with delays.
+type simTruth struct {
+	inc    uint64
+	status obsStatus
+}
+
+type simNet struct {
+	side       map[string]int // partition: nodes on different sides cannot talk
+	extraDelay time.Duration  // added to every message
+	loss       float64        // chance a message is lost
+	dup        float64        // chance a message is delivered twice
+	reorder    time.Duration  // extra random delay per message, up to this
+}
+
+type simKey struct {
+	key   limiter.Key
+	limit int64
+	hot   bool // sent more requests than its limit
+}
+
+func newSim(seed uint64, nodes int) *sim {
+	s := &sim{
+		seed:    seed,
+		rng:     rand.New(rand.NewPCG(seed, 0x5eed51a)),
+		now:     simEpoch,
+		hasher:  keyhash.New([]byte("simulation secret"), "ring"),
+		current: map[string]*simNode{},
+		truth:   map[string]*simTruth{},
+		net:     simNet{side: map[string]int{}},
+	}
+	for i := range nodes {
+		s.names = append(s.names, fmt.Sprintf("n%02d", i))
+	}
+	s.maxNodes = nodes
+	return s
+}
+
+func (s *sim) logf(format string, args ...any) {
+	if s.verbose || len(s.log) < 4000 {
+		s.log = append(s.log, fmt.Sprintf("%9.3fs ", s.now.Sub(simEpoch).Seconds())+fmt.Sprintf(format, args...))
+	}
+}
+
+// at schedules fn at t for node (nil: the simulation itself).
+func (s *sim) at(t time.Time, node *simNode, fn func()) {
+	if t.Before(s.now) {
+		t = s.now
+	}
+	s.seq++
+	heap.Push(&s.events, &simEvent{at: t, seq: s.seq, node: node, fn: fn})
+}
+
+func (s *sim) after(d time.Duration, node *simNode, fn func()) { s.at(s.now.Add(d), node, fn) }
+
+func (s *sim) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(s.rng.Int64N(int64(hi-lo)))
+}
+
+// runUntil plays events up to t.
+func (s *sim) runUntil(t time.Time) {
+	for len(s.events) > 0 && !s.events[0].at.After(t) {
+		e := heap.Pop(&s.events).(*simEvent)
+		if e.at.After(s.now) {
+			s.now = e.at
+		}
+		if n := e.node; n != nil {
+			if n.gone {
+				continue
+			}
+			if n.frozen {
+				n.deferred = append(n.deferred, e)
+				continue
+			}
+		}
+		e.fn()
+		s.steps++
+		s.flush()
+	}
+	if t.After(s.now) {
+		s.now = t
+	}
+}
+
+// flush sends what cores queued and wakes what waits on settled keys, until
+// nothing more comes.
+func (s *sim) flush() {
+	for range 1000 {
+		busy := false
+		for _, name := range s.names {
+			n := s.current[name]
+			if n == nil || n.gone || n.frozen {
+				continue
+			}
+			if n.outboxDirty {
+				n.outboxDirty = false
+				busy = true
+				for _, o := range n.core.Outbox() {
+					s.send(n, o)
+				}
+			}
+			if n.settledDirty {
+				n.settledDirty = false
+				busy = true
+				s.wakeAll(n)
+			}
+			if n.memberDirty {
+				n.memberDirty = false
+				busy = true
+				s.memberChanged(n)
+			}
+		}
+		if !busy {
+			return
+		}
+	}
+	s.violate("liveness", "flush did not settle after 1000 rounds")
+}
+
+func (s *sim) violate(kind, format string, args ...any) {
+	s.violations = append(s.violations, kind+": "+fmt.Sprintf(format, args...))
+}
+
+// ---------------------------------------------------------------------------
+// Nodes.
+
+type simNode struct {
+	name   string
+	inc    uint64
+	core   *Core
+	engine *limiter.Engine
+	frozen bool
+	gone   bool // crashed or left: its events are dropped
+	leftAt time.Time
+
+	deferred []*simEvent // events that came while frozen
+
+	outboxDirty, settledDirty, memberDirty bool
+
+	view        map[string]*obsEntry
+	lastMembers string // the last Membership given, encoded
+	joined      bool   // Joined was called
+	leaving     bool
+	leaveBy     time.Time
+
+	waiting []*simReq   // take ops waiting
+	holding []*simServe // items held for keys on their way
+}
+
+func (n *simNode) peer() Peer { return Peer{Name: n.name, Inc: n.inc} }
+
+// obsStatus is what an observer believes of a node.
+type obsStatus uint8
+
+const (
+	obsJoining obsStatus = iota + 1
+	obsMember
+	obsLeaving
+	obsDead
+	obsLeft
+	obsCrashed // truth only: the run is gone without a word
+)
+
+type obsEntry struct {
+	inc    uint64
+	status obsStatus
+	lost   time.Time     // when it stopped being reachable (zero: reachable)
+	detect time.Duration // how long until it is declared dead
+}
+
+// start starts a new run of name; seeds says whether it joins others.
+func (s *sim) start(name string, seeds bool, snapshot []limiter.State) *simNode {
+	s.nextInc++
+	n := &simNode{name: name, inc: s.nextInc, view: map[string]*obsEntry{}}
+	n.engine = limiter.New(limiter.Config{MaxKeys: 4096})
+	cfg := Config{
+		Self:           Member{Name: name, Inc: n.inc, PeerAddr: name},
+		Engine:         n.engine,
+		Hasher:         s.hasher,
+		Joining:        seeds,
+		CallTimeout:    simTiming.call,
+		HandoffWindow:  simTiming.handoff,
+		ProbeInterval:  simTiming.probe,
+		LeaseTime:      simTiming.lease,
+		ReplicateEvery: simTiming.replicate,
+		CacheSlots:     1024,
+		Seed:           s.seed ^ n.inc,
+		Logger:         slog.New(&simLogHandler{s: s}),
+		Hooks: Hooks{
+			Outbox:  func() { n.outboxDirty = true },
+			Settled: func() { n.settledDirty = true },
+			Member:  func(bool) { n.memberDirty = true },
+		},
+	}
+	n.core = New(cfg, s.now)
+	s.current[name] = n
+	status := obsJoining
+	if !seeds {
+		status = obsMember
+		n.joined = true
+	}
+	s.truth[name] = &simTruth{inc: n.inc, status: status}
+	if len(snapshot) > 0 {
+		n.core.RestoreCounters(s.now, snapshot)
+	}
+	s.scheduleTick(n)
+	s.scheduleWatch(n)
+	s.gossip(name)
+	if seeds {
+		s.after(s.between(5*time.Millisecond, 30*time.Millisecond), n, func() { s.tryJoin(n, s.now) })
+	}
+	s.logf("start %s inc %d seeds=%v restored=%d", name, n.inc, seeds, len(snapshot))
+	return n
+}
+
+func (s *sim) scheduleTick(n *simNode) {
+	s.after(simTiming.tick, n, func() {
+		n.core.Tick(s.now)
+		// A leaving node lingers until the others heard it leaves (it
+		// answers what still comes with the new owner's name), and until
+		// it handed everything over, or its leave timed out.
+		if n.leaving && (n.core.Drained() && s.now.Sub(n.leaveBy.Add(-simTiming.leaveTimeout)) >= simTiming.leaveLinger || !s.now.Before(n.leaveBy)) {
+			s.stop(n)
+			return
+		}
+		s.scheduleTick(n)
+	})
+}
+
+// tryJoin has a starting node contact a seed: the first other running
+// node it can talk to gives it its view.
+func (s *sim) tryJoin(n *simNode, began time.Time) {
+	if n.joined {
+		return
+	}
+	for _, name := range s.names {
+		seed := s.current[name]
+		if seed == nil || seed == n || seed.gone || !s.canTalk(n.name, name) {
+			continue
+		}
+		for x, e := range seed.view {
+			if x != n.name {
+				c := *e
+				c.lost = time.Time{}
+				n.view[x] = &c
+			}
+		}
+		n.view[name] = &obsEntry{inc: seed.inc, status: s.truth[name].status}
+		s.updateMembership(n)
+		n.joined = true
+		n.core.Joined(s.now)
+		s.logf("%s joined through %s", n.name, name)
+		return
+	}
+	if s.now.Sub(began) >= simTiming.joinWait {
+		n.joined = true
+		n.core.Joined(s.now)
+		s.logf("%s counts alone: no seed answered", n.name)
+		return
+	}
+	s.after(200*time.Millisecond, n, func() { s.tryJoin(n, began) })
+}
+
+// memberChanged gossips a node's entering or leaving its own ring.
+func (s *sim) memberChanged(n *simNode) {
+	t := s.truth[n.name]
+	if t.inc != n.inc || n.leaving {
+		return
+	}
+	if n.core.Member() {
+		t.status = obsMember
+	} else {
+		t.status = obsJoining
+	}
+	s.logf("%s member=%v", n.name, n.core.Member())
+	s.gossip(n.name)
+}
+
+// leave has a node leave gracefully.
+func (s *sim) leave(n *simNode) {
+	if n.gone || n.leaving {
+		return
+	}
+	n.leaving = true
+	n.leaveBy = s.now.Add(simTiming.leaveTimeout)
+	s.truth[n.name].status = obsLeaving
+	s.gossip(n.name)
+	n.core.Leave(s.now)
+	s.logf("%s leaving", n.name)
+}
+
+// stop ends a leaving node's run.
+func (s *sim) stop(n *simNode) {
+	n.gone = true
+	n.leftAt = s.now
+	if !n.core.Drained() {
+		s.logf("%s left before it drained", n.name)
+	}
+	s.truth[n.name].status = obsLeft
+	s.gossip(n.name)
+	s.logf("%s left", n.name)
+}
+
+// crash ends a run at once; it returns what a snapshot taken then holds.
+func (s *sim) crash(n *simNode) []limiter.State {
+	var snap []limiter.State
+	n.engine.Range(s.now, func(st limiter.State) bool {
+		snap = append(snap, st)
+		return true
+	})
+	s.noteCrash(n)
+	n.gone = true
+	s.truth[n.name].status = obsCrashed
+	s.logf("%s crashed", n.name)
+	return sortStates(snap)
+}
+
+func (s *sim) freeze(n *simNode) {
+	n.frozen = true
+	s.logf("%s frozen", n.name)
+}
+
+func (s *sim) resume(n *simNode) {
+	if n.gone || !n.frozen {
+		return
+	}
+	n.frozen = false
+	s.logf("%s resumes with %d events", n.name, len(n.deferred))
+	evs := n.deferred
+	n.deferred = nil
+	for _, e := range evs {
+		if n.gone || n.frozen {
+			n.deferred = append(n.deferred, e)
+			continue
+		}
+		e.fn()
+		s.flush()
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Membership: gossip and failure detection, as memberlist does them.
+
+// canTalk reports whether two nodes reach each other now.
+func (s *sim) canTalk(a, b string) bool {
+	na, nb := s.current[a], s.current[b]
+	if na == nil || nb == nil || na.gone || nb.gone || na.frozen || nb.frozen {
+		return false
+	}
+	return s.net.side[a] == s.net.side[b]
+}
+
+// gossip spreads the truth of name to every observer that can hear it.
+func (s *sim) gossip(name string) {
+	for _, o := range s.names {
+		if o == name {
+			continue
+		}
+		obs := s.current[o]
+		if obs == nil || obs.gone {
+			continue
+		}
+		s.after(s.between(simTiming.gossipMin, simTiming.gossipMax), obs, func() { s.learn(obs, name) })
+	}
+}
+
+// learn has obs take name's truth, if it can hear it.
+func (s *sim) learn(obs *simNode, name string) {
+	t := s.truth[name]
+	if t == nil || obs.gone {
+		return
+	}
+	if t.status == obsLeft {
+		if _, ok := obs.view[name]; ok && obs.view[name].inc == t.inc {
+			delete(obs.view, name)
+			s.updateMembership(obs)
+		}
+		return
+	}
+	if !s.canTalk(obs.name, name) {
+		return // it learns later, when they can (watch)
+	}
+	e := obs.view[name]
+	if e == nil || e.inc != t.inc || e.status != t.status {
+		obs.view[name] = &obsEntry{inc: t.inc, status: t.status}
+		s.updateMembership(obs)
+	}
+}
+
+// scheduleWatch runs an observer's failure detector and anti-entropy every
+// 50ms.
+func (s *sim) scheduleWatch(n *simNode) {
+	s.after(50*time.Millisecond, n, func() {
+		s.watch(n)
+		s.scheduleWatch(n)
+	})
+}
+
+func (s *sim) watch(obs *simNode) {
+	changed := false
+	for _, name := range s.names {
+		if name == obs.name {
+			continue
+		}
+		t := s.truth[name]
+		e := obs.view[name]
+		if t == nil {
+			continue
+		}
+		if s.canTalk(obs.name, name) {
+			if e == nil || e.inc != t.inc || e.status != t.status && t.status != obsCrashed && t.status != obsLeft {
+				if !obs.joined && e == nil {
+					continue // a node that has not joined learns of others through its seed
+				}
+				obs.view[name] = &obsEntry{inc: t.inc, status: t.status}
+				changed = true
+			} else if !e.lost.IsZero() {
+				e.lost = time.Time{}
+			}
+			continue
+		}
+		if e == nil || e.status == obsDead {
+			continue
+		}
+		if t.status == obsLeft && e.inc == t.inc {
+			continue // learn removes it
+		}
+		if e.lost.IsZero() {
+			e.lost = s.now
+			e.detect = s.between(simTiming.detectMin, simTiming.detectMax)
+			continue
+		}
+		if s.now.Sub(e.lost) >= e.detect {
+			e.status = obsDead
+			changed = true
+			s.logf("%s declares %s dead", obs.name, name)
+		}
+	}
+	if changed {
+		s.updateMembership(obs)
+	}
+}
+
+// updateMembership gives an observer's core what it believes.
+func (s *sim) updateMembership(obs *simNode) {
+	var m Membership
+	var b strings.Builder
+	for _, name := range s.names {
+		e := obs.view[name]
+		if e == nil || name == obs.name {
+			continue
+		}
+		mem := Member{Name: name, Inc: e.inc, PeerAddr: name}
+		switch e.status {
+		case obsMember:
+			m.Members = append(m.Members, mem)
+		case obsLeaving:
+			m.Leaving = append(m.Leaving, mem)
+		case obsJoining:
+			m.Joining = append(m.Joining, mem)
+		case obsDead:
+			m.Dead = append(m.Dead, mem.Peer())
+		}
+		fmt.Fprintf(&b, "%s/%d/%d ", name, e.inc, e.status)
+	}
+	if b.String() == obs.lastMembers {
+		return
+	}
+	obs.lastMembers = b.String()
+	obs.core.SetMembership(s.now, m)
+}
+
+// ---------------------------------------------------------------------------
+// The network.
+
+func (s *sim) delay() time.Duration {
+	d := s.between(simTiming.netMin, simTiming.netMax) + s.net.extraDelay
+	if s.net.reorder > 0 {
+		d += s.between(0, s.net.reorder)
+	}
+	return d
+}
+
+// deliver carries fn from one node to the current run of another, unless
+// the network loses it; a copy may arrive twice.
+func (s *sim) deliver(from *simNode, to string, fn func(*simNode)) {
+	copies := 1
+	if s.net.dup > 0 && s.rng.Float64() < s.net.dup {
+		copies = 2
+	}
+	for range copies {
+		if s.net.side[from.name] != s.net.side[to] || s.net.loss > 0 && s.rng.Float64() < s.net.loss {
+			continue
+		}
+		d := s.delay()
+		dest := s.current[to]
+		if dest == nil || dest.gone {
+			continue
+		}
+		s.after(d, dest, func() {
+			if s.net.side[from.name] != s.net.side[to] {
+				return // cut while on its way
+			}
+			fn(dest)
+		})
+	}
+}
+
+// call sends msg from n to to and reports exactly one outcome: the first
+// reply, or failure once the caller's patience ran out. answer is how the
+// receiver answers; it may answer later (a held item).
+func (s *sim) call(n *simNode, to Peer, msg Message, answer func(dest *simNode, m Message, respond func(Message)), onReply func(Message), onFail func()) {
+	done := false
+	s.after(simTiming.callPatience, n, func() {
+		if !done {
+			done = true
+			onFail()
+		}
+	})
+	msg = copyMessage(msg)
+	s.deliver(n, to.Name, func(dest *simNode) {
+		answer(dest, msg, func(reply Message) {
+			if reply == nil {
+				return
+			}
+			reply = copyMessage(reply)
+			s.deliver(dest, n.name, func(back *simNode) {
+				if back != n || done {
+					return
+				}
+				done = true
+				onReply(reply)
+			})
+		})
+	})
+}
+
+// send carries one outgoing message of a core.
+func (s *sim) send(n *simNode, o Outgoing) {
+	switch msg := o.Msg.(type) {
+	case Ack:
+		s.traceMsg(n.name, o.To.Name, msg)
+		s.deliver(n, o.To.Name, func(dest *simNode) { dest.core.Handle(s.now, n.peer(), msg) })
+		return
+	case TakeItem: // a penalty: no answer
+		s.deliver(n, o.To.Name, func(dest *simNode) {
+			res := make([]limiter.Result, len(msg.Reqs))
+			dest.core.Serve(s.now, n.peer(), &msg, res, s.now)
+		})
+		return
+	}
+	s.traceMsg(n.name, o.To.Name, o.Msg)
+	s.call(n, o.To, o.Msg,
+		func(dest *simNode, m Message, respond func(Message)) {
+			reply := dest.core.Handle(s.now, n.peer(), m)
+			s.traceMsg(dest.name, n.name, reply)
+			respond(reply)
+		},
+		func(reply Message) { n.core.Answered(s.now, o.ID, reply) },
+		func() { n.core.Failed(s.now, o.ID) })
+}
+
+// copyMessage copies what a message shares with its sender: what crosses
+// a network is never the sender's memory.
+func copyMessage(m Message) Message {
+	switch x := m.(type) {
+	case Transfer:
+		x.States, x.Reqs = copyStates(x.States), slices.Clone(x.Reqs)
+		return x
+	case TakeItem:
+		x.Reqs = slices.Clone(x.Reqs)
+		return x
+	case ItemReply:
+		x.Results = slices.Clone(x.Results)
+		return x
+	case PullReply:
+		given := make([]Transfer, len(x.Given))
+		for i, t := range x.Given {
+			t.States, t.Reqs = copyStates(t.States), slices.Clone(t.Reqs)
+			given[i] = t
+		}
+		x.Given, x.Moved = given, slices.Clone(x.Moved)
+		return x
+	case Pull:
+		x.Keys = slices.Clone(x.Keys)
+		return x
+	}
+	return m
+}
+
+func copyStates(in []limiter.State) []limiter.State {
+	out := slices.Clone(in)
+	for i := range out {
+		out[i].Leases = slices.Clone(out[i].Leases)
+	}
+	return out
+}
+
+// ---------------------------------------------------------------------------
+// Requests.
+
+// simReq is one client request and its way through the cluster.
+type simReq struct {
+	id     int
+	node   *simNode
+	zones  []int // indexes into the keys
+	op     TakeOp
+	reqs   []limiter.Request
+	res    []limiter.Result
+	start  time.Time
+	end    time.Time
+	wake   uint64 // invalidates older wake-ups
+	d      Decision
+	done   bool
+	zoneAt []time.Time // when each zone was decided, at the node that decided it
+	zoneOK []bool
+	zoneBy []Source
+	// zoneDenied: the zone's own answer was a denial (the one that denied
+	// the request, or one of them).
+	zoneDenied []bool
+	items      []uint64 // the take items it sent
+}
+
+// simServe is a take item an owner holds while its keys move to it.
+type simServe struct {
+	from  Peer
+	item  TakeItem
+	res   []limiter.Result
+	hold  time.Time
+	reply func(ItemReply)
+	wake  uint64
+	done  bool
+}
+
+// request sends a request for the given zones through node n.
+func (s *sim) request(n *simNode, zones []int) {
+	r := &simReq{id: len(s.hist.reqs), node: n, zones: zones, start: s.now}
+	for _, z := range zones {
+		k := s.keys[z]
+		r.reqs = append(r.reqs, limiter.Request{Key: k.key, Zone: uint64(z + 1), Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: k.limit, Window: time.Hour}})
+	}
+	r.res = make([]limiter.Result, len(r.reqs))
+	r.zoneAt = make([]time.Time, len(zones))
+	r.zoneOK = make([]bool, len(zones))
+	r.zoneBy = make([]Source, len(zones))
+	s.hist.reqs = append(s.hist.reqs, r)
+	d, done := n.core.Take(s.now, &r.op, OpTake, 0, r.reqs, r.res)
+	if done {
+		for i := range zones {
+			r.zoneAt[i], r.zoneOK[i], r.zoneBy[i] = s.now, d.Allowed, SourceOwner
+		}
+		s.finish(r, d)
+		return
+	}
+	s.advance(r)
+}
+
+// advance steps a request's op until it calls, waits or is done.
+func (s *sim) advance(r *simReq) {
+	n := r.node
+	for !r.done {
+		if n.gone {
+			return
+		}
+		a := n.core.Step(s.now, &r.op)
+		s.noteZones(r)
+		switch a.Kind {
+		case ActDone:
+			s.finish(r, r.op.Decision())
+			return
+		case ActWait:
+			r.wake++
+			w := r.wake
+			n.waiting = append(n.waiting, r)
+			s.at(a.Until, n, func() {
+				if r.wake == w && !r.done {
+					s.unpark(n, r)
+					s.advance(r)
+				}
+			})
+			return
+		case ActCall:
+			r.wake++
+			w := r.wake
+			if item, ok := a.Msg.(TakeItem); ok {
+				r.items = append(r.items, item.Seq)
+			}
+			s.call(n, a.To, a.Msg,
+				func(dest *simNode, m Message, respond func(Message)) { s.answer(dest, n.peer(), m, respond) },
+				func(reply Message) {
+					if r.wake != w || r.done {
+						return
+					}
+					n.core.Replied(s.now, &r.op, reply)
+					s.advance(r)
+				},
+				func() {
+					if r.wake != w || r.done {
+						return
+					}
+					n.core.CallFailed(s.now, &r.op, false)
+					s.advance(r)
+				})
+			return
+		}
+	}
+}
+
+// noteZones records when each zone of r was decided, and by whom.
+func (s *sim) noteZones(r *simReq) {
+	for gi := range r.op.groups {
+		g := &r.op.groups[gi]
+		if !g.decided {
+			continue
+		}
+		idx := g.idx
+		if idx == nil {
+			idx = make([]int, len(r.zones))
+			for i := range idx {
+				idx[i] = i
+			}
+		}
+		for _, at := range idx {
+			if r.zoneAt[at].IsZero() {
+				when := s.now
+				if g.src == SourcePeer {
+					if t, ok := s.hist.served[servedKey{g.by.Name, g.by.Inc, r.node.inc, r.node.name, g.seq}]; ok {
+						when = t
+					}
+				}
+				r.zoneAt[at], r.zoneOK[at], r.zoneBy[at] = when, g.allowed, g.src
+			}
+		}
+	}
+}
+
+// answer is what node dest answers to a call from from: a take item is
+// served (and held while its keys move to dest), anything else handled.
+func (s *sim) answer(dest *simNode, from Peer, m Message, respond func(Message)) {
+	item, ok := m.(TakeItem)
+	if !ok {
+		respond(dest.core.Handle(s.now, from, m))
+		return
+	}
+	srv := &simServe{from: from, item: item, res: make([]limiter.Result, len(item.Reqs)), hold: s.now.Add(simTiming.call)}
+	srv.reply = func(r ItemReply) { respond(r) }
+	s.serve(dest, srv)
+}
+
+// serve serves a held item; it reports whether it was answered.
+func (s *sim) serve(dest *simNode, srv *simServe) bool {
+	reply, wait := dest.core.Serve(s.now, srv.from, &srv.item, srv.res, srv.hold)
+	if wait {
+		srv.wake++
+		w := srv.wake
+		dest.holding = append(dest.holding, srv)
+		s.at(srv.hold, dest, func() {
+			if srv.wake == w && !srv.done {
+				dest.holding = slices.DeleteFunc(dest.holding, func(x *simServe) bool { return x == srv })
+				s.serve(dest, srv)
+			}
+		})
+		return false
+	}
+	srv.done = true
+	if reply.Outcome == Decided && srv.item.Op == OpTake {
+		s.hist.served[servedKey{dest.name, dest.inc, srv.from.Inc, srv.from.Name, srv.item.Seq}] = s.now
+		for _, rq := range srv.item.Reqs {
+			s.hist.decisions = append(s.hist.decisions, simDecision{key: rq.Key, at: s.now, node: dest.name, nodeInc: dest.inc, allowed: reply.Allowed, seq: srv.item.Seq, caller: srv.from})
+		}
+	}
+	srv.reply(reply)
+	return true
+}
+
+func (s *sim) unpark(n *simNode, r *simReq) {
+	n.waiting = slices.DeleteFunc(n.waiting, func(x *simReq) bool { return x == r })
+}
+
+// wakeAll looks again at what waits on a node: keys settled.
+func (s *sim) wakeAll(n *simNode) {
+	reqs := n.waiting
+	n.waiting = nil
+	for _, r := range reqs {
+		r.wake++
+		s.advance(r)
+	}
+	held := n.holding
+	n.holding = nil
+	for _, srv := range held {
+		srv.wake++
+		s.serve(n, srv)
+	}
+}
+
+func (s *sim) finish(r *simReq, d Decision) {
+	for i, z := range r.zones {
+		if r.zoneBy[i] == SourceFallback || !d.Allowed {
+			s.logf("request %d key %d via %s: %s allowed=%v", r.id, z, r.node.name, r.zoneBy[i], d.Allowed)
+		}
+	}
+	r.done = true
+	r.d = d
+	r.end = s.now
+	r.zoneDenied = make([]bool, len(r.zones))
+	for i := range r.zones {
+		if r.zoneAt[i].IsZero() {
+			r.zoneAt[i] = s.now
+		}
+		r.zoneDenied[i] = !d.Allowed && !r.res[i].Allowed
+	}
+}
+
+// simLogHandler puts the cores' log lines in the simulation's log.
+type simLogHandler struct {
+	s     *sim
+	attrs []slog.Attr
+}
+
+func (h *simLogHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *simLogHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(r.Message)
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	h.s.logf("  | %s", b.String())
+	return nil
+}
+func (h *simLogHandler) WithAttrs(as []slog.Attr) slog.Handler { return h }
+func (h *simLogHandler) WithGroup(string) slog.Handler         { return h }
+
+// traceMsg logs the messages that carry the traced key.
+func (s *sim) traceMsg(from, to string, m Message) {
+	if s.trace == 0 {
+		return
+	}
+	has := func(states []limiter.State) int64 {
+		var n int64 = -1
+		for _, st := range states {
+			if st.Key == s.trace {
+				n = max(n, 0) + int64(st.Cur)
+			}
+		}
+		return n
+	}
+	switch x := m.(type) {
+	case Ack:
+		if s.traced[from+">"+to+fmt.Sprint(x.Seq)] {
+			s.logf("TRACE %s -> %s ack %d refused=%v", from, to, x.Seq, x.Refused)
+		}
+	case Transfer:
+		if c := has(x.States); c >= 0 {
+			s.logf("TRACE %s -> %s transfer %d %s count %d was=%d", from, to, x.Seq, x.Mode, c, x.Was)
+			if s.traced == nil {
+				s.traced = map[string]bool{}
+			}
+			s.traced[to+">"+from+fmt.Sprint(x.Seq)] = true
+		}
+		for _, r := range x.Reqs {
+			if r.Key == s.trace {
+				s.logf("TRACE %s -> %s transfer %d %s take %d", from, to, x.Seq, x.Mode, x.Take)
+				if s.traced == nil {
+					s.traced = map[string]bool{}
+				}
+				s.traced[to+">"+from+fmt.Sprint(x.Seq)] = true
+			}
+		}
+	case Pull:
+		if slices.Contains(x.Keys, s.trace) {
+			s.logf("TRACE %s -> %s pull", from, to)
+		}
+	case PullReply:
+		for _, t := range x.Given {
+			if c := has(t.States); c >= 0 {
+				s.logf("TRACE %s -> %s pull reply gives %d %s count %d", from, to, t.Seq, t.Mode, c)
+			}
+		}
+		for _, ko := range x.Moved {
+			if ko.Key == s.trace {
+				s.logf("TRACE %s -> %s pull reply: moved to %s", from, to, ko.Owner)
+			}
+		}
+	}
+}

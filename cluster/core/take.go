@@ -1,0 +1,775 @@
+package core
+
+import (
+	"slices"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Takes. A request's zones are decided by the owners of their keys. When
+// this node owns them all and may count them (the common case, and every
+// case on a single node), Take decides at once, without allocating. Else it
+// starts a TakeOp, which the driver advances: each Step returns what to do
+// next (call a peer, wait for keys to settle, or done), and the driver
+// reports what happened (Replied, CallFailed), until the op is done. Zones
+// of different owners are decided owner after owner, the client's owner
+// first (it applies the client's reputation); if a later owner denies, the
+// units the earlier ones granted are given back, in transfers. A denial
+// penalizes the client's reputation only when an owner (or a known denial)
+// decided it, never when fallback did.
+
+// ActionKind says what a TakeOp needs its driver to do.
+type ActionKind uint8
+
+const (
+	// ActDone: the op is decided (TakeOp.Decision).
+	ActDone ActionKind = iota
+	// ActCall: send Action.Msg to Action.To and report its answer
+	// (Core.Replied) or that none came (Core.CallFailed).
+	ActCall
+	// ActWait: wait until Action.Until, or until the core says keys
+	// settled (Hooks.Settled), then Step again.
+	ActWait
+)
+
+// Action is what a TakeOp needs next.
+type Action struct {
+	Kind  ActionKind
+	To    Peer
+	Msg   Message // a TakeItem or a ScoreQuery
+	Until time.Time
+}
+
+// maxHops bounds how often one zone group follows a MovedTo before it is
+// decided by fallback: views disagree only briefly.
+const maxHops = 2
+
+// scoreTTL is how long a node trusts a client's score it heard from the
+// client's owner.
+const scoreTTL = 2 * time.Second
+
+// TakeOp is one request's way through the cluster. The caller owns it
+// (it may live on the caller's stack) and the core advances it.
+type TakeOp struct {
+	op     Op
+	client limiter.Key // the client whose reputation scales the zones, or 0
+	reqs   []limiter.Request
+	res    []limiter.Result
+
+	groups      []takeGroup
+	gbuf        [1]takeGroup
+	cur         int
+	clientOwner string
+	scoreStep   bool  // the client's score is asked of its owner first
+	deadline    int64 // mono: past it, a group whose owner the views disagree on is decided by fallback
+
+	to   Peer     // the peer of the call under way
+	call TakeItem // the call under way
+
+	decision Decision
+	done     bool
+}
+
+// takeGroup is the zones one owner decides.
+type takeGroup struct {
+	owner    string
+	idx      []int             // positions in the op's requests; nil: all of them
+	reqs     []limiter.Request // as asked (scaled by the client's score where another owner keeps it)
+	res      []limiter.Result
+	client   limiter.Key // the client this group's owner scores, or 0
+	scaled   bool
+	hops     int
+	waited   bool
+	until    int64 // mono: end of the wait for its keys
+	pause    int64 // mono: the views disagree on its owner; ask again then
+	decided  bool
+	allowed  bool
+	src      Source
+	by       Peer              // the peer that decided it
+	seq      uint64            // the take item that asked it
+	fallback []limiter.Request // the limits fallback decided it with
+}
+
+// Decision returns what the op decided; valid once Step returned ActDone.
+func (op *TakeOp) Decision() Decision { return op.decision }
+
+// Take decides reqs for client (0 for none), filling res. When this node
+// owns every key and may count them, it decides at once and reports true;
+// else it starts op, which the driver advances with Step, and reports
+// false. now is used only where this node decides: owners decide by their
+// own clocks.
+func (c *Core) Take(now time.Time, op *TakeOp, kind Op, client limiter.Key, reqs []limiter.Request, res []limiter.Result) (Decision, bool) {
+	if len(reqs) == 0 {
+		return Decision{Allowed: true, Source: SourceOwner, Score: limiter.FullScore}, true
+	}
+	v := c.view.Load()
+	if c.reputation.Load() == nil {
+		client = 0
+	}
+	if v.standalone || c.countsAll(v, c.mono(now), reqs, client) {
+		if kind == OpPeek {
+			for i := range reqs {
+				res[i] = c.engine.Peek(now, reqs[i])
+			}
+			return Decision{Allowed: true, Source: SourceOwner, Score: limiter.FullScore}, true
+		}
+		ok, score := c.engine.TakeFor(now, client, reqs, res)
+		c.noteChanged(v, reqs, client)
+		return Decision{Allowed: ok, Source: SourceOwner, Score: score, ScoreKnown: true}, true
+	}
+	c.startTake(now, v, op, kind, client, reqs, res)
+	return Decision{}, false
+}
+
+// countsAll reports whether this node counts every key of reqs, and the
+// client's, now.
+func (c *Core) countsAll(v *view, m int64, reqs []limiter.Request, client limiter.Key) bool {
+	for i := range reqs {
+		if !c.counting(v, reqs[i].Key, m) {
+			return false
+		}
+	}
+	return client == 0 || c.counting(v, client, m)
+}
+
+// counting reports whether this node may count key k as its owner at m.
+func (c *Core) counting(v *view, k limiter.Key, m int64) bool {
+	st, _ := c.keyState(v, m, k)
+	return st == keyCounting
+}
+
+// keyState says what this node can do with a key now.
+type keyState uint8
+
+const (
+	keyCounting  keyState = iota // this node owns it and counts it
+	keyElsewhere                 // another node owns it
+	keyLent                      // this node owns it by its ring, but gave it to a node that owns it by a newer one
+	keyWaiting                   // its counts may still be on their way here, or its successor's lease ran out
+	keyNoQuorum                  // this node owns it, but its ring lacks a majority: fallback decides
+)
+
+// keyState returns what this node can do with k at m, and for keyWaiting
+// the index of the successor whose lease ran out (-1 if that is not why).
+func (c *Core) keyState(v *view, m int64, k limiter.Key) (keyState, int) {
+	if v.standalone {
+		return keyCounting, -1
+	}
+	own, second := v.ring.top2(k.Route())
+	if own < 0 || own != v.self {
+		return keyElsewhere, -1
+	}
+	if !v.quorum {
+		return keyNoQuorum, -1
+	}
+	if c.lent.count() > 0 {
+		if _, lent := c.lent.get(k); lent {
+			return keyLent, -1
+		}
+	}
+	if second >= 0 && !v.peers[second].leased(m) {
+		return keyWaiting, second
+	}
+	if v.ho != nil && c.handoff.incoming(v, c.self.Name, k) {
+		return keyWaiting, -1
+	}
+	if c.out.holds(k) {
+		return keyWaiting, -1 // its counter is on its way to another node, or back
+	}
+	return keyCounting, -1
+}
+
+// noteChanged notes keys counted here for their successors.
+func (c *Core) noteChanged(v *view, reqs []limiter.Request, client limiter.Key) {
+	if v.ring.Len() > 1 {
+		c.dirty.note(reqs, client)
+	}
+}
+
+// startTake sets op up: its zones grouped by the node that counts them,
+// the client's owner first.
+func (c *Core) startTake(now time.Time, v *view, op *TakeOp, kind Op, client limiter.Key, reqs []limiter.Request, res []limiter.Result) {
+	*op = TakeOp{op: kind, client: client, reqs: reqs, res: res, deadline: c.mono(now) + int64(c.patience())}
+	op.decision.Score = limiter.FullScore
+	target := func(k limiter.Key) string {
+		to, _, ok := c.placeOf(v, k)
+		if !ok {
+			return ""
+		}
+		return to.Name
+	}
+	first := target(reqs[0].Key)
+	same := true
+	for i := 1; i < len(reqs) && same; i++ {
+		same = target(reqs[i].Key) == first
+	}
+	if same {
+		op.groups = op.gbuf[:1]
+		op.groups[0] = takeGroup{owner: first, reqs: reqs, res: res}
+	} else {
+		for i := range reqs {
+			t := target(reqs[i].Key)
+			j := slices.IndexFunc(op.groups, func(g takeGroup) bool { return g.owner == t })
+			if j < 0 {
+				op.groups = append(op.groups, takeGroup{owner: t})
+				j = len(op.groups) - 1
+			}
+			g := &op.groups[j]
+			g.idx = append(g.idx, i)
+			g.reqs = append(g.reqs, reqs[i])
+			g.res = append(g.res, limiter.Result{})
+		}
+	}
+	if client == 0 {
+		return
+	}
+	op.clientOwner = target(client)
+	if j := slices.IndexFunc(op.groups, func(g takeGroup) bool { return g.owner == op.clientOwner }); j >= 0 {
+		op.groups[0], op.groups[j] = op.groups[j], op.groups[0]
+		op.groups[0].client = client
+		return
+	}
+	// No zone lives with the client's reputation: its score comes from
+	// here, from what its owner said lately, or from its owner.
+	switch st, _ := c.keyState(v, c.mono(now), client); {
+	case st == keyCounting:
+		op.decision.Score, op.decision.ScoreKnown = c.engine.Reputation(now, client), true
+	default:
+		if s, ok := c.scores.get(client, now.UnixNano()); ok {
+			op.decision.Score = s
+		} else if p := c.peers.get(op.clientOwner); p != nil && p.calls() {
+			op.scoreStep = true
+		}
+	}
+}
+
+// Step advances op as far as the core can on its own, and returns what it
+// needs next.
+func (c *Core) Step(now time.Time, op *TakeOp) Action {
+	if op.done {
+		return Action{Kind: ActDone}
+	}
+	v := c.view.Load()
+	m := c.mono(now)
+	if op.scoreStep {
+		p := c.peers.get(op.clientOwner)
+		if p == nil {
+			op.scoreStep = false
+		} else {
+			op.to = p.peer
+			return Action{Kind: ActCall, To: p.peer, Msg: ScoreQuery{Client: op.client}}
+		}
+	}
+	for op.cur < len(op.groups) {
+		g := &op.groups[op.cur]
+		if !g.scaled {
+			g.scaled = true
+			if op.client != 0 && g.client == 0 {
+				g.reqs = c.scaleFor(op.decision.Score, g.reqs)
+			}
+		}
+		if g.decided {
+			if !c.next(now, op) {
+				break
+			}
+			continue
+		}
+		if g.pause > m {
+			return Action{Kind: ActWait, Until: c.epoch.Add(time.Duration(g.pause))}
+		}
+		if g.pause != 0 {
+			g.pause = 0 // ask again, by the view as it is now
+			if t, _, ok := c.placeOf(v, g.reqs[0].Key); ok {
+				g.owner = t.Name
+			}
+		}
+		if g.owner == c.self.Name {
+			if a, ok := c.stepOwn(now, v, m, op, g); ok {
+				return a
+			}
+			continue
+		}
+		if g.owner == "" {
+			// No ring names an owner yet (the node is joining): wait for one.
+			c.redirect(now, v, m, op, g, "")
+			continue
+		}
+		if op.op == OpTake && c.blockedAnswer(now, g.reqs, g.res) {
+			g.decided, g.allowed, g.src = true, false, SourceBlockedCache
+			c.penalize(now, op)
+			continue
+		}
+		p := c.peers.get(g.owner)
+		if p == nil {
+			// A node this one has not heard of yet (a peer named it): wait
+			// for the view to catch up.
+			c.redirect(now, v, m, op, g, "")
+			continue
+		}
+		if !p.calls() {
+			c.decideByFallback(now, v, op, g)
+			continue
+		}
+		op.to = p.peer
+		op.call = TakeItem{Seq: c.takeSeq.Add(1), Op: op.op, Client: g.client, Reqs: g.reqs}
+		g.seq = op.call.Seq
+		return Action{Kind: ActCall, To: p.peer, Msg: op.call}
+	}
+	c.finish(now, op)
+	return Action{Kind: ActDone}
+}
+
+// stepOwn decides a group whose keys this node owns by its ring, if it
+// can; it returns an action when the op must wait.
+func (c *Core) stepOwn(now time.Time, v *view, m int64, op *TakeOp, g *takeGroup) (Action, bool) {
+	st, succ := c.groupState(v, m, g)
+	switch st {
+	case keyCounting:
+		if op.op == OpPeek {
+			for i := range g.reqs {
+				g.res[i] = c.engine.Peek(now, g.reqs[i])
+			}
+			g.decided, g.allowed, g.src = true, true, SourceOwner
+			return Action{}, false
+		}
+		ok, score := c.engine.TakeFor(now, g.client, g.reqs, g.res)
+		c.noteChanged(v, g.reqs, g.client)
+		g.decided, g.allowed, g.src = true, ok, SourceOwner
+		if g.client != 0 {
+			op.decision.Score, op.decision.ScoreKnown = score, true
+		} else if !ok {
+			c.penalize(now, op)
+		}
+		return Action{}, false
+	case keyElsewhere, keyLent:
+		to := ""
+		if t, _, ok := c.placeOf(v, g.reqs[0].Key); ok {
+			to = t.Name
+		}
+		c.redirect(now, v, m, op, g, to)
+		return Action{}, false
+	case keyNoQuorum:
+		c.decideByFallback(now, v, op, g)
+		return Action{}, false
+	}
+	// Waiting: for keys on their way here, or for a lease.
+	if !g.waited {
+		g.waited = true
+		g.until = m + int64(c.cfg.CallTimeout)
+		c.wake(now, v, m, g, succ)
+	}
+	if m < g.until {
+		return Action{Kind: ActWait, Until: c.epoch.Add(time.Duration(g.until))}, true
+	}
+	c.decideByFallback(now, v, op, g)
+	return Action{}, false
+}
+
+// groupState returns what this node can do with a group's keys now: the
+// least of its keys' states, and a successor whose lease ran out.
+func (c *Core) groupState(v *view, m int64, g *takeGroup) (keyState, int) {
+	worst, succ := keyCounting, -1
+	check := func(k limiter.Key) bool {
+		st, s := c.keyState(v, m, k)
+		if st == keyElsewhere || st == keyLent || st == keyNoQuorum {
+			worst = st
+			return false
+		}
+		if st == keyWaiting {
+			worst = keyWaiting
+			if s >= 0 {
+				succ = s
+			}
+		}
+		return true
+	}
+	for i := range g.reqs {
+		if !check(g.reqs[i].Key) {
+			return worst, -1
+		}
+	}
+	if g.client != 0 && !check(g.client) {
+		return worst, -1
+	}
+	return worst, succ
+}
+
+// wake starts what a waiting group needs: pulls of its keys moving here,
+// a ping of the successor whose lease ran out.
+func (c *Core) wake(now time.Time, v *view, m int64, g *takeGroup, succ int) {
+	if succ >= 0 && v.peers[succ] != nil {
+		c.pingNow(v.peers[succ], m)
+	}
+	for i := range g.reqs {
+		if st, s := c.keyState(v, m, g.reqs[i].Key); st == keyWaiting && s >= 0 && v.peers[s] != nil {
+			c.pingNow(v.peers[s], m)
+		}
+	}
+	if v.ho == nil {
+		return
+	}
+	var keys []limiter.Key
+	for i := range g.reqs {
+		if c.handoff.incoming(v, c.self.Name, g.reqs[i].Key) {
+			keys = append(keys, g.reqs[i].Key)
+		}
+	}
+	if g.client != 0 && c.handoff.incoming(v, c.self.Name, g.client) {
+		keys = append(keys, g.client)
+	}
+	if len(keys) > 0 {
+		c.requestKeys(now, v, keys)
+	}
+}
+
+// redirect sends a group on to the node to, named by a peer's MovedTo or
+// by this node's own view. A group that has gone round more than maxHops
+// nodes is on a node whose view disagrees with the others': it waits a call
+// timeout for the views to agree, and asks again by this node's view, until
+// the op's patience is spent; then fallback decides.
+func (c *Core) redirect(now time.Time, v *view, m int64, op *TakeOp, g *takeGroup, to string) {
+	g.hops++
+	if g.hops <= maxHops && to != "" {
+		g.owner = to
+		return
+	}
+	if m+int64(c.cfg.CallTimeout) > op.deadline {
+		c.decideByFallback(now, v, op, g)
+		return
+	}
+	g.hops = 0
+	g.pause = m + int64(c.cfg.CallTimeout)
+	g.owner = ""
+	if t, _, ok := c.placeOf(v, g.reqs[0].Key); ok {
+		g.owner = t.Name
+	}
+}
+
+// patience bounds how long a request may wait, in all, for the owner of
+// its keys: ten call timeouts.
+func (c *Core) patience() time.Duration { return 10 * c.cfg.CallTimeout }
+
+// decideByFallback decides a group by the fallback mode.
+func (c *Core) decideByFallback(now time.Time, v *view, op *TakeOp, g *takeGroup) {
+	var buf [8]limiter.Request
+	scaled, none := c.fallbackLimits(now, v, op.client, g.reqs, buf[:])
+	ok := c.decideFallback(now, op.op, scaled, none, g.res)
+	g.fallback = slices.Clone(scaled)
+	g.decided, g.allowed, g.src = true, ok, SourceFallback
+}
+
+// next moves op past its decided group; false if the op is over (a zone
+// denied).
+func (c *Core) next(now time.Time, op *TakeOp) bool {
+	g := &op.groups[op.cur]
+	if !g.allowed && op.op == OpTake {
+		return false
+	}
+	op.cur++
+	return true
+}
+
+// Replied takes the answer to the call op made.
+func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
+	c.noteHeard(op.to.Name, now)
+	if op.scoreStep {
+		op.scoreStep = false
+		if r, ok := reply.(ScoreReply); ok {
+			op.decision.Score, op.decision.ScoreKnown = r.Score, true
+			c.scores.set(op.client, r.Score, now.Add(scoreTTL).UnixNano())
+		}
+		return
+	}
+	r, ok := reply.(ItemReply)
+	if !ok || op.cur >= len(op.groups) {
+		return
+	}
+	g := &op.groups[op.cur]
+	switch r.Outcome {
+	case Decided:
+		if len(r.Results) > 0 && &r.Results[0] != &g.res[0] {
+			copy(g.res, r.Results)
+		}
+		g.decided, g.allowed, g.src, g.by = true, r.Allowed, SourcePeer, op.to
+		if op.op != OpTake {
+			return
+		}
+		ns := now.UnixNano()
+		c.rememberTold(g.reqs, g.res, ns)
+		if g.client != 0 {
+			op.decision.Score, op.decision.ScoreKnown = r.Score, true
+			c.scores.set(g.client, r.Score, now.Add(scoreTTL).UnixNano())
+		}
+		if !r.Allowed {
+			c.rememberBlocked(now, g.reqs, g.res)
+			if g.client == 0 {
+				c.penalize(now, op)
+			}
+		}
+	case MovedTo:
+		c.redirect(now, c.view.Load(), c.mono(now), op, g, r.Owner)
+	default: // NotYetMine: the owner is alive but cannot count these keys yet
+		c.decideByFallback(now, c.view.Load(), op, g)
+	}
+}
+
+// CallFailed reports that op's call got no answer. busy: it was never sent
+// (the peer's queue was full), which says nothing of the peer's health.
+// An item that may have reached its owner is cancelled there: the request
+// is decided by fallback and must not count twice.
+func (c *Core) CallFailed(now time.Time, op *TakeOp, busy bool) {
+	p := c.peers.get(op.to.Name)
+	if !busy && p != nil && p.peer.Inc == op.to.Inc {
+		c.peerFailed(p)
+	}
+	if op.scoreStep {
+		op.scoreStep = false
+		return
+	}
+	if op.cur >= len(op.groups) {
+		return
+	}
+	g := &op.groups[op.cur]
+	if op.op == OpTake && !busy {
+		c.sendTransfer(now, op.to, ModeCancel, purposeCancel, nil, slices.Clone(g.reqs), op.call.Seq)
+	}
+	c.decideByFallback(now, c.view.Load(), op, g)
+}
+
+// finish settles op: its results in place and, if a zone was denied, the
+// units the earlier zones granted given back.
+func (c *Core) finish(now time.Time, op *TakeOp) {
+	op.done = true
+	allowed := true
+	src := SourceOwner
+	for i := range op.groups {
+		g := &op.groups[i]
+		if g.decided {
+			src = max(src, g.src)
+			allowed = allowed && g.allowed
+		}
+	}
+	if op.op == OpTake && !allowed {
+		for i := range op.groups {
+			g := &op.groups[i]
+			if g.decided && g.allowed {
+				c.giveBack(now, g)
+			}
+			if !g.decided { // never asked: unknown
+				for j := range g.res {
+					g.res[j] = limiter.Result{Allowed: true, Remaining: -1}
+				}
+			}
+		}
+	}
+	if op.groups[0].idx != nil {
+		for i := range op.groups {
+			g := &op.groups[i]
+			for j, at := range g.idx {
+				op.res[at] = g.res[j]
+			}
+		}
+	}
+	op.decision.Allowed = allowed
+	op.decision.Source = src
+}
+
+// giveBack returns the units a group was granted, where they were counted.
+func (c *Core) giveBack(now time.Time, g *takeGroup) {
+	switch g.src {
+	case SourceOwner:
+		c.refund(now, g.reqs)
+	case SourcePeer:
+		c.sendTransfer(now, g.by, ModeRefund, purposeRefund, nil, slices.Clone(g.reqs), 0)
+	case SourceFallback:
+		// Where the fallback counter is: here, or, if it was sent on to
+		// the key's owner meanwhile, there.
+		var sent []limiter.Request
+		for _, r := range g.fallback {
+			if r.Limit.Algorithm == limiter.Concurrency || c.fallback.engine.Has(now, r.Key) {
+				c.fallback.engine.Refund(now, r)
+			} else {
+				sent = append(sent, r)
+			}
+		}
+		if len(sent) > 0 {
+			c.refund(now, sent)
+		}
+	}
+}
+
+// penalize records a violation of op's client decided by an owner that does
+// not keep its reputation (or by a known denial): at the client's owner,
+// without waiting.
+func (c *Core) penalize(now time.Time, op *TakeOp) {
+	p := c.reputation.Load()
+	if p == nil || op.client == 0 {
+		return
+	}
+	v := c.view.Load()
+	if st, _ := c.keyState(v, c.mono(now), op.client); st == keyCounting {
+		op.decision.Score, op.decision.ScoreKnown = c.engine.Penalize(now, op.client), true
+		return
+	}
+	if peer := c.peers.get(op.clientOwner); peer != nil && peer.calls() {
+		c.out.send(peer.peer, TakeItem{Seq: c.takeSeq.Add(1), Op: OpPenalize, Client: op.client})
+		c.notifyOutbox()
+	}
+	op.decision.Score = max(0, op.decision.Score-p.Penalty)
+	c.scores.set(op.client, op.decision.Score, now.Add(scoreTTL).UnixNano())
+}
+
+// scaleFor returns reqs with their rate limits scaled to score, in a copy;
+// reqs itself when the score costs nothing.
+func (c *Core) scaleFor(score float64, reqs []limiter.Request) []limiter.Request {
+	p := c.reputation.Load()
+	if p == nil {
+		return reqs
+	}
+	factor := p.Factor(score)
+	if factor == 1 {
+		return reqs
+	}
+	scaled := slices.Clone(reqs)
+	for i := range scaled {
+		if scaled[i].Limit.Algorithm != limiter.Concurrency {
+			scaled[i].Limit = scaled[i].Limit.Scale(factor)
+		}
+	}
+	return scaled
+}
+
+// Serve decides a take item for the node from, if this node counts its
+// keys, filling res. When their counts are still on their way here and
+// hold has not passed, it reports wait: the driver holds the item, waits
+// for keys to settle (Hooks.Settled) or for hold, and serves it again.
+func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Result, hold time.Time) (reply ItemReply, wait bool) {
+	c.noteHeard(from.Name, now)
+	v := c.view.Load()
+	m := c.mono(now)
+	if item.Op == OpPenalize {
+		if st, _ := c.keyState(v, m, item.Client); st == keyCounting {
+			c.engine.Penalize(now, item.Client)
+		}
+		return ItemReply{Outcome: Decided}, false
+	}
+	client := item.Client
+	if client != 0 {
+		if st, _ := c.keyState(v, m, client); st == keyElsewhere || st == keyLent {
+			client = 0 // not this node's to keep
+		}
+	}
+	g := takeGroup{reqs: item.Reqs, res: res, client: client}
+	switch st, succ := c.groupState(v, m, &g); st {
+	case keyElsewhere, keyLent:
+		to, _, ok := c.placeOf(v, item.Reqs[0].Key)
+		for i := 1; i < len(item.Reqs) && ok; i++ {
+			if t, self, _ := c.placeOf(v, item.Reqs[i].Key); !self && t.Name != c.self.Name {
+				to = t
+				break
+			}
+		}
+		if !ok || to.Name == c.self.Name {
+			return ItemReply{Outcome: NotYetMine}, false
+		}
+		return ItemReply{Outcome: MovedTo, Owner: to.Name}, false
+	case keyWaiting:
+		if m < c.mono(hold) {
+			c.wake(now, v, m, &g, succ)
+			return ItemReply{}, true
+		}
+		return ItemReply{Outcome: NotYetMine}, false
+	case keyNoQuorum:
+		return ItemReply{Outcome: NotYetMine}, false
+	}
+	if item.Op == OpPeek {
+		for i := range item.Reqs {
+			res[i] = c.engine.Peek(now, item.Reqs[i])
+		}
+		return ItemReply{Outcome: Decided, Allowed: true, Score: limiter.FullScore, Results: res}, false
+	}
+	var allowed bool
+	score := limiter.FullScore
+	how, ok := c.takes.decide(from, item.Seq, func() bool {
+		allowed, score = c.engine.TakeFor(now, client, item.Reqs, res)
+		return allowed
+	})
+	switch how {
+	case servedCancelled:
+		return ItemReply{Outcome: NotYetMine}, false // its caller decided it elsewhere
+	case servedBefore:
+		// The same item again: its decision stands, nothing is spent twice.
+		for i := range item.Reqs {
+			res[i] = c.engine.Peek(now, item.Reqs[i])
+			res[i].Allowed = ok
+		}
+		return ItemReply{Outcome: Decided, Allowed: ok, Score: c.engine.Reputation(now, client), Results: res}, false
+	}
+	c.noteChanged(v, item.Reqs, client)
+	return ItemReply{Outcome: Decided, Allowed: allowed, Score: score, Results: res}, false
+}
+
+// blockedAnswer fills res and reports true if one of reqs' keys is known to
+// be denied until later than now.
+func (c *Core) blockedAnswer(now time.Time, reqs []limiter.Request, res []limiter.Result) bool {
+	ns, gen := now.UnixNano(), c.blockGn.Load()
+	for i := range reqs {
+		e, ok := c.blocked.get(reqs[i].Key, ns)
+		if !ok || e.until <= ns || e.gen != gen {
+			continue
+		}
+		for j := range res {
+			res[j] = limiter.Result{Allowed: true, Remaining: -1}
+		}
+		wait := time.Duration(e.until - ns)
+		res[i] = limiter.Result{Reset: wait, RetryAfter: wait}
+		return true
+	}
+	return false
+}
+
+// rememberBlocked keeps the denied keys of an owner's answer until they
+// may pass. A full concurrency zone is not remembered: a slot may free at
+// any moment, and a holder of a lease is let in even at the cap.
+func (c *Core) rememberBlocked(now time.Time, reqs []limiter.Request, res []limiter.Result) {
+	gen := c.blockGn.Load()
+	for i := range res {
+		if !res[i].Allowed && res[i].RetryAfter > 0 && reqs[i].Limit.Algorithm != limiter.Concurrency {
+			until := now.Add(res[i].RetryAfter).UnixNano()
+			c.blocked.set(reqs[i].Key, blockedEntry{until: until, gen: gen}, until)
+		}
+	}
+}
+
+// rememberTold keeps what an owner reported remained of keys, until the
+// key's window resets: where this node's fallback starts from.
+func (c *Core) rememberTold(reqs []limiter.Request, res []limiter.Result, ns int64) {
+	for i := range res {
+		if r := res[i]; r.Remaining >= 0 && r.Reset > 0 && reqs[i].Limit.Algorithm != limiter.Concurrency {
+			c.told.set(reqs[i].Key, r.Remaining, ns+int64(r.Reset))
+		}
+	}
+}
+
+// Forget drops keys from this node's caches of what owners said.
+func (c *Core) Forget(keys ...limiter.Key) {
+	for _, k := range keys {
+		c.blocked.forget(k)
+		c.scores.forget(k)
+		c.told.forget(k)
+	}
+}
+
+// ForgetAllDenials voids every denial this node remembers: they were
+// decided under shared values that just changed.
+func (c *Core) ForgetAllDenials() { c.blockGn.Add(1) }
+
+// ResetLocal drops keys everywhere on this node: its counters, fallback
+// counters and shares, replicas, and what it heard of them.
+func (c *Core) ResetLocal(keys ...limiter.Key) {
+	c.engine.Reset(keys...)
+	c.fallback.forget(keys)
+	c.replicas.drop(keys)
+	c.Forget(keys...)
+}

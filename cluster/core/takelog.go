@@ -1,0 +1,138 @@
+package core
+
+import (
+	"sync"
+)
+
+// takeLogSize is how many of a caller's most recent take items an owner
+// remembers the outcome of: enough for every item a caller can still be
+// waiting on (it gives up within ten peer timeouts) at hundreds of
+// thousands of items a second. Two bits an item: 64 KiB per caller.
+const takeLogSize = 1 << 18
+
+// Item outcomes in a take log.
+const (
+	itemUnseen uint64 = iota
+	itemAdmitted
+	itemDenied
+	itemCancelled
+)
+
+// takeLog remembers, per caller run, what this node decided for the take
+// items it served, so that a caller that gave up on an item (and decided
+// it by fallback) can cancel it: an admitted item gives its units back, an
+// item not seen yet is never counted. A takeLog is safe for concurrent use.
+type takeLog struct {
+	mu      sync.Mutex
+	callers map[Peer]*callerLog
+}
+
+// callerLog is one caller's recent items: a ring of two-bit outcomes
+// indexed by item number, holding the numbers above hi − takeLogSize.
+type callerLog struct {
+	mu   sync.Mutex
+	hi   uint64 // the highest item number recorded
+	bits []uint64
+}
+
+func newTakeLog() *takeLog { return &takeLog{callers: make(map[Peer]*callerLog)} }
+
+func (l *takeLog) caller(p Peer) *callerLog {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.callers[p]
+	if c == nil {
+		c = &callerLog{bits: make([]uint64, takeLogSize/32)}
+		l.callers[p] = c
+		// Older runs of the same node will not call again.
+		for q := range l.callers {
+			if q.Name == p.Name && q.Inc < p.Inc {
+				delete(l.callers, q)
+			}
+		}
+	}
+	return c
+}
+
+func (c *callerLog) get(seq uint64) uint64 {
+	i := seq % takeLogSize
+	return c.bits[i/32] >> (2 * (i % 32)) & 3
+}
+
+func (c *callerLog) set(seq, v uint64) {
+	if seq > c.hi {
+		// Clear the slots between the last number and this one: they
+		// belonged to numbers takeLogSize below.
+		from := c.hi + 1
+		if seq-c.hi > takeLogSize {
+			from = seq - takeLogSize + 1
+		}
+		for s := from; s < seq; s++ {
+			c.put(s, itemUnseen)
+		}
+		c.hi = seq
+	}
+	c.put(seq, v)
+}
+
+func (c *callerLog) put(seq, v uint64) {
+	i := seq % takeLogSize
+	shift := 2 * (i % 32)
+	c.bits[i/32] = c.bits[i/32]&^(3<<shift) | v<<shift
+}
+
+// forgotten reports whether seq is too old to be known.
+func (c *callerLog) forgotten(seq uint64) bool { return seq+takeLogSize <= c.hi }
+
+// served says how decide went.
+type served uint8
+
+const (
+	servedNow       served = iota // take ran
+	servedBefore                  // the item was decided before (it came twice): take did not run again
+	servedCancelled               // its caller gave up on it: take did not run
+)
+
+// decide runs take for item seq of caller, unless the caller cancelled it
+// or it ran before, and records what it decided. take runs under the
+// caller's log lock, so a cancel is either before it (take does not run)
+// or after it (and sees its outcome). For an item decided before, it
+// returns whether that admitted it.
+func (l *takeLog) decide(caller Peer, seq uint64, take func() bool) (served, bool) {
+	c := l.caller(caller)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.forgotten(seq) {
+		switch c.get(seq) {
+		case itemCancelled:
+			return servedCancelled, false
+		case itemAdmitted:
+			return servedBefore, true
+		case itemDenied:
+			return servedBefore, false
+		}
+	}
+	outcome := itemDenied
+	ok := take()
+	if ok {
+		outcome = itemAdmitted
+	}
+	c.set(seq, outcome)
+	return servedNow, ok
+}
+
+// cancel records that the caller gave up on item seq and reports whether
+// its units must be given back: it was admitted, or it is too old to tell
+// (most items are admitted; a refund too many lets one request more pass,
+// where one too few would refuse one).
+func (l *takeLog) cancel(caller Peer, seq uint64) (refund bool) {
+	c := l.caller(caller)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.forgotten(seq) {
+		return true
+	}
+	prev := c.get(seq)
+	c.set(seq, itemCancelled)
+	return prev == itemAdmitted
+}

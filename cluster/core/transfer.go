@@ -1,0 +1,855 @@
+package core
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Transfers. Counts that cross between nodes always travel in a Transfer:
+// numbered by its sender, kept by it (and none of their keys counted as its
+// own) until the receiver acknowledges it, sent again with the same number
+// until then, and applied once by the receiver, which remembers the numbers
+// it applied from each sender run above the sender's floor. A receiver that
+// will never apply it (it is leaving, or is another run of the node) says
+// so, and the sender places the counts elsewhere. A receiver that dies
+// before it acknowledges may have applied it or not: the sender then sends
+// the counts on as copies (ModeNewer), which the new owner keeps only where
+// they are newer than what it holds, so they are neither lost nor counted
+// twice.
+
+// purpose says why a transfer was made, for what its outcome changes.
+type purpose uint8
+
+const (
+	purposeHandoff   purpose = iota + 1 // counters this node no longer owns
+	purposeForward                      // counts received for keys another node owns, passed on
+	purposePull                         // given in answer to a pull
+	purposeReconcile                    // what this node admitted in fallback
+	purposeHeld                         // older copies, delivered before (re)joining
+	purposeReplica                      // an owner's counters for their successor
+	purposeRefund                       // units given back
+	purposeCancel                       // a take item given up on
+)
+
+// pendingTransfer is a transfer not yet acknowledged.
+type pendingTransfer struct {
+	t        Transfer
+	to       Peer
+	purpose  purpose
+	inFlight bool  // sent; its outcome is not known yet
+	refused  bool  // the receiver said it did not apply it (last attempt)
+	retryAt  int64 // mono: when to send it again, if not in flight
+	// limbo: the receiver is gone, but may still apply the transfer until
+	// its lease from this node has run out (mono); then the counts go to
+	// their owners now.
+	limbo int64
+}
+
+// pendingRequest is a message sent that awaits its answer.
+type pendingRequest struct {
+	to   Peer
+	sent int64 // mono
+	msg  Message
+	seq  uint64 // a Transfer's number
+}
+
+// outbox holds what a core sends: the queue the driver drains, the
+// transfers not acknowledged, and the requests awaiting an answer. An
+// outbox is safe for concurrent use.
+type outbox struct {
+	epoch     func() uint64 // the sender's join epoch now
+	held      atomic.Int64  // len(holding), read without the lock
+	mu        sync.Mutex
+	seq       uint64 // the last transfer number used
+	id        uint64 // the last message ID used
+	queue     []Outgoing
+	transfers map[uint64]*pendingTransfer // by number
+	requests  map[uint64]*pendingRequest  // by message ID
+	holding   map[limiter.Key]uint64      // key → the hand-off or pull transfer carrying its counter
+}
+
+func newOutbox() *outbox {
+	return &outbox{
+		transfers: make(map[uint64]*pendingTransfer),
+		requests:  make(map[uint64]*pendingRequest),
+		holding:   make(map[limiter.Key]uint64),
+	}
+}
+
+// drain returns the queued messages and empties the queue.
+func (o *outbox) drain() []Outgoing {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	q := o.queue
+	o.queue = nil
+	return q
+}
+
+// request queues msg for to, to be answered; it returns the message ID.
+func (o *outbox) request(to Peer, msg Message, m int64, _ any) uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.requestLocked(to, msg, m, 0)
+}
+
+func (o *outbox) requestLocked(to Peer, msg Message, m int64, seq uint64) uint64 {
+	o.id++
+	o.requests[o.id] = &pendingRequest{to: to, sent: m, msg: msg, seq: seq}
+	o.queue = append(o.queue, Outgoing{ID: o.id, To: to, Msg: msg})
+	return o.id
+}
+
+// send queues msg for to, expecting no answer.
+func (o *outbox) send(to Peer, msg Message) {
+	o.mu.Lock()
+	o.id++
+	o.queue = append(o.queue, Outgoing{ID: o.id, To: to, Msg: msg})
+	o.mu.Unlock()
+}
+
+// answered removes and returns the request with message ID id, if it
+// awaits an answer.
+func (o *outbox) answered(id uint64) *pendingRequest {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.requests[id]
+	delete(o.requests, id)
+	return r
+}
+
+// transfer numbers a new transfer of mode to to and, unless held back
+// (given in a pull's reply), queues it. It returns the transfer.
+func (o *outbox) transfer(to Peer, mode Mode, p purpose, states []limiter.State, reqs []limiter.Request, take uint64, m int64, queue bool) Transfer {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seq++
+	t := Transfer{Seq: o.seq, To: to.Inc, Epoch: o.epoch(), Mode: mode, States: states, Reqs: reqs, Take: take}
+	pt := &pendingTransfer{t: t, to: to, purpose: p}
+	o.transfers[t.Seq] = pt
+	if p == purposeHandoff || p == purposeForward || p == purposePull || p == purposeHeld {
+		for _, s := range states {
+			o.holding[s.Key] = t.Seq
+		}
+		o.held.Store(int64(len(o.holding)))
+	}
+	if queue {
+		o.sendLocked(pt, m)
+	} else {
+		pt.t.Floor = o.floorLocked(to.Name)
+		pt.retryAt = m
+	}
+	return pt.t
+}
+
+// sendLocked queues pt, with the receiver's floor as of now.
+func (o *outbox) sendLocked(pt *pendingTransfer, m int64) {
+	pt.t.Floor = o.floorLocked(pt.to.Name)
+	pt.inFlight, pt.refused = true, false
+	o.requestLocked(pt.to, pt.t, m, pt.t.Seq)
+}
+
+// floorLocked returns the lowest number of a transfer to name not settled.
+func (o *outbox) floorLocked(name string) uint64 {
+	floor := o.seq + 1
+	for seq, pt := range o.transfers {
+		if pt.to.Name == name && seq < floor {
+			floor = seq
+		}
+	}
+	return floor
+}
+
+// attachApplied gives replica transfer seq the applied transfers it
+// reports, and queues it.
+func (o *outbox) attachApplied(seq uint64, list []Applied, m int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	pt := o.transfers[seq]
+	pt.t.Applied = list
+	o.sendLocked(pt, m)
+}
+
+// retargeted marks transfer seq as replacing transfer was to wasTo, and
+// queues it.
+func (o *outbox) retargeted(seq, was uint64, wasTo Peer, m int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	pt := o.transfers[seq]
+	pt.t.Was, pt.t.WasTo = was, wasTo
+	o.sendLocked(pt, m)
+}
+
+// settle forgets an acknowledged transfer and returns it.
+func (o *outbox) settle(seq uint64) (*pendingTransfer, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	pt, ok := o.transfers[seq]
+	if !ok {
+		return nil, false
+	}
+	o.forgetLocked(seq, pt)
+	return pt, true
+}
+
+// forgetLocked drops transfer seq and what it holds.
+func (o *outbox) forgetLocked(seq uint64, pt *pendingTransfer) {
+	delete(o.transfers, seq)
+	for _, s := range pt.t.States {
+		if o.holding[s.Key] == seq {
+			delete(o.holding, s.Key)
+		}
+	}
+	o.held.Store(int64(len(o.holding)))
+}
+
+// retag gives every unsettled transfer the epoch now: a node declared dead
+// sends again what it had not delivered, as a later run of itself would.
+// A receiver that started some of its keys from their replicas takes its
+// counters as copies (see apply).
+func (o *outbox) retag() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e := o.epoch()
+	for _, pt := range o.transfers {
+		pt.t.Epoch = e
+	}
+}
+
+// holds reports whether a counter of k is in a transfer not acknowledged.
+func (o *outbox) holds(k limiter.Key) bool {
+	if o.held.Load() == 0 {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.holding[k]
+	return ok
+}
+
+// refusedNotFor removes and returns, sorted by number, the transfers the
+// receiver refused whose counts belong elsewhere now (misplaced reports
+// it).
+func (o *outbox) refusedNotFor(misplaced func(*pendingTransfer) bool) []*pendingTransfer {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []*pendingTransfer
+	for seq, pt := range o.transfers {
+		if pt.refused && !pt.inFlight && misplaced(pt) {
+			out = append(out, pt)
+			o.forgetLocked(seq, pt)
+		}
+	}
+	slices.SortFunc(out, func(a, b *pendingTransfer) int { return cmpUint(a.t.Seq, b.t.Seq) })
+	return out
+}
+
+// failed marks a transfer whose sending failed (refused: its receiver
+// said it did not apply it): it goes again at retryAt.
+func (o *outbox) failed(seq uint64, retryAt int64, refused bool) {
+	o.mu.Lock()
+	if pt, ok := o.transfers[seq]; ok {
+		pt.inFlight = false
+		pt.refused = refused
+		pt.retryAt = retryAt
+	}
+	o.mu.Unlock()
+}
+
+// due queues the transfers not in flight whose time has come, to the peers
+// reach allows.
+func (o *outbox) due(m int64, allow func(Peer) bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var seqs []uint64
+	for seq, pt := range o.transfers {
+		if !pt.inFlight && pt.limbo == 0 && m >= pt.retryAt && allow(pt.to) {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	for _, seq := range seqs {
+		o.sendLocked(o.transfers[seq], m)
+	}
+}
+
+// pendingFor counts the unsettled transfers to the node called name made
+// for one of purposes (any, if none given).
+func (o *outbox) pendingFor(name string, purposes ...purpose) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, pt := range o.transfers {
+		if (name == "" || pt.to.Name == name) && (len(purposes) == 0 || slices.Contains(purposes, pt.purpose)) {
+			n++
+		}
+	}
+	return n
+}
+
+// moving counts the unsettled transfers to the node called name (any, if
+// empty) that move counts: all but replicas.
+func (o *outbox) moving(name string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, pt := range o.transfers {
+		if (name == "" || pt.to.Name == name) && pt.purpose != purposeReplica {
+			n++
+		}
+	}
+	return n
+}
+
+// holdingFor returns the unsettled transfers carrying the counters of keys,
+// sorted by number, and the keys they carry to nodes other than to.
+func (o *outbox) holdingFor(keys []limiter.Key, to string) (mine []Transfer, elsewhere []KeyOwner) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var seqs []uint64
+	for _, k := range keys {
+		seq, ok := o.holding[k]
+		if !ok {
+			continue
+		}
+		pt := o.transfers[seq]
+		if pt.to.Name != to {
+			elsewhere = append(elsewhere, KeyOwner{Key: k, Owner: pt.to.Name})
+			continue
+		}
+		if !slices.Contains(seqs, seq) {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	for _, seq := range seqs {
+		pt := o.transfers[seq]
+		pt.t.Floor = o.floorLocked(to)
+		mine = append(mine, pt.t)
+	}
+	return mine, elsewhere
+}
+
+// toLimbo puts the unsettled transfers to runs that are gone (gone
+// reports them, with until when they might still apply them) in limbo,
+// and takes those whose receiver is back out of it.
+func (o *outbox) toLimbo(gone func(Peer) (int64, bool)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, pt := range o.transfers {
+		until, isGone := gone(pt.to)
+		switch {
+		case isGone && pt.limbo == 0:
+			pt.limbo, pt.inFlight = max(until, 1), false
+		case !isGone && pt.limbo != 0:
+			pt.limbo = 0
+		}
+	}
+}
+
+// outOfLimbo removes and returns, sorted by number, the transfers in limbo
+// whose receiver cannot apply them any more at m.
+func (o *outbox) outOfLimbo(m int64) []*pendingTransfer {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []*pendingTransfer
+	for seq, pt := range o.transfers {
+		if pt.limbo == 0 || m < pt.limbo {
+			continue
+		}
+		out = append(out, pt)
+		o.forgetLocked(seq, pt)
+	}
+	slices.SortFunc(out, func(a, b *pendingTransfer) int { return cmpUint(a.t.Seq, b.t.Seq) })
+	return out
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// inbox remembers, for every sender run, the transfers it applied: the
+// sender's floor (every number below it settled) and the numbers above it.
+// An inbox is safe for concurrent use.
+type inbox struct {
+	mu   sync.Mutex
+	from map[Peer]*applied
+}
+
+type applied struct {
+	mu    sync.Mutex
+	floor uint64
+	seqs  map[uint64]struct{}
+	used  int64 // mono of the last transfer from it
+}
+
+func newInbox() *inbox { return &inbox{from: make(map[Peer]*applied)} }
+
+// sender returns the record of from, made if need be.
+func (in *inbox) sender(from Peer) *applied {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	a := in.from[from]
+	if a == nil {
+		a = &applied{seqs: make(map[uint64]struct{})}
+		in.from[from] = a
+	}
+	return a
+}
+
+// once runs apply for transfer seq of from unless it ran already, and
+// reports whether it ran. apply runs under the sender's record lock: a
+// transfer delivered twice at once is applied once.
+func (in *inbox) once(from Peer, seq, floor uint64, m int64, apply func()) bool {
+	a := in.sender(from)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.used = m
+	if floor > a.floor {
+		for s := range a.seqs {
+			if s < floor {
+				delete(a.seqs, s)
+			}
+		}
+		a.floor = floor
+	}
+	if seq < a.floor {
+		return false // settled at the sender: applied before
+	}
+	if _, ok := a.seqs[seq]; ok {
+		return false
+	}
+	apply()
+	a.seqs[seq] = struct{}{}
+	return true
+}
+
+// sweep forgets senders that are no longer peers and sent nothing for a
+// minute.
+func (in *inbox) sweep(m int64, peers *peerTable) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for p, a := range in.from {
+		a.mu.Lock()
+		idle := m-a.used > int64(time.Minute)
+		a.mu.Unlock()
+		if cur := peers.get(p.Name); idle && (cur == nil || cur.peer.Inc != p.Inc) {
+			delete(in.from, p)
+		}
+	}
+}
+
+// sendTransfer makes a transfer of states (or reqs) to to and queues it.
+func (c *Core) sendTransfer(now time.Time, to Peer, mode Mode, p purpose, states []limiter.State, reqs []limiter.Request, take uint64) {
+	c.out.transfer(to, mode, p, states, reqs, take, c.mono(now), true)
+	c.notifyOutbox()
+}
+
+// tickTransfers sends again the transfers whose last attempt failed, to
+// peers that answer.
+func (c *Core) tickTransfers(now time.Time, m int64) {
+	c.retargetDue(now)
+	c.out.due(m, func(to Peer) bool {
+		p := c.peers.get(to.Name)
+		return p != nil && p.peer.Inc == to.Inc && p.reachState() != down
+	})
+}
+
+// handleTransfer applies t from from, once, and acknowledges it.
+func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer) Ack {
+	if t.To != c.self.Inc {
+		return Ack{Seq: t.Seq, Refused: true}
+	}
+	if c.gate.isLeaving() && (t.Mode == ModeAdd || t.Mode == ModeNewer || t.Mode == ModeReplica) {
+		return Ack{Seq: t.Seq, Refused: true}
+	}
+	if t.Mode == ModeAdd || t.Mode == ModeNewer || t.Mode == ModeRefund {
+		// Counts come only from a sender this node holds a lease from: one
+		// that has declared this node dead sends them elsewhere once that
+		// lease ran out (deadReceivers), and must not find them applied
+		// here too. Nor from a sender whose keys this node took over, as
+		// of the epoch it sent them in: its counts were started from their
+		// replicas here, and it sends them again as copies once it learnt.
+		if p := c.peers.get(from.Name); p == nil || p.peer.Inc != from.Inc || !p.leased(c.mono(now)) || c.gate.tookOverAt(from, t.Epoch) {
+			return Ack{Seq: t.Seq, Refused: true}
+		}
+	}
+	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), func() {
+		if t.Was != 0 && c.replicas.applied(t.WasTo, Applied{From: from, Seq: t.Was}) {
+			return // the dead receiver applied it, and its replicas here hold it
+		}
+		c.apply(now, from, t)
+	})
+	if !ran {
+		c.stats.Duplicates.Add(1)
+	}
+	c.notifyOutbox()
+	return Ack{Seq: t.Seq}
+}
+
+// apply applies a transfer from from.
+func (c *Core) apply(now time.Time, from Peer, t Transfer) {
+	switch t.Mode {
+	case ModeAdd, ModeNewer, ModeRefund:
+		c.noteApplied(from, t)
+	}
+	switch t.Mode {
+	case ModeAdd:
+		c.stats.Received.Add(uint64(len(t.States)))
+		// Counters of keys this node started from the sender's replicas,
+		// when it was declared dead, are copies of what those replicas
+		// hold: the newer stands, not the sum.
+		var adds, copies []limiter.State
+		for _, s := range t.States {
+			if c.replicas.promotedFrom(s.Key, from) {
+				copies = append(copies, s)
+			} else {
+				adds = append(adds, s)
+			}
+		}
+		c.place(now, ModeAdd, purposeForward, adds)
+		c.place(now, ModeNewer, purposeForward, copies)
+	case ModeNewer:
+		c.place(now, ModeNewer, purposeForward, t.States)
+	case ModeReplica:
+		c.replicas.put(now, from, t.States)
+		c.replicas.noteApplied(c.mono(now), from, t.Applied)
+	case ModeRefund:
+		c.refund(now, t.Reqs)
+	case ModeCancel:
+		c.stats.Cancelled.Add(1)
+		if c.takes.cancel(from, t.Take) {
+			c.refund(now, t.Reqs)
+		}
+	}
+}
+
+// placeOf returns where the counters of k belong by view v: this node
+// (self true) or the member named.
+func (c *Core) placeOf(v *view, k limiter.Key) (to Member, self, ok bool) {
+	if m, lent := c.lent.get(k); lent {
+		if i, in := v.ring.index(m); in {
+			return v.ring.member(i), false, true
+		}
+		if p := c.peers.get(m); p != nil {
+			return Member{Name: p.peer.Name, Inc: p.peer.Inc}, false, true
+		}
+	}
+	owner, ok := v.ring.Owner(k.Route())
+	if !ok {
+		return Member{}, false, false
+	}
+	return owner, owner.Name == c.self.Name, true
+}
+
+// place puts states where they belong by the current view: those of keys
+// this node owns into its engine (or, while they may still be moving here,
+// beside it until they are settled), the others to their owners in
+// transfers of mode. Counters of keys nobody owns (no ring yet) stay here.
+func (c *Core) place(now time.Time, mode Mode, p purpose, states []limiter.State) {
+	if len(states) == 0 {
+		return
+	}
+	v := c.view.Load()
+	var local []limiter.State
+	byOwner := map[string][]limiter.State{}
+	owners := map[string]Member{}
+	for _, s := range states {
+		to, self, ok := c.placeOf(v, s.Key)
+		if self || !ok {
+			local = append(local, s)
+			continue
+		}
+		byOwner[to.Name] = append(byOwner[to.Name], s)
+		owners[to.Name] = to
+	}
+	c.placeHere(now, v, mode, local)
+	names := make([]string, 0, len(byOwner))
+	for name := range byOwner {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		for _, part := range SplitStates(byOwner[name], TransferBytes) {
+			c.sendTransfer(now, owners[name].Peer(), mode, p, part, nil, 0)
+		}
+	}
+}
+
+// placeHere keeps states of keys this node owns (or that nobody owns yet).
+func (c *Core) placeHere(now time.Time, v *view, mode Mode, states []limiter.State) {
+	for _, s := range states {
+		if s.Kind >= limiter.KindGrant {
+			c.engine.Merge(now, []limiter.State{s}) // grants and leases are not counted twice by merging
+			continue
+		}
+		if v.ho != nil && c.handoff.arrive(v, c.self.Name, mode, s, now) {
+			continue // moving here: settled with the rest of its counts
+		}
+		if mode == ModeAdd && !v.quorum && v.self >= 0 {
+			// Without a majority this node counts nothing as an owner: what
+			// is added here waits with its fallback counts for the key's
+			// owner on the larger side, and is sent there as an addition.
+			c.fallback.engine.Merge(now, []limiter.State{s})
+			continue
+		}
+		if mode == ModeNewer {
+			c.engine.MergeNewer(now, []limiter.State{s})
+		} else {
+			c.engine.Merge(now, []limiter.State{s})
+		}
+		c.dirty.noteKey(s.Key)
+	}
+}
+
+// pushKeys sends on the counters of keys this node holds but does not
+// count: they arrived after their owner changed.
+func (c *Core) pushKeys(now time.Time, keys []limiter.Key) {
+	v := c.view.Load()
+	var away []limiter.Key
+	for _, k := range keys {
+		if _, self, ok := c.placeOf(v, k); ok && !self {
+			away = append(away, k)
+		}
+	}
+	if len(away) > 0 {
+		c.place(now, ModeAdd, purposeHandoff, sortStates(c.engine.ExtractKeys(now, away)))
+	}
+}
+
+// refund gives back the units of reqs, where their counters are: here, or
+// passed on to the node they moved to.
+func (c *Core) refund(now time.Time, reqs []limiter.Request) {
+	v := c.view.Load()
+	var away map[string][]limiter.Request
+	owners := map[string]Member{}
+	for _, r := range reqs {
+		to, self, ok := c.placeOf(v, r.Key)
+		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
+			c.engine.Refund(now, r)
+			continue
+		}
+		if away == nil {
+			away = map[string][]limiter.Request{}
+		}
+		away[to.Name] = append(away[to.Name], r)
+		owners[to.Name] = to
+	}
+	for _, name := range sortedKeys(away) {
+		c.sendTransfer(now, owners[name].Peer(), ModeRefund, purposeRefund, nil, away[name], 0)
+	}
+}
+
+// acked records the answer to a transfer. A transfer the receiver refused
+// (it is leaving, or another run, or does not hold a lease from this node
+// now) stays here and goes again a call timeout later: until this node's
+// view of the receiver changes (see deadReceivers), it is still the
+// receiver's.
+func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
+	if a.Refused {
+		c.out.failed(r.seq, c.mono(now)+int64(c.cfg.CallTimeout), true)
+		c.replaceRefused(now)
+		return
+	}
+	if _, ok := c.out.settle(r.seq); ok {
+		c.notifySettled()
+	}
+}
+
+// replaceRefused places anew the counts of refused transfers that belong
+// elsewhere than their receiver by the view now (the view changed while
+// they waited): none was applied, so none is counted twice.
+func (c *Core) replaceRefused(now time.Time) {
+	v := c.view.Load()
+	gone := c.out.refusedNotFor(func(pt *pendingTransfer) bool {
+		if pt.t.Mode != ModeAdd && pt.t.Mode != ModeNewer {
+			return false
+		}
+		for _, s := range pt.t.States {
+			if to, self, ok := c.placeOf(v, s.Key); !ok || self || to.Name != pt.to.Name {
+				return true
+			}
+		}
+		return false
+	})
+	for _, pt := range gone {
+		// A counter handed over and refused is this node's count of the
+		// key as it was: where copies of the same count arrive (a node that
+		// was declared dead sends its own), the newer stands, not the sum.
+		mode := pt.t.Mode
+		if pt.purpose == purposeHandoff || pt.purpose == purposePull {
+			mode = ModeNewer
+		}
+		c.place(now, mode, pt.purpose, pt.t.States)
+	}
+	if len(gone) > 0 {
+		c.notifySettled()
+	}
+}
+
+// deadReceivers gives up on the transfers to runs that are gone, once they
+// cannot apply them any more: a receiver applies counts only from a sender
+// it holds a lease from, and its lease from this node runs out at most
+// LeaseTime after this node last heard from it (heard), an eighth more for
+// the clocks' drift. Their counts then go to the keys' owners now, as
+// transfers that name the one they replace: the new owner, which took the
+// dead receiver's keys over, skips those the dead receiver applied and
+// replicated before it died, so a count is neither lost nor counted twice.
+// Refunds go the same way. Replicas and cancels are dropped: the successor
+// gets a fresh replica, and a dead owner's count of a cancelled item died
+// with it (but for its replica, which the cancel cannot reach).
+func (c *Core) deadReceivers(now time.Time, heard map[Peer]int64) {
+	m := c.mono(now)
+	v := c.view.Load()
+	c.out.toLimbo(func(to Peer) (int64, bool) {
+		if c.aliveLocked(v.ring, to) {
+			return 0, false
+		}
+		if h, ok := heard[to]; ok {
+			return h + int64(c.cfg.LeaseTime)*9/8, true
+		}
+		return m, true
+	})
+	c.retargetDue(now)
+}
+
+// aliveLocked reports whether the run to is a member of ring, leaving or
+// joining: it may still apply what is sent to it. viewMu is held.
+func (c *Core) aliveLocked(ring *Ring, to Peer) bool {
+	if i, ok := ring.index(to.Name); ok {
+		return ring.member(i).Inc == to.Inc
+	}
+	for _, list := range [][]Member{c.known.leaving, c.known.joining} {
+		for _, m := range list {
+			if m.Name == to.Name && m.Inc == to.Inc {
+				return true
+			}
+		}
+	}
+	return to.Name == c.self.Name
+}
+
+// retargetDue sends on the transfers whose receiver can no longer apply
+// them.
+func (c *Core) retargetDue(now time.Time) {
+	for _, pt := range c.out.outOfLimbo(c.mono(now)) {
+		switch pt.t.Mode {
+		case ModeAdd, ModeNewer:
+			c.retarget(now, pt, pt.t.States, nil)
+		case ModeRefund:
+			c.retarget(now, pt, nil, pt.t.Reqs)
+		}
+	}
+}
+
+// retarget sends the states (or refunds) of an abandoned transfer to where
+// they belong now, each part naming the transfer it replaces.
+func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.State, reqs []limiter.Request) {
+	v := c.view.Load()
+	was := Applied{From: c.self, Seq: pt.t.Seq}
+	type part struct {
+		to     Member
+		states []limiter.State
+		reqs   []limiter.Request
+	}
+	parts := map[string]*part{}
+	var here []limiter.State
+	var hereReqs []limiter.Request
+	add := func(k limiter.Key, s *limiter.State, r *limiter.Request) {
+		to, self, ok := c.placeOf(v, k)
+		if self || !ok {
+			if s != nil {
+				here = append(here, *s)
+			} else {
+				hereReqs = append(hereReqs, *r)
+			}
+			return
+		}
+		p := parts[to.Name]
+		if p == nil {
+			p = &part{to: to}
+			parts[to.Name] = p
+		}
+		if s != nil {
+			p.states = append(p.states, *s)
+		} else {
+			p.reqs = append(p.reqs, *r)
+		}
+	}
+	for i := range states {
+		add(states[i].Key, &states[i], nil)
+	}
+	for i := range reqs {
+		add(reqs[i].Key, nil, &reqs[i])
+	}
+	if !c.replicas.applied(pt.to, was) {
+		c.placeHere(now, v, pt.t.Mode, here)
+		c.refund(now, hereReqs)
+	}
+	for _, name := range sortedKeys(parts) {
+		p := parts[name]
+		t := c.out.transfer(p.to.Peer(), pt.t.Mode, pt.purpose, p.states, p.reqs, 0, c.mono(now), false)
+		c.out.retargeted(t.Seq, was.Seq, pt.to, c.mono(now))
+	}
+	c.notifyOutbox()
+}
+
+// sortStates sorts states by key, so what is sent does not depend on the
+// order of a map walk.
+func sortStates(states []limiter.State) []limiter.State {
+	slices.SortFunc(states, func(a, b limiter.State) int {
+		if c := cmpUint(uint64(a.Key), uint64(b.Key)); c != 0 {
+			return c
+		}
+		return int(a.Kind) - int(b.Kind)
+	})
+	return states
+}
+
+// sortedKeys returns the keys of m, sorted.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Bounds of one transfer, well under the peer protocol's frame limit:
+// lease lists make a state's size vary.
+const (
+	TransferBytes     = 1 << 20
+	TransferMaxStates = 8192
+)
+
+// SplitStates cuts states into runs whose encoding takes at most budget
+// bytes (a state larger than budget goes alone) and that hold at most
+// TransferMaxStates states each.
+func SplitStates(states []limiter.State, budget int) [][]limiter.State {
+	var out [][]limiter.State
+	var scratch []byte
+	start, size := 0, 4
+	for i := range states {
+		scratch = limiter.AppendStates(scratch[:0], states[i:i+1])
+		one := len(scratch) - 4
+		if i > start && (size+one > budget || i-start >= TransferMaxStates) {
+			out = append(out, states[start:i])
+			start, size = i, 4
+		}
+		size += one
+	}
+	if start < len(states) {
+		out = append(out, states[start:])
+	}
+	return out
+}

@@ -279,11 +279,31 @@ func (k membershipState) others() []Member {
 	return out
 }
 
+// run returns what is known of the run p.
+func (k membershipState) run(p Peer) (seenRun, bool) {
+	for _, r := range k.seen[p.Name] {
+		if r.inc == p.Inc {
+			return r, true
+		}
+	}
+	return seenRun{}, false
+}
+
+// latest returns the latest run of name seen.
+func (k membershipState) latest(name string) (seenRun, bool) {
+	runs := k.seen[name]
+	if len(runs) == 0 {
+		return seenRun{}, false
+	}
+	return runs[len(runs)-1], true
+}
+
 // rePlace puts what arrived for keys moving here, under the view before,
 // where it belongs under the view now: still waiting, counted, or sent on.
-func (c *Core) rePlace(now time.Time, bases, adds []limiter.State) {
+func (c *Core) rePlace(now time.Time, bases, adds []limiter.State, refunds []limiter.Request) {
 	c.place(now, ModeNewer, purposeHandoff, bases)
 	c.place(now, ModeAdd, purposeHandoff, adds)
+	c.refund(now, refunds)
 }
 
 // Membership is what the driver knows of the other nodes.
@@ -303,12 +323,60 @@ type Membership struct {
 	Dead []Peer
 }
 
-// membershipState is the last Membership the driver gave.
+// membershipState is the last Membership the driver gave, and the latest
+// run of each node ever seen.
 type membershipState struct {
 	members []Member
 	leaving []Member
 	joining []Member
 	dead    []Peer
+	seen    map[string][]seenRun // the two latest runs of each node, oldest first
+}
+
+// seenRun is the latest run of a node seen, whether it was a member, and
+// whether it announced it was leaving (it hands over what it holds: it
+// did not die).
+type seenRun struct {
+	inc     uint64
+	member  bool
+	leaving bool
+}
+
+// noteSeen records the runs the lists name.
+func (k *membershipState) noteSeen() {
+	if k.seen == nil {
+		k.seen = map[string][]seenRun{}
+	}
+	note := func(name string, inc uint64, member, leaving bool) {
+		runs := k.seen[name]
+		for i := range runs {
+			if runs[i].inc == inc {
+				runs[i].member = runs[i].member || member
+				runs[i].leaving = runs[i].leaving || leaving
+				return
+			}
+		}
+		if n := len(runs); n > 0 && runs[n-1].inc > inc {
+			return // older than what is known
+		}
+		runs = append(runs, seenRun{inc: inc, member: member, leaving: leaving})
+		if len(runs) > 2 {
+			runs = runs[len(runs)-2:]
+		}
+		k.seen[name] = runs
+	}
+	for _, m := range k.members {
+		note(m.Name, m.Inc, true, false)
+	}
+	for _, m := range k.leaving {
+		note(m.Name, m.Inc, true, true)
+	}
+	for _, m := range k.joining {
+		note(m.Name, m.Inc, false, false)
+	}
+	for _, d := range k.dead {
+		note(d.Name, d.Inc, false, false)
+	}
 }
 
 // SetMembership tells the core who the other nodes are. When the ring
@@ -321,7 +389,9 @@ func (c *Core) SetMembership(now time.Time, m Membership) {
 		leaving: slices.DeleteFunc(slices.Clone(m.Leaving), func(x Member) bool { return x.Name == c.self.Name }),
 		joining: slices.DeleteFunc(slices.Clone(m.Joining), func(x Member) bool { return x.Name == c.self.Name }),
 		dead:    slices.Clone(m.Dead),
+		seen:    c.known.seen,
 	}
+	c.known.noteSeen()
 	c.rerouteLocked(now)
 	c.viewMu.Unlock()
 	c.notifyOutbox()
@@ -355,19 +425,20 @@ func (c *Core) rerouteLocked(now time.Time) {
 		v.quorum = c.quorumLocked(ring)
 		heard := c.peers.heardAll()
 		var bases, adds []limiter.State
+		var refunds []limiter.Request
 		if old.ho != nil {
 			v.ho = c.planHandoff(now, old, old.stable, ring)
 			if v.ho == nil {
 				v.stable = ring
 			}
-			bases, adds = c.handoff.takeArrived()
+			bases, adds, refunds = c.handoff.takeArrived()
 			c.handoff.reset(v.ho, v.ho == nil)
 		}
 		v.peers = c.peers.match(ring, c.known.others(), c.self.Name, m)
 		c.view.Store(&v)
 		c.deadReceivers(now, heard)
 		c.replaceRefused(now)
-		c.rePlace(now, bases, adds)
+		c.rePlace(now, bases, adds, refunds)
 		return
 	}
 	stable := ring
@@ -388,14 +459,14 @@ func (c *Core) rerouteLocked(now time.Time) {
 		v.stable = ring
 	}
 	v.shareOf = max(1, max(ring.Len(), v.stable.Len())-1)
-	bases, adds := c.handoff.takeArrived()
+	bases, adds, refunds := c.handoff.takeArrived()
 	c.handoff.reset(v.ho, old == nil || old.ho == nil || old.stable != v.stable)
 	c.view.Store(v)
 	if old != nil {
 		c.lent.keepOwned(ring, c.self.Name)
 		c.deadReceivers(now, heard)
 		c.replaceRefused(now)
-		c.rePlace(now, bases, adds)
+		c.rePlace(now, bases, adds, refunds)
 		c.handOver(now, v)
 		c.resync(now, old.ring, ring)
 		c.tickMu.Lock()

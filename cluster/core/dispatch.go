@@ -13,7 +13,7 @@ func (c *Core) Handle(now time.Time, from Peer, msg Message) Message {
 	defer c.notifyOutbox()
 	switch m := msg.(type) {
 	case Transfer:
-		return c.handleTransfer(now, from, m)
+		return c.handleTransfer(now, from, m, false)
 	case Pull:
 		return c.handlePull(now, from, m)
 	case SealQuery:

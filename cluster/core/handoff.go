@@ -38,6 +38,9 @@ type handoffPlan struct {
 	sources []string          // the nodes that must seal, sorted
 	dead    map[string]int64  // stable members that died → mono when their keys may start from replicas
 	deadInc map[string]uint64 // the runs that died
+	// leavers are nodes leaving that the stable ring lacks: each ring is
+	// the stable ring with one of them, naming the keys it may still hold.
+	leavers []*Ring
 }
 
 // moving is a key that moves here, while it is not settled.
@@ -52,6 +55,10 @@ type moving struct {
 	hasAdds  bool
 	from     string // the node whose pull settled it (for stats)
 	received bool   // something arrived for it
+	leavers  int    // how many of the plan's leavers were asked for it
+	// refunds are units given back before the key settled: they are
+	// given back from its counter once it has one.
+	refunds []limiter.Request
 }
 
 // handoffState is the progress of the view's hand-off: sources sealed, and
@@ -139,6 +146,15 @@ func (c *Core) planHandoff(now time.Time, old *view, stable, ring *Ring) *handof
 			}
 		}
 	}
+	// A node leaving that the stable ring lacks (it announced its leaving
+	// before this node knew of it) may still hold, or be sending, keys that
+	// are this node's now: it seals too, and its keys are pulled from it.
+	for _, x := range c.known.leaving {
+		if !stable.Has(x.Name) && !ring.Has(x.Name) {
+			sources[x.Name] = true
+			p.leavers = append(p.leavers, NewRing(c.cfg.Hasher, append(stable.Members(), x)))
+		}
+	}
 	if len(sources) == 0 && len(p.dead) == 0 {
 		return nil
 	}
@@ -223,47 +239,72 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, 
 
 // settleLocked marks mk settled and returns the counter it gathered, if
 // any: its newest copy with the additions on top. h.mu is held.
-func settleLocked(mk *moving, now time.Time) (limiter.State, bool) {
+func settleLocked(mk *moving, now time.Time, into *settled) {
 	mk.settled = true
-	var out limiter.State
-	has := false
 	switch {
 	case mk.hasBase && mk.hasAdds:
-		out, has = limiter.AddState(now, mk.base, mk.adds), true
+		into.states = append(into.states, limiter.AddState(now, mk.base, mk.adds))
 	case mk.hasBase:
-		out, has = mk.base, true
+		into.states = append(into.states, mk.base)
 	case mk.hasAdds:
-		out, has = mk.adds, true
+		into.states = append(into.states, mk.adds)
 	}
-	mk.hasBase, mk.hasAdds = false, false
-	return out, has
+	into.refunds = append(into.refunds, mk.refunds...)
+	mk.hasBase, mk.hasAdds, mk.refunds = false, false, nil
+}
+
+// settled is what keys just settled gathered: their counters, and the
+// units given back meanwhile.
+type settled struct {
+	states  []limiter.State
+	refunds []limiter.Request
 }
 
 // settle settles keys and counts what they gathered.
 func (c *Core) settle(now time.Time, keys []limiter.Key) {
 	v := c.view.Load()
-	var states []limiter.State
+	var done settled
 	c.handoff.mu.Lock()
 	for _, k := range keys {
-		mk := c.handoff.entry(v, c.self.Name, k)
-		if s, ok := settleLocked(mk, now); ok {
-			states = append(states, s)
-		}
+		settleLocked(c.handoff.entry(v, c.self.Name, k), now, &done)
 	}
 	c.handoff.mu.Unlock()
-	c.countSettled(now, states)
+	c.countSettled(now, done)
 	c.notifySettled()
 }
 
-// countSettled adds the counters of keys just settled to the engine.
-func (c *Core) countSettled(now time.Time, states []limiter.State) {
-	if len(states) == 0 {
-		return
+// countSettled adds the counters of keys just settled to the engine, then
+// gives back what was given back meanwhile.
+func (c *Core) countSettled(now time.Time, done settled) {
+	if len(done.states) > 0 {
+		c.engine.Merge(now, sortStates(done.states))
+		for _, s := range done.states {
+			c.dirty.noteKey(s.Key)
+		}
 	}
-	c.engine.Merge(now, states)
-	for _, s := range states {
-		c.dirty.noteKey(s.Key)
+	for _, r := range done.refunds {
+		c.engine.Refund(now, r)
 	}
+}
+
+// refundLater keeps units given back for keys not settled here, and
+// reports which of reqs it did not keep.
+func (h *handoffState) refundLater(v *view, self string, reqs []limiter.Request) (rest []limiter.Request) {
+	for _, r := range reqs {
+		if v.ho == nil || r.Limit.Algorithm == limiter.Concurrency || !h.incoming(v, self, r.Key) {
+			rest = append(rest, r)
+			continue
+		}
+		h.mu.Lock()
+		mk := h.entry(v, self, r.Key)
+		if mk.settled {
+			rest = append(rest, r)
+		} else {
+			mk.refunds = append(mk.refunds, r)
+		}
+		h.mu.Unlock()
+	}
+	return rest
 }
 
 // requestKeys starts what makes keys countable here: a pull of each key
@@ -278,7 +319,8 @@ func (c *Core) requestKeys(now time.Time, v *view, keys []limiter.Key) {
 			continue
 		}
 		if mk.source == c.self.Name {
-			settleLocked(mk, now) // nothing can come from here
+			var done settled
+			settleLocked(mk, now, &done) // nothing can come from here: nothing gathered either
 			continue
 		}
 		mk.pulling = true
@@ -320,16 +362,33 @@ func (c *Core) pullFailed(now time.Time, keys []limiter.Key) {
 // pulled takes a source's answer to a pull of keys.
 func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 	asked := r.msg.(Pull).Keys
-	for _, t := range reply.Given {
-		ack := c.handleTransfer(now, r.to, t)
-		c.out.send(r.to, ack)
-		c.stats.Pulled.Add(uint64(len(t.States)))
+	if reply.Refused {
+		c.pullFailed(now, asked)
+		return
 	}
+	refused, given := map[limiter.Key]bool{}, map[limiter.Key]bool{}
+	for _, t := range reply.Given {
+		ack := c.handleTransfer(now, r.to, t, true)
+		c.out.send(r.to, ack)
+		for _, s := range t.States {
+			if ack.Refused {
+				refused[s.Key] = true // not applied: not settled, pulled again
+			} else {
+				given[s.Key] = true
+			}
+		}
+		if !ack.Refused {
+			c.stats.Pulled.Add(uint64(len(t.States)))
+		}
+	}
+	v := c.view.Load()
+	var again []limiter.Key
 	moved := map[limiter.Key]string{}
 	for _, ko := range reply.Moved {
 		moved[ko.Key] = ko.Owner
 	}
 	var done []limiter.Key
+	retry := c.mono(now) + int64(c.cfg.CallTimeout)
 	c.handoff.mu.Lock()
 	for _, k := range asked {
 		mk := c.handoff.keys[k]
@@ -341,18 +400,56 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			mk.source = to // it is there now: pull it from there
 			continue
 		}
+		if refused[k] {
+			mk.retryAt = retry
+			continue
+		}
+		if !given[k] && !mk.received {
+			// Held nowhere the pull looked, nothing came for it: a node
+			// leaving that would have owned it may still hold it, or be
+			// sending it.
+			if l := c.leaverFor(v, k, mk.leavers); l != "" {
+				mk.leavers++
+				mk.source = l
+				again = append(again, k)
+				continue
+			}
+		}
 		done = append(done, k)
 	}
 	c.handoff.mu.Unlock()
 	c.settle(now, done)
+	if len(again) > 0 {
+		c.requestKeys(now, v, again)
+	}
+}
+
+// leaverFor returns the next node leaving, from the plan's i-th on, that
+// would own k, or "".
+func (c *Core) leaverFor(v *view, k limiter.Key, i int) string {
+	if v.ho == nil {
+		return ""
+	}
+	for ; i < len(v.ho.leavers); i++ {
+		if o, ok := v.ho.leavers[i].Owner(k.Route()); ok && !v.stable.Has(o.Name) {
+			return o.Name
+		}
+	}
+	return ""
 }
 
 // handlePull answers a pull of keys by from, which owns them now: what this
 // node holds of them goes to it, in transfers it acknowledges, and from now
 // on this node sends requests for them there.
 func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
+	c.viewMu.Lock()
 	v := c.view.Load()
-	given, moved := c.out.holdingFor(p.Keys, from.Name)
+	dead := c.runDied(from)
+	c.viewMu.Unlock()
+	if dead {
+		return PullReply{Refused: true}
+	}
+	given, moved := c.out.holdingFor(p.Keys, from)
 	var take []limiter.Key
 	for _, k := range p.Keys {
 		if slices.ContainsFunc(moved, func(ko KeyOwner) bool { return ko.Key == k }) || c.heldFor(given, k) {
@@ -404,7 +501,7 @@ func (c *Core) heldFor(ts []Transfer, k limiter.Key) bool {
 // takeArrived removes and returns everything that arrived for keys not
 // settled, sorted by key; the keys stay as they are (settled or not,
 // pulling or not).
-func (h *handoffState) takeArrived() (bases, adds []limiter.State) {
+func (h *handoffState) takeArrived() (bases, adds []limiter.State, refunds []limiter.Request) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, mk := range h.keys {
@@ -417,9 +514,11 @@ func (h *handoffState) takeArrived() (bases, adds []limiter.State) {
 		if mk.hasAdds {
 			adds = append(adds, mk.adds)
 		}
-		mk.hasBase, mk.hasAdds = false, false
+		refunds = append(refunds, mk.refunds...)
+		mk.hasBase, mk.hasAdds, mk.refunds = false, false, nil
 	}
-	return sortStates(bases), sortStates(adds)
+	slices.SortFunc(refunds, func(a, b limiter.Request) int { return cmpUint(uint64(a.Key), uint64(b.Key)) })
+	return sortStates(bases), sortStates(adds), refunds
 }
 
 // extract removes and returns what arrived for keys not settled here:
@@ -595,7 +694,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		return false
 	})
 
-	var states []limiter.State
+	var done settled
 	h := c.handoff
 	h.mu.Lock()
 	for _, s := range reps {
@@ -607,12 +706,12 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		}
 	}
 	for _, mk := range h.keys {
-		if s, ok := settleLocked(mk, now); ok {
-			states = append(states, s)
+		if !mk.settled {
+			settleLocked(mk, now, &done)
 		}
 	}
 	h.mu.Unlock()
-	c.countSettled(now, sortStates(states))
+	c.countSettled(now, done)
 	c.place(now, ModeNewer, purposeHandoff, lent)
 	next := *v
 	next.ho, next.stable = nil, v.ring
@@ -656,9 +755,12 @@ func (c *Core) runDied(owner Peer) bool {
 		}
 	}
 	for _, j := range c.known.joining {
-		if j.Name == owner.Name && j.Inc == owner.Inc {
-			return true
+		if r, _ := c.known.run(owner); j.Name == owner.Name && j.Inc == owner.Inc && r.member {
+			return true // it was a member, and joins again: it was declared dead
 		}
+	}
+	if r, ok := c.known.run(owner); ok && r.leaving {
+		return false // it left gracefully, handing over what it held
 	}
 	for _, lists := range [][]Member{c.known.members, c.known.leaving, c.known.joining} {
 		for _, m := range lists {

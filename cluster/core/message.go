@@ -156,6 +156,9 @@ type PullReply struct {
 	// Moved lists keys this node gave to another node, where the asker
 	// finds them.
 	Moved []KeyOwner
+	// Refused: this node counts the asker dead (it may send what it holds
+	// elsewhere), so it gives it nothing now; the asker asks again later.
+	Refused bool
 }
 
 // KeyOwner says which node holds a key.

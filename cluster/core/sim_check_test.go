@@ -241,6 +241,9 @@ func runScheduleTraced(sc simSchedule, trace int) *sim {
 	}
 	end := t0.Add(sc.traffic + 6*time.Second)
 	s.runUntil(end)
+	for limit := s.now.Add(time.Minute); s.open > 0 && s.now.Before(limit); {
+		s.runUntil(s.now.Add(100 * time.Millisecond))
+	}
 	s.heal()
 	if !s.waitQuiet(30 * time.Second) {
 		s.violate("liveness", "the cluster did not settle after the faults healed:\n%s", s.describe())
@@ -295,50 +298,58 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 		s.hist.faulty = true
 	}
 	at := t0.Add(f.at)
+	// open counts the faults not over yet: the schedule heals and checks
+	// only once every one of them played to its end.
+	s.open++
+	done := func() { s.open-- }
+	window := func(set, unset func()) {
+		s.at(at, nil, set)
+		s.at(at.Add(f.dur), nil, func() { unset(); done() })
+	}
 	switch f.kind {
 	case faultDelay:
-		s.at(at, nil, func() { s.net.extraDelay = time.Duration(f.level) * time.Millisecond })
-		s.at(at.Add(f.dur), nil, func() { s.net.extraDelay = 0 })
+		window(func() { s.net.extraDelay = time.Duration(f.level) * time.Millisecond }, func() { s.net.extraDelay = 0 })
 	case faultLoss:
-		s.at(at, nil, func() { s.net.loss = f.level })
-		s.at(at.Add(f.dur), nil, func() { s.net.loss = 0 })
+		window(func() { s.net.loss = f.level }, func() { s.net.loss = 0 })
 	case faultDup:
-		s.at(at, nil, func() { s.net.dup = f.level })
-		s.at(at.Add(f.dur), nil, func() { s.net.dup = 0 })
+		window(func() { s.net.dup = f.level }, func() { s.net.dup = 0 })
 	case faultReorder:
-		s.at(at, nil, func() { s.net.reorder = time.Duration(f.level) * time.Millisecond })
-		s.at(at.Add(f.dur), nil, func() { s.net.reorder = 0 })
+		window(func() { s.net.reorder = time.Duration(f.level) * time.Millisecond }, func() { s.net.reorder = 0 })
 	case faultFreeze:
 		s.at(at, nil, func() {
-			if n := s.current[name]; n != nil && !n.gone {
-				s.freeze(n)
-				s.at(s.now.Add(f.dur), nil, func() { s.resume(n) })
+			n := s.current[name]
+			if n == nil || n.gone || n.frozen {
+				done()
+				return
 			}
+			s.freeze(n)
+			s.at(s.now.Add(f.dur), nil, func() { s.resume(n); done() })
 		})
 	case faultPartition:
-		s.at(at, nil, func() {
+		window(func() {
 			for _, i := range f.sides {
 				s.net.side[s.names[i]] = 1
 			}
 			s.logf("partition %v", f.sides)
-		})
-		s.at(at.Add(f.dur), nil, func() { clear(s.net.side); s.logf("partition healed") })
+		}, func() { clear(s.net.side); s.logf("partition healed") })
 	case faultCrash, faultCrashKeep:
 		s.at(at, nil, func() {
 			n := s.current[name]
 			if n == nil || n.gone {
+				done()
 				return
 			}
 			snap := s.crash(n)
 			if f.kind == faultCrash {
 				snap = nil
 			}
-			s.at(s.now.Add(f.dur), nil, func() { s.restart(name, snap) })
+			s.at(s.now.Add(f.dur), nil, func() { s.restart(name, snap); done() })
 		})
 	case faultLeaveRestart:
-		s.at(at, nil, func() { s.leaveThenRestart(name, f.dur) })
+		s.at(at, nil, func() { s.leaveThenRestart(name, f.dur, done) })
 	case faultJoin:
 		s.at(at, nil, func() {
+			defer done()
 			for _, x := range s.names[sc.nodes:] {
 				if s.current[x] == nil {
 					n := s.start(x, true, nil)
@@ -349,23 +360,28 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 		})
 	case faultLeave:
 		s.at(at, nil, func() {
+			defer done()
 			if n := s.current[name]; n != nil && !n.gone && s.running() > 2 {
 				s.after(0, n, func() { s.leave(n) }) // the node itself leaves: not while it is frozen
 			}
 		})
 	case faultRolling, faultRollingKill:
+		s.open += sc.nodes - 1
 		step := time.Duration(0)
 		for i := range sc.nodes {
 			x := s.names[i]
 			s.at(at.Add(step), nil, func() {
 				if f.kind == faultRolling {
-					s.leaveThenRestart(x, 100*time.Millisecond)
+					s.leaveThenRestart(x, 100*time.Millisecond, done)
 					return
 				}
-				if n := s.current[x]; n != nil && !n.gone {
-					snap := s.crash(n)
-					s.at(s.now.Add(300*time.Millisecond), nil, func() { s.restart(x, snap) })
+				n := s.current[x]
+				if n == nil || n.gone {
+					done()
+					return
 				}
+				snap := s.crash(n)
+				s.at(s.now.Add(300*time.Millisecond), nil, func() { s.restart(x, snap); done() })
 			})
 			step += 3 * time.Second
 		}
@@ -391,14 +407,16 @@ func (s *sim) restart(name string, snap []limiter.State) {
 	n.core.completing = s.takeoverHook(n)
 }
 
-// leaveThenRestart has a node leave gracefully and start again once gone.
-func (s *sim) leaveThenRestart(name string, pause time.Duration) {
+// leaveThenRestart has a node leave gracefully and start again once gone;
+// done is called once it did.
+func (s *sim) leaveThenRestart(name string, pause time.Duration, done func()) {
 	n := s.current[name]
 	if n == nil || n.gone || n.leaving {
+		done()
 		return
 	}
 	if n.frozen {
-		s.after(0, n, func() { s.leaveThenRestart(name, pause) }) // once it runs
+		s.after(0, n, func() { s.leaveThenRestart(name, pause, done) }) // once it runs
 		return
 	}
 	s.leave(n)
@@ -408,7 +426,7 @@ func (s *sim) leaveThenRestart(name string, pause time.Duration) {
 			s.after(20*time.Millisecond, nil, wait)
 			return
 		}
-		s.after(pause, nil, func() { s.restart(name, nil) })
+		s.after(pause, nil, func() { s.restart(name, nil); done() })
 	}
 	s.after(20*time.Millisecond, nil, wait)
 }
@@ -487,6 +505,12 @@ func (s *sim) describe() string {
 		lines = append(lines, fmt.Sprintf("  %s inc=%d gone=%v frozen=%v member=%v ring=%s/%d handoff=%v fallback=%d pending=%d waiting=%d holding=%d",
 			name, n.inc, n.gone, n.frozen, n.core.Member(), n.core.Ring().Fingerprint(), n.core.Ring().Len(), n.core.HandoffUnderway(),
 			n.core.FallbackKeys(), n.core.out.pendingFor(""), len(n.waiting), len(n.holding)))
+		lines = append(lines, "    view: "+n.lastMembers)
+		n.core.out.mu.Lock()
+		for seq, pt := range n.core.out.transfers {
+			lines = append(lines, fmt.Sprintf("    transfer %d to %s/%d %s purpose %d inFlight=%v refused=%v limbo=%d retryAt=%d", seq, pt.to.Name, pt.to.Inc, pt.t.Mode, pt.purpose, pt.inFlight, pt.refused, pt.limbo, pt.retryAt))
+		}
+		n.core.out.mu.Unlock()
 	}
 	return strings.Join(lines, "\n")
 }

@@ -97,6 +97,7 @@ type sim struct {
 
 	violations []string
 	maxNodes   int
+	open       int      // faults not played to their end
 	log        []string // what happened, for a failing seed
 	verbose    bool
 	trace      limiter.Key // a key whose movements are logged

@@ -306,7 +306,7 @@ func (o *outbox) moving(name string) int {
 
 // holdingFor returns the unsettled transfers carrying the counters of keys,
 // sorted by number, and the keys they carry to nodes other than to.
-func (o *outbox) holdingFor(keys []limiter.Key, to string) (mine []Transfer, elsewhere []KeyOwner) {
+func (o *outbox) holdingFor(keys []limiter.Key, to Peer) (mine []Transfer, elsewhere []KeyOwner) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var seqs []uint64
@@ -316,9 +316,15 @@ func (o *outbox) holdingFor(keys []limiter.Key, to string) (mine []Transfer, els
 			continue
 		}
 		pt := o.transfers[seq]
-		if pt.to.Name != to {
+		if pt.to.Name != to.Name {
 			elsewhere = append(elsewhere, KeyOwner{Key: k, Owner: pt.to.Name})
 			continue
+		}
+		if pt.to.Inc < to.Inc {
+			// Meant for an earlier run of the puller, which died without
+			// acknowledging it: the puller's run it is now.
+			pt.t.Was, pt.t.WasTo = seq, pt.to
+			pt.to, pt.t.To, pt.limbo = to, to.Inc, 0
 		}
 		if !slices.Contains(seqs, seq) {
 			seqs = append(seqs, seq)
@@ -327,7 +333,7 @@ func (o *outbox) holdingFor(keys []limiter.Key, to string) (mine []Transfer, els
 	slices.Sort(seqs)
 	for _, seq := range seqs {
 		pt := o.transfers[seq]
-		pt.t.Floor = o.floorLocked(to)
+		pt.t.Floor = o.floorLocked(to.Name)
 		mine = append(mine, pt.t)
 	}
 	return mine, elsewhere
@@ -457,15 +463,19 @@ func (c *Core) sendTransfer(now time.Time, to Peer, mode Mode, p purpose, states
 // tickTransfers sends again the transfers whose last attempt failed, to
 // peers that answer.
 func (c *Core) tickTransfers(now time.Time, m int64) {
-	c.retargetDue(now)
+	c.viewMu.Lock()
+	c.deadReceivers(now, c.peers.heardAll()) // transfers made after the receiver died
+	c.viewMu.Unlock()
 	c.out.due(m, func(to Peer) bool {
 		p := c.peers.get(to.Name)
 		return p != nil && p.peer.Inc == to.Inc && p.reachState() != down
 	})
 }
 
-// handleTransfer applies t from from, once, and acknowledges it.
-func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer) Ack {
+// handleTransfer applies t from from, once, and acknowledges it. pulled:
+// from gave t in answer to this node's pull, so it does not count this
+// node dead, and no lease is needed.
+func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool) Ack {
 	if t.To != c.self.Inc {
 		return Ack{Seq: t.Seq, Refused: true}
 	}
@@ -479,7 +489,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer) Ack {
 		// here too. Nor from a sender whose keys this node took over, as
 		// of the epoch it sent them in: its counts were started from their
 		// replicas here, and it sends them again as copies once it learnt.
-		if p := c.peers.get(from.Name); p == nil || p.peer.Inc != from.Inc || !p.leased(c.mono(now)) || c.gate.tookOverAt(from, t.Epoch) {
+		if p := c.peers.get(from.Name); p == nil || p.peer.Inc != from.Inc || !pulled && !p.leased(c.mono(now)) || c.gate.tookOverAt(from, t.Epoch) {
 			return Ack{Seq: t.Seq, Refused: true}
 		}
 	}
@@ -521,6 +531,9 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 	case ModeNewer:
 		c.place(now, ModeNewer, purposeForward, t.States)
 	case ModeReplica:
+		if r, ok := c.known.run(from); ok && r.leaving {
+			return // it hands its counters over instead: a replica now is stale
+		}
 		c.replicas.put(now, from, t.States)
 		c.replicas.noteApplied(c.mono(now), from, t.Applied)
 	case ModeRefund:
@@ -629,7 +642,11 @@ func (c *Core) pushKeys(now time.Time, keys []limiter.Key) {
 // refund gives back the units of reqs, where their counters are: here, or
 // passed on to the node they moved to.
 func (c *Core) refund(now time.Time, reqs []limiter.Request) {
+	if len(reqs) == 0 {
+		return
+	}
 	v := c.view.Load()
+	reqs = c.handoff.refundLater(v, c.self.Name, reqs) // keys not settled here wait for their counter
 	var away map[string][]limiter.Request
 	owners := map[string]Member{}
 	for _, r := range reqs {
@@ -711,7 +728,7 @@ func (c *Core) deadReceivers(now time.Time, heard map[Peer]int64) {
 	m := c.mono(now)
 	v := c.view.Load()
 	c.out.toLimbo(func(to Peer) (int64, bool) {
-		if c.aliveLocked(v.ring, to) {
+		if c.aliveLocked(v.ring, to) || !c.goneLocked(to) {
 			return 0, false
 		}
 		if h, ok := heard[to]; ok {
@@ -736,6 +753,17 @@ func (c *Core) aliveLocked(ring *Ring, to Peer) bool {
 		}
 	}
 	return to.Name == c.self.Name
+}
+
+// goneLocked reports whether the run to is gone: it died, or it was seen
+// and is no longer listed (it left). A run never seen is not gone: this
+// node has not heard of it yet. viewMu is held.
+func (c *Core) goneLocked(to Peer) bool {
+	if c.runDied(to) {
+		return true
+	}
+	r, ok := c.known.latest(to.Name)
+	return ok && r.inc >= to.Inc
 }
 
 // retargetDue sends on the transfers whose receiver can no longer apply

@@ -232,6 +232,45 @@ func AddState(now time.Time, a, b State) State {
 	return stateOf(b.Key, mergeEntries(a.entry(), b.entry(), now.UnixNano()))
 }
 
+// SubState returns what later counted beyond earlier, an earlier copy of
+// the same counter (a replica of it), as a counter to add where earlier's
+// counts are held already; ok is false when later counted nothing more.
+// Windows subtract window by window; a bucket gives the time its arrival
+// time moved on, from now; a reputation, or a counter whose algorithm
+// changed, is later itself (merging keeps the worse score, or the fuller
+// counter). Grants and leases are not counters: later is returned.
+func SubState(now time.Time, later, earlier State) (delta State, ok bool) {
+	if later.Kind >= KindGrant || earlier.Kind >= KindGrant {
+		return later, true
+	}
+	a, b := later.entry(), earlier.entry()
+	switch {
+	case a.kind() != b.kind(), a.kind() == kindReputation:
+		return later, true
+	case a.kind() == kindBucket:
+		moved := a.stamp - b.stamp
+		if moved <= 0 {
+			return State{}, false
+		}
+		tat := now.UnixNano() + moved
+		return stateOf(later.Key, entry{stamp: tat, expires: tat, prev: markBucket}), true
+	}
+	sub := func(x, y uint32) uint32 { return x - min(x, y) }
+	w := (a.expires - a.stamp) / 2
+	switch {
+	case a.stamp == b.stamp:
+		a.cur, a.prev = sub(a.cur, b.cur), sub(a.prev, b.prev)
+	case a.stamp-b.stamp == w:
+		a.prev = sub(a.prev, b.cur) // earlier's current window is later's previous one
+	case a.stamp < b.stamp:
+		return State{}, false // not an earlier copy
+	}
+	if a.cur == 0 && a.prev == 0 {
+		return State{}, false
+	}
+	return stateOf(later.Key, a), true
+}
+
 // NewerState returns, of two counters of one key (one possibly an older
 // copy of the other), what MergeNewer would keep. Grants and leases are not
 // counters: b is returned for them.

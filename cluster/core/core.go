@@ -51,6 +51,11 @@ type Core struct {
 	scores  *slotCache[float64]      // clients' scores their owners reported
 	blockGn atomic.Uint64            // denials of older generations are void
 
+	// answering: a majority of the nodes this node knows of answer it
+	// (see updateAnswering); without one it counts nothing as an owner.
+	answering   atomic.Bool
+	answeringMu sync.Mutex
+
 	takeSeq atomic.Uint64 // numbers take items sent
 	stats   Stats
 
@@ -102,6 +107,7 @@ type view struct {
 	// nothing as an owner and takes no dead member's keys over, so the two
 	// sides of a split never count a key each.
 	quorum bool
+	voters int // the nodes a majority is counted of
 }
 
 // New returns a core for cfg, not yet a member of any ring but its own (and
@@ -139,6 +145,7 @@ func New(cfg Config, now time.Time) *Core {
 func NewStandalone(engine *limiter.Engine, now time.Time) *Core {
 	c := New(Config{Self: Member{Name: "local"}, Engine: engine, CacheSlots: 64}, now)
 	c.view.Store(&view{ring: c.view.Load().ring, self: 0, peers: []*peerState{nil}, stable: c.view.Load().ring, standalone: true, shareOf: 1})
+	c.updateAnswering()
 	return c
 }
 
@@ -254,18 +261,44 @@ func (c *Core) Tick(now time.Time) {
 	c.notifyOutbox()
 }
 
+// majority reports whether this node may count keys as their owner, and
+// take a dead member's keys over, by v: v's ring holds a majority of the
+// nodes it knows of, and a majority answer it.
+func (c *Core) majority(v *view) bool { return v.standalone || v.quorum && c.answering.Load() }
+
+// updateAnswering works out whether a majority of the nodes this node
+// knows of (its ring's members and the dead not yet forgotten) answer it:
+// itself and the members whose calls do not fail. A ring can look like a
+// majority while the nodes on the far side of a split are declared dead
+// one by one; the members that stopped answering tell it is not.
+func (c *Core) updateAnswering() {
+	c.answeringMu.Lock()
+	defer c.answeringMu.Unlock()
+	v := c.view.Load()
+	if v == nil {
+		return
+	}
+	answering := 0
+	for i, p := range v.peers {
+		if i == v.self || p != nil && p.reachState() != down {
+			answering++
+		}
+	}
+	c.answering.Store(v.standalone || 2*answering > v.voters)
+}
+
 // quorumLocked reports whether ring holds a majority of the nodes this
 // node knows of: its members and the dead ones (the driver forgets a dead
 // node after a while, and then it no longer counts). Nodes leaving or
 // joining do not count. viewMu is held.
-func (c *Core) quorumLocked(ring *Ring) bool {
-	voters := ring.Len()
+func (c *Core) quorumLocked(ring *Ring) (quorum bool, voters int) {
+	voters = ring.Len()
 	for _, d := range c.known.dead {
 		if !ring.Has(d.Name) {
 			voters++
 		}
 	}
-	return 2*ring.Len() > voters
+	return 2*ring.Len() > voters, voters
 }
 
 // others returns the nodes that are not members: leaving, joining, and
@@ -300,10 +333,11 @@ func (k membershipState) latest(name string) (seenRun, bool) {
 
 // rePlace puts what arrived for keys moving here, under the view before,
 // where it belongs under the view now: still waiting, counted, or sent on.
-func (c *Core) rePlace(now time.Time, bases, adds []limiter.State, refunds []limiter.Request) {
-	c.place(now, ModeNewer, purposeHandoff, bases)
-	c.place(now, ModeAdd, purposeHandoff, adds)
-	c.refund(now, refunds)
+func (c *Core) rePlace(now time.Time, a arrived) {
+	c.place(now, ModeNewer, purposeHandoff, a.bases)
+	c.place(now, ModeAdd, purposeHandoff, a.adds)
+	c.place(now, ModeCopy, purposeHandoff, a.copies)
+	c.refund(now, a.refunds)
 }
 
 // Membership is what the driver knows of the other nodes.
@@ -422,23 +456,23 @@ func (c *Core) rerouteLocked(now time.Time) {
 		// source that left handed everything over before it went.
 		v := *old
 		v.ring, v.self = ring, selfIdx
-		v.quorum = c.quorumLocked(ring)
+		v.quorum, v.voters = c.quorumLocked(ring)
 		heard := c.peers.heardAll()
-		var bases, adds []limiter.State
-		var refunds []limiter.Request
+		var moving arrived
 		if old.ho != nil {
 			v.ho = c.planHandoff(now, old, old.stable, ring)
 			if v.ho == nil {
 				v.stable = ring
 			}
-			bases, adds, refunds = c.handoff.takeArrived()
+			moving = c.handoff.takeArrived()
 			c.handoff.reset(v.ho, v.ho == nil)
 		}
 		v.peers = c.peers.match(ring, c.known.others(), c.self.Name, m)
 		c.view.Store(&v)
+		c.updateAnswering()
 		c.deadReceivers(now, heard)
 		c.replaceRefused(now)
-		c.rePlace(now, bases, adds, refunds)
+		c.rePlace(now, moving)
 		return
 	}
 	stable := ring
@@ -453,20 +487,22 @@ func (c *Core) rerouteLocked(now time.Time) {
 	if selfIdx >= 0 {
 		ho = c.planHandoff(now, old, stable, ring) // before the peers of dead members are dropped
 	}
-	v := &view{ring: ring, self: selfIdx, stable: stable, ho: ho, quorum: c.quorumLocked(ring)}
+	v := &view{ring: ring, self: selfIdx, stable: stable, ho: ho}
+	v.quorum, v.voters = c.quorumLocked(ring)
 	v.peers = c.peers.match(ring, c.known.others(), c.self.Name, m)
 	if v.ho == nil {
 		v.stable = ring
 	}
 	v.shareOf = max(1, max(ring.Len(), v.stable.Len())-1)
-	bases, adds, refunds := c.handoff.takeArrived()
+	moving := c.handoff.takeArrived()
 	c.handoff.reset(v.ho, old == nil || old.ho == nil || old.stable != v.stable)
 	c.view.Store(v)
+	c.updateAnswering()
 	if old != nil {
-		c.lent.keepOwned(ring, c.self.Name)
+		c.lent.keepOwned(ring, c.self.Name, c.goneLocked)
 		c.deadReceivers(now, heard)
 		c.replaceRefused(now)
-		c.rePlace(now, bases, adds, refunds)
+		c.rePlace(now, moving)
 		c.handOver(now, v)
 		c.resync(now, old.ring, ring)
 		c.tickMu.Lock()

@@ -248,7 +248,7 @@ func (c *Core) reconcileTo(now time.Time, v *view, to Peer) bool {
 	c.spent(states, now.UnixNano())
 	c.stats.Reconciled.Add(uint64(len(states)))
 	for _, part := range SplitStates(sortStates(states), TransferBytes) {
-		c.sendTransfer(now, to, ModeAdd, purposeReconcile, part, nil, 0)
+		c.sendTransfer(now, to, Transfer{Mode: ModeAdd, States: part}, purposeReconcile)
 	}
 	return true
 }

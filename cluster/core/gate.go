@@ -16,7 +16,7 @@ import (
 // announces it as joining, so the others leave it out of their rings too.
 // Once a seed answered (Joined), it sends the counters it kept from before
 // (a snapshot read back: RestoreCounters) to their owners as copies
-// (ModeNewer: the owners keep the newer of theirs and these, never the
+// (ModeCopy: the owners keep the newer of theirs and these, never the
 // sum), and once all are acknowledged it enters its ring. The keys that
 // move to it then come through the hand-off like any joining node's.
 //
@@ -164,7 +164,7 @@ func (c *Core) deliverHeld(now time.Time, held []limiter.State) {
 			keep = append(keep, s)
 		}
 	}
-	c.place(now, ModeNewer, purposeHeld, sortStates(keep))
+	c.place(now, ModeCopy, purposeHeld, sortStates(keep))
 	c.log.Info("restoring counters kept from before: the newer of each at its owner", "node", c.self.Name, "counters", len(keep), "not_ours", len(held)-len(keep))
 }
 
@@ -237,8 +237,11 @@ func (c *Core) evict(now time.Time, by string) {
 	g.epoch.Add(1)
 	c.out.retag()
 	held := c.engine.Extract(now, func(limiter.Key) bool { return true }, 0)
+	// Its replicas went to successors by its last complete ring (a ring
+	// changed since, without a majority, completed no hand-off).
+	was := c.view.Load().stable
 	c.rerouteLocked(now)
-	c.sendAway(now, held)
+	c.sendEvicted(now, was, held)
 	c.viewMu.Unlock()
 	c.log.Warn("declared dead by a peer: counting nothing until joined again", "node", c.self.Name, "by", by)
 	if f := c.cfg.Hooks.Member; f != nil {

@@ -51,6 +51,8 @@ type moving struct {
 	settled  bool
 	base     limiter.State // newest copy received (ModeNewer, a replica)
 	hasBase  bool
+	copy     limiter.State // newest whole copy received (ModeCopy): raises the settled count
+	hasCopy  bool
 	adds     limiter.State // counts received to add (ModeAdd)
 	hasAdds  bool
 	from     string // the node whose pull settled it (for stats)
@@ -221,6 +223,14 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, 
 		return false
 	}
 	mk.received = true
+	if mode == ModeCopy {
+		if mk.hasCopy {
+			mk.copy = limiter.NewerState(mk.copy, s)
+		} else {
+			mk.copy, mk.hasCopy = s, true
+		}
+		return true
+	}
 	if mode == ModeNewer {
 		if mk.hasBase {
 			mk.base = limiter.NewerState(mk.base, s)
@@ -241,16 +251,29 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, 
 // any: its newest copy with the additions on top. h.mu is held.
 func settleLocked(mk *moving, now time.Time, into *settled) {
 	mk.settled = true
+	var out limiter.State
+	has := true
 	switch {
 	case mk.hasBase && mk.hasAdds:
-		into.states = append(into.states, limiter.AddState(now, mk.base, mk.adds))
+		out = limiter.AddState(now, mk.base, mk.adds)
 	case mk.hasBase:
-		into.states = append(into.states, mk.base)
+		out = mk.base
 	case mk.hasAdds:
-		into.states = append(into.states, mk.adds)
+		out = mk.adds
+	default:
+		has = false
+	}
+	switch {
+	case has && mk.hasCopy:
+		out = limiter.NewerState(out, mk.copy) // a copy raises the count, never adds to it
+	case mk.hasCopy:
+		out, has = mk.copy, true
+	}
+	if has {
+		into.states = append(into.states, out)
 	}
 	into.refunds = append(into.refunds, mk.refunds...)
-	mk.hasBase, mk.hasAdds, mk.refunds = false, false, nil
+	mk.hasBase, mk.hasAdds, mk.hasCopy, mk.refunds = false, false, false, nil
 }
 
 // settled is what keys just settled gathered: their counters, and the
@@ -284,6 +307,7 @@ func (c *Core) countSettled(now time.Time, done settled) {
 	}
 	for _, r := range done.refunds {
 		c.engine.Refund(now, r)
+		c.dirty.noteKey(r.Key)
 	}
 }
 
@@ -455,34 +479,41 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		if slices.ContainsFunc(moved, func(ko KeyOwner) bool { return ko.Key == k }) || c.heldFor(given, k) {
 			continue
 		}
-		if to, lent := c.lent.get(k); lent && to != from.Name {
-			moved = append(moved, KeyOwner{Key: k, Owner: to})
+		if to, lent := c.lent.get(k); lent && to.Name != from.Name {
+			moved = append(moved, KeyOwner{Key: k, Owner: to.Name})
 			continue
 		}
 		take = append(take, k)
 	}
 	states := c.engine.ExtractKeys(now, take)
-	bases, adds := c.handoff.extract(take, now)
+	moving := c.handoff.extract(take)
+	bases, adds := moving.bases, moving.adds
 	// Replicas this node keeps of the puller's earlier run, of keys nobody
 	// handed over here: the puller restarted without a hand-off (it
 	// crashed), and those keys' counts live in the replicas.
 	bases = append(bases, c.replicas.take(now, func(owner Peer, k limiter.Key) bool {
-		return owner.Name == from.Name && owner.Inc < from.Inc && slices.Contains(take, k) &&
+		return owner.Name == from.Name && owner.Inc < from.Inc && slices.Contains(p.Keys, k) &&
 			!slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == k })
 	})...)
 	states = append(states, adds...)
 	m := c.mono(now)
 	if len(states) > 0 {
 		for _, part := range SplitStates(sortStates(states), TransferBytes) {
-			given = append(given, c.out.transfer(from, ModeAdd, purposePull, part, nil, 0, m+int64(2*c.cfg.CallTimeout), false))
+			given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, States: part}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 		}
 	}
 	if len(bases) > 0 {
-		given = append(given, c.out.transfer(from, ModeNewer, purposePull, sortStates(bases), nil, 0, m+int64(2*c.cfg.CallTimeout), false))
+		given = append(given, c.out.transfer(from, Transfer{Mode: ModeNewer, States: sortStates(bases)}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+	}
+	if len(moving.copies) > 0 {
+		given = append(given, c.out.transfer(from, Transfer{Mode: ModeCopy, States: moving.copies}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+	}
+	if len(moving.refunds) > 0 {
+		c.refund(now, moving.refunds) // lent on: they follow the counter
 	}
 	for _, k := range take {
 		if owner, ok := v.ring.Owner(k.Route()); ok && owner.Name == c.self.Name || c.engine.Has(now, k) {
-			c.lent.set(k, from.Name) // this node would count it: send it there instead
+			c.lent.set(k, from) // this node would count it: send it there instead
 		}
 	}
 	return PullReply{Given: given, Moved: moved}
@@ -501,29 +532,50 @@ func (c *Core) heldFor(ts []Transfer, k limiter.Key) bool {
 // takeArrived removes and returns everything that arrived for keys not
 // settled, sorted by key; the keys stay as they are (settled or not,
 // pulling or not).
-func (h *handoffState) takeArrived() (bases, adds []limiter.State, refunds []limiter.Request) {
+func (h *handoffState) takeArrived() (a arrived) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, mk := range h.keys {
 		if mk.settled {
 			continue
 		}
-		if mk.hasBase {
-			bases = append(bases, mk.base)
-		}
-		if mk.hasAdds {
-			adds = append(adds, mk.adds)
-		}
-		refunds = append(refunds, mk.refunds...)
-		mk.hasBase, mk.hasAdds, mk.refunds = false, false, nil
+		a.takeLocked(mk)
 	}
-	slices.SortFunc(refunds, func(a, b limiter.Request) int { return cmpUint(uint64(a.Key), uint64(b.Key)) })
-	return sortStates(bases), sortStates(adds), refunds
+	a.sort()
+	return a
 }
 
-// extract removes and returns what arrived for keys not settled here:
-// newest copies apart from additions.
-func (h *handoffState) extract(keys []limiter.Key, now time.Time) (bases, adds []limiter.State) {
+// arrived is what came for keys not settled, taken out to be placed anew.
+type arrived struct {
+	bases, adds, copies []limiter.State
+	refunds             []limiter.Request
+}
+
+// takeLocked moves what came for mk into a.
+func (a *arrived) takeLocked(mk *moving) {
+	if mk.hasBase {
+		a.bases = append(a.bases, mk.base)
+	}
+	if mk.hasAdds {
+		a.adds = append(a.adds, mk.adds)
+	}
+	if mk.hasCopy {
+		a.copies = append(a.copies, mk.copy)
+	}
+	a.refunds = append(a.refunds, mk.refunds...)
+	mk.hasBase, mk.hasAdds, mk.hasCopy, mk.refunds = false, false, false, nil
+}
+
+// sort orders a by key: what is sent does not depend on a map walk.
+func (a *arrived) sort() {
+	sortStates(a.bases)
+	sortStates(a.adds)
+	sortStates(a.copies)
+	slices.SortFunc(a.refunds, func(x, y limiter.Request) int { return cmpUint(uint64(x.Key), uint64(y.Key)) })
+}
+
+// extract removes and returns what arrived for keys not settled here.
+func (h *handoffState) extract(keys []limiter.Key) (a arrived) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, k := range keys {
@@ -531,15 +583,11 @@ func (h *handoffState) extract(keys []limiter.Key, now time.Time) (bases, adds [
 		if mk == nil || mk.settled {
 			continue
 		}
-		if mk.hasBase {
-			bases = append(bases, mk.base)
-		}
-		if mk.hasAdds {
-			adds = append(adds, mk.adds)
-		}
+		a.takeLocked(mk)
 		delete(h.keys, k)
 	}
-	return bases, adds
+	a.sort()
+	return a
 }
 
 // handleSeal answers whether this node holds nothing more, under ring, for
@@ -642,7 +690,7 @@ func (c *Core) tickHandoff(now time.Time, m int64) {
 		}
 	}
 	forced := m-plan.since >= int64(c.cfg.HandoffWindow)
-	if (all || forced) && v.quorum {
+	if (all || forced) && c.majority(v) {
 		c.completeHandoff(now, plan, forced && !all)
 	}
 }
@@ -666,19 +714,18 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	}
 	// Replicas of dead members' keys this node owns now join what arrived
 	// for them, as their newest copy.
-	promoted := map[limiter.Key]Peer{}
-	reps := c.replicas.take(now, func(owner Peer, k limiter.Key) bool {
+	taken := c.replicas.takeOwned(now, func(owner Peer, k limiter.Key) bool {
 		if inc, dead := plan.deadInc[owner.Name]; !dead || owner.Inc > inc {
 			return false
 		}
 		o, ok := v.ring.Owner(k.Route())
-		if ok && o.Name == c.self.Name {
-			promoted[k] = owner
-			return true
-		}
-		return false
+		return ok && o.Name == c.self.Name
 	})
-	c.replicas.notePromoted(c.mono(now), promoted)
+	c.replicas.notePromoted(c.mono(now), taken)
+	reps := make([]limiter.State, len(taken))
+	for i, t := range taken {
+		reps[i] = t.state
+	}
 	c.stats.FromReplica.Add(uint64(len(reps)))
 	for name, inc := range plan.deadInc {
 		c.tookOver(Member{Name: name, Inc: inc}) // its pings are told so from now on
@@ -718,6 +765,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	next.shareOf = max(1, v.ring.Len()-1)
 	h.reset(nil, true)
 	c.view.Store(&next)
+	c.updateAnswering()
 	c.viewMu.Unlock()
 	c.log.Info("hand-off complete", "node", c.self.Name, "ring", v.ring.Fingerprint(), "from_replicas", len(reps))
 	c.notifySettled()
@@ -737,10 +785,17 @@ func (c *Core) handOver(now time.Time, v *view) {
 	// counters over. Those of owners that died (or were replaced by a later
 	// run), of keys another node owns now, go there as copies.
 	c.replicas.take(now, func(owner Peer, _ limiter.Key) bool { return c.runLeft(owner) })
-	reps := c.replicas.take(now, func(owner Peer, k limiter.Key) bool {
+	taken := c.replicas.takeOwned(now, func(owner Peer, k limiter.Key) bool {
 		o, ok := v.ring.Owner(k.Route())
 		return ok && o.Name != self && c.runDied(owner)
 	})
+	// The dead owner's counts of them are in the cluster now, as in a
+	// promotion here: if it comes back, it adds only what it counted since.
+	c.replicas.notePromoted(c.mono(now), taken)
+	reps := make([]limiter.State, len(taken))
+	for i, t := range taken {
+		reps[i] = t.state
+	}
 	c.place(now, ModeNewer, purposeHandoff, reps)
 }
 
@@ -798,28 +853,64 @@ func (c *Core) pushStray(now time.Time) {
 }
 
 // sendAway sends counters taken out of the engine to their owners, to be
-// added. A node declared dead sends none of its counters: its successors
-// started its keys from their replicas, and what it counted since its last
-// replica is lost, as in a crash (its grants and leases go as copies, and
-// what it admitted in fallback follows as additions).
+// added. A node declared dead sends them too, before it joins again: an
+// owner that started a key from this run's replica keeps the newer of the
+// two (what this node counted after its last replica is lost, as in a
+// crash), and one that did not, because its takeover had not completed
+// when this node came back, adds them (ModeEvicted). Its grants and leases
+// go as copies.
 func (c *Core) sendAway(now time.Time, states []limiter.State) {
 	if c.gate.evicted() {
-		var keep []limiter.State
-		dropped := 0
-		for _, s := range states {
-			if s.Kind >= limiter.KindGrant {
-				keep = append(keep, s)
-			} else {
-				dropped++
-			}
-		}
-		if dropped > 0 {
-			c.log.Warn("declared dead: dropping the counters this node held; its keys' new owners started them from their replicas", "node", c.self.Name, "counters", dropped)
-		}
-		c.place(now, ModeNewer, purposeHeld, sortStates(keep))
+		c.sendEvicted(now, nil, states)
 		return
 	}
 	c.place(now, ModeAdd, purposeHandoff, sortStates(states))
+}
+
+// sendEvicted sends the states a node declared dead held: grants and
+// leases to their owners as copies, counters to the node that kept their
+// replicas, their successor by was (the ring this node counted them by),
+// which alone knows whether it started them from those replicas. Without
+// such a ring they go to their owners now.
+func (c *Core) sendEvicted(now time.Time, was *Ring, states []limiter.State) {
+	var counters, copies []limiter.State
+	for _, s := range states {
+		if s.Kind >= limiter.KindGrant {
+			copies = append(copies, s)
+		} else {
+			counters = append(counters, s)
+		}
+	}
+	if len(counters) > 0 {
+		c.log.Warn("declared dead: counting nothing; the counters this node held go to the nodes that kept their replicas", "node", c.self.Name, "counters", len(counters))
+	}
+	c.place(now, ModeNewer, purposeHeld, sortStates(copies))
+	like := Transfer{Mode: ModeEvicted, Evicted: c.self}
+	bySucc := map[string][]limiter.State{}
+	succs := map[string]Member{}
+	var rest []limiter.State
+	for _, s := range sortStates(counters) {
+		if was == nil {
+			rest = append(rest, s)
+			continue
+		}
+		_, second := was.top2(s.Key.Route())
+		if second < 0 || was.member(second).Name == c.self.Name {
+			rest = append(rest, s)
+			continue
+		}
+		succ := was.member(second)
+		bySucc[succ.Name] = append(bySucc[succ.Name], s)
+		succs[succ.Name] = succ
+	}
+	for _, name := range sortedKeys(bySucc) {
+		for _, part := range SplitStates(bySucc[name], TransferBytes) {
+			t := like
+			t.States = part
+			c.sendTransfer(now, succs[name].Peer(), t, purposeHeld)
+		}
+	}
+	c.placeAs(now, like, purposeHeld, rest)
 }
 
 // tookOver records that this node takes over the keys of x, declared dead
@@ -838,19 +929,19 @@ func (c *Core) tookOver(x Member) {
 // there. It is safe for concurrent use, and cheap to ask when empty.
 type lentKeys struct {
 	mu   sync.RWMutex
-	keys map[limiter.Key]string
+	keys map[limiter.Key]Peer
 	n    atomic.Int64
 	max  int
 }
 
-func newLentKeys(max int) *lentKeys { return &lentKeys{keys: map[limiter.Key]string{}, max: max} }
+func newLentKeys(max int) *lentKeys { return &lentKeys{keys: map[limiter.Key]Peer{}, max: max} }
 
 // get returns the node k was lent to.
-func (l *lentKeys) get(k limiter.Key) (string, bool) {
+func (l *lentKeys) get(k limiter.Key) (Peer, bool) {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if len(l.keys) == 0 {
-		return "", false
+		return Peer{}, false
 	}
 	to, ok := l.keys[k]
 	return to, ok
@@ -858,7 +949,7 @@ func (l *lentKeys) get(k limiter.Key) (string, bool) {
 
 // set records that k went to to. A full table records nothing more: the
 // key is then counted here too until the rings agree (a split).
-func (l *lentKeys) set(k limiter.Key, to string) {
+func (l *lentKeys) set(k limiter.Key, to Peer) {
 	l.mu.Lock()
 	if _, ok := l.keys[k]; ok || len(l.keys) < l.max {
 		l.keys[k] = to
@@ -871,12 +962,13 @@ func (l *lentKeys) set(k limiter.Key, to string) {
 func (l *lentKeys) count() int64 { return l.n.Load() }
 
 // keepOwned drops the keys ring no longer gives to self, or whose holder
-// left it.
-func (l *lentKeys) keepOwned(ring *Ring, self string) {
+// is gone. A holder this node has not seen join yet keeps them: it pulled
+// them because its ring, newer than this one, gives them to it.
+func (l *lentKeys) keepOwned(ring *Ring, self string, gone func(Peer) bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for k, to := range l.keys {
-		if o, ok := ring.Owner(k.Route()); !ok || o.Name != self || !ring.Has(to) {
+		if o, ok := ring.Owner(k.Route()); !ok || o.Name != self || gone(to) {
 			delete(l.keys, k)
 		}
 	}

@@ -82,9 +82,31 @@ const (
 	// fallback): if the receiver admitted it, it gives the units back; if
 	// it has not seen it yet, it never will count it.
 	ModeCancel
+	// ModeCopy carries a copy, possibly older, of a node's whole count of
+	// keys (a snapshot read back): it may include additions the receiver
+	// also got another way, so it never adds; it only raises the
+	// receiver's count, once that count is settled, where it shows more.
+	ModeCopy
+	// ModeEvicted carries the counters of a node declared dead, sent as it
+	// stops counting to the node that kept their replicas: if the cluster
+	// holds a replica's counts (the receiver started the key from it, or
+	// sent it on to the key's owner), the receiver adds what the counter
+	// holds beyond it; if not (its takeover had not completed when the
+	// sender came back), it adds the counter and drops the replica.
+	ModeEvicted
 )
 
-var modeNames = [...]string{ModeAdd: "add", ModeNewer: "newer", ModeReplica: "replica", ModeRefund: "refund", ModeCancel: "cancel"}
+var modeNames = [...]string{ModeAdd: "add", ModeNewer: "newer", ModeReplica: "replica", ModeRefund: "refund", ModeCancel: "cancel", ModeCopy: "copy", ModeEvicted: "evicted"}
+
+// carriesCounts reports whether transfers of mode m carry counts that the
+// receiver counts as their owner.
+func (m Mode) carriesCounts() bool {
+	switch m {
+	case ModeAdd, ModeNewer, ModeCopy, ModeEvicted:
+		return true
+	}
+	return false
+}
 
 // String names the mode, for logs.
 func (m Mode) String() string {
@@ -113,7 +135,7 @@ type Transfer struct {
 	// it (see Pong.Dead).
 	Epoch  uint64
 	Mode   Mode
-	States []limiter.State   // ModeAdd, ModeNewer, ModeReplica
+	States []limiter.State   // ModeAdd, ModeNewer, ModeReplica, ModeCopy, ModeEvicted
 	Reqs   []limiter.Request // ModeRefund, ModeCancel: the units to give back
 	Take   uint64            // ModeCancel: the Seq of the take item given up on
 	// Was and WasTo: this transfer carries counts of the sender's transfer
@@ -122,6 +144,9 @@ type Transfer struct {
 	// replicated that (see Applied).
 	Was   uint64
 	WasTo Peer
+	// Evicted (ModeEvicted) is the run declared dead whose counters these
+	// are: the sender, or the node it forwards them for.
+	Evicted Peer
 	// Applied (ModeReplica) lists the transfers the owner applied since its
 	// last replica to this successor: if the owner dies, the successor
 	// knows which of them its replicas hold already.

@@ -208,6 +208,7 @@ func (c *Core) pinged(now time.Time, p *peerState, sent int64, pong Pong) {
 	p.renew(sent + int64(c.cfg.LeaseTime))
 	if p.reachState() == down {
 		p.reach.Store(int32(recovering))
+		c.updateAnswering()
 		c.recover(now, c.view.Load(), p)
 	}
 	c.notifySettled()
@@ -230,7 +231,11 @@ func (c *Core) peerFailed(p *peerState) {
 	p.mu.Lock()
 	p.failures++
 	p.mu.Unlock()
-	if reach(p.reach.Swap(int32(down))) == reachable {
+	was := reach(p.reach.Swap(int32(down)))
+	if was != down {
+		c.updateAnswering()
+	}
+	if was == reachable {
 		c.stats.Activations.Add(1)
 		c.log.Warn("peer unreachable: counting its keys in fallback", "node", c.self.Name, "peer", p.peer.Name)
 	}

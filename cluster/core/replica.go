@@ -37,10 +37,13 @@ type replicaStore struct {
 	promoted  map[limiter.Key]promotion  // keys this node started from a dead owner's replica
 }
 
-// promotion is a key started from the replica of a dead owner run.
+// promotion is a key started from the replica of a dead owner run (or
+// whose replica was sent on to its owner): the cluster holds that
+// replica's counts.
 type promotion struct {
 	owner Peer
-	at    int64 // mono
+	state limiter.State // the replica
+	at    int64         // mono
 }
 
 // appliedKeep is how long a successor remembers what its owners applied:
@@ -51,9 +54,10 @@ func newReplicaStore(max int) *replicaStore {
 	return &replicaStore{states: make(map[limiter.Key]replica), max: max, appliedBy: map[Peer]map[Applied]int64{}}
 }
 
-// notePromoted records which dead owner run each key started from.
-func (r *replicaStore) notePromoted(m int64, keys map[limiter.Key]Peer) {
-	if len(keys) == 0 {
+// notePromoted records the replicas of dead owner runs whose counts the
+// cluster holds now.
+func (r *replicaStore) notePromoted(m int64, taken []takenReplica) {
+	if len(taken) == 0 {
 		return
 	}
 	r.mu.Lock()
@@ -61,17 +65,26 @@ func (r *replicaStore) notePromoted(m int64, keys map[limiter.Key]Peer) {
 	if r.promoted == nil {
 		r.promoted = map[limiter.Key]promotion{}
 	}
-	for k, owner := range keys {
-		r.promoted[k] = promotion{owner: owner, at: m}
+	for _, t := range taken {
+		r.promoted[t.state.Key] = promotion{owner: t.owner, state: t.state, at: m}
 	}
 }
 
-// promotedFrom reports whether k was started from a replica of owner's.
-func (r *replicaStore) promotedFrom(k limiter.Key, owner Peer) bool {
+// takenReplica is a replica taken out of the store, and its owner.
+type takenReplica struct {
+	owner Peer
+	state limiter.State
+}
+
+// promotedFrom returns the replica of owner's that k was started from.
+func (r *replicaStore) promotedFrom(k limiter.Key, owner Peer) (limiter.State, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.promoted[k]
-	return ok && p.owner == owner
+	if !ok || p.owner != owner {
+		return limiter.State{}, false
+	}
+	return p.state, true
 }
 
 // noteApplied records transfers owner applied.
@@ -140,20 +153,43 @@ func (r *replicaStore) put(now time.Time, owner Peer, states []limiter.State) {
 
 // take removes and returns, sorted by key, the live replicas pick chooses.
 func (r *replicaStore) take(now time.Time, pick func(owner Peer, k limiter.Key) bool) []limiter.State {
+	taken := r.takeOwned(now, pick)
+	out := make([]limiter.State, len(taken))
+	for i, t := range taken {
+		out[i] = t.state
+	}
+	return out
+}
+
+// takeOwned is take, with each replica's owner.
+func (r *replicaStore) takeOwned(now time.Time, pick func(owner Peer, k limiter.Key) bool) []takenReplica {
 	ns := now.UnixNano()
 	r.mu.Lock()
-	var out []limiter.State
+	var out []takenReplica
 	for k, rep := range r.states {
 		if !pick(rep.owner, k) {
 			continue
 		}
 		delete(r.states, k)
 		if rep.state.Expires > ns {
-			out = append(out, rep.state)
+			out = append(out, takenReplica{owner: rep.owner, state: rep.state})
 		}
 	}
 	r.mu.Unlock()
-	return sortStates(out)
+	slices.SortFunc(out, func(a, b takenReplica) int { return cmpUint(uint64(a.state.Key), uint64(b.state.Key)) })
+	return out
+}
+
+// dropOf removes the replica of k if owner keeps it; it reports whether
+// it did.
+func (r *replicaStore) dropOf(k limiter.Key, owner Peer) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rep, ok := r.states[k]; ok && rep.owner == owner {
+		delete(r.states, k)
+		return true
+	}
+	return false
 }
 
 // get returns the replica of k and its owner.
@@ -248,7 +284,7 @@ func (c *Core) replicate(now time.Time, m int64) {
 		}
 		for i, part := range parts {
 			c.stats.ReplicaStates.Add(uint64(len(part)))
-			t := c.out.transfer(succs[name].Peer(), ModeReplica, purposeReplica, part, nil, 0, m, false)
+			t := c.out.transfer(succs[name].Peer(), Transfer{Mode: ModeReplica, States: part}, purposeReplica, m, false)
 			if i == 0 {
 				c.out.attachApplied(t.Seq, applied[name], m)
 			} else {

@@ -3,15 +3,23 @@ package core
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSimDebug(t *testing.T) {
 	if os.Getenv("SIMDBG") == "" {
 		t.Skip()
+	}
+	if os.Getenv("SIMDBG_FB") != "" {
+		debugFallback = func(c *Core, now time.Time, op *TakeOp, g *takeGroup) {
+			fmt.Printf("FALLBACK %s at %v owner=%q to=%v hops=%d pause=%d waited=%v stack=%s\n", c.self.Name, now.Sub(simEpoch), g.owner, op.to, g.hops, g.pause, g.waited, debugStack())
+		}
+		defer func() { debugFallback = nil }()
 	}
 	if v := os.Getenv("SIMDBG_SEED"); v != "" {
 		seed, _ := strconv.ParseUint(v, 10, 64)
@@ -97,4 +105,19 @@ func TestSimTrace(t *testing.T) {
 			fmt.Printf("%9.3f owner %s decided seq %d from %s: %v\n", d.at.Sub(simEpoch).Seconds(), d.node, d.seq, d.caller.Name, d.allowed)
 		}
 	}
+}
+
+func debugStack() string {
+	pc := make([]uintptr, 6)
+	n := runtime.Callers(3, pc)
+	frames := runtime.CallersFrames(pc[:n])
+	var out []string
+	for {
+		f, more := frames.Next()
+		out = append(out, fmt.Sprintf("%s:%d", f.Function[strings.LastIndex(f.Function, ".")+1:], f.Line))
+		if !more {
+			break
+		}
+	}
+	return strings.Join(out, "<")
 }

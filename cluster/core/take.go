@@ -160,7 +160,7 @@ func (c *Core) keyState(v *view, m int64, k limiter.Key) (keyState, int) {
 	if own < 0 || own != v.self {
 		return keyElsewhere, -1
 	}
-	if !v.quorum {
+	if !c.majority(v) {
 		return keyNoQuorum, -1
 	}
 	if c.lent.count() > 0 {
@@ -308,6 +308,12 @@ func (c *Core) Step(now time.Time, op *TakeOp) Action {
 			continue
 		}
 		if !p.calls() {
+			if _, member := v.ring.index(g.owner); !member {
+				// A node a peer named that this one knows only by an
+				// earlier run, gone: wait for the view to catch up.
+				c.redirect(now, v, m, op, g, "")
+				continue
+			}
 			c.decideByFallback(now, v, op, g)
 			continue
 		}
@@ -452,6 +458,9 @@ func (c *Core) patience() time.Duration { return 10 * c.cfg.CallTimeout }
 
 // decideByFallback decides a group by the fallback mode.
 func (c *Core) decideByFallback(now time.Time, v *view, op *TakeOp, g *takeGroup) {
+	if debugFallback != nil {
+		debugFallback(c, now, op, g)
+	}
 	var buf [8]limiter.Request
 	scaled, none := c.fallbackLimits(now, v, op.client, g.reqs, buf[:])
 	ok := c.decideFallback(now, op.op, scaled, none, g.res)
@@ -532,7 +541,7 @@ func (c *Core) CallFailed(now time.Time, op *TakeOp, busy bool) {
 	}
 	g := &op.groups[op.cur]
 	if op.op == OpTake && !busy {
-		c.sendTransfer(now, op.to, ModeCancel, purposeCancel, nil, slices.Clone(g.reqs), op.call.Seq)
+		c.sendTransfer(now, op.to, Transfer{Mode: ModeCancel, Reqs: slices.Clone(g.reqs), Take: op.call.Seq}, purposeCancel)
 	}
 	c.decideByFallback(now, c.view.Load(), op, g)
 }
@@ -581,7 +590,7 @@ func (c *Core) giveBack(now time.Time, g *takeGroup) {
 	case SourceOwner:
 		c.refund(now, g.reqs)
 	case SourcePeer:
-		c.sendTransfer(now, g.by, ModeRefund, purposeRefund, nil, slices.Clone(g.reqs), 0)
+		c.sendTransfer(now, g.by, Transfer{Mode: ModeRefund, Reqs: slices.Clone(g.reqs)}, purposeRefund)
 	case SourceFallback:
 		// Where the fallback counter is: here, or, if it was sent on to
 		// the key's owner meanwhile, there.
@@ -610,6 +619,7 @@ func (c *Core) penalize(now time.Time, op *TakeOp) {
 	v := c.view.Load()
 	if st, _ := c.keyState(v, c.mono(now), op.client); st == keyCounting {
 		op.decision.Score, op.decision.ScoreKnown = c.engine.Penalize(now, op.client), true
+		c.noteChanged(v, nil, op.client)
 		return
 	}
 	if peer := c.peers.get(op.clientOwner); peer != nil && peer.calls() {
@@ -651,6 +661,7 @@ func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Res
 	if item.Op == OpPenalize {
 		if st, _ := c.keyState(v, m, item.Client); st == keyCounting {
 			c.engine.Penalize(now, item.Client)
+			c.noteChanged(v, nil, item.Client)
 		}
 		return ItemReply{Outcome: Decided}, false
 	}
@@ -702,7 +713,7 @@ func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Res
 		// The same item again: its decision stands, nothing is spent twice.
 		for i := range item.Reqs {
 			res[i] = c.engine.Peek(now, item.Reqs[i])
-			res[i].Allowed = ok
+			res[i].Allowed = res[i].Allowed || ok
 		}
 		return ItemReply{Outcome: Decided, Allowed: ok, Score: c.engine.Reputation(now, client), Results: res}, false
 	}
@@ -773,3 +784,5 @@ func (c *Core) ResetLocal(keys ...limiter.Key) {
 	c.replicas.drop(keys)
 	c.Forget(keys...)
 }
+
+var debugFallback func(c *Core, now time.Time, op *TakeOp, g *takeGroup)

@@ -123,11 +123,12 @@ func (o *outbox) answered(id uint64) *pendingRequest {
 
 // transfer numbers a new transfer of mode to to and, unless held back
 // (given in a pull's reply), queues it. It returns the transfer.
-func (o *outbox) transfer(to Peer, mode Mode, p purpose, states []limiter.State, reqs []limiter.Request, take uint64, m int64, queue bool) Transfer {
+func (o *outbox) transfer(to Peer, t Transfer, p purpose, m int64, queue bool) Transfer {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.seq++
-	t := Transfer{Seq: o.seq, To: to.Inc, Epoch: o.epoch(), Mode: mode, States: states, Reqs: reqs, Take: take}
+	t.Seq, t.To, t.Epoch = o.seq, to.Inc, o.epoch()
+	states := t.States
 	pt := &pendingTransfer{t: t, to: to, purpose: p}
 	o.transfers[t.Seq] = pt
 	if p == purposeHandoff || p == purposeForward || p == purposePull || p == purposeHeld {
@@ -342,11 +343,11 @@ func (o *outbox) holdingFor(keys []limiter.Key, to Peer) (mine []Transfer, elsew
 // toLimbo puts the unsettled transfers to runs that are gone (gone
 // reports them, with until when they might still apply them) in limbo,
 // and takes those whose receiver is back out of it.
-func (o *outbox) toLimbo(gone func(Peer) (int64, bool)) {
+func (o *outbox) toLimbo(gone func(*pendingTransfer) (int64, bool)) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, pt := range o.transfers {
-		until, isGone := gone(pt.to)
+		until, isGone := gone(pt)
 		switch {
 		case isGone && pt.limbo == 0:
 			pt.limbo, pt.inFlight = max(until, 1), false
@@ -454,9 +455,9 @@ func (in *inbox) sweep(m int64, peers *peerTable) {
 	}
 }
 
-// sendTransfer makes a transfer of states (or reqs) to to and queues it.
-func (c *Core) sendTransfer(now time.Time, to Peer, mode Mode, p purpose, states []limiter.State, reqs []limiter.Request, take uint64) {
-	c.out.transfer(to, mode, p, states, reqs, take, c.mono(now), true)
+// sendTransfer numbers t, a transfer to to, and queues it.
+func (c *Core) sendTransfer(now time.Time, to Peer, t Transfer, p purpose) {
+	c.out.transfer(to, t, p, c.mono(now), true)
 	c.notifyOutbox()
 }
 
@@ -479,10 +480,10 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	if t.To != c.self.Inc {
 		return Ack{Seq: t.Seq, Refused: true}
 	}
-	if c.gate.isLeaving() && (t.Mode == ModeAdd || t.Mode == ModeNewer || t.Mode == ModeReplica) {
+	if c.gate.isLeaving() && (t.Mode.carriesCounts() || t.Mode == ModeReplica) {
 		return Ack{Seq: t.Seq, Refused: true}
 	}
-	if t.Mode == ModeAdd || t.Mode == ModeNewer || t.Mode == ModeRefund {
+	if t.Mode.carriesCounts() || t.Mode == ModeRefund {
 		// Counts come only from a sender this node holds a lease from: one
 		// that has declared this node dead sends them elsewhere once that
 		// lease ran out (deadReceivers), and must not find them applied
@@ -508,28 +509,38 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 
 // apply applies a transfer from from.
 func (c *Core) apply(now time.Time, from Peer, t Transfer) {
-	switch t.Mode {
-	case ModeAdd, ModeNewer, ModeRefund:
+	if t.Mode.carriesCounts() || t.Mode == ModeRefund {
 		c.noteApplied(from, t)
 	}
 	switch t.Mode {
 	case ModeAdd:
 		c.stats.Received.Add(uint64(len(t.States)))
-		// Counters of keys this node started from the sender's replicas,
-		// when it was declared dead, are copies of what those replicas
-		// hold: the newer stands, not the sum.
-		var adds, copies []limiter.State
+		c.place(now, ModeAdd, purposeForward, t.States)
+	case ModeEvicted:
+		c.stats.Received.Add(uint64(len(t.States)))
+		// Counters of keys this node started from the sender's replicas
+		// (or sent on to their owner) are copies of what those replicas
+		// hold: the newer stands, not the sum. A replica of the sender's
+		// not taken yet never will be: the counters themselves came.
+		// This node kept the run's replicas of them: it knows whether the
+		// cluster holds those replicas' counts (it started the keys from
+		// them, or sent them on), and sends on what the run counted beyond
+		// them, to be added wherever the keys are counted now.
+		run := t.Evicted
+		var adds []limiter.State
 		for _, s := range t.States {
-			if c.replicas.promotedFrom(s.Key, from) {
-				copies = append(copies, s)
-			} else {
-				adds = append(adds, s)
+			if rep, ok := c.replicas.promotedFrom(s.Key, run); ok {
+				if d, more := limiter.SubState(now, s, rep); more {
+					adds = append(adds, d)
+				}
+				continue
 			}
+			c.replicas.dropOf(s.Key, run)
+			adds = append(adds, s)
 		}
 		c.place(now, ModeAdd, purposeForward, adds)
-		c.place(now, ModeNewer, purposeForward, copies)
-	case ModeNewer:
-		c.place(now, ModeNewer, purposeForward, t.States)
+	case ModeNewer, ModeCopy:
+		c.place(now, t.Mode, purposeForward, t.States)
 	case ModeReplica:
 		if r, ok := c.known.run(from); ok && r.leaving {
 			return // it hands its counters over instead: a replica now is stale
@@ -549,13 +560,8 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 // placeOf returns where the counters of k belong by view v: this node
 // (self true) or the member named.
 func (c *Core) placeOf(v *view, k limiter.Key) (to Member, self, ok bool) {
-	if m, lent := c.lent.get(k); lent {
-		if i, in := v.ring.index(m); in {
-			return v.ring.member(i), false, true
-		}
-		if p := c.peers.get(m); p != nil {
-			return Member{Name: p.peer.Name, Inc: p.peer.Inc}, false, true
-		}
+	if p, lent := c.lent.get(k); lent {
+		return Member{Name: p.Name, Inc: p.Inc}, false, true
 	}
 	owner, ok := v.ring.Owner(k.Route())
 	if !ok {
@@ -569,6 +575,13 @@ func (c *Core) placeOf(v *view, k limiter.Key) (to Member, self, ok bool) {
 // beside it until they are settled), the others to their owners in
 // transfers of mode. Counters of keys nobody owns (no ring yet) stay here.
 func (c *Core) place(now time.Time, mode Mode, p purpose, states []limiter.State) {
+	c.placeAs(now, Transfer{Mode: mode}, p, states)
+}
+
+// placeAs is place for transfers made after like: its mode, and for
+// ModeEvicted the run whose counters they are.
+func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter.State) {
+	mode := like.Mode
 	if len(states) == 0 {
 		return
 	}
@@ -593,7 +606,9 @@ func (c *Core) place(now time.Time, mode Mode, p purpose, states []limiter.State
 	slices.Sort(names)
 	for _, name := range names {
 		for _, part := range SplitStates(byOwner[name], TransferBytes) {
-			c.sendTransfer(now, owners[name].Peer(), mode, p, part, nil, 0)
+			t := like
+			t.States = part
+			c.sendTransfer(now, owners[name].Peer(), t, p)
 		}
 	}
 }
@@ -608,14 +623,14 @@ func (c *Core) placeHere(now time.Time, v *view, mode Mode, states []limiter.Sta
 		if v.ho != nil && c.handoff.arrive(v, c.self.Name, mode, s, now) {
 			continue // moving here: settled with the rest of its counts
 		}
-		if mode == ModeAdd && !v.quorum && v.self >= 0 {
+		if mode == ModeAdd && !c.majority(v) && v.self >= 0 {
 			// Without a majority this node counts nothing as an owner: what
 			// is added here waits with its fallback counts for the key's
 			// owner on the larger side, and is sent there as an addition.
 			c.fallback.engine.Merge(now, []limiter.State{s})
 			continue
 		}
-		if mode == ModeNewer {
+		if mode == ModeNewer || mode == ModeCopy {
 			c.engine.MergeNewer(now, []limiter.State{s})
 		} else {
 			c.engine.Merge(now, []limiter.State{s})
@@ -653,6 +668,7 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 		to, self, ok := c.placeOf(v, r.Key)
 		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
 			c.engine.Refund(now, r)
+			c.dirty.noteKey(r.Key) // its successor's replica must not keep the units
 			continue
 		}
 		if away == nil {
@@ -662,7 +678,7 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 		owners[to.Name] = to
 	}
 	for _, name := range sortedKeys(away) {
-		c.sendTransfer(now, owners[name].Peer(), ModeRefund, purposeRefund, nil, away[name], 0)
+		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeRefund, Reqs: away[name]}, purposeRefund)
 	}
 }
 
@@ -688,8 +704,8 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 func (c *Core) replaceRefused(now time.Time) {
 	v := c.view.Load()
 	gone := c.out.refusedNotFor(func(pt *pendingTransfer) bool {
-		if pt.t.Mode != ModeAdd && pt.t.Mode != ModeNewer {
-			return false
+		if !pt.t.Mode.carriesCounts() || pt.t.Mode == ModeEvicted {
+			return false // evicted counters go to the node that kept their replicas, not to an owner
 		}
 		for _, s := range pt.t.States {
 			if to, self, ok := c.placeOf(v, s.Key); !ok || self || to.Name != pt.to.Name {
@@ -721,14 +737,25 @@ func (c *Core) replaceRefused(now time.Time) {
 // transfers that name the one they replace: the new owner, which took the
 // dead receiver's keys over, skips those the dead receiver applied and
 // replicated before it died, so a count is neither lost nor counted twice.
-// Refunds go the same way. Replicas and cancels are dropped: the successor
-// gets a fresh replica, and a dead owner's count of a cancelled item died
-// with it (but for its replica, which the cancel cannot reach).
+// Refunds go the same way. Replicas are dropped: the successor gets a
+// fresh replica.
+//
+// A cancel can only be applied by the run that may have counted the item,
+// which alone knows whether it did: it waits for that run for as long as
+// the run may come back (declared dead across a split, it answers again
+// once the split heals), and is dropped only once a later run of the node
+// is seen or the node is forgotten. A dead owner's count of a cancelled
+// item died with it, but for its replica, which the cancel cannot reach:
+// the one count a crash may double.
 func (c *Core) deadReceivers(now time.Time, heard map[Peer]int64) {
 	m := c.mono(now)
 	v := c.view.Load()
-	c.out.toLimbo(func(to Peer) (int64, bool) {
+	c.out.toLimbo(func(pt *pendingTransfer) (int64, bool) {
+		to := pt.to
 		if c.aliveLocked(v.ring, to) || !c.goneLocked(to) {
+			return 0, false
+		}
+		if pt.t.Mode == ModeCancel && !c.replacedLocked(to) {
 			return 0, false
 		}
 		if h, ok := heard[to]; ok {
@@ -766,12 +793,38 @@ func (c *Core) goneLocked(to Peer) bool {
 	return ok && r.inc >= to.Inc
 }
 
+// replacedLocked reports whether the run to will never answer again: a
+// later run of the node is known, or the node is listed nowhere (the
+// driver forgot it). viewMu is held.
+func (c *Core) replacedLocked(to Peer) bool {
+	listed := false
+	for _, lists := range [][]Member{c.known.members, c.known.leaving, c.known.joining} {
+		for _, x := range lists {
+			if x.Name == to.Name {
+				if x.Inc > to.Inc {
+					return true
+				}
+				listed = true
+			}
+		}
+	}
+	for _, d := range c.known.dead {
+		if d.Name == to.Name {
+			if d.Inc > to.Inc {
+				return true
+			}
+			listed = true
+		}
+	}
+	return !listed
+}
+
 // retargetDue sends on the transfers whose receiver can no longer apply
 // them.
 func (c *Core) retargetDue(now time.Time) {
 	for _, pt := range c.out.outOfLimbo(c.mono(now)) {
 		switch pt.t.Mode {
-		case ModeAdd, ModeNewer:
+		case ModeAdd, ModeNewer, ModeCopy, ModeEvicted:
 			c.retarget(now, pt, pt.t.States, nil)
 		case ModeRefund:
 			c.retarget(now, pt, nil, pt.t.Reqs)
@@ -825,7 +878,7 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
-		t := c.out.transfer(p.to.Peer(), pt.t.Mode, pt.purpose, p.states, p.reqs, 0, c.mono(now), false)
+		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, Evicted: pt.t.Evicted}, pt.purpose, c.mono(now), false)
 		c.out.retargeted(t.Seq, was.Seq, pt.to, c.mono(now))
 	}
 	c.notifyOutbox()

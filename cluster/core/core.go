@@ -68,6 +68,9 @@ type Core struct {
 	lastSweep     int64
 	lastReconcile int64
 	strayAt       int64 // mono: when to look for counters counted under an older view
+
+	replicaRingsMu sync.Mutex
+	replicaRings   []*Ring // the latest rings replicas were acknowledged by, newest first
 }
 
 // blockedEntry is a denial remembered: until when, and under which
@@ -265,6 +268,36 @@ func (c *Core) Tick(now time.Time) {
 // take a dead member's keys over, by v: v's ring holds a majority of the
 // nodes it knows of, and a majority answer it.
 func (c *Core) majority(v *view) bool { return v.standalone || v.quorum && c.answering.Load() }
+
+// replicaRingsKept is how many of the latest rings this node replicated
+// by it remembers.
+const replicaRingsKept = 4
+
+// noteReplicaRing records ring as the latest a successor acknowledged a
+// replica by.
+func (c *Core) noteReplicaRing(ring *Ring) {
+	c.replicaRingsMu.Lock()
+	defer c.replicaRingsMu.Unlock()
+	if len(c.replicaRings) > 0 && c.replicaRings[0].Fingerprint() == ring.Fingerprint() {
+		return
+	}
+	c.replicaRings = append([]*Ring{ring}, c.replicaRings[:min(len(c.replicaRings), replicaRingsKept-1)]...)
+}
+
+// replicaHolder returns the node that holds k's latest replica, by what
+// successors acknowledged: k's successor by the latest ring this node
+// owned k by and replicated by.
+func (c *Core) replicaHolder(k limiter.Key) (Member, bool) {
+	c.replicaRingsMu.Lock()
+	defer c.replicaRingsMu.Unlock()
+	for _, r := range c.replicaRings {
+		owner, second := r.top2(k.Route())
+		if owner >= 0 && second >= 0 && r.member(owner).Name == c.self.Name {
+			return r.member(second), true
+		}
+	}
+	return Member{}, false
+}
 
 // updateAnswering works out whether a majority of the nodes this node
 // knows of (its ring's members and the dead not yet forgotten) answer it:

@@ -237,11 +237,15 @@ func (c *Core) evict(now time.Time, by string) {
 	g.epoch.Add(1)
 	c.out.retag()
 	held := c.engine.Extract(now, func(limiter.Key) bool { return true }, 0)
-	// Its replicas went to successors by its last complete ring (a ring
-	// changed since, without a majority, completed no hand-off).
-	was := c.view.Load().stable
+	// Its own counters it was handing over, and that their receivers
+	// refused (so never applied), are counters it holds like the others.
+	for _, pt := range c.out.refusedNotFor(func(pt *pendingTransfer) bool {
+		return (pt.purpose == purposeHandoff || pt.purpose == purposePull) && pt.t.Mode.carriesCounts()
+	}) {
+		held = append(held, pt.t.States...)
+	}
 	c.rerouteLocked(now)
-	c.sendEvicted(now, was, held)
+	c.sendEvicted(now, held)
 	c.viewMu.Unlock()
 	c.log.Warn("declared dead by a peer: counting nothing until joined again", "node", c.self.Name, "by", by)
 	if f := c.cfg.Hooks.Member; f != nil {

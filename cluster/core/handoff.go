@@ -861,7 +861,7 @@ func (c *Core) pushStray(now time.Time) {
 // go as copies.
 func (c *Core) sendAway(now time.Time, states []limiter.State) {
 	if c.gate.evicted() {
-		c.sendEvicted(now, nil, states)
+		c.sendEvicted(now, states)
 		return
 	}
 	c.place(now, ModeAdd, purposeHandoff, sortStates(states))
@@ -869,10 +869,10 @@ func (c *Core) sendAway(now time.Time, states []limiter.State) {
 
 // sendEvicted sends the states a node declared dead held: grants and
 // leases to their owners as copies, counters to the node that kept their
-// replicas, their successor by was (the ring this node counted them by),
-// which alone knows whether it started them from those replicas. Without
-// such a ring they go to their owners now.
-func (c *Core) sendEvicted(now time.Time, was *Ring, states []limiter.State) {
+// replicas (see replicaHolder), which alone knows whether it started them
+// from those replicas. Counters without one go to their owners now.
+// viewMu is held.
+func (c *Core) sendEvicted(now time.Time, states []limiter.State) {
 	var counters, copies []limiter.State
 	for _, s := range states {
 		if s.Kind >= limiter.KindGrant {
@@ -890,16 +890,11 @@ func (c *Core) sendEvicted(now time.Time, was *Ring, states []limiter.State) {
 	succs := map[string]Member{}
 	var rest []limiter.State
 	for _, s := range sortStates(counters) {
-		if was == nil {
+		succ, ok := c.replicaHolder(s.Key)
+		if !ok {
 			rest = append(rest, s)
 			continue
 		}
-		_, second := was.top2(s.Key.Route())
-		if second < 0 || was.member(second).Name == c.self.Name {
-			rest = append(rest, s)
-			continue
-		}
-		succ := was.member(second)
 		bySucc[succ.Name] = append(bySucc[succ.Name], s)
 		succs[succ.Name] = succ
 	}

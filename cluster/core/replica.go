@@ -285,6 +285,9 @@ func (c *Core) replicate(now time.Time, m int64) {
 		for i, part := range parts {
 			c.stats.ReplicaStates.Add(uint64(len(part)))
 			t := c.out.transfer(succs[name].Peer(), Transfer{Mode: ModeReplica, States: part}, purposeReplica, m, false)
+			if c.majority(v) {
+				c.out.tagRing(t.Seq, v.ring) // a ring without a majority promotes nothing
+			}
 			if i == 0 {
 				c.out.attachApplied(t.Seq, applied[name], m)
 			} else {

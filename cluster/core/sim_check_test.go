@@ -61,7 +61,7 @@ type simHistory struct {
 	// while they ran: a cancel cannot reach their replicas, so an item
 	// they admitted and their caller decided by fallback may count twice.
 	lostRuns map[Peer]bool
-	faulty    bool                  // a fault happened (not only graceful changes)
+	faulty   bool // a fault happened (not only graceful changes)
 }
 
 // ---------------------------------------------------------------------------

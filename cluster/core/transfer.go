@@ -47,6 +47,8 @@ type pendingTransfer struct {
 	// its lease from this node has run out (mono); then the counts go to
 	// their owners now.
 	limbo int64
+	// ring, for a replica: the ring its receiver succeeds this node by.
+	ring *Ring
 }
 
 // pendingRequest is a message sent that awaits its answer.
@@ -196,6 +198,15 @@ func (o *outbox) settle(seq uint64) (*pendingTransfer, bool) {
 	return pt, true
 }
 
+// tagRing records the ring replica transfer seq was made by.
+func (o *outbox) tagRing(seq uint64, ring *Ring) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if pt, ok := o.transfers[seq]; ok {
+		pt.ring = ring
+	}
+}
+
 // forgetLocked drops transfer seq and what it holds.
 func (o *outbox) forgetLocked(seq uint64, pt *pendingTransfer) {
 	delete(o.transfers, seq)
@@ -209,8 +220,6 @@ func (o *outbox) forgetLocked(seq uint64, pt *pendingTransfer) {
 
 // retag gives every unsettled transfer the epoch now: a node declared dead
 // sends again what it had not delivered, as a later run of itself would.
-// A receiver that started some of its keys from their replicas takes its
-// counters as copies (see apply).
 func (o *outbox) retag() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -693,7 +702,10 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 		c.replaceRefused(now)
 		return
 	}
-	if _, ok := c.out.settle(r.seq); ok {
+	if pt, ok := c.out.settle(r.seq); ok {
+		if pt.purpose == purposeReplica && pt.ring != nil {
+			c.noteReplicaRing(pt.ring)
+		}
 		c.notifySettled()
 	}
 }

@@ -864,7 +864,7 @@ func (c *Core) sendAway(now time.Time, states []limiter.State) {
 		c.sendEvicted(now, states)
 		return
 	}
-	c.place(now, ModeAdd, purposeHandoff, sortStates(states))
+	c.placeAs(now, Transfer{Mode: ModeAdd, Own: true}, purposeHandoff, sortStates(states))
 }
 
 // sendEvicted sends the states a node declared dead held: grants and

@@ -144,6 +144,10 @@ type Transfer struct {
 	// replicated that (see Applied).
 	Was   uint64
 	WasTo Peer
+	// Own (ModeAdd): these are the sender's own counters of the keys,
+	// handed over; a replica of them the receiver keeps for the sender is
+	// stale from now on.
+	Own bool
 	// Evicted (ModeEvicted) is the run declared dead whose counters these
 	// are: the sender, or the node it forwards them for.
 	Evicted Peer

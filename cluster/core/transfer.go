@@ -524,6 +524,11 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 	switch t.Mode {
 	case ModeAdd:
 		c.stats.Received.Add(uint64(len(t.States)))
+		if t.Own {
+			for _, s := range t.States {
+				c.replicas.dropOf(s.Key, from) // the counter came itself
+			}
+		}
 		c.place(now, ModeAdd, purposeForward, t.States)
 	case ModeEvicted:
 		c.stats.Received.Add(uint64(len(t.States)))
@@ -659,7 +664,7 @@ func (c *Core) pushKeys(now time.Time, keys []limiter.Key) {
 		}
 	}
 	if len(away) > 0 {
-		c.place(now, ModeAdd, purposeHandoff, sortStates(c.engine.ExtractKeys(now, away)))
+		c.placeAs(now, Transfer{Mode: ModeAdd, Own: true}, purposeHandoff, sortStates(c.engine.ExtractKeys(now, away)))
 	}
 }
 

@@ -785,6 +785,9 @@ func (c *Core) handOver(now time.Time, v *view) {
 	// counters over. Those of owners that died (or were replaced by a later
 	// run), of keys another node owns now, go there as copies.
 	c.replicas.take(now, func(owner Peer, _ limiter.Key) bool { return c.runLeft(owner) })
+	if !c.majority(v) {
+		return // the dead may be alive on the other side of a split: keep their replicas
+	}
 	taken := c.replicas.takeOwned(now, func(owner Peer, k limiter.Key) bool {
 		o, ok := v.ring.Owner(k.Route())
 		return ok && o.Name != self && c.runDied(owner)

@@ -732,14 +732,15 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	}
 	// A key lent meanwhile to a node that owns it by a newer ring: its
 	// replica goes there, as a copy.
-	var lent []limiter.State
-	reps = slices.DeleteFunc(reps, func(s limiter.State) bool {
-		if _, self, _ := c.placeOf(v, s.Key); !self {
-			lent = append(lent, s)
-			return true
+	var lent []takenReplica
+	reps = reps[:0]
+	for _, t := range taken {
+		if _, self, _ := c.placeOf(v, t.state.Key); !self {
+			lent = append(lent, t)
+		} else {
+			reps = append(reps, t.state)
 		}
-		return false
-	})
+	}
 
 	var done settled
 	h := c.handoff
@@ -759,7 +760,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	}
 	h.mu.Unlock()
 	c.countSettled(now, done)
-	c.place(now, ModeNewer, purposeHandoff, lent)
+	c.sendReplicasOn(now, lent)
 	next := *v
 	next.ho, next.stable = nil, v.ring
 	next.shareOf = max(1, v.ring.Len()-1)
@@ -795,11 +796,23 @@ func (c *Core) handOver(now time.Time, v *view) {
 	// The dead owner's counts of them are in the cluster now, as in a
 	// promotion here: if it comes back, it adds only what it counted since.
 	c.replicas.notePromoted(c.mono(now), taken)
-	reps := make([]limiter.State, len(taken))
-	for i, t := range taken {
-		reps[i] = t.state
+	c.sendReplicasOn(now, taken)
+}
+
+// sendReplicasOn sends replicas of dead runs to their keys' owners, as
+// copies that name the run.
+func (c *Core) sendReplicasOn(now time.Time, taken []takenReplica) {
+	byRun := map[Peer][]limiter.State{}
+	var runs []Peer
+	for _, t := range taken {
+		if _, ok := byRun[t.owner]; !ok {
+			runs = append(runs, t.owner)
+		}
+		byRun[t.owner] = append(byRun[t.owner], t.state)
 	}
-	c.place(now, ModeNewer, purposeHandoff, reps)
+	for _, run := range runs {
+		c.placeAs(now, Transfer{Mode: ModeNewer, ReplicaOf: run}, purposeHandoff, byRun[run])
+	}
 }
 
 // runDied reports whether the owner run died by what is known: declared

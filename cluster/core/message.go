@@ -148,6 +148,10 @@ type Transfer struct {
 	// handed over; a replica of them the receiver keeps for the sender is
 	// stale from now on.
 	Own bool
+	// ReplicaOf (ModeNewer): these are replicas of that dead run's
+	// counters, which the receiver starts the keys from: if the run comes
+	// back (ModeEvicted), the receiver knows the cluster holds them.
+	ReplicaOf Peer
 	// Evicted (ModeEvicted) is the run declared dead whose counters these
 	// are: the sender, or the node it forwards them for.
 	Evicted Peer

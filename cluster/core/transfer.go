@@ -554,7 +554,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		}
 		c.place(now, ModeAdd, purposeForward, adds)
 	case ModeNewer, ModeCopy:
-		c.place(now, t.Mode, purposeForward, t.States)
+		c.placeAs(now, Transfer{Mode: t.Mode, ReplicaOf: t.ReplicaOf}, purposeForward, t.States)
 	case ModeReplica:
 		if r, ok := c.known.run(from); ok && r.leaving {
 			return // it hands its counters over instead: a replica now is stale
@@ -569,6 +569,19 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			c.refund(now, t.Reqs)
 		}
 	}
+}
+
+// notePromotedHere records that replicas of the dead run owner are
+// counted here: the cluster holds their counts from now on.
+func (c *Core) notePromotedHere(now time.Time, owner Peer, states []limiter.State) {
+	if owner.Name == "" || len(states) == 0 {
+		return
+	}
+	here := make([]takenReplica, len(states))
+	for i, s := range states {
+		here[i] = takenReplica{owner: owner, state: s}
+	}
+	c.replicas.notePromoted(c.mono(now), here)
 }
 
 // placeOf returns where the counters of k belong by view v: this node
@@ -612,6 +625,7 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 		byOwner[to.Name] = append(byOwner[to.Name], s)
 		owners[to.Name] = to
 	}
+	c.notePromotedHere(now, like.ReplicaOf, local)
 	c.placeHere(now, v, mode, local)
 	names := make([]string, 0, len(byOwner))
 	for name := range byOwner {
@@ -890,12 +904,13 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		add(reqs[i].Key, nil, &reqs[i])
 	}
 	if !c.replicas.applied(pt.to, was) {
+		c.notePromotedHere(now, pt.t.ReplicaOf, here)
 		c.placeHere(now, v, pt.t.Mode, here)
 		c.refund(now, hereReqs)
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
-		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, Evicted: pt.t.Evicted}, pt.purpose, c.mono(now), false)
+		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf}, pt.purpose, c.mono(now), false)
 		c.out.retargeted(t.Seq, was.Seq, pt.to, c.mono(now))
 	}
 	c.notifyOutbox()

@@ -71,14 +71,14 @@ type outbox struct {
 	queue     []Outgoing
 	transfers map[uint64]*pendingTransfer // by number
 	requests  map[uint64]*pendingRequest  // by message ID
-	holding   map[limiter.Key]uint64      // key → the hand-off or pull transfer carrying its counter
+	holding   map[limiter.Key][]uint64    // key → the hand-off, pull or forward transfers carrying its counts
 }
 
 func newOutbox() *outbox {
 	return &outbox{
 		transfers: make(map[uint64]*pendingTransfer),
 		requests:  make(map[uint64]*pendingRequest),
-		holding:   make(map[limiter.Key]uint64),
+		holding:   make(map[limiter.Key][]uint64),
 	}
 }
 
@@ -135,7 +135,7 @@ func (o *outbox) transfer(to Peer, t Transfer, p purpose, m int64, queue bool) T
 	o.transfers[t.Seq] = pt
 	if p == purposeHandoff || p == purposeForward || p == purposePull || p == purposeHeld {
 		for _, s := range states {
-			o.holding[s.Key] = t.Seq
+			o.holding[s.Key] = append(o.holding[s.Key], t.Seq)
 		}
 		o.held.Store(int64(len(o.holding)))
 	}
@@ -211,7 +211,9 @@ func (o *outbox) tagRing(seq uint64, ring *Ring) {
 func (o *outbox) forgetLocked(seq uint64, pt *pendingTransfer) {
 	delete(o.transfers, seq)
 	for _, s := range pt.t.States {
-		if o.holding[s.Key] == seq {
+		if seqs := slices.DeleteFunc(o.holding[s.Key], func(x uint64) bool { return x == seq }); len(seqs) > 0 {
+			o.holding[s.Key] = seqs
+		} else {
 			delete(o.holding, s.Key)
 		}
 	}
@@ -321,23 +323,25 @@ func (o *outbox) holdingFor(keys []limiter.Key, to Peer) (mine []Transfer, elsew
 	defer o.mu.Unlock()
 	var seqs []uint64
 	for _, k := range keys {
-		seq, ok := o.holding[k]
-		if !ok {
-			continue
-		}
-		pt := o.transfers[seq]
-		if pt.to.Name != to.Name {
-			elsewhere = append(elsewhere, KeyOwner{Key: k, Owner: pt.to.Name})
-			continue
-		}
-		if pt.to.Inc < to.Inc {
-			// Meant for an earlier run of the puller, which died without
-			// acknowledging it: the puller's run it is now.
-			pt.t.Was, pt.t.WasTo = seq, pt.to
-			pt.to, pt.t.To, pt.limbo = to, to.Inc, 0
-		}
-		if !slices.Contains(seqs, seq) {
-			seqs = append(seqs, seq)
+		told := false
+		for _, seq := range o.holding[k] {
+			pt := o.transfers[seq]
+			if pt.to.Name != to.Name {
+				if !told {
+					elsewhere = append(elsewhere, KeyOwner{Key: k, Owner: pt.to.Name})
+					told = true
+				}
+				continue
+			}
+			if pt.to.Inc < to.Inc {
+				// Meant for an earlier run of the puller, which died without
+				// acknowledging it: the puller's run it is now.
+				pt.t.Was, pt.t.WasTo = seq, pt.to
+				pt.to, pt.t.To, pt.limbo = to, to.Inc, 0
+			}
+			if !slices.Contains(seqs, seq) {
+				seqs = append(seqs, seq)
+			}
 		}
 	}
 	slices.Sort(seqs)

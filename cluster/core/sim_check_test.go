@@ -592,6 +592,13 @@ func (s *sim) noteCrash(n *simNode) {
 	for _, key := range s.keys {
 		k := key.key
 		lost := max(0, s.engineCount(n.engine, k)-s.replicaOf(k, n.name)) + s.heldBy(n, k)
+		// A replica it kept of an owner that died before it: the only
+		// copy of that owner's count.
+		if st, owner, ok := n.core.replicas.get(k); ok {
+			if x := s.current[owner.Name]; x == nil || x.gone || x.inc != owner.Inc {
+				lost += windowCount([]limiter.State{st})
+			}
+		}
 		// Transfers to it that it may have applied before it died: their
 		// senders send them on as copies, which can lose them.
 		for _, name := range s.names {

@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
 )
 
 // TestDeniedUntilIsNeverEarly lists keys denied until instants within a
@@ -21,14 +23,14 @@ func TestDeniedUntilIsNeverEarly(t *testing.T) {
 	for i, frac := range []time.Duration{0, time.Nanosecond, 400 * time.Millisecond, time.Second - time.Nanosecond} {
 		key := uint64(1000 + i)
 		app.state.ops.denied.record(z.Name, z.scope, key, base.Add(frac), now)
-		untils[hashedID(key)] = base.Add(frac)
+		untils[adminapi.HashedID(key)] = base.Add(frac)
 	}
 	t.Cleanup(func() {
 		for i := range 4 {
 			app.state.ops.denied.forget(uint64(1000+i), nil)
 		}
 	})
-	var list DeniedList
+	var list adminapi.DeniedList
 	if status, body := adminDo(t, srv.Admin, "GET", "/tollgate/denied?zone=api", &list); status != 200 {
 		t.Fatalf("GET /tollgate/denied: %d %s", status, body)
 	}

@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -12,37 +11,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/limiter"
 )
-
-// Hashed IDs: a key as Tollgate's logs print it, "h:" and the 16 hex digits
-// of its keyed hash. The admin API takes one wherever it takes a key, so an
-// operator can look up what the logs show without putting a raw key in a
-// URL that Caddy's admin log records.
-const hashedPrefix = "h:"
-
-// hashedID renders a key hash as the logs print it.
-func hashedID(h uint64) string { return fmt.Sprintf("%s%016x", hashedPrefix, h) }
-
-// parseHashedID reads a hashed ID; ok is false when id is not one (then it
-// is a raw key).
-func parseHashedID(id string) (uint64, bool) {
-	hex, ok := strings.CutPrefix(id, hashedPrefix)
-	if !ok || len(hex) != 16 {
-		return 0, false
-	}
-	h, err := strconv.ParseUint(hex, 16, 64)
-	return h, err == nil
-}
-
-// keyHashOf returns the hash of a key given raw or hashed.
-func (a *App) keyHashOf(id string) uint64 {
-	if h, ok := parseHashedID(id); ok {
-		return h
-	}
-	return a.hasher.Sum64(id)
-}
 
 // opsRecord keeps what this node saw that the admin lists show: the keys
 // it denied lately and the grants given through it. It is process-wide, so
@@ -293,24 +265,19 @@ func (c recordCursor) before(scope string, key uint64) bool {
 	return !c.set || scope > c.Scope || scope == c.Scope && key > c.Key
 }
 
-// Page sizes of the list routes.
-const (
-	defaultPageSize = 100
-	maxPageSize     = 1000
-	maxGrantsPage   = 100 // each grant listed is read at its owner
-)
-
+// readPage reads the limit and cursor of a list request, the limit at
+// most maxLimit.
 func readPage(r *http.Request, maxLimit int) (page, error) {
-	p := page{limit: min(defaultPageSize, maxLimit)}
+	p := page{limit: min(adminapi.DefaultPageSize, maxLimit)}
 	q := r.URL.Query()
-	if s := q.Get("limit"); s != "" {
+	if s := q.Get(adminapi.QueryLimit); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxLimit {
 			return p, badRequest("limit %q: must be a whole number from 1 to %d", s, maxLimit)
 		}
 		p.limit = n
 	}
-	if s := q.Get("cursor"); s != "" {
+	if s := q.Get(adminapi.QueryCursor); s != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(s)
 		if err != nil || json.Unmarshal(raw, &p.after) != nil {
 			return p, badRequest("cursor %q: not a cursor this API gave; use next_cursor of the previous page as it is", s)
@@ -320,34 +287,17 @@ func readPage(r *http.Request, maxLimit int) (page, error) {
 	return p, nil
 }
 
-// DeniedList is what GET /tollgate/denied answers.
-type DeniedList struct {
-	Items       []DeniedKey `json:"items"`
-	NextCursor  string      `json:"next_cursor,omitempty"`
-	Unreachable []string    `json:"unreachable_nodes"`
-}
-
-// DeniedKey is one key denied now in a zone.
-type DeniedKey struct {
-	Zone       string `json:"zone"`
-	Scope      string `json:"scope"`
-	Key        string `json:"key"` // hashed ID
-	Denials    uint64 `json:"denials"`
-	RetryAfter int64  `json:"retry_after_seconds"`
-	Until      string `json:"denied_until"`
-}
-
 // handleDenied serves GET /tollgate/denied[?zone=][&limit=][&cursor=].
 func (adminAPI) handleDenied(w http.ResponseWriter, r *http.Request) error {
 	app, err := runningApp()
 	if err != nil {
 		return err
 	}
-	scopes, err := app.listScopes(r.URL.Query().Get("zone"))
+	scopes, err := app.listScopes(r.URL.Query().Get(adminapi.QueryZone))
 	if err != nil {
 		return err
 	}
-	pg, err := readPage(r, maxPageSize)
+	pg, err := readPage(r, adminapi.MaxDeniedPage)
 	if err != nil {
 		return err
 	}
@@ -375,7 +325,7 @@ func (adminAPI) handleDenied(w http.ResponseWriter, r *http.Request) error {
 		a, b := sorted[i], sorted[j]
 		return a.Scope < b.Scope || a.Scope == b.Scope && a.Key < b.Key
 	})
-	out := DeniedList{Items: []DeniedKey{}, Unreachable: missing}
+	out := adminapi.DeniedList{Items: []adminapi.DeniedKey{}, Unreachable: missing}
 	now := time.Now()
 	for i, e := range sorted {
 		if i == pg.limit {
@@ -384,30 +334,23 @@ func (adminAPI) handleDenied(w http.ResponseWriter, r *http.Request) error {
 			break
 		}
 		until := time.Unix(0, e.Until)
-		out.Items = append(out.Items, DeniedKey{
-			Zone: e.Zone, Scope: e.Scope, Key: hashedID(e.Key), Denials: e.Denials,
+		out.Items = append(out.Items, adminapi.DeniedKey{
+			Zone: e.Zone, Scope: e.Scope, Key: adminapi.HashedID(e.Key), Denials: e.Denials,
 			RetryAfter: headerSeconds(until.Sub(now)), Until: instantAfter(until),
 		})
 	}
 	return writeJSON(w, out)
 }
 
-// GrantList is what GET /tollgate/grants answers.
-type GrantList struct {
-	Items       []GrantView `json:"items"`
-	NextCursor  string      `json:"next_cursor,omitempty"`
-	Unreachable []string    `json:"unreachable_nodes"`
-}
-
 // listGrants serves GET /tollgate/grants[?zone=][&limit=][&cursor=]: the
 // grants given through any node's admin API that still hold, with their
 // use as their owners count it.
 func (a *App) listGrants(w http.ResponseWriter, r *http.Request) error {
-	scopes, err := a.listScopes(r.URL.Query().Get("zone"))
+	scopes, err := a.listScopes(r.URL.Query().Get(adminapi.QueryZone))
 	if err != nil {
 		return err
 	}
-	pg, err := readPage(r, maxGrantsPage)
+	pg, err := readPage(r, adminapi.MaxGrantsPage)
 	if err != nil {
 		return err
 	}
@@ -434,7 +377,7 @@ func (a *App) listGrants(w http.ResponseWriter, r *http.Request) error {
 	for _, z := range a.zonesNamed("") {
 		zones[z.scope] = z
 	}
-	out := GrantList{Items: []GrantView{}, Unreachable: missing}
+	out := adminapi.GrantList{Items: []adminapi.GrantView{}, Unreachable: missing}
 	for i, e := range sorted {
 		if i == pg.limit {
 			last := sorted[i-1]
@@ -449,7 +392,7 @@ func (a *App) listGrants(w http.ResponseWriter, r *http.Request) error {
 		if err != nil || !ok {
 			continue // revoked, expired, or its owner cannot be asked now
 		}
-		out.Items = append(out.Items, grantView(z, hashedID(e.Key), g))
+		out.Items = append(out.Items, grantView(z, adminapi.HashedID(e.Key), g))
 	}
 	return writeJSON(w, out)
 }
@@ -469,15 +412,4 @@ func (a *App) listScopes(name string) (map[string]bool, error) {
 		out[z.scope] = true
 	}
 	return out, nil
-}
-
-// instant renders an instant as every admin answer does: RFC 3339, UTC,
-// whole seconds.
-func instant(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
-
-// instantAfter renders an instant rounded up to the second, for a time
-// from which something holds (a key is let through again), as
-// retry_after_seconds is rounded up: waiting until it is always enough.
-func instantAfter(t time.Time) string {
-	return instant(t.Add(time.Second - 1))
 }

@@ -4,6 +4,8 @@ import (
 	"net/http/httptest"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
 )
 
 // TestDeniedRecordStaysBoundedAndForgets floods the record of denied keys
@@ -68,7 +70,7 @@ func TestListPagesRejectBadInput(t *testing.T) {
 		"cursor=%21%21": false,
 		"cursor=" + (recordCursor{Scope: "api#1", Key: 9}).encode(): true,
 	} {
-		_, err := readPage(httptest.NewRequest("GET", "/tollgate/denied?"+q, nil), maxPageSize)
+		_, err := readPage(httptest.NewRequest("GET", "/tollgate/denied?"+q, nil), adminapi.MaxDeniedPage)
 		if (err == nil) != ok {
 			t.Errorf("?%s: error %v; want ok=%v", q, err, ok)
 		}

@@ -1,16 +1,16 @@
 package caddymodule
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/tollgate/tollgate/adminapi"
 )
 
 // jsonError reads an admin error answer; it fails the test when the answer
@@ -37,19 +37,19 @@ func TestGrantLocationNamesTheHashedID(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, key := range []string{"..", ".", "secret-key-4f1c", "a/b?c#d"} {
-		body, _ := json.Marshal(GrantRequest{Zone: "api", Key: key, Amount: 3, Duration: json.RawMessage(`3600`)})
+		body, _ := json.Marshal(adminapi.GrantRequest{Zone: "api", Key: key, Amount: 3, Duration: json.RawMessage(`3600`)})
 		resp, got := adminRaw(t, srv.Admin, http.MethodPost, "/tollgate/grants", string(body))
 		if resp.StatusCode != http.StatusCreated {
 			t.Fatalf("POST grant for %q: %d %s", key, resp.StatusCode, got)
 		}
 		loc := resp.Header.Get("Location")
-		want := "/tollgate/grants/api/" + hashedID(app.keyHashOf(key))
+		want := "/tollgate/grants/api/" + adminapi.HashedID(app.keyHashOf(key))
 		if loc != want {
 			t.Errorf("key %q: Location %q; want %q", key, loc, want)
 			continue
 		}
 		resp, got = adminRaw(t, srv.Admin, http.MethodGet, loc, "")
-		var g GrantView
+		var g adminapi.GrantView
 		if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(got), &g) != nil || g.Amount != 3 || g.Zone != "api" {
 			t.Errorf("key %q: GET %s: %d %s; want the grant", key, loc, resp.StatusCode, got)
 		}
@@ -89,7 +89,7 @@ func TestTiersPutRefusesWhatIsNoTable(t *testing.T) {
 			t.Errorf("PUT %s: %d %q; want 400 with %q", tc.body, resp.StatusCode, msg, tc.want)
 		}
 	}
-	var view TiersView
+	var view adminapi.TiersView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/tiers", &view)
 	if view.Zones["credits"].Overrides["pro"] != 8 {
 		t.Fatalf("a refused PUT changed the overrides: %+v", view.Zones["credits"])
@@ -102,7 +102,7 @@ func TestTiersPutRefusesWhatIsNoTable(t *testing.T) {
 // JSON is malformed.
 func TestAdminBodiesOverTheLimitAreTooLarge(t *testing.T) {
 	srv := startCaddy(t, "", tierSite)
-	big := strings.Repeat("a", maxAdminBody+10)
+	big := strings.Repeat("a", adminapi.MaxBody+10)
 	for _, tc := range []struct{ method, path, body string }{
 		{http.MethodPut, "/tollgate/tiers", `{"credits": {"` + big + `": 5}}`},
 		{http.MethodPost, "/tollgate/grants", `{"zone": "credits", "key": "` + big + `", "amount": 1, "duration": 60}`},
@@ -123,7 +123,7 @@ func TestAdminBodiesOverTheLimitAreTooLarge(t *testing.T) {
 			what := fmt.Sprintf("%s %s with %d bytes (chunked %v)", tc.method, tc.path, len(tc.body), chunked)
 			msg := jsonError(t, what, resp, string(got))
 			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "too large") ||
-				!strings.Contains(msg, strconv.Itoa(maxAdminBody)) {
+				!strings.Contains(msg, strconv.Itoa(adminapi.MaxBody)) {
 				t.Errorf("%s: %d %q; want 413 naming the limit", what, resp.StatusCode, msg)
 			}
 		}
@@ -156,7 +156,7 @@ const sharedNameSite = `
 // an override set by name reaches both.
 func TestTiersShowEveryScopeOfAName(t *testing.T) {
 	srv := startCaddy(t, "", sharedNameSite)
-	var view TiersView
+	var view adminapi.TiersView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/tiers", &view)
 	defaults := map[int64]string{}
 	for scope, tv := range view.Zones {
@@ -181,21 +181,17 @@ func TestTiersShowEveryScopeOfAName(t *testing.T) {
 	}
 
 	addr := strings.TrimPrefix(srv.Admin, "http://")
-	var out bytes.Buffer
-	c, err := newCLIContext(cliFlags(t, addr, false), &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code, err := cliTiersSet(c, []string{"api", "pro=40"}); code != exitOK {
-		t.Fatalf("tiers set api pro=40: exit %d, %v\n%s", code, err, out.String())
+	out, errOut, code := tollgateCLI(t, "tiers", "set", "api", "pro=40", "--address", addr)
+	if code != 0 {
+		t.Fatalf("tiers set api pro=40: exit %d, %s\n%s", code, errOut, out)
 	}
 	for _, scope := range []string{defaults[2], defaults[3]} {
-		if !strings.Contains(out.String(), scope+" ") {
-			t.Errorf("tiers set: no row for %s:\n%s", scope, out.String())
+		if !strings.Contains(out, scope+" ") {
+			t.Errorf("tiers set: no row for %s:\n%s", scope, out)
 		}
 	}
-	if strings.Count(out.String(), " 40\n") != 2 {
-		t.Errorf("tiers set: want pro 40 in effect in both scopes:\n%s", out.String())
+	if strings.Count(out, " 40\n") != 2 {
+		t.Errorf("tiers set: want pro 40 in effect in both scopes:\n%s", out)
 	}
 	// A PUT by scope says to use the name.
 	resp, got := adminRaw(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"`+defaults[2]+`": {"pro": 1}}`)
@@ -203,9 +199,8 @@ func TestTiersShowEveryScopeOfAName(t *testing.T) {
 		t.Errorf("PUT by scope %s: %d %q; want 400 saying to use the name", defaults[2], resp.StatusCode, msg)
 	}
 	// The CLI sends the table back by zone name, so a second set works.
-	out.Reset()
-	if code, err := cliTiersSet(c, []string{"api", "pro=50"}); code != exitOK {
-		t.Fatalf("a second tiers set: exit %d, %v\n%s", code, err, out.String())
+	if out, errOut, code := tollgateCLI(t, "tiers", "set", "api", "pro=50", "--address", addr); code != 0 {
+		t.Fatalf("a second tiers set: exit %d, %s\n%s", code, errOut, out)
 	}
 }
 
@@ -214,7 +209,7 @@ func TestTiersShowEveryScopeOfAName(t *testing.T) {
 // of two updates made from the same read only one lands.
 func TestTiersConditionalUpdate(t *testing.T) {
 	srv := startCaddy(t, "", tierSite)
-	var v0 TiersView
+	var v0 adminapi.TiersView
 	resp, got := adminRaw(t, srv.Admin, http.MethodGet, "/tollgate/tiers", "")
 	if err := json.Unmarshal([]byte(got), &v0); err != nil {
 		t.Fatal(err)
@@ -224,7 +219,7 @@ func TestTiersConditionalUpdate(t *testing.T) {
 	}
 	match := strconv.FormatInt(v0.OverridesVersion, 10)
 
-	var v1 TiersView
+	var v1 adminapi.TiersView
 	resp, got = adminRaw(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 8}}`, "If-Match", `"`+match+`"`)
 	if resp.StatusCode != http.StatusOK || json.Unmarshal([]byte(got), &v1) != nil || v1.OverridesVersion == v0.OverridesVersion {
 		t.Fatalf("PUT with the current version: %d %s", resp.StatusCode, got)
@@ -247,7 +242,7 @@ func TestTiersConditionalUpdate(t *testing.T) {
 			t.Errorf("PUT with If-Match %s: %d %q; want 400 naming the header, the value and what it takes", bad, resp.StatusCode, msg)
 		}
 	}
-	var view TiersView
+	var view adminapi.TiersView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/tiers", &view)
 	if view.Zones["credits"].Overrides["pro"] != 8 {
 		t.Fatalf("a refused update changed the table: %+v", view.Zones["credits"])
@@ -284,39 +279,6 @@ func TestTiersConditionalUpdate(t *testing.T) {
 		if resp, got := adminRaw(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"pro": 20}}`, h...); resp.StatusCode != http.StatusOK {
 			t.Errorf("PUT with %q: %d %s", h, resp.StatusCode, got)
 		}
-	}
-}
-
-// TestCLITiersSetSendsTheVersionItRead serves the CLI a tier table and
-// checks that its PUT is conditional on the version it read.
-func TestCLITiersSetSendsTheVersionItRead(t *testing.T) {
-	var mu sync.Mutex
-	var ifMatch []string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if r.Method == http.MethodPut {
-			mu.Lock()
-			ifMatch = append(ifMatch, r.Header.Get("If-Match"))
-			mu.Unlock()
-			w.WriteHeader(http.StatusPreconditionFailed)
-			io.WriteString(w, `{"error": "the tier table changed: If-Match \"42\", now \"43\""}`)
-			return
-		}
-		io.WriteString(w, `{"zones": {"api": {"zone": "api", "kind": "limit", "default": 2, "caddyfile": {"pro": 5},
-			"overrides": {}, "effective": {"pro": 5}}}, "overrides_version": 42}`)
-	}))
-	defer srv.Close()
-	var out bytes.Buffer
-	c, err := newCLIContext(cliFlags(t, strings.TrimPrefix(srv.URL, "http://"), false), &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	code, err := cliTiersSet(c, []string{"api", "pro=7"})
-	if code == exitOK || err == nil || !strings.Contains(err.Error(), "again") {
-		t.Errorf("tiers set on a changed table: exit %d, %v; want a failure that says to run it again", code, err)
-	}
-	if len(ifMatch) != 1 || ifMatch[0] != `"42"` {
-		t.Errorf("the PUT's If-Match: %q; want [\"42\"]", ifMatch)
 	}
 }
 

@@ -2,18 +2,17 @@ package caddymodule
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // adminDo sends a request to the admin API and decodes a JSON answer into
@@ -56,12 +55,12 @@ const adminSite = `
 
 func TestAdminClientRoutes(t *testing.T) {
 	srv := startCaddy(t, "", adminSite)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	for range 3 {
 		srv.get("/", "X-API-Key", "alice")
 	}
 
-	var view ClientView
+	var view adminapi.ClientView
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/alice?zone=api", &view); status != http.StatusOK {
 		t.Fatalf("GET client: %d %s", status, body)
 	}
@@ -82,7 +81,7 @@ func TestAdminClientRoutes(t *testing.T) {
 	if status != http.StatusOK || !strings.HasPrefix(clientID, "f:") {
 		t.Fatalf("client ID %q", clientID)
 	}
-	var byID ClientView
+	var byID adminapi.ClientView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/"+url.PathEscape(clientID)+"?zone=site", &byID)
 	if len(byID.Zones) != 1 || byID.Zones[0].Remaining != 100-6 {
 		// alice's and bob's requests came from this test client: one
@@ -93,7 +92,7 @@ func TestAdminClientRoutes(t *testing.T) {
 	}
 
 	// Reset unblocks.
-	var reset ResetResult
+	var reset adminapi.ResetResult
 	if status, body := adminDo(t, srv.Admin, http.MethodDelete, "/tollgate/clients/alice?zone=api", &reset); status != http.StatusOK {
 		t.Fatalf("DELETE: %d %s", status, body)
 	}
@@ -133,7 +132,7 @@ func TestAdminRejectsBadRequests(t *testing.T) {
 func TestAdminStatusOfASingleNode(t *testing.T) {
 	srv := startCaddy(t, "", adminSite)
 	srv.get("/", "X-API-Key", "alice")
-	var st Status
+	var st adminapi.Status
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/status", &st); status != http.StatusOK {
 		t.Fatalf("%d %s", status, body)
 	}
@@ -166,7 +165,7 @@ func TestMetricsCountAKnownSequence(t *testing.T) {
 		}
 	}
 	respond "ok"`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	// The counters are the process's: earlier tests in this process have
 	// counted too, so compare with a scrape taken before.
 	before := scrape(t, srv.Admin)
@@ -353,7 +352,7 @@ const listSite = `
 // Location and in the grant list; every answer in one time format.
 func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 	srv := startCaddy(t, "", listSite)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	for _, k := range []string{"k1", "k2", "k3"} {
 		srv.get("/", "X-API-Key", k)
 		if s := srv.status("/", "X-API-Key", k); s != http.StatusTooManyRequests {
@@ -362,7 +361,7 @@ func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 	}
 	// The log prints hashed IDs; the API looks them up.
 	var logged []string
-	eventually(t, 5*time.Second, "three denials logged", func() bool {
+	testutil.Eventually(t, 5*time.Second, "three denials logged", func() bool {
 		logs3(srv, &logged)
 		return len(logged) >= 3
 	})
@@ -371,7 +370,7 @@ func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 			t.Fatalf("a denial log line carries a raw key: %s", line)
 		}
 	}
-	var byHash, byRaw ClientView
+	var byHash, byRaw adminapi.ClientView
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/"+logged[0]+"?zone=api", &byHash); status != 200 {
 		t.Fatalf("GET by hashed ID: %d %s", status, body)
 	}
@@ -380,7 +379,7 @@ func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 		t.Fatalf("by hash %+v, by raw key %+v; want both exhausted", byHash.Zones, byRaw.Zones)
 	}
 	// The denied list: three keys, in pages of two, hashed.
-	var p1, p2 DeniedList
+	var p1, p2 adminapi.DeniedList
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/denied?zone=api&limit=2", &p1); status != 200 {
 		t.Fatalf("GET /tollgate/denied: %d %s", status, body)
 	}
@@ -408,7 +407,7 @@ func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 	if status, body := adminDo(t, srv.Admin, http.MethodDelete, "/tollgate/clients/"+logged[0]+"?zone=api", nil); status != 200 {
 		t.Fatalf("DELETE by hashed ID: %d %s", status, body)
 	}
-	var after DeniedList
+	var after adminapi.DeniedList
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/denied?zone=api", &after)
 	if len(after.Items) != 2 {
 		t.Errorf("after a reset the list has %d keys; want 2", len(after.Items))
@@ -425,14 +424,14 @@ func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp, body := adminRaw(t, srv.Admin, http.MethodPost, "/tollgate/grants", `{"zone":"api","key":"k2","amount":3,"duration":3600}`)
-	if resp.StatusCode != 201 || resp.Header.Get("Location") != "/tollgate/grants/api/"+hashedID(app.keyHashOf("k2")) {
+	if resp.StatusCode != 201 || resp.Header.Get("Location") != "/tollgate/grants/api/"+adminapi.HashedID(app.keyHashOf("k2")) {
 		t.Fatalf("POST grant: %d Location %q %s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
-	var g GrantView
+	var g adminapi.GrantView
 	if status, _ := adminDo(t, srv.Admin, http.MethodGet, resp.Header.Get("Location"), &g); status != 200 || g.Amount != 3 {
 		t.Fatalf("GET Location: %d %+v", status, g)
 	}
-	var grants GrantList
+	var grants adminapi.GrantList
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/grants?zone=api", &grants)
 	if len(grants.Items) != 1 || !strings.HasPrefix(grants.Items[0].Key, "h:") || grants.Items[0].Amount != 3 {
 		t.Fatalf("grant list %+v", grants)
@@ -472,69 +471,5 @@ func logs3(srv *testCaddy, out *[]string) {
 			seen[m[1]] = true
 			*out = append(*out, m[1])
 		}
-	}
-}
-
-// TestProcessClusterListsGatherFromEveryNode denies a key through each of
-// three Caddy processes: any node lists all three, and with one node
-// frozen the list names it as not answering.
-func TestProcessClusterListsGatherFromEveryNode(t *testing.T) {
-	procs := startCluster(t, 3, 1)
-	keys := []string{"list-a", "list-b", "list-c"}
-	for i, p := range procs {
-		p.get("/", keys[i])
-		if status, _, _ := p.get("/", keys[i]); status != http.StatusTooManyRequests {
-			t.Fatalf("%s: second request of %s: %d; want 429", p.name, keys[i], status)
-		}
-	}
-	base := func(p *proc) string { return fmt.Sprintf("http://127.0.0.1:%d", p.admin) }
-	for _, p := range procs {
-		var list DeniedList
-		if status, body := adminDo(t, base(p), http.MethodGet, "/tollgate/denied?zone=api", &list); status != http.StatusOK {
-			t.Fatalf("%s: %d %s", p.name, status, body)
-		}
-		if len(list.Items) != 3 || len(list.Unreachable) != 0 {
-			t.Errorf("%s lists %+v; want the three keys, every node answering", p.name, list)
-		}
-	}
-	for _, p := range procs {
-		if ra := p.status().Ring; !ra.Agreed || len(ra.Fingerprints) != 3 || len(ra.Unreachable) != 0 {
-			t.Errorf("%s: ring agreement %+v; want three nodes agreeing", p.name, ra)
-		}
-	}
-	addr := strings.TrimPrefix(base(procs[0]), "http://")
-	out, errOut, code := tollgateCLI(t, "status", "--address", addr)
-	if code != 0 || !regexp.MustCompile(`ring agreement +yes`).MatchString(out) || strings.Count(out, "alive") != 2 ||
-		strings.Count(out, "self") != 1 || !regexp.MustCompile(`(?m)^api +3 +3$`).MatchString(out) {
-		t.Errorf("caddy tollgate status of a cluster: exit %d\n%s%s", code, out, errOut)
-	}
-	frozen := procs[2]
-	frozenName := frozen.status().Cluster.Node
-	frozen.signal(syscall.SIGSTOP)
-	t.Cleanup(func() { frozen.signal(syscall.SIGCONT) })
-	// The three questions are asked at once: each waits up to its 2 s
-	// deadline for the frozen node, and memberlist may declare it dead not
-	// long after, when it is no longer a member to wait for.
-	var (
-		list DeniedList
-		ra   RingAgreement
-		wg   sync.WaitGroup
-	)
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		adminDo(t, base(procs[0]), http.MethodGet, "/tollgate/denied?zone=api", &list)
-	}()
-	go func() { defer wg.Done(); ra = procs[0].status().Ring }()
-	go func() { defer wg.Done(); out, errOut, code = tollgateCLI(t, "status", "--address", addr) }()
-	wg.Wait()
-	if len(list.Items) != 2 || !slices.Contains(list.Unreachable, frozenName) {
-		t.Errorf("with %s frozen: %+v; want two keys and it named", frozenName, list)
-	}
-	if ra.Agreed || !slices.Contains(ra.Unreachable, frozenName) {
-		t.Errorf("with %s frozen: ring agreement %+v; want not agreed, it named", frozenName, ra)
-	}
-	if code != 0 || !strings.Contains(out, "NO: "+frozenName+" did not answer") {
-		t.Errorf("caddy tollgate status with %s frozen: exit %d\n%s%s", frozenName, code, out, errOut)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // TestChallengeInARealBrowser loads a page in headless Chromium with the
@@ -30,7 +32,7 @@ func TestChallengeInARealBrowser(t *testing.T) {
 	}
 	header Content-Type text/plain
 	respond "{http.tollgate.client_kind} {http.request.uri} {http.tollgate.remaining}"`)
-	clearOfWindowEdge(10*time.Minute, 60*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 60*time.Second)
 
 	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromium),
@@ -56,7 +58,7 @@ func TestChallengeInARealBrowser(t *testing.T) {
 	}
 	// The page solves and navigates on its own: read it until it shows
 	// the session (a read during a navigation fails and is retried).
-	eventually(t, 45*time.Second, "the challenge solved in Chromium", func() bool {
+	testutil.Eventually(t, 45*time.Second, "the challenge solved in Chromium", func() bool {
 		err := chromedp.Run(ctx,
 			chromedp.Evaluate(`document.body ? document.body.innerText : ""`, &body),
 			chromedp.Location(&location),

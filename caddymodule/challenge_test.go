@@ -13,6 +13,7 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 
+	"github.com/tollgate/tollgate/internal/testutil"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -108,7 +109,7 @@ func TestChallengeEndToEnd(t *testing.T) {
 			challenge pow 8
 		}
 	}`, challengeSite)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	noRedirect := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(method, path, ip, accept string, form url.Values, cookie string) (*http.Response, string) {
 		var body io.Reader
@@ -205,7 +206,7 @@ func TestChallengeExceptions(t *testing.T) {
 			}
 		}
 	}`, challengeSite)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	get := func(path string) string {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
 		req.Header.Set("X-Forwarded-For", "203.0.113.140")
@@ -237,7 +238,7 @@ func TestNoChallengeForAFingerprintOutOfSessions(t *testing.T) {
 			challenge pow 8
 		}
 	}`, challengeSite)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	noRedirect := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	const html = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"
 	do := func(method, path string, form url.Values) (*http.Response, string) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // twoSharedSites is a config of two sites, each declaring the shared zone
@@ -175,7 +177,7 @@ func TestSameNamedZonesInHandleResponseKeepTheirOwnCounts(t *testing.T) {
 	`, path, strings.TrimPrefix(backend.URL, "http://"), body)
 	}
 	srv := startCaddy(t, "", proxied("/a", "a")+proxied("/b", "b"))
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	for _, path := range []string{"/a", "/b"} {
 		for i := range 3 {
 			want := http.StatusOK
@@ -209,7 +211,7 @@ func TestEmptyKeyCountsOncePerRequest(t *testing.T) {
 		}
 		return n
 	}
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	before := counted()
 	var got []int
 	for range 3 {

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // docBlocks returns the fenced blocks of a language in the README and docs.
@@ -363,7 +366,7 @@ func TestDocCurlExamplesAnswerAsShown(t *testing.T) {
 			penalty 1
 		}
 	}`, docSite)
-	clearOfWindowEdge(time.Hour, 20*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 20*time.Second)
 	// The traffic the doc's answers describe: alice and bob over the api
 	// limit, alice with credits spent and two rooms held, a grant.
 	for _, user := range []string{"alice", "bob", "carol"} {
@@ -382,7 +385,7 @@ func TestDocCurlExamplesAnswerAsShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	aliceHash := hashedID(app.keyHashOf("alice"))
+	aliceHash := adminapi.HashedID(app.keyHashOf("alice"))
 
 	curls := docCurls(t, "../docs/admin-api.md")
 	if len(curls) < 12 {

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
@@ -656,8 +657,8 @@ func (h *Handler) reportDenial(v *verdict, keyHash, clientKey uint64, dryRun, ne
 			zap.String("zone", v.zone.Name),
 			zap.String("reason", denialReason(v.source)),
 			zap.String("budget", budget),
-			zap.String("client_hash", hashedID(clientKey)),
-			zap.String("key_hash", hashedID(keyHash)),
+			zap.String("client_hash", adminapi.HashedID(clientKey)),
+			zap.String("key_hash", adminapi.HashedID(keyHash)),
 			zap.String("client_kind", v.identity.Kind.String()),
 			zap.String("source", v.source.String()),
 			zap.Int64("retry_after", v.retryAfter),

@@ -281,15 +281,3 @@ func validateConfig(cfgJSON []byte) error {
 	}
 	return caddy.Validate(&cfg)
 }
-
-// eventually retries cond until it holds or the time is up.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: did not happen within %s", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}

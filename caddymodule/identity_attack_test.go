@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // TestSessionFloodCannotShutOutNewcomers floods a small key table from one
@@ -165,7 +167,7 @@ func TestOmittingTheKeyHeaderDoesNotDodgeTheNetworkBudget(t *testing.T) {
 		}
 	}
 	respond "{http.tollgate.client_kind}"`)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	admitted, _ := script{t: t, srv: srv, addr: func(int) string { return "203.0.113.90" }}.run(200)
 	if want := DefaultNetworkShare * 5; admitted > want {
 		t.Errorf("without the key header, rotating fingerprints: %d of 200 admitted; want at most %d", admitted, want)

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // trustLoopback makes Caddy take the client IP from X-Forwarded-For, so
@@ -77,7 +79,7 @@ const identitySite = `
 
 func TestClientsBehindOneIPWithCookiesHaveSeparateBudgets(t *testing.T) {
 	srv := startCaddy(t, trustLoopback, identitySite)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	alice := newClient(t, srv, "Firefox/140.0", "203.0.113.7", true)
 	bob := newClient(t, srv, "Firefox/140.0", "203.0.113.7", true) // same browser, same address
 
@@ -107,7 +109,7 @@ func TestClientsBehindOneIPWithCookiesHaveSeparateBudgets(t *testing.T) {
 
 func TestClientChangingIPKeepsItsBudget(t *testing.T) {
 	srv := startCaddy(t, trustLoopback, identitySite)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	c := newClient(t, srv, "Firefox/140.0", "203.0.113.7", true)
 	c.get("/") // fingerprint; gets the cookie
 	_, first := c.get("/")
@@ -137,8 +139,8 @@ func TestCookieLessFingerprintsAreSeparateUntilIPPressure(t *testing.T) {
 			duration 1h
 		}
 	}`, identitySite)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
-	clearOfWindowEdge(10*time.Minute, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 10*time.Second)
 
 	// Four browsers behind one address, without cookies: four budgets of 3.
 	for i := range 4 {
@@ -182,7 +184,7 @@ func TestSqueezedPlaceholders(t *testing.T) {
 		}
 	}
 	respond "{http.tollgate.ip_pressure} {http.tollgate.squeezed}"`)
-	clearOfWindowEdge(10*time.Minute, 10*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 10*time.Second)
 	if _, body := newClient(t, srv, "A", "203.0.113.7", false).get("/"); body != "1 false" {
 		t.Errorf("one fingerprint: %q", body)
 	}
@@ -198,7 +200,7 @@ func TestThrowingCookiesAwayMintsNoFreshBudgets(t *testing.T) {
 			issue_limit 2 1h
 		}
 	}`, identitySite)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	// A client that never keeps its cookie is given at most 2.
 	c := newClient(t, srv, "Bot/1", "203.0.113.7", false)
 	issued := 0

@@ -9,6 +9,8 @@ import (
 
 	"github.com/caddyserver/caddy/v2/caddyconfig"
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // TestKeysWithoutPlaceholdersAreRejected: a key that would put every request
@@ -76,7 +78,7 @@ func TestKeyRenderingEmptyFallsBackToTheClient(t *testing.T) {
 		respond "after"
 	}
 	respond "ok"`, hash))
-	clearOfWindowEdge(time.Hour, 30*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 30*time.Second)
 
 	statuses := func(ip, path string, n int, auth bool) []int {
 		var out []int

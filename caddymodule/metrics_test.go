@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // series is one sample line of a scrape: its name{labels} and value.
@@ -56,7 +58,7 @@ func TestMetricsOfSameNamedZonesNeverMerge(t *testing.T) {
 	}
 	a, b := srv.site("a.test", zone("2")), srv.site("b.test", zone("3"))
 	srv.loadSites("", []string{a, b})
-	clearOfWindowEdge(time.Hour, 20*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 20*time.Second)
 
 	before := scrapeLines(t, srv.Admin)
 	cookies := func(lines []series, status string) float64 {

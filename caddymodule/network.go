@@ -2,13 +2,11 @@ package caddymodule
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -158,29 +156,5 @@ func (v *verdict) networkID() string {
 		ip, _ := v.vars[caddyhttp.ClientIPVarKey].(string)
 		net = v.app.identifier.Network(ip)
 	}
-	return "n:" + fmt.Sprintf("%016x", net)
-}
-
-// parseNetworkID reads an ID networkID rendered.
-func parseNetworkID(id string) (uint64, bool) {
-	hexDigits, ok := strings.CutPrefix(id, "n:")
-	if !ok || len(hexDigits) != 16 {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(hexDigits, 16, 64)
-	return n, err == nil
-}
-
-// networkZoneView reads zone z's budget of a network at its owner, without
-// IP pressure.
-func (a *App) networkZoneView(z *Zone, net uint64) (ZoneView, error) {
-	limit := z.limit.Scale(float64(a.networkShare(z)))
-	key := limiter.ZoneKey(net, z.networkSeed())
-	zv := ZoneView{Zone: z.Name, Scope: z.scope + " network", Algorithm: limit.Algorithm.String(), Window: limit.Window.Seconds()}
-	res := make([]limiter.Result, 1)
-	src := a.node.Peek(time.Now(), []limiter.Request{{Key: key, Zone: z.networkSeed(), Limit: limit}}, res)
-	zv.Limit = limit.Quota
-	zv.Remaining, zv.Reset = max(0, res[0].Remaining), headerSeconds(res[0].Reset)
-	zv.Exhausted, zv.Source = !res[0].Allowed, src.String()
-	return zv, nil
+	return adminapi.NetworkID(net)
 }

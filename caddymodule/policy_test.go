@@ -13,6 +13,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 const tierSite = `
@@ -38,7 +41,7 @@ func allowedOf(srv *testCaddy, n int, headers ...string) int {
 
 func TestTiersGiveTheirLimits(t *testing.T) {
 	srv := startCaddy(t, "", tierSite)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	for _, tc := range []struct {
 		user, tier string
 		want       int
@@ -55,7 +58,7 @@ func TestTiersGiveTheirLimits(t *testing.T) {
 
 func TestTiersChangeAtRunTimeAndWinOverReloads(t *testing.T) {
 	srv := startCaddy(t, "", tierSite)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	allowedOf(srv, 5, "X-User", "ann", "X-User-Tier", "pro") // ann spends 5 of 5
 
 	put := func(body string) (int, string) {
@@ -67,7 +70,7 @@ func TestTiersChangeAtRunTimeAndWinOverReloads(t *testing.T) {
 	if got := allowedOf(srv, 5, "X-User", "ann", "X-User-Tier", "pro"); got != 3 {
 		t.Fatalf("after raising pro to 8 with 5 spent: %d more allowed; want 3", got)
 	}
-	var view TiersView
+	var view adminapi.TiersView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/tiers", &view)
 	credits := view.Zones["credits"]
 	if credits.Caddyfile["pro"] != 5 || credits.Overrides["pro"] != 8 || credits.Effective["pro"] != 8 || credits.Default != 3 {
@@ -110,16 +113,16 @@ func TestTiersChangeAtRunTimeAndWinOverReloads(t *testing.T) {
 	}
 }
 
-func postGrant(t *testing.T, srv *testCaddy, body string) (int, GrantView, string) {
+func postGrant(t *testing.T, srv *testCaddy, body string) (int, adminapi.GrantView, string) {
 	t.Helper()
-	var g GrantView
+	var g adminapi.GrantView
 	status, got := adminSend(t, srv.Admin, http.MethodPost, "/tollgate/grants", body, &g)
 	return status, g, got
 }
 
 func TestGrantsThroughTheAdminAPI(t *testing.T) {
 	srv := startCaddy(t, "", tierSite)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	if got := allowedOf(srv, 5, "X-User", "dan"); got != 3 {
 		t.Fatalf("before the grant: %d", got)
 	}
@@ -130,7 +133,7 @@ func TestGrantsThroughTheAdminAPI(t *testing.T) {
 	if got := allowedOf(srv, 5, "X-User", "dan"); got != 2 {
 		t.Fatalf("with a grant of 2 after the base was spent: %d allowed; want 2", got)
 	}
-	var got GrantView
+	var got adminapi.GrantView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/grants/credits/dan", &got)
 	if got.Used != 2 || got.Remaining != 0 || got.Version != g.Version {
 		t.Fatalf("GET grant %+v", got)
@@ -142,7 +145,7 @@ func TestGrantsThroughTheAdminAPI(t *testing.T) {
 		t.Fatalf("after a new grant: %+v; want the new one untouched", got)
 	}
 	// The client view shows it.
-	var cv ClientView
+	var cv adminapi.ClientView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/dan?zone=credits", &cv)
 	if len(cv.Zones) != 1 || cv.Zones[0].Grant == nil || cv.Zones[0].Grant.Remaining != 4 {
 		t.Fatalf("client view %+v", cv)
@@ -250,7 +253,7 @@ func TestLeasesCapConcurrentRequests(t *testing.T) {
 			}
 		})
 	}
-	eventually(t, 5*time.Second, "5 requests in flight and 45 denied", func() bool {
+	testutil.Eventually(t, 5*time.Second, "5 requests in flight and 45 denied", func() bool {
 		return up.inFlight.Load() == 5 && denied.Load() == 45
 	})
 	close(up.release)
@@ -275,7 +278,7 @@ func TestDisconnectFreesItsSlot(t *testing.T) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/", nil)
 		http.DefaultClient.Do(req)
 	}()
-	eventually(t, 5*time.Second, "the first request holding the slot", func() bool { return up.inFlight.Load() == 1 })
+	testutil.Eventually(t, 5*time.Second, "the first request holding the slot", func() bool { return up.inFlight.Load() == 1 })
 	resp, err := http.Get(srv.URL + "/")
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +291,7 @@ func TestDisconnectFreesItsSlot(t *testing.T) {
 			resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}
 	cancel() // the client goes away
-	eventually(t, 5*time.Second, "the slot freed by the disconnect", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the slot freed by the disconnect", func() bool {
 		ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		defer cancel2()
 		req, _ := http.NewRequestWithContext(ctx2, http.MethodGet, srv.URL+"/", nil)
@@ -323,8 +326,8 @@ func TestNamedLeasesReconnectAtTheCapAndExpire(t *testing.T) {
 		t.Fatalf("reconnecting to a held room at the cap: %d; want 200", s)
 	}
 	// Not refreshed, the leases expire and their slots free themselves.
-	eventually(t, 5*time.Second, "room c admitted once the leases expired", func() bool { return room("c") == http.StatusOK })
-	var cv ClientView
+	testutil.Eventually(t, 5*time.Second, "room c admitted once the leases expired", func() bool { return room("c") == http.StatusOK })
+	var cv adminapi.ClientView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/fay?zone=rooms", &cv)
 	if len(cv.Zones) != 1 || len(cv.Zones[0].Leases) < 1 || cv.Zones[0].Limit != 2 {
 		t.Fatalf("client view of the lease zone: %+v", cv.Zones)
@@ -345,7 +348,7 @@ func TestReputationThroughCaddy(t *testing.T) {
 		}
 	}
 	respond "{http.tollgate.client_id} {http.tollgate.reputation}"`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	var clientID string
 	for range 2 {
 		_, body := srv.body("/", "X-User", "gus")
@@ -354,14 +357,14 @@ func TestReputationThroughCaddy(t *testing.T) {
 	for range 2 {
 		srv.get("/", "X-User", "gus") // two denials: 100 → 60
 	}
-	var rv ReputationView
+	var rv adminapi.ReputationView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/reputation", &rv)
 	if !rv.Enabled || len(rv.Buckets) != 4 || rv.Buckets[1].Clients != 1 || rv.Buckets[1].From != 50 {
 		t.Fatalf("reputation view %+v; want one client in the 50–74 bucket", rv)
 	}
 	// Reputation belongs to the client (its client ID), whatever the
 	// zones count by.
-	var cv ClientView
+	var cv adminapi.ClientView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/"+clientID, &cv)
 	if cv.Reputation == nil || *cv.Reputation != 60 {
 		t.Fatalf("client %s reputation %v; want 60", clientID, cv.Reputation)
@@ -396,7 +399,7 @@ func TestStateSurvivesARestart(t *testing.T) {
 	}
 	respond "{http.tollgate.client_id}"`
 	srv := startCaddyWith(t, caddyOptions{dir: dir}, "", site)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	for range 7 {
 		srv.get("/", "X-User", "hal") // 5 allowed, 2 denials
 	}
@@ -409,7 +412,7 @@ func TestStateSurvivesARestart(t *testing.T) {
 	if s := srv.status("/", "X-User", "hal"); s != http.StatusTooManyRequests {
 		t.Errorf("hal after a restart: %d; want still limited", s)
 	}
-	var cv ClientView
+	var cv adminapi.ClientView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/"+clientID, &cv)
 	if cv.Reputation == nil || *cv.Reputation > 98 {
 		t.Errorf("the client's reputation after a restart: %v; want the denials remembered", cv.Reputation)
@@ -417,7 +420,7 @@ func TestStateSurvivesARestart(t *testing.T) {
 	if s := srv.status("/", "X-User", "hal", "X-Room", "kitchen"); s != http.StatusTooManyRequests {
 		t.Errorf("a second room after a restart: %d; want the lease on lobby kept", s)
 	}
-	var g GrantView
+	var g adminapi.GrantView
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/grants/api/ivy", &g); status != http.StatusOK || g.Amount != 3 {
 		t.Errorf("ivy's grant after a restart: %d %s", status, body)
 	}
@@ -478,7 +481,7 @@ func TestAnUpgradedConnectionHoldsItsSlotUntilItCloses(t *testing.T) {
 		t.Fatalf("a second upgrade while the first is open: %d; want 429", status)
 	}
 	first.Close()
-	eventually(t, 5*time.Second, "the slot freed when the tunnel closed", func() bool {
+	testutil.Eventually(t, 5*time.Second, "the slot freed when the tunnel closed", func() bool {
 		conn, status := open()
 		conn.Close()
 		return status == http.StatusSwitchingProtocols
@@ -490,7 +493,7 @@ func TestALongRequestKeepsItsSlotPastTheTTL(t *testing.T) {
 	srv := startCaddy(t, "", proxiedLeaseSite(up.URL, "concurrent 1\nttl 1s", ""))
 	done := make(chan int, 1)
 	go func() { done <- srv.status("/") }()
-	eventually(t, 5*time.Second, "the first request holding the slot", func() bool { return up.inFlight.Load() == 1 })
+	testutil.Eventually(t, 5*time.Second, "the first request holding the slot", func() bool { return up.inFlight.Load() == 1 })
 	// Three TTLs on, the lease has been renewed while the request lives.
 	time.Sleep(3 * time.Second)
 	if s := srv.status("/"); s != http.StatusTooManyRequests {

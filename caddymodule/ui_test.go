@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +18,8 @@ import (
 	cdpage "github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // chromiumPath finds Chromium; without it the browser test skips, unless
@@ -184,7 +185,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 	// A browser cannot open the admin endpoint itself (Caddy refuses a
 	// navigation, which has no Origin): the page is opened through the
 	// relay `caddy tollgate ui` serves.
-	relay := startUIRelay(t, strings.TrimPrefix(admin, "http://"))
+	relay := testutil.StartUIRelay(t, strings.TrimPrefix(admin, "http://"))
 	b.run("opening the page", chromedp.Navigate(relay+"/"))
 	b.until("the three members shown", `document.querySelectorAll("#members tr.member").length === 3`)
 	var shown []string
@@ -209,7 +210,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 
 	// The denied key, hashed as the log prints it, with a reset button.
 	var hashed string
-	eventually(t, 10*time.Second, "the denial logged", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the denial logged", func() bool {
 		m := regexp.MustCompile(`"key_hash":"(h:[0-9a-f]{16})"`).FindStringSubmatch(procs[0].logs())
 		if m != nil {
 			hashed = m[1]
@@ -224,7 +225,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 	// Cancelled, the reset does nothing.
 	b.accept.Store(false)
 	b.run("clicking reset, then cancel", chromedp.Evaluate(fmt.Sprintf(`document.querySelector(%q).click()`, row+" button.reset"), nil))
-	eventually(t, 10*time.Second, "the confirmation asked", func() bool { return b.asked.Load() == 1 })
+	testutil.Eventually(t, 10*time.Second, "the confirmation asked", func() bool { return b.asked.Load() == 1 })
 	if status, _, _ := procs[0].get("/", "ui-denied"); status != http.StatusTooManyRequests {
 		t.Fatalf("after a cancelled reset: %d; want still denied", status)
 	}
@@ -248,37 +249,4 @@ func TestStatusPageInABrowser(t *testing.T) {
 	for _, e := range b.errors {
 		t.Errorf("the page reported: %s", e)
 	}
-}
-
-// startUIRelay runs `caddy tollgate ui` for the admin address and returns
-// the URL it serves on; it stops with the test.
-func startUIRelay(t *testing.T, adminAddr string) string {
-	t.Helper()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	cmd := exec.Command(tollgateBinary(t), "tollgate", "ui", "--address", adminAddr, "--listen", listen)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	url := "http://" + listen
-	eventually(t, 10*time.Second, "the relay serving", func() bool {
-		resp, err := http.Get(url + "/tollgate/status")
-		if err == nil {
-			resp.Body.Close()
-		}
-		return err == nil && resp.StatusCode == http.StatusOK
-	})
-	return url
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // loadSites replaces tc's config with one serving the given site blocks,
@@ -34,7 +36,7 @@ func (tc *testCaddy) loadSites(globals string, sites []string) {
 	// it while it drains: start afresh, until a request that counts in no
 	// zone is answered by the new config, whose answer names this load.
 	tc.client.CloseIdleConnections()
-	eventually(tc.t, 5*time.Second, "serving the new config", func() bool {
+	testutil.Eventually(tc.t, 5*time.Second, "serving the new config", func() bool {
 		resp, err := tc.client.Get(tc.URL + "/")
 		if err != nil {
 			return false
@@ -92,7 +94,7 @@ func TestSameNamedZonesKeepTheirCountsAcrossShuffledReloads(t *testing.T) {
 	srv := startCaddy(t, noReputation, `respond "default"`)
 	a, b, c := srv.site("a.test", apiZone(3)), srv.site("b.test", apiZone(50)), srv.site("c.test", apiZone(20))
 	srv.loadSites(noReputation, []string{a, b})
-	clearOfWindowEdge(time.Hour, time.Minute)
+	testutil.ClearOfWindowEdge(time.Hour, time.Minute)
 
 	for i := range 3 {
 		if s, _ := srv.getHost("a.test", "X-User", "bob"); s != http.StatusOK {

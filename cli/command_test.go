@@ -1,48 +1,67 @@
-package caddymodule
+package cli
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
-// tollgateCLI runs `caddy tollgate args…` with the built binary and returns
-// its output, its error output and its exit code.
-func tollgateCLI(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	cmd := exec.Command(tollgateBinary(t), append([]string{"tollgate"}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	code := 0
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		code = exit.ExitCode()
-	} else if err != nil {
-		t.Fatalf("running tollgate %v: %v", args, err)
+// docSite has the zones of docs/admin-api.md.
+const docSite = `
+	tollgate {
+		tier_from {http.request.header.X-User-Tier}
+		zone api {
+			limit 100 1m
+			key {http.request.header.X-User}
+			match {
+				path /api/*
+			}
+		}
+		zone credits {
+			limit 1000 1h
+			key {http.request.header.X-User}
+			tier pro 10000
+			tier premium 50000
+			match {
+				path /credits/*
+			}
+		}
+		zone rooms {
+			concurrent 4
+			key {http.request.header.X-User}
+			tier pro 32
+			lease {http.request.header.X-Room-Id}
+			ttl 15m
+			match {
+				path /rooms/*
+			}
+		}
 	}
-	return out.String(), errOut.String(), code
-}
+	respond "ok"`
 
 // TestCLIAgainstARunningCaddy runs every subcommand against a Caddy with
 // the doc's zones, as a table and as JSON, and checks the exit codes and
 // the advice of a bad address and an unknown client.
 func TestCLIAgainstARunningCaddy(t *testing.T) {
-	tollgateBinary(t) // build first, outside the window the test watches
-	srv := startCaddy(t, "", docSite)
-	clearOfWindowEdge(time.Hour, 30*time.Second)
+	testutil.TollgateBinary(t) // build first, outside the window the test watches
+	srv := startCaddy(t, docSite)
+	testutil.ClearOfWindowEdge(time.Hour, 30*time.Second)
 	for range 101 {
-		srv.get("/api/x", "X-User", "alice")
+		srv.get(t, "/api/x", "X-User", "alice")
 	}
-	addr := strings.TrimPrefix(srv.Admin, "http://")
-	app, _ := runningApp()
-	aliceHash := hashedID(app.keyHashOf("alice"))
+	addr := srv.Admin
+	// alice is the one key denied: the list names her by her hashed ID.
+	var denied adminapi.DeniedList
+	if status, body := srv.adminGet(t, "/tollgate/denied?zone=api", &denied); status != http.StatusOK || len(denied.Items) != 1 {
+		t.Fatalf("GET /tollgate/denied: %d %s; want alice's key alone", status, body)
+	}
+	aliceHash := denied.Items[0].Key
 
 	type step struct {
 		args     []string
@@ -87,12 +106,12 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 			t.Errorf("tollgate %v: error output lacks %q:\n%s", s.args, s.errWords, errOut)
 		}
 	}
-	if s := srv.status("/api/x", "X-User", "alice"); s != http.StatusOK {
+	if s := srv.get(t, "/api/x", "X-User", "alice"); s != http.StatusOK {
 		t.Errorf("after tollgate reset, alice: %d; want let through", s)
 	}
 
 	// --json prints what the admin API answers, for every subcommand.
-	srv.get("/api/x", "X-User", "carol")
+	srv.get(t, "/api/x", "X-User", "carol")
 	for _, args := range [][]string{
 		{"status"}, {"client", "carol"}, {"reset", "carol"}, {"tiers"}, {"tiers", "set", "credits", "pro=11000"},
 		{"tiers", "clear"}, {"grant", "add", "credits", "carol", "7", "1h"}, {"grant", "show", "credits", "carol"},
@@ -105,7 +124,7 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		}
 	}
 	out, _, code := tollgateCLI(t, "client", "nobody-seen", "--json", "--address", addr)
-	if code != exitNotFound || json.Unmarshal([]byte(out), new(ClientView)) != nil {
+	if code != exitNotFound || json.Unmarshal([]byte(out), new(adminapi.ClientView)) != nil {
 		t.Errorf("an unknown client with --json: exit %d, %q; want 4 and the view", code, out)
 	}
 
@@ -125,57 +144,18 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 	}
 }
 
-// TestCLIUIRelayServesOnlyThePage runs `caddy tollgate ui` against a real
-// Caddy: it serves the page and the routes the page reads, and refuses
-// other sites, other Host names, other routes and a non-loopback address.
-func TestCLIUIRelayServesOnlyThePage(t *testing.T) {
-	tollgateBinary(t)
-	srv := startCaddy(t, "", adminSite)
-	relay := startUIRelay(t, strings.TrimPrefix(srv.Admin, "http://"))
-	send := func(method, path string, headers ...string) (int, string) {
-		req, _ := http.NewRequest(method, relay+path, nil)
-		for i := 0; i+1 < len(headers); i += 2 {
-			if headers[i] == "Host" {
-				req.Host = headers[i+1]
-			} else {
-				req.Header.Set(headers[i], headers[i+1])
-			}
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, path, err)
-		}
-		defer resp.Body.Close()
-		b := new(bytes.Buffer)
-		b.ReadFrom(resp.Body)
-		return resp.StatusCode, b.String()
-	}
-	for _, tc := range []struct {
-		method, path string
-		headers      []string
-		status       int
-	}{
-		{"GET", "/", nil, 200},
-		{"GET", "/tollgate/status", nil, 200},
-		{"GET", "/tollgate/denied?limit=5", nil, 200},
-		{"GET", "/metrics", nil, 200},
-		{"DELETE", "/tollgate/clients/alice", []string{"Origin", relay, "Sec-Fetch-Site", "same-origin"}, 200},
-		{"DELETE", "/tollgate/clients/alice", []string{"Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site"}, 403},
-		{"DELETE", "/tollgate/clients/alice", []string{"Origin", "http://evil.example"}, 403},
-		{"GET", "/tollgate/status", []string{"Host", "evil.example:80"}, 403},
-		{"PUT", "/tollgate/tiers", nil, 404},
-		{"POST", "/load", nil, 404},
-		{"GET", "/config/", nil, 404},
+// TestCLIWrongCommandLinesExitTwo checks the documented exit code of a
+// wrong command line where cobra, not a subcommand, finds it wrong.
+func TestCLIWrongCommandLinesExitTwo(t *testing.T) {
+	for _, args := range [][]string{
+		{"bogus"},
+		{"status", "--bogus"},
+		{"grant", "add", "api", "alice", "10", "-5"},
+		{"grant", "show", "--zone", "api"},
 	} {
-		if status, body := send(tc.method, tc.path, tc.headers...); status != tc.status {
-			t.Errorf("%s %s %v through the relay: %d %s; want %d", tc.method, tc.path, tc.headers, status, body, tc.status)
+		_, errOut, code := tollgateCLI(t, append(args, "--address", "127.0.0.1:1")...)
+		if code != exitUsage || !strings.Contains(errOut, "usage") && !strings.Contains(errOut, "subcommand") {
+			t.Errorf("caddy tollgate %v: exit %d %s; want %d and the usage", args, code, errOut, exitUsage)
 		}
-	}
-	if _, body := send("GET", "/"); !strings.Contains(body, "<title>Tollgate status</title>") {
-		t.Errorf("the relay's page: %.200s", body)
-	}
-	_, errOut, code := tollgateCLI(t, "ui", "--address", strings.TrimPrefix(srv.Admin, "http://"), "--listen", "0.0.0.0:0")
-	if code != exitUsage || !strings.Contains(errOut, "loopback") {
-		t.Errorf("ui --listen 0.0.0.0:0: exit %d %s; want 2 and why", code, errOut)
 	}
 }

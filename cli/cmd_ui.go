@@ -1,4 +1,4 @@
-package caddymodule
+package cli
 
 import (
 	"context"
@@ -12,9 +12,16 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
 )
 
-// cliUI serves the status page on a loopback address and relays the
+// defaultUIListen is where `caddy tollgate ui` serves the page: not 2020
+// or 2021, which are the admin addresses of a second and third Caddy on a
+// host (as in docs/examples/cluster).
+const defaultUIListen = "127.0.0.1:2099"
+
+// runUI serves the status page on a loopback address and relays the
 // page's requests to the admin endpoint.
 //
 // Caddy's admin endpoint refuses what a browser sends when a person opens
@@ -24,7 +31,7 @@ import (
 // requests addressed to it and not sent from another site, only on the
 // routes the page uses, and talks to the admin endpoint as the other
 // commands do, so Caddy's admin access control still applies.
-func cliUI(c *cliContext, _ []string) (int, error) {
+func runUI(c *invocation, _ []string) (int, error) {
 	host, _, err := net.SplitHostPort(c.listen)
 	if ip := net.ParseIP(host); err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
 		return exitUsage, fmt.Errorf("--listen %q: want a loopback address, e.g. 127.0.0.1:2099: the page can reset clients, so it is served to this machine only", c.listen)
@@ -35,8 +42,8 @@ func cliUI(c *cliContext, _ []string) (int, error) {
 	}
 	// Check now that the admin endpoint is there and has Tollgate: its
 	// status is JSON, where a site's page, say, is not.
-	var st Status
-	if _, err := c.call(http.MethodGet, "/tollgate/status", nil, &st); err != nil {
+	var st adminapi.Status
+	if _, err := c.call(http.MethodGet, adminapi.PathStatus, nil, &st); err != nil {
 		ln.Close()
 		return exitFor(err), err
 	}
@@ -58,7 +65,7 @@ func cliUI(c *cliContext, _ []string) (int, error) {
 
 // uiRelay serves the status page and relays its requests.
 type uiRelay struct {
-	c    *cliContext
+	c    *invocation
 	self string // the address it listens on
 }
 
@@ -66,16 +73,18 @@ type uiRelay struct {
 func relayed(method, path string) bool {
 	switch {
 	case method == http.MethodGet:
-		return path == "/tollgate/ui" || path == "/tollgate/status" || path == "/tollgate/denied" ||
-			path == "/tollgate/reputation" || path == "/metrics"
+		return path == adminapi.PathUI || path == adminapi.PathStatus || path == adminapi.PathDenied ||
+			path == adminapi.PathReputation || path == "/metrics"
 	case method == http.MethodDelete:
 		// One segment, as sent (escaped): never a move up the path.
-		id, ok := strings.CutPrefix(path, "/tollgate/clients/")
+		id, ok := strings.CutPrefix(path, adminapi.PathClients)
 		return ok && id != "" && id != "." && id != ".." && !strings.Contains(id, "/")
 	}
 	return false
 }
 
+// ServeHTTP serves the page's requests, relaying them to the admin
+// endpoint, and refuses any other.
 func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, port, _ := net.SplitHostPort(u.self)
 	if r.Host != u.self && r.Host != "localhost:"+port {
@@ -94,12 +103,10 @@ func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// the way to the admin endpoint.
 	path := r.URL.EscapedPath()
 	if path == "/" {
-		path = "/tollgate/ui"
+		path = adminapi.PathUI
 	}
 	if !relayed(r.Method, path) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusNotFound)
-		fmt.Fprintf(w, "{\"error\": %q}\n", "the status page relay does not serve "+r.Method+" "+path)
+		relayError(w, http.StatusNotFound, "the status page relay does not serve "+r.Method+" "+path)
 		return
 	}
 	req, err := http.NewRequestWithContext(r.Context(), r.Method, u.c.origin+path+queryOf(r), nil)
@@ -112,9 +119,7 @@ func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := u.c.client.Do(req)
 	if err != nil {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadGateway)
-		fmt.Fprintf(w, "{\"error\": %q}\n", "cannot reach Caddy's admin endpoint at "+u.c.addr)
+		relayError(w, http.StatusBadGateway, "cannot reach Caddy's admin endpoint at "+u.c.addr)
 		return
 	}
 	defer resp.Body.Close()
@@ -127,9 +132,17 @@ func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.Copy(w, resp.Body)
 }
 
+// queryOf is r's query, with its "?", or nothing.
 func queryOf(r *http.Request) string {
 	if r.URL.RawQuery == "" {
 		return ""
 	}
 	return "?" + r.URL.RawQuery
+}
+
+// relayError answers with an error as the admin API does: adminapi.Error.
+func relayError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "{\"error\": %q}\n", msg)
 }

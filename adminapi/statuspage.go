@@ -1,4 +1,4 @@
-package caddymodule
+package adminapi
 
 import (
 	_ "embed"
@@ -6,13 +6,16 @@ import (
 )
 
 // statusPage is the live status page: one self-contained HTML file, with
-// its styles and script inline, that reads the admin API it is served on.
+// its styles and script inline, that reads the admin API it is served on
+// (PathStatus, PathDenied, PathReputation and Caddy's /metrics).
 //
-//go:embed ui/status.html
+//go:embed statuspage.html
 var statusPage []byte
 
-// handleUI serves GET /tollgate/ui.
-func (adminAPI) handleUI(w http.ResponseWriter, _ *http.Request) error {
+// ServeStatusPage answers GET /tollgate/ui with the status page, and the
+// headers that keep it from being framed, sniffed, cached or made to load
+// anything from elsewhere.
+func ServeStatusPage(w http.ResponseWriter) error {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")

@@ -13,7 +13,7 @@ import (
 )
 
 func testReputation() *limiter.ReputationPolicy {
-	return &limiter.ReputationPolicy{Penalty: 1, RecoveryPerHour: 10, Buckets: limiter.DefaultBuckets}
+	return &limiter.ReputationPolicy{Penalty: 1, RecoveryPerHour: 10, Buckets: limiter.DefaultReputationBuckets()}
 }
 
 // TestDryRunZoneHasNoConsequences decides at fixed instants for a handler

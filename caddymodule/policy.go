@@ -49,7 +49,7 @@ func (c *ReputationConfig) policy() *limiter.ReputationPolicy {
 	if c != nil && c.Off {
 		return nil
 	}
-	p := &limiter.ReputationPolicy{Penalty: defaultPenalty, RecoveryPerHour: defaultRecovery, Buckets: limiter.DefaultBuckets}
+	p := &limiter.ReputationPolicy{Penalty: defaultPenalty, RecoveryPerHour: defaultRecovery, Buckets: limiter.DefaultReputationBuckets()}
 	if c == nil {
 		return p
 	}

@@ -98,17 +98,13 @@ type App struct {
 	nodeActive bool            // Start made node the running one
 	logger     *zap.Logger
 
-	hasher      limiter.Hasher
-	hashSecret  []byte // the secret hashes are keyed with (the last)
-	identifier  *fingerprint.Identifier
-	pressure    *fingerprint.Pressure     // nil when IP pressure is off
-	reputation  *limiter.ReputationPolicy // nil when off
-	repSeed     uint64
-	issue       string // cookie issuance policy
-	issueHeader string
-	issueLimit  limiter.Limit
-	challenge   *challenger // nil unless cookie { challenge } is set
-	issueZone   uint64
+	hasher     limiter.Hasher
+	hashSecret []byte // the secret hashes are keyed with (the last)
+	identifier *fingerprint.Identifier
+	pressure   *fingerprint.Pressure     // nil when IP pressure is off
+	reputation *limiter.ReputationPolicy // nil when off
+	repSeed    uint64
+	sessions   *sessions // session cookies, their budget and the challenge
 
 	mu         sync.Mutex
 	handlers   []*Handler         // every handler of this config, as provisioned
@@ -149,6 +145,9 @@ func (a *App) Provision(ctx caddy.Context) error {
 		return fmt.Errorf("tollgate: registering metrics: %w", err)
 	}
 	if err := a.provisionNode(); err != nil {
+		return err
+	}
+	if err := a.provisionSessions(ctx); err != nil {
 		return err
 	}
 	if err := a.provisionPolicy(ctx); err != nil {

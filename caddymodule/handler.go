@@ -314,8 +314,8 @@ type outcome struct {
 // ServeHTTP counts r in its zones and passes it on or denies it, in three
 // steps: build the limiter requests, decide them now, write the response.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if h.app.challenge != nil && r.URL.Path == ChallengePath {
-		return h.handleProof(w, r)
+	if h.app.sessions.answers(r) {
+		return h.app.sessions.answerProof(w, r, h.DryRun)
 	}
 	q := request{r: r}
 	q.vars, _ = r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
@@ -341,14 +341,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		held.hold()
 		defer held.release()
 	}
-	if v.challenge {
-		return h.app.challenge.serveChallenge(w, r, v.identity.Network, now)
+	if h.DryRun { // a trial issues no cookie
+		return next.ServeHTTP(w, r)
 	}
-	if v.issuer != nil {
-		v.issuer.ResponseWriterWrapper = &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}
-		return next.ServeHTTP(v.issuer, r)
-	}
-	return next.ServeHTTP(w, r)
+	return h.app.sessions.serve(w, r, next, v, now)
 }
 
 // requests builds what q asks of the limiter, in sc: the zones that match
@@ -492,12 +488,12 @@ func allGranted(res []limiter.Result) bool {
 }
 
 // respond writes what decision o means for the response: headers, the
-// verdict behind the placeholders, metrics, the log and event of a denial,
-// and the session cookie. It returns the verdict and the leases an allowed
-// request holds, if any; buf is scratch for the RateLimit header.
+// verdict behind the placeholders, metrics, the log and event of a denial.
+// It returns the verdict and the leases an allowed request holds, if any;
+// buf is scratch for the RateLimit header.
 func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *batch, who *asker, o outcome, buf []byte) (*verdict, *heldLeases) {
 	v := q.verdict()
-	v.identity, v.pressure, v.issuer, v.source = who.identity, who.pressure, nil, o.source
+	v.identity, v.pressure, v.source = who.identity, who.pressure, o.source
 	v.tier, v.score, v.scoreKnown = who.tier, o.score, o.scoreKnown
 	v.app, v.vars = h.app, q.vars
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !o.allowed) {
@@ -517,9 +513,6 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 			h.reportDenial(v, b.keys[b.zoneOf[i]], who.key, true, b.network[i])
 		}
 		v.zone.counters.inc(v.decision, o.source)
-		if !h.DryRun {
-			h.issueCookie(w, q.r, v, now)
-		}
 		return v, h.holdLeases(b)
 	}
 

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"strings"
 	"time"
 
@@ -16,59 +15,6 @@ import (
 
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
-)
-
-// CookieConfig is the session cookie Tollgate issues to clients.
-type CookieConfig struct {
-	// Name of the cookie. Default: __tollgate.
-	Name string `json:"name,omitempty"`
-
-	// MaxAge is how long a cookie stays valid after it was issued; one in
-	// use is issued again once past half of it. Default: 720h (30 days).
-	MaxAge caddy.Duration `json:"max_age,omitempty"`
-
-	// Issue says who gets a cookie: "always" (default: every client
-	// without a valid one, on an allowed request), "header" (only when the
-	// upstream response carries IssueHeader, which is then removed: a site
-	// that runs its own challenge decides who earns a cookie) or "off".
-	Issue string `json:"issue,omitempty"`
-
-	// IssueHeader is the response header that earns a cookie when Issue
-	// is "header".
-	IssueHeader string `json:"issue_header,omitempty"`
-
-	// IssueLimit is how many new sessions one IP network (see IPv4Prefix,
-	// IPv6Prefix) may be given per IssueWindow, squeezed by IP pressure, so
-	// that a client cannot mint fresh budgets by throwing cookies away or
-	// rotating headers. A client that may not get a session stays on the
-	// cookie-less path, under its network's budget. Default: 30 per hour,
-	// enough for an office behind one address to get its sessions on a
-	// first morning.
-	IssueLimit int64 `json:"issue_limit,omitempty"`
-
-	// IssueWindow is the period of IssueLimit. Default: 1h.
-	IssueWindow caddy.Duration `json:"issue_window,omitempty"`
-
-	// Challenge, when set, makes a browser without a session pass a
-	// challenge before it is given one: its page loads (GET with an Accept
-	// naming text/html) get a small self-contained page that solves a proof
-	// of work and comes back with a session. Other clients are not
-	// challenged and are given no session: they stay on the cookie-less
-	// path, under their network's budget. Default: off.
-	Challenge *ChallengeConfig `json:"challenge,omitempty"`
-}
-
-// The values of CookieConfig.Issue.
-const (
-	issueAlways = "always"
-	issueHeader = "header"
-	issueOff    = "off"
-)
-
-// Defaults of cookie issuance.
-const (
-	defaultIssueLimit  = 30
-	defaultIssueWindow = time.Hour
 )
 
 // PressureConfig is IP pressure: too many distinct cookie-less fingerprints
@@ -109,7 +55,7 @@ func (p *PressureConfig) settings() fingerprint.PressureConfig {
 const secretStorageKey = "tollgate/secret"
 
 // provisionIdentity sets up client identity for this config: the secrets,
-// the identifier and cookie policy, and IP pressure.
+// the identifier (which reads and signs session cookies) and IP pressure.
 func (a *App) provisionIdentity(ctx caddy.Context) error {
 	secrets, err := a.resolveSecrets(ctx)
 	if err != nil {
@@ -130,26 +76,6 @@ func (a *App) provisionIdentity(ctx caddy.Context) error {
 	}
 	a.hashSecret = secrets[len(secrets)-1]
 	a.hasher = limiter.NewHasher(a.hashSecret)
-
-	a.issue = cookie.Issue
-	if a.issue == "" {
-		a.issue = issueAlways
-	}
-	a.issueHeader = http.CanonicalHeaderKey(cookie.IssueHeader)
-	limit, window := cookie.IssueLimit, time.Duration(cookie.IssueWindow)
-	if limit == 0 {
-		limit = defaultIssueLimit
-	}
-	if window == 0 {
-		window = defaultIssueWindow
-	}
-	a.issueLimit = limiter.Limit{Algorithm: limiter.SlidingWindow, Quota: limit, Window: window}
-	a.issueZone = a.hasher.Zone("\x00tollgate cookie issuance")
-	if cookie.Challenge != nil {
-		if a.challenge, err = newChallenger(ctx, cookie.Challenge, a.hashSecret, a.hasher); err != nil {
-			return err
-		}
-	}
 
 	if a.IPPressure == nil || !a.IPPressure.Off {
 		cfg := new(PressureConfig)
@@ -233,33 +159,8 @@ func (a *App) validateIdentity() error {
 	if err := (fingerprint.Prefixes{IPv4: a.IPv4Prefix, IPv6: a.IPv6Prefix}).Validate(); err != nil {
 		return fmt.Errorf("tollgate: ip_prefix: %w", err)
 	}
-	if c := a.Cookie; c != nil {
-		switch c.Issue {
-		case "", issueAlways, issueOff:
-			if c.IssueHeader != "" {
-				return fmt.Errorf("tollgate: cookie issue_header %q is only used with issue header", c.IssueHeader)
-			}
-		case issueHeader:
-			if c.IssueHeader == "" {
-				return fmt.Errorf("tollgate: cookie issue header needs a header name")
-			}
-		default:
-			return fmt.Errorf("tollgate: cookie issue %q: must be always, header <name> or off", c.Issue)
-		}
-		if c.IssueLimit < 0 || c.IssueLimit > limiter.MaxQuota {
-			return fmt.Errorf("tollgate: cookie issue_limit %d: must be a whole number from 1 to %d", c.IssueLimit, int64(limiter.MaxQuota))
-		}
-		if c.Challenge != nil {
-			if err := c.Challenge.validate(); err != nil {
-				return err
-			}
-			if c.Issue == issueOff || c.Issue == issueHeader {
-				return fmt.Errorf("tollgate: cookie challenge needs issue always: the challenge is what earns a session")
-			}
-		}
-		if c.IssueWindow < 0 || c.MaxAge < 0 {
-			return fmt.Errorf("tollgate: cookie durations must be positive")
-		}
+	if err := a.Cookie.validate(); err != nil {
+		return err
 	}
 	if err := validateNetworkShare("tollgate: network_share", a.NetworkShare); err != nil {
 		return err

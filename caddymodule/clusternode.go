@@ -190,3 +190,24 @@ func (s *state) retire() {
 	}
 	s.node, s.clusterCfg = nil, nil
 }
+
+// provisionNode finds the running cluster node (or single node) if the
+// settings are the same, or creates one that Start starts: provisioning binds
+// nothing and joins nobody, so `caddy validate` can check the config of a
+// running node.
+func (a *App) provisionNode() error {
+	var cfg *cluster.Config
+	if a.Cluster != nil {
+		c, err := a.clusterSettings(clusterSecret(a.hashSecret))
+		if err != nil {
+			return fmt.Errorf("tollgate: cluster: %w", err)
+		}
+		cfg = &c
+	}
+	node, isNew, err := a.state.nodeFor(cfg, a.logger.Named("cluster"))
+	if err != nil {
+		return fmt.Errorf("tollgate: cluster: %w", err)
+	}
+	a.node, a.nodeCfg, a.newNode = node, cfg, isNew
+	return nil
+}

@@ -2,12 +2,7 @@ package caddymodule
 
 import (
 	"fmt"
-	"sync"
-	"time"
 
-	"github.com/caddyserver/caddy/v2"
-
-	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -68,9 +63,8 @@ func (c *ReputationConfig) policy() *limiter.ReputationPolicy {
 	return p
 }
 
-// provisionPolicy applies reputation to this config; what storage keeps
-// (the tier table, the snapshot) is restored when the app first starts.
-func (a *App) provisionPolicy(ctx caddy.Context) error {
+// provisionReputation applies reputation to this config's engine and node.
+func (a *App) provisionReputation() error {
 	a.reputation = a.Reputation.policy()
 	if a.reputation != nil {
 		if err := a.reputation.Validate(); err != nil {
@@ -80,8 +74,6 @@ func (a *App) provisionPolicy(ctx caddy.Context) error {
 	a.state.engine.SetReputation(a.reputation)
 	a.node.SetReputation(a.reputation)
 	a.repSeed = a.hasher.Zone("\x00tollgate reputation")
-	a.state.storage.Store(&storageRef{ctx.Storage()})
-	a.node.OnShared(a.state.sharedArrived(a.logger))
 	return nil
 }
 
@@ -92,50 +84,4 @@ func (a *App) reputationKey(clientKey uint64) limiter.Key {
 		return 0
 	}
 	return limiter.ZoneKey(clientKey, a.repSeed)
-}
-
-// heldLeases are the leases one request holds in lease zones: renewed while
-// the request is alive, and those of its own (not named) released when its
-// response ends.
-type heldLeases struct {
-	node  *cluster.Node
-	reqs  []limiter.Request
-	named []bool
-	timer *time.Timer
-
-	mu   sync.Mutex // a renewal and the release never interleave
-	done bool
-}
-
-// hold starts renewing the leases every half TTL.
-func (l *heldLeases) hold() {
-	ttl := l.reqs[0].Limit.Window
-	for _, r := range l.reqs[1:] {
-		ttl = min(ttl, r.Limit.Window)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.timer = time.AfterFunc(ttl/2, func() {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		if l.done {
-			return // released: a renewal now would claim the slots again
-		}
-		l.node.Take(time.Now(), l.reqs, make([]limiter.Result, len(l.reqs)))
-		l.timer.Reset(ttl / 2)
-	})
-}
-
-// release stops renewing and gives back the request's own leases.
-func (l *heldLeases) release() {
-	l.mu.Lock()
-	l.done = true
-	l.mu.Unlock()
-	l.timer.Stop()
-	now := time.Now()
-	for i, r := range l.reqs {
-		if !l.named[i] {
-			l.node.Release(now, r.Key, r.LeaseID)
-		}
-	}
 }

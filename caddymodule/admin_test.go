@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -14,32 +15,6 @@ import (
 	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/internal/testutil"
 )
-
-// adminDo sends a request to the admin API and decodes a JSON answer into
-// out (if not nil), returning the status and the raw body.
-func adminDo(t testing.TB, base, method, path string, out any) (int, string) {
-	t.Helper()
-	return adminSend(t, base, method, path, "", out)
-}
-
-// adminSend is adminDo with a request body; out is filled from a 200 or a
-// 201.
-func adminSend(t testing.TB, base, method, path, body string, out any) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	got, _ := io.ReadAll(resp.Body)
-	if out != nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated) {
-		if err := json.Unmarshal(got, out); err != nil {
-			t.Fatalf("%s %s: %v\n%s", method, path, err, got)
-		}
-	}
-	return resp.StatusCode, string(got)
-}
 
 const adminSite = `
 	tollgate {
@@ -139,102 +114,6 @@ func TestAdminStatusOfASingleNode(t *testing.T) {
 	if !st.Cluster.Standalone || len(st.Cluster.Members) != 1 || st.Keys.Held < 2 || st.Keys.Max != 1<<20 || st.Memory.CounterBytes <= 0 {
 		t.Fatalf("status %+v", st)
 	}
-}
-
-// scrape returns the admin endpoint's metrics as name{labels} → value.
-func scrape(t testing.TB, admin string) map[string]float64 {
-	t.Helper()
-	_, body := adminDo(t, admin, http.MethodGet, "/metrics", nil)
-	out := make(map[string]float64)
-	line := regexp.MustCompile(`^(tollgate_[a-z_]+(?:\{[^}]*\})?) (\S+)$`)
-	for _, l := range strings.Split(body, "\n") {
-		if m := line.FindStringSubmatch(l); m != nil {
-			v, _ := strconv.ParseFloat(m[2], 64)
-			out[m[1]] = v
-		}
-	}
-	return out
-}
-
-func TestMetricsCountAKnownSequence(t *testing.T) {
-	srv := startCaddy(t, "", `
-	tollgate {
-		zone api {
-			limit 3 1h
-			key {http.request.header.X-API-Key}
-		}
-	}
-	respond "ok"`)
-	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
-	// The counters are the process's: earlier tests in this process have
-	// counted too, so compare with a scrape taken before.
-	before := scrape(t, srv.Admin)
-	for range 5 {
-		srv.get("/", "X-API-Key", "alice") // 3 allowed, 2 denied
-	}
-	srv.get("/", "X-API-Key", "bob", "Cookie", "__tollgate=forged")
-	m := scrape(t, srv.Admin)
-	for name, want := range map[string]float64{
-		`tollgate_decisions_total{outcome="allow",scope="api",source="owner",zone="api"}`: 4,
-		`tollgate_decisions_total{outcome="deny",scope="api",source="owner",zone="api"}`:  2,
-		`tollgate_cookies_total{status="malformed"}`:                                      1,
-	} {
-		if got := m[name] - before[name]; got != want {
-			t.Errorf("%s rose by %v; want %v", name, got, want)
-		}
-	}
-	for name, want := range map[string]float64{
-		`tollgate_cluster_members`:   1,
-		`tollgate_peers_in_fallback`: 0,
-		`tollgate_keys_max`:          1 << 20,
-	} {
-		if got, ok := m[name]; !ok || got != want {
-			t.Errorf("%s = %v (present %v); want %v", name, got, ok, want)
-		}
-	}
-	if m[`tollgate_keys_held`] < 2 {
-		t.Errorf("tollgate_keys_held = %v", m[`tollgate_keys_held`])
-	}
-	for name := range m {
-		if strings.Contains(name, "alice") || strings.Contains(name, "127.0.0.1") {
-			t.Errorf("a metric label carries a key or an address: %s", name)
-		}
-	}
-
-	// A reload keeps the metrics working (no duplicate registration).
-	srv.reload("", `
-	tollgate {
-		zone api {
-			limit 4 1h
-			key {http.request.header.X-API-Key}
-		}
-	}
-	respond "ok"`)
-	srv.get("/", "X-API-Key", "alice")
-	allowed := `tollgate_decisions_total{outcome="allow",scope="api",source="owner",zone="api"}`
-	if got := scrape(t, srv.Admin)[allowed] - before[allowed]; got != 5 {
-		t.Errorf("after a reload, allowed rose by %v; want 5 (counting on)", got)
-	}
-}
-
-// adminRaw sends a request without following redirects and returns the
-// whole response, body read; headers are more header names and values.
-func adminRaw(t testing.TB, base, method, path, body string, headers ...string) (*http.Response, string) {
-	t.Helper()
-	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	}}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	got, _ := io.ReadAll(resp.Body)
-	return resp, string(got)
 }
 
 // TestAdminConventions checks every route against the HTTP conventions:
@@ -470,6 +349,40 @@ func logs3(srv *testCaddy, out *[]string) {
 		if !seen[m[1]] {
 			seen[m[1]] = true
 			*out = append(*out, m[1])
+		}
+	}
+}
+
+// TestAdminBodiesOverTheLimitAreTooLarge sends bodies past the limit to
+// every route that reads one, with a Content-Length and chunked: the
+// answer says the body is too large and what the limit is, not that the
+// JSON is malformed.
+func TestAdminBodiesOverTheLimitAreTooLarge(t *testing.T) {
+	srv := startCaddy(t, "", tierSite)
+	big := strings.Repeat("a", adminapi.MaxBody+10)
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodPut, "/tollgate/tiers", `{"credits": {"` + big + `": 5}}`},
+		{http.MethodPost, "/tollgate/grants", `{"zone": "credits", "key": "` + big + `", "amount": 1, "duration": 60}`},
+		{http.MethodPost, "/tollgate/grants", big},
+	} {
+		for _, chunked := range []bool{false, true} {
+			var body io.Reader = strings.NewReader(tc.body)
+			if chunked {
+				body = io.MultiReader(body) // no length known: sent chunked
+			}
+			req, _ := http.NewRequest(tc.method, srv.Admin+tc.path, body)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			what := fmt.Sprintf("%s %s with %d bytes (chunked %v)", tc.method, tc.path, len(tc.body), chunked)
+			msg := jsonError(t, what, resp, string(got))
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "too large") ||
+				!strings.Contains(msg, strconv.Itoa(adminapi.MaxBody)) {
+				t.Errorf("%s: %d %q; want 413 naming the limit", what, resp.StatusCode, msg)
+			}
 		}
 	}
 }

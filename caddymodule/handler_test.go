@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -420,5 +421,59 @@ func TestHeadersOption(t *testing.T) {
 				t.Errorf("RateLimit-Policy on a 429: %v, want %v", got, tc.onDenied)
 			}
 		})
+	}
+}
+
+// withHandler adapts a one-site Caddyfile and lets edit change the
+// tollgate handler's and the app's JSON, as a config sent to /load could.
+func withHandler(t *testing.T, edit func(handler, app map[string]any)) []byte {
+	t.Helper()
+	var cfg map[string]any
+	if err := json.Unmarshal(adapt(t, `{
+	admin off
+}
+:8080 {
+	tollgate {
+		zone z {
+			limit 3 1m
+		}
+	}
+	respond "ok"
+}
+`), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	apps := cfg["apps"].(map[string]any)
+	route := apps["http"].(map[string]any)["servers"].(map[string]any)["srv0"].(map[string]any)["routes"].([]any)[0].(map[string]any)
+	app, _ := apps["tollgate"].(map[string]any)
+	if app == nil {
+		app = map[string]any{}
+		apps["tollgate"] = app
+	}
+	edit(route["handle"].([]any)[0].(map[string]any), app)
+	out, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A null among a handler's zones, in JSON sent to /load, is refused with
+// an error rather than a panic while provisioning.
+func TestNullZoneInJSONIsRefusedWithoutPanicking(t *testing.T) {
+	for _, zones := range [][]any{{nil}, {map[string]any{"name": "z", "limit": 3, "window": int64(time.Minute)}, nil}} {
+		cfg := withHandler(t, func(h, _ map[string]any) { h["zones"] = zones })
+		var err error
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("validating zones %v panicked: %v", zones, p)
+				}
+			}()
+			err = validateConfig(cfg)
+		}()
+		if err == nil || !strings.Contains(err.Error(), "empty zone") {
+			t.Errorf("zones %v: got %v, want an error about an empty zone", zones, err)
+		}
 	}
 }

@@ -265,3 +265,34 @@ func TestIPPressureSqueezesTheNetworkBudget(t *testing.T) {
 		t.Fatalf("admitted %d of 100 from a squeezed network; want 3 to 10 (its budget halved)", admitted)
 	}
 }
+
+// TestOmittingTheKeyHeaderDoesNotDodgeTheNetworkBudget keys a zone by a
+// header: a script that leaves the header out is counted by its client ID
+// (never one budget for everyone), and, without a session, by its
+// network's budget too, as in a zone keyed by the client ID; so rotating
+// every fingerprint signal gets network_share × limit, not a budget per
+// fingerprint.
+func TestOmittingTheKeyHeaderDoesNotDodgeTheNetworkBudget(t *testing.T) {
+	srv := startCaddy(t, trustLoopback, `
+	tollgate {
+		zone api {
+			limit 5 10m
+			key {http.request.header.X-API-Key}
+		}
+	}
+	respond "{http.tollgate.client_kind}"`)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
+	admitted, _ := script{t: t, srv: srv, addr: func(int) string { return "203.0.113.90" }}.run(200)
+	if want := DefaultNetworkShare * 5; admitted > want {
+		t.Errorf("without the key header, rotating fingerprints: %d of 200 admitted; want at most %d", admitted, want)
+	}
+	// With the header, a key is its own budget, not the network's (which
+	// the script spent); IP pressure still squeezes it, to 2 of 5.
+	var got []int
+	for range 3 {
+		got = append(got, srv.status("/", "X-Forwarded-For", "203.0.113.90", "X-API-Key", "k1"))
+	}
+	if want := "[200 200 429]"; fmt.Sprint(got) != want {
+		t.Errorf("with the key header after the script: %v; want %s", got, want)
+	}
+}

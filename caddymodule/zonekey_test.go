@@ -131,3 +131,37 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// A request whose zone key rendered empty counts once in
+// tollgate_empty_keys_total, denied or not (a denial renders the key again
+// for its log line and the denied list).
+func TestEmptyKeyCountsOncePerRequest(t *testing.T) {
+	srv := startCaddy(t, "", `
+	tollgate {
+		zone anonymous {
+			limit 1 1h
+			key {http.request.header.X-User}
+		}
+	}
+	respond "ok"`)
+	series := `tollgate_empty_keys_total{scope="anonymous",zone="anonymous"} `
+	counted := func() int { // the counters are the process's: compare
+		var n int
+		if l := grepLines(adminGet(t, srv.Admin+"/metrics"), series); l != "" {
+			fmt.Sscanf(strings.TrimPrefix(l, series), "%d", &n)
+		}
+		return n
+	}
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
+	before := counted()
+	var got []int
+	for range 3 {
+		got = append(got, srv.status("/", "User-Agent", "nobody"))
+	}
+	if fmt.Sprint(got) != "[200 429 429]" {
+		t.Fatalf("statuses %v; want [200 429 429]", got)
+	}
+	if n := counted() - before; n != 3 {
+		t.Errorf("3 requests with an empty key, 2 of them denied, counted %d times; want 3", n)
+	}
+}

@@ -1,11 +1,8 @@
 package caddymodule
 
 import (
-	"crypto/tls"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/cookiejar"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,60 +11,6 @@ import (
 
 	"github.com/tollgate/tollgate/internal/testutil"
 )
-
-// trustLoopback makes Caddy take the client IP from X-Forwarded-For, so
-// tests can play clients at any address.
-const trustLoopback = `	servers {
-		trusted_proxies static 127.0.0.0/8
-	}`
-
-// client is one test browser: its own cookie jar, headers and address.
-type client struct {
-	t       testing.TB
-	srv     *testCaddy
-	http    *http.Client
-	ua      string
-	ip      string // sent as X-Forwarded-For when set
-	cookies bool
-}
-
-func newClient(t testing.TB, srv *testCaddy, ua, ip string, keepCookies bool) *client {
-	c := &client{t: t, srv: srv, ua: ua, ip: ip, cookies: keepCookies,
-		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-			TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
-		}}}
-	if keepCookies {
-		c.http.Jar, _ = cookiejar.New(nil)
-	}
-	return c
-}
-
-// get sends a GET and returns the response with its body read.
-func (c *client) get(path string) (*http.Response, string) {
-	c.t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, c.srv.URL+path, nil)
-	req.Header.Set("User-Agent", c.ua)
-	req.Header.Set("Accept-Language", "en-GB")
-	if c.ip != "" {
-		req.Header.Set("X-Forwarded-For", c.ip)
-	}
-	resp := sendAgainOnDrain(c.t, c.http, req)
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp, string(body)
-}
-
-// allowed counts how many of n requests pass.
-func (c *client) allowed(n int) int {
-	c.t.Helper()
-	ok := 0
-	for range n {
-		if resp, _ := c.get("/"); resp.StatusCode == http.StatusOK {
-			ok++
-		}
-	}
-	return ok
-}
 
 const identitySite = `
 	tollgate {
@@ -193,70 +136,6 @@ func TestSqueezedPlaceholders(t *testing.T) {
 	}
 }
 
-func TestThrowingCookiesAwayMintsNoFreshBudgets(t *testing.T) {
-	srv := startCaddy(t, trustLoopback+`
-	tollgate {
-		cookie {
-			issue_limit 2 1h
-		}
-	}`, identitySite)
-	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
-	// A client that never keeps its cookie is given at most 2.
-	c := newClient(t, srv, "Bot/1", "203.0.113.7", false)
-	issued := 0
-	for range 3 {
-		if resp, _ := c.get("/"); resp.Header.Get("Set-Cookie") != "" {
-			issued++
-		}
-	}
-	if issued != 2 {
-		t.Fatalf("%d cookies issued to one cookie-less client; want 2 (the issue limit)", issued)
-	}
-}
-
-func TestCookieIssuedOnlyWhenTheUpstreamSaysSo(t *testing.T) {
-	srv := startCaddy(t, trustLoopback+`
-	tollgate {
-		cookie {
-			issue header X-Tollgate-Human
-		}
-	}`, `
-	tollgate {
-		zone site {
-			limit 100 1h
-		}
-	}
-	header /passed X-Tollgate-Human yes
-	respond "ok"`)
-	c := newClient(t, srv, "Firefox/140.0", "203.0.113.7", true)
-	if resp, _ := c.get("/"); resp.Header.Get("Set-Cookie") != "" {
-		t.Fatal("a cookie was issued without the upstream's header")
-	}
-	resp, _ := c.get("/passed")
-	if !strings.Contains(resp.Header.Get("Set-Cookie"), "__tollgate=") {
-		t.Fatal("no cookie although the upstream set the issuing header")
-	}
-	if resp.Header.Get("X-Tollgate-Human") != "" {
-		t.Error("the issuing header reached the client")
-	}
-}
-
-func TestCookieAttributes(t *testing.T) {
-	srv := startCaddyWith(t, caddyOptions{tls: true}, `	tollgate {
-		cookie {
-			name sid
-			max_age 2h
-		}
-	}`, identitySite)
-	resp, _ := newClient(t, srv, "Firefox/140.0", "", false).get("/")
-	got := resp.Header.Get("Set-Cookie")
-	for _, want := range []string{"sid=", "Path=/", "Max-Age=7200", "HttpOnly", "Secure", "SameSite=Lax"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("Set-Cookie %q lacks %s", got, want)
-		}
-	}
-}
-
 func TestGeneratedSecretSurvivesRestart(t *testing.T) {
 	dir := t.TempDir()
 	srv := startCaddyWith(t, caddyOptions{dir: dir}, "", identitySite)
@@ -319,30 +198,5 @@ func TestSecretFromEnvironment(t *testing.T) {
 	cfg := adapt(t, srv.caddyfile(freePort(t), "\ttollgate {\n\t\tsecret {env.TOLLGATE_TEST_SECRET}\n\t}", identitySite))
 	if err := validateConfig(cfg); err == nil || !strings.Contains(err.Error(), "secret #1 is 5 bytes") {
 		t.Fatalf("a short secret from the environment: %v", err)
-	}
-}
-
-func TestJA4SeparatesTLSClients(t *testing.T) {
-	srv := startCaddyWith(t, caddyOptions{tls: true}, `	servers {
-		listener_wrappers {
-			tollgate
-			tls
-		}
-	}`, identitySite)
-	idWith := func(cfg *tls.Config) string {
-		c := newClient(t, srv, "Firefox/140.0", "", false)
-		cfg.InsecureSkipVerify = true
-		c.http.Transport = &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}
-		_, body := c.get("/")
-		return body
-	}
-	a1 := idWith(&tls.Config{})
-	a2 := idWith(&tls.Config{}) // a new connection, the same TLS stack
-	b := idWith(&tls.Config{MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256}})
-	if a1 != a2 {
-		t.Fatalf("one TLS client over two connections: %q and %q", a1, a2)
-	}
-	if a1 == b {
-		t.Fatalf("two TLS clients with the same headers but different ClientHellos share %q", a1)
 	}
 }

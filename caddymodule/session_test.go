@@ -152,33 +152,66 @@ func TestChallengeProofsAreSqueezedByIPPressure(t *testing.T) {
 	}
 }
 
-// TestOmittingTheKeyHeaderDoesNotDodgeTheNetworkBudget keys a zone by a
-// header: a script that leaves the header out is counted by its client ID
-// (never one budget for everyone), and, without a session, by its
-// network's budget too, as in a zone keyed by the client ID; so rotating
-// every fingerprint signal gets network_share × limit, not a budget per
-// fingerprint.
-func TestOmittingTheKeyHeaderDoesNotDodgeTheNetworkBudget(t *testing.T) {
-	srv := startCaddy(t, trustLoopback, `
+func TestThrowingCookiesAwayMintsNoFreshBudgets(t *testing.T) {
+	srv := startCaddy(t, trustLoopback+`
 	tollgate {
-		zone api {
-			limit 5 10m
-			key {http.request.header.X-API-Key}
+		cookie {
+			issue_limit 2 1h
+		}
+	}`, identitySite)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
+	// A client that never keeps its cookie is given at most 2.
+	c := newClient(t, srv, "Bot/1", "203.0.113.7", false)
+	issued := 0
+	for range 3 {
+		if resp, _ := c.get("/"); resp.Header.Get("Set-Cookie") != "" {
+			issued++
 		}
 	}
-	respond "{http.tollgate.client_kind}"`)
-	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
-	admitted, _ := script{t: t, srv: srv, addr: func(int) string { return "203.0.113.90" }}.run(200)
-	if want := DefaultNetworkShare * 5; admitted > want {
-		t.Errorf("without the key header, rotating fingerprints: %d of 200 admitted; want at most %d", admitted, want)
+	if issued != 2 {
+		t.Fatalf("%d cookies issued to one cookie-less client; want 2 (the issue limit)", issued)
 	}
-	// With the header, a key is its own budget, not the network's (which
-	// the script spent); IP pressure still squeezes it, to 2 of 5.
-	var got []int
-	for range 3 {
-		got = append(got, srv.status("/", "X-Forwarded-For", "203.0.113.90", "X-API-Key", "k1"))
+}
+
+func TestCookieIssuedOnlyWhenTheUpstreamSaysSo(t *testing.T) {
+	srv := startCaddy(t, trustLoopback+`
+	tollgate {
+		cookie {
+			issue header X-Tollgate-Human
+		}
+	}`, `
+	tollgate {
+		zone site {
+			limit 100 1h
+		}
 	}
-	if want := "[200 200 429]"; fmt.Sprint(got) != want {
-		t.Errorf("with the key header after the script: %v; want %s", got, want)
+	header /passed X-Tollgate-Human yes
+	respond "ok"`)
+	c := newClient(t, srv, "Firefox/140.0", "203.0.113.7", true)
+	if resp, _ := c.get("/"); resp.Header.Get("Set-Cookie") != "" {
+		t.Fatal("a cookie was issued without the upstream's header")
+	}
+	resp, _ := c.get("/passed")
+	if !strings.Contains(resp.Header.Get("Set-Cookie"), "__tollgate=") {
+		t.Fatal("no cookie although the upstream set the issuing header")
+	}
+	if resp.Header.Get("X-Tollgate-Human") != "" {
+		t.Error("the issuing header reached the client")
+	}
+}
+
+func TestCookieAttributes(t *testing.T) {
+	srv := startCaddyWith(t, caddyOptions{tls: true}, `	tollgate {
+		cookie {
+			name sid
+			max_age 2h
+		}
+	}`, identitySite)
+	resp, _ := newClient(t, srv, "Firefox/140.0", "", false).get("/")
+	got := resp.Header.Get("Set-Cookie")
+	for _, want := range []string{"sid=", "Path=/", "Max-Age=7200", "HttpOnly", "Secure", "SameSite=Lax"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("Set-Cookie %q lacks %s", got, want)
+		}
 	}
 }

@@ -16,16 +16,74 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
-// opsRecord keeps what this node saw that the admin lists show: the keys
+// listRecords keeps what this node saw that the admin lists show: the keys
 // it denied lately and the grants given through it. It is process-wide, so
 // a reload keeps it; each node answers for its own through a gather.
-type opsRecord struct {
+type listRecords struct {
 	denied deniedRecord
 	grants grantRecord
 }
 
 // maxRecorded bounds each record, so memory stays bounded under attack.
 const maxRecorded = 10000
+
+// recordID is an entry's place in a record: a zone's scope and a key.
+type recordID struct {
+	scope string
+	key   uint64
+}
+
+// expiring is an entry of a record, which holds it until it expires.
+type expiring interface {
+	expiry() int64 // unix ns
+}
+
+// keyedRecord holds entries by scope and key until they expire, for the admin
+// lists. Its owner bounds it when it adds one, under mu.
+type keyedRecord[E expiring] struct {
+	mu sync.Mutex
+	m  map[recordID]E
+}
+
+// dropExpired drops the entries expired at now. Call with mu held.
+func (r *keyedRecord[E]) dropExpired(now time.Time) {
+	for k, e := range r.m {
+		if e.expiry() <= now.UnixNano() {
+			delete(r.m, k)
+		}
+	}
+}
+
+// put stores e at id, making the map first if need be. Call with mu held.
+func (r *keyedRecord[E]) put(id recordID, e E) {
+	if r.m == nil {
+		r.m = make(map[recordID]E)
+	}
+	r.m[id] = e
+}
+
+// list returns the entries that hold at now, dropping the others.
+func (r *keyedRecord[E]) list(now time.Time) []E {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dropExpired(now)
+	out := make([]E, 0, len(r.m))
+	for _, e := range r.m {
+		out = append(out, e)
+	}
+	return out
+}
+
+// forget drops key in the named scopes (all when scopes is empty).
+func (r *keyedRecord[E]) forget(key uint64, scopes []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range r.m {
+		if id.key == key && (len(scopes) == 0 || slices.Contains(scopes, id.scope)) {
+			delete(r.m, id)
+		}
+	}
+}
 
 // deniedEntry is one key a zone denied, until when, and how often.
 type deniedEntry struct {
@@ -36,15 +94,11 @@ type deniedEntry struct {
 	Denials uint64 `json:"denials"`
 }
 
-type recordID struct {
-	scope string
-	key   uint64
-}
+func (e deniedEntry) expiry() int64 { return e.Until }
 
 // deniedRecord holds the keys denied lately, each until its denial ends.
 type deniedRecord struct {
-	mu    sync.Mutex
-	m     map[recordID]*deniedEntry
+	keyedRecord[deniedEntry]
 	swept int64 // unix ns of the last sweep of a full record
 }
 
@@ -55,13 +109,11 @@ func (d *deniedRecord) record(zone, scope string, key uint64, until, now time.Ti
 	id := recordID{scope, key}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e := d.m[id]; e != nil {
+	if e, ok := d.m[id]; ok {
 		e.Until = max(e.Until, until.UnixNano())
 		e.Denials++
+		d.m[id] = e
 		return
-	}
-	if d.m == nil {
-		d.m = map[recordID]*deniedEntry{}
 	}
 	if len(d.m) >= maxRecorded {
 		// Full: drop the expired entries, at most once a second so that a
@@ -69,11 +121,7 @@ func (d *deniedRecord) record(zone, scope string, key uint64, until, now time.Ti
 		// one entry.
 		if now.UnixNano()-d.swept >= int64(time.Second) {
 			d.swept = now.UnixNano()
-			for k, e := range d.m {
-				if e.Until <= now.UnixNano() {
-					delete(d.m, k)
-				}
-			}
+			d.dropExpired(now)
 		}
 		for k := range d.m {
 			if len(d.m) < maxRecorded {
@@ -82,33 +130,7 @@ func (d *deniedRecord) record(zone, scope string, key uint64, until, now time.Ti
 			delete(d.m, k)
 		}
 	}
-	d.m[id] = &deniedEntry{Zone: zone, Scope: scope, Key: key, Until: until.UnixNano(), Denials: 1}
-}
-
-// list returns the keys still denied at now.
-func (d *deniedRecord) list(now time.Time) []deniedEntry {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]deniedEntry, 0, len(d.m))
-	for k, e := range d.m {
-		if e.Until <= now.UnixNano() {
-			delete(d.m, k)
-			continue
-		}
-		out = append(out, *e)
-	}
-	return out
-}
-
-// forget drops key in the named scopes (all when scopes is empty).
-func (d *deniedRecord) forget(key uint64, scopes []string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for id := range d.m {
-		if id.key == key && (len(scopes) == 0 || slices.Contains(scopes, id.scope)) {
-			delete(d.m, id)
-		}
-	}
+	d.put(id, deniedEntry{Zone: zone, Scope: scope, Key: key, Until: until.UnixNano(), Denials: 1})
 }
 
 // grantEntry is one grant given through this node's admin API.
@@ -120,54 +142,26 @@ type grantEntry struct {
 	Expires int64  `json:"expires"`
 }
 
+func (e grantEntry) expiry() int64 { return e.Expires }
+
 // grantRecord holds the grants given through this node, until they expire
 // or are revoked.
 type grantRecord struct {
-	mu sync.Mutex
-	m  map[recordID]grantEntry
+	keyedRecord[grantEntry]
 }
 
+// record notes a grant given at now. When the record is full it drops
+// expired entries; if it is full still, the grant holds but is not listed.
 func (g *grantRecord) record(e grantEntry, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.m == nil {
-		g.m = map[recordID]grantEntry{}
-	}
 	if len(g.m) >= maxRecorded {
-		for k, old := range g.m {
-			if old.Expires <= now.UnixNano() {
-				delete(g.m, k)
-			}
-		}
+		g.dropExpired(now)
 		if len(g.m) >= maxRecorded {
-			return // a full record: the grant holds, it is only not listed
+			return
 		}
 	}
-	g.m[recordID{e.Scope, e.Key}] = e
-}
-
-func (g *grantRecord) list(now time.Time) []grantEntry {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make([]grantEntry, 0, len(g.m))
-	for k, e := range g.m {
-		if e.Expires <= now.UnixNano() {
-			delete(g.m, k)
-			continue
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-func (g *grantRecord) forget(key uint64, scopes []string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for id := range g.m {
-		if id.key == key && (len(scopes) == 0 || slices.Contains(scopes, id.scope)) {
-			delete(g.m, id)
-		}
-	}
+	g.put(recordID{e.Scope, e.Key}, e)
 }
 
 // Gather questions the nodes answer from their records.
@@ -194,9 +188,9 @@ func (s *state) answerGather(name string, body []byte) []byte {
 	var v any
 	switch name {
 	case gatherDenied:
-		v = s.ops.denied.list(now)
+		v = s.lists.denied.list(now)
 	case gatherGrants:
-		v = s.ops.grants.list(now)
+		v = s.lists.grants.list(now)
 	case gatherRing:
 		s.mu.Lock()
 		node := s.node
@@ -211,9 +205,9 @@ func (s *state) answerGather(name string, body []byte) []byte {
 			return nil
 		}
 		if name == gatherDeniedForget {
-			s.ops.denied.forget(q.Key, q.Scopes)
+			s.lists.denied.forget(q.Key, q.Scopes)
 		} else {
-			s.ops.grants.forget(q.Key, q.Scopes)
+			s.lists.grants.forget(q.Key, q.Scopes)
 		}
 		return nil
 	default:

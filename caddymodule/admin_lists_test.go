@@ -92,12 +92,12 @@ func TestDeniedUntilIsNeverEarly(t *testing.T) {
 	untils := map[string]time.Time{}
 	for i, frac := range []time.Duration{0, time.Nanosecond, 400 * time.Millisecond, time.Second - time.Nanosecond} {
 		key := uint64(1000 + i)
-		app.state.ops.denied.record(z.Name, z.scope, key, base.Add(frac), now)
+		app.state.lists.denied.record(z.Name, z.scope, key, base.Add(frac), now)
 		untils[adminapi.HashedID(key)] = base.Add(frac)
 	}
 	t.Cleanup(func() {
 		for i := range 4 {
-			app.state.ops.denied.forget(uint64(1000+i), nil)
+			app.state.lists.denied.forget(uint64(1000+i), nil)
 		}
 	})
 	var list adminapi.DeniedList

@@ -348,7 +348,7 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 		if _, err := app.node.PutGrant(limiter.ZoneKey(keyHash, z.seed), g); err != nil {
 			return unavailable(err)
 		}
-		app.state.ops.grants.record(grantEntry{Zone: z.Name, Scope: z.scope, Key: keyHash, Created: g.Created, Expires: g.Expires}, now)
+		app.state.lists.grants.record(grantEntry{Zone: z.Name, Scope: z.scope, Key: keyHash, Created: g.Created, Expires: g.Expires}, now)
 		out = append(out, grantView(z, req.Key, limiter.GrantStatus{Grant: g}))
 	}
 	app.logger.Info("grant given through the admin API", zap.String("zone", req.Zone), zap.Int64("amount", req.Amount),

@@ -311,7 +311,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	keyHash := b.keys[b.zoneOf[i]]
 	h.reportDenial(v, keyHash, who.key, false, b.network[i])
 	if !b.network[i] {
-		h.app.state.ops.denied.record(v.zone.Name, v.zone.scope, keyHash, now.Add(time.Duration(v.retryAfter)*time.Second), now)
+		h.app.state.lists.denied.record(v.zone.Name, v.zone.scope, keyHash, now.Add(time.Duration(v.retryAfter)*time.Second), now)
 	}
 	v.decision = decisionDeny
 	v.zone.counters.inc(v.decision, o.source)

@@ -27,7 +27,7 @@ type state struct {
 
 	current atomic.Pointer[App] // the running config's app
 	tiers   tiersHolder         // tier limits changed at run time
-	ops     opsRecord           // what the admin lists show
+	lists   listRecords         // what the admin lists show
 
 	storage       atomic.Pointer[storageRef] // the latest config's storage
 	startOnce     sync.Once

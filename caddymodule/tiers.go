@@ -47,12 +47,13 @@ const (
 	tiersStorageKey = "tollgate/tiers.json"
 )
 
+// decodeTierTable reads a tier table as storage keeps it, and vets it.
 func decodeTierTable(b []byte) (*tierTable, error) {
 	t := new(tierTable)
 	if err := json.Unmarshal(b, t); err != nil {
 		return nil, fmt.Errorf("decoding tier table: %w", err)
 	}
-	return t, nil
+	return t, checkTierTable(t)
 }
 
 // The cluster shares the zones alone: the version and origin that order
@@ -64,13 +65,13 @@ func (t *tierTable) sharedValue() cluster.SharedValue {
 	return cluster.SharedValue{Value: raw, Version: t.Version, Origin: t.Origin}
 }
 
-// tierTableOf returns the table a shared value carries.
+// tierTableOf returns the table a shared value carries, vetted.
 func tierTableOf(v cluster.SharedValue) (*tierTable, error) {
 	t := &tierTable{Version: v.Version, Origin: v.Origin}
 	if err := json.Unmarshal(v.Value, &t.Zones); err != nil {
 		return nil, fmt.Errorf("decoding tier table: %w", err)
 	}
-	return t, nil
+	return t, checkTierTable(t)
 }
 
 // tiersHolder is the tier table in effect on this node, kept across
@@ -116,9 +117,6 @@ func (s *state) restoreTiers(ctx context.Context, logger *zap.Logger) {
 		return
 	}
 	t, err := decodeTierTable(b)
-	if err == nil {
-		err = checkTierTable(t)
-	}
 	if err != nil {
 		logger.Error("reading the tier table; starting without it", zap.Error(err))
 		return
@@ -151,11 +149,8 @@ func checkSharedValue(name string, value []byte) error {
 	if name != tiersSharedName {
 		return nil
 	}
-	t, err := tierTableOf(cluster.SharedValue{Value: value})
-	if err != nil {
-		return err
-	}
-	return checkTierTable(t)
+	_, err := tierTableOf(cluster.SharedValue{Value: value})
+	return err
 }
 
 // checkTierTable refuses a tier table with a limit below 1, which no
@@ -179,9 +174,6 @@ func (s *state) sharedArrived(logger *zap.Logger) func(string, cluster.SharedVal
 			return
 		}
 		t, err := tierTableOf(v)
-		if err == nil {
-			err = checkTierTable(t)
-		}
 		if err != nil {
 			logger.Error("a tier table from another node", zap.Error(err))
 			return

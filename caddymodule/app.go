@@ -94,7 +94,9 @@ type App struct {
 	nodeCfg    *cluster.Config // the node's cluster settings; nil for a single node
 	newNode    bool            // node was created for this config; Start starts it
 	nodeActive bool            // Start made node the running one
-	logger     *zap.Logger
+	// fallbackMode is Fallback as Validate read it.
+	fallbackMode cluster.FallbackMode
+	logger       *zap.Logger
 
 	hasher     limiter.Hasher
 	hashSecret []byte // the secret hashes are keyed with (the last)
@@ -162,19 +164,26 @@ func (a *App) Provision(ctx caddy.Context) error {
 // maxMaxKeys bounds max_keys, wherever it comes from.
 const maxMaxKeys = 1 << 40
 
-// Validate rejects a config that cannot work.
+// Validate rejects a config that cannot work. It also settles the
+// fallback mode, which Start gives the node.
 func (a *App) Validate() error {
-	if a.MaxKeys < 0 || a.MaxKeys > maxMaxKeys {
-		return fmt.Errorf("max_keys %d: must be a positive number of keys, at most %d", a.MaxKeys, maxMaxKeys)
+	if err := maxKeysBounds.checkSet(int64(a.MaxKeys)); err != nil {
+		return fmt.Errorf("tollgate: max_keys %d: %w", a.MaxKeys, err)
 	}
-	if _, err := cluster.ParseFallbackMode(a.Fallback); err != nil {
-		return fmt.Errorf("tollgate: %w", err)
+	mode, err := cluster.ParseFallbackMode(a.Fallback)
+	if err != nil {
+		return settingError{"fallback", fmt.Errorf("tollgate: %w", err)}
 	}
-	if a.FallbackRatio < 0 || a.FallbackRatio > 1 {
-		return fmt.Errorf("tollgate: fallback_ratio %g: must be above 0 and at most 1", a.FallbackRatio)
+	a.fallbackMode = mode
+	if a.FallbackRatio != 0 {
+		if err := checkAboveZero(a.FallbackRatio, 1); err != nil {
+			return fmt.Errorf("tollgate: fallback_ratio %g: %w", a.FallbackRatio, err)
+		}
 	}
-	if a.SnapshotInterval > 0 && time.Duration(a.SnapshotInterval) < time.Second {
-		return fmt.Errorf("tollgate: snapshot_interval %s: must be at least 1s (or off: negative in JSON)", time.Duration(a.SnapshotInterval))
+	if a.SnapshotInterval > 0 {
+		if err := checkSnapshotInterval(time.Duration(a.SnapshotInterval)); err != nil {
+			return fmt.Errorf("tollgate: snapshot_interval %s: %w (or off: negative in JSON)", time.Duration(a.SnapshotInterval), err)
+		}
 	}
 	if a.Cluster != nil && len(a.Secrets) == 0 {
 		return fmt.Errorf("tollgate: cluster needs `secret`, the same on every node: nodes hash keys and authenticate each other with it")
@@ -196,7 +205,7 @@ func (a *App) Start() error {
 		a.nodeActive = true
 	}
 	if a.nodeCfg != nil {
-		a.node.SetFallback(a.nodeCfg.Fallback, a.nodeCfg.FallbackRatio)
+		a.node.SetFallback(a.fallbackMode, a.nodeCfg.FallbackRatio)
 	}
 	a.state.start(a.logger)
 	a.state.current.Store(a)

@@ -65,8 +65,16 @@ func (c *ChallengeConfig) validate() error {
 	if c.Type != challengePoW {
 		return fmt.Errorf("tollgate: cookie challenge %q: must be pow <difficulty>", c.Type)
 	}
-	if c.Difficulty < 1 || c.Difficulty > maxDifficulty {
-		return fmt.Errorf("tollgate: cookie challenge pow %d: difficulty must be a whole number of bits from 1 to %d", c.Difficulty, maxDifficulty)
+	if err := checkDifficulty(c.Difficulty); err != nil {
+		return fmt.Errorf("tollgate: cookie challenge pow %d: %w", c.Difficulty, err)
+	}
+	return nil
+}
+
+// checkDifficulty refuses a proof-of-work difficulty out of its bounds.
+func checkDifficulty(bits int) error {
+	if bits < 1 || bits > maxDifficulty {
+		return fmt.Errorf("difficulty must be a whole number of bits from 1 to %d", maxDifficulty)
 	}
 	return nil
 }

@@ -102,8 +102,8 @@ func (a *App) resolveSecrets(ctx caddy.Context) ([][]byte, error) {
 			if strings.TrimSpace(v) == "" {
 				return nil, fmt.Errorf("tollgate: secret #%d (%s) is empty", i+1, s)
 			}
-			if len(v) < fingerprint.MinSecretLen {
-				return nil, fmt.Errorf("tollgate: secret #%d is %d bytes; it must be at least %d (e.g. openssl rand -base64 48)", i+1, len(v), fingerprint.MinSecretLen)
+			if err := checkSecret(i+1, v); err != nil {
+				return nil, fmt.Errorf("tollgate: %w", err)
 			}
 			out[i] = []byte(v)
 		}
@@ -154,21 +154,12 @@ func storedSecret(ctx context.Context, st storage) (secret []byte, generated boo
 	return secret, true, nil
 }
 
-// validateIdentity checks the identity settings that need no provisioning.
+// validateIdentity checks the identity settings that provisioning does
+// not: the identifier and IP pressure check their own (the IP prefixes, the
+// cookie's name and max age, pressure's bounds) as they are built.
 func (a *App) validateIdentity() error {
-	if err := (fingerprint.Prefixes{IPv4: a.IPv4Prefix, IPv6: a.IPv6Prefix}).Validate(); err != nil {
-		return fmt.Errorf("tollgate: ip_prefix: %w", err)
-	}
 	if err := a.Cookie.validate(); err != nil {
 		return err
 	}
-	if err := validateNetworkShare("tollgate: network_share", a.NetworkShare); err != nil {
-		return err
-	}
-	if p := a.IPPressure; p != nil && !p.Off {
-		if err := p.settings().Validate(); err != nil {
-			return fmt.Errorf("tollgate: ip_pressure: %w", err)
-		}
-	}
-	return nil
+	return validateNetworkShare("tollgate: network_share", a.NetworkShare)
 }

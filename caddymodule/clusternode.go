@@ -75,12 +75,9 @@ func (a *App) clusterSettings(secret []byte) (cluster.Config, error) {
 		}
 		cfg.GossipKey = raw
 	}
-	mode, err := cluster.ParseFallbackMode(a.Fallback)
-	if err != nil {
-		return cfg, err
-	}
-	cfg.Fallback = mode
-	return cfg, cfg.Validate()
+	// The fallback mode is Validate's to read and Start's to set; the node
+	// checks the rest when it is created.
+	return cfg, nil
 }
 
 // clusterSecret derives the secret all nodes share for the ring and the

@@ -157,7 +157,7 @@ func (h *Handler) Validate() error {
 	switch h.Headers {
 	case "", headersAlways, headersDenied, headersOff:
 	default:
-		return fmt.Errorf("tollgate: headers %q: must be always, denied or off", h.Headers)
+		return settingError{"headers", fmt.Errorf("tollgate: headers %q: must be always, denied or off", h.Headers)}
 	}
 	if len(h.Zones) == 0 {
 		return fmt.Errorf("tollgate: no zone configured; add at least one `zone <name> { limit <N> <window> }`")
@@ -168,13 +168,13 @@ func (h *Handler) Validate() error {
 			return fmt.Errorf("tollgate: empty zone")
 		}
 		if len(z.Tiers) > 0 && h.TierFrom == "" {
-			return fmt.Errorf("tollgate: zone %q sets tier limits, but the handler has no tier_from to tell a request's tier", z.Name)
+			return settingError{z, fmt.Errorf("tollgate: zone %q sets tier limits, but the handler has no tier_from to tell a request's tier", z.Name)}
 		}
 		if err := z.validate(); err != nil {
-			return fmt.Errorf("tollgate: %w", err)
+			return settingError{z, fmt.Errorf("tollgate: %w", err)}
 		}
 		if seen[z.Name] {
-			return fmt.Errorf("tollgate: zone %q is declared twice; zone names must be unique within a handler", z.Name)
+			return settingError{z, fmt.Errorf("tollgate: zone %q is declared twice; zone names must be unique within a handler", z.Name)}
 		}
 		seen[z.Name] = true
 	}

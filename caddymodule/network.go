@@ -50,8 +50,8 @@ func (a *App) networkShare(z *Zone) int64 {
 // validateNetworkShare checks a network_share value; what names the
 // directive for the message.
 func validateNetworkShare(what string, n int64) error {
-	if n < 0 || n > maxNetworkShare {
-		return fmt.Errorf("%s %d: must be a whole number from 1 to %d", what, n, maxNetworkShare)
+	if err := networkShareBounds.checkSet(n); err != nil {
+		return fmt.Errorf("%s %d: %w", what, n, err)
 	}
 	return nil
 }

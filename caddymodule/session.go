@@ -86,8 +86,8 @@ func (c *CookieConfig) validate() error {
 	default:
 		return fmt.Errorf("tollgate: cookie issue %q: must be always, header <name> or off", c.Issue)
 	}
-	if c.IssueLimit < 0 || c.IssueLimit > limiter.MaxQuota {
-		return fmt.Errorf("tollgate: cookie issue_limit %d: must be a whole number from 1 to %d", c.IssueLimit, int64(limiter.MaxQuota))
+	if err := quotaBounds.checkSet(c.IssueLimit); err != nil {
+		return fmt.Errorf("tollgate: cookie issue_limit %d: %w", c.IssueLimit, err)
 	}
 	if c.Challenge != nil {
 		if err := c.Challenge.validate(); err != nil {
@@ -97,8 +97,8 @@ func (c *CookieConfig) validate() error {
 			return fmt.Errorf("tollgate: cookie challenge needs issue always: the challenge is what earns a session")
 		}
 	}
-	if c.IssueWindow < 0 || c.MaxAge < 0 {
-		return fmt.Errorf("tollgate: cookie durations must be positive")
+	if c.IssueWindow < 0 { // the max age is the identifier's to check
+		return fmt.Errorf("tollgate: cookie issue_window %s: must be positive", time.Duration(c.IssueWindow))
 	}
 	return nil
 }

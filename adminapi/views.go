@@ -179,18 +179,24 @@ type ResetResult struct {
 	Unreachable []string `json:"unreachable_peers"`
 }
 
-// DeniedList is what GET /tollgate/denied answers: a page of the keys
-// denied now, across the cluster.
-type DeniedList struct {
-	// Items are the keys, ordered by scope, then key.
-	Items []DeniedKey `json:"items"`
-	// NextCursor, when there are more keys, is what to pass as ?cursor=
-	// for the next page.
+// Page is a page of a list, in a stable order: the lists are GET
+// /tollgate/denied (DeniedList) and GET /tollgate/grants (GrantList).
+// Each node keeps what it saw; a list asks every node at once.
+type Page[T any] struct {
+	// Items are the page's entries, ordered by zone scope, then key, with
+	// keys as hashed IDs.
+	Items []T `json:"items"`
+	// NextCursor, when there are more entries, is what to pass as
+	// ?cursor= for the next page.
 	NextCursor string `json:"next_cursor,omitempty"`
 	// Unreachable are the nodes that did not answer in time: what only
-	// they know is missing.
+	// they know is missing from the page.
 	Unreachable []string `json:"unreachable_nodes"`
 }
+
+// DeniedList is what GET /tollgate/denied answers: a page of the keys
+// denied now, across the cluster.
+type DeniedList = Page[DeniedKey]
 
 // DeniedKey is one key denied now in a zone.
 type DeniedKey struct {
@@ -284,20 +290,6 @@ type GrantView struct {
 	Expires string `json:"expires"`
 }
 
-// GrantList is what GET /tollgate/grants answers: a page of the grants
-// that hold now, given through any node.
-type GrantList struct {
-	// Items are the grants, ordered by scope, then key, with keys as
-	// hashed IDs.
-	Items []GrantView `json:"items"`
-	// NextCursor, when there are more grants, is what to pass as ?cursor=
-	// for the next page.
-	NextCursor string `json:"next_cursor,omitempty"`
-	// Unreachable are the nodes that did not answer in time: the grants
-	// given through them or owned by them are missing.
-	Unreachable []string `json:"unreachable_nodes"`
-}
-
 // GrantRevoked is what DELETE /tollgate/grants/{zone}/{key} answers.
 type GrantRevoked struct {
 	// Zone is the zone's name, as given.
@@ -307,6 +299,11 @@ type GrantRevoked struct {
 	// Revoked is true: a key without a grant gets 404 instead.
 	Revoked bool `json:"revoked"`
 }
+
+// GrantList is what GET /tollgate/grants answers: a page of the grants
+// that hold now, given through any node. A grant whose owner cannot be
+// asked is left out.
+type GrantList = Page[GrantView]
 
 // ReputationView is what GET /tollgate/reputation answers: how many clients
 // are in each reputation bucket, across the cluster.

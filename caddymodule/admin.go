@@ -17,10 +17,6 @@ import (
 	"github.com/tollgate/tollgate/cluster"
 )
 
-func init() {
-	caddy.RegisterModule(adminAPI{})
-}
-
 // adminAPI serves Tollgate's routes on Caddy's admin endpoint, so Caddy's
 // admin access control applies to them. The admin server builds it anew
 // with New, so it reads the process-wide state from the pool. What each
@@ -29,10 +25,7 @@ type adminAPI struct{}
 
 // CaddyModule returns the Caddy module information.
 func (adminAPI) CaddyModule() caddy.ModuleInfo {
-	return caddy.ModuleInfo{
-		ID:  "admin.api.tollgate",
-		New: func() caddy.Module { return new(adminAPI) },
-	}
+	return caddy.ModuleInfo{ID: "admin.api.tollgate", New: func() caddy.Module { return new(adminAPI) }}
 }
 
 // Routes returns the admin routes: every path under /tollgate/ goes to
@@ -47,25 +40,11 @@ func (a adminAPI) Routes() []caddy.AdminRoute {
 
 // handler returns the handler of a route of adminapi.Routes.
 func (a adminAPI) handler(path string) caddy.AdminHandlerFunc {
-	switch path {
-	case adminapi.PathStatus:
-		return a.handleStatus
-	case adminapi.PathClients:
-		return a.handleClient
-	case adminapi.PathDenied:
-		return a.handleDenied
-	case adminapi.PathTiers:
-		return a.handleTiers
-	case adminapi.PathGrants:
-		return a.handleGrantsCollection
-	case adminapi.PathGrant:
-		return a.handleGrant
-	case adminapi.PathReputation:
-		return a.handleReputation
-	case adminapi.PathUI:
-		return a.handleUI
-	}
-	return nil
+	return map[string]caddy.AdminHandlerFunc{
+		adminapi.PathStatus: a.handleStatus, adminapi.PathClients: a.handleClient, adminapi.PathDenied: a.handleDenied,
+		adminapi.PathTiers: a.handleTiers, adminapi.PathGrants: a.handleGrantsCollection, adminapi.PathGrant: a.handleGrant,
+		adminapi.PathReputation: a.handleReputation, adminapi.PathUI: a.handleUI,
+	}[path]
 }
 
 // dispatch routes a request under /tollgate/.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // TestDeniedRecordStaysBoundedAndForgets floods the record of denied keys
@@ -81,7 +82,7 @@ func TestListPagesRejectBadInput(t *testing.T) {
 // second: denied_until, to the second, is never before the key is let
 // through, as retry_after_seconds is not.
 func TestDeniedUntilIsNeverEarly(t *testing.T) {
-	srv := startCaddy(t, "", adminSite)
+	srv := startCaddy(t, "", testutil.AdminSite)
 	app, err := runningApp()
 	if err != nil {
 		t.Fatal(err)

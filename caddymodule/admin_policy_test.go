@@ -18,7 +18,7 @@ import (
 // following it finds the grant, and the raw key never reaches the URL
 // that Caddy's admin log records.
 func TestGrantLocationNamesTheHashedID(t *testing.T) {
-	srv := startCaddy(t, "", adminSite)
+	srv := startCaddy(t, "", testutil.AdminSite)
 	app, err := runningApp()
 	if err != nil {
 		t.Fatal(err)
@@ -134,7 +134,7 @@ func TestTiersShowEveryScopeOfAName(t *testing.T) {
 	}
 
 	addr := strings.TrimPrefix(srv.Admin, "http://")
-	out, errOut, code := tollgateCLI(t, "tiers", "set", "api", "pro=40", "--address", addr)
+	out, errOut, code := testutil.CLI(t, "tiers", "set", "api", "pro=40", "--address", addr)
 	if code != 0 {
 		t.Fatalf("tiers set api pro=40: exit %d, %s\n%s", code, errOut, out)
 	}
@@ -152,7 +152,7 @@ func TestTiersShowEveryScopeOfAName(t *testing.T) {
 		t.Errorf("PUT by scope %s: %d %q; want 400 saying to use the name", defaults[2], resp.StatusCode, msg)
 	}
 	// The CLI sends the table back by zone name, so a second set works.
-	if out, errOut, code := tollgateCLI(t, "tiers", "set", "api", "pro=50", "--address", addr); code != 0 {
+	if out, errOut, code := testutil.CLI(t, "tiers", "set", "api", "pro=50", "--address", addr); code != 0 {
 		t.Fatalf("a second tiers set: exit %d, %s\n%s", code, errOut, out)
 	}
 }

@@ -16,20 +16,8 @@ import (
 	"github.com/tollgate/tollgate/internal/testutil"
 )
 
-const adminSite = `
-	tollgate {
-		zone api {
-			limit 5 1h
-			key {http.request.header.X-API-Key}
-		}
-		zone site {
-			limit 100 1h
-		}
-	}
-	respond "{http.tollgate.client_id}"`
-
 func TestAdminClientRoutes(t *testing.T) {
-	srv := startCaddy(t, "", adminSite)
+	srv := startCaddy(t, "", testutil.AdminSite)
 	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	for range 3 {
 		srv.get("/", "X-API-Key", "alice")
@@ -85,7 +73,7 @@ func TestAdminClientRoutes(t *testing.T) {
 }
 
 func TestAdminRejectsBadRequests(t *testing.T) {
-	srv := startCaddy(t, "", adminSite)
+	srv := startCaddy(t, "", testutil.AdminSite)
 	for _, tc := range []struct {
 		method, path string
 		status       int
@@ -105,7 +93,7 @@ func TestAdminRejectsBadRequests(t *testing.T) {
 }
 
 func TestAdminStatusOfASingleNode(t *testing.T) {
-	srv := startCaddy(t, "", adminSite)
+	srv := startCaddy(t, "", testutil.AdminSite)
 	srv.get("/", "X-API-Key", "alice")
 	var st adminapi.Status
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/status", &st); status != http.StatusOK {
@@ -120,7 +108,7 @@ func TestAdminStatusOfASingleNode(t *testing.T) {
 // a wrong method gets 405 with Allow, every error is JSON, nothing under
 // /tollgate/ redirects.
 func TestAdminConventions(t *testing.T) {
-	srv := startCaddy(t, "", adminSite)
+	srv := startCaddy(t, "", testutil.AdminSite)
 	for _, tc := range []struct {
 		method, path string
 		status       int

@@ -14,10 +14,6 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
-func init() {
-	caddy.RegisterModule(new(App))
-}
-
 // App is the tollgate app: it owns Tollgate's process-wide state (the
 // counters, and later the cluster node) for every tollgate handler. The
 // state outlives config reloads: a reload provisions a new App, which finds
@@ -118,10 +114,7 @@ type App struct {
 
 // CaddyModule returns the Caddy module information.
 func (*App) CaddyModule() caddy.ModuleInfo {
-	return caddy.ModuleInfo{
-		ID:  "tollgate",
-		New: func() caddy.Module { return new(App) },
-	}
+	return caddy.ModuleInfo{ID: "tollgate", New: func() caddy.Module { return new(App) }}
 }
 
 // Provision finds or creates the process-wide state and applies the config.

@@ -19,14 +19,6 @@ import (
 	"github.com/tollgate/tollgate/fingerprint"
 )
 
-func init() {
-	httpcaddyfile.RegisterHandlerDirective("tollgate", parseHandler)
-	// Early: before authentication, so unauthenticated floods are limited
-	// too, and before anything that proxies or serves.
-	httpcaddyfile.RegisterDirectiveOrder("tollgate", httpcaddyfile.Before, "basic_auth")
-	httpcaddyfile.RegisterGlobalOption("tollgate", parseApp)
-}
-
 // parseHandler parses the tollgate directive.
 func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 	handler := new(Handler)

@@ -323,39 +323,6 @@ func compareShape(path string, want, got any, errs *[]string) {
 	}
 }
 
-// docSite serves the zones the admin API doc uses.
-const docSite = `
-	tollgate {
-		tier_from {http.request.header.X-User-Tier}
-		zone api {
-			limit 100 1m
-			key {http.request.header.X-User}
-			match {
-				path /api/*
-			}
-		}
-		zone credits {
-			limit 1000 1h
-			key {http.request.header.X-User}
-			tier pro 10000
-			tier premium 50000
-			match {
-				path /credits/*
-			}
-		}
-		zone rooms {
-			concurrent 4
-			key {http.request.header.X-User}
-			tier pro 32
-			lease {http.request.header.X-Room-Id}
-			ttl 15m
-			match {
-				path /rooms/*
-			}
-		}
-	}
-	respond "ok"`
-
 // TestDocCurlExamplesAnswerAsShown runs every curl example of
 // docs/admin-api.md, in order, against a real Caddy set up with the doc's
 // zones and traffic, and compares each answer's shape with the JSON the
@@ -365,7 +332,7 @@ func TestDocCurlExamplesAnswerAsShown(t *testing.T) {
 		reputation {
 			penalty 1
 		}
-	}`, docSite)
+	}`, testutil.DocSite)
 	testutil.ClearOfWindowEdge(time.Hour, 20*time.Second)
 	// The traffic the doc's answers describe: alice and bob over the api
 	// limit, alice with credits spent and two rooms held, a grant.

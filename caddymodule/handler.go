@@ -19,10 +19,6 @@ import (
 	"github.com/tollgate/tollgate/limiter"
 )
 
-func init() {
-	caddy.RegisterModule(new(Handler))
-}
-
 // Handler is the tollgate middleware: it counts each request in every zone
 // that matches it and lets it through only if none of them is exhausted. A
 // denied request spends nothing in any zone.
@@ -83,10 +79,7 @@ type Handler struct {
 
 // CaddyModule returns the Caddy module information.
 func (*Handler) CaddyModule() caddy.ModuleInfo {
-	return caddy.ModuleInfo{
-		ID:  "http.handlers.tollgate",
-		New: func() caddy.Module { return new(Handler) },
-	}
+	return caddy.ModuleInfo{ID: "http.handlers.tollgate", New: func() caddy.Module { return new(Handler) }}
 }
 
 // Provision connects the handler to the tollgate app and prepares its zones.

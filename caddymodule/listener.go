@@ -13,9 +13,16 @@ import (
 	"github.com/tollgate/tollgate/internal/keyhash"
 )
 
-func init() {
-	caddy.RegisterModule(ListenerWrapper{})
-}
+// hellos maps open connections, by a keyed hash of their remote address
+// (never the address itself), to their JA4 fingerprint.
+var hellos sync.Map
+
+// connKeys hashes remote addresses for hellos with a key of this process.
+var connKeys = func() keyhash.Hasher {
+	secret := make([]byte, 32)
+	rand.Read(secret)
+	return keyhash.New(secret, "tollgate connections")
+}()
 
 // ListenerWrapper captures each TLS connection's ClientHello so the tollgate
 // handler can add its JA4 fingerprint to the request fingerprint. Place it
@@ -35,10 +42,7 @@ type ListenerWrapper struct{}
 
 // CaddyModule returns the Caddy module information.
 func (ListenerWrapper) CaddyModule() caddy.ModuleInfo {
-	return caddy.ModuleInfo{
-		ID:  "caddy.listeners.tollgate",
-		New: func() caddy.Module { return new(ListenerWrapper) },
-	}
+	return caddy.ModuleInfo{ID: "caddy.listeners.tollgate", New: func() caddy.Module { return new(ListenerWrapper) }}
 }
 
 // WrapListener wraps l so accepted connections record their ClientHello.
@@ -54,17 +58,6 @@ func (*ListenerWrapper) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	return nil
 }
-
-// hellos maps open connections, by a keyed hash of their remote address
-// (never the address itself), to their JA4 fingerprint.
-var hellos sync.Map
-
-// connKeys hashes remote addresses for hellos with a key of this process.
-var connKeys = func() keyhash.Hasher {
-	secret := make([]byte, 32)
-	rand.Read(secret)
-	return keyhash.New(secret, "tollgate connections")
-}()
 
 // ja4Of returns the JA4 fingerprint of r's connection, if it was captured.
 func ja4Of(r *http.Request) string {

@@ -3,7 +3,6 @@ package caddymodule
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -26,24 +25,6 @@ import (
 
 // These tests run real Caddy processes built from this repository (the same
 // main package xcaddy.sh builds) as a cluster on loopback.
-
-// tollgateCLI runs `caddy tollgate args…` with the built binary and returns
-// its output, its error output and its exit code.
-func tollgateCLI(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	cmd := exec.Command(testutil.TollgateBinary(t), append([]string{"tollgate"}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	code := 0
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		code = exit.ExitCode()
-	} else if err != nil {
-		t.Fatalf("running tollgate %v: %v", args, err)
-	}
-	return out.String(), errOut.String(), code
-}
 
 const processSecret = "process-test-secret-0123456789abcdef"
 
@@ -757,7 +738,7 @@ func TestProcessClusterListsGatherFromEveryNode(t *testing.T) {
 		}
 	}
 	addr := strings.TrimPrefix(base(procs[0]), "http://")
-	out, errOut, code := tollgateCLI(t, "status", "--address", addr)
+	out, errOut, code := testutil.CLI(t, "status", "--address", addr)
 	if code != 0 || !regexp.MustCompile(`ring agreement +yes`).MatchString(out) || strings.Count(out, "alive") != 2 ||
 		strings.Count(out, "self") != 1 || !regexp.MustCompile(`(?m)^api +3 +3$`).MatchString(out) {
 		t.Errorf("caddy tollgate status of a cluster: exit %d\n%s%s", code, out, errOut)
@@ -780,7 +761,7 @@ func TestProcessClusterListsGatherFromEveryNode(t *testing.T) {
 		adminDo(t, base(procs[0]), http.MethodGet, "/tollgate/denied?zone=api", &list)
 	}()
 	go func() { defer wg.Done(); ra = procs[0].status().Ring }()
-	go func() { defer wg.Done(); out, errOut, code = tollgateCLI(t, "status", "--address", addr) }()
+	go func() { defer wg.Done(); out, errOut, code = testutil.CLI(t, "status", "--address", addr) }()
 	wg.Wait()
 	if len(list.Items) != 2 || !slices.Contains(list.Unreachable, frozenName) {
 		t.Errorf("with %s frozen: %+v; want two keys and it named", frozenName, list)

@@ -4,6 +4,8 @@
 package testutil
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -90,20 +92,7 @@ func StartUIRelay(t testing.TB, adminAddr string) string {
 	cmd := exec.Command(TollgateBinary(t), "tollgate", "ui", "--address", adminAddr, "--listen", listen)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
+	Start(t, cmd)
 	url := "http://" + listen
 	Eventually(t, 10*time.Second, "the relay serving", func() bool {
 		resp, err := http.Get(url + "/tollgate/status")
@@ -113,4 +102,43 @@ func StartUIRelay(t testing.TB, adminAddr string) string {
 		return err == nil && resp.StatusCode == http.StatusOK
 	})
 	return url
+}
+
+// Start starts cmd, a process that runs until told to stop, and stops it
+// when the test ends: SIGTERM, then SIGKILL if it has not exited within
+// 30 seconds. The channel closes when it has exited.
+func Start(t testing.TB, cmd *exec.Cmd) <-chan struct{} {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	return exited
+}
+
+// CLI runs `caddy tollgate args…` with the built binary and returns its
+// output, its error output and its exit code.
+func CLI(t testing.TB, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	cmd := exec.Command(TollgateBinary(t), append([]string{"tollgate"}, args...)...)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running tollgate %v: %v", args, err)
+	}
+	return out.String(), errOut.String(), code
 }

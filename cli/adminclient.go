@@ -186,14 +186,6 @@ func (c *invocation) zoneQuery() string {
 	return "?" + adminapi.QueryZone + "=" + url.QueryEscape(c.zone)
 }
 
-// listPage is a page of a list route, adminapi.DeniedList or
-// adminapi.GrantList.
-type listPage[T any] struct {
-	Items       []T      `json:"items"`
-	NextCursor  string   `json:"next_cursor"`
-	Unreachable []string `json:"unreachable_nodes"`
-}
-
 // readList reads the list at path, pageSize at a time, page after page,
 // at most maxPages pages (0: all); query is added to each page's (a zone,
 // say). It returns the items, the nodes the last page says did not
@@ -208,7 +200,7 @@ func readList[T any](c *invocation, path string, pageSize int, query string, max
 		if cursor != "" {
 			p += "&" + adminapi.QueryCursor + "=" + url.QueryEscape(cursor)
 		}
-		var page listPage[T]
+		var page adminapi.Page[T]
 		if _, err := c.call(http.MethodGet, p, nil, &page); err != nil {
 			return nil, nil, false, err
 		}

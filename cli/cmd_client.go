@@ -19,11 +19,17 @@ func warnNearlyHashed(id string) {
 	}
 }
 
+// callClient sends method to the route of client id (in --zone, if given)
+// and decodes the answer into out.
+func (c *invocation) callClient(method, id string, out any) ([]byte, error) {
+	warnNearlyHashed(id)
+	return c.call(method, adminapi.ClientPath(id)+c.zoneQuery(), nil, out)
+}
+
 // runClient prints a client's counters in every zone, or --zone.
 func runClient(c *invocation, args []string) (int, error) {
-	warnNearlyHashed(args[0])
 	var view adminapi.ClientView
-	raw, err := c.call(http.MethodGet, adminapi.ClientPath(args[0])+c.zoneQuery(), nil, &view)
+	raw, err := c.callClient(http.MethodGet, args[0], &view)
 	if err != nil {
 		return exitFor(err), err
 	}
@@ -65,9 +71,8 @@ func runClient(c *invocation, args []string) (int, error) {
 
 // runReset lets a client through again in every zone, or --zone.
 func runReset(c *invocation, args []string) (int, error) {
-	warnNearlyHashed(args[0])
 	var res adminapi.ResetResult
-	raw, err := c.call(http.MethodDelete, adminapi.ClientPath(args[0])+c.zoneQuery(), nil, &res)
+	raw, err := c.callClient(http.MethodDelete, args[0], &res)
 	if err != nil {
 		return exitFor(err), err
 	}

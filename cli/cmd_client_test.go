@@ -12,7 +12,7 @@ import (
 // bare success that lets nobody through.
 func TestCLIWarnsOfANearlyHashedID(t *testing.T) {
 	testutil.TollgateBinary(t)
-	srv := startCaddy(t, adminSite)
+	srv := startCaddy(t, testutil.AdminSite)
 	addr := srv.Admin
 	for _, tc := range []struct {
 		args []string
@@ -25,7 +25,7 @@ func TestCLIWarnsOfANearlyHashedID(t *testing.T) {
 		{[]string{"reset", "h:9f86d081884c7d65"}, false},
 		{[]string{"reset", "alice"}, false},
 	} {
-		_, errOut, _ := tollgateCLI(t, append(tc.args, "--address", addr)...)
+		_, errOut, _ := testutil.CLI(t, append(tc.args, "--address", addr)...)
 		if got := strings.Contains(errOut, "is not a hashed ID"); got != tc.warn {
 			t.Errorf("caddy tollgate %v: warned %v (%s); want %v", tc.args, got, errOut, tc.warn)
 		}

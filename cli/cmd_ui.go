@@ -49,15 +49,22 @@ func runUI(c *invocation, _ []string) (int, error) {
 	}
 	srv := &http.Server{Handler: &uiRelay{c: c, self: ln.Addr().String()}, ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(c.out, "Tollgate status page: http://%s/ (relaying to the admin endpoint at %s); Ctrl-C stops it\n", ln.Addr(), c.addr)
-	stop := make(chan os.Signal, 1)
-	signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+	// Ctrl-C (or SIGTERM) shuts the relay down gracefully; if it stops on
+	// its own, the goroutine that waits for the signal ends with it.
+	signals, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	shutDown := make(chan struct{})
 	go func() {
-		<-stop
+		defer close(shutDown)
+		<-signals.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 	}()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	err = srv.Serve(ln)
+	stopSignals()
+	<-shutDown
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return exitRefused, err
 	}
 	return exitOK, nil

@@ -21,26 +21,12 @@ import (
 	"github.com/tollgate/tollgate/internal/testutil"
 )
 
-// adminSite is a site with a zone keyed by an API key and one by the
-// client ID.
-const adminSite = `
-	tollgate {
-		zone api {
-			limit 5 1h
-			key {http.request.header.X-API-Key}
-		}
-		zone site {
-			limit 100 1h
-		}
-	}
-	respond "{http.tollgate.client_id}"`
-
 // TestCLIUIRelayServesOnlyThePage runs `caddy tollgate ui` against a real
 // Caddy: it serves the page and the routes the page reads, and refuses
 // other sites, other Host names, other routes and a non-loopback address.
 func TestCLIUIRelayServesOnlyThePage(t *testing.T) {
 	testutil.TollgateBinary(t)
-	srv := startCaddy(t, adminSite)
+	srv := startCaddy(t, testutil.AdminSite)
 	relay := testutil.StartUIRelay(t, srv.Admin)
 	send := func(method, path string, headers ...string) (int, string) {
 		req, _ := http.NewRequest(method, relay+path, nil)
@@ -84,7 +70,7 @@ func TestCLIUIRelayServesOnlyThePage(t *testing.T) {
 	if _, body := send("GET", "/"); !strings.Contains(body, "<title>Tollgate status</title>") {
 		t.Errorf("the relay's page: %.200s", body)
 	}
-	_, errOut, code := tollgateCLI(t, "ui", "--address", srv.Admin, "--listen", "0.0.0.0:0")
+	_, errOut, code := testutil.CLI(t, "ui", "--address", srv.Admin, "--listen", "0.0.0.0:0")
 	if code != exitUsage || !strings.Contains(errOut, "loopback") {
 		t.Errorf("ui --listen 0.0.0.0:0: exit %d %s; want 2 and why", code, errOut)
 	}
@@ -95,7 +81,7 @@ func TestCLIUIRelayServesOnlyThePage(t *testing.T) {
 // none may reach another admin route (the config, say), and an escaped
 // "/" or "." in a key stays part of the key.
 func TestUIRelayNeverLeavesTheClientRoute(t *testing.T) {
-	srv := startCaddy(t, adminSite)
+	srv := startCaddy(t, testutil.AdminSite)
 	c := invocationFor(t, srv.Admin, false, io.Discard)
 	relay := httptest.NewUnstartedServer(nil)
 	relay.Config.Handler = &uiRelay{c: c, self: relay.Listener.Addr().String()}

@@ -12,45 +12,12 @@ import (
 	"github.com/tollgate/tollgate/internal/testutil"
 )
 
-// docSite has the zones of docs/admin-api.md.
-const docSite = `
-	tollgate {
-		tier_from {http.request.header.X-User-Tier}
-		zone api {
-			limit 100 1m
-			key {http.request.header.X-User}
-			match {
-				path /api/*
-			}
-		}
-		zone credits {
-			limit 1000 1h
-			key {http.request.header.X-User}
-			tier pro 10000
-			tier premium 50000
-			match {
-				path /credits/*
-			}
-		}
-		zone rooms {
-			concurrent 4
-			key {http.request.header.X-User}
-			tier pro 32
-			lease {http.request.header.X-Room-Id}
-			ttl 15m
-			match {
-				path /rooms/*
-			}
-		}
-	}
-	respond "ok"`
-
 // TestCLIAgainstARunningCaddy runs every subcommand against a Caddy with
 // the doc's zones, as a table and as JSON, and checks the exit codes and
 // the advice of a bad address and an unknown client.
 func TestCLIAgainstARunningCaddy(t *testing.T) {
 	testutil.TollgateBinary(t) // build first, outside the window the test watches
-	srv := startCaddy(t, docSite)
+	srv := startCaddy(t, testutil.DocSite)
 	testutil.ClearOfWindowEdge(time.Hour, 30*time.Second)
 	for range 101 {
 		srv.get(t, "/api/x", "X-User", "alice")
@@ -92,7 +59,7 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		{[]string{"client"}, exitUsage, nil, "usage: caddy tollgate client <id>"},
 		{[]string{}, exitUsage, nil, "name a subcommand"},
 	} {
-		out, errOut, code := tollgateCLI(t, append(s.args, "--address", addr)...)
+		out, errOut, code := testutil.CLI(t, append(s.args, "--address", addr)...)
 		if code != s.code {
 			t.Errorf("tollgate %v: exit %d; want %d\n%s%s", s.args, code, s.code, out, errOut)
 			continue
@@ -117,28 +84,28 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		{"tiers", "clear"}, {"grant", "add", "credits", "carol", "7", "1h"}, {"grant", "show", "credits", "carol"},
 		{"grant", "show"}, {"grant", "revoke", "credits", "carol"},
 	} {
-		out, errOut, code := tollgateCLI(t, append(args, "--json", "--address", addr)...)
+		out, errOut, code := testutil.CLI(t, append(args, "--json", "--address", addr)...)
 		var v map[string]any
 		if code != 0 || json.Unmarshal([]byte(out), &v) != nil || len(v) == 0 {
 			t.Errorf("tollgate %v --json: exit %d, not a JSON object:\n%s%s", args, code, out, errOut)
 		}
 	}
-	out, _, code := tollgateCLI(t, "client", "nobody-seen", "--json", "--address", addr)
+	out, _, code := testutil.CLI(t, "client", "nobody-seen", "--json", "--address", addr)
 	if code != exitNotFound || json.Unmarshal([]byte(out), new(adminapi.ClientView)) != nil {
 		t.Errorf("an unknown client with --json: exit %d, %q; want 4 and the view", code, out)
 	}
 
 	// A bad address says what to do.
-	_, errOut, code := tollgateCLI(t, "status", "--address", "127.0.0.1:1")
+	_, errOut, code := testutil.CLI(t, "status", "--address", "127.0.0.1:1")
 	if code != exitUnreachable || !strings.Contains(errOut, "is Caddy running?") || !strings.Contains(errOut, "--address") {
 		t.Errorf("a bad address: exit %d, %q; want 3 and advice", code, errOut)
 	}
-	_, errOut, code = tollgateCLI(t, "status", "--address", "not an address")
+	_, errOut, code = testutil.CLI(t, "status", "--address", "not an address")
 	if code != exitUsage || !regexp.MustCompile(`--address .* is not an admin address`).MatchString(errOut) {
 		t.Errorf("a malformed address: exit %d, %q; want 2 and advice", code, errOut)
 	}
 	// An admin endpoint without Tollgate's routes: another Caddy, say.
-	_, errOut, code = tollgateCLI(t, "status", "--address", strings.TrimPrefix(srv.URL, "http://"))
+	_, errOut, code = testutil.CLI(t, "status", "--address", strings.TrimPrefix(srv.URL, "http://"))
 	if code == 0 || !strings.Contains(errOut, "--address") {
 		t.Errorf("a site address instead of the admin one: exit %d, %q; want a failure naming --address", code, errOut)
 	}
@@ -153,7 +120,7 @@ func TestCLIWrongCommandLinesExitTwo(t *testing.T) {
 		{"grant", "add", "api", "alice", "10", "-5"},
 		{"grant", "show", "--zone", "api"},
 	} {
-		_, errOut, code := tollgateCLI(t, append(args, "--address", "127.0.0.1:1")...)
+		_, errOut, code := testutil.CLI(t, append(args, "--address", "127.0.0.1:1")...)
 		if code != exitUsage || !strings.Contains(errOut, "usage") && !strings.Contains(errOut, "subcommand") {
 			t.Errorf("caddy tollgate %v: exit %d %s; want %d and the usage", args, code, errOut, exitUsage)
 		}

@@ -3,14 +3,12 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -67,21 +65,8 @@ func (srv *testCaddy) run(t testing.TB, caddyfile string) {
 	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+srv.dir, "XDG_CONFIG_HOME="+srv.dir)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		srv.client.CloseIdleConnections()
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-	})
+	exited := testutil.Start(t, cmd)
+	t.Cleanup(srv.client.CloseIdleConnections) // first: cleanups run last in, first out
 	testutil.Eventually(t, 20*time.Second, "Caddy serving its site", func() bool {
 		select {
 		case <-exited:
@@ -133,24 +118,6 @@ func (srv *testCaddy) adminGet(t testing.TB, path string, out any) (int, string)
 		}
 	}
 	return resp.StatusCode, string(body)
-}
-
-// tollgateCLI runs `caddy tollgate args…` with the built binary and returns
-// its output, its error output and its exit code.
-func tollgateCLI(t *testing.T, args ...string) (string, string, int) {
-	t.Helper()
-	cmd := exec.Command(testutil.TollgateBinary(t), append([]string{"tollgate"}, args...)...)
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err := cmd.Run()
-	code := 0
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		code = exit.ExitCode()
-	} else if err != nil {
-		t.Fatalf("running tollgate %v: %v", args, err)
-	}
-	return out.String(), errOut.String(), code
 }
 
 // cliFlags builds the flags a `caddy tollgate` subcommand reads.

@@ -23,8 +23,8 @@ const (
 // Route is one route: its path (see the Path constants) and the methods it
 // takes; any other method gets 405 with Allow listing these.
 type Route struct {
-	Path    string
-	Methods []string
+	Path    string   // one of the Path constants
+	Methods []string // the methods it takes, as Allow lists them
 }
 
 // Routes returns every route under /tollgate/, in the order a path is

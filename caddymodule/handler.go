@@ -106,7 +106,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if z == nil { // JSON can say null; Validate would say so after a panic here
 			return fmt.Errorf("tollgate: empty zone: every entry of zones needs a name and a limit")
 		}
-		if err := z.provision(ctx, app); err != nil {
+		if err := z.provision(ctx, app.hasher); err != nil {
 			return err
 		}
 		if z.policy != "" {
@@ -204,10 +204,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		held.hold()
 		defer held.release()
 	}
-	if h.DryRun { // a trial issues no cookie
-		return next.ServeHTTP(w, r)
+	if !h.DryRun { // a trial issues no cookie
+		if w, err = h.app.sessions.serve(w, r, v, now); w == nil || err != nil {
+			return err // answered: the challenge page
+		}
 	}
-	return h.app.sessions.serve(w, r, next, v, now)
+	return next.ServeHTTP(w, r)
 }
 
 // requests builds what q asks of the limiter, in sc: the zones that match
@@ -278,7 +280,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v := q.verdict()
 	v.identity, v.pressure, v.source = who.identity, who.pressure, o.source
 	v.tier, v.score, v.scoreKnown = who.tier, o.score, o.scoreKnown
-	v.app, v.vars = h.app, q.vars
+	v.identifier, v.vars = h.app.identifier, q.vars
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !o.allowed) {
 		h.setHeaders(w.Header(), v, buf, b)
 	}

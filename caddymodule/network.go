@@ -150,11 +150,11 @@ func (c *denialCounters) inc(network bool) {
 func (v *verdict) networkID() string {
 	net := v.identity.Network
 	if net == 0 && v.identity.Kind == fingerprint.KindSession {
-		if v.app == nil || v.app.identifier == nil {
+		if v.identifier == nil {
 			return ""
 		}
 		ip, _ := v.vars[caddyhttp.ClientIPVarKey].(string)
-		net = v.app.identifier.Network(ip)
+		net = v.identifier.Network(ip)
 	}
 	return adminapi.NetworkID(net)
 }

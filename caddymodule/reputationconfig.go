@@ -29,7 +29,11 @@ type ReputationConfig struct {
 
 // BucketConfig is one band of reputation scores.
 type BucketConfig struct {
-	From   float64 `json:"from"`
+	// From is the lowest score of the band, 0 to 100.
+	From float64 `json:"from"`
+
+	// Factor multiplies the limits of the clients in the band, above 0
+	// and at most 1.
 	Factor float64 `json:"factor"`
 }
 

@@ -165,34 +165,32 @@ func (s *sessions) answers(r *http.Request) bool {
 	return s.challenge != nil && r.URL.Path == ChallengePath
 }
 
-// serve passes an allowed request on to next with what its client needs
-// of a session: a valid cookie due to be issued again (an older secret, or
-// past half its max age) is renewed; a client without a usable cookie gets
-// a new session, at most issue_limit times per window per IP network
-// (squeezed by IP pressure), so neither throwing cookies away nor rotating
-// headers mints fresh budgets beyond that bound. With issuance by header,
-// the cookie is only set if the upstream response earns it; with a
-// challenge, a browser's page load gets the challenge page instead, and no
-// session until it passes.
-func (s *sessions) serve(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler, v *verdict, now time.Time) error {
+// serve gives an allowed request's client what it needs of a session
+// before the request goes on, and returns the writer it goes on with, or
+// nil when serve answered it itself. A valid cookie due to be issued again
+// (an older secret, or past half its max age) is renewed; a client without
+// a usable cookie gets a new session, at most issue_limit times per window
+// per IP network (squeezed by IP pressure), so neither throwing cookies
+// away nor rotating headers mints fresh budgets beyond that bound. With
+// issuance by header, the returned writer sets the cookie only if the
+// upstream response earns it; with a challenge, a browser's page load is
+// answered with the challenge page instead, and no session until it passes.
+func (s *sessions) serve(w http.ResponseWriter, r *http.Request, v *verdict, now time.Time) (http.ResponseWriter, error) {
 	id := &v.identity
-	if s.issue == issueOff || id.Kind == fingerprint.KindSession && !id.Reissue {
-		return next.ServeHTTP(w, r)
-	}
-	if s.issue == issueHeader {
-		issuer := &cookieIssuer{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, sessions: s, r: r, v: v, now: now}
-		return next.ServeHTTP(issuer, r)
-	}
-	if s.challenge != nil && id.Kind == fingerprint.KindFingerprint {
+	switch {
+	case s.issue == issueOff || id.Kind == fingerprint.KindSession && !id.Reissue:
+	case s.issue == issueHeader:
+		return &cookieIssuer{ResponseWriterWrapper: &caddyhttp.ResponseWriterWrapper{ResponseWriter: w}, sessions: s, r: r, v: v, now: now}, nil
+	case s.challenge != nil && id.Kind == fingerprint.KindFingerprint:
 		if s.challenged(r, v, now) { // a session is earned by passing it
-			return s.challenge.serveChallenge(w, r, id.Network, now)
+			return nil, s.challenge.serveChallenge(w, r, id.Network, now)
 		}
-		return next.ServeHTTP(w, r)
+	default:
+		if c := s.cookie(r, v, now); c != nil {
+			w.Header().Add("Set-Cookie", c.String())
+		}
 	}
-	if c := s.cookie(r, v, now); c != nil {
-		w.Header().Add("Set-Cookie", c.String())
-	}
-	return next.ServeHTTP(w, r)
+	return w, nil
 }
 
 // cookie returns the cookie for the request's client, or nil if the

@@ -126,7 +126,7 @@ func (z *Zone) isLease() bool { return z.Concurrent > 0 }
 
 // provision prepares z for requests. Caddy validates after provisioning:
 // nothing here may fail or panic on a value validate would refuse.
-func (z *Zone) provision(ctx caddy.Context, app *App) error {
+func (z *Zone) provision(ctx caddy.Context, h limiter.Hasher) error {
 	if z.MatchRaw != nil {
 		mods, err := ctx.LoadModule(z, "MatchRaw")
 		if err != nil {
@@ -136,7 +136,7 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 			z.matchers = append(z.matchers, m)
 		}
 	}
-	z.prepare(app.hasher)
+	z.prepare(h)
 	z.emptyKey = &emptyKeyReport{logger: ctx.Logger()}
 	return nil
 }

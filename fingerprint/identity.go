@@ -56,7 +56,7 @@ func (k Kind) String() string {
 // Identity is who a request comes from. It holds no raw IP: only a keyed
 // hash of the client's network.
 type Identity struct {
-	Kind    Kind
+	Kind    Kind    // what the ID is made of: a session, or a fingerprint
 	Session Session // when Kind is KindSession
 	// Cookie is what verifying the request's session cookie found.
 	Cookie CookieStatus

@@ -1,11 +1,12 @@
 package caddymodule
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -287,46 +288,16 @@ func (adminAPI) handleDenied(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	scopes, err := app.listScopes(r.URL.Query().Get(adminapi.QueryZone))
-	if err != nil {
-		return err
-	}
-	pg, err := readPage(r, adminapi.MaxDeniedPage)
-	if err != nil {
-		return err
-	}
-	entries, missing := gatherEntries[deniedEntry](app.node, gatherDenied)
-	merged := map[recordID]*deniedEntry{}
-	for i := range entries {
-		e := &entries[i]
-		if scopes != nil && !scopes[e.Scope] {
-			continue
-		}
-		id := recordID{e.Scope, e.Key}
-		if m := merged[id]; m != nil {
-			m.Until, m.Denials = max(m.Until, e.Until), m.Denials+e.Denials
-			continue
-		}
-		merged[id] = e
-	}
-	sorted := make([]*deniedEntry, 0, len(merged))
-	for _, e := range merged {
-		if pg.after.before(e.Scope, e.Key) {
-			sorted = append(sorted, e)
-		}
-	}
-	sort.Slice(sorted, func(i, j int) bool {
-		a, b := sorted[i], sorted[j]
-		return a.Scope < b.Scope || a.Scope == b.Scope && a.Key < b.Key
+	entries, next, missing, err := gatherPage(app, r, adminapi.MaxDeniedPage, gatherDenied, func(had, e deniedEntry) deniedEntry {
+		had.Until, had.Denials = max(had.Until, e.Until), had.Denials+e.Denials
+		return had
 	})
-	out := adminapi.DeniedList{Items: []adminapi.DeniedKey{}, Unreachable: missing}
+	if err != nil {
+		return err
+	}
+	out := adminapi.DeniedList{Items: []adminapi.DeniedKey{}, NextCursor: next, Unreachable: missing}
 	now := time.Now()
-	for i, e := range sorted {
-		if i == pg.limit {
-			last := sorted[i-1]
-			out.NextCursor = recordCursor{Scope: last.Scope, Key: last.Key}.encode()
-			break
-		}
+	for _, e := range entries {
 		until := time.Unix(0, e.Until)
 		out.Items = append(out.Items, adminapi.DeniedKey{
 			Zone: e.Zone, Scope: e.Scope, Key: adminapi.HashedID(e.Key), Denials: e.Denials,
@@ -340,44 +311,21 @@ func (adminAPI) handleDenied(w http.ResponseWriter, r *http.Request) error {
 // grants given through any node's admin API that still hold, with their
 // use as their owners count it.
 func (a *App) listGrants(w http.ResponseWriter, r *http.Request) error {
-	scopes, err := a.listScopes(r.URL.Query().Get(adminapi.QueryZone))
-	if err != nil {
-		return err
-	}
-	pg, err := readPage(r, adminapi.MaxGrantsPage)
-	if err != nil {
-		return err
-	}
-	entries, missing := gatherEntries[grantEntry](a.node, gatherGrants)
-	merged := map[recordID]grantEntry{}
-	for _, e := range entries {
-		if scopes != nil && !scopes[e.Scope] || !pg.after.before(e.Scope, e.Key) {
-			continue
+	entries, next, missing, err := gatherPage(a, r, adminapi.MaxGrantsPage, gatherGrants, func(had, e grantEntry) grantEntry {
+		if e.Created > had.Created {
+			return e // the newer grant replaced the older
 		}
-		id := recordID{e.Scope, e.Key}
-		if m, ok := merged[id]; !ok || e.Created > m.Created {
-			merged[id] = e
-		}
-	}
-	sorted := make([]grantEntry, 0, len(merged))
-	for _, e := range merged {
-		sorted = append(sorted, e)
-	}
-	sort.Slice(sorted, func(i, j int) bool {
-		a, b := sorted[i], sorted[j]
-		return a.Scope < b.Scope || a.Scope == b.Scope && a.Key < b.Key
+		return had
 	})
+	if err != nil {
+		return err
+	}
 	zones := map[string]*Zone{}
 	for _, z := range a.zonesNamed("") {
 		zones[z.scope] = z
 	}
-	out := adminapi.GrantList{Items: []adminapi.GrantView{}, Unreachable: missing}
-	for i, e := range sorted {
-		if i == pg.limit {
-			last := sorted[i-1]
-			out.NextCursor = recordCursor{Scope: last.Scope, Key: last.Key}.encode()
-			break
-		}
+	out := adminapi.GrantList{Items: []adminapi.GrantView{}, NextCursor: next, Unreachable: missing}
+	for _, e := range entries {
 		z := zones[e.Scope]
 		if z == nil {
 			continue // a zone no longer in the config
@@ -389,6 +337,57 @@ func (a *App) listGrants(w http.ResponseWriter, r *http.Request) error {
 		out.Items = append(out.Items, grantView(z, adminapi.HashedID(e.Key), g))
 	}
 	return writeJSON(w, out)
+}
+
+// listed is an entry of a list: it has a place, by zone scope and key.
+type listed interface {
+	place() recordID
+}
+
+func (e deniedEntry) place() recordID { return recordID{e.Scope, e.Key} }
+
+func (e grantEntry) place() recordID { return recordID{e.Scope, e.Key} }
+
+// gatherPage answers the list request r from every node's record (the
+// gather question): the entries of the zones asked for (?zone=) that come
+// after the page's cursor, those of one place merged, in list order (by
+// scope, then key). It returns at most the page's limit of them (?limit=,
+// at most maxLimit), the cursor of the next page when there are more, and
+// the nodes that did not answer.
+func gatherPage[E listed](a *App, r *http.Request, maxLimit int, question string, merge func(had, e E) E) (page []E, next string, missing []string, err error) {
+	scopes, err := a.listScopes(r.URL.Query().Get(adminapi.QueryZone))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	pg, err := readPage(r, maxLimit)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	entries, missing := gatherEntries[E](a.node, question)
+	merged := map[recordID]E{}
+	for _, e := range entries {
+		id := e.place()
+		if scopes != nil && !scopes[id.scope] || !pg.after.before(id.scope, id.key) {
+			continue
+		}
+		if had, ok := merged[id]; ok {
+			e = merge(had, e)
+		}
+		merged[id] = e
+	}
+	ids := slices.SortedFunc(maps.Keys(merged), func(a, b recordID) int {
+		return cmp.Or(cmp.Compare(a.scope, b.scope), cmp.Compare(a.key, b.key))
+	})
+	if len(ids) > pg.limit {
+		last := ids[pg.limit-1]
+		next = recordCursor{Scope: last.scope, Key: last.key}.encode()
+		ids = ids[:pg.limit]
+	}
+	page = make([]E, len(ids))
+	for i, id := range ids {
+		page[i] = merged[id]
+	}
+	return page, next, missing, nil
 }
 
 // listScopes returns the scopes of the zones called name, nil for every

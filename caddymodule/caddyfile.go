@@ -141,6 +141,18 @@ func parseZone(d *caddyfile.Dispenser, args []string) (*Zone, error) {
 			}
 			return nil
 		}
+		// whole reads the setting's one argument, a whole number in bounds.
+		whole := func(bounds wholeRange, usage string) (int64, error) {
+			if err := wantArgs(1, usage); err != nil {
+				return 0, err
+			}
+			n, err := bounds.parse(args[0])
+			if err != nil {
+				return 0, d.Errf("tollgate: zone %q: %s %q %v", z.Name, sub, args[0], err)
+			}
+			return n, nil
+		}
+		var err error
 		switch sub {
 		case "limit":
 			if err := wantArgs(2, "<N> <window>, e.g. limit 100 1m"); err != nil {
@@ -166,14 +178,7 @@ func parseZone(d *caddyfile.Dispenser, args []string) (*Zone, error) {
 			}
 			z.Algorithm = args[0]
 		case "burst":
-			if err := wantArgs(1, "<N>"); err != nil {
-				return err
-			}
-			n, err := quotaBounds.parse(args[0])
-			if err != nil {
-				return d.Errf("tollgate: zone %q: burst %q %v", z.Name, args[0], err)
-			}
-			z.Burst = n
+			z.Burst, err = whole(quotaBounds, "<N>")
 		case "match":
 			if len(args) != 0 {
 				return d.Errf("tollgate: zone %q: match takes a block of request matchers, not arguments", z.Name)
@@ -184,33 +189,13 @@ func parseZone(d *caddyfile.Dispenser, args []string) (*Zone, error) {
 			}
 			z.MatchRaw = set
 		case "shared":
-			if err := wantArgs(0, ""); err != nil {
-				return err
-			}
-			z.Shared = true
+			z.Shared, err = true, wantArgs(0, "")
 		case "network_share":
-			if err := wantArgs(1, "<N>, e.g. network_share 4"); err != nil {
-				return err
-			}
-			n, err := networkShareBounds.parse(args[0])
-			if err != nil {
-				return d.Errf("tollgate: zone %q: network_share %q %v", z.Name, args[0], err)
-			}
-			z.NetworkShare = n
+			z.NetworkShare, err = whole(networkShareBounds, "<N>, e.g. network_share 4")
 		case "dry_run":
-			if err := wantArgs(0, ""); err != nil {
-				return err
-			}
-			z.DryRun = true
+			z.DryRun, err = true, wantArgs(0, "")
 		case "concurrent":
-			if err := wantArgs(1, "<N>, e.g. concurrent 4"); err != nil {
-				return err
-			}
-			n, err := concurrentBounds.parse(args[0])
-			if err != nil {
-				return d.Errf("tollgate: zone %q: concurrent %q %v", z.Name, args[0], err)
-			}
-			z.Concurrent = n
+			z.Concurrent, err = whole(concurrentBounds, "<N>, e.g. concurrent 4")
 		case "tier":
 			if err := wantArgs(2, "<name> <limit>, e.g. tier pro 10000"); err != nil {
 				return err
@@ -251,7 +236,7 @@ func parseZone(d *caddyfile.Dispenser, args []string) (*Zone, error) {
 			}
 			z.TTL = caddy.Duration(dur)
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -407,6 +392,7 @@ var appBlock = block{
 
 // cookieBlock is the block of the cookie option.
 var cookieBlock = block{
+	name:    "cookie",
 	setting: "cookie ",
 	allowed: []string{"name", "max_age", "issue", "issue_limit", "challenge"},
 	unknown: "tollgate: cookie: unknown subdirective",
@@ -416,10 +402,7 @@ var cookieBlock = block{
 // are its line's arguments.
 func parseCookie(d *caddyfile.Dispenser, args []string) (*CookieConfig, error) {
 	c := new(CookieConfig)
-	if _, err := settingsOnly(d, "cookie", args, false); err != nil {
-		return nil, err
-	}
-	err := eachSetting(d, cookieBlock, func(sub string, args []string) error {
+	_, err := readBlock(d, cookieBlock, args, func(sub string, args []string) error {
 		switch sub {
 		case "name":
 			if len(args) != 1 {
@@ -492,21 +475,18 @@ func parseCookie(d *caddyfile.Dispenser, args []string) (*CookieConfig, error) {
 
 // pressureBlock is the block of the ip_pressure option.
 var pressureBlock = block{
-	setting: "ip_pressure ",
-	allowed: []string{"threshold", "squeeze", "duration", "max_networks"},
-	unknown: "tollgate: ip_pressure: unknown subdirective",
+	name:       "ip_pressure",
+	offAllowed: true,
+	setting:    "ip_pressure ",
+	allowed:    []string{"threshold", "squeeze", "duration", "max_networks"},
+	unknown:    "tollgate: ip_pressure: unknown subdirective",
 }
 
 // parsePressure parses `ip_pressure off` or an `ip_pressure { ... }` block;
 // args are its line's arguments.
 func parsePressure(d *caddyfile.Dispenser, args []string) (*PressureConfig, error) {
 	p := new(PressureConfig)
-	off, err := settingsOnly(d, "ip_pressure", args, true)
-	if off || err != nil {
-		p.Off = off
-		return p, err
-	}
-	err = eachSetting(d, pressureBlock, func(sub string, args []string) error {
+	off, err := readBlock(d, pressureBlock, args, func(sub string, args []string) error {
 		if want := map[string]int{"threshold": 2}[sub]; want == 0 && len(args) != 1 || want == 2 && len(args) != 2 {
 			return d.Errf("tollgate: ip_pressure %s takes %d argument(s), got %d", sub, max(want, 1), len(args))
 		}
@@ -538,11 +518,14 @@ func parsePressure(d *caddyfile.Dispenser, args []string) (*PressureConfig, erro
 		}
 		return nil
 	})
+	p.Off = off
 	return p, err
 }
 
 // reputationBlock is the block of the reputation option.
 var reputationBlock = block{
+	name:       "reputation",
+	offAllowed: true,
 	setting:    "reputation ",
 	allowed:    []string{"penalty", "recovery", "bucket"},
 	repeatable: []string{"bucket"},
@@ -553,12 +536,7 @@ var reputationBlock = block{
 // args are its line's arguments.
 func parseReputation(d *caddyfile.Dispenser, args []string) (*ReputationConfig, error) {
 	c := new(ReputationConfig)
-	off, err := settingsOnly(d, "reputation", args, true)
-	if off || err != nil {
-		c.Off = off
-		return c, err
-	}
-	err = eachSetting(d, reputationBlock, func(sub string, args []string) error {
+	off, err := readBlock(d, reputationBlock, args, func(sub string, args []string) error {
 		// aboveZero reads a number above 0 and at most hi.
 		aboveZero := func(s, what string, hi float64) (float64, error) {
 			v, err := parseAboveZero(s, hi)
@@ -593,8 +571,9 @@ func parseReputation(d *caddyfile.Dispenser, args []string) (*ReputationConfig, 
 		}
 		return err
 	})
-	if err != nil {
-		return nil, err
+	if off || err != nil {
+		c.Off = off
+		return c, err
 	}
 	// The buckets as a whole (their order, the last from 0): the check
 	// provisioning makes before the policy reaches the engine.
@@ -606,6 +585,7 @@ func parseReputation(d *caddyfile.Dispenser, args []string) (*ReputationConfig, 
 
 // clusterBlock is the block of the cluster option.
 var clusterBlock = block{
+	name:    "cluster",
 	setting: "cluster ",
 	allowed: []string{"bind", "peer_listen", "advertise", "peer_advertise", "join", "gossip_key", "name", "peer_timeout"},
 	unknown: "tollgate: cluster: unknown subdirective",
@@ -615,11 +595,8 @@ var clusterBlock = block{
 // args are its line's arguments.
 func parseCluster(d *caddyfile.Dispenser, args []string) (*ClusterConfig, error) {
 	c := new(ClusterConfig)
-	if _, err := settingsOnly(d, "cluster", args, false); err != nil {
-		return nil, err
-	}
 	seen := map[string]bool{}
-	err := eachSetting(d, clusterBlock, func(sub string, args []string) error {
+	_, err := readBlock(d, clusterBlock, args, func(sub string, args []string) error {
 		seen[sub] = true
 		one := func() (string, error) {
 			if len(args) != 1 {
@@ -748,8 +725,11 @@ func parseDuration(s string, least time.Duration) (time.Duration, error) {
 	return d, nil
 }
 
-// block is what eachSetting needs to know of a block of settings.
+// block is what eachSetting needs to know of a block of settings, and
+// readBlock of the option it belongs to.
 type block struct {
+	name       string   // the option's, for readBlock
+	offAllowed bool     // `<name> off` turns the option off
 	setting    string   // what names a setting of the block in errors, before its name: "cookie ", `zone "api": `
 	allowed    []string // its settings, in the order an unknown one's error lists them
 	repeatable []string // the settings that may be given more than once
@@ -776,6 +756,16 @@ func eachSetting(d *caddyfile.Dispenser, b block, each func(name string, args []
 		}
 	}
 	return nil
+}
+
+// readBlock reads an option whose settings go in a block: off, when the
+// option allows it (then there is no block), or the block's settings.
+// args are those on the option's line.
+func readBlock(d *caddyfile.Dispenser, b block, args []string, each func(name string, args []string) error) (off bool, err error) {
+	if off, err = settingsOnly(d, b.name, args, b.offAllowed); off || err != nil {
+		return off, err
+	}
+	return false, eachSetting(d, b, each)
 }
 
 // settingsOnly refuses arguments on the line of an option whose settings go

@@ -46,7 +46,7 @@ func ringAgreement(node *cluster.Node, own string) adminapi.RingAgreement {
 	return ra
 }
 
-// clusterView turns the node's status into the status page's view; a
+// clusterView turns the node's status into the admin API's view; a
 // standalone node's has no fallback fields.
 func clusterView(s cluster.Status, now time.Time) adminapi.ClusterView {
 	v := adminapi.ClusterView{

@@ -110,15 +110,15 @@ func (c *CookieConfig) validate() error {
 // answers a browser with the challenge page that earns one; and it checks
 // the proofs that come back from that page. Safe for concurrent use.
 type sessions struct {
-	identifier  *fingerprint.Identifier
-	pressure    *fingerprint.Pressure // nil when IP pressure is off
-	node        *cluster.Node
-	logger      *zap.Logger
-	issue       string        // who gets a cookie: issueAlways, issueHeader or issueOff
-	issueHeader string        // the response header that earns one, with issueHeader
-	budget      limiter.Limit // new sessions of one network: issue_limit per issue window
-	zone        uint64        // seed of the minting budget's counters
-	challenge   *challenger   // nil unless cookie { challenge } is set
+	identifier *fingerprint.Identifier
+	pressure   *fingerprint.Pressure // nil when IP pressure is off
+	node       *cluster.Node
+	logger     *zap.Logger
+	issue      string        // who gets a cookie: issueAlways, issueHeader or issueOff
+	earnHeader string        // the response header that earns one, with issue header
+	budget     limiter.Limit // new sessions of one network: issue_limit per issue window
+	zone       uint64        // seed of the minting budget's counters
+	challenge  *challenger   // nil unless cookie { challenge } is set
 }
 
 // provisionSessions sets up session issuance for this config's node, once
@@ -129,13 +129,13 @@ func (a *App) provisionSessions(ctx caddy.Context) error {
 		cookie = new(CookieConfig)
 	}
 	s := &sessions{
-		identifier:  a.identifier,
-		pressure:    a.pressure,
-		node:        a.node,
-		logger:      a.logger,
-		issue:       cookie.Issue,
-		issueHeader: http.CanonicalHeaderKey(cookie.IssueHeader),
-		zone:        a.hasher.Zone("\x00tollgate cookie issuance"),
+		identifier: a.identifier,
+		pressure:   a.pressure,
+		node:       a.node,
+		logger:     a.logger,
+		issue:      cookie.Issue,
+		earnHeader: http.CanonicalHeaderKey(cookie.IssueHeader),
+		zone:       a.hasher.Zone("\x00tollgate cookie issuance"),
 	}
 	if s.issue == "" {
 		s.issue = issueAlways
@@ -360,8 +360,8 @@ func (c *cookieIssuer) WriteHeader(status int) {
 	if !c.decided && status >= 200 {
 		c.decided = true
 		hdr := c.Header()
-		if _, earned := hdr[c.sessions.issueHeader]; earned {
-			delete(hdr, c.sessions.issueHeader)
+		if _, earned := hdr[c.sessions.earnHeader]; earned {
+			delete(hdr, c.sessions.earnHeader)
 			if cookie := c.sessions.cookie(c.r, c.v, c.now); cookie != nil {
 				hdr.Add("Set-Cookie", cookie.String())
 			}

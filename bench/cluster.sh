@@ -21,16 +21,8 @@ out=bench/out/cluster
 rm -rf "$out"
 mkdir -p "$out"
 
-if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
-	export PATH="$PATH:/usr/local/go/bin"
-fi
-go build -o "$out/caddy" ./cmd/tollgate
-go build -o "$out/loadgen" ./bench/loadgen
-
-pin0=() pin1=()
-if command -v taskset >/dev/null && [ "$(nproc)" -gt 1 ]; then
-	pin0=(taskset -c 0) pin1=(taskset -c 1)
-fi
+# shellcheck source=bench/build.sh
+. bench/build.sh
 
 secret=bench-cluster-secret-0123456789abcdef
 site='tollgate {

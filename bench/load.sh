@@ -25,17 +25,8 @@ pipeline=${4:-8}
 out=bench/out
 mkdir -p "$out"
 
-if ! command -v go >/dev/null && [ -x /usr/local/go/bin/go ]; then
-	export PATH="$PATH:/usr/local/go/bin"
-fi
-go build -o "$out/caddy" ./cmd/tollgate
-go build -o "$out/loadgen" ./bench/loadgen
-
-# pin0 and pin1 prefix a command to run it on CPU 0 or 1 (when there are two).
-pin0=() pin1=()
-if command -v taskset >/dev/null && [ "$(nproc)" -gt 1 ]; then
-	pin0=(taskset -c 0) pin1=(taskset -c 1)
-fi
+# shellcheck source=bench/build.sh
+. bench/build.sh
 
 names=(plain tollgate tollgate_quiet static_headers)
 declare -A port=([plain]=18081 [tollgate]=18082 [tollgate_quiet]=18083 [static_headers]=18084)

@@ -1,59 +1,90 @@
 package caddymodule
 
 import (
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
+	"maps"
 	"net/http"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/limiter"
 )
 
-// Hashed IDs: a key as Tollgate's logs print it, "h:" and the 16 hex digits
-// of its keyed hash. The admin API takes one wherever it takes a key, so an
-// operator can look up what the logs show without putting a raw key in a
-// URL that Caddy's admin log records.
-const hashedPrefix = "h:"
-
-// hashedID renders a key hash as the logs print it.
-func hashedID(h uint64) string { return fmt.Sprintf("%s%016x", hashedPrefix, h) }
-
-// parseHashedID reads a hashed ID; ok is false when id is not one (then it
-// is a raw key).
-func parseHashedID(id string) (uint64, bool) {
-	hex, ok := strings.CutPrefix(id, hashedPrefix)
-	if !ok || len(hex) != 16 {
-		return 0, false
-	}
-	h, err := strconv.ParseUint(hex, 16, 64)
-	return h, err == nil
-}
-
-// keyHashOf returns the hash of a key given raw or hashed.
-func (a *App) keyHashOf(id string) uint64 {
-	if h, ok := parseHashedID(id); ok {
-		return h
-	}
-	return a.hasher.Sum64(id)
-}
-
-// opsRecord keeps what this node saw that the admin lists show: the keys
+// listRecords keeps what this node saw that the admin lists show: the keys
 // it denied lately and the grants given through it. It is process-wide, so
 // a reload keeps it; each node answers for its own through a gather.
-type opsRecord struct {
+type listRecords struct {
 	denied deniedRecord
 	grants grantRecord
 }
 
 // maxRecorded bounds each record, so memory stays bounded under attack.
 const maxRecorded = 10000
+
+// recordID is an entry's place in a record: a zone's scope and a key.
+type recordID struct {
+	scope string
+	key   uint64
+}
+
+// expiring is an entry of a record, which holds it until it expires.
+type expiring interface {
+	expiry() int64 // unix ns
+}
+
+// keyedRecord holds entries by scope and key until they expire, for the admin
+// lists. Its owner bounds it when it adds one, under mu.
+type keyedRecord[E expiring] struct {
+	mu sync.Mutex
+	m  map[recordID]E
+}
+
+// dropExpired drops the entries expired at now. Call with mu held.
+func (r *keyedRecord[E]) dropExpired(now time.Time) {
+	for k, e := range r.m {
+		if e.expiry() <= now.UnixNano() {
+			delete(r.m, k)
+		}
+	}
+}
+
+// put stores e at id, making the map first if need be. Call with mu held.
+func (r *keyedRecord[E]) put(id recordID, e E) {
+	if r.m == nil {
+		r.m = make(map[recordID]E)
+	}
+	r.m[id] = e
+}
+
+// list returns the entries that hold at now, dropping the others.
+func (r *keyedRecord[E]) list(now time.Time) []E {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dropExpired(now)
+	out := make([]E, 0, len(r.m))
+	for _, e := range r.m {
+		out = append(out, e)
+	}
+	return out
+}
+
+// forget drops key in the named scopes (all when scopes is empty).
+func (r *keyedRecord[E]) forget(key uint64, scopes []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id := range r.m {
+		if id.key == key && (len(scopes) == 0 || slices.Contains(scopes, id.scope)) {
+			delete(r.m, id)
+		}
+	}
+}
 
 // deniedEntry is one key a zone denied, until when, and how often.
 type deniedEntry struct {
@@ -64,15 +95,11 @@ type deniedEntry struct {
 	Denials uint64 `json:"denials"`
 }
 
-type recordID struct {
-	scope string
-	key   uint64
-}
+func (e deniedEntry) expiry() int64 { return e.Until }
 
 // deniedRecord holds the keys denied lately, each until its denial ends.
 type deniedRecord struct {
-	mu    sync.Mutex
-	m     map[recordID]*deniedEntry
+	keyedRecord[deniedEntry]
 	swept int64 // unix ns of the last sweep of a full record
 }
 
@@ -83,13 +110,11 @@ func (d *deniedRecord) record(zone, scope string, key uint64, until, now time.Ti
 	id := recordID{scope, key}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if e := d.m[id]; e != nil {
+	if e, ok := d.m[id]; ok {
 		e.Until = max(e.Until, until.UnixNano())
 		e.Denials++
+		d.m[id] = e
 		return
-	}
-	if d.m == nil {
-		d.m = map[recordID]*deniedEntry{}
 	}
 	if len(d.m) >= maxRecorded {
 		// Full: drop the expired entries, at most once a second so that a
@@ -97,11 +122,7 @@ func (d *deniedRecord) record(zone, scope string, key uint64, until, now time.Ti
 		// one entry.
 		if now.UnixNano()-d.swept >= int64(time.Second) {
 			d.swept = now.UnixNano()
-			for k, e := range d.m {
-				if e.Until <= now.UnixNano() {
-					delete(d.m, k)
-				}
-			}
+			d.dropExpired(now)
 		}
 		for k := range d.m {
 			if len(d.m) < maxRecorded {
@@ -110,33 +131,7 @@ func (d *deniedRecord) record(zone, scope string, key uint64, until, now time.Ti
 			delete(d.m, k)
 		}
 	}
-	d.m[id] = &deniedEntry{Zone: zone, Scope: scope, Key: key, Until: until.UnixNano(), Denials: 1}
-}
-
-// list returns the keys still denied at now.
-func (d *deniedRecord) list(now time.Time) []deniedEntry {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	out := make([]deniedEntry, 0, len(d.m))
-	for k, e := range d.m {
-		if e.Until <= now.UnixNano() {
-			delete(d.m, k)
-			continue
-		}
-		out = append(out, *e)
-	}
-	return out
-}
-
-// forget drops key in the named scopes (all when scopes is empty).
-func (d *deniedRecord) forget(key uint64, scopes []string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for id := range d.m {
-		if id.key == key && (len(scopes) == 0 || slices.Contains(scopes, id.scope)) {
-			delete(d.m, id)
-		}
-	}
+	d.put(id, deniedEntry{Zone: zone, Scope: scope, Key: key, Until: until.UnixNano(), Denials: 1})
 }
 
 // grantEntry is one grant given through this node's admin API.
@@ -148,54 +143,26 @@ type grantEntry struct {
 	Expires int64  `json:"expires"`
 }
 
+func (e grantEntry) expiry() int64 { return e.Expires }
+
 // grantRecord holds the grants given through this node, until they expire
 // or are revoked.
 type grantRecord struct {
-	mu sync.Mutex
-	m  map[recordID]grantEntry
+	keyedRecord[grantEntry]
 }
 
+// record notes a grant given at now. When the record is full it drops
+// expired entries; if it is full still, the grant holds but is not listed.
 func (g *grantRecord) record(e grantEntry, now time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.m == nil {
-		g.m = map[recordID]grantEntry{}
-	}
 	if len(g.m) >= maxRecorded {
-		for k, old := range g.m {
-			if old.Expires <= now.UnixNano() {
-				delete(g.m, k)
-			}
-		}
+		g.dropExpired(now)
 		if len(g.m) >= maxRecorded {
-			return // a full record: the grant holds, it is only not listed
+			return
 		}
 	}
-	g.m[recordID{e.Scope, e.Key}] = e
-}
-
-func (g *grantRecord) list(now time.Time) []grantEntry {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make([]grantEntry, 0, len(g.m))
-	for k, e := range g.m {
-		if e.Expires <= now.UnixNano() {
-			delete(g.m, k)
-			continue
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-func (g *grantRecord) forget(key uint64, scopes []string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for id := range g.m {
-		if id.key == key && (len(scopes) == 0 || slices.Contains(scopes, id.scope)) {
-			delete(g.m, id)
-		}
-	}
+	g.put(recordID{e.Scope, e.Key}, e)
 }
 
 // Gather questions the nodes answer from their records.
@@ -222,9 +189,9 @@ func (s *state) answerGather(name string, body []byte) []byte {
 	var v any
 	switch name {
 	case gatherDenied:
-		v = s.ops.denied.list(now)
+		v = s.lists.denied.list(now)
 	case gatherGrants:
-		v = s.ops.grants.list(now)
+		v = s.lists.grants.list(now)
 	case gatherRing:
 		s.mu.Lock()
 		node := s.node
@@ -239,9 +206,9 @@ func (s *state) answerGather(name string, body []byte) []byte {
 			return nil
 		}
 		if name == gatherDeniedForget {
-			s.ops.denied.forget(q.Key, q.Scopes)
+			s.lists.denied.forget(q.Key, q.Scopes)
 		} else {
-			s.ops.grants.forget(q.Key, q.Scopes)
+			s.lists.grants.forget(q.Key, q.Scopes)
 		}
 		return nil
 	default:
@@ -293,24 +260,19 @@ func (c recordCursor) before(scope string, key uint64) bool {
 	return !c.set || scope > c.Scope || scope == c.Scope && key > c.Key
 }
 
-// Page sizes of the list routes.
-const (
-	defaultPageSize = 100
-	maxPageSize     = 1000
-	maxGrantsPage   = 100 // each grant listed is read at its owner
-)
-
+// readPage reads the limit and cursor of a list request, the limit at
+// most maxLimit.
 func readPage(r *http.Request, maxLimit int) (page, error) {
-	p := page{limit: min(defaultPageSize, maxLimit)}
+	p := page{limit: min(adminapi.DefaultPageSize, maxLimit)}
 	q := r.URL.Query()
-	if s := q.Get("limit"); s != "" {
+	if s := q.Get(adminapi.QueryLimit); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxLimit {
 			return p, badRequest("limit %q: must be a whole number from 1 to %d", s, maxLimit)
 		}
 		p.limit = n
 	}
-	if s := q.Get("cursor"); s != "" {
+	if s := q.Get(adminapi.QueryCursor); s != "" {
 		raw, err := base64.RawURLEncoding.DecodeString(s)
 		if err != nil || json.Unmarshal(raw, &p.after) != nil {
 			return p, badRequest("cursor %q: not a cursor this API gave; use next_cursor of the previous page as it is", s)
@@ -320,127 +282,50 @@ func readPage(r *http.Request, maxLimit int) (page, error) {
 	return p, nil
 }
 
-// DeniedList is what GET /tollgate/denied answers.
-type DeniedList struct {
-	Items       []DeniedKey `json:"items"`
-	NextCursor  string      `json:"next_cursor,omitempty"`
-	Unreachable []string    `json:"unreachable_nodes"`
-}
-
-// DeniedKey is one key denied now in a zone.
-type DeniedKey struct {
-	Zone       string `json:"zone"`
-	Scope      string `json:"scope"`
-	Key        string `json:"key"` // hashed ID
-	Denials    uint64 `json:"denials"`
-	RetryAfter int64  `json:"retry_after_seconds"`
-	Until      string `json:"denied_until"`
-}
-
 // handleDenied serves GET /tollgate/denied[?zone=][&limit=][&cursor=].
 func (adminAPI) handleDenied(w http.ResponseWriter, r *http.Request) error {
 	app, err := runningApp()
 	if err != nil {
 		return err
 	}
-	scopes, err := app.listScopes(r.URL.Query().Get("zone"))
-	if err != nil {
-		return err
-	}
-	pg, err := readPage(r, maxPageSize)
-	if err != nil {
-		return err
-	}
-	entries, missing := gatherEntries[deniedEntry](app.node, gatherDenied)
-	merged := map[recordID]*deniedEntry{}
-	for i := range entries {
-		e := &entries[i]
-		if scopes != nil && !scopes[e.Scope] {
-			continue
-		}
-		id := recordID{e.Scope, e.Key}
-		if m := merged[id]; m != nil {
-			m.Until, m.Denials = max(m.Until, e.Until), m.Denials+e.Denials
-			continue
-		}
-		merged[id] = e
-	}
-	sorted := make([]*deniedEntry, 0, len(merged))
-	for _, e := range merged {
-		if pg.after.before(e.Scope, e.Key) {
-			sorted = append(sorted, e)
-		}
-	}
-	sort.Slice(sorted, func(i, j int) bool {
-		a, b := sorted[i], sorted[j]
-		return a.Scope < b.Scope || a.Scope == b.Scope && a.Key < b.Key
+	entries, next, missing, err := gatherPage(app, r, adminapi.MaxDeniedPage, gatherDenied, func(had, e deniedEntry) deniedEntry {
+		had.Until, had.Denials = max(had.Until, e.Until), had.Denials+e.Denials
+		return had
 	})
-	out := DeniedList{Items: []DeniedKey{}, Unreachable: missing}
+	if err != nil {
+		return err
+	}
+	out := adminapi.DeniedList{Items: []adminapi.DeniedKey{}, NextCursor: next, Unreachable: missing}
 	now := time.Now()
-	for i, e := range sorted {
-		if i == pg.limit {
-			last := sorted[i-1]
-			out.NextCursor = recordCursor{Scope: last.Scope, Key: last.Key}.encode()
-			break
-		}
+	for _, e := range entries {
 		until := time.Unix(0, e.Until)
-		out.Items = append(out.Items, DeniedKey{
-			Zone: e.Zone, Scope: e.Scope, Key: hashedID(e.Key), Denials: e.Denials,
+		out.Items = append(out.Items, adminapi.DeniedKey{
+			Zone: e.Zone, Scope: e.Scope, Key: adminapi.HashedID(e.Key), Denials: e.Denials,
 			RetryAfter: headerSeconds(until.Sub(now)), Until: instantAfter(until),
 		})
 	}
 	return writeJSON(w, out)
 }
 
-// GrantList is what GET /tollgate/grants answers.
-type GrantList struct {
-	Items       []GrantView `json:"items"`
-	NextCursor  string      `json:"next_cursor,omitempty"`
-	Unreachable []string    `json:"unreachable_nodes"`
-}
-
 // listGrants serves GET /tollgate/grants[?zone=][&limit=][&cursor=]: the
 // grants given through any node's admin API that still hold, with their
 // use as their owners count it.
 func (a *App) listGrants(w http.ResponseWriter, r *http.Request) error {
-	scopes, err := a.listScopes(r.URL.Query().Get("zone"))
-	if err != nil {
-		return err
-	}
-	pg, err := readPage(r, maxGrantsPage)
-	if err != nil {
-		return err
-	}
-	entries, missing := gatherEntries[grantEntry](a.node, gatherGrants)
-	merged := map[recordID]grantEntry{}
-	for _, e := range entries {
-		if scopes != nil && !scopes[e.Scope] || !pg.after.before(e.Scope, e.Key) {
-			continue
+	entries, next, missing, err := gatherPage(a, r, adminapi.MaxGrantsPage, gatherGrants, func(had, e grantEntry) grantEntry {
+		if e.Created > had.Created {
+			return e // the newer grant replaced the older
 		}
-		id := recordID{e.Scope, e.Key}
-		if m, ok := merged[id]; !ok || e.Created > m.Created {
-			merged[id] = e
-		}
-	}
-	sorted := make([]grantEntry, 0, len(merged))
-	for _, e := range merged {
-		sorted = append(sorted, e)
-	}
-	sort.Slice(sorted, func(i, j int) bool {
-		a, b := sorted[i], sorted[j]
-		return a.Scope < b.Scope || a.Scope == b.Scope && a.Key < b.Key
+		return had
 	})
+	if err != nil {
+		return err
+	}
 	zones := map[string]*Zone{}
 	for _, z := range a.zonesNamed("") {
 		zones[z.scope] = z
 	}
-	out := GrantList{Items: []GrantView{}, Unreachable: missing}
-	for i, e := range sorted {
-		if i == pg.limit {
-			last := sorted[i-1]
-			out.NextCursor = recordCursor{Scope: last.Scope, Key: last.Key}.encode()
-			break
-		}
+	out := adminapi.GrantList{Items: []adminapi.GrantView{}, NextCursor: next, Unreachable: missing}
+	for _, e := range entries {
 		z := zones[e.Scope]
 		if z == nil {
 			continue // a zone no longer in the config
@@ -449,9 +334,60 @@ func (a *App) listGrants(w http.ResponseWriter, r *http.Request) error {
 		if err != nil || !ok {
 			continue // revoked, expired, or its owner cannot be asked now
 		}
-		out.Items = append(out.Items, grantView(z, hashedID(e.Key), g))
+		out.Items = append(out.Items, grantView(z, adminapi.HashedID(e.Key), g))
 	}
 	return writeJSON(w, out)
+}
+
+// listed is an entry of a list: it has a place, by zone scope and key.
+type listed interface {
+	place() recordID
+}
+
+func (e deniedEntry) place() recordID { return recordID{e.Scope, e.Key} }
+
+func (e grantEntry) place() recordID { return recordID{e.Scope, e.Key} }
+
+// gatherPage answers the list request r from every node's record (the
+// gather question): the entries of the zones asked for (?zone=) that come
+// after the page's cursor, those of one place merged, in list order (by
+// scope, then key). It returns at most the page's limit of them (?limit=,
+// at most maxLimit), the cursor of the next page when there are more, and
+// the nodes that did not answer.
+func gatherPage[E listed](a *App, r *http.Request, maxLimit int, question string, merge func(had, e E) E) (page []E, next string, missing []string, err error) {
+	scopes, err := a.listScopes(r.URL.Query().Get(adminapi.QueryZone))
+	if err != nil {
+		return nil, "", nil, err
+	}
+	pg, err := readPage(r, maxLimit)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	entries, missing := gatherEntries[E](a.node, question)
+	merged := map[recordID]E{}
+	for _, e := range entries {
+		id := e.place()
+		if scopes != nil && !scopes[id.scope] || !pg.after.before(id.scope, id.key) {
+			continue
+		}
+		if had, ok := merged[id]; ok {
+			e = merge(had, e)
+		}
+		merged[id] = e
+	}
+	ids := slices.SortedFunc(maps.Keys(merged), func(a, b recordID) int {
+		return cmp.Or(cmp.Compare(a.scope, b.scope), cmp.Compare(a.key, b.key))
+	})
+	if len(ids) > pg.limit {
+		last := ids[pg.limit-1]
+		next = recordCursor{Scope: last.scope, Key: last.key}.encode()
+		ids = ids[:pg.limit]
+	}
+	page = make([]E, len(ids))
+	for i, id := range ids {
+		page[i] = merged[id]
+	}
+	return page, next, missing, nil
 }
 
 // listScopes returns the scopes of the zones called name, nil for every
@@ -469,15 +405,4 @@ func (a *App) listScopes(name string) (map[string]bool, error) {
 		out[z.scope] = true
 	}
 	return out, nil
-}
-
-// instant renders an instant as every admin answer does: RFC 3339, UTC,
-// whole seconds.
-func instant(t time.Time) string { return t.UTC().Truncate(time.Second).Format(time.RFC3339) }
-
-// instantAfter renders an instant rounded up to the second, for a time
-// from which something holds (a key is let through again), as
-// retry_after_seconds is rounded up: waiting until it is always enough.
-func instantAfter(t time.Time) string {
-	return instant(t.Add(time.Second - 1))
 }

@@ -3,12 +3,9 @@ package caddymodule
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,123 +15,11 @@ import (
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
-	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/limiter"
 )
 
-// maxAdminBody bounds what an admin request may send.
-const maxAdminBody = 1 << 20
-
-func badRequest(format string, args ...any) error {
-	return caddy.APIError{HTTPStatus: http.StatusBadRequest, Err: fmt.Errorf(format, args...)}
-}
-
-func notFound(format string, args ...any) error {
-	return caddy.APIError{HTTPStatus: http.StatusNotFound, Err: fmt.Errorf(format, args...)}
-}
-
-func methodNotAllowed(r *http.Request, allowed string) error {
-	return caddy.APIError{HTTPStatus: http.StatusMethodNotAllowed, Err: fmt.Errorf("method %s not allowed; use %s", r.Method, allowed)}
-}
-
-// unavailable turns an owner that cannot be reached into a 503.
-func unavailable(err error) error {
-	if errors.Is(err, cluster.ErrUnreachable) {
-		return caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: err}
-	}
-	return err
-}
-
-// runningApp returns the running config's app, or an API error.
-func runningApp() (*App, error) {
-	st, err := currentState()
-	if err != nil {
-		return nil, err
-	}
-	app := st.currentApp()
-	if app == nil {
-		return nil, caddy.APIError{HTTPStatus: http.StatusServiceUnavailable, Err: fmt.Errorf("tollgate is starting")}
-	}
-	return app, nil
-}
-
-// decodeBody reads a JSON body strictly: unknown fields are errors. want
-// says, for the error messages, what the route takes.
-func decodeBody(r *http.Request, v any, want string) error {
-	tooLarge := caddy.APIError{HTTPStatus: http.StatusRequestEntityTooLarge,
-		Err: fmt.Errorf("the body is too large: an admin request may send at most %d bytes (1 MiB); want %s", maxAdminBody, want)}
-	if r.ContentLength > maxAdminBody {
-		return tooLarge
-	}
-	body := http.MaxBytesReader(nil, r.Body, maxAdminBody)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		// A body sent without a length may be too large and malformed
-		// early on: the size is what to fix first, so read on to the limit.
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return tooLarge
-		}
-		if _, rest := io.Copy(io.Discard, body); rest != nil {
-			if _, ok := errors.AsType[*http.MaxBytesError](rest); ok {
-				return tooLarge
-			}
-		}
-		if errors.Is(err, io.EOF) {
-			return badRequest("the body is empty: want %s", want)
-		}
-		if te, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && te.Field != "" {
-			return badRequest("field %q: got a JSON %s, want %s (the body: %s)", te.Field, te.Value, jsonKind(te.Type), want)
-		}
-		return badRequest("malformed JSON body: %v; want %s", err, want)
-	}
-	if dec.More() {
-		return badRequest("malformed JSON body: more than one value; want %s", want)
-	}
-	return nil
-}
-
-// jsonKind says in words what JSON a Go type takes.
-func jsonKind(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return "a whole number"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	case reflect.Slice, reflect.Array:
-		return "an array"
-	}
-	return t.String()
-}
-
-// ---- tiers ----
-
-// TierView is one zone's tier limits, as GET /tollgate/tiers shows them.
-type TierView struct {
-	Zone      string           `json:"zone"`    // the zone's name, which PUT takes
-	Kind      string           `json:"kind"`    // limit or concurrent
-	Default   int64            `json:"default"` // for requests of no known tier
-	Caddyfile map[string]int64 `json:"caddyfile"`
-	Overrides map[string]int64 `json:"overrides"` // set through the admin API; they win
-	Effective map[string]int64 `json:"effective"`
-}
-
-// TiersView is what GET /tollgate/tiers answers. Zones is keyed by scope:
-// a zone's name, or name@place when several handlers declare that name,
-// so every zone shows, each with its own default and Caddyfile tiers.
-type TiersView struct {
-	Zones            map[string]TierView `json:"zones"`
-	OverridesVersion int64               `json:"overrides_version,omitempty"`
-	OverridesOrigin  string              `json:"overrides_origin,omitempty"`
-}
-
+// handleTiers serves GET, PUT and DELETE /tollgate/tiers.
 func (adminAPI) handleTiers(w http.ResponseWriter, r *http.Request) error {
 	app, err := runningApp()
 	if err != nil {
@@ -165,12 +50,9 @@ func (adminAPI) handleTiers(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 	view := app.tiersView()
-	w.Header().Set("ETag", tiersETag(app.state.tiers.version()))
+	w.Header().Set("ETag", adminapi.TiersETag(app.state.tiers.version()))
 	return writeJSON(w, view)
 }
-
-// tiersETag renders a tier table's version as an entity tag.
-func tiersETag(version int64) string { return `"` + strconv.FormatInt(version, 10) + `"` }
 
 // anyVersion is what ifMatchVersion returns for a change that names no
 // version: it applies whatever the table in effect.
@@ -317,14 +199,14 @@ func (a *App) setTierOverrides(zones map[string]map[string]int64) error {
 	return nil
 }
 
-func (a *App) tiersView() TiersView {
+func (a *App) tiersView() adminapi.TiersView {
 	t := a.state.tiers.load()
-	view := TiersView{Zones: map[string]TierView{}}
+	view := adminapi.TiersView{Zones: map[string]adminapi.TierView{}}
 	if t != nil {
 		view.OverridesVersion, view.OverridesOrigin = t.Version, t.Origin
 	}
 	for _, z := range a.zonesNamed("") {
-		tv := TierView{Zone: z.Name, Kind: "limit", Default: z.Limit, Caddyfile: map[string]int64{}, Overrides: map[string]int64{}, Effective: map[string]int64{}}
+		tv := adminapi.TierView{Zone: z.Name, Kind: "limit", Default: z.Limit, Caddyfile: map[string]int64{}, Overrides: map[string]int64{}, Effective: map[string]int64{}}
 		if z.isLease() {
 			tv.Kind, tv.Default = "concurrent", z.Concurrent
 		}
@@ -389,17 +271,6 @@ func (a *App) zoneNames() []string {
 	return out
 }
 
-// ---- grants ----
-
-// GrantRequest is the body of POST /tollgate/grants. Duration is a
-// number of seconds, or a duration string such as "168h" or "7d".
-type GrantRequest struct {
-	Zone     string          `json:"zone"`
-	Key      string          `json:"key"`
-	Amount   int64           `json:"amount"`
-	Duration json.RawMessage `json:"duration"`
-}
-
 // grantBodyWant is what POST /tollgate/grants takes, for error messages.
 const grantBodyWant = `an object {"zone": "api", "key": "alice", "amount": 500, "duration": "168h"}`
 
@@ -426,21 +297,9 @@ func grantDuration(raw json.RawMessage) (time.Duration, error) {
 	return d, nil
 }
 
-// GrantView is a grant as the admin API shows it.
-type GrantView struct {
-	Zone      string `json:"zone"`
-	Scope     string `json:"scope"`
-	Key       string `json:"key"`
-	Version   string `json:"version"`
-	Amount    int64  `json:"amount"`
-	Used      int64  `json:"used"`
-	Remaining int64  `json:"remaining"`
-	Created   string `json:"created"`
-	Expires   string `json:"expires"`
-}
-
-func grantView(z *Zone, key string, g limiter.GrantStatus) GrantView {
-	return GrantView{
+// grantView shows a grant of zone z to key, as given or hashed.
+func grantView(z *Zone, key string, g limiter.GrantStatus) adminapi.GrantView {
+	return adminapi.GrantView{
 		Zone: z.Name, Scope: z.scope, Key: key, Version: uuidString(g.Version),
 		Amount: g.Amount, Used: g.Used, Remaining: g.Remaining(),
 		Created: instant(time.Unix(0, g.Created)), Expires: instant(time.Unix(0, g.Expires)),
@@ -459,7 +318,7 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 	if r.Method == http.MethodGet {
 		return app.listGrants(w, r)
 	}
-	var req GrantRequest
+	var req adminapi.GrantRequest
 	if err := decodeBody(r, &req, grantBodyWant); err != nil {
 		return err
 	}
@@ -483,20 +342,20 @@ func (adminAPI) handleGrantsCollection(w http.ResponseWriter, r *http.Request) e
 	now := time.Now()
 	g := limiter.Grant{Created: now.UnixNano(), Amount: req.Amount, Expires: now.Add(dur).UnixNano()}
 	g.Version = newUUID()
-	var out []GrantView
+	var out []adminapi.GrantView
 	keyHash := app.keyHashOf(req.Key)
 	for _, z := range zones {
 		if _, err := app.node.PutGrant(limiter.ZoneKey(keyHash, z.seed), g); err != nil {
 			return unavailable(err)
 		}
-		app.state.ops.grants.record(grantEntry{Zone: z.Name, Scope: z.scope, Key: keyHash, Created: g.Created, Expires: g.Expires}, now)
+		app.state.lists.grants.record(grantEntry{Zone: z.Name, Scope: z.scope, Key: keyHash, Created: g.Created, Expires: g.Expires}, now)
 		out = append(out, grantView(z, req.Key, limiter.GrantStatus{Grant: g}))
 	}
 	app.logger.Info("grant given through the admin API", zap.String("zone", req.Zone), zap.Int64("amount", req.Amount),
 		zap.Duration("duration", dur), zap.String("version", uuidString(g.Version)))
 	// The hashed ID, not the raw key: a raw key could name another route
 	// ("..") and would land in the URL that Caddy's admin log records.
-	w.Header().Set("Location", "/tollgate/grants/"+url.PathEscape(req.Zone)+"/"+hashedID(keyHash))
+	w.Header().Set("Location", adminapi.PathGrant+url.PathEscape(req.Zone)+"/"+adminapi.HashedID(keyHash))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	if len(out) == 1 {
@@ -546,7 +405,7 @@ func (a *App) limitZoneNames() []string {
 
 // handleGrant serves GET and DELETE /tollgate/grants/{zone}/{key}.
 func (adminAPI) handleGrant(w http.ResponseWriter, r *http.Request) error {
-	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/tollgate/grants/")
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), adminapi.PathGrant)
 	zoneRaw, keyRaw, ok := strings.Cut(rest, "/")
 	zone, err1 := url.PathUnescape(zoneRaw)
 	key, err2 := url.PathUnescape(keyRaw)
@@ -564,7 +423,7 @@ func (adminAPI) handleGrant(w http.ResponseWriter, r *http.Request) error {
 	keyHash := app.keyHashOf(key)
 	switch r.Method {
 	case http.MethodGet:
-		var out []GrantView
+		var out []adminapi.GrantView
 		for _, z := range zones {
 			g, ok, err := app.node.GetGrant(limiter.ZoneKey(keyHash, z.seed))
 			if err != nil {
@@ -599,7 +458,7 @@ func (adminAPI) handleGrant(w http.ResponseWriter, r *http.Request) error {
 		}
 		forgetEverywhere(app.node, gatherGrantsForget, keyHash, scopes)
 		app.logger.Info("grant revoked through the admin API", zap.String("zone", zone))
-		return writeJSON(w, map[string]any{"zone": zone, "key": key, "revoked": true})
+		return writeJSON(w, adminapi.GrantRevoked{Zone: zone, Key: key, Revoked: true})
 	}
 	return methodNotAllowed(r, "GET or DELETE")
 }
@@ -608,46 +467,3 @@ func (adminAPI) handleGrant(w http.ResponseWriter, r *http.Request) error {
 func newUUID() [16]byte { return uuid.New() }
 
 func uuidString(id [16]byte) string { return uuid.UUID(id).String() }
-
-// ---- reputation ----
-
-// ReputationView is what GET /tollgate/reputation answers.
-type ReputationView struct {
-	Enabled     bool               `json:"enabled"`
-	Buckets     []ReputationBucket `json:"buckets"`
-	Unreachable []string           `json:"unreachable_nodes"`
-}
-
-// ReputationBucket is one band of scores and how many clients are in it.
-type ReputationBucket struct {
-	From    float64 `json:"from"`
-	Factor  float64 `json:"factor"`
-	Clients int     `json:"clients"`
-}
-
-func (adminAPI) handleReputation(w http.ResponseWriter, r *http.Request) error {
-	if r.Method != http.MethodGet {
-		return methodNotAllowed(r, "GET")
-	}
-	app, err := runningApp()
-	if err != nil {
-		return err
-	}
-	view := ReputationView{Buckets: []ReputationBucket{}, Unreachable: []string{}}
-	if app.reputation == nil {
-		return writeJSON(w, view)
-	}
-	view.Enabled = true
-	counts, missing := app.node.ReputationBuckets()
-	for i, b := range app.reputation.Buckets {
-		rb := ReputationBucket{From: b.Min, Factor: b.Factor}
-		if i < len(counts) {
-			rb.Clients = counts[i]
-		}
-		view.Buckets = append(view.Buckets, rb)
-	}
-	if missing != nil {
-		view.Unreachable = missing
-	}
-	return writeJSON(w, view)
-}

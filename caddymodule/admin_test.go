@@ -7,61 +7,23 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
-// adminDo sends a request to the admin API and decodes a JSON answer into
-// out (if not nil), returning the status and the raw body.
-func adminDo(t testing.TB, base, method, path string, out any) (int, string) {
-	t.Helper()
-	return adminSend(t, base, method, path, "", out)
-}
-
-// adminSend is adminDo with a request body; out is filled from a 200 or a
-// 201.
-func adminSend(t testing.TB, base, method, path, body string, out any) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	got, _ := io.ReadAll(resp.Body)
-	if out != nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated) {
-		if err := json.Unmarshal(got, out); err != nil {
-			t.Fatalf("%s %s: %v\n%s", method, path, err, got)
-		}
-	}
-	return resp.StatusCode, string(got)
-}
-
-const adminSite = `
-	tollgate {
-		zone api {
-			limit 5 1h
-			key {http.request.header.X-API-Key}
-		}
-		zone site {
-			limit 100 1h
-		}
-	}
-	respond "{http.tollgate.client_id}"`
-
 func TestAdminClientRoutes(t *testing.T) {
-	srv := startCaddy(t, "", adminSite)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	srv := startCaddy(t, "", testutil.AdminSite)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	for range 3 {
 		srv.get("/", "X-API-Key", "alice")
 	}
 
-	var view ClientView
+	var view adminapi.ClientView
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/alice?zone=api", &view); status != http.StatusOK {
 		t.Fatalf("GET client: %d %s", status, body)
 	}
@@ -82,7 +44,7 @@ func TestAdminClientRoutes(t *testing.T) {
 	if status != http.StatusOK || !strings.HasPrefix(clientID, "f:") {
 		t.Fatalf("client ID %q", clientID)
 	}
-	var byID ClientView
+	var byID adminapi.ClientView
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/"+url.PathEscape(clientID)+"?zone=site", &byID)
 	if len(byID.Zones) != 1 || byID.Zones[0].Remaining != 100-6 {
 		// alice's and bob's requests came from this test client: one
@@ -93,7 +55,7 @@ func TestAdminClientRoutes(t *testing.T) {
 	}
 
 	// Reset unblocks.
-	var reset ResetResult
+	var reset adminapi.ResetResult
 	if status, body := adminDo(t, srv.Admin, http.MethodDelete, "/tollgate/clients/alice?zone=api", &reset); status != http.StatusOK {
 		t.Fatalf("DELETE: %d %s", status, body)
 	}
@@ -111,7 +73,7 @@ func TestAdminClientRoutes(t *testing.T) {
 }
 
 func TestAdminRejectsBadRequests(t *testing.T) {
-	srv := startCaddy(t, "", adminSite)
+	srv := startCaddy(t, "", testutil.AdminSite)
 	for _, tc := range []struct {
 		method, path string
 		status       int
@@ -131,9 +93,9 @@ func TestAdminRejectsBadRequests(t *testing.T) {
 }
 
 func TestAdminStatusOfASingleNode(t *testing.T) {
-	srv := startCaddy(t, "", adminSite)
+	srv := startCaddy(t, "", testutil.AdminSite)
 	srv.get("/", "X-API-Key", "alice")
-	var st Status
+	var st adminapi.Status
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/status", &st); status != http.StatusOK {
 		t.Fatalf("%d %s", status, body)
 	}
@@ -142,107 +104,11 @@ func TestAdminStatusOfASingleNode(t *testing.T) {
 	}
 }
 
-// scrape returns the admin endpoint's metrics as name{labels} → value.
-func scrape(t testing.TB, admin string) map[string]float64 {
-	t.Helper()
-	_, body := adminDo(t, admin, http.MethodGet, "/metrics", nil)
-	out := make(map[string]float64)
-	line := regexp.MustCompile(`^(tollgate_[a-z_]+(?:\{[^}]*\})?) (\S+)$`)
-	for _, l := range strings.Split(body, "\n") {
-		if m := line.FindStringSubmatch(l); m != nil {
-			v, _ := strconv.ParseFloat(m[2], 64)
-			out[m[1]] = v
-		}
-	}
-	return out
-}
-
-func TestMetricsCountAKnownSequence(t *testing.T) {
-	srv := startCaddy(t, "", `
-	tollgate {
-		zone api {
-			limit 3 1h
-			key {http.request.header.X-API-Key}
-		}
-	}
-	respond "ok"`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
-	// The counters are the process's: earlier tests in this process have
-	// counted too, so compare with a scrape taken before.
-	before := scrape(t, srv.Admin)
-	for range 5 {
-		srv.get("/", "X-API-Key", "alice") // 3 allowed, 2 denied
-	}
-	srv.get("/", "X-API-Key", "bob", "Cookie", "__tollgate=forged")
-	m := scrape(t, srv.Admin)
-	for name, want := range map[string]float64{
-		`tollgate_decisions_total{outcome="allow",scope="api",source="owner",zone="api"}`: 4,
-		`tollgate_decisions_total{outcome="deny",scope="api",source="owner",zone="api"}`:  2,
-		`tollgate_cookies_total{status="malformed"}`:                                      1,
-	} {
-		if got := m[name] - before[name]; got != want {
-			t.Errorf("%s rose by %v; want %v", name, got, want)
-		}
-	}
-	for name, want := range map[string]float64{
-		`tollgate_cluster_members`:   1,
-		`tollgate_peers_in_fallback`: 0,
-		`tollgate_keys_max`:          1 << 20,
-	} {
-		if got, ok := m[name]; !ok || got != want {
-			t.Errorf("%s = %v (present %v); want %v", name, got, ok, want)
-		}
-	}
-	if m[`tollgate_keys_held`] < 2 {
-		t.Errorf("tollgate_keys_held = %v", m[`tollgate_keys_held`])
-	}
-	for name := range m {
-		if strings.Contains(name, "alice") || strings.Contains(name, "127.0.0.1") {
-			t.Errorf("a metric label carries a key or an address: %s", name)
-		}
-	}
-
-	// A reload keeps the metrics working (no duplicate registration).
-	srv.reload("", `
-	tollgate {
-		zone api {
-			limit 4 1h
-			key {http.request.header.X-API-Key}
-		}
-	}
-	respond "ok"`)
-	srv.get("/", "X-API-Key", "alice")
-	allowed := `tollgate_decisions_total{outcome="allow",scope="api",source="owner",zone="api"}`
-	if got := scrape(t, srv.Admin)[allowed] - before[allowed]; got != 5 {
-		t.Errorf("after a reload, allowed rose by %v; want 5 (counting on)", got)
-	}
-}
-
-// adminRaw sends a request without following redirects and returns the
-// whole response, body read; headers are more header names and values.
-func adminRaw(t testing.TB, base, method, path, body string, headers ...string) (*http.Response, string) {
-	t.Helper()
-	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-	for i := 0; i+1 < len(headers); i += 2 {
-		req.Header.Set(headers[i], headers[i+1])
-	}
-	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error {
-		return http.ErrUseLastResponse
-	}}
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	got, _ := io.ReadAll(resp.Body)
-	return resp, string(got)
-}
-
 // TestAdminConventions checks every route against the HTTP conventions:
 // a wrong method gets 405 with Allow, every error is JSON, nothing under
 // /tollgate/ redirects.
 func TestAdminConventions(t *testing.T) {
-	srv := startCaddy(t, "", adminSite)
+	srv := startCaddy(t, "", testutil.AdminSite)
 	for _, tc := range []struct {
 		method, path string
 		status       int
@@ -353,7 +219,7 @@ const listSite = `
 // Location and in the grant list; every answer in one time format.
 func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 	srv := startCaddy(t, "", listSite)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	for _, k := range []string{"k1", "k2", "k3"} {
 		srv.get("/", "X-API-Key", k)
 		if s := srv.status("/", "X-API-Key", k); s != http.StatusTooManyRequests {
@@ -362,7 +228,7 @@ func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 	}
 	// The log prints hashed IDs; the API looks them up.
 	var logged []string
-	eventually(t, 5*time.Second, "three denials logged", func() bool {
+	testutil.Eventually(t, 5*time.Second, "three denials logged", func() bool {
 		logs3(srv, &logged)
 		return len(logged) >= 3
 	})
@@ -371,7 +237,7 @@ func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 			t.Fatalf("a denial log line carries a raw key: %s", line)
 		}
 	}
-	var byHash, byRaw ClientView
+	var byHash, byRaw adminapi.ClientView
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/"+logged[0]+"?zone=api", &byHash); status != 200 {
 		t.Fatalf("GET by hashed ID: %d %s", status, body)
 	}
@@ -380,7 +246,7 @@ func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 		t.Fatalf("by hash %+v, by raw key %+v; want both exhausted", byHash.Zones, byRaw.Zones)
 	}
 	// The denied list: three keys, in pages of two, hashed.
-	var p1, p2 DeniedList
+	var p1, p2 adminapi.DeniedList
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/denied?zone=api&limit=2", &p1); status != 200 {
 		t.Fatalf("GET /tollgate/denied: %d %s", status, body)
 	}
@@ -408,7 +274,7 @@ func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 	if status, body := adminDo(t, srv.Admin, http.MethodDelete, "/tollgate/clients/"+logged[0]+"?zone=api", nil); status != 200 {
 		t.Fatalf("DELETE by hashed ID: %d %s", status, body)
 	}
-	var after DeniedList
+	var after adminapi.DeniedList
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/denied?zone=api", &after)
 	if len(after.Items) != 2 {
 		t.Errorf("after a reset the list has %d keys; want 2", len(after.Items))
@@ -425,14 +291,14 @@ func TestAdminHashedIDsListsAndTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp, body := adminRaw(t, srv.Admin, http.MethodPost, "/tollgate/grants", `{"zone":"api","key":"k2","amount":3,"duration":3600}`)
-	if resp.StatusCode != 201 || resp.Header.Get("Location") != "/tollgate/grants/api/"+hashedID(app.keyHashOf("k2")) {
+	if resp.StatusCode != 201 || resp.Header.Get("Location") != "/tollgate/grants/api/"+adminapi.HashedID(app.keyHashOf("k2")) {
 		t.Fatalf("POST grant: %d Location %q %s", resp.StatusCode, resp.Header.Get("Location"), body)
 	}
-	var g GrantView
+	var g adminapi.GrantView
 	if status, _ := adminDo(t, srv.Admin, http.MethodGet, resp.Header.Get("Location"), &g); status != 200 || g.Amount != 3 {
 		t.Fatalf("GET Location: %d %+v", status, g)
 	}
-	var grants GrantList
+	var grants adminapi.GrantList
 	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/grants?zone=api", &grants)
 	if len(grants.Items) != 1 || !strings.HasPrefix(grants.Items[0].Key, "h:") || grants.Items[0].Amount != 3 {
 		t.Fatalf("grant list %+v", grants)
@@ -475,66 +341,36 @@ func logs3(srv *testCaddy, out *[]string) {
 	}
 }
 
-// TestProcessClusterListsGatherFromEveryNode denies a key through each of
-// three Caddy processes: any node lists all three, and with one node
-// frozen the list names it as not answering.
-func TestProcessClusterListsGatherFromEveryNode(t *testing.T) {
-	procs := startCluster(t, 3, 1)
-	keys := []string{"list-a", "list-b", "list-c"}
-	for i, p := range procs {
-		p.get("/", keys[i])
-		if status, _, _ := p.get("/", keys[i]); status != http.StatusTooManyRequests {
-			t.Fatalf("%s: second request of %s: %d; want 429", p.name, keys[i], status)
+// TestAdminBodiesOverTheLimitAreTooLarge sends bodies past the limit to
+// every route that reads one, with a Content-Length and chunked: the
+// answer says the body is too large and what the limit is, not that the
+// JSON is malformed.
+func TestAdminBodiesOverTheLimitAreTooLarge(t *testing.T) {
+	srv := startCaddy(t, "", tierSite)
+	big := strings.Repeat("a", adminapi.MaxBody+10)
+	for _, tc := range []struct{ method, path, body string }{
+		{http.MethodPut, "/tollgate/tiers", `{"credits": {"` + big + `": 5}}`},
+		{http.MethodPost, "/tollgate/grants", `{"zone": "credits", "key": "` + big + `", "amount": 1, "duration": 60}`},
+		{http.MethodPost, "/tollgate/grants", big},
+	} {
+		for _, chunked := range []bool{false, true} {
+			var body io.Reader = strings.NewReader(tc.body)
+			if chunked {
+				body = io.MultiReader(body) // no length known: sent chunked
+			}
+			req, _ := http.NewRequest(tc.method, srv.Admin+tc.path, body)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			what := fmt.Sprintf("%s %s with %d bytes (chunked %v)", tc.method, tc.path, len(tc.body), chunked)
+			msg := jsonError(t, what, resp, string(got))
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "too large") ||
+				!strings.Contains(msg, strconv.Itoa(adminapi.MaxBody)) {
+				t.Errorf("%s: %d %q; want 413 naming the limit", what, resp.StatusCode, msg)
+			}
 		}
-	}
-	base := func(p *proc) string { return fmt.Sprintf("http://127.0.0.1:%d", p.admin) }
-	for _, p := range procs {
-		var list DeniedList
-		if status, body := adminDo(t, base(p), http.MethodGet, "/tollgate/denied?zone=api", &list); status != http.StatusOK {
-			t.Fatalf("%s: %d %s", p.name, status, body)
-		}
-		if len(list.Items) != 3 || len(list.Unreachable) != 0 {
-			t.Errorf("%s lists %+v; want the three keys, every node answering", p.name, list)
-		}
-	}
-	for _, p := range procs {
-		if ra := p.status().Ring; !ra.Agreed || len(ra.Fingerprints) != 3 || len(ra.Unreachable) != 0 {
-			t.Errorf("%s: ring agreement %+v; want three nodes agreeing", p.name, ra)
-		}
-	}
-	addr := strings.TrimPrefix(base(procs[0]), "http://")
-	out, errOut, code := tollgateCLI(t, "status", "--address", addr)
-	if code != 0 || !regexp.MustCompile(`ring agreement +yes`).MatchString(out) || strings.Count(out, "alive") != 2 ||
-		strings.Count(out, "self") != 1 || !regexp.MustCompile(`(?m)^api +3 +3$`).MatchString(out) {
-		t.Errorf("caddy tollgate status of a cluster: exit %d\n%s%s", code, out, errOut)
-	}
-	frozen := procs[2]
-	frozenName := frozen.status().Cluster.Node
-	frozen.signal(syscall.SIGSTOP)
-	t.Cleanup(func() { frozen.signal(syscall.SIGCONT) })
-	// The three questions are asked at once: each waits up to its 2 s
-	// deadline for the frozen node, and memberlist may declare it dead not
-	// long after, when it is no longer a member to wait for.
-	var (
-		list DeniedList
-		ra   RingAgreement
-		wg   sync.WaitGroup
-	)
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		adminDo(t, base(procs[0]), http.MethodGet, "/tollgate/denied?zone=api", &list)
-	}()
-	go func() { defer wg.Done(); ra = procs[0].status().Ring }()
-	go func() { defer wg.Done(); out, errOut, code = tollgateCLI(t, "status", "--address", addr) }()
-	wg.Wait()
-	if len(list.Items) != 2 || !slices.Contains(list.Unreachable, frozenName) {
-		t.Errorf("with %s frozen: %+v; want two keys and it named", frozenName, list)
-	}
-	if ra.Agreed || !slices.Contains(ra.Unreachable, frozenName) {
-		t.Errorf("with %s frozen: ring agreement %+v; want not agreed, it named", frozenName, ra)
-	}
-	if code != 0 || !strings.Contains(out, "NO: "+frozenName+" did not answer") {
-		t.Errorf("caddy tollgate status with %s frozen: exit %d\n%s%s", frozenName, code, out, errOut)
 	}
 }

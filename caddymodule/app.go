@@ -1,10 +1,8 @@
 package caddymodule
 
 import (
-	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -15,10 +13,6 @@ import (
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
 )
-
-func init() {
-	caddy.RegisterModule(new(App))
-}
 
 // App is the tollgate app: it owns Tollgate's process-wide state (the
 // counters, and later the cluster node) for every tollgate handler. The
@@ -96,19 +90,17 @@ type App struct {
 	nodeCfg    *cluster.Config // the node's cluster settings; nil for a single node
 	newNode    bool            // node was created for this config; Start starts it
 	nodeActive bool            // Start made node the running one
-	logger     *zap.Logger
+	// fallbackMode is Fallback as Validate read it.
+	fallbackMode cluster.FallbackMode
+	logger       *zap.Logger
 
-	hasher      limiter.Hasher
-	hashSecret  []byte // the secret hashes are keyed with (the last)
-	identifier  *fingerprint.Identifier
-	pressure    *fingerprint.Pressure     // nil when IP pressure is off
-	reputation  *limiter.ReputationPolicy // nil when off
-	repSeed     uint64
-	issue       string // cookie issuance policy
-	issueHeader string
-	issueLimit  limiter.Limit
-	challenge   *challenger // nil unless cookie { challenge } is set
-	issueZone   uint64
+	hasher     limiter.Hasher
+	hashSecret []byte // the secret hashes are keyed with (the last)
+	identifier *fingerprint.Identifier
+	pressure   *fingerprint.Pressure     // nil when IP pressure is off
+	reputation *limiter.ReputationPolicy // nil when off
+	repSeed    uint64
+	sessions   *sessions // session cookies, their budget and the challenge
 
 	mu         sync.Mutex
 	handlers   []*Handler         // every handler of this config, as provisioned
@@ -122,10 +114,7 @@ type App struct {
 
 // CaddyModule returns the Caddy module information.
 func (*App) CaddyModule() caddy.ModuleInfo {
-	return caddy.ModuleInfo{
-		ID:  "tollgate",
-		New: func() caddy.Module { return new(App) },
-	}
+	return caddy.ModuleInfo{ID: "tollgate", New: func() caddy.Module { return new(App) }}
 }
 
 // Provision finds or creates the process-wide state and applies the config.
@@ -151,58 +140,43 @@ func (a *App) Provision(ctx caddy.Context) error {
 	if err := a.provisionNode(); err != nil {
 		return err
 	}
-	if err := a.provisionPolicy(ctx); err != nil {
+	if err := a.provisionSessions(ctx); err != nil {
 		return err
 	}
+	if err := a.provisionReputation(); err != nil {
+		return err
+	}
+	// What storage keeps (the tier table, the snapshot) is restored when
+	// the app first starts.
+	a.state.storage.Store(&storageRef{ctx.Storage()})
+	a.node.OnShared(a.state.sharedArrived(a.logger))
 	a.state.snapshotEvery.Store(int64(a.snapshotInterval()))
-	return nil
-}
-
-// snapshotInterval is the configured interval, or the default.
-func (a *App) snapshotInterval() time.Duration {
-	if a.SnapshotInterval == 0 {
-		return defaultSnapshotInterval
-	}
-	return time.Duration(a.SnapshotInterval)
-}
-
-// provisionNode finds the running cluster node (or single node) if the
-// settings are the same, or creates one that Start starts: provisioning binds
-// nothing and joins nobody, so `caddy validate` can check the config of a
-// running node.
-func (a *App) provisionNode() error {
-	var cfg *cluster.Config
-	if a.Cluster != nil {
-		c, err := a.clusterSettings(clusterSecret(a.hashSecret))
-		if err != nil {
-			return fmt.Errorf("tollgate: cluster: %w", err)
-		}
-		cfg = &c
-	}
-	node, isNew, err := a.state.nodeFor(cfg, a.logger.Named("cluster"))
-	if err != nil {
-		return fmt.Errorf("tollgate: cluster: %w", err)
-	}
-	a.node, a.nodeCfg, a.newNode = node, cfg, isNew
 	return nil
 }
 
 // maxMaxKeys bounds max_keys, wherever it comes from.
 const maxMaxKeys = 1 << 40
 
-// Validate rejects a config that cannot work.
+// Validate rejects a config that cannot work. It also settles the
+// fallback mode, which Start gives the node.
 func (a *App) Validate() error {
-	if a.MaxKeys < 0 || a.MaxKeys > maxMaxKeys {
-		return fmt.Errorf("max_keys %d: must be a positive number of keys, at most %d", a.MaxKeys, maxMaxKeys)
+	if err := maxKeysBounds.checkSet(int64(a.MaxKeys)); err != nil {
+		return fmt.Errorf("tollgate: max_keys %d: %w", a.MaxKeys, err)
 	}
-	if _, err := cluster.ParseFallbackMode(a.Fallback); err != nil {
-		return fmt.Errorf("tollgate: %w", err)
+	mode, err := cluster.ParseFallbackMode(a.Fallback)
+	if err != nil {
+		return settingError{"fallback", fmt.Errorf("tollgate: %w", err)}
 	}
-	if a.FallbackRatio < 0 || a.FallbackRatio > 1 {
-		return fmt.Errorf("tollgate: fallback_ratio %g: must be above 0 and at most 1", a.FallbackRatio)
+	a.fallbackMode = mode
+	if a.FallbackRatio != 0 {
+		if err := checkAboveZero(a.FallbackRatio, 1); err != nil {
+			return fmt.Errorf("tollgate: fallback_ratio %g: %w", a.FallbackRatio, err)
+		}
 	}
-	if a.SnapshotInterval > 0 && time.Duration(a.SnapshotInterval) < time.Second {
-		return fmt.Errorf("tollgate: snapshot_interval %s: must be at least 1s (or off: negative in JSON)", time.Duration(a.SnapshotInterval))
+	if a.SnapshotInterval > 0 {
+		if err := checkSnapshotInterval(time.Duration(a.SnapshotInterval)); err != nil {
+			return fmt.Errorf("tollgate: snapshot_interval %s: %w (or off: negative in JSON)", time.Duration(a.SnapshotInterval), err)
+		}
 	}
 	if a.Cluster != nil && len(a.Secrets) == 0 {
 		return fmt.Errorf("tollgate: cluster needs `secret`, the same on every node: nodes hash keys and authenticate each other with it")
@@ -224,7 +198,7 @@ func (a *App) Start() error {
 		a.nodeActive = true
 	}
 	if a.nodeCfg != nil {
-		a.node.SetFallback(a.nodeCfg.Fallback, a.nodeCfg.FallbackRatio)
+		a.node.SetFallback(a.fallbackMode, a.nodeCfg.FallbackRatio)
 	}
 	a.state.start(a.logger)
 	a.state.current.Store(a)
@@ -238,151 +212,6 @@ func (a *App) Stop() error {
 	a.state.current.CompareAndSwap(a, nil)
 	a.state.release(a.node, a.nodeActive)
 	return nil
-}
-
-// registerHandler records a provisioned handler, whose zones get their
-// identities once the whole config is provisioned (see identify). It
-// refuses a shared zone declared with settings other than an earlier
-// declaration's, naming both.
-func (a *App) registerHandler(h *Handler, httpApp *caddyhttp.App) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, z := range h.Zones {
-		if !z.Shared {
-			continue
-		}
-		first, ok := a.shared[z.Name]
-		if !ok {
-			a.shared[z.Name] = z
-			continue
-		}
-		if want, got := first.settings(first.DryRun || first.handler.DryRun), z.settings(z.DryRun || h.DryRun); want != got {
-			return fmt.Errorf("tollgate: shared zone %q is declared with different settings: %s in %s, and %s in %s; every declaration of a shared zone must have the same settings",
-				z.Name, want, a.describeHandler(first.handler), got, h.describe())
-		}
-	}
-	for _, z := range h.Zones {
-		z.handler = h
-	}
-	a.handlers = append(a.handlers, h)
-	if httpApp != nil {
-		a.httpApp = httpApp
-	}
-	if a.identified {
-		// A handler provisioned after the config started (a route some
-		// module provisions late): place it by its content.
-		a.identifyHandler(h, contentPlace(h), a.nameCounts())
-	}
-	return nil
-}
-
-// describeHandler says where an already provisioned handler is.
-func (a *App) describeHandler(h *Handler) string {
-	if place, ok := handlerPlaces(a.httpApp)[h]; ok {
-		return "the handler at " + place
-	}
-	return h.describe()
-}
-
-// identify gives every zone of this config its identity, once, when the
-// config is fully provisioned: before the config starts, or on the first
-// request, whichever comes first.
-//
-// The rule: a shared zone is known by its name, and so is a zone whose
-// name no other handler of the config declares. Zones of one name declared
-// in several handlers are known by the name and the place of their
-// handler (see handlerPlaces): the server's listen addresses, the site's
-// matchers and the handler's position in the site. Identities come from
-// the config's content only, never from the order in which things are
-// provisioned, so a reload, or a reordering of sites, keeps every count
-// where it was.
-func (a *App) identify() {
-	a.idOnce.Do(func() {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		places, others := modulePlaces(a.httpApp)
-		counts := a.nameCounts()
-		nested := make(map[string]int)
-		for _, h := range a.handlers {
-			place, ok := places[h]
-			if !ok {
-				place = nestedPlace(h, others, nested)
-			}
-			a.identifyHandler(h, place, counts)
-		}
-		a.identified = true
-	})
-}
-
-// nameCounts returns how many handlers declare each zone name. Call with
-// a.mu held.
-func (a *App) nameCounts() map[string]int {
-	counts := make(map[string]int)
-	for _, h := range a.handlers {
-		for _, z := range h.Zones {
-			counts[z.Name]++
-		}
-	}
-	return counts
-}
-
-// identifyHandler sets the identities of h's zones, h being at place.
-// Call with a.mu held.
-func (a *App) identifyHandler(h *Handler, place string, counts map[string]int) {
-	if a.scopes == nil {
-		a.scopes = make(map[[2]string]bool)
-	}
-	for _, z := range h.Zones {
-		scope := z.Name
-		if !z.Shared && counts[z.Name] > 1 {
-			scope = z.Name + "@" + place
-		}
-		z.setScope(a.hasher, scope)
-		a.zoneList = append(a.zoneList, z)
-		a.scopes[[2]string{z.Name, scope}] = true
-	}
-}
-
-// zonesNamed returns the zones of this config called name (every zone if
-// name is empty), one per identity.
-func (a *App) zonesNamed(name string) []*Zone {
-	a.identify()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	seen := make(map[uint64]bool)
-	var out []*Zone
-	for _, z := range a.zoneList {
-		if (name == "" || z.Name == name) && !seen[z.seed] {
-			seen[z.seed] = true
-			out = append(out, z)
-		}
-	}
-	return out
-}
-
-// forgetRemovedZones drops the metric series of this config's zones that
-// the running config no longer has, or all of them when no config runs
-// after this one (Caddy stopped, or the new config has no tollgate).
-func (a *App) forgetRemovedZones() {
-	cur := a.state.currentApp()
-	if cur == a {
-		return
-	}
-	a.mu.Lock()
-	mine := a.scopes
-	a.mu.Unlock()
-	var kept map[[2]string]bool // nil: no config runs after this one
-	if cur != nil {
-		cur.identify()
-		cur.mu.Lock()
-		defer cur.mu.Unlock()
-		kept = cur.scopes
-	}
-	for zs := range mine {
-		if !kept[zs] {
-			deleteDecisionSeries(zs[0], zs[1])
-		}
-	}
 }
 
 // Cleanup releases this config's hold on the process-wide state; the last
@@ -399,130 +228,10 @@ func (a *App) Cleanup() error {
 	return err
 }
 
-// pool holds the state shared by every config of this process.
-var pool = caddy.NewUsagePool()
-
-const poolKey = "tollgate"
-
-// state is what survives config reloads.
-type state struct {
-	engine *limiter.Engine
-	stop   chan struct{}
-	done   chan struct{}
-
-	current atomic.Pointer[App] // the running config's app
-	tiers   tiersHolder         // tier limits changed at run time
-	ops     opsRecord           // what the admin lists show
-
-	storage       atomic.Pointer[storageRef] // the latest config's storage
-	startOnce     sync.Once
-	started       atomic.Bool  // a config started: background work runs
-	snapshotEvery atomic.Int64 // ns; negative: never
-
-	mu          sync.Mutex
-	pressure    *fingerprint.Pressure
-	node        *cluster.Node   // the running node
-	clusterCfg  *cluster.Config // its settings; nil for a single node
-	replaced    *cluster.Node   // the node before it, until its config stops
-	replacedCfg *cluster.Config
-}
-
-// newState creates the state; nothing runs until start.
-func newState(maxKeys int) (*state, error) {
-	return &state{
-		engine: limiter.New(limiter.Config{MaxKeys: maxKeys}),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
-	}, nil
-}
-
-// start restores what storage keeps (the tier table, the snapshot) and
-// starts the background work, the first time a config starts.
-func (s *state) start(logger *zap.Logger) {
-	s.startOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if s.storage.Load() != nil {
-			s.restoreTiers(ctx, logger)
-			s.restoreSnapshot(ctx, logger)
-		}
-		s.started.Store(true)
-		go s.sweep()
-	})
-}
-
-// pressureFor returns the IP pressure tracker for cfg: the one kept from
-// the previous config when its settings are the same, so a reload does not
-// forget which networks are squeezed.
-func (s *state) pressureFor(cfg fingerprint.PressureConfig) (*fingerprint.Pressure, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	want, err := fingerprint.NewPressure(cfg)
-	if err != nil {
-		return nil, err
-	}
-	if s.pressure != nil && s.pressure.Config() == want.Config() {
-		return s.pressure, nil
-	}
-	s.pressure = want
-	return want, nil
-}
-
-// sweep drops expired counters in the background, a shard at a time, and
-// writes snapshots.
-func (s *state) sweep() {
-	defer close(s.done)
-	t := time.NewTicker(limiter.SweepEvery)
-	defer t.Stop()
-	lastSnapshot := time.Now()
-	for {
-		select {
-		case now := <-t.C:
-			s.engine.Sweep(now)
-			if every := time.Duration(s.snapshotEvery.Load()); every > 0 && now.Sub(lastSnapshot) >= every {
-				s.writeSnapshot()
-				lastSnapshot = now
-			}
-		case <-s.stop:
-			return
-		}
-	}
-}
-
-// currentApp returns the app of the running config, if one has started.
-func (s *state) currentApp() *App { return s.current.Load() }
-
-// Destruct stops the state's background work and leaves the cluster
-// gracefully, handing this node's counters to the others.
-// A state that never started (`caddy validate`) writes nothing.
-func (s *state) Destruct() error {
-	close(s.stop)
-	if !s.started.Load() {
-		s.mu.Lock()
-		s.retire()
-		s.mu.Unlock()
-		return nil
-	}
-	<-s.done
-	key := s.snapshotKey() // under the node's name, known until it retires
-	s.mu.Lock()
-	if s.replaced != nil {
-		s.replaced.Leave(cluster.DefaultLeaveTimeout)
-		s.replaced, s.replacedCfg = nil, nil
-	}
-	s.retire()
-	s.mu.Unlock()
-	if s.snapshotEvery.Load() >= 0 {
-		s.writeSnapshotAt(key) // after the hand-off: what this node still holds
-	}
-	return nil
-}
-
 // Interface guards
 var (
 	_ caddy.App          = (*App)(nil)
 	_ caddy.Provisioner  = (*App)(nil)
 	_ caddy.Validator    = (*App)(nil)
 	_ caddy.CleanerUpper = (*App)(nil)
-	_ caddy.Destructor   = (*state)(nil)
 )

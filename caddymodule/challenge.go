@@ -21,9 +21,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
-	"github.com/tollgate/tollgate/fingerprint"
+	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -66,8 +65,16 @@ func (c *ChallengeConfig) validate() error {
 	if c.Type != challengePoW {
 		return fmt.Errorf("tollgate: cookie challenge %q: must be pow <difficulty>", c.Type)
 	}
-	if c.Difficulty < 1 || c.Difficulty > maxDifficulty {
-		return fmt.Errorf("tollgate: cookie challenge pow %d: difficulty must be a whole number of bits from 1 to %d", c.Difficulty, maxDifficulty)
+	if err := checkDifficulty(c.Difficulty); err != nil {
+		return fmt.Errorf("tollgate: cookie challenge pow %d: %w", c.Difficulty, err)
+	}
+	return nil
+}
+
+// checkDifficulty refuses a proof-of-work difficulty out of its bounds.
+func checkDifficulty(bits int) error {
+	if bits < 1 || bits > maxDifficulty {
+		return fmt.Errorf("difficulty must be a whole number of bits from 1 to %d", maxDifficulty)
 	}
 	return nil
 }
@@ -87,14 +94,17 @@ var challengePage = template.Must(template.New("challenge").Parse(challengeHTML)
 type challenger struct {
 	difficulty int
 	except     caddyhttp.MatcherSet
-	mac        []byte // HMAC key
-	zone       uint64 // seed of the spent-token counters
+	mac        []byte         // HMAC key
+	hasher     limiter.Hasher // hashes token IDs
+	zone       uint64         // seed of the spent-token counters
 }
 
+// newChallenger builds the challenge of cfg, its tokens signed with a key
+// derived from secret.
 func newChallenger(ctx caddy.Context, cfg *ChallengeConfig, secret []byte, h limiter.Hasher) (*challenger, error) {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("tollgate challenge v1"))
-	c := &challenger{difficulty: cfg.Difficulty, mac: m.Sum(nil), zone: h.Zone("\x00tollgate challenge")}
+	c := &challenger{difficulty: cfg.Difficulty, mac: m.Sum(nil), hasher: h, zone: h.Zone("\x00tollgate challenge")}
 	if cfg.ExceptRaw != nil {
 		mods, err := ctx.LoadModule(cfg, "ExceptRaw")
 		if err != nil {
@@ -227,87 +237,17 @@ func safeReturn(s string) string {
 	return s
 }
 
-// handleProof answers the challenge page's POST: if the proof holds and the
-// token was not used, the client gets a session (within its network's
-// issue limit) and goes back to the page it asked for.
-func (h *Handler) handleProof(w http.ResponseWriter, r *http.Request) error {
-	c := h.app.challenge
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		return caddyhttp.Error(http.StatusMethodNotAllowed, errors.New("the challenge takes a POST"))
-	}
-	r.Body = http.MaxBytesReader(w, r.Body, 4096)
-	if err := r.ParseForm(); err != nil {
-		return caddyhttp.Error(http.StatusBadRequest, errChallengeMalformed)
-	}
-	now := time.Now()
-	q := request{r: r}
-	q.vars, _ = r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
-	id := h.app.identifier.Identify(r, q.clientIP(), ja4Of(r), now)
-	net := id.Network
-	if id.Kind == fingerprint.KindSession {
-		net = h.app.identifier.Network(q.clientIP())
-	}
-	tokenID, err := c.check(r.PostForm.Get("token"), r.PostForm.Get("answer"), net, now)
-	if err == nil && !h.spendChallenge(tokenID, now) {
-		err = errChallengeReplayed
-	}
-	if err != nil {
-		challengeCounter(err).Inc()
-		return caddyhttp.Error(http.StatusForbidden, err)
-	}
-	challengeCounter(nil).Inc()
-	if id.Kind == fingerprint.KindFingerprint && h.maySessionStart(&id, h.proofPressure(&id, now), now) {
-		sess, err := fingerprint.NewSession(now)
-		if err != nil {
-			h.logger.Error("starting a session", zap.Error(err))
-		} else {
-			w.Header().Add("Set-Cookie", h.app.identifier.Cookie(sess, now, arrivedOverTLS(r)).String())
-		}
-	}
-	w.Header().Set("Cache-Control", "no-store")
-	http.Redirect(w, r, safeReturn(r.PostForm.Get("return")), http.StatusSeeOther)
-	return nil
-}
-
-// proofPressure returns the IP-pressure factor of the network of a client
-// posting a proof, which squeezes its issue limit as on any other request.
-func (h *Handler) proofPressure(id *fingerprint.Identity, now time.Time) float64 {
-	if h.app.pressure == nil || h.DryRun {
-		return 1
-	}
-	return h.app.pressure.Observe(id.Network, id.Fingerprint, now).Factor
-}
-
-// spendChallenge marks a token ID used in the limiter (one use per
-// challengeTTL) and reports whether it was still unused.
-func (h *Handler) spendChallenge(tokenID []byte, now time.Time) bool {
-	c := h.app.challenge
-	key := limiter.ZoneKey(h.app.hasher.Sum64Bytes(tokenID), c.zone)
+// spend marks a token ID used, in the limiter of node (one use per
+// challengeTTL), and reports whether it was still unused.
+func (c *challenger) spend(node *cluster.Node, tokenID []byte, now time.Time) bool {
+	key := limiter.ZoneKey(c.hasher.Sum64Bytes(tokenID), c.zone)
 	var res [1]limiter.Result
-	ok, _ := h.node.Take(now, []limiter.Request{{
+	ok, _ := node.Take(now, []limiter.Request{{
 		Key:   key,
 		Zone:  c.zone,
 		Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Quota: 1, Burst: 1, Window: challengeTTL + time.Minute},
 	}}, res[:])
 	return ok
-}
-
-// challengeFor reports whether an allowed request of a client without a
-// session should get the challenge page instead of its response: the
-// challenge is on, the request is a browser's page load, and the client's
-// network may still start a session (so a client that could not get one
-// anyway, its fingerprint or its network out of new sessions, is served on
-// the cookie-less path, not sent round in circles).
-func (h *Handler) challengeFor(r *http.Request, v *verdict, now time.Time) bool {
-	app := h.app
-	if app.challenge == nil || v.identity.Kind != fingerprint.KindFingerprint || !wantsChallenge(r) || app.challenge.exempt(r) {
-		return false
-	}
-	reqs := h.sessionIssue(&v.identity, v.pressure.Factor)
-	var res [2]limiter.Result
-	h.node.Peek(now, reqs[:], res[:])
-	return res[0].Allowed && res[1].Allowed
 }
 
 // challengeCounter returns the counter of a proof's result; nil is passed.

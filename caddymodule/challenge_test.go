@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"context"
 	"crypto/sha256"
 	"io"
 	"net/http"
@@ -12,7 +13,9 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
+	"github.com/chromedp/chromedp"
 
+	"github.com/tollgate/tollgate/internal/testutil"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -108,7 +111,7 @@ func TestChallengeEndToEnd(t *testing.T) {
 			challenge pow 8
 		}
 	}`, challengeSite)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	noRedirect := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(method, path, ip, accept string, form url.Values, cookie string) (*http.Response, string) {
 		var body io.Reader
@@ -205,7 +208,7 @@ func TestChallengeExceptions(t *testing.T) {
 			}
 		}
 	}`, challengeSite)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	get := func(path string) string {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
 		req.Header.Set("X-Forwarded-For", "203.0.113.140")
@@ -237,7 +240,7 @@ func TestNoChallengeForAFingerprintOutOfSessions(t *testing.T) {
 			challenge pow 8
 		}
 	}`, challengeSite)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	noRedirect := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	const html = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"
 	do := func(method, path string, form url.Values) (*http.Response, string) {
@@ -273,5 +276,75 @@ func TestNoChallengeForAFingerprintOutOfSessions(t *testing.T) {
 	}
 	if _, body := do(http.MethodGet, "/page", nil); body != "fingerprint /page" {
 		t.Fatalf("a fingerprint out of sessions: %.60q…; want the page on the cookie-less path, no challenge", body)
+	}
+}
+
+// TestChallengeInARealBrowser loads a page in headless Chromium with the
+// proof-of-work challenge on: the challenge page loads, solves, gets the
+// session cookie, lands on the URL first asked for, and the next request
+// is counted by the session.
+func TestChallengeInARealBrowser(t *testing.T) {
+	chromium := chromiumPath(t)
+	srv := startCaddy(t, `	tollgate {
+		cookie {
+			challenge pow 12
+		}
+	}`, `
+	tollgate {
+		zone site {
+			limit 5 10m
+			match {
+				not path /favicon.ico
+			}
+		}
+	}
+	header Content-Type text/plain
+	respond "{http.tollgate.client_kind} {http.request.uri} {http.tollgate.remaining}"`)
+	testutil.ClearOfWindowEdge(10*time.Minute, 60*time.Second)
+
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
+		chromedp.ExecPath(chromium),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.UserDataDir(t.TempDir()),
+	)
+	defer cancelAlloc()
+	ctx, cancel := chromedp.NewContext(allocCtx)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
+	defer cancelTimeout()
+
+	page := srv.URL + "/page?x=1"
+	var body, location string
+	if err := chromedp.Run(ctx, chromedp.Navigate(page)); err != nil {
+		t.Fatalf("loading the page in Chromium: %v", err)
+	}
+	// The page solves and navigates on its own: read it until it shows
+	// the session (a read during a navigation fails and is retried).
+	testutil.Eventually(t, 45*time.Second, "the challenge solved in Chromium", func() bool {
+		err := chromedp.Run(ctx,
+			chromedp.Evaluate(`document.body ? document.body.innerText : ""`, &body),
+			chromedp.Location(&location),
+		)
+		return err == nil && strings.HasPrefix(body, "session ")
+	})
+	// The challenge page was the first request (1 of 5 spent by the
+	// fingerprint); the session has its own budget: 4 left after this one.
+	if location != page || strings.TrimSpace(body) != "session /page?x=1 4" {
+		t.Fatalf("after the challenge: at %q showing %q; want %q showing the session", location, body, page)
+	}
+	if err := chromedp.Run(ctx,
+		chromedp.Reload(),
+		chromedp.Evaluate(`document.body.innerText`, &body),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(body) != "session /page?x=1 3" {
+		t.Fatalf("next request: %q; want it counted by the session (3 left)", body)
 	}
 }

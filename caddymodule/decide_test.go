@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/internal/testutil"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -171,7 +172,7 @@ func TestManyZonesThroughCaddy(t *testing.T) {
 			}
 			site.WriteString("\t}\n\trespond \"{http.tollgate.decision} {http.tollgate.zone}\"")
 			srv := startCaddy(t, "", site.String())
-			clearOfWindowEdge(time.Hour, 10*time.Second)
+			testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 
 			for i := range 3 {
 				resp := srv.get("/")

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // docBlocks returns the fenced blocks of a language in the README and docs.
@@ -320,39 +323,6 @@ func compareShape(path string, want, got any, errs *[]string) {
 	}
 }
 
-// docSite serves the zones the admin API doc uses.
-const docSite = `
-	tollgate {
-		tier_from {http.request.header.X-User-Tier}
-		zone api {
-			limit 100 1m
-			key {http.request.header.X-User}
-			match {
-				path /api/*
-			}
-		}
-		zone credits {
-			limit 1000 1h
-			key {http.request.header.X-User}
-			tier pro 10000
-			tier premium 50000
-			match {
-				path /credits/*
-			}
-		}
-		zone rooms {
-			concurrent 4
-			key {http.request.header.X-User}
-			tier pro 32
-			lease {http.request.header.X-Room-Id}
-			ttl 15m
-			match {
-				path /rooms/*
-			}
-		}
-	}
-	respond "ok"`
-
 // TestDocCurlExamplesAnswerAsShown runs every curl example of
 // docs/admin-api.md, in order, against a real Caddy set up with the doc's
 // zones and traffic, and compares each answer's shape with the JSON the
@@ -362,8 +332,8 @@ func TestDocCurlExamplesAnswerAsShown(t *testing.T) {
 		reputation {
 			penalty 1
 		}
-	}`, docSite)
-	clearOfWindowEdge(time.Hour, 20*time.Second)
+	}`, testutil.DocSite)
+	testutil.ClearOfWindowEdge(time.Hour, 20*time.Second)
 	// The traffic the doc's answers describe: alice and bob over the api
 	// limit, alice with credits spent and two rooms held, a grant.
 	for _, user := range []string{"alice", "bob", "carol"} {
@@ -382,7 +352,7 @@ func TestDocCurlExamplesAnswerAsShown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	aliceHash := hashedID(app.keyHashOf("alice"))
+	aliceHash := adminapi.HashedID(app.keyHashOf("alice"))
 
 	curls := docCurls(t, "../docs/admin-api.md")
 	if len(curls) < 12 {

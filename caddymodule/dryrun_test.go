@@ -8,11 +8,12 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/internal/testutil"
 	"github.com/tollgate/tollgate/limiter"
 )
 
 func testReputation() *limiter.ReputationPolicy {
-	return &limiter.ReputationPolicy{Penalty: 1, RecoveryPerHour: 10, Buckets: limiter.DefaultBuckets}
+	return &limiter.ReputationPolicy{Penalty: 1, RecoveryPerHour: 10, Buckets: limiter.DefaultReputationBuckets()}
 }
 
 // TestDryRunZoneHasNoConsequences decides at fixed instants for a handler
@@ -105,7 +106,7 @@ func TestDryRunLeavesNoBlockedCacheEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	eventually(t, 15*time.Second, "two nodes in one ring", func() bool {
+	testutil.Eventually(t, 15*time.Second, "two nodes in one ring", func() bool {
 		return a.Ring().Len() == 2 && b.Ring().Len() == 2 && a.Ring().Fingerprint() == b.Ring().Fingerprint()
 	})
 
@@ -115,7 +116,7 @@ func TestDryRunLeavesNoBlockedCacheEntry(t *testing.T) {
 	for ; a.Owner(limiter.ZoneKey(client, trial.seed)).Name != b.Name(); client += 1 << 32 {
 	}
 	sc := new(scratch)
-	eventually(t, 15*time.Second, "the owner answering", func() bool {
+	testutil.Eventually(t, 15*time.Second, "the owner answering", func() bool {
 		b := testBatch(sc, []*Zone{trial}, client)
 		return a.Peek(time.Now(), b.reqs, make([]limiter.Result, 1)) == cluster.SourcePeer
 	})
@@ -152,7 +153,7 @@ func TestDryRunThroughCaddy(t *testing.T) {
 		}
 	}
 	respond "{http.tollgate.decision} {http.tollgate.zone} {http.tollgate.reputation}"`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	var body string
 	for i := range 6 {
 		var status int
@@ -216,7 +217,7 @@ func TestDryRunHandlerFeedsNoIPPressure(t *testing.T) {
 		}
 		respond "site"
 	}`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	for i := range 8 {
 		resp, _ := newClient(t, srv, fmt.Sprintf("Browser/%d", i), "203.0.113.9", false).get("/trial/x")
 		if resp.StatusCode != http.StatusOK {

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -14,16 +15,9 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyevents"
-)
 
-// clearOfWindowEdge waits, if needed, until the next edge of epoch-aligned
-// windows of length w is at least margin away, so that a test's requests
-// all fall in one window.
-func clearOfWindowEdge(w, margin time.Duration) {
-	if toEdge := w - time.Duration(time.Now().UnixNano()%int64(w)); toEdge < margin {
-		time.Sleep(toEdge)
-	}
-}
+	"github.com/tollgate/tollgate/internal/testutil"
+)
 
 func TestConcurrentRequestsThroughCaddyAreExact(t *testing.T) {
 	for _, tc := range []struct{ name, zone string }{
@@ -39,7 +33,7 @@ func TestConcurrentRequestsThroughCaddyAreExact(t *testing.T) {
 		}
 	}
 	respond "ok"`, tc.zone))
-			clearOfWindowEdge(time.Hour, 20*time.Second)
+			testutil.ClearOfWindowEdge(time.Hour, 20*time.Second)
 
 			const n = 500
 			statuses := make([]*http.Response, n)
@@ -104,7 +98,7 @@ func TestAllowedResponsesCarryHeadersAndPlaceholders(t *testing.T) {
 		}
 	}
 	respond "{http.tollgate.decision} {http.tollgate.zone} {http.tollgate.remaining} {http.tollgate.reset}"`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 
 	for want := 2; want >= 0; want-- {
 		status, body := srv.body("/")
@@ -137,7 +131,7 @@ func TestHandleErrorsShapesTheDenial(t *testing.T) {
 	handle_errors 429 {
 		respond "slow down: {http.tollgate.zone}, retry in {http.tollgate.retry_after}s ({http.tollgate.decision})" 429
 	}`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 
 	if status, _ := srv.body("/"); status != http.StatusOK {
 		t.Fatalf("first request: %d", status)
@@ -165,7 +159,7 @@ func TestDeniedRequestSpendsNothingInOtherZones(t *testing.T) {
 		}
 	}
 	respond "ok"`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 
 	for i := range 2 {
 		if s := srv.status("/strict/x"); s != http.StatusOK {
@@ -209,7 +203,7 @@ func TestKeyPlaceholderSeparatesBudgets(t *testing.T) {
 		}
 	}
 	respond "ok"`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 
 	for _, key := range []string{"alice", "bob"} {
 		for i := range 2 {
@@ -232,7 +226,7 @@ func TestDryRunNeverBlocks(t *testing.T) {
 		dry_run
 	}
 	respond "{http.tollgate.decision}"`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 
 	var last string
 	for i := range 5 {
@@ -264,7 +258,7 @@ func TestReloadKeepsCountsAndAppliesNewLimits(t *testing.T) {
 	respond "ok"`, limit)
 	}
 	srv := startCaddy(t, "", site(10))
-	clearOfWindowEdge(time.Hour, 20*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 20*time.Second)
 
 	for range 6 {
 		srv.get("/")
@@ -312,7 +306,7 @@ func TestZonesAreScopedToTheirHandlerUnlessShared(t *testing.T) {
 		}
 		respond "b"
 	}`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 
 	// Two in /a spend a's "api" and two of the three shared "global".
 	for range 2 {
@@ -340,7 +334,7 @@ func TestDenialEmitsEvent(t *testing.T) {
 		}
 	}
 	respond "ok"`)
-	clearOfWindowEdge(time.Hour, 10*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	recorded.reset()
 
 	srv.get("/")
@@ -415,7 +409,7 @@ func TestHeadersOption(t *testing.T) {
 		headers %s
 	}
 	respond "ok"`, tc.mode))
-			clearOfWindowEdge(time.Hour, 10*time.Second)
+			testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 			allowed, denied := srv.get("/"), srv.get("/")
 			if denied.StatusCode != http.StatusTooManyRequests || denied.Header.Get("Retry-After") == "" {
 				t.Fatalf("second request: %d, Retry-After %q; want 429 with Retry-After", denied.StatusCode, denied.Header.Get("Retry-After"))
@@ -427,5 +421,59 @@ func TestHeadersOption(t *testing.T) {
 				t.Errorf("RateLimit-Policy on a 429: %v, want %v", got, tc.onDenied)
 			}
 		})
+	}
+}
+
+// withHandler adapts a one-site Caddyfile and lets edit change the
+// tollgate handler's and the app's JSON, as a config sent to /load could.
+func withHandler(t *testing.T, edit func(handler, app map[string]any)) []byte {
+	t.Helper()
+	var cfg map[string]any
+	if err := json.Unmarshal(adapt(t, `{
+	admin off
+}
+:8080 {
+	tollgate {
+		zone z {
+			limit 3 1m
+		}
+	}
+	respond "ok"
+}
+`), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	apps := cfg["apps"].(map[string]any)
+	route := apps["http"].(map[string]any)["servers"].(map[string]any)["srv0"].(map[string]any)["routes"].([]any)[0].(map[string]any)
+	app, _ := apps["tollgate"].(map[string]any)
+	if app == nil {
+		app = map[string]any{}
+		apps["tollgate"] = app
+	}
+	edit(route["handle"].([]any)[0].(map[string]any), app)
+	out, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A null among a handler's zones, in JSON sent to /load, is refused with
+// an error rather than a panic while provisioning.
+func TestNullZoneInJSONIsRefusedWithoutPanicking(t *testing.T) {
+	for _, zones := range [][]any{{nil}, {map[string]any{"name": "z", "limit": 3, "window": int64(time.Minute)}, nil}} {
+		cfg := withHandler(t, func(h, _ map[string]any) { h["zones"] = zones })
+		var err error
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("validating zones %v panicked: %v", zones, p)
+				}
+			}()
+			err = validateConfig(cfg)
+		}()
+		if err == nil || !strings.Contains(err.Error(), "empty zone") {
+			t.Errorf("zones %v: got %v, want an error about an empty zone", zones, err)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/cookiejar"
 	"os"
 	"path/filepath"
 	"strings"
@@ -282,14 +283,125 @@ func validateConfig(cfgJSON []byte) error {
 	return caddy.Validate(&cfg)
 }
 
-// eventually retries cond until it holds or the time is up.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
+// adminDo sends a request to the admin API and decodes a JSON answer into
+// out (if not nil), returning the status and the raw body.
+func adminDo(t testing.TB, base, method, path string, out any) (int, string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: did not happen within %s", what, within)
-		}
-		time.Sleep(50 * time.Millisecond)
+	return adminSend(t, base, method, path, "", out)
+}
+
+// adminSend is adminDo with a request body; out is filled from a 200 or a
+// 201.
+func adminSend(t testing.TB, base, method, path, body string, out any) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
 	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	if out != nil && (resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusCreated) {
+		if err := json.Unmarshal(got, out); err != nil {
+			t.Fatalf("%s %s: %v\n%s", method, path, err, got)
+		}
+	}
+	return resp.StatusCode, string(got)
+}
+
+// adminRaw sends a request without following redirects and returns the
+// whole response, body read; headers are more header names and values.
+func adminRaw(t testing.TB, base, method, path, body string, headers ...string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	client := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error {
+		return http.ErrUseLastResponse
+	}}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	got, _ := io.ReadAll(resp.Body)
+	return resp, string(got)
+}
+
+// jsonError reads an admin error answer; it fails the test when the answer
+// is not a JSON error.
+func jsonError(t *testing.T, what string, resp *http.Response, body string) string {
+	t.Helper()
+	var e struct {
+		Error string `json:"error"`
+	}
+	if resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal([]byte(body), &e) != nil || e.Error == "" {
+		t.Errorf("%s: %d %s %q; want a JSON error", what, resp.StatusCode, resp.Header.Get("Content-Type"), body)
+	}
+	return e.Error
+}
+
+// trustLoopback makes Caddy take the client IP from X-Forwarded-For, so
+// tests can play clients at any address.
+const trustLoopback = `	servers {
+		trusted_proxies static 127.0.0.0/8
+	}`
+
+// client is one test browser: its own cookie jar, headers and address.
+type client struct {
+	t       testing.TB
+	srv     *testCaddy
+	http    *http.Client
+	ua      string
+	ip      string // sent as X-Forwarded-For when set
+	cookies bool
+}
+
+func newClient(t testing.TB, srv *testCaddy, ua, ip string, keepCookies bool) *client {
+	c := &client{t: t, srv: srv, ua: ua, ip: ip, cookies: keepCookies,
+		http: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+		}}}
+	if keepCookies {
+		c.http.Jar, _ = cookiejar.New(nil)
+	}
+	return c
+}
+
+// get sends a GET and returns the response with its body read.
+func (c *client) get(path string) (*http.Response, string) {
+	c.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, c.srv.URL+path, nil)
+	req.Header.Set("User-Agent", c.ua)
+	req.Header.Set("Accept-Language", "en-GB")
+	if c.ip != "" {
+		req.Header.Set("X-Forwarded-For", c.ip)
+	}
+	resp := sendAgainOnDrain(c.t, c.http, req)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp, string(body)
+}
+
+// allowed counts how many of n requests pass.
+func (c *client) allowed(n int) int {
+	c.t.Helper()
+	ok := 0
+	for range n {
+		if resp, _ := c.get("/"); resp.StatusCode == http.StatusOK {
+			ok++
+		}
+	}
+	return ok
+}
+
+func allowedOf(srv *testCaddy, n int, headers ...string) int {
+	ok := 0
+	for range n {
+		if srv.status("/", headers...) == http.StatusOK {
+			ok++
+		}
+	}
+	return ok
 }

@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"net/http"
 	"os"
 	"regexp"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // series is one sample line of a scrape: its name{labels} and value.
@@ -56,7 +59,7 @@ func TestMetricsOfSameNamedZonesNeverMerge(t *testing.T) {
 	}
 	a, b := srv.site("a.test", zone("2")), srv.site("b.test", zone("3"))
 	srv.loadSites("", []string{a, b})
-	clearOfWindowEdge(time.Hour, 20*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 20*time.Second)
 
 	before := scrapeLines(t, srv.Admin)
 	cookies := func(lines []series, status string) float64 {
@@ -162,5 +165,197 @@ func TestDocsClusterAgreementQuery(t *testing.T) {
 	}
 	if n := countValues(ring[0], ring[0], ring[0]+1); n != 2 {
 		t.Errorf("one node on another ring: %d; want 2", n)
+	}
+}
+
+// scrape returns the admin endpoint's metrics as name{labels} → value.
+func scrape(t testing.TB, admin string) map[string]float64 {
+	t.Helper()
+	_, body := adminDo(t, admin, http.MethodGet, "/metrics", nil)
+	out := make(map[string]float64)
+	line := regexp.MustCompile(`^(tollgate_[a-z_]+(?:\{[^}]*\})?) (\S+)$`)
+	for _, l := range strings.Split(body, "\n") {
+		if m := line.FindStringSubmatch(l); m != nil {
+			v, _ := strconv.ParseFloat(m[2], 64)
+			out[m[1]] = v
+		}
+	}
+	return out
+}
+
+func TestMetricsCountAKnownSequence(t *testing.T) {
+	srv := startCaddy(t, "", `
+	tollgate {
+		zone api {
+			limit 3 1h
+			key {http.request.header.X-API-Key}
+		}
+	}
+	respond "ok"`)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
+	// The counters are the process's: earlier tests in this process have
+	// counted too, so compare with a scrape taken before.
+	before := scrape(t, srv.Admin)
+	for range 5 {
+		srv.get("/", "X-API-Key", "alice") // 3 allowed, 2 denied
+	}
+	srv.get("/", "X-API-Key", "bob", "Cookie", "__tollgate=forged")
+	m := scrape(t, srv.Admin)
+	for name, want := range map[string]float64{
+		`tollgate_decisions_total{outcome="allow",scope="api",source="owner",zone="api"}`: 4,
+		`tollgate_decisions_total{outcome="deny",scope="api",source="owner",zone="api"}`:  2,
+		`tollgate_cookies_total{status="malformed"}`:                                      1,
+	} {
+		if got := m[name] - before[name]; got != want {
+			t.Errorf("%s rose by %v; want %v", name, got, want)
+		}
+	}
+	for name, want := range map[string]float64{
+		`tollgate_cluster_members`:   1,
+		`tollgate_peers_in_fallback`: 0,
+		`tollgate_keys_max`:          1 << 20,
+	} {
+		if got, ok := m[name]; !ok || got != want {
+			t.Errorf("%s = %v (present %v); want %v", name, got, ok, want)
+		}
+	}
+	if m[`tollgate_keys_held`] < 2 {
+		t.Errorf("tollgate_keys_held = %v", m[`tollgate_keys_held`])
+	}
+	for name := range m {
+		if strings.Contains(name, "alice") || strings.Contains(name, "127.0.0.1") {
+			t.Errorf("a metric label carries a key or an address: %s", name)
+		}
+	}
+
+	// A reload keeps the metrics working (no duplicate registration).
+	srv.reload("", `
+	tollgate {
+		zone api {
+			limit 4 1h
+			key {http.request.header.X-API-Key}
+		}
+	}
+	respond "ok"`)
+	srv.get("/", "X-API-Key", "alice")
+	allowed := `tollgate_decisions_total{outcome="allow",scope="api",source="owner",zone="api"}`
+	if got := scrape(t, srv.Admin)[allowed] - before[allowed]; got != 5 {
+		t.Errorf("after a reload, allowed rose by %v; want 5 (counting on)", got)
+	}
+}
+
+// TestDashboardUsesRealMetrics checks that docs/grafana-dashboard.json is a
+// dashboard Grafana can import and that every metric its queries name is one
+// Tollgate exports.
+func TestDashboardUsesRealMetrics(t *testing.T) {
+	raw, err := os.ReadFile("../docs/grafana-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Title      string `json:"title"`
+		UID        string `json:"uid"`
+		Templating struct {
+			List []struct{ Name, Type string } `json:"list"`
+		} `json:"templating"`
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("not JSON: %v", err)
+	}
+	if dash.Title == "" || dash.UID == "" || len(dash.Panels) == 0 {
+		t.Fatal("a dashboard needs a title, a uid and panels")
+	}
+	if len(dash.Templating.List) == 0 || dash.Templating.List[0].Type != "datasource" {
+		t.Error("the first variable should pick the Prometheus data source, so the dashboard imports as is")
+	}
+
+	srv := startCaddy(t, "", `
+	tollgate {
+		zone api {
+			limit 1 1h
+		}
+	}
+	respond "ok"`)
+	srv.get("/")
+	srv.get("/")
+	// Vectors without a series are not exported at all: give the ones this
+	// single node does not use one each.
+	metrics.peerCall.WithLabelValues("ok")
+	metrics.cookies.WithLabelValues("forged")
+	_, body := adminDo(t, srv.Admin, "GET", "/metrics", nil)
+	exported := make(map[string]bool)
+	for _, m := range regexp.MustCompile(`(?m)^# TYPE (tollgate_\w+) (\w+)`).FindAllStringSubmatch(body, -1) {
+		exported[m[1]] = true
+		if m[2] == "histogram" {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				exported[m[1]+suffix] = true
+			}
+		}
+	}
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, target := range p.Targets {
+			for _, name := range regexp.MustCompile(`tollgate_\w+`).FindAllString(target.Expr, -1) {
+				if !exported[name] {
+					t.Errorf("panel %q queries %s, which Tollgate does not export (it exports %s)", p.Title, name, strings.Join(keys(exported), ", "))
+				}
+			}
+		}
+	}
+}
+
+func keys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TestCookieStatusesMatchTheDocs compares the cookie statuses /metrics
+// exports with the ones docs/metrics.md lists.
+func TestCookieStatusesMatchTheDocs(t *testing.T) {
+	raw, err := os.ReadFile("../docs/metrics.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("(?m)^\\| `tollgate_cookies_total` \\| counter \\| `status` \\(([^)]*)\\)").FindStringSubmatch(string(raw))
+	if row == nil {
+		t.Fatal("docs/metrics.md has no row for tollgate_cookies_total")
+	}
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile("`([a-z_]+)`").FindAllStringSubmatch(row[1], -1) {
+		documented[m[1]] = true
+	}
+	srv := startCaddy(t, "", `
+	tollgate {
+		zone api {
+			limit 10 1h
+		}
+	}
+	respond "ok"`)
+	srv.get("/", "Cookie", "__tollgate=forged")
+	_, body := adminDo(t, srv.Admin, "GET", "/metrics", nil)
+	exported := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^tollgate_cookies_total\{status="([^"]*)"\}`).FindAllStringSubmatch(body, -1) {
+		exported[m[1]] = true
+	}
+	for s := range exported {
+		if !documented[s] {
+			t.Errorf("/metrics exports cookie status %q, which docs/metrics.md does not list", s)
+		}
+	}
+	for s := range documented {
+		if !exported[s] {
+			t.Errorf("docs/metrics.md lists cookie status %q, which /metrics does not export", s)
+		}
 	}
 }

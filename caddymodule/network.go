@@ -2,13 +2,11 @@ package caddymodule
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -52,8 +50,8 @@ func (a *App) networkShare(z *Zone) int64 {
 // validateNetworkShare checks a network_share value; what names the
 // directive for the message.
 func validateNetworkShare(what string, n int64) error {
-	if n < 0 || n > maxNetworkShare {
-		return fmt.Errorf("%s %d: must be a whole number from 1 to %d", what, n, maxNetworkShare)
+	if err := networkShareBounds.checkSet(n); err != nil {
+		return fmt.Errorf("%s %d: %w", what, n, err)
 	}
 	return nil
 }
@@ -152,35 +150,11 @@ func (c *denialCounters) inc(network bool) {
 func (v *verdict) networkID() string {
 	net := v.identity.Network
 	if net == 0 && v.identity.Kind == fingerprint.KindSession {
-		if v.app == nil || v.app.identifier == nil {
+		if v.identifier == nil {
 			return ""
 		}
 		ip, _ := v.vars[caddyhttp.ClientIPVarKey].(string)
-		net = v.app.identifier.Network(ip)
+		net = v.identifier.Network(ip)
 	}
-	return "n:" + fmt.Sprintf("%016x", net)
-}
-
-// parseNetworkID reads an ID networkID rendered.
-func parseNetworkID(id string) (uint64, bool) {
-	hexDigits, ok := strings.CutPrefix(id, "n:")
-	if !ok || len(hexDigits) != 16 {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(hexDigits, 16, 64)
-	return n, err == nil
-}
-
-// networkZoneView reads zone z's budget of a network at its owner, without
-// IP pressure.
-func (a *App) networkZoneView(z *Zone, net uint64) (ZoneView, error) {
-	limit := z.limit.Scale(float64(a.networkShare(z)))
-	key := limiter.ZoneKey(net, z.networkSeed())
-	zv := ZoneView{Zone: z.Name, Scope: z.scope + " network", Algorithm: limit.Algorithm.String(), Window: limit.Window.Seconds()}
-	res := make([]limiter.Result, 1)
-	src := a.node.Peek(time.Now(), []limiter.Request{{Key: key, Zone: z.networkSeed(), Limit: limit}}, res)
-	zv.Limit = limit.Quota
-	zv.Remaining, zv.Reset = max(0, res[0].Remaining), headerSeconds(res[0].Reset)
-	zv.Exhausted, zv.Source = !res[0].Allowed, src.String()
-	return zv, nil
+	return adminapi.NetworkID(net)
 }

@@ -7,6 +7,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // networkSite is the issue's reference site: the default key, limit 5 10m.
@@ -88,7 +91,7 @@ func TestScriptsOnOneNetworkGetABoundedMultiple(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := startCaddy(t, trustLoopback, networkSite)
-			clearOfWindowEdge(10*time.Minute, 30*time.Second)
+			testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 			admitted, sessions := script{t: t, srv: srv, addr: tc.addr, keepCookies: tc.keepCookies}.run(200)
 			t.Logf("admitted %d of 200, %d sessions (bound %d)", admitted, sessions, tc.bound)
 			if admitted > tc.bound || admitted == 0 {
@@ -109,7 +112,7 @@ func TestScriptsOnOneNetworkGetABoundedMultiple(t *testing.T) {
 // address that each keep their cookie each get their full limit.
 func TestHouseholdBehindOneAddressKeepsItsBudgets(t *testing.T) {
 	srv := startCaddy(t, trustLoopback, networkSite)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	for i := range 5 {
 		c := newClient(t, srv, fmt.Sprintf("Browser/%d", i), "203.0.113.60", true)
 		if resp, body := c.get("/"); resp.StatusCode != http.StatusOK || body != "fingerprint" {
@@ -133,7 +136,7 @@ func TestNetworkBudgetIsNotShown(t *testing.T) {
 		}
 	}
 	respond "ok"`)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	a := newClient(t, srv, "A", "203.0.113.70", false)
 	resp, _ := a.get("/")
 	resp, _ = a.get("/")
@@ -174,8 +177,8 @@ func TestSessionsAreMintedPerNetwork(t *testing.T) {
 	tollgate {
 		network_share 1000
 	}`, networkSite)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
-	clearOfWindowEdge(time.Hour, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(time.Hour, 30*time.Second)
 	_, sessions := script{t: t, srv: srv, addr: func(int) string { return "203.0.113.80" }, keepCookies: true}.run(200)
 	if sessions == 0 || sessions > defaultIssueLimit {
 		t.Fatalf("%d sessions for one network; want 1 to %d", sessions, defaultIssueLimit)
@@ -193,7 +196,7 @@ func TestNetworkPlaceholderAndAdminView(t *testing.T) {
 		}
 	}
 	respond "{http.tollgate.network}"`)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	c := newClient(t, srv, "A", "203.0.113.90", true)
 	_, cookieLess := c.get("/")
 	resp, withSession := c.get("/")
@@ -203,7 +206,7 @@ func TestNetworkPlaceholderAndAdminView(t *testing.T) {
 	if _, other := newClient(t, srv, "A", "203.0.113.91", false).get("/"); other == cookieLess {
 		t.Fatalf("two networks render the same placeholder %q", other)
 	}
-	var view ClientView
+	var view adminapi.ClientView
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/"+cookieLess, &view); status != http.StatusOK {
 		t.Fatalf("GET network: %d %s", status, body)
 	}
@@ -255,10 +258,41 @@ func TestIPPressureSqueezesTheNetworkBudget(t *testing.T) {
 			squeeze 0.5
 		}
 	}`, networkSite)
-	clearOfWindowEdge(10*time.Minute, 30*time.Second)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	admitted, _ := script{t: t, srv: srv, addr: func(int) string { return "203.0.113.130" }}.run(100)
 	// Unsqueezed the network could spend 4 × 5 = 20; squeezed, 10.
 	if admitted > 10 || admitted < 3 {
 		t.Fatalf("admitted %d of 100 from a squeezed network; want 3 to 10 (its budget halved)", admitted)
+	}
+}
+
+// TestOmittingTheKeyHeaderDoesNotDodgeTheNetworkBudget keys a zone by a
+// header: a script that leaves the header out is counted by its client ID
+// (never one budget for everyone), and, without a session, by its
+// network's budget too, as in a zone keyed by the client ID; so rotating
+// every fingerprint signal gets network_share × limit, not a budget per
+// fingerprint.
+func TestOmittingTheKeyHeaderDoesNotDodgeTheNetworkBudget(t *testing.T) {
+	srv := startCaddy(t, trustLoopback, `
+	tollgate {
+		zone api {
+			limit 5 10m
+			key {http.request.header.X-API-Key}
+		}
+	}
+	respond "{http.tollgate.client_kind}"`)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
+	admitted, _ := script{t: t, srv: srv, addr: func(int) string { return "203.0.113.90" }}.run(200)
+	if want := DefaultNetworkShare * 5; admitted > want {
+		t.Errorf("without the key header, rotating fingerprints: %d of 200 admitted; want at most %d", admitted, want)
+	}
+	// With the header, a key is its own budget, not the network's (which
+	// the script spent); IP pressure still squeezes it, to 2 of 5.
+	var got []int
+	for range 3 {
+		got = append(got, srv.status("/", "X-Forwarded-For", "203.0.113.90", "X-API-Key", "k1"))
+	}
+	if want := "[200 200 429]"; fmt.Sprint(got) != want {
+		t.Errorf("with the key header after the script: %v; want %s", got, want)
 	}
 }

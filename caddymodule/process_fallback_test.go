@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // settle waits out the hand-off window that follows the cluster's forming.
@@ -65,7 +66,7 @@ func TestProcessClusterFlappingOwnerStaysNearTheLimit(t *testing.T) {
 	}()
 	close(stop)
 	<-flapped
-	eventually(t, 15*time.Second, "the owner answering both survivors again", func() bool {
+	testutil.Eventually(t, 15*time.Second, "the owner answering both survivors again", func() bool {
 		_, body0, _ := survivors[0].get("/probe", key)
 		_, body1, _ := survivors[1].get("/probe", key)
 		return strings.HasPrefix(body0, "peer ") && strings.HasPrefix(body1, "peer ")
@@ -204,7 +205,7 @@ func TestProcessClusterBusyWithAFrozenNodeStaysWithinTheBound(t *testing.T) {
 	if frozen > 80 || frozenBy["fallback"] != frozen {
 		t.Errorf("the frozen owner's key: %d of 300 admitted (decided by %v); want at most 80, all in fallback", frozen, frozenBy)
 	}
-	eventually(t, 15*time.Second, "the owner answering both others again", func() bool {
+	testutil.Eventually(t, 15*time.Second, "the owner answering both others again", func() bool {
 		_, body0, _ := survivors[0].get("/probe", keys[2])
 		_, body1, _ := survivors[1].get("/probe", keys[2])
 		return strings.HasPrefix(body0, "peer ") && strings.HasPrefix(body1, "peer ")

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // reloadWith reloads p with its current caddyfile() through its admin API
@@ -22,7 +24,7 @@ func (p *proc) reload() (string, error) {
 	if err := os.WriteFile(cfgPath, []byte(p.caddyfile()), 0o644); err != nil {
 		p.t.Fatal(err)
 	}
-	out, err := exec.Command(tollgateBinary(p.t), "reload", "--config", cfgPath, "--adapter", "caddyfile",
+	out, err := exec.Command(testutil.TollgateBinary(p.t), "reload", "--config", cfgPath, "--adapter", "caddyfile",
 		"--address", fmt.Sprintf("127.0.0.1:%d", p.admin)).CombinedOutput()
 	return string(out), err
 }
@@ -38,7 +40,7 @@ func TestProcessValidateOfARunningNodeStartsNothing(t *testing.T) {
 	}
 	cfgPath := filepath.Join(p.dir, "Caddyfile")
 	for _, cmd := range []string{"validate", "adapt"} {
-		c := exec.Command(tollgateBinary(t), cmd, "--config", cfgPath, "--adapter", "caddyfile")
+		c := exec.Command(testutil.TollgateBinary(t), cmd, "--config", cfgPath, "--adapter", "caddyfile")
 		c.Env = append(os.Environ(), "XDG_DATA_HOME="+p.dir, "XDG_CONFIG_HOME="+p.dir)
 		if out, err := c.CombinedOutput(); err != nil {
 			t.Fatalf("caddy %s of the running node's config: %v\n%s", cmd, err, tail(string(out), 10))

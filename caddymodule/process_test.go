@@ -11,45 +11,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // These tests run real Caddy processes built from this repository (the same
 // main package xcaddy.sh builds) as a cluster on loopback.
-
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// tollgateBinary builds cmd/tollgate once per test run.
-func tollgateBinary(t testing.TB) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and runs Caddy processes")
-	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "tollgate-bin")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "tollgate")
-		cmd := exec.Command("go", "build", "-o", builtBin, "../cmd/tollgate")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("building: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
 
 const processSecret = "process-test-secret-0123456789abcdef"
 
@@ -151,7 +126,7 @@ func (p *proc) start() {
 	if err := os.WriteFile(cfgPath, []byte(p.caddyfile()), 0o644); err != nil {
 		p.t.Fatal(err)
 	}
-	p.cmd = exec.Command(tollgateBinary(p.t), "run", "--config", cfgPath, "--adapter", "caddyfile")
+	p.cmd = exec.Command(testutil.TollgateBinary(p.t), "run", "--config", cfgPath, "--adapter", "caddyfile")
 	p.cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+p.dir, "XDG_CONFIG_HOME="+p.dir)
 	out, _ := os.OpenFile(filepath.Join(p.dir, "stderr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	p.cmd.Stdout, p.cmd.Stderr = out, out
@@ -247,9 +222,9 @@ func (p *proc) get(path, key string, headers ...string) (int, string, time.Durat
 }
 
 // status reads GET /tollgate/status.
-func (p *proc) status() Status {
+func (p *proc) status() adminapi.Status {
 	p.t.Helper()
-	var st Status
+	var st adminapi.Status
 	resp, err := p.client.Get(fmt.Sprintf("http://127.0.0.1:%d/tollgate/status", p.admin))
 	if err != nil {
 		p.t.Fatalf("%s: status: %v", p.name, err)
@@ -319,7 +294,7 @@ func startClusterWith(t *testing.T, n, limit int, set func(*proc)) []*proc {
 // in one ring.
 func waitClusterConverged(t *testing.T, procs []*proc) {
 	t.Helper()
-	eventually(t, 30*time.Second, fmt.Sprintf("%d processes agreeing on one ring", len(procs)), func() bool {
+	testutil.Eventually(t, 30*time.Second, fmt.Sprintf("%d processes agreeing on one ring", len(procs)), func() bool {
 		fp := ""
 		for _, p := range procs {
 			st := p.status().Cluster
@@ -463,7 +438,7 @@ func TestProcessClusterFreezeAndKillOfAnOwner(t *testing.T) {
 	// Thawed: exact again, from the owner's count with what the survivors
 	// admitted in fallback added: the window's total is the limit.
 	owner.signal(syscall.SIGCONT)
-	eventually(t, 10*time.Second, "the owner answering again", func() bool {
+	testutil.Eventually(t, 10*time.Second, "the owner answering again", func() bool {
 		_, body0, _ := survivors[0].get("/probe", key)
 		_, body1, _ := survivors[1].get("/probe", key)
 		return strings.HasPrefix(body0, "peer ") && strings.HasPrefix(body1, "peer ")
@@ -579,7 +554,7 @@ func TestProcessClusterReloadKeepsMembership(t *testing.T) {
 	procs[0].limit = 2000
 	cfgPath := filepath.Join(procs[0].dir, "Caddyfile")
 	os.WriteFile(cfgPath, []byte(procs[0].caddyfile()), 0o644)
-	out, err := exec.Command(tollgateBinary(t), "reload", "--config", cfgPath, "--adapter", "caddyfile",
+	out, err := exec.Command(testutil.TollgateBinary(t), "reload", "--config", cfgPath, "--adapter", "caddyfile",
 		"--address", fmt.Sprintf("127.0.0.1:%d", procs[0].admin)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("reload: %v\n%s", err, out)
@@ -615,7 +590,7 @@ func TestProcessClusterAdminAPI(t *testing.T) {
 		p.get("/", key)
 	}
 	for _, p := range procs {
-		var view ClientView
+		var view adminapi.ClientView
 		adminDo(t, fmt.Sprintf("http://127.0.0.1:%d", p.admin), http.MethodGet, "/tollgate/clients/"+key+"?zone=api", &view)
 		if len(view.Zones) != 1 || !view.Zones[0].Exhausted || view.Zones[0].Remaining != 0 {
 			t.Errorf("%s's view of the client: %+v; want the owner's: exhausted", p.name, view)
@@ -624,7 +599,7 @@ func TestProcessClusterAdminAPI(t *testing.T) {
 			t.Errorf("%s names %q as the owner; want node1", p.name, view.Owner)
 		}
 	}
-	var reset ResetResult
+	var reset adminapi.ResetResult
 	adminDo(t, fmt.Sprintf("http://127.0.0.1:%d", procs[2].admin), http.MethodDelete, "/tollgate/clients/"+key, &reset)
 	if len(reset.Unreachable) != 0 || len(reset.ZonesReset) != 2 {
 		t.Fatalf("reset %+v", reset)
@@ -666,8 +641,8 @@ func TestProcessClusterPolicyReachesEveryNodeAndSurvivesRestarts(t *testing.T) {
 	tierEverywhere := func(want int64) {
 		t.Helper()
 		for _, p := range procs {
-			eventually(t, 10*time.Second, p.name+" having the run-time tier", func() bool {
-				var view TiersView
+			testutil.Eventually(t, 10*time.Second, p.name+" having the run-time tier", func() bool {
+				var view adminapi.TiersView
 				adminDo(t, base(p), http.MethodGet, "/tollgate/tiers", &view)
 				return view.Zones["credits"].Effective["pro"] == want
 			})
@@ -681,7 +656,7 @@ func TestProcessClusterPolicyReachesEveryNodeAndSurvivesRestarts(t *testing.T) {
 
 	// A grant given through node0 for a key node1 owns: the base 3, then
 	// the grant's 4.
-	var grant GrantView
+	var grant adminapi.GrantView
 	body := fmt.Sprintf(`{"zone":"credits","key":%q,"amount":4,"duration":"1h"}`, keys[1])
 	if status, got := adminSend(t, base(procs[0]), http.MethodPost, "/tollgate/grants", body, &grant); status != http.StatusCreated {
 		t.Fatalf("POST /tollgate/grants: %d %s", status, got)
@@ -693,7 +668,7 @@ func TestProcessClusterPolicyReachesEveryNodeAndSurvivesRestarts(t *testing.T) {
 	// Two denials so far, 5 points each.
 	reputation := func(p *proc) float64 {
 		t.Helper()
-		var view ClientView
+		var view adminapi.ClientView
 		if status, got := adminDo(t, base(p), http.MethodGet, "/tollgate/clients/"+clientID, &view); status != http.StatusOK || view.Reputation == nil {
 			t.Fatalf("%s: client view: %d %s", p.name, status, got)
 		}
@@ -714,7 +689,7 @@ func TestProcessClusterPolicyReachesEveryNodeAndSurvivesRestarts(t *testing.T) {
 	}
 	tierEverywhere(7)
 	for _, p := range procs {
-		var g GrantView
+		var g adminapi.GrantView
 		if status, got := adminDo(t, base(p), http.MethodGet, "/tollgate/grants/credits/"+keys[1], &g); status != http.StatusOK {
 			t.Fatalf("%s: the grant after the restarts: %d %s", p.name, status, got)
 		}
@@ -725,12 +700,76 @@ func TestProcessClusterPolicyReachesEveryNodeAndSurvivesRestarts(t *testing.T) {
 	if s := reputation(procs[2]); s < 89.9 || s > 90.1 {
 		t.Errorf("reputation %g after the restarts; want 90 kept", s)
 	}
-	var buckets ReputationView
+	var buckets adminapi.ReputationView
 	adminDo(t, base(procs[0]), http.MethodGet, "/tollgate/reputation", &buckets)
 	if len(buckets.Buckets) != 4 || buckets.Buckets[0].Clients != 1 || len(buckets.Unreachable) != 0 {
 		t.Errorf("reputation buckets across the cluster: %+v; want the one client in the top bucket", buckets)
 	}
 	if allowed, _ := credits(keys[2], 3, "X-Tier", "pro"); allowed != 0 {
 		t.Errorf("%d allowed after the restarts for a pro key that had spent its 7", allowed)
+	}
+}
+
+// TestProcessClusterListsGatherFromEveryNode denies a key through each of
+// three Caddy processes: any node lists all three, and with one node
+// frozen the list names it as not answering.
+func TestProcessClusterListsGatherFromEveryNode(t *testing.T) {
+	procs := startCluster(t, 3, 1)
+	keys := []string{"list-a", "list-b", "list-c"}
+	for i, p := range procs {
+		p.get("/", keys[i])
+		if status, _, _ := p.get("/", keys[i]); status != http.StatusTooManyRequests {
+			t.Fatalf("%s: second request of %s: %d; want 429", p.name, keys[i], status)
+		}
+	}
+	base := func(p *proc) string { return fmt.Sprintf("http://127.0.0.1:%d", p.admin) }
+	for _, p := range procs {
+		var list adminapi.DeniedList
+		if status, body := adminDo(t, base(p), http.MethodGet, "/tollgate/denied?zone=api", &list); status != http.StatusOK {
+			t.Fatalf("%s: %d %s", p.name, status, body)
+		}
+		if len(list.Items) != 3 || len(list.Unreachable) != 0 {
+			t.Errorf("%s lists %+v; want the three keys, every node answering", p.name, list)
+		}
+	}
+	for _, p := range procs {
+		if ra := p.status().Ring; !ra.Agreed || len(ra.Fingerprints) != 3 || len(ra.Unreachable) != 0 {
+			t.Errorf("%s: ring agreement %+v; want three nodes agreeing", p.name, ra)
+		}
+	}
+	addr := strings.TrimPrefix(base(procs[0]), "http://")
+	out, errOut, code := testutil.CLI(t, "status", "--address", addr)
+	if code != 0 || !regexp.MustCompile(`ring agreement +yes`).MatchString(out) || strings.Count(out, "alive") != 2 ||
+		strings.Count(out, "self") != 1 || !regexp.MustCompile(`(?m)^api +3 +3$`).MatchString(out) {
+		t.Errorf("caddy tollgate status of a cluster: exit %d\n%s%s", code, out, errOut)
+	}
+	frozen := procs[2]
+	frozenName := frozen.status().Cluster.Node
+	frozen.signal(syscall.SIGSTOP)
+	t.Cleanup(func() { frozen.signal(syscall.SIGCONT) })
+	// The three questions are asked at once: each waits up to its 2 s
+	// deadline for the frozen node, and memberlist may declare it dead not
+	// long after, when it is no longer a member to wait for.
+	var (
+		list adminapi.DeniedList
+		ra   adminapi.RingAgreement
+		wg   sync.WaitGroup
+	)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		adminDo(t, base(procs[0]), http.MethodGet, "/tollgate/denied?zone=api", &list)
+	}()
+	go func() { defer wg.Done(); ra = procs[0].status().Ring }()
+	go func() { defer wg.Done(); out, errOut, code = testutil.CLI(t, "status", "--address", addr) }()
+	wg.Wait()
+	if len(list.Items) != 2 || !slices.Contains(list.Unreachable, frozenName) {
+		t.Errorf("with %s frozen: %+v; want two keys and it named", frozenName, list)
+	}
+	if ra.Agreed || !slices.Contains(ra.Unreachable, frozenName) {
+		t.Errorf("with %s frozen: ring agreement %+v; want not agreed, it named", frozenName, ra)
+	}
+	if code != 0 || !strings.Contains(out, "NO: "+frozenName+" did not answer") {
+		t.Errorf("caddy tollgate status with %s frozen: exit %d\n%s%s", frozenName, code, out, errOut)
 	}
 }

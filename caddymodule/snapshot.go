@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
@@ -16,7 +14,6 @@ import (
 	"github.com/caddyserver/certmagic"
 	"go.uber.org/zap"
 
-	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -163,100 +160,10 @@ func (s *state) fitSnapshot(states []limiter.State, room int) []limiter.State {
 	return states[:room]
 }
 
-// restoreTiers installs the tier table kept in storage.
-func (s *state) restoreTiers(ctx context.Context, logger *zap.Logger) {
-	ref := s.storage.Load()
-	b, err := ref.Load(ctx, tiersStorageKey)
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			logger.Error("reading the tier table", zap.Error(err))
-		}
-		return
+// snapshotInterval is the configured interval, or the default.
+func (a *App) snapshotInterval() time.Duration {
+	if a.SnapshotInterval == 0 {
+		return defaultSnapshotInterval
 	}
-	t, err := decodeTierTable(b)
-	if err == nil {
-		err = checkTierTable(t)
-	}
-	if err != nil {
-		logger.Error("reading the tier table; starting without it", zap.Error(err))
-		return
-	}
-	s.tiers.store(t)
-	s.mu.Lock()
-	node := s.node
-	s.mu.Unlock()
-	node.Restore(tiersSharedName, t.sharedValue())
-}
-
-// saveTiers keeps the tier table in storage.
-func (s *state) saveTiers(t *tierTable) error {
-	ref := s.storage.Load()
-	if ref == nil {
-		return nil
-	}
-	b, err := json.Marshal(t)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return ref.Store(ctx, tiersStorageKey, b)
-}
-
-// checkSharedValue vets a shared value from another node before the node
-// keeps it: a tier table must decode and name only limits of at least 1.
-func checkSharedValue(name string, value []byte) error {
-	if name != tiersSharedName {
-		return nil
-	}
-	t, err := tierTableOf(cluster.SharedValue{Value: value})
-	if err != nil {
-		return err
-	}
-	return checkTierTable(t)
-}
-
-// checkTierTable refuses a tier table with a limit below 1, which no
-// engine can count with (a token bucket divides by it).
-func checkTierTable(t *tierTable) error {
-	for zone, tiers := range t.Zones {
-		for tier, limit := range tiers {
-			if limit < 1 {
-				return fmt.Errorf("tier table: zone %q tier %q: limit %d; must be at least 1", zone, tier, limit)
-			}
-		}
-	}
-	return nil
-}
-
-// sharedArrived returns the handler of shared values from other nodes: a
-// newer tier table is put in effect and kept in storage.
-func (s *state) sharedArrived(logger *zap.Logger) func(string, cluster.SharedValue) {
-	return func(name string, v cluster.SharedValue) {
-		if name != tiersSharedName {
-			return
-		}
-		t, err := tierTableOf(v)
-		if err == nil {
-			err = checkTierTable(t)
-		}
-		if err != nil {
-			logger.Error("a tier table from another node", zap.Error(err))
-			return
-		}
-		if s.tiers.store(t) {
-			logger.Info("tier limits changed on another node", zap.String("origin", t.Origin))
-			if err := s.saveTiers(t); err != nil {
-				logger.Error("keeping the tier table", zap.Error(err))
-			}
-		}
-	}
-}
-
-// logger returns the running config's logger, or a no-op one.
-func (s *state) logger() *zap.Logger {
-	if a := s.currentApp(); a != nil {
-		return a.logger
-	}
-	return zap.NewNop()
+	return time.Duration(a.SnapshotInterval)
 }

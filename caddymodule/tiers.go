@@ -1,10 +1,16 @@
 package caddymodule
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"sync"
 	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/cluster"
 )
@@ -41,12 +47,13 @@ const (
 	tiersStorageKey = "tollgate/tiers.json"
 )
 
+// decodeTierTable reads a tier table as storage keeps it, and vets it.
 func decodeTierTable(b []byte) (*tierTable, error) {
 	t := new(tierTable)
 	if err := json.Unmarshal(b, t); err != nil {
 		return nil, fmt.Errorf("decoding tier table: %w", err)
 	}
-	return t, nil
+	return t, checkTierTable(t)
 }
 
 // The cluster shares the zones alone: the version and origin that order
@@ -58,13 +65,13 @@ func (t *tierTable) sharedValue() cluster.SharedValue {
 	return cluster.SharedValue{Value: raw, Version: t.Version, Origin: t.Origin}
 }
 
-// tierTableOf returns the table a shared value carries.
+// tierTableOf returns the table a shared value carries, vetted.
 func tierTableOf(v cluster.SharedValue) (*tierTable, error) {
 	t := &tierTable{Version: v.Version, Origin: v.Origin}
 	if err := json.Unmarshal(v.Value, &t.Zones); err != nil {
 		return nil, fmt.Errorf("decoding tier table: %w", err)
 	}
-	return t, nil
+	return t, checkTierTable(t)
 }
 
 // tiersHolder is the tier table in effect on this node, kept across
@@ -95,6 +102,87 @@ func (h *tiersHolder) store(t *tierTable) bool {
 		}
 		if h.p.CompareAndSwap(cur, t) {
 			return true
+		}
+	}
+}
+
+// restoreTiers installs the tier table kept in storage.
+func (s *state) restoreTiers(ctx context.Context, logger *zap.Logger) {
+	ref := s.storage.Load()
+	b, err := ref.Load(ctx, tiersStorageKey)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			logger.Error("reading the tier table", zap.Error(err))
+		}
+		return
+	}
+	t, err := decodeTierTable(b)
+	if err != nil {
+		logger.Error("reading the tier table; starting without it", zap.Error(err))
+		return
+	}
+	s.tiers.store(t)
+	s.mu.Lock()
+	node := s.node
+	s.mu.Unlock()
+	node.Restore(tiersSharedName, t.sharedValue())
+}
+
+// saveTiers keeps the tier table in storage.
+func (s *state) saveTiers(t *tierTable) error {
+	ref := s.storage.Load()
+	if ref == nil {
+		return nil
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return ref.Store(ctx, tiersStorageKey, b)
+}
+
+// checkSharedValue vets a shared value from another node before the node
+// keeps it: a tier table must decode and name only limits of at least 1.
+func checkSharedValue(name string, value []byte) error {
+	if name != tiersSharedName {
+		return nil
+	}
+	_, err := tierTableOf(cluster.SharedValue{Value: value})
+	return err
+}
+
+// checkTierTable refuses a tier table with a limit below 1, which no
+// engine can count with (a token bucket divides by it).
+func checkTierTable(t *tierTable) error {
+	for zone, tiers := range t.Zones {
+		for tier, limit := range tiers {
+			if limit < 1 {
+				return fmt.Errorf("tier table: zone %q tier %q: limit %d; must be at least 1", zone, tier, limit)
+			}
+		}
+	}
+	return nil
+}
+
+// sharedArrived returns the handler of shared values from other nodes: a
+// newer tier table is put in effect and kept in storage.
+func (s *state) sharedArrived(logger *zap.Logger) func(string, cluster.SharedValue) {
+	return func(name string, v cluster.SharedValue) {
+		if name != tiersSharedName {
+			return
+		}
+		t, err := tierTableOf(v)
+		if err != nil {
+			logger.Error("a tier table from another node", zap.Error(err))
+			return
+		}
+		if s.tiers.store(t) {
+			logger.Info("tier limits changed on another node", zap.String("origin", t.Origin))
+			if err := s.saveTiers(t); err != nil {
+				logger.Error("keeping the tier table", zap.Error(err))
+			}
 		}
 	}
 }

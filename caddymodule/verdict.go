@@ -28,10 +28,8 @@ type verdict struct {
 	tier       string
 	score      float64 // the client's reputation, when scoreKnown
 	scoreKnown bool
-	issuer     *cookieIssuer  // set when the upstream decides on the cookie
-	challenge  bool           // the response is the challenge page
-	app        *App           // for {http.tollgate.network} of a session
-	vars       map[string]any // the request's variables, for its client IP
+	identifier *fingerprint.Identifier // hashes a session's network for {http.tollgate.network}
+	vars       map[string]any          // the request's variables, for its client IP
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
 }

@@ -126,7 +126,7 @@ func (z *Zone) isLease() bool { return z.Concurrent > 0 }
 
 // provision prepares z for requests. Caddy validates after provisioning:
 // nothing here may fail or panic on a value validate would refuse.
-func (z *Zone) provision(ctx caddy.Context, app *App) error {
+func (z *Zone) provision(ctx caddy.Context, h limiter.Hasher) error {
 	if z.MatchRaw != nil {
 		mods, err := ctx.LoadModule(z, "MatchRaw")
 		if err != nil {
@@ -136,7 +136,7 @@ func (z *Zone) provision(ctx caddy.Context, app *App) error {
 			z.matchers = append(z.matchers, m)
 		}
 	}
-	z.prepare(app.hasher)
+	z.prepare(h)
 	z.emptyKey = &emptyKeyReport{logger: ctx.Logger()}
 	return nil
 }
@@ -242,15 +242,19 @@ func (z *Zone) validate() error {
 	}
 	if z.Concurrent != 0 {
 		ttl := time.Duration(z.TTL)
+		if err := concurrentBounds.check(z.Concurrent); err != nil {
+			return fmt.Errorf("zone %q: concurrent %d: %w", z.Name, z.Concurrent, err)
+		}
 		switch {
-		case z.Concurrent < 1 || z.Concurrent > maxConcurrent:
-			return fmt.Errorf("zone %q: concurrent %d: must be a whole number from 1 to %d", z.Name, z.Concurrent, maxConcurrent)
 		case z.Limit != 0 || z.Window != 0:
 			return fmt.Errorf("zone %q: a zone has either limit or concurrent, not both", z.Name)
 		case z.Algorithm != "" || z.Burst != 0:
 			return fmt.Errorf("zone %q: algorithm and burst are for limit zones, not concurrent ones", z.Name)
-		case ttl != 0 && (ttl < time.Second || ttl > limiter.MaxWindow):
-			return fmt.Errorf("zone %q: ttl %s: must be from 1s to %s", z.Name, ttl, limiter.MaxWindow)
+		}
+		if ttl != 0 {
+			if err := checkLeaseTTL(ttl); err != nil {
+				return fmt.Errorf("zone %q: ttl %s: %w", z.Name, ttl, err)
+			}
 		}
 		return nil
 	}
@@ -260,8 +264,8 @@ func (z *Zone) validate() error {
 	if z.Lease != "" || z.TTL != 0 {
 		return fmt.Errorf("zone %q: lease and ttl are for concurrent zones", z.Name)
 	}
-	if z.Limit < 1 || z.Limit > limiter.MaxQuota {
-		return fmt.Errorf("zone %q: limit %d: must be a whole number from 1 to %d", z.Name, z.Limit, int64(limiter.MaxQuota))
+	if err := quotaBounds.check(z.Limit); err != nil {
+		return fmt.Errorf("zone %q: limit %d: %w", z.Name, z.Limit, err)
 	}
 	if err := validateWindow(time.Duration(z.Window)); err != nil {
 		return fmt.Errorf("zone %q: limit window %s: %v", z.Name, time.Duration(z.Window), err)
@@ -273,22 +277,20 @@ func (z *Zone) validate() error {
 	if z.Burst != 0 && alg != limiter.TokenBucket {
 		return fmt.Errorf("zone %q: burst is only allowed with algorithm token_bucket, not %s", z.Name, alg)
 	}
-	if z.Burst < 0 || z.Burst > limiter.MaxQuota {
-		return fmt.Errorf("zone %q: burst %d: must be a whole number from 1 to %d", z.Name, z.Burst, int64(limiter.MaxQuota))
+	if err := quotaBounds.checkSet(z.Burst); err != nil {
+		return fmt.Errorf("zone %q: burst %d: %w", z.Name, z.Burst, err)
 	}
 	return nil
 }
 
 // validateTierLimit checks a tier's limit for this zone's kind.
 func (z *Zone) validateTierLimit(n int64) error {
+	bounds := quotaBounds
 	if z.Concurrent != 0 {
-		if n < 1 || n > maxConcurrent {
-			return fmt.Errorf("%d: must be a whole number from 1 to %d", n, maxConcurrent)
-		}
-		return nil
+		bounds = concurrentBounds
 	}
-	if n < 1 || n > limiter.MaxQuota {
-		return fmt.Errorf("%d: must be a whole number from 1 to %d", n, int64(limiter.MaxQuota))
+	if err := bounds.check(n); err != nil {
+		return fmt.Errorf("%d: %w", n, err)
 	}
 	return nil
 }
@@ -309,50 +311,6 @@ func validateName(what, name string) error {
 		}
 	}
 	return nil
-}
-
-func validateWindow(d time.Duration) error {
-	if d < time.Millisecond || d > limiter.MaxWindow {
-		return fmt.Errorf("must be from 1ms to %s", limiter.MaxWindow)
-	}
-	return nil
-}
-
-// parseLimit parses the N of `limit <N> <window>`.
-func parseLimit(s string) (int64, error) {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 1 || n > limiter.MaxQuota {
-		return 0, fmt.Errorf("%q must be a whole number from 1 to %d", s, int64(limiter.MaxQuota))
-	}
-	return n, nil
-}
-
-// parseWindow parses a window such as 30s, 1m or 1h.
-func parseWindow(s string) (time.Duration, error) {
-	d, err := parseDuration(s, 0)
-	if err != nil {
-		return 0, err
-	}
-	if err := validateWindow(d); err != nil {
-		return 0, fmt.Errorf("%q %v", s, err)
-	}
-	return d, nil
-}
-
-// parseDuration parses a duration with a unit (30s, 1m, 1h, 1d), at least
-// least long if that is positive.
-func parseDuration(s string, least time.Duration) (time.Duration, error) {
-	if s != "" && strings.Trim(s, "0123456789.") == "" {
-		return 0, fmt.Errorf("%q needs a unit, e.g. 30s, 1m, 1h or 1d", s)
-	}
-	d, err := caddy.ParseDuration(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration (e.g. 30s, 1m, 1h or 1d)", s)
-	}
-	if least > 0 && d < least {
-		return 0, fmt.Errorf("%q must be at least %s", s, least)
-	}
-	return d, nil
 }
 
 // match reports whether z counts r.

@@ -6,9 +6,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // loadSites replaces tc's config with one serving the given site blocks,
@@ -34,7 +37,7 @@ func (tc *testCaddy) loadSites(globals string, sites []string) {
 	// it while it drains: start afresh, until a request that counts in no
 	// zone is answered by the new config, whose answer names this load.
 	tc.client.CloseIdleConnections()
-	eventually(tc.t, 5*time.Second, "serving the new config", func() bool {
+	testutil.Eventually(tc.t, 5*time.Second, "serving the new config", func() bool {
 		resp, err := tc.client.Get(tc.URL + "/")
 		if err != nil {
 			return false
@@ -92,7 +95,7 @@ func TestSameNamedZonesKeepTheirCountsAcrossShuffledReloads(t *testing.T) {
 	srv := startCaddy(t, noReputation, `respond "default"`)
 	a, b, c := srv.site("a.test", apiZone(3)), srv.site("b.test", apiZone(50)), srv.site("c.test", apiZone(20))
 	srv.loadSites(noReputation, []string{a, b})
-	clearOfWindowEdge(time.Hour, time.Minute)
+	testutil.ClearOfWindowEdge(time.Hour, time.Minute)
 
 	for i := range 3 {
 		if s, _ := srv.getHost("a.test", "X-User", "bob"); s != http.StatusOK {
@@ -195,5 +198,101 @@ http://b.test:8080 {
 }
 `, shared("token_bucket"), shared("token_bucket")))); err != nil {
 		t.Fatalf("validate refused identical shared zones: %v", err)
+	}
+}
+
+// twoSharedSites is a config of two sites, each declaring the shared zone
+// x with the given handler and zone lines.
+func twoSharedSites(t *testing.T, handlerA, zoneA, handlerB, zoneB string) []byte {
+	t.Helper()
+	site := func(host, handler, zone string) string {
+		return fmt.Sprintf(`http://%s:8080 {
+	tollgate {
+		%s
+		zone x {
+			shared
+			%s
+		}
+	}
+	respond "%s"
+}
+`, host, handler, zone, host)
+	}
+	return adapt(t, "{\n\tadmin off\n}\n"+site("a.test", handlerA, zoneA)+site("b.test", handlerB, zoneB))
+}
+
+// A trial declaration of a shared zone would spend the budget the other
+// declarations enforce (the counter is one): a client's trial requests on
+// one site would get it denied on the other. Such a config is refused.
+func TestSharedZoneTrialInOnePlaceOnlyIsRefused(t *testing.T) {
+	for _, c := range []struct{ name, handlerA, zoneA string }{
+		{"zone dry_run", "", "limit 3 1m\n\t\t\tdry_run"},
+		{"handler dry_run", "dry_run", "limit 3 1m"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			err := validateConfig(twoSharedSites(t, c.handlerA, c.zoneA, "", "limit 3 1m"))
+			if err == nil {
+				t.Fatal("validate accepted a shared zone that is a trial in one site and enforced in the other")
+			}
+			for _, want := range []string{`shared zone "x"`, "dry_run"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %s", err, want)
+				}
+			}
+		})
+	}
+	// A trial everywhere is fine: no declaration enforces the counter.
+	if err := validateConfig(twoSharedSites(t, "dry_run", "limit 3 1m", "", "limit 3 1m\n\t\t\tdry_run")); err != nil {
+		t.Fatalf("validate refused a shared zone that is a trial everywhere: %v", err)
+	}
+}
+
+// A token bucket's default burst is its limit: spelling it out changes
+// nothing, so two declarations that differ only in that agree.
+func TestSharedZoneExplicitDefaultBurstAgrees(t *testing.T) {
+	tb := "limit 3 1m\n\t\t\talgorithm token_bucket"
+	if err := validateConfig(twoSharedSites(t, "", tb, "", tb+"\n\t\t\tburst 3")); err != nil {
+		t.Fatalf("validate refused burst 3 beside the default burst of limit 3: %v", err)
+	}
+	if err := validateConfig(twoSharedSites(t, "", tb, "", tb+"\n\t\t\tburst 4")); err == nil {
+		t.Fatal("validate accepted burst 4 beside the default burst of limit 3")
+	}
+}
+
+// Zones of one name in handlers that Caddy nests where the place walk does
+// not go (a reverse_proxy's handle_response) are still told apart by
+// place: two identical such handlers on two paths of a site keep their
+// own counts, rather than being one zone because their content is.
+func TestSameNamedZonesInHandleResponseKeepTheirOwnCounts(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	defer backend.Close()
+	proxied := func(path, body string) string {
+		return fmt.Sprintf(`handle %s* {
+		reverse_proxy %s {
+			@ok status 2xx
+			handle_response @ok {
+				tollgate {
+					zone api {
+						limit 2 1h
+					}
+				}
+				respond "%s"
+			}
+		}
+	}
+	`, path, strings.TrimPrefix(backend.URL, "http://"), body)
+	}
+	srv := startCaddy(t, "", proxied("/a", "a")+proxied("/b", "b"))
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
+	for _, path := range []string{"/a", "/b"} {
+		for i := range 3 {
+			want := http.StatusOK
+			if i == 2 {
+				want = http.StatusTooManyRequests
+			}
+			if got := srv.status(path, "User-Agent", "nested"); got != want {
+				t.Fatalf("%s request %d: %d, want %d (each path's zone api has its own limit of 2)", path, i+1, got, want)
+			}
+		}
 	}
 }

@@ -21,7 +21,7 @@ const MinSecretLen = 32
 // Session is what a session cookie carries: a random ID and when it was
 // issued.
 type Session struct {
-	ID     [16]byte
+	ID     [16]byte  // random: a version 4 UUID
 	Issued time.Time // whole seconds
 }
 

@@ -56,7 +56,7 @@ func (k Kind) String() string {
 // Identity is who a request comes from. It holds no raw IP: only a keyed
 // hash of the client's network.
 type Identity struct {
-	Kind    Kind
+	Kind    Kind    // what the ID is made of: a session, or a fingerprint
 	Session Session // when Kind is KindSession
 	// Cookie is what verifying the request's session cookie found.
 	Cookie CookieStatus
@@ -117,8 +117,8 @@ func NewIdentifier(cfg Config) (*Identifier, error) {
 	if err := cfg.Prefixes.Validate(); err != nil {
 		return nil, err
 	}
-	if !validCookieName(cfg.CookieName) {
-		return nil, fmt.Errorf("cookie name %q: must be a token (letters, digits and !#$%%&'*+-.^_`|~)", cfg.CookieName)
+	if err := CheckCookieName(cfg.CookieName); err != nil {
+		return nil, err
 	}
 	signer, err := NewSigner(cfg.Secrets)
 	if err != nil {
@@ -202,6 +202,16 @@ func (x *Identifier) CookieCounts() map[CookieStatus]uint64 {
 	return out
 }
 
+// CheckCookieName refuses a cookie name that is not an HTTP token, which a
+// Set-Cookie header could not carry as it is.
+func CheckCookieName(name string) error {
+	if !validCookieName(name) {
+		return fmt.Errorf("cookie name %q: must be a token (letters, digits and !#$%%&'*+-.^_`|~)", name)
+	}
+	return nil
+}
+
+// validCookieName reports whether name is a non-empty HTTP token.
 func validCookieName(name string) bool {
 	for i := 0; i < len(name); i++ {
 		c := name[i]

@@ -1,6 +1,7 @@
 package fingerprint
 
 import (
+	"cmp"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -36,22 +37,13 @@ type PressureConfig struct {
 	MaxNetworks int
 }
 
+// setDefaults fills in the settings left zero.
 func (c *PressureConfig) setDefaults() {
-	if c.Threshold == 0 {
-		c.Threshold = DefaultPressureThreshold
-	}
-	if c.Window == 0 {
-		c.Window = DefaultPressureWindow
-	}
-	if c.Squeeze == 0 {
-		c.Squeeze = DefaultPressureSqueeze
-	}
-	if c.Duration == 0 {
-		c.Duration = DefaultPressureDuration
-	}
-	if c.MaxNetworks == 0 {
-		c.MaxNetworks = DefaultPressureNetworks
-	}
+	c.Threshold = cmp.Or(c.Threshold, DefaultPressureThreshold)
+	c.Window = cmp.Or(c.Window, DefaultPressureWindow)
+	c.Squeeze = cmp.Or(c.Squeeze, DefaultPressureSqueeze)
+	c.Duration = cmp.Or(c.Duration, DefaultPressureDuration)
+	c.MaxNetworks = cmp.Or(c.MaxNetworks, DefaultPressureNetworks)
 }
 
 // Validate reports a setting out of range.

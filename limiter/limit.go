@@ -40,7 +40,7 @@ var algorithmNames = [...]string{
 
 // AlgorithmNames lists the rate algorithms a zone may name, for error
 // messages. Concurrency is configured apart, not by name.
-var AlgorithmNames = strings.Join(algorithmNames[:], ", ")
+func AlgorithmNames() string { return strings.Join(algorithmNames[:], ", ") }
 
 // String returns the configuration name of a.
 func (a Algorithm) String() string {
@@ -64,7 +64,7 @@ func ParseAlgorithm(name string) (Algorithm, error) {
 			return Algorithm(i), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown algorithm %q (allowed: %s)", name, AlgorithmNames)
+	return 0, fmt.Errorf("unknown algorithm %q (allowed: %s)", name, AlgorithmNames())
 }
 
 // MaxQuota is the largest quota or burst a Limit may have.
@@ -88,7 +88,7 @@ type Limit struct {
 // Validate reports what is wrong with l, if anything.
 func (l Limit) Validate() error {
 	if int(l.Algorithm) >= len(algorithmNames) && l.Algorithm != Concurrency {
-		return fmt.Errorf("unknown algorithm %d (allowed: %s)", l.Algorithm, AlgorithmNames)
+		return fmt.Errorf("unknown algorithm %d (allowed: %s)", l.Algorithm, AlgorithmNames())
 	}
 	if l.Quota < 1 || l.Quota > MaxQuota {
 		return fmt.Errorf("quota %d out of range (allowed: 1 to %d)", l.Quota, int64(MaxQuota))

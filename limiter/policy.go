@@ -16,8 +16,18 @@ type Bucket struct {
 	Factor float64 // limits are multiplied by this, above 0 and at most 1
 }
 
-// DefaultBuckets: 100–75 full limits, 74–50 60%, 49–25 30%, 24–0 10%.
-var DefaultBuckets = []Bucket{{75, 1}, {50, 0.6}, {25, 0.3}, {0, 0.1}}
+// DefaultReputationBuckets returns the default buckets, a fresh slice each
+// time: 100–75 full limits, 74–50 60%, 49–25 30%, 24–0 10%.
+func DefaultReputationBuckets() []Bucket {
+	return []Bucket{{75, 1}, {50, 0.6}, {25, 0.3}, {0, 0.1}}
+}
+
+// DefaultBuckets are the default buckets, as a value that every user of
+// it shares.
+//
+// Deprecated: a change to it would change every policy built from it; use
+// DefaultReputationBuckets, which returns a fresh slice.
+var DefaultBuckets = DefaultReputationBuckets()
 
 // ReputationPolicy scores clients by their violations: a client starts at
 // FullScore, loses Penalty points for each denied request and regains

@@ -1,0 +1,159 @@
+package caddymodule
+
+import (
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// handleClient serves GET and DELETE /tollgate/clients/{id}[?zone=name].
+// {id} is the key as a zone renders it: the client ID by default, or
+// whatever the zone's key produced (URL-escaped); or its hashed ID, h:…,
+// as the logs print it. A GET of n:<hash>, as {http.tollgate.network}
+// renders it, shows that IP network's budgets for requests without a
+// session.
+func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
+	raw := strings.TrimPrefix(r.URL.EscapedPath(), adminapi.PathClients)
+	id, err := url.PathUnescape(raw)
+	if err != nil || id == "" || strings.Contains(raw, "/") {
+		return badRequest("want /tollgate/clients/{id}, with the id URL-escaped; got %q", r.URL.Path)
+	}
+	app, err := runningApp()
+	if err != nil {
+		return err
+	}
+	zoneName := r.URL.Query().Get(adminapi.QueryZone)
+	zones := app.zonesNamed(zoneName)
+	if len(zones) == 0 {
+		if zoneName != "" {
+			return notFound("no zone %q in the running config", zoneName)
+		}
+		return notFound("no zone in the running config")
+	}
+	keyHash := app.keyHashOf(id)
+	if net, ok := adminapi.ParseNetworkID(id); ok && r.Method == http.MethodGet {
+		view := adminapi.ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(net, 0)).Name, Zones: []adminapi.ZoneView{}}
+		for _, z := range zones {
+			if !z.countsNetwork() {
+				continue
+			}
+			zv, err := app.networkZoneView(z, net)
+			if err != nil {
+				return unavailable(err)
+			}
+			view.Zones = append(view.Zones, zv)
+		}
+		return writeJSON(w, view)
+	}
+	switch r.Method {
+	case http.MethodGet:
+		view := adminapi.ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(keyHash, 0)).Name, Zones: []adminapi.ZoneView{}}
+		for _, z := range zones {
+			zv, err := app.zoneView(z, keyHash, id)
+			if err != nil {
+				return unavailable(err)
+			}
+			view.Zones = append(view.Zones, zv)
+		}
+		if rk := app.reputationKey(keyHash); rk != 0 {
+			score, err := app.node.Reputation(rk)
+			if err != nil {
+				return unavailable(err)
+			}
+			rounded := int(math.Round(score))
+			view.Reputation = &rounded
+		}
+		return writeJSON(w, view)
+	case http.MethodDelete:
+		keys := make([]limiter.Key, 0, len(zones)+1)
+		out := adminapi.ResetResult{ID: id, ZonesReset: []string{}}
+		for _, z := range zones {
+			keys = append(keys, limiter.ZoneKey(keyHash, z.seed))
+			out.ZonesReset = append(out.ZonesReset, z.Name)
+		}
+		if rk := app.reputationKey(keyHash); rk != 0 && zoneName == "" {
+			keys = append(keys, rk) // the whole client: its reputation too
+		}
+		out.Unreachable = app.node.Reset(keys...)
+		if out.Unreachable == nil {
+			out.Unreachable = []string{}
+		}
+		var scopes []string
+		if zoneName != "" {
+			for _, z := range zones {
+				scopes = append(scopes, z.scope)
+			}
+		}
+		forgetEverywhere(app.node, gatherDeniedForget, keyHash, scopes)
+		app.logger.Info("client reset through the admin API", zap.Strings("zones", out.ZonesReset),
+			zap.String("key_hash", adminapi.HashedID(keyHash)))
+		return writeJSON(w, out)
+	}
+	return methodNotAllowed(r, "GET or DELETE")
+}
+
+// keyHashOf returns the hash of a key given raw or hashed.
+func (a *App) keyHashOf(id string) uint64 {
+	if h, ok := adminapi.ParseHashedID(id); ok {
+		return h
+	}
+	return a.hasher.Sum64(id)
+}
+
+// zoneView reads one zone's state for a key at its owner.
+func (a *App) zoneView(z *Zone, keyHash uint64, id string) (adminapi.ZoneView, error) {
+	key := limiter.ZoneKey(keyHash, z.seed)
+	zv := adminapi.ZoneView{Zone: z.Name, Scope: z.scope, Algorithm: z.limit.Algorithm.String(), Window: z.limit.Window.Seconds()}
+	if z.isLease() {
+		leases, err := a.node.Leases(key)
+		if err != nil {
+			return zv, err
+		}
+		zv.Limit, zv.Remaining = z.Concurrent, max(0, z.Concurrent-int64(len(leases)))
+		zv.Exhausted, zv.Source = zv.Remaining == 0, cluster.SourceOwner.String()
+		if a.node.Owner(key).Name != a.node.Name() {
+			zv.Source = cluster.SourcePeer.String()
+		}
+		for _, l := range leases {
+			zv.Leases = append(zv.Leases, adminapi.LeaseView{ID: strconv.FormatUint(l.ID, 16), Expires: instant(time.Unix(0, l.Expires))})
+		}
+		return zv, nil
+	}
+	res := make([]limiter.Result, 1)
+	src := a.node.Peek(time.Now(), []limiter.Request{{Key: key, Zone: z.seed, Limit: z.limit}}, res)
+	zv.Limit = z.Limit
+	zv.Remaining, zv.Reset = max(0, res[0].Remaining), headerSeconds(res[0].Reset)
+	zv.Exhausted, zv.Source = !res[0].Allowed, src.String()
+	g, ok, err := a.node.GetGrant(key)
+	if err != nil {
+		return zv, err
+	}
+	if ok {
+		gv := grantView(z, id, g)
+		zv.Grant = &gv
+	}
+	return zv, nil
+}
+
+// networkZoneView reads zone z's budget of a network at its owner, without
+// IP pressure.
+func (a *App) networkZoneView(z *Zone, net uint64) (adminapi.ZoneView, error) {
+	limit := z.limit.Scale(float64(a.networkShare(z)))
+	key := limiter.ZoneKey(net, z.networkSeed())
+	zv := adminapi.ZoneView{Zone: z.Name, Scope: z.scope + " network", Algorithm: limit.Algorithm.String(), Window: limit.Window.Seconds()}
+	res := make([]limiter.Result, 1)
+	src := a.node.Peek(time.Now(), []limiter.Request{{Key: key, Zone: z.networkSeed(), Limit: limit}}, res)
+	zv.Limit = limit.Quota
+	zv.Remaining, zv.Reset = max(0, res[0].Remaining), headerSeconds(res[0].Reset)
+	zv.Exhausted, zv.Source = !res[0].Allowed, src.String()
+	return zv, nil
+}

@@ -1,0 +1,83 @@
+package caddymodule
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/caddyserver/certmagic"
+	"go.uber.org/zap"
+
+	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/internal/testutil"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+func TestStateSurvivesARestart(t *testing.T) {
+	dir := t.TempDir()
+	site := `
+	tollgate {
+		zone api {
+			limit 5 1h
+			key {http.request.header.X-User}
+		}
+		zone rooms {
+			concurrent 1
+			key {http.request.header.X-User}
+			lease {http.request.header.X-Room}
+		}
+	}
+	respond "{http.tollgate.client_id}"`
+	srv := startCaddyWith(t, caddyOptions{dir: dir}, "", site)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
+	for range 7 {
+		srv.get("/", "X-User", "hal") // 5 allowed, 2 denials
+	}
+	_, clientID := srv.body("/", "X-User", "ivy")
+	srv.get("/", "X-User", "hal", "X-Room", "lobby")
+	postGrant(t, srv, `{"zone":"api","key":"ivy","amount":3,"duration":"1h"}`)
+
+	caddyStop(t) // writes the snapshot
+	srv = startCaddyWith(t, caddyOptions{dir: dir}, "", site)
+	if s := srv.status("/", "X-User", "hal"); s != http.StatusTooManyRequests {
+		t.Errorf("hal after a restart: %d; want still limited", s)
+	}
+	var cv adminapi.ClientView
+	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/"+clientID, &cv)
+	if cv.Reputation == nil || *cv.Reputation > 98 {
+		t.Errorf("the client's reputation after a restart: %v; want the denials remembered", cv.Reputation)
+	}
+	if s := srv.status("/", "X-User", "hal", "X-Room", "kitchen"); s != http.StatusTooManyRequests {
+		t.Errorf("a second room after a restart: %d; want the lease on lobby kept", s)
+	}
+	var g adminapi.GrantView
+	if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/grants/api/ivy", &g); status != http.StatusOK || g.Amount != 3 {
+		t.Errorf("ivy's grant after a restart: %d %s", status, body)
+	}
+}
+
+// A snapshot holding more states than max_keys allows restores what fits,
+// instead of nothing.
+func TestOversizedSnapshotRestoresWhatFits(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir()) // Caddy's instance ID lives there
+	s, _ := newState(10)
+	s.node = cluster.Standalone(s.engine)
+	s.storage.Store(&storageRef{&certmagic.FileStorage{Path: t.TempDir()}})
+	now := time.Now()
+	var states []limiter.State
+	for i := range 25 {
+		states = append(states, limiter.State{Key: limiter.Key(i + 1), Stamp: now.UnixNano(), Expires: now.Add(time.Hour).UnixNano(), Cur: 3})
+	}
+	b := limiter.AppendStates([]byte(snapshotMagic), states)
+	if err := s.storage.Load().Store(context.Background(), s.snapshotKey(), b); err != nil {
+		t.Fatal(err)
+	}
+	s.restoreSnapshot(context.Background(), zap.NewNop())
+	// The engine's bound is kept per shard, so what fits can be a little
+	// less than max_keys; but never nothing, and never more.
+	if k := s.engine.Stats().Keys; k < 5 || k > 10 {
+		t.Errorf("%d keys restored from a snapshot of 25 with max_keys 10; want what fits, 5 to 10", k)
+	}
+}

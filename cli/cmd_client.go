@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/tollgate/tollgate/adminapi"
+)
+
+// warnNearlyHashed says when an id looks like a hashed ID from the logs
+// but is not one (a digit short, a typo): the API takes it for a raw key,
+// so a reset of it succeeds and lets nobody through.
+func warnNearlyHashed(id string) {
+	if _, ok := adminapi.ParseHashedID(id); !ok && strings.HasPrefix(id, adminapi.HashedPrefix) {
+		caddy.Log().Warn(fmt.Sprintf("%q is not a hashed ID (h: and 16 hex digits, as the logs print it): it is taken as a raw key", id))
+	}
+}
+
+// callClient sends method to the route of client id (in --zone, if given)
+// and decodes the answer into out.
+func (c *invocation) callClient(method, id string, out any) ([]byte, error) {
+	warnNearlyHashed(id)
+	return c.call(method, adminapi.ClientPath(id)+c.zoneQuery(), nil, out)
+}
+
+// runClient prints a client's counters in every zone, or --zone.
+func runClient(c *invocation, args []string) (int, error) {
+	var view adminapi.ClientView
+	raw, err := c.callClient(http.MethodGet, args[0], &view)
+	if err != nil {
+		return exitFor(err), err
+	}
+	seen := false
+	for _, z := range view.Zones {
+		seen = seen || z.Remaining < z.Limit || z.Exhausted || z.Grant != nil || len(z.Leases) > 0
+	}
+	unseen := fmt.Errorf("nothing is counted for %s now: it was not seen lately, or its counters expired (check the id: a raw key as the zone renders it, or h: and 16 hex digits as the logs print it)", args[0])
+	if c.json {
+		code, err := c.printJSON(raw)
+		if err == nil && !seen {
+			return exitNotFound, unseen
+		}
+		return code, err
+	}
+	if !seen {
+		return exitNotFound, unseen
+	}
+	w := c.table()
+	fmt.Fprintf(w, "client\t%s\n", view.ID)
+	fmt.Fprintf(w, "owner\t%s\n", view.Owner)
+	if view.Reputation != nil {
+		fmt.Fprintf(w, "reputation\t%d\n", *view.Reputation)
+	}
+	w.Flush()
+	fmt.Fprintln(c.out)
+	w = c.table()
+	fmt.Fprintln(w, "ZONE\tALGORITHM\tLIMIT\tREMAINING\tRESET\tDENIED\tSOURCE\tGRANT")
+	for _, z := range view.Zones {
+		grant := "-"
+		if z.Grant != nil {
+			grant = fmt.Sprintf("%d of %d left", z.Grant.Remaining, z.Grant.Amount)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%ds\t%s\t%s\t%s\n", z.Zone, z.Algorithm, z.Limit, z.Remaining, z.Reset, yesNo(z.Exhausted), z.Source, grant)
+	}
+	w.Flush()
+	return exitOK, nil
+}
+
+// runReset lets a client through again in every zone, or --zone.
+func runReset(c *invocation, args []string) (int, error) {
+	var res adminapi.ResetResult
+	raw, err := c.callClient(http.MethodDelete, args[0], &res)
+	if err != nil {
+		return exitFor(err), err
+	}
+	if c.json {
+		return c.printJSON(raw)
+	}
+	fmt.Fprintf(c.out, "reset %s in %s\n", res.ID, strings.Join(res.ZonesReset, ", "))
+	if len(res.Unreachable) > 0 {
+		fmt.Fprintf(c.out, "not told (they forget the key when its denial ends): %s\n", strings.Join(res.Unreachable, ", "))
+	}
+	return exitOK, nil
+}

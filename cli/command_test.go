@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/internal/testutil"
+)
+
+// TestCLIAgainstARunningCaddy runs every subcommand against a Caddy with
+// the doc's zones, as a table and as JSON, and checks the exit codes and
+// the advice of a bad address and an unknown client.
+func TestCLIAgainstARunningCaddy(t *testing.T) {
+	testutil.TollgateBinary(t) // build first, outside the window the test watches
+	srv := startCaddy(t, testutil.DocSite)
+	testutil.ClearOfWindowEdge(time.Hour, 30*time.Second)
+	for range 101 {
+		srv.get(t, "/api/x", "X-User", "alice")
+	}
+	addr := srv.Admin
+	// alice is the one key denied: the list names her by her hashed ID.
+	var denied adminapi.DeniedList
+	if status, body := srv.adminGet(t, "/tollgate/denied?zone=api", &denied); status != http.StatusOK || len(denied.Items) != 1 {
+		t.Fatalf("GET /tollgate/denied: %d %s; want alice's key alone", status, body)
+	}
+	aliceHash := denied.Items[0].Key
+
+	type step struct {
+		args     []string
+		code     int
+		out      []string // in the output, in a table
+		errWords string   // in the error output
+	}
+	for _, s := range []step{
+		{[]string{"status"}, 0, []string{"standalone", "MEMBER", "local", "self", "ZONE", "api"}, ""},
+		{[]string{"client", "alice", "--zone", "api"}, 0, []string{"ZONE", "api", "sliding_window", "100", "yes"}, ""},
+		{[]string{"client", aliceHash}, 0, []string{"api", "credits", "rooms"}, ""},
+		{[]string{"client", "nobody-seen"}, exitNotFound, nil, "nothing is counted for nobody-seen"},
+		{[]string{"client", "alice", "--zone", "nosuch"}, exitNotFound, nil, `no zone \"nosuch\"`},
+		{[]string{"tiers"}, 0, []string{"credits", "premium", "50000", "rooms", "32"}, ""},
+		{[]string{"tiers", "set", "credits", "pro=12000"}, 0, []string{"credits", "pro", "10000", "12000"}, ""},
+		{[]string{"tiers", "set", "credits", "gold=1"}, exitRefused, nil, `unknown tier \"gold\"`},
+		{[]string{"tiers", "set", "credits", "pro"}, exitUsage, nil, "want <tier>=<limit>"},
+		{[]string{"tiers", "clear"}, 0, []string{"credits", "pro", "10000"}, ""},
+		{[]string{"grant", "add", "credits", "alice", "500", "168h"}, 0, []string{"credits", "alice", "500"}, ""},
+		{[]string{"grant", "add", "credits", "bob", "5", "3600"}, 0, []string{"bob", "5"}, ""},
+		{[]string{"grant", "add", "credits", "bob", "lots", "1h"}, exitUsage, nil, `amount \"lots\"`},
+		{[]string{"grant", "show", "credits", "alice"}, 0, []string{"alice", "500"}, ""},
+		{[]string{"grant", "show"}, 0, []string{"credits", aliceHash, "500"}, ""},
+		{[]string{"grant", "revoke", "credits", "alice"}, 0, []string{"revoked"}, ""},
+		{[]string{"grant", "revoke", "credits", "alice"}, exitNotFound, nil, "no grant"},
+		{[]string{"grant", "show", "credits"}, exitUsage, nil, "give a zone and a key"},
+		{[]string{"reset", aliceHash, "--zone", "api"}, 0, []string{"reset " + aliceHash + " in api"}, ""},
+		{[]string{"client"}, exitUsage, nil, "usage: caddy tollgate client <id>"},
+		{[]string{}, exitUsage, nil, "name a subcommand"},
+	} {
+		out, errOut, code := testutil.CLI(t, append(s.args, "--address", addr)...)
+		if code != s.code {
+			t.Errorf("tollgate %v: exit %d; want %d\n%s%s", s.args, code, s.code, out, errOut)
+			continue
+		}
+		for _, w := range s.out {
+			if !strings.Contains(out, w) {
+				t.Errorf("tollgate %v: output lacks %q:\n%s", s.args, w, out)
+			}
+		}
+		if s.errWords != "" && !strings.Contains(errOut, s.errWords) {
+			t.Errorf("tollgate %v: error output lacks %q:\n%s", s.args, s.errWords, errOut)
+		}
+	}
+	if s := srv.get(t, "/api/x", "X-User", "alice"); s != http.StatusOK {
+		t.Errorf("after tollgate reset, alice: %d; want let through", s)
+	}
+
+	// --json prints what the admin API answers, for every subcommand.
+	srv.get(t, "/api/x", "X-User", "carol")
+	for _, args := range [][]string{
+		{"status"}, {"client", "carol"}, {"reset", "carol"}, {"tiers"}, {"tiers", "set", "credits", "pro=11000"},
+		{"tiers", "clear"}, {"grant", "add", "credits", "carol", "7", "1h"}, {"grant", "show", "credits", "carol"},
+		{"grant", "show"}, {"grant", "revoke", "credits", "carol"},
+	} {
+		out, errOut, code := testutil.CLI(t, append(args, "--json", "--address", addr)...)
+		var v map[string]any
+		if code != 0 || json.Unmarshal([]byte(out), &v) != nil || len(v) == 0 {
+			t.Errorf("tollgate %v --json: exit %d, not a JSON object:\n%s%s", args, code, out, errOut)
+		}
+	}
+	out, _, code := testutil.CLI(t, "client", "nobody-seen", "--json", "--address", addr)
+	if code != exitNotFound || json.Unmarshal([]byte(out), new(adminapi.ClientView)) != nil {
+		t.Errorf("an unknown client with --json: exit %d, %q; want 4 and the view", code, out)
+	}
+
+	// A bad address says what to do.
+	_, errOut, code := testutil.CLI(t, "status", "--address", "127.0.0.1:1")
+	if code != exitUnreachable || !strings.Contains(errOut, "is Caddy running?") || !strings.Contains(errOut, "--address") {
+		t.Errorf("a bad address: exit %d, %q; want 3 and advice", code, errOut)
+	}
+	_, errOut, code = testutil.CLI(t, "status", "--address", "not an address")
+	if code != exitUsage || !regexp.MustCompile(`--address .* is not an admin address`).MatchString(errOut) {
+		t.Errorf("a malformed address: exit %d, %q; want 2 and advice", code, errOut)
+	}
+	// An admin endpoint without Tollgate's routes: another Caddy, say.
+	_, errOut, code = testutil.CLI(t, "status", "--address", strings.TrimPrefix(srv.URL, "http://"))
+	if code == 0 || !strings.Contains(errOut, "--address") {
+		t.Errorf("a site address instead of the admin one: exit %d, %q; want a failure naming --address", code, errOut)
+	}
+}
+
+// TestCLIWrongCommandLinesExitTwo checks the documented exit code of a
+// wrong command line where cobra, not a subcommand, finds it wrong.
+func TestCLIWrongCommandLinesExitTwo(t *testing.T) {
+	for _, args := range [][]string{
+		{"bogus"},
+		{"status", "--bogus"},
+		{"grant", "add", "api", "alice", "10", "-5"},
+		{"grant", "show", "--zone", "api"},
+	} {
+		_, errOut, code := testutil.CLI(t, append(args, "--address", "127.0.0.1:1")...)
+		if code != exitUsage || !strings.Contains(errOut, "usage") && !strings.Contains(errOut, "subcommand") {
+			t.Errorf("caddy tollgate %v: exit %d %s; want %d and the usage", args, code, errOut, exitUsage)
+		}
+	}
+}

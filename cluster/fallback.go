@@ -60,7 +60,7 @@ func (n *Node) reconcileBy(now time.Time, ring *Ring) {
 	r := n.recon
 	r.mu.Lock()
 	for name, batches := range r.pending {
-		if _, in := ring.index(name); in {
+		if ring.Has(name) {
 			continue
 		}
 		delete(r.pending, name)

@@ -770,7 +770,7 @@ func (n *Node) goneSince(st *ringState) map[string]bool {
 	var gone map[string]bool
 	leaving := n.members.leaving()
 	for _, m := range st.prev.Members() {
-		if _, in := st.ring.index(m.Name); !in && !leaving[m.Name] {
+		if !st.ring.Has(m.Name) && !leaving[m.Name] {
 			if gone == nil {
 				gone = make(map[string]bool)
 			}

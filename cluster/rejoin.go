@@ -202,12 +202,12 @@ func (n *Node) wakeJoin() {
 func (n *Node) settle(joined bool) {
 	n.gate.joining.Store(true)
 	defer n.gate.joining.Store(false)
-	others := n.settledRing(func(r *Ring) bool { _, in := r.index(n.name); return !in })
+	others := n.settledRing(func(r *Ring) bool { return !r.Has(n.name) })
 	n.awaitPeers(others)
 	n.deliverHeld(others)
 	n.gate.member.Store(true)
 	n.requestRebuild()
-	n.settledRing(func(r *Ring) bool { _, in := r.index(n.name); return in })
+	n.settledRing(func(r *Ring) bool { return r.Has(n.name) })
 	n.gate.announced.Store(true)
 	n.announce()
 	if joined {
@@ -269,7 +269,7 @@ func (n *Node) deliverHeld(ring *Ring) {
 	now := time.Now()
 	self := *n.self.Load()
 	members := ring.Members()
-	if _, in := ring.index(n.name); !in {
+	if !ring.Has(n.name) {
 		members = append(members, self)
 	}
 	with := NewRing(n.hasher, members)

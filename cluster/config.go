@@ -8,51 +8,29 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/tollgate/tollgate/cluster/core"
 )
 
 // FallbackMode says what a node does with a request whose owner it cannot
-// reach.
-type FallbackMode uint8
+// reach (see core.FallbackMode).
+type FallbackMode = core.FallbackMode
 
+// The fallback modes.
 const (
-	// FallbackLocal counts the request on this node, with every limit
-	// multiplied by the fallback ratio: a brief over-block beats an
-	// under-block.
-	FallbackLocal FallbackMode = iota
-	// FallbackOpen lets the request through uncounted.
-	FallbackOpen
-	// FallbackClosed denies the request.
-	FallbackClosed
+	FallbackLocal  = core.FallbackLocal
+	FallbackOpen   = core.FallbackOpen
+	FallbackClosed = core.FallbackClosed
 )
 
-var fallbackNames = [...]string{"local", "open", "closed"}
-
-// String names the mode as configured.
-func (m FallbackMode) String() string {
-	if int(m) < len(fallbackNames) {
-		return fallbackNames[m]
-	}
-	return fmt.Sprintf("fallback(%d)", m)
-}
-
 // ParseFallbackMode returns the mode with the given name; empty is local.
-func ParseFallbackMode(s string) (FallbackMode, error) {
-	if s == "" {
-		return FallbackLocal, nil
-	}
-	for i, n := range fallbackNames {
-		if n == s {
-			return FallbackMode(i), nil
-		}
-	}
-	return 0, fmt.Errorf("fallback %q: must be local, open or closed", s)
-}
+func ParseFallbackMode(s string) (FallbackMode, error) { return core.ParseFallbackMode(s) }
 
 // Defaults of a node.
 const (
-	DefaultFallbackRatio = 0.4
-	DefaultCallTimeout   = 100 * time.Millisecond
-	DefaultHandoffWindow = 10 * time.Second
+	DefaultFallbackRatio = core.DefaultFallbackRatio
+	DefaultCallTimeout   = core.DefaultCallTimeout
+	DefaultHandoffWindow = core.DefaultHandoffWindow
 	DefaultLeaveTimeout  = 5 * time.Second
 	DefaultBlockedKeys   = 1 << 16
 )
@@ -87,12 +65,18 @@ type Config struct {
 	// FallbackRatio multiplies limits while counting locally for an
 	// unreachable owner, above 0 and at most 1. Default 0.4.
 	FallbackRatio float64
-	// CallTimeout bounds every peer call. Default 100ms.
+	// CallTimeout is the pace of the peer protocol: an owner holds a
+	// request whose keys' counts are on their way to it for up to this
+	// long, a caller gives a call up after twice this, and transfers are
+	// sent again at this pace. Default 100ms.
 	CallTimeout time.Duration
-	// HandoffWindow is how long after a membership change a new owner asks
-	// the previous owner for keys it does not have yet. Default 10s.
+	// HandoffWindow bounds how long after a membership change a new owner
+	// waits for the nodes it takes keys from to hand them all over; past it,
+	// it counts what has not arrived from nothing (what arrives later adds).
+	// Default 10s.
 	HandoffWindow time.Duration
-	// BlockedKeys bounds the cache of keys known to be denied. Default
+	// BlockedKeys sizes the caches of what owners said: keys known to be
+	// denied, remaining counts, clients' scores. Default
 	// 65536.
 	BlockedKeys int
 

@@ -14,18 +14,23 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/tollgate/tollgate/cluster/core"
 )
 
 // The peer protocol runs over TCP. A connection opens with a mutual
 // challenge-response handshake under the cluster secret:
 //
-//	client → server  "TGP" version(u16) client-nonce(16) name
+//	client → server  "TGP" version(u16) client-nonce(16) incarnation(u64) name
 //	server → client  "TGP" version(u16) server-nonce(16) HMAC(k, "server"|cn|sn)
-//	client → server  HMAC(k, "client"|sn|cn)
+//	client → server  HMAC(k, "client"|sn|cn|incarnation|name)
 //
 // Either side closes the connection on a version it does not speak or a MAC
 // that does not verify, so a caller without the secret learns nothing and
-// changes nothing. After it, every frame is sealed with AES-256-GCM under a
+// changes nothing. The server reads the version first and answers with its
+// own on a mismatch, so a node of another version is refused with a log
+// line naming both. The client's run (its name and incarnation) is covered
+// by its MAC: the server knows whom it answers. After it, every frame is sealed with AES-256-GCM under a
 // key per direction derived from the secret and both nonces, with a counter
 // as nonce: frames cannot be read, altered, replayed or reordered.
 
@@ -81,14 +86,22 @@ func newAEAD(key []byte) (cipher.AEAD, error) {
 	return cipher.NewGCM(block)
 }
 
-// clientHandshake authenticates conn as a client named name.
-func clientHandshake(conn net.Conn, key []byte, name string, deadline time.Time) (*secureConn, error) {
+// runBytes encodes a run for the handshake's MAC.
+func runBytes(run core.Peer) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, run.Inc)
+	return append(b, run.Name...)
+}
+
+// clientHandshake authenticates conn as a client, the run self.
+func clientHandshake(conn net.Conn, key []byte, self core.Peer, deadline time.Time) (*secureConn, error) {
 	conn.SetDeadline(deadline)
 	defer conn.SetDeadline(time.Time{})
 	cn := make([]byte, 16)
 	rand.Read(cn)
+	name := self.Name[:min(len(self.Name), maxNameBytes)]
 	hello := append([]byte(handshakeMagic), byte(ProtocolVersion), byte(ProtocolVersion>>8))
 	hello = append(hello, cn...)
+	hello = binary.LittleEndian.AppendUint64(hello, self.Inc)
 	hello = append(hello, byte(len(name)))
 	hello = append(hello, name...)
 	if _, err := conn.Write(hello); err != nil {
@@ -111,50 +124,56 @@ func clientHandshake(conn net.Conn, key []byte, name string, deadline time.Time)
 	if !hmac.Equal(reply[21:], macOf(key, []byte("server"), cn, sn)) {
 		return nil, errAuth
 	}
-	if _, err := conn.Write(macOf(key, []byte("client"), sn, cn)); err != nil {
+	if _, err := conn.Write(macOf(key, []byte("client"), sn, cn, runBytes(core.Peer{Name: name, Inc: self.Inc}))); err != nil {
 		return nil, err
 	}
 	return newSecureConn(conn, key, cn, sn, true)
 }
 
-// serverHandshake authenticates a client on conn.
-func serverHandshake(conn net.Conn, key []byte, deadline time.Time) (*secureConn, error) {
+// serverHandshake authenticates a client on conn and returns its run.
+func serverHandshake(conn net.Conn, key []byte, deadline time.Time) (*secureConn, core.Peer, error) {
 	conn.SetDeadline(deadline)
 	defer conn.SetDeadline(time.Time{})
-	head := make([]byte, 3+2+16+1)
-	if _, err := io.ReadFull(conn, head); err != nil {
-		return nil, err
+	head := make([]byte, 3+2+16+8+1)
+	if _, err := io.ReadFull(conn, head[:5]); err != nil {
+		return nil, core.Peer{}, err
 	}
 	if string(head[:3]) != handshakeMagic {
-		return nil, errAuth
+		return nil, core.Peer{}, errAuth
 	}
-	sn := make([]byte, 16)
-	rand.Read(sn)
-	cn := head[5:21]
 	// Answer with our version even on a mismatch, so the client can say
 	// which versions disagree.
 	reply := append([]byte(handshakeMagic), byte(ProtocolVersion), byte(ProtocolVersion>>8))
 	if v := int(head[3]) | int(head[4])<<8; v != ProtocolVersion {
 		conn.Write(reply)
-		return nil, VersionError{ProtocolVersion, v}
+		return nil, core.Peer{}, VersionError{ProtocolVersion, v}
 	}
-	name := make([]byte, head[21]) // the client's name: read past, not trusted
+	if _, err := io.ReadFull(conn, head[5:]); err != nil {
+		return nil, core.Peer{}, err
+	}
+	cn := head[5:21]
+	run := core.Peer{Inc: binary.LittleEndian.Uint64(head[21:29])}
+	name := make([]byte, head[29])
 	if _, err := io.ReadFull(conn, name); err != nil {
-		return nil, err
+		return nil, core.Peer{}, err
 	}
+	run.Name = string(name)
+	sn := make([]byte, 16)
+	rand.Read(sn)
 	reply = append(reply, sn...)
 	reply = append(reply, macOf(key, []byte("server"), cn, sn)...)
 	if _, err := conn.Write(reply); err != nil {
-		return nil, err
+		return nil, core.Peer{}, err
 	}
 	mac := make([]byte, 32)
 	if _, err := io.ReadFull(conn, mac); err != nil {
-		return nil, err
+		return nil, core.Peer{}, err
 	}
-	if !hmac.Equal(mac, macOf(key, []byte("client"), sn, cn)) {
-		return nil, errAuth
+	if !hmac.Equal(mac, macOf(key, []byte("client"), sn, cn, runBytes(run))) {
+		return nil, core.Peer{}, errAuth
 	}
-	return newSecureConn(conn, key, cn, sn, false)
+	sc, err := newSecureConn(conn, key, cn, sn, false)
+	return sc, run, err
 }
 
 func newSecureConn(conn net.Conn, key, cn, sn []byte, client bool) (*secureConn, error) {

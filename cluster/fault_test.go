@@ -482,17 +482,14 @@ func (c *faultCluster) converged(reconciled bool) bool {
 				continue
 			}
 			p := n.peers.get(m.Name)
-			if p == nil || !p.connected.Load() || p.breaker.open() {
+			if p == nil || !p.connected.Load() || !n.core().Reachable(m.Name) {
 				return false
 			}
 		}
-		if !reconciled {
-			continue
+		if !n.core().Member() || n.core().HandoffUnderway() {
+			return false
 		}
-		n.recon.mu.Lock()
-		pending := len(n.recon.pending)
-		n.recon.mu.Unlock()
-		if pending > 0 || n.fallback.Stats().Keys > 0 {
+		if reconciled && n.core().FallbackKeys() > 0 {
 			return false
 		}
 	}
@@ -527,15 +524,12 @@ const reconcileWait = 3 * time.Second
 func (c *faultCluster) describe() string {
 	var state []string
 	for _, n := range c.live() {
-		n.recon.mu.Lock()
-		pending := len(n.recon.pending)
-		n.recon.mu.Unlock()
 		var peers []string
 		for _, p := range n.peers.all() {
-			peers = append(peers, fmt.Sprintf("%s connected=%v open=%v", p.member.Name, p.connected.Load(), p.breaker.open()))
+			peers = append(peers, fmt.Sprintf("%s connected=%v reachable=%v", p.name, p.connected.Load(), n.core().Reachable(p.name)))
 		}
-		state = append(state, fmt.Sprintf("%s: ring %v, peers %v, fallback keys %d, batches pending for %d owners",
-			n.Name(), n.Ring().Members(), peers, n.fallback.Stats().Keys, pending))
+		state = append(state, fmt.Sprintf("%s: member %v, ring %v, peers %v, fallback keys %d, hand-off under way %v",
+			n.Name(), n.core().Member(), n.Ring().Members(), peers, n.core().FallbackKeys(), n.core().HandoffUnderway()))
 	}
 	return strings.Join(state, "\n")
 }
@@ -687,9 +681,9 @@ func (c *faultCluster) noteReplicas(h *history, s *schedule) {
 			}
 		}
 		if n := byName[succ.Name]; n != nil {
-			n.replicas.mu.Lock()
-			rep = n.replicas.states[k].Cur
-			n.replicas.mu.Unlock()
+			if st, ok := n.core().ReplicaOf(k); ok {
+				rep = st.Cur
+			}
 		}
 		parts = append(parts, fmt.Sprintf("key %d: %d at owner %s, %d at successor %s", i, cur, owner.Name, rep, succ.Name))
 		lag[i] = max(0, int64(cur)-int64(rep))
@@ -716,16 +710,7 @@ func (c *faultCluster) noteConverged(h *history, s *schedule) {
 func (h *history) check(n *Node, s *schedule, key int) {
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: s.limit, Window: time.Hour}
 	k := s.keys[key]
-	st := n.state.Load()
-	owner, _ := st.ring.Owner(k.Route())
-	// A node that has not seen an owner die yet, while its breaker keeps
-	// calls away, sends the key to the new owner that collected its
-	// fallback counts: that one counts it.
-	if to, moved := st.redirect.Load(k); moved {
-		if p := n.peers.get(owner.Name); p == nil || p.breaker.open() {
-			owner.Name = to.(string)
-		}
-	}
+	owner := n.Owner(k)
 	res := make([]limiter.Result, 1)
 	now := time.Now()
 	ok, src := n.Take(now, []limiter.Request{{Key: k, Zone: 1, Limit: lim}}, res)

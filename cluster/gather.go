@@ -41,7 +41,7 @@ func (n *Node) Gather(name string, body []byte, within time.Duration) GatherResu
 	e.b = append(e.b, body...)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, m := range n.state.Load().ring.Members() {
+	for _, m := range n.gatherMembers() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -74,4 +74,14 @@ func (n *Node) answerGather(d *decoder, enc *encoder) error {
 	}
 	enc.b = append(enc.b, (*fn)(name, body)...)
 	return nil
+}
+
+// gatherMembers are the nodes a Gather asks: the ring's members, and this
+// node, which may not be in its ring (joining or leaving).
+func (n *Node) gatherMembers() []Member {
+	ms := n.Ring().Members()
+	if !slices.ContainsFunc(ms, func(m Member) bool { return m.Name == n.Name() }) {
+		ms = append(ms, *n.self.Load())
+	}
+	return ms
 }

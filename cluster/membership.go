@@ -2,66 +2,88 @@ package cluster
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log"
-	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/tollgate/tollgate/limiter"
+	"github.com/tollgate/tollgate/cluster/core"
 )
 
-// Node metadata, gossiped by memberlist: what another node needs to talk
-// to this one and to check that it may.
+// The membership adapter: what memberlist believes of the other nodes,
+// turned into the lists the core routes by (core.Membership), and this
+// node's own standing (joining, member, leaving) announced in its gossip
+// metadata.
 //
-//	version u8 | flags u8 | ring settings hash [8] | peer address (u8 length + bytes)
+// Node metadata, gossiped by memberlist:
+//
+//	version u8 | flags u8 | ring settings hash [8] | incarnation u64 | peer address (u8 length + bytes)
+//
+// The incarnation names the node's run: it grows across restarts (the
+// run's start time in nanoseconds), so what was meant for an earlier run
+// is not taken by a later one.
 const (
 	metaLeaving byte = 1 << 0
-	metaJoining byte = 1 << 1 // not in the ring yet: route nothing to it
+	metaJoining byte = 1 << 1 // not in its ring: route nothing to it
 )
 
 type meta struct {
 	version  byte
 	flags    byte
 	ringHash [8]byte
+	inc      uint64
 	peerAddr string
 }
+
+const metaHead = 1 + 1 + 8 + 8 + 1
 
 func (m meta) encode() []byte {
 	b := []byte{m.version, m.flags}
 	b = append(b, m.ringHash[:]...)
+	b = binary.LittleEndian.AppendUint64(b, m.inc)
 	b = append(b, byte(len(m.peerAddr)))
 	return append(b, m.peerAddr...)
 }
 
 func decodeMeta(b []byte) (meta, error) {
 	var m meta
-	if len(b) < 11 {
+	if len(b) < 2 {
 		return m, errors.New("metadata too short")
 	}
 	m.version, m.flags = b[0], b[1]
+	if m.version != ProtocolVersion {
+		return m, nil // compatible says why it is refused
+	}
+	if len(b) < metaHead {
+		return m, errors.New("metadata too short")
+	}
 	copy(m.ringHash[:], b[2:10])
-	n := int(b[10])
-	if len(b) < 11+n {
+	m.inc = binary.LittleEndian.Uint64(b[10:18])
+	n := int(b[18])
+	if len(b) < metaHead+n {
 		return m, errors.New("metadata truncated")
 	}
-	m.peerAddr = string(b[11 : 11+n])
+	m.peerAddr = string(b[metaHead : metaHead+n])
 	return m, nil
 }
 
+// localMeta is this node's metadata now.
 func (n *Node) localMeta() meta {
-	m := meta{version: ProtocolVersion, ringHash: n.ringHash, peerAddr: n.PeerAddr()}
-	if n.leaving.Load() {
+	self := n.self.Load()
+	m := meta{version: ProtocolVersion, ringHash: n.ringHash, inc: self.Inc, peerAddr: self.PeerAddr}
+	switch {
+	case n.leaving.Load():
 		m.flags |= metaLeaving
-	}
-	if !n.gate.announced.Load() {
+	case !n.core().Member():
 		m.flags |= metaJoining
 	}
 	return m
@@ -76,6 +98,150 @@ func (n *Node) compatible(m meta) error {
 		return errors.New("its ring settings differ (another secret?)")
 	}
 	return nil
+}
+
+// memberTable is what gossip told this node of the others: each one's
+// metadata (decoded once, as it arrives), gossip address and state. A node
+// declared dead stays (as dead) until deadMemory has passed or a later run
+// of it appears; a node that left is dropped. A memberTable is safe for
+// concurrent use.
+type memberTable struct {
+	mu      sync.Mutex
+	members map[string]*tableEntry
+	refused map[string]bool // nodes refused, logged once each
+}
+
+type tableEntry struct {
+	meta   meta
+	gossip string    // address
+	dead   time.Time // when it was declared dead; zero while alive
+}
+
+// deadMemory is how long a node declared dead is remembered: while it is,
+// it counts among the nodes a majority is made of, so a node cut off from
+// most of the cluster does not count as an owner.
+const deadMemory = 30 * time.Second
+
+func newMemberTable() *memberTable {
+	return &memberTable{members: make(map[string]*tableEntry), refused: make(map[string]bool)}
+}
+
+// note records what memberlist said of m: alive (with its metadata), dead,
+// or left.
+func (t *memberTable) note(m *memberlist.Node, alive bool, now time.Time) {
+	md, err := decodeMeta(m.Meta)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if alive {
+		if err != nil {
+			delete(t.members, m.Name)
+			return
+		}
+		t.members[m.Name] = &tableEntry{meta: md, gossip: m.Address()}
+		return
+	}
+	e := t.members[m.Name]
+	if e == nil {
+		return
+	}
+	if m.State == memberlist.StateLeft {
+		delete(t.members, m.Name)
+		return
+	}
+	if err == nil && md.inc != e.meta.inc && md.version == ProtocolVersion {
+		e.meta = md // the run that died
+	}
+	if e.dead.IsZero() {
+		e.dead = now
+	}
+}
+
+// membership returns the core's lists for this node (called self), the
+// peers' addresses, and a string that changes when the lists do.
+func (t *memberTable) membership(self string, check func(meta) error, now time.Time) (core.Membership, map[string]string, string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	names := make([]string, 0, len(t.members))
+	for name, e := range t.members {
+		if !e.dead.IsZero() && now.Sub(e.dead) > deadMemory {
+			delete(t.members, name)
+			continue
+		}
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var m core.Membership
+	addrs := make(map[string]string, len(names))
+	var key strings.Builder
+	for _, name := range names {
+		e := t.members[name]
+		if name == self || check(e.meta) != nil {
+			continue
+		}
+		mem := core.Member{Name: name, Inc: e.meta.inc, PeerAddr: e.meta.peerAddr}
+		addrs[name] = mem.PeerAddr
+		state := "m"
+		switch {
+		case !e.dead.IsZero():
+			m.Dead, state = append(m.Dead, mem.Peer()), "d"
+		case e.meta.flags&metaLeaving != 0:
+			m.Leaving, state = append(m.Leaving, mem), "l"
+		case e.meta.flags&metaJoining != 0:
+			m.Joining, state = append(m.Joining, mem), "j"
+		default:
+			m.Members = append(m.Members, mem)
+		}
+		fmt.Fprintf(&key, "%s/%d/%s/%s ", name, mem.Inc, mem.PeerAddr, state)
+	}
+	return m, addrs, key.String()
+}
+
+// state returns what the table says of the node called name.
+func (t *memberTable) state(name string) (e tableEntry, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.members[name]; p != nil {
+		return *p, true
+	}
+	return tableEntry{}, false
+}
+
+// names returns the names of the nodes in the table.
+func (t *memberTable) names() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, 0, len(t.members))
+	for name := range t.members {
+		out = append(out, name)
+	}
+	return out
+}
+
+// gossipNodes returns memberlist nodes to send to: the live ones other
+// than self.
+func (t *memberTable) gossipNodes(self string) []*memberlist.Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*memberlist.Node
+	for name, e := range t.members {
+		host, port, err := net.SplitHostPort(e.gossip)
+		if name == self || err != nil || !e.dead.IsZero() {
+			continue
+		}
+		p, _ := strconv.Atoi(port)
+		out = append(out, &memberlist.Node{Name: name, Addr: net.ParseIP(host), Port: uint16(p)})
+	}
+	return out
+}
+
+// refuse records that the node called name was refused as a member, and
+// reports whether it is the first time.
+func (t *memberTable) refuse(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	first := !t.refused[name]
+	t.refused[name] = true
+	return first
 }
 
 // delegate answers memberlist for the node. Its methods must not block.
@@ -105,27 +271,26 @@ func (d delegate) MergeRemoteState(buf []byte, join bool) {
 	d.n.shared.mergeState(slices.Clone(buf))
 }
 
-// NotifyJoin, NotifyLeave and NotifyUpdate copy what they are told into
-// the node's member table (memberlist changes its Node values in place
-// later, so they are never read outside these calls) and ask the watcher
-// to rebuild the ring. They must not block.
+// NotifyJoin, NotifyUpdate and NotifyLeave copy what they are told into
+// the member table (memberlist changes its Node values in place later, so
+// they are never read outside these calls) and ask the loop to give the
+// core the new lists.
 func (d delegate) NotifyJoin(m *memberlist.Node)   { d.n.noteMember(m, true) }
 func (d delegate) NotifyUpdate(m *memberlist.Node) { d.n.noteMember(m, true) }
 func (d delegate) NotifyLeave(m *memberlist.Node)  { d.n.noteMember(m, false) }
 
-// noteMember records a member's metadata, or its departure.
-func (n *Node) noteMember(m *memberlist.Node, present bool) {
-	n.members.note(m, present)
-	n.requestRebuild()
-	if present && m.Name != n.name {
-		n.wakeJoin()
+func (n *Node) noteMember(m *memberlist.Node, alive bool) {
+	if m.Name == n.Name() {
+		return
 	}
+	n.members.note(m, alive, time.Now())
+	signal(n.memberCh)
 }
 
 // NotifyAlive refuses nodes with another protocol version or other ring
 // settings, with one clear log line per node.
 func (d delegate) NotifyAlive(peer *memberlist.Node) error {
-	if peer.Name == d.n.name {
+	if peer.Name == d.n.Name() {
 		return nil
 	}
 	m, err := decodeMeta(peer.Meta)
@@ -141,16 +306,26 @@ func (d delegate) NotifyAlive(peer *memberlist.Node) error {
 	return nil
 }
 
-func (n *Node) requestRebuild() {
-	select {
-	case n.rebuild <- struct{}{}:
-	default:
+// updateMembership gives the core the lists the member table makes, if
+// they changed, and keeps a client of every node in them.
+func (n *Node) updateMembership(now time.Time) {
+	n.memberMu.Lock()
+	defer n.memberMu.Unlock()
+	m, addrs, key := n.members.membership(n.Name(), n.compatible, now)
+	if key == n.lastMembers {
+		return
 	}
+	n.lastMembers = key
+	n.changedAt.Store(now.UnixNano())
+	for _, p := range n.peers.match(addrs, func(name, addr string) *peerClient { return newPeerClient(n.dialer, name, addr) }) {
+		go p.close()
+	}
+	n.core().SetMembership(now, m)
 }
 
 // startMemberlist creates the memberlist instance and fills in the node's
 // name and addresses.
-func (n *Node) startMemberlist() error {
+func (n *Node) startMemberlist(inc uint64) error {
 	bindHost, bindPort, _ := splitHostPort("bind", n.cfg.Bind)
 	mc := memberlist.DefaultLANConfig()
 	mc.BindAddr, mc.BindPort = bindHost, bindPort
@@ -188,17 +363,17 @@ func (n *Node) startMemberlist() error {
 	if advHost == "" {
 		advHost = bindHost
 	}
-	n.name = n.cfg.Name
-	if n.name == "" {
+	name := n.cfg.Name
+	if name == "" {
 		host := advHost
 		if unspecified(host) {
 			host, _ = os.Hostname()
 		}
-		n.name = net.JoinHostPort(host, strconv.Itoa(mc.AdvertisePort))
+		name = net.JoinHostPort(host, strconv.Itoa(mc.AdvertisePort))
 	}
-	mc.Name = n.name
+	mc.Name = name
 	if nw := n.cfg.network; nw != nil {
-		t, err := nw.gossip(n.name, &memberlist.NetTransportConfig{
+		t, err := nw.gossip(name, &memberlist.NetTransportConfig{
 			BindAddrs: []string{mc.BindAddr}, BindPort: mc.BindPort, Logger: mc.Logger,
 		})
 		if err != nil {
@@ -206,7 +381,8 @@ func (n *Node) startMemberlist() error {
 		}
 		mc.Transport = t
 	}
-	n.self.Store(&Member{Name: n.name, PeerAddr: n.peerAdvertise(advHost)})
+	n.self.Store(&core.Member{Name: name, Inc: inc, PeerAddr: n.peerAdvertise(advHost)})
+	n.startCore(time.Now())
 
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -217,7 +393,9 @@ func (n *Node) startMemberlist() error {
 	// Bound to all interfaces: advertise the address memberlist chose.
 	if self := n.self.Load(); unspecified(hostOf(self.PeerAddr)) {
 		_, port, _ := net.SplitHostPort(self.PeerAddr)
-		n.self.Store(&Member{Name: n.name, PeerAddr: net.JoinHostPort(ml.LocalNode().Addr.String(), port)})
+		s := *self
+		s.PeerAddr = net.JoinHostPort(ml.LocalNode().Addr.String(), port)
+		n.self.Store(&s)
 		ml.UpdateNode(time.Second)
 	}
 	return nil
@@ -245,172 +423,15 @@ func (n *Node) peerAdvertise(advHost string) string {
 	return net.JoinHostPort(host, port)
 }
 
-// join joins the seeds, retrying with backoff until one answers, and
-// settles the node in the ring once one has (or once JoinWait has passed
-// with none answering). A seed that is this node itself does not count.
-func (n *Node) join() {
-	defer n.wg.Done()
-	if len(n.cfg.Join) == 0 {
-		return
+// announce gossips the node's metadata now (the core's Member hook, and
+// Leave, ask for it). One announcement at a time: memberlist's UpdateNode
+// is not safe for concurrent use.
+func (n *Node) announce(timeout time.Duration) {
+	n.announceMu.Lock()
+	defer n.announceMu.Unlock()
+	if err := n.ml.UpdateNode(timeout); err != nil {
+		n.log.Debug("announcing this node's state", "error", err.Error())
 	}
-	backoff := 200 * time.Millisecond
-	started := time.Now()
-	settled := false
-	for {
-		joined, err := n.ml.Join(n.cfg.Join)
-		if joined > 0 && n.ml.NumMembers() > 1 {
-			n.log.Info("joined cluster", "seeds", strings.Join(n.cfg.Join, ","), "members", n.ml.NumMembers())
-			if !settled {
-				n.settle(true)
-			}
-			return
-		}
-		if !settled && time.Since(started) >= JoinWait {
-			settled = true
-			n.settle(false)
-		}
-		n.log.Warn("joining cluster: no seed answered; retrying", "seeds", strings.Join(n.cfg.Join, ","), "retry_in", backoff.String(), "error", fmt.Sprint(err))
-		wait := time.Duration(float64(backoff) * (0.8 + 0.4*rand.Float64()))
-		if !settled {
-			wait = min(wait, max(time.Until(started.Add(JoinWait)), 0)+time.Millisecond)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-n.gate.wake:
-			t.Stop()
-		case <-n.stop:
-			t.Stop()
-			return
-		}
-		backoff = min(backoff*2, 30*time.Second)
-	}
-}
-
-// watch rebuilds the ring on membership events, sweeps the fallback
-// counters a shard at a time (all of them each minute), and pings every peer each
-// probe interval, so a peer that stops answering (frozen, overloaded, cut
-// off) is noticed within a probe interval and a call timeout, and its keys
-// go to fallback at once rather than after each caller's own timeout.
-func (n *Node) watch() {
-	defer n.wg.Done()
-	tick := time.NewTicker(n.cfg.Gossip.ProbeInterval)
-	defer tick.Stop()
-	sweep := time.NewTicker(limiter.SweepEvery)
-	defer sweep.Stop()
-	rejoin := time.NewTicker(n.rejoinEvery())
-	defer rejoin.Stop()
-	for {
-		select {
-		case <-rejoin.C:
-			n.rejoinSeeds()
-		case <-n.rebuild:
-			n.notePeak()
-			n.rebuildRing()
-		case <-tick.C:
-			n.pingPeers()
-			if n.reconciling.CompareAndSwap(false, true) {
-				n.wg.Add(1)
-				go func() {
-					defer n.wg.Done()
-					defer n.reconciling.Store(false)
-					n.reconcile(time.Now())
-				}()
-			}
-		case now := <-sweep.C:
-			n.sweepFallback(now)
-		case <-n.stop:
-			return
-		}
-	}
-}
-
-// sweepFallback drops one shard's expired fallback counters (the owners'
-// engines are swept by whoever owns them).
-func (n *Node) sweepFallback(now time.Time) { n.fallback.Sweep(now) }
-
-// pingPeers checks every connected peer whose breaker is closed, or due
-// for a probe.
-func (n *Node) pingPeers() {
-	for _, p := range n.peers.all() {
-		if !p.connected.Load() || !p.breaker.allow(time.Now()) {
-			continue
-		}
-		wasOpen := p.breaker.open()
-		go func() {
-			c := newCall(msgPing)
-			if err := n.await(p, c, time.Now()); err != nil {
-				p.noteFailure(fmt.Errorf("ping: %w", err))
-				return
-			}
-			if wasOpen {
-				// What was counted in fallback reaches the owner before
-				// its keys are routed to it again.
-				if !n.reconcileWith(p, time.Now()) {
-					p.noteFailure(errors.New("sending fallback counts"))
-					return
-				}
-				n.log.Info("peer answers again: counting its keys exactly", "peer", p.member.Name)
-				p.breaker.success()
-				return
-			}
-			n.answered(p, false)
-		}()
-	}
-}
-
-// rebuildRing builds the ring from the current members and swaps it in if
-// the membership changed, then hands off the keys that moved away.
-func (n *Node) rebuildRing() {
-	members := n.currentMembers()
-	ring := NewRing(n.hasher, members)
-	old := n.state.Load()
-	changed := ring.Fingerprint() != old.ring.Fingerprint()
-	if changed {
-		others := slices.DeleteFunc(slices.Clone(members), func(m Member) bool { return m.Name == n.name })
-		now := time.Now()
-		if len(others) > 0 {
-			n.joined.CompareAndSwap(0, now.UnixNano())
-		}
-		next := &ringState{ring: ring, prev: old.ring, without: NewRing(n.hasher, others), changed: now}
-		n.promote(now, old.ring, ring, n.goneSince(next))
-		if n.fallback.Stats().Keys > 0 {
-			// What was counted in fallback reaches the new owners before
-			// they are routed to.
-			n.reconcilePeers(members)
-			n.reconcileBy(now, ring)
-		}
-		n.state.Store(next)
-		n.log.Info("cluster membership changed", "members", ring.Len(), "ring", ring.Fingerprint())
-	}
-	n.reconcilePeers(members)
-	if changed {
-		go n.handOff()
-		go n.resync(time.Now(), old.ring, ring)
-	}
-}
-
-// reconcilePeers keeps a peer connection to every member, and to nodes
-// that are leaving (they answer pulls until they are gone).
-func (n *Node) reconcilePeers(members []Member) {
-	leaving := n.members.leaving()
-	others := slices.DeleteFunc(slices.Clone(members), func(m Member) bool { return m.Name == n.name })
-	// A leaving node stays reachable for pulls until it is gone.
-	gone := n.peers.match(others, func(name string) bool { return leaving[name] }, func(m Member) *peer { return newPeer(n, m) })
-	for _, p := range gone {
-		go p.close()
-	}
-}
-
-// currentMembers lists the nodes the ring is made of: the live,
-// compatible ones that are neither leaving nor still joining. A leaving
-// node, or one that has not joined yet, leaves itself out.
-func (n *Node) currentMembers() []Member {
-	var out []Member
-	if !n.leaving.Load() && n.gate.member.Load() {
-		out = append(out, *n.self.Load())
-	}
-	return append(out, n.members.routable(n.name, n.compatible)...)
 }
 
 // logWriter passes memberlist's log lines to the node's logger.

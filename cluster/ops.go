@@ -28,6 +28,7 @@ var ErrUnreachable = errors.New("the key's owner cannot be reached")
 // query answers one query about this node's own keys.
 func (n *Node) query(kind byte, d *decoder, enc *encoder) error {
 	now := time.Now()
+	engine := n.engine
 	switch kind {
 	case msgGrantPut:
 		k := limiter.Key(d.u64())
@@ -37,14 +38,14 @@ func (n *Node) query(kind byte, d *decoder, enc *encoder) error {
 		if d.err != nil {
 			return d.err
 		}
-		enc.u8(boolByte(n.engine.PutGrant(now, k, g)))
+		enc.flag((engine.PutGrant(now, k, g)))
 	case msgGrantGet:
 		k := limiter.Key(d.u64())
 		if d.err != nil {
 			return d.err
 		}
-		g, ok := n.engine.GetGrant(now, k)
-		enc.u8(boolByte(ok))
+		g, ok := engine.GetGrant(now, k)
+		enc.flag((ok))
 		enc.b = append(enc.b, g.Version[:]...)
 		enc.u64(uint64(g.Created))
 		enc.u64(uint64(g.Amount))
@@ -55,19 +56,19 @@ func (n *Node) query(kind byte, d *decoder, enc *encoder) error {
 		if d.err != nil {
 			return d.err
 		}
-		enc.u8(boolByte(n.engine.DeleteGrant(k)))
+		enc.flag((engine.DeleteGrant(k)))
 	case msgRelease:
 		k, id := limiter.Key(d.u64()), d.u64()
 		if d.err != nil {
 			return d.err
 		}
-		enc.u8(boolByte(n.engine.Release(now, k, id)))
+		enc.flag((engine.Release(now, k, id)))
 	case msgLeases:
 		k := limiter.Key(d.u64())
 		if d.err != nil {
 			return d.err
 		}
-		leases := n.engine.Leases(now, k)
+		leases := engine.Leases(now, k)
 		enc.u16(len(leases))
 		for _, l := range leases {
 			enc.u64(l.ID)
@@ -78,9 +79,9 @@ func (n *Node) query(kind byte, d *decoder, enc *encoder) error {
 		if d.err != nil {
 			return d.err
 		}
-		enc.u64(math.Float64bits(n.engine.Reputation(now, k)))
+		enc.u64(math.Float64bits(engine.Reputation(now, k)))
 	case msgRepBuckets:
-		counts := n.engine.ReputationBuckets(now)
+		counts := engine.ReputationBuckets(now)
 		enc.u16(len(counts))
 		for _, c := range counts {
 			enc.u32(uint32(c))
@@ -93,18 +94,10 @@ func (n *Node) query(kind byte, d *decoder, enc *encoder) error {
 	return nil
 }
 
-func boolByte(b bool) byte {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // ask runs a query at the owner of key (this node or a peer) and returns
 // the reply body.
 func (n *Node) ask(key limiter.Key, kind byte, body []byte) (*decoder, error) {
-	owner, _ := n.state.Load().ring.Owner(key.Route())
-	return n.askNode(owner.Name, kind, body)
+	return n.askNode(n.Owner(key).Name, kind, body)
 }
 
 func (n *Node) askLocal(kind byte, body []byte) (*decoder, error) {
@@ -123,21 +116,18 @@ func (n *Node) askNode(name string, kind byte, body []byte) (*decoder, error) {
 
 // askNodeWithin runs a query at the named node, allowing it within.
 func (n *Node) askNodeWithin(name string, kind byte, body []byte, within time.Duration) (*decoder, error) {
-	if name == n.name {
+	if name == n.Name() {
 		return n.askLocal(kind, body)
 	}
 	p := n.peers.get(name)
-	if p == nil || !p.breaker.allow(time.Now()) {
+	if p == nil || !n.core().Reachable(name) {
 		return nil, fmt.Errorf("%w: %s", ErrUnreachable, name)
 	}
-	c := newCall(kind)
-	c.body = body
-	if err := p.do(c, time.Now().Add(within)); err != nil {
-		p.noteFailure(err) // resolves the breaker's probe, if this was it
+	reply, err := n.roundTrip(p, kind, body, within)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrUnreachable, name, err)
 	}
-	n.answered(p, false)
-	return &decoder{b: c.reply}, nil
+	return &decoder{b: reply}, nil
 }
 
 // PutGrant gives key the grant g at its owner, unless the key has a grant
@@ -192,7 +182,7 @@ func (n *Node) DeleteGrant(key limiter.Key) (bool, error) {
 // It reports an owner that could not be reached (the lease there frees when
 // its TTL runs out).
 func (n *Node) Release(now time.Time, key limiter.Key, id uint64) error {
-	n.fallback.Release(now, key, id)
+	n.core().ReleaseFallback(now, key, id)
 	e := &encoder{}
 	e.u64(uint64(key))
 	e.u64(id)
@@ -218,13 +208,12 @@ func (n *Node) Leases(key limiter.Key) ([]limiter.Lease, error) {
 
 // Reputation returns the score of the client kept under key, at its owner.
 func (n *Node) Reputation(key limiter.Key) (float64, error) {
-	owner, _ := n.state.Load().ring.Owner(key.Route())
-	return n.reputationAt(owner.Name, key, max(n.cfg.CallTimeout, time.Second))
+	return n.reputationAt(n.Owner(key).Name, key, max(n.cfg.CallTimeout, time.Second))
 }
 
 // reputationAt asks the named node for the score kept under key.
 func (n *Node) reputationAt(name string, key limiter.Key, within time.Duration) (float64, error) {
-	if name == n.name {
+	if name == n.Name() {
 		return n.engine.Reputation(time.Now(), key), nil
 	}
 	e := &encoder{}
@@ -241,7 +230,7 @@ func (n *Node) reputationAt(name string, key limiter.Key, within time.Duration) 
 func (n *Node) ReputationBuckets() ([]int, []string) {
 	var total []int
 	var missing []string
-	for _, m := range n.state.Load().ring.Members() {
+	for _, m := range n.Ring().Members() {
 		d, err := n.askNode(m.Name, msgRepBuckets, nil)
 		if err != nil {
 			missing = append(missing, m.Name)
@@ -264,10 +253,8 @@ func (n *Node) forgetEverywhere(keys ...limiter.Key) {
 	e := &encoder{}
 	encodeKeys(e, keys)
 	for _, p := range n.peers.all() {
-		go func() {
-			c := newCall(msgForget)
-			c.body = e.b
-			p.do(c, time.Now().Add(max(n.cfg.CallTimeout, time.Second)))
-		}()
+		c := newCall(msgForget, func(*call) {}) // nobody waits for it
+		c.body = e.b
+		p.send(c, time.Now().Add(max(n.cfg.CallTimeout, time.Second)))
 	}
 }

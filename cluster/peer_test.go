@@ -10,14 +10,14 @@ import (
 
 // silentPeer returns a peer of a fresh node connected to a server that
 // reads frames and never answers.
-func silentPeer(t *testing.T) *peer {
+func silentPeer(t *testing.T) *peerClient {
 	t.Helper()
 	n, err := New(testConfig(), limiter.New(limiter.Config{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr, _ := silentServer(t, n)
-	p := newPeer(n, Member{Name: "silent", PeerAddr: addr})
+	p := newPeerClient(testDialer(n), "silent", addr)
 	t.Cleanup(p.close)
 	eventually(t, 2*time.Second, "connected", p.connected.Load)
 	return p
@@ -28,12 +28,11 @@ func silentPeer(t *testing.T) *peer {
 // behind one with a late deadline is failed at its own.
 func TestCallsTimeOutAtTheirOwnDeadline(t *testing.T) {
 	p := silentPeer(t)
-	var res [1]limiter.Result
 	req := []limiter.Request{{Key: 1, Cost: 1, Limit: limitOf(10)}}
 
 	late := time.Now().Add(time.Minute)
 	lateDone := make(chan error, 1)
-	go func() { lateDone <- p.do(newTakeCall(actTake, 0, req, res[:]), late) }()
+	go func() { lateDone <- p.do(takeCall(req), late) }()
 	eventually(t, 2*time.Second, "the late call sent", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -42,7 +41,7 @@ func TestCallsTimeOutAtTheirOwnDeadline(t *testing.T) {
 
 	for _, wait := range []time.Duration{0, time.Millisecond, 30 * time.Millisecond} {
 		deadline := time.Now().Add(wait)
-		err := doOrGiveUp(t, p, newTakeCall(actTake, 0, req, res[:]), deadline)
+		err := doOrGiveUp(t, p, takeCall(req), deadline)
 		if !errors.Is(err, errTimeout) {
 			t.Fatalf("a call to a silent peer with a deadline in %s: %v, want a time-out", wait, err)
 		}
@@ -51,7 +50,7 @@ func TestCallsTimeOutAtTheirOwnDeadline(t *testing.T) {
 		}
 	}
 	// A query (not batched) is watched the same way.
-	c := newCall(msgPing)
+	c := newCall(msgPing, nil)
 	if err := doOrGiveUp(t, p, c, time.Now().Add(5*time.Millisecond)); !errors.Is(err, errTimeout) {
 		t.Fatalf("a ping to a silent peer: %v, want a time-out", err)
 	}
@@ -64,14 +63,14 @@ func TestCallsTimeOutAtTheirOwnDeadline(t *testing.T) {
 	if err := <-lateDone; !errors.Is(err, errClosed) {
 		t.Fatalf("a waiting call when the peer closed: %v, want closed", err)
 	}
-	if err := p.do(newTakeCall(actTake, 0, req, res[:]), time.Now().Add(time.Minute)); err == nil {
+	if err := p.do(takeCall(req), time.Now().Add(time.Minute)); err == nil {
 		t.Fatal("a call to a closed peer succeeded")
 	}
 }
 
 // doOrGiveUp is p.do, failing the test if the call has not returned long
 // after its deadline.
-func doOrGiveUp(t *testing.T, p *peer, c *call, deadline time.Time) error {
+func doOrGiveUp(t *testing.T, p *peerClient, c *call, deadline time.Time) error {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- p.do(c, deadline) }()
@@ -92,10 +91,9 @@ func TestEveryCallToASilentPeerReturns(t *testing.T) {
 	done := make(chan error, 64*20)
 	for g := range 64 {
 		go func() {
-			var res [1]limiter.Result
 			for i := range 20 {
 				req := []limiter.Request{{Key: limiter.Key(g<<8 | i + 1), Cost: 1, Limit: limitOf(10)}}
-				done <- p.do(newTakeCall(actTake, 0, req, res[:]), time.Now().Add(time.Duration(i%5)*time.Millisecond))
+				done <- p.do(takeCall(req), time.Now().Add(time.Duration(i%5)*time.Millisecond))
 			}
 		}()
 	}
@@ -160,7 +158,7 @@ func TestEveryCallWakesTheWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newPeer(n, Member{Name: server.Name(), PeerAddr: server.PeerAddr()})
+	p := newPeerClient(testDialer(n), server.Name(), server.PeerAddr())
 	defer p.close()
 	eventually(t, 2*time.Second, "connected", p.connected.Load)
 	lim := limiter.Limit{Quota: 1 << 30, Window: time.Hour}
@@ -168,10 +166,9 @@ func TestEveryCallWakesTheWriter(t *testing.T) {
 		errs := make(chan error, callers)
 		for g := range callers {
 			go func() {
-				var res [1]limiter.Result
 				for i := range 200 {
 					req := []limiter.Request{{Key: limiter.Key(g<<16 | i + 1), Zone: 1, Limit: lim}}
-					if err := p.do(newTakeCall(actTake, 0, req, res[:]), time.Now().Add(20*time.Second)); err != nil {
+					if err := p.do(takeCall(req), time.Now().Add(20*time.Second)); err != nil {
 						errs <- err
 						return
 					}

@@ -33,7 +33,7 @@ func silentServer(t *testing.T, n *Node) (addr string, seen func(limiter.Key) bo
 			}
 			go func() {
 				defer raw.Close()
-				conn, err := serverHandshake(raw, n.authKey, time.Now().Add(2*time.Second))
+				conn, _, err := serverHandshake(raw, n.authKey, time.Now().Add(2*time.Second))
 				if err != nil {
 					return
 				}
@@ -49,6 +49,7 @@ func silentServer(t *testing.T, n *Node) (addr string, seen func(limiter.Key) bo
 					d.u32()
 					count := d.u16()
 					for range count {
+						d.u64()
 						d.u8()
 						d.u64()
 						zones := int(d.u8())
@@ -86,7 +87,7 @@ func TestAbandonedCallsNeverSendReusedMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, seen := silentServer(t, n)
-	p := newPeer(n, Member{Name: "silent", PeerAddr: addr})
+	p := newPeerClient(testDialer(n), "silent", addr)
 	defer p.close()
 	eventually(t, 2*time.Second, "connected", p.connected.Load)
 
@@ -95,12 +96,11 @@ func TestAbandonedCallsNeverSendReusedMemory(t *testing.T) {
 	for g := range 8 {
 		wg.Go(func() {
 			var reqs [2]limiter.Request
-			var res [2]limiter.Result
 			for i := range 400 {
 				for z := range reqs {
 					reqs[z] = limiter.Request{Key: limiter.Key(g<<20 | i<<2 | z + 1), Cost: 1, Limit: limitOf(10)}
 				}
-				c := newTakeCall(actTake, 0, reqs[:], res[:])
+				c := takeCall(reqs[:])
 				p.do(c, time.Now().Add(time.Duration(rand.IntN(400))*time.Microsecond))
 				sent.Add(1)
 				for z := range reqs {

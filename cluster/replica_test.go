@@ -27,9 +27,8 @@ func TestCrashedOwnersCountsSurviveAtTheSuccessor(t *testing.T) {
 		}
 	}
 	eventually(t, time.Second, "the last change replicated at the successor", func() bool {
-		successor.replicas.mu.Lock()
-		defer successor.replicas.mu.Unlock()
-		return successor.replicas.states[key].Cur == 60
+		st, ok := successor.core().ReplicaOf(key)
+		return ok && st.Cur == 60
 	})
 	owner.Close() // a crash: no hand-off
 	survivors := nodes[:2]
@@ -48,10 +47,7 @@ func TestCrashedOwnersCountsSurviveAtTheSuccessor(t *testing.T) {
 	waitConverged(t, survivors, 2)
 	eventually(t, 2*time.Second, "the fallback counts reconciled", func() bool {
 		for _, n := range survivors {
-			n.recon.mu.Lock()
-			pending := len(n.recon.pending)
-			n.recon.mu.Unlock()
-			if n.fallback.Stats().Keys > 0 || pending > 0 {
+			if n.core().FallbackKeys() > 0 {
 				return false
 			}
 		}
@@ -68,7 +64,7 @@ func TestCrashedOwnersCountsSurviveAtTheSuccessor(t *testing.T) {
 	if more > 45 {
 		t.Errorf("%d more admitted after the owner crashed with 60 of 100 spent; want at most 45 (exact: 40)", more)
 	}
-	if successor.stats.fromReplica.Load() == 0 {
+	if successor.core().Stats().FromReplica.Load() == 0 {
 		t.Error("the new owner did not start from its replica")
 	}
 	t.Logf("%d more admitted (exact: 40)", more)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/cluster/core"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -94,7 +95,7 @@ func TestPeerCallsWithoutTheSecretAreRejected(t *testing.T) {
 	})
 	// A handshake under the wrong secret, then a reset.
 	attempt("wrong secret", func(c net.Conn) {
-		sc, err := clientHandshake(c, authKey([]byte("not the cluster secret, but 32+ bytes long")), "intruder", time.Now().Add(time.Second))
+		sc, err := clientHandshake(c, authKey([]byte("not the cluster secret, but 32+ bytes long")), core.Peer{Name: "intruder", Inc: 1}, time.Now().Add(time.Second))
 		if err == nil {
 			e := &encoder{}
 			e.u8(msgReset)
@@ -128,10 +129,10 @@ func TestFramesCannotBeReplayedOrAltered(t *testing.T) {
 	key := authKey(testSecret)
 	done := make(chan *secureConn, 1)
 	go func() {
-		sc, _ := serverHandshake(b, key, time.Now().Add(time.Second))
+		sc, _, _ := serverHandshake(b, key, time.Now().Add(time.Second))
 		done <- sc
 	}()
-	client, err := clientHandshake(a, key, "client", time.Now().Add(time.Second))
+	client, err := clientHandshake(a, key, core.Peer{Name: "client", Inc: 1}, time.Now().Add(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func (n *Node) rejoinSeeds() {
 	if n.notePeak() >= n.peakMembers.Load() {
 		return
 	}
-	if len(n.cfg.Join) == 0 || !n.gate.member.Load() || !n.rejoining.CompareAndSwap(false, true) {
+	if len(n.cfg.Join) == 0 || !n.core().Member() || !n.rejoining.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
@@ -48,11 +48,4 @@ func (n *Node) rejoinSeeds() {
 		}
 		n.log.Debug("joining the seeds again: none answered", "seeds", strings.Join(n.cfg.Join, ","), "error", errString(err))
 	}()
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }

@@ -2,14 +2,58 @@ package cluster
 
 import (
 	"errors"
-	"fmt"
-	"math"
 	"net"
 	"slices"
+	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/cluster/core"
 	"github.com/tollgate/tollgate/limiter"
 )
+
+// The transport's server side: it accepts peer connections, authenticates
+// them, and answers each frame through the handler of its kind. Frames of
+// one connection are read in order; their replies are written under the
+// connection's write lock, since a take item held for keys on their way
+// here is answered later, from another goroutine.
+
+// handler answers one request frame. It writes the reply's body (after the
+// status byte, which is written for it) to enc and reports whether there
+// is a reply at all; an error becomes an error reply.
+type handler func(n *Node, sc *serverConn, id uint32, d *decoder, enc *encoder) (reply bool, err error)
+
+// handlers answers each kind of request, by its kind byte.
+var handlers [128]handler
+
+func init() {
+	handlers[msgTake] = (*Node).serveTakes
+	for _, k := range []byte{msgTransfer, msgAck, msgPull, msgSeal, msgPing, msgScore} {
+		handlers[k] = (*Node).handleCore
+	}
+	handlers[msgReset] = (*Node).handleReset
+	handlers[msgForget] = (*Node).handleForget
+	for k := msgGrantPut; k <= msgGather; k++ {
+		handlers[k] = (*Node).handleQuery
+	}
+}
+
+// serverConn is one authenticated connection from a peer's run.
+type serverConn struct {
+	conn *secureConn
+	from core.Peer
+
+	wmu  sync.Mutex // serializes writes: held items are answered later
+	enc  encoder    // the reply being built by the reader (reader only)
+	reqs [maxZones]limiter.Request
+	res  [maxZones]limiter.Result
+}
+
+// reply writes one reply frame.
+func (sc *serverConn) reply(frame []byte) error {
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	return sc.conn.writeFrame(frame, time.Now().Add(writeTimeout))
+}
 
 // serve accepts peer connections until the node stops.
 func (n *Node) serve() {
@@ -36,9 +80,9 @@ func (n *Node) serve() {
 // before a single frame is read.
 func (n *Node) serveConn(raw net.Conn) {
 	defer n.wg.Done()
-	labelGoroutine(n.name, "peer-server")
+	labelGoroutine(n.Name(), "peer-server")
 	defer raw.Close()
-	conn, err := serverHandshake(raw, n.authKey, time.Now().Add(2*time.Second))
+	conn, from, err := serverHandshake(raw, n.authKey, time.Now().Add(2*time.Second))
 	if err != nil {
 		var v VersionError
 		switch {
@@ -49,6 +93,7 @@ func (n *Node) serveConn(raw net.Conn) {
 		}
 		return
 	}
+	sc := &serverConn{conn: conn, from: from}
 	// The node's stop closes the connection; the watcher ends with it.
 	closed := make(chan struct{})
 	defer close(closed)
@@ -59,8 +104,8 @@ func (n *Node) serveConn(raw net.Conn) {
 		case <-closed:
 		}
 	}()
+	defer n.held.dropConn(sc)
 	var buf []byte
-	enc := &encoder{}
 	for {
 		frame, err := conn.readFrame(buf)
 		if err != nil {
@@ -69,235 +114,193 @@ func (n *Node) serveConn(raw net.Conn) {
 		buf = frame[:cap(frame)]
 		d := &decoder{b: frame}
 		kind, id := d.u8(), d.u32()
+		enc := &sc.enc
 		enc.b = enc.b[:0]
 		enc.u8(kind | replyBit)
 		enc.u32(id)
-		if err := n.handle(kind, d, enc); err != nil {
+		enc.u8(statusOK)
+		var h handler
+		if d.err == nil && int(kind) < len(handlers) {
+			h = handlers[kind]
+		}
+		reply, err := true, errUnknownKind
+		if h != nil {
+			reply, err = h(n, sc, id, d, enc)
+		}
+		if err != nil {
 			enc.b = enc.b[:5]
 			enc.u8(statusErr)
-			msg := err.Error()
-			enc.str(msg[:min(len(msg), maxNameBytes)])
+			enc.str(err.Error())
+			reply = true
 		}
-		if err := conn.writeFrame(enc.b, time.Now().Add(2*time.Second)); err != nil {
-			return
+		if reply {
+			if err := sc.reply(enc.b); err != nil {
+				return
+			}
 		}
 	}
 }
 
-// handle answers one request; it writes the status and body of the reply.
-func (n *Node) handle(kind byte, d *decoder, enc *encoder) error {
+// serveTakes serves a frame of take items: those decided now are answered
+// in this reply, each with its position in the frame; those whose keys are
+// on their way here are held and answered in a later frame (see heldItems).
+func (n *Node) serveTakes(sc *serverConn, id uint32, d *decoder, enc *encoder) (bool, error) {
+	c := n.core()
+	count := d.count(maxBatch, takeItemHead)
+	if d.err != nil {
+		return true, d.err
+	}
+	countAt := len(enc.b)
+	enc.u16(0)
+	answered := 0
 	now := time.Now()
-	switch kind {
-	case msgTake:
-		var unpulled []limiter.Key // moved here, not held: not counted
-		if st := n.state.Load(); n.pulling(st, now) {
-			unpulled = n.pullFrame(st, now, *d)
+	hold := now.Add(n.cfg.CallTimeout)
+	for i := range count {
+		item, err := decodeTakeItem(d, sc.reqs[:0])
+		if err != nil {
+			return true, err
 		}
-		count := d.count(maxBatch, 2)
-		if d.err != nil {
-			return d.err
+		res := sc.res[:len(item.Reqs)]
+		r, wait := c.Serve(now, sc.from, &item, res, hold)
+		if wait {
+			item.Reqs = slices.Clone(item.Reqs)
+			n.held.add(&heldItem{sc: sc, id: id, index: i, item: item, res: make([]limiter.Result, len(item.Reqs)), hold: hold})
+			continue
 		}
-		enc.u8(statusOK)
-		enc.u16(count)
-		var reqs [maxZones]limiter.Request
-		var res [maxZones]limiter.Result
-		for range count {
-			code, client, zones := d.u8(), limiter.Key(d.u64()), int(d.u8())
-			op, known := actionOf(code)
-			if !known && d.err == nil {
-				return fmt.Errorf("unknown take operation %d", code)
-			}
-			if op == actPenalize && zones == 0 {
-				score := n.engine.Penalize(now, client)
-				enc.u8(itemDone)
-				enc.u8(0)
-				enc.u32(math.Float32bits(float32(score)))
-				enc.u8(0)
-				continue
-			}
-			if zones == 0 || zones > maxZones || zones*zoneReqSize > len(d.b) {
-				return errors.New("bad zone count")
-			}
-			for i := range zones {
-				r, err := decodeZoneReq(d)
-				if err != nil {
-					return err
-				}
-				reqs[i] = r
-			}
-			if len(unpulled) > 0 && slices.ContainsFunc(reqs[:zones], func(r limiter.Request) bool { return slices.Contains(unpulled, r.Key) }) {
-				enc.u8(itemMoved) // to nobody: the caller decides by fallback
-				enc.str("")
-				continue
-			}
-			n.answerItem(now, op, client, reqs[:zones], res[:zones], enc)
-		}
-		return d.err
-	case msgTransfer, msgPull:
-		var to string
-		if kind == msgPull {
-			to = d.str()
-		}
-		keys := decodeKeys(d)
-		if d.err != nil {
-			return d.err
-		}
-		// A push of these keys under way lands first: the puller has them
-		// then, and this answer holds nothing of them.
-		complete := n.sending.wait(keys, now.Add(n.cfg.CallTimeout/2))
-		states := append(n.engine.ExtractKeys(now, keys), n.transit.take(keys)...)
-		n.lend(to, keys)
-		enc.u8(statusOK)
-		encodeStates(enc, states)
-		if kind == msgPull {
-			enc.u8(boolByte(complete))
-		}
-		return nil
-	case msgHandoff:
-		states := decodeStates(d)
-		if d.err != nil {
-			return d.err
-		}
-		n.engine.Merge(now, states)
-		n.dirty.noteStates(states)
-		n.stats.handedOff.Add(uint64(len(states)))
-		enc.u8(statusOK)
-		return nil
-	case msgReset:
-		keys := decodeKeys(d)
-		if d.err != nil {
-			return d.err
-		}
-		n.engine.Reset(keys...)
-		n.fallback.Reset(keys...) // what it counted for an owner it could not reach
-		n.replicas.drop(keys)
-		n.Forget(keys...)
-		enc.u8(statusOK)
-		return nil
-	case msgPing:
-		enc.u8(statusOK)
-		return nil
-	case msgReconcile:
-		origin, seq := d.str(), d.u64()
-		states := decodeStates(d)
-		if d.err != nil {
-			return d.err
-		}
-		n.applyReconcile(now, origin, seq, states)
-		n.dirty.noteStates(states)
-		enc.u8(statusOK)
-		return nil
-	case msgFallbackTransfer:
-		to := d.str()
-		keys := decodeKeys(d)
-		if d.err != nil {
-			return d.err
-		}
-		st := n.state.Load()
-		states := n.fallback.ExtractKeys(now, keys)
-		for _, k := range keys {
-			if owner, _ := st.ring.Owner(k.Route()); owner.Name != to && owner.Name != n.name {
-				st.redirect.Store(k, to)
-			}
-		}
-		enc.u8(statusOK)
-		encodeStates(enc, states)
-		return nil
-	case msgRestore:
-		states := decodeStates(d)
-		if d.err != nil {
-			return d.err
-		}
-		n.applyRestore(now, states)
-		enc.u8(statusOK)
-		return nil
-	case msgReplicate:
-		states := decodeStates(d)
-		if d.err != nil {
-			return d.err
-		}
-		n.replicas.put(now, states)
-		enc.u8(statusOK)
-		return nil
-	case msgForget:
-		keys := decodeKeys(d)
-		if d.err != nil {
-			return d.err
-		}
-		n.Forget(keys...)
-		enc.u8(statusOK)
-		return nil
+		enc.u16(i)
+		encodeItemReply(enc, &r)
+		answered++
 	}
-	if kind >= msgGrantPut && kind <= msgGather {
-		enc.u8(statusOK)
-		return n.query(kind, d, enc)
-	}
-	return errors.New("unknown message type")
+	enc.b[countAt] = byte(answered)
+	enc.b[countAt+1] = byte(answered >> 8)
+	return true, nil
 }
 
-// pullFrame pulls, before a take frame is answered, the keys of all its
-// items that moved here: one call per node that may hold any, at once.
-func (n *Node) pullFrame(st *ringState, now time.Time, d decoder) []limiter.Key {
-	count := d.count(maxBatch, 2)
-	var keys []limiter.Key
-	for range count {
-		d.u8()
-		client, zones := limiter.Key(d.u64()), int(d.u8())
-		if client != 0 {
-			keys = append(keys, client)
-		}
-		for range zones {
-			r, err := decodeZoneReq(&d)
-			if err != nil {
-				return nil
-			}
-			keys = append(keys, r.Key)
-		}
+// handleCore hands a core message to the core and replies with its
+// answer; an Ack gets none.
+func (n *Node) handleCore(sc *serverConn, id uint32, d *decoder, enc *encoder) (bool, error) {
+	kind := enc.b[0] &^ replyBit
+	msg, err := decodeRequest(kind, d)
+	if err != nil {
+		return kind != msgAck, err
 	}
-	if d.err == nil && len(keys) > 0 {
-		return n.pullKeys(st, now, keys)
+	reply := n.core().Handle(time.Now(), sc.from, msg)
+	if kind == msgAck || reply == nil {
+		return false, nil
 	}
-	return nil
+	encodeMessage(enc, reply)
+	return true, nil
 }
 
-// answerItem performs one take item for a peer, if this node owns its
-// keys, or names the owner.
-func (n *Node) answerItem(now time.Time, op action, client limiter.Key, reqs []limiter.Request, res []limiter.Result, enc *encoder) {
-	st := n.state.Load()
-	owning := n.owning()
-	for i := range reqs {
-		owner, _ := st.ring.Owner(reqs[i].Key.Route())
-		if owner.Name == n.name && !owning {
-			// Joining again: the node that counted it meanwhile, if any.
-			owner, _ = st.ring.Successor(reqs[i].Key.Route())
+// handleReset drops keys everywhere on this node: the counters it owns,
+// what it counted for them in fallback, replicas, and what it heard.
+func (n *Node) handleReset(sc *serverConn, id uint32, d *decoder, enc *encoder) (bool, error) {
+	keys := decodeKeys(d)
+	if d.err != nil {
+		return true, d.err
+	}
+	n.core().ResetLocal(keys...)
+	return true, nil
+}
+
+// handleForget drops keys from what this node heard of their owners.
+func (n *Node) handleForget(sc *serverConn, id uint32, d *decoder, enc *encoder) (bool, error) {
+	keys := decodeKeys(d)
+	if d.err != nil {
+		return true, d.err
+	}
+	n.core().Forget(keys...)
+	return true, nil
+}
+
+// handleQuery answers a query about this node's keys (grants, leases,
+// reputation, gather).
+func (n *Node) handleQuery(sc *serverConn, id uint32, d *decoder, enc *encoder) (bool, error) {
+	return true, n.query(enc.b[0]&^replyBit, d, enc)
+}
+
+// heldItem is a take item an owner holds while the counts of its keys are
+// on their way here: it is served again when the core says keys settled,
+// or at its hold time (when the core answers it NotYetMine).
+type heldItem struct {
+	sc    *serverConn
+	id    uint32
+	index int
+	item  core.TakeItem
+	res   []limiter.Result
+	hold  time.Time
+}
+
+// heldItems are the take items held on this node. It is safe for
+// concurrent use.
+type heldItems struct {
+	mu    sync.Mutex
+	items []*heldItem
+}
+
+func (h *heldItems) add(it *heldItem) {
+	h.mu.Lock()
+	h.items = append(h.items, it)
+	h.mu.Unlock()
+}
+
+func (h *heldItems) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.items)
+}
+
+// takeAll removes and returns the held items.
+func (h *heldItems) takeAll() []*heldItem {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.items
+	h.items = nil
+	return out
+}
+
+// dropConn forgets the items held for a connection that closed: their
+// callers see the call fail.
+func (h *heldItems) dropConn(sc *serverConn) {
+	h.mu.Lock()
+	h.items = slices.DeleteFunc(h.items, func(it *heldItem) bool { return it.sc == sc })
+	h.mu.Unlock()
+}
+
+// serveHeld serves the held items again: those the core decides now (or
+// whose hold time passed) are answered, the others held on.
+func (n *Node) serveHeld(now time.Time) {
+	c := n.core()
+	var keep []*heldItem
+	enc := &encoder{}
+	for _, it := range n.held.takeAll() {
+		r, wait := c.Serve(now, it.sc.from, &it.item, it.res, it.hold)
+		if wait {
+			keep = append(keep, it)
+			continue
 		}
-		if to, lent := n.lentTo(st, owner, reqs[i].Key); lent {
-			owner = to
-		}
-		if owner.Name != n.name || n.leaving.Load() {
-			enc.u8(itemMoved)
-			enc.str(owner.Name)
-			return
+		enc.b = enc.b[:0]
+		enc.u8(msgTake | replyBit)
+		enc.u32(it.id)
+		enc.u8(statusOK)
+		enc.u16(1)
+		enc.u16(it.index)
+		encodeItemReply(enc, &r)
+		it.sc.reply(enc.b) // a failed write closes the connection; its reader ends
+	}
+	for _, it := range keep {
+		n.held.add(it)
+	}
+}
+
+// dueHeld reports whether a held item's hold time has passed.
+func (h *heldItems) due(now time.Time) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, it := range h.items {
+		if !now.Before(it.hold) {
+			return true
 		}
 	}
-	if client != 0 {
-		if owner, _ := st.ring.Owner(client.Route()); owner.Name != n.name {
-			client = 0 // not ours to keep
-		}
-	}
-	// pullFrame pulled the frame's keys, by the ring of its time; this ring
-	// may be newer: a key not held by it is not counted.
-	if !n.pullMissing(st, now, reqs, client) {
-		enc.u8(itemMoved) // to nobody: the caller decides by fallback
-		enc.str("")
-		return
-	}
-	allowed, score := n.local(now, op, client, reqs, res)
-	enc.u8(itemDone)
-	enc.u8(boolByte(allowed))
-	enc.u32(math.Float32bits(float32(score)))
-	enc.u8(byte(len(res)))
-	for i := range res {
-		encodeZoneRes(enc, &res[i])
-	}
+	return false
 }

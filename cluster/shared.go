@@ -210,11 +210,11 @@ func (n *Node) SetSharedCheck(check func(name string, value []byte) error) {
 // to every member. Nodes that cannot be reached now get it in the next state
 // sync.
 func (n *Node) Publish(name string, value []byte) SharedValue {
-	v, msg := n.shared.publish(n.name, name, value)
+	v, msg := n.shared.publish(n.Name(), name, value)
 	if !n.running.Load() {
 		return v // not networked (standalone, or not started): state sync carries it later
 	}
-	for _, m := range n.members.gossipNodes(n.name) {
+	for _, m := range n.members.gossipNodes(n.Name()) {
 		if err := n.ml.SendReliable(m, msg); err != nil {
 			n.log.Warn("sending a shared value; the next state sync will carry it", "name", name, "to", m.Name, "error", err.Error())
 		}

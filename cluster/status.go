@@ -2,7 +2,7 @@ package cluster
 
 import (
 	"slices"
-	"sync/atomic"
+	"strings"
 	"time"
 )
 
@@ -10,7 +10,7 @@ import (
 type MemberStatus struct {
 	Name     string  `json:"name"`
 	PeerAddr string  `json:"peer_addr,omitempty"`
-	State    string  `json:"state"` // self, alive, unreachable or leaving
+	State    string  `json:"state"` // self, alive, unreachable, joining, leaving or dead
 	Share    float64 `json:"ring_share"`
 	Fallback bool    `json:"fallback"` // calls to it go to fallback now
 }
@@ -36,67 +36,58 @@ type Status struct {
 
 // Status reports the node's view of the cluster.
 func (n *Node) Status() Status {
-	st := n.state.Load()
+	c := n.core()
+	ring := c.Ring()
+	self := n.Name()
 	s := Status{
-		Node:            n.name,
+		Node:            self,
 		Standalone:      n.standalone,
-		RingFingerprint: st.ring.Fingerprint(),
+		RingFingerprint: ring.Fingerprint(),
 		PeersInFallback: []string{},
 	}
-	shares := st.ring.Shares()
+	shares := ring.Shares()
 	if !n.standalone {
-		s.FallbackMode = n.fallback.mode().String()
-		s.FallbackRatio = n.fallback.ratio()
-		s.FallbackKeys = n.fallback.Stats().Keys
-		s.Activations = n.fallback.activations.Load()
-		s.HandedOffIn = n.stats.handedOff.Load()
-		s.Pulled = n.stats.pulled.Load()
-		s.Reconciled = n.stats.reconciled.Load()
-		s.LastRingChangeAgo = time.Since(st.changed).Round(time.Millisecond).String()
+		mode, ratio := c.Fallback()
+		st := c.Stats()
+		s.FallbackMode = mode.String()
+		s.FallbackRatio = ratio
+		s.FallbackKeys = c.FallbackKeys()
+		s.Activations = st.Activations.Load()
+		s.HandedOffIn = st.Received.Load()
+		s.Pulled = st.Pulled.Load()
+		s.Reconciled = st.Reconciled.Load()
+		if at := n.changedAt.Load(); at != 0 {
+			s.LastRingChangeAgo = time.Since(time.Unix(0, at)).Round(time.Millisecond).String()
+		}
 	}
-	leaving := n.members.leaving()
-	for _, name := range n.members.names(n.name) {
-		ms := MemberStatus{Name: name, State: "alive", Share: shares[name]}
-		if name == n.name {
-			ms.State, ms.PeerAddr = "self", n.PeerAddr()
+	s.Members = append(s.Members, MemberStatus{Name: self, PeerAddr: n.PeerAddr(), State: "self", Share: shares[self]})
+	for _, name := range n.members.names() {
+		if name == self {
+			continue
 		}
-		if p := n.peers.get(name); p != nil {
-			ms.PeerAddr = p.member.PeerAddr
-			ms.Fallback = p.breaker.open() || !p.connected.Load()
-			if ms.Fallback {
-				ms.State = "unreachable"
-			}
-			s.PeerFrames += p.frames.Load()
-			s.PeerItems += p.items.Load()
+		e, ok := n.members.state(name)
+		if !ok {
+			continue
 		}
-		if leaving[name] {
+		ms := MemberStatus{Name: name, PeerAddr: e.meta.peerAddr, State: "alive", Share: shares[name]}
+		switch {
+		case !e.dead.IsZero():
+			ms.State = "dead"
+		case e.meta.flags&metaLeaving != 0:
 			ms.State = "leaving"
-		}
-		if ms.Fallback {
+		case e.meta.flags&metaJoining != 0:
+			ms.State = "joining"
+		case !c.Reachable(name):
+			ms.State, ms.Fallback = "unreachable", true
 			s.PeersInFallback = append(s.PeersInFallback, name)
 		}
 		s.Members = append(s.Members, ms)
 	}
-	slices.SortFunc(s.Members, func(a, b MemberStatus) int {
-		if a.Name < b.Name {
-			return -1
-		}
-		if a.Name > b.Name {
-			return 1
-		}
-		return 0
-	})
+	for _, p := range n.peers.all() {
+		s.PeerFrames += p.frames.Load()
+		s.PeerItems += p.items.Load()
+	}
+	slices.SortFunc(s.Members, func(a, b MemberStatus) int { return strings.Compare(a.Name, b.Name) })
 	slices.Sort(s.PeersInFallback)
 	return s
-}
-
-// nodeStats counts what a node did, for Status and tests.
-type nodeStats struct {
-	handedOff     atomic.Uint64 // counters received in hand-offs
-	pulled        atomic.Uint64 // counters pulled from their previous owners
-	pullCalls     atomic.Uint64 // transfer calls made to pull keys
-	reconciled    atomic.Uint64 // fallback counters sent to (or merged at) their owners
-	replicaBytes  atomic.Uint64 // bytes of replica batches sent
-	replicaStates atomic.Uint64 // counters sent to successors
-	fromReplica   atomic.Uint64 // counters a new owner started from its replica
 }

@@ -4,36 +4,37 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
 )
 
 // ProtocolVersion is the version of the peer protocol and of the node
-// metadata. Nodes of different versions refuse each other. Version 2
-// seals shared values with the cluster secret, adds the reconcile,
-// replicate, fallback-transfer, restore and named pull messages and the
-// joining flag, and carries reputation scores as float64.
-const ProtocolVersion = 2
+// metadata. Nodes of different versions refuse each other, with a log line
+// naming the peer and both versions. Version 3 carries the messages of the
+// cluster's core (numbered, acknowledged transfers; typed replies to take
+// items; pulls, seals, pings and score queries), names the caller's run in
+// the handshake, and the run's incarnation in the metadata.
+const ProtocolVersion = 3
 
-// Message types. A request frame is [type][call ID u32][body]; its reply
-// is [type|replyBit][call ID][status][body].
+// Frames. A request frame is [kind][call ID u32][body]; its reply is
+// [kind|replyBit][call ID][status][body]. A take frame carries many take
+// items; its reply carries the answers of those decided at once, each with
+// its position in the frame, and the owner sends the answers of items it
+// holds (their counts are on their way to it) in later reply frames with
+// the same ID. An Ack gets no reply.
 const (
-	msgTake     byte = 1 // a batch of take, peek or refund items
-	msgTransfer byte = 2 // give me these keys' counters (and forget them)
-	msgHandoff  byte = 3 // here are counters you own now
-	msgReset    byte = 4 // drop these keys' counters
-	msgForget   byte = 5 // drop these keys from your blocked cache
-	msgPing     byte = 6 // are you there?
-	// msgReconcile: here is what I counted in fallback for keys you own
-	// (origin name, sequence number, counters); add it unless you have.
-	msgReconcile byte = 7
-	// msgReplicate: the current counters of keys you succeed me for.
-	msgReplicate byte = 8
-	// msgFallbackTransfer: I own these keys now (the owner died); give me
-	// what you counted for them in fallback, and route them to me.
-	msgFallbackTransfer byte = 9
-	replyBit            byte = 0x80
+	msgTake     byte = 1 // take items (core.TakeItem), batched
+	msgTransfer byte = 2 // core.Transfer → core.Ack
+	msgAck      byte = 3 // core.Ack of a transfer given in a pull's reply; no reply
+	msgPull     byte = 4 // core.Pull → core.PullReply
+	msgSeal     byte = 5 // core.SealQuery → core.SealReply
+	msgPing     byte = 6 // core.Ping → core.Pong
+	msgScore    byte = 7 // core.ScoreQuery → core.ScoreReply
+	msgReset    byte = 8 // drop these keys everywhere on the node
+	msgForget   byte = 9 // drop these keys from what the node heard of owners
+	replyBit    byte = 0x80
 )
 
 // Reply statuses.
@@ -42,54 +43,15 @@ const (
 	statusErr byte = 1
 )
 
-// Item operations in a take batch: the wire codes of the node's actions.
+// Limits that keep a peer from making us allocate without bound. A
+// transfer carries every counter of one hand-off in one frame, so frames
+// are large enough for a hand-off of a big engine.
 const (
-	opTake     byte = 1
-	opPeek     byte = 2
-	opRefund   byte = 3
-	opPenalize byte = 4 // no zones
-)
-
-// opOf returns the wire code of an action.
-func opOf(a action) byte {
-	switch a {
-	case actPeek:
-		return opPeek
-	case actRefund:
-		return opRefund
-	case actPenalize:
-		return opPenalize
-	}
-	return opTake
-}
-
-// actionOf returns the action a wire code names, if it names one.
-func actionOf(op byte) (action, bool) {
-	switch op {
-	case opTake:
-		return actTake, true
-	case opPeek:
-		return actPeek, true
-	case opRefund:
-		return actRefund, true
-	case opPenalize:
-		return actPenalize, true
-	}
-	return 0, false
-}
-
-// Item outcomes in a take batch reply.
-const (
-	itemDone  byte = 0 // results follow
-	itemMoved byte = 1 // not the owner: the owner's name follows
-)
-
-// Limits that keep a peer from making us allocate without bound.
-const (
-	maxFrame     = 4 << 20
+	maxFrame     = 64 << 20
 	maxBatch     = 512 // items per take frame
 	maxZones     = 64  // zone requests per item
-	maxStates    = 8192
+	maxStates    = 1 << 20
+	maxList      = 1 << 16 // entries of other lists (keys, applied transfers, moved keys)
 	zoneReqSize  = 8 + 8 + 1 + 4 + 8 + 4 + 4 + 8
 	zoneResSize  = 1 + 8 + 8 + 8
 	maxNameBytes = 255
@@ -104,7 +66,19 @@ func (e *encoder) u8(v byte)    { e.b = append(e.b, v) }
 func (e *encoder) u16(v int)    { e.b = binary.LittleEndian.AppendUint16(e.b, uint16(v)) }
 func (e *encoder) u32(v uint32) { e.b = binary.LittleEndian.AppendUint32(e.b, v) }
 func (e *encoder) u64(v uint64) { e.b = binary.LittleEndian.AppendUint64(e.b, v) }
-func (e *encoder) str(s string) { e.u8(byte(len(s))); e.b = append(e.b, s...) }
+func (e *encoder) str(s string) {
+	s = s[:min(len(s), maxNameBytes)]
+	e.u8(byte(len(s)))
+	e.b = append(e.b, s...)
+}
+func (e *encoder) f64(v float64) { e.u64(math.Float64bits(v)) }
+func (e *encoder) flag(v bool) {
+	if v {
+		e.u8(1)
+	} else {
+		e.u8(0)
+	}
+}
 
 // decoder reads little-endian values; a read past the end sets err.
 type decoder struct {
@@ -121,11 +95,23 @@ func (d *decoder) take(n int) []byte {
 	d.b = d.b[n:]
 	return v
 }
-func (d *decoder) u8() byte    { return d.take(1)[0] }
-func (d *decoder) u16() int    { return int(binary.LittleEndian.Uint16(d.take(2))) }
-func (d *decoder) u32() uint32 { return binary.LittleEndian.Uint32(d.take(4)) }
-func (d *decoder) u64() uint64 { return binary.LittleEndian.Uint64(d.take(8)) }
-func (d *decoder) str() string { return string(d.take(int(d.u8()))) }
+func (d *decoder) u8() byte     { return d.take(1)[0] }
+func (d *decoder) u16() int     { return int(binary.LittleEndian.Uint16(d.take(2))) }
+func (d *decoder) u32() uint32  { return binary.LittleEndian.Uint32(d.take(4)) }
+func (d *decoder) u64() uint64  { return binary.LittleEndian.Uint64(d.take(8)) }
+func (d *decoder) str() string  { return string(d.take(int(d.u8()))) }
+func (d *decoder) f64() float64 { return math.Float64frombits(d.u64()) }
+func (d *decoder) flag() bool   { return d.u8() != 0 }
+
+// count32 reads a u32 count and checks it against a bound and what is left.
+func (d *decoder) count32(bound, each int) int {
+	n := int(d.u32())
+	if n > bound || n*each > len(d.b) {
+		d.err = fmt.Errorf("count %d exceeds the bound %d or the message", n, bound)
+		return 0
+	}
+	return n
+}
 
 // count reads a u16 count and checks it against a bound and what is left.
 func (d *decoder) count(bound, each int) int {
@@ -209,14 +195,14 @@ func decodeStates(d *decoder) []limiter.State {
 }
 
 func encodeKeys(e *encoder, keys []limiter.Key) {
-	e.u16(len(keys))
+	e.u32(uint32(len(keys)))
 	for _, k := range keys {
 		e.u64(uint64(k))
 	}
 }
 
 func decodeKeys(d *decoder) []limiter.Key {
-	n := d.count(maxStates, 8)
+	n := d.count32(maxList, 8)
 	out := make([]limiter.Key, n)
 	for i := range out {
 		out[i] = limiter.Key(d.u64())

@@ -1,0 +1,727 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate/cluster/core"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// The transport's client side: one peerClient per other node, which keeps
+// a connection to it, sends calls, matches replies to them by frame ID and
+// fails them at their deadline. Take items waiting together go out in one
+// frame: a forwarded check costs a fraction of a round trip and of a
+// system call.
+
+var (
+	errTimeout = errors.New("peer call timed out")
+	errClosed  = errors.New("peer connection closed")
+	errBusy    = errors.New("peer call queue full")
+)
+
+// call is one request to a peer: a take item (batched with others) or a
+// message of its own. Exactly one outcome settles it: its reply, its
+// failure or its deadline, whichever comes first.
+type call struct {
+	kind byte
+	body []byte                             // the encoded item (take) or message
+	buf  [takeItemHead + 2*zoneReqSize]byte // body's storage for items of up to two zones
+	res  []limiter.Result                   // where a take reply's results go
+	rbuf [2]limiter.Result                  // res's storage for up to two zones
+	due  int64                              // deadline, monotonic ns since epoch; 0 for none
+	item core.ItemReply                     // a take item's reply
+	repl []byte                             // another kind's reply body
+	err  error                              // why it failed
+	done func(*call)                        // called once it is settled; nil: a waiter waits on wg
+	wg   sync.WaitGroup                     // released when settled, for a waiter
+	st   atomic.Int32                       // callPending, callFilling or callDone
+	_    [0]func()                          // not comparable
+}
+
+const (
+	callPending int32 = iota
+	callFilling
+	callDone
+)
+
+// epoch is the origin of calls' deadlines: monotonic time, as int64.
+var epoch = time.Now()
+
+// monoNanos returns t as nanoseconds since epoch (by the monotonic clock).
+func monoNanos(t time.Time) int64 { return max(int64(t.Sub(epoch)), 1) }
+
+// newCall makes a call of kind whose outcome done receives (nil: the
+// caller waits for it with wait).
+func newCall(kind byte, done func(*call)) *call {
+	c := &call{kind: kind, done: done}
+	if done == nil {
+		c.wg.Add(1)
+	}
+	return c
+}
+
+// newTakeCall makes a call carrying one take item, encoded now: the caller
+// may reuse the item's memory as soon as the call returns.
+func newTakeCall(it *core.TakeItem, done func(*call)) *call {
+	c := newCall(msgTake, done)
+	e := encoder{b: c.buf[:0]}
+	encodeTakeItem(&e, it)
+	c.body = e.b
+	if len(it.Reqs) <= len(c.rbuf) {
+		c.res = c.rbuf[:len(it.Reqs)]
+	} else {
+		c.res = make([]limiter.Result, len(it.Reqs))
+	}
+	return c
+}
+
+// claim takes c for its outcome; only the one that claims it writes to it,
+// and then calls settle.
+func (c *call) claim() bool { return c.st.CompareAndSwap(callPending, callFilling) }
+
+// settle releases whoever waits for c.
+func (c *call) settle() {
+	c.st.Store(callDone)
+	if c.done != nil {
+		c.done(c)
+	} else {
+		c.wg.Done()
+	}
+}
+
+// fail settles c with err unless it is settled already.
+func (c *call) fail(err error) {
+	if c.claim() {
+		c.err = err
+		c.settle()
+	}
+}
+
+// wait waits for c's outcome.
+func (c *call) wait() error {
+	c.wg.Wait()
+	return c.err
+}
+
+// dialer is what a peer client needs of its node to connect.
+type dialer struct {
+	self     core.Peer
+	authKey  []byte
+	timeout  time.Duration // of a dial and its handshake
+	network  network       // nil: the host's network
+	log      *slog.Logger
+	observer Observer
+}
+
+// peerClient is this node's client of one other node. A call is always in
+// one place the watcher looks: the queue, until the writer moves it (under
+// the queue's lock) to pending, where it stays until its reply. So callers
+// wait on nothing but their call, with no timer of their own. A
+// peerClient is safe for concurrent use.
+type peerClient struct {
+	d    *dialer
+	name string
+	addr string
+
+	qmu     sync.Mutex
+	queued  []*call
+	qclosed bool
+	wake    chan struct{} // the writer has calls to look at
+	kick    chan struct{} // the watcher has an earlier deadline to watch
+	wakeAt  atomic.Int64  // the watcher's next wake-up: 0 none, -1 looking
+
+	connected atomic.Bool
+
+	mu      sync.Mutex
+	conn    *secureConn
+	pending map[uint32]*frameCalls
+	nextID  uint32
+
+	frames atomic.Uint64 // take frames sent
+	items  atomic.Uint64 // take items sent
+	bytes  atomic.Uint64 // bytes of frames sent
+
+	takesInFlight atomic.Int32  // take frames whose first reply has not come
+	replied       chan struct{} // a take reply arrived
+
+	stop        chan struct{}
+	done        chan struct{}
+	watcherDone chan struct{}
+}
+
+// frameCalls are the calls one frame carried, until each is answered.
+type frameCalls struct {
+	calls    []*call
+	left     int
+	answered bool // a first reply came
+	take     bool
+}
+
+// queueDepth bounds the calls waiting for the writer: beyond it a call
+// fails at once, as busy (it says nothing of the peer's health).
+const queueDepth = 4096
+
+func newPeerClient(d *dialer, name, addr string) *peerClient {
+	p := &peerClient{
+		d: d, name: name, addr: addr,
+		pending:     make(map[uint32]*frameCalls),
+		wake:        make(chan struct{}, 1),
+		kick:        make(chan struct{}, 1),
+		replied:     make(chan struct{}, 1),
+		stop:        make(chan struct{}),
+		done:        make(chan struct{}),
+		watcherDone: make(chan struct{}),
+	}
+	go p.run()
+	go p.watch()
+	return p
+}
+
+// close stops the client and fails its calls.
+func (p *peerClient) close() {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	p.mu.Lock()
+	if p.conn != nil {
+		p.conn.Close()
+	}
+	p.mu.Unlock()
+	<-p.done
+	<-p.watcherDone
+}
+
+// send queues c, due by deadline (zero: no deadline, for calls whose
+// outcome nobody reads). A call that cannot be queued fails at once.
+func (p *peerClient) send(c *call, deadline time.Time) {
+	if !deadline.IsZero() {
+		c.due = monoNanos(deadline)
+	}
+	due := c.due // the writer may settle c once it is queued
+	p.qmu.Lock()
+	if p.qclosed {
+		p.qmu.Unlock()
+		c.fail(errClosed)
+		return
+	}
+	if len(p.queued) >= queueDepth {
+		p.qmu.Unlock()
+		c.fail(errBusy)
+		return
+	}
+	p.queued = append(p.queued, c)
+	n := len(p.queued)
+	p.qmu.Unlock()
+	// The writer needs waking for a first call, a full batch, or a call
+	// that is not a take (it goes at once, after the takes before it).
+	if n == 1 || n == maxBatch || c.kind != msgTake {
+		signal(p.wake)
+	}
+	if due != 0 {
+		if at := p.wakeAt.Load(); at <= 0 || due < at {
+			signal(p.kick)
+		}
+	}
+}
+
+// signal leaves a token in a channel of capacity one, unless one is there.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// watch fails calls whose deadline has passed, waking at the earliest
+// deadline of the calls waiting (and not at all when none waits).
+func (p *peerClient) watch() {
+	defer close(p.watcherDone)
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-p.kick:
+		case <-t.C:
+		case <-p.stop:
+			t.Stop()
+			return
+		}
+		p.wakeAt.Store(-1) // calls queued from now on kick again
+		next := p.expire(monoNanos(time.Now()))
+		p.wakeAt.Store(next)
+		if next > 0 {
+			t.Reset(time.Duration(next - monoNanos(time.Now())))
+		} else {
+			t.Stop()
+		}
+	}
+}
+
+// expire fails the calls due by now and returns the earliest deadline of
+// the others, or 0.
+func (p *peerClient) expire(now int64) (next int64) {
+	check := func(c *call) {
+		if c.due == 0 || c.st.Load() != callPending {
+			return
+		}
+		if c.due <= now {
+			c.fail(errTimeout)
+			return
+		}
+		if next == 0 || c.due < next {
+			next = c.due
+		}
+	}
+	p.qmu.Lock()
+	for _, c := range p.queued {
+		check(c)
+	}
+	p.qmu.Unlock()
+	p.mu.Lock()
+	for _, f := range p.pending {
+		for _, c := range f.calls {
+			check(c)
+		}
+	}
+	p.mu.Unlock()
+	return next
+}
+
+// run keeps a connection to the peer, redialling after failures with a
+// backoff that grows to a second.
+func (p *peerClient) run() {
+	defer close(p.done)
+	labelGoroutine(p.d.self.Name, "peer-writer")
+	backoff := 20 * time.Millisecond
+	for {
+		if p.stopped() {
+			p.failPending(errClosed, true)
+			return
+		}
+		conn, err := p.dial()
+		if err != nil {
+			p.d.log.Debug("connecting to peer", "peer", p.name, "error", err.Error())
+			if !p.sleep(backoff) {
+				p.failPending(errClosed, true)
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		backoff = 20 * time.Millisecond
+		p.mu.Lock()
+		p.conn = conn
+		p.mu.Unlock()
+		p.connected.Store(true)
+		readerDone := make(chan error, 1)
+		go func() {
+			labelGoroutine(p.d.self.Name, "peer-reader")
+			readerDone <- p.read(conn)
+		}()
+		err = p.write(conn, readerDone)
+		p.connected.Store(false)
+		p.takesInFlight.Store(0)
+		conn.Close()
+		p.mu.Lock()
+		p.conn = nil
+		p.mu.Unlock()
+		stopping := p.stopped()
+		// Calls sent on the lost connection fail: their outcome is unknown,
+		// and the core deals with that (a take is cancelled, a transfer
+		// sent again). Calls still queued wait for the next connection.
+		p.failSent(errClosed)
+		if stopping {
+			p.failPending(errClosed, true)
+			return
+		}
+		p.d.log.Debug("peer connection lost", "peer", p.name, "error", errString(err))
+		if !p.sleep(backoff) {
+			p.failPending(errClosed, true)
+			return
+		}
+	}
+}
+
+func (p *peerClient) stopped() bool {
+	select {
+	case <-p.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *peerClient) dial() (*secureConn, error) {
+	var raw net.Conn
+	var err error
+	if nw := p.d.network; nw != nil {
+		raw, err = nw.dialPeer(p.d.self.Name, p.name, p.addr, p.d.timeout)
+	} else {
+		raw, err = net.DialTimeout("tcp", p.addr, p.d.timeout)
+	}
+	if err != nil {
+		return nil, err
+	}
+	conn, err := clientHandshake(raw, p.d.authKey, p.d.self, time.Now().Add(p.d.timeout))
+	if err != nil {
+		raw.Close()
+		var v VersionError
+		if errors.As(err, &v) {
+			p.d.log.Error("refusing peer with another protocol version",
+				"peer", p.name, "ours", v.Ours, "theirs", v.Theirs)
+		}
+		return nil, err
+	}
+	return conn, nil
+}
+
+func (p *peerClient) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-p.stop:
+		return false
+	}
+}
+
+// Batching. A take call goes out at once when no take frame is awaiting
+// its reply, so a lone request pays no delay. While one is, calls gather
+// until it is answered, the batch is full, or batchLinger has passed: at
+// saturation frames carry many calls each, and the wait a call adds is at
+// most one round trip or batchLinger. The writer takes every call queued
+// at once, so a frame of many calls costs it one wake-up, not one each.
+const (
+	maxTakeFramesInFlight = 1
+	batchLinger           = 200 * time.Microsecond
+	writeTimeout          = 2 * time.Second
+)
+
+// write sends queued calls until the connection fails or the client
+// stops. Take calls waiting together go out as one frame; other calls go
+// one to a frame, in their order among the takes.
+func (p *peerClient) write(conn *secureConn, readerDone <-chan error) error {
+	enc := &encoder{}
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
+	lingering, lingered := false, false
+	for {
+		kind, id, batch, waiting := p.nextFrame(lingered)
+		if batch == nil {
+			if waiting && !lingering {
+				linger.Reset(batchLinger)
+				lingering = true
+			}
+			select {
+			case <-p.wake:
+			case <-p.replied:
+			case <-linger.C:
+				lingering, lingered = false, true
+			case err := <-readerDone:
+				return err
+			case <-p.stop:
+				return errClosed
+			}
+			continue
+		}
+		enc.b = enc.b[:0]
+		enc.u8(kind)
+		enc.u32(id)
+		if kind == msgTake {
+			if lingering {
+				linger.Stop()
+				lingering = false
+			}
+			lingered = false
+			enc.u16(len(batch))
+			for _, c := range batch {
+				enc.b = append(enc.b, c.body...)
+			}
+			p.frames.Add(1)
+			p.items.Add(uint64(len(batch)))
+			p.d.observer.Batch(len(batch))
+		} else {
+			enc.b = append(enc.b, batch[0].body...)
+		}
+		p.bytes.Add(uint64(len(enc.b)))
+		if err := conn.writeFrame(enc.b, time.Now().Add(writeTimeout)); err != nil {
+			return err
+		}
+	}
+}
+
+// nextFrame takes from the queue the calls of the next frame to send and,
+// unless it is an Ack (which gets no reply), moves them to pending under a
+// new frame ID. It returns a nil batch when there is none to send now;
+// waiting then says that takes wait for the frame in flight (or for
+// lingered, which sends them anyway). Calls settled already (they timed
+// out) are dropped.
+func (p *peerClient) nextFrame(lingered bool) (kind byte, id uint32, batch []*call, waiting bool) {
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	skip := 0
+	for skip < len(p.queued) && p.queued[skip].st.Load() != callPending {
+		skip++
+	}
+	if skip > 0 {
+		rest := copy(p.queued, p.queued[skip:])
+		clear(p.queued[rest:])
+		p.queued = p.queued[:rest]
+	}
+	q := p.queued
+	if len(q) == 0 {
+		return 0, 0, nil, false
+	}
+	var n int
+	if q[0].kind != msgTake {
+		kind, n = q[0].kind, 1
+	} else {
+		takes := 0
+		for takes < len(q) && takes < maxBatch && q[takes].kind == msgTake {
+			takes++
+		}
+		full := takes == maxBatch || takes < len(q) // a full batch, or a call waits behind
+		if !full && !lingered && p.takesInFlight.Load() >= maxTakeFramesInFlight {
+			return 0, 0, nil, true
+		}
+		kind, n = msgTake, takes
+	}
+	batch = make([]*call, 0, n)
+	for _, c := range q[:n] {
+		if c.st.Load() == callPending {
+			batch = append(batch, c)
+		}
+	}
+	rest := copy(p.queued, q[n:])
+	clear(p.queued[rest:])
+	p.queued = p.queued[:rest]
+	if len(batch) == 0 {
+		return 0, 0, nil, false
+	}
+	if kind == msgTake {
+		p.takesInFlight.Add(1)
+	}
+	p.mu.Lock()
+	p.nextID++
+	id = p.nextID
+	if kind != msgAck {
+		p.pending[id] = &frameCalls{calls: batch, left: len(batch), take: kind == msgTake}
+	}
+	p.mu.Unlock()
+	if kind == msgAck {
+		for _, c := range batch {
+			if c.claim() {
+				c.settle() // sent: an Ack's outcome is its sending
+			}
+		}
+	}
+	return kind, id, batch, false
+}
+
+// read delivers replies until the connection fails.
+func (p *peerClient) read(conn *secureConn) error {
+	var buf []byte
+	for {
+		frame, err := conn.readFrame(buf)
+		if err != nil {
+			return err
+		}
+		buf = frame[:cap(frame)]
+		d := &decoder{b: frame}
+		kind, id, status := d.u8(), d.u32(), d.u8()
+		if d.err != nil || kind&replyBit == 0 {
+			return errors.New("malformed reply")
+		}
+		kind &^= replyBit
+		p.mu.Lock()
+		f := p.pending[id]
+		first := f != nil && !f.answered
+		if first {
+			f.answered = true
+		}
+		p.mu.Unlock()
+		if first && f.take {
+			p.takesInFlight.Add(-1)
+			signal(p.replied)
+		}
+		if f == nil {
+			continue // calls that were failed already
+		}
+		if status != statusOK {
+			err := fmt.Errorf("peer %s: %s", p.name, d.str())
+			p.finishFrame(id, f, len(f.calls))
+			for _, c := range f.calls {
+				c.fail(err)
+			}
+			continue
+		}
+		if kind != msgTake {
+			p.finishFrame(id, f, 1)
+			if c := f.calls[0]; c.claim() {
+				c.repl = append([]byte(nil), d.b...)
+				c.settle()
+			}
+			continue
+		}
+		n := d.count(maxBatch, 3)
+		answered := 0
+		for range n {
+			i := d.u16()
+			if d.err != nil || i >= len(f.calls) {
+				return fmt.Errorf("reply to item %d of a frame of %d", i, len(f.calls))
+			}
+			c := f.calls[i]
+			if !c.claim() {
+				// Its caller gave up on it and decided it by fallback; the
+				// core sent the owner a cancel, which gives an admission
+				// back. Read past it.
+				if _, err := decodeItemReply(d, nil); err != nil {
+					return err
+				}
+				answered++
+				continue
+			}
+			r, err := decodeItemReply(d, c.res)
+			if err != nil {
+				c.err = err
+				c.settle()
+				return err
+			}
+			c.item = r
+			c.settle()
+			answered++
+		}
+		p.finishFrame(id, f, answered)
+	}
+}
+
+// finishFrame notes answered of frame id's calls answered, and forgets the
+// frame once all are.
+func (p *peerClient) finishFrame(id uint32, f *frameCalls, answered int) {
+	p.mu.Lock()
+	f.left -= answered
+	if f.left <= 0 {
+		delete(p.pending, id)
+	}
+	p.mu.Unlock()
+}
+
+// failSent fails every call sent on a connection that is lost.
+func (p *peerClient) failSent(err error) {
+	p.mu.Lock()
+	pending := p.pending
+	p.pending = make(map[uint32]*frameCalls)
+	p.mu.Unlock()
+	for _, f := range pending {
+		for _, c := range f.calls {
+			c.fail(err)
+		}
+	}
+}
+
+// failPending fails every call sent or queued; final (the client stops)
+// refuses calls from then on.
+func (p *peerClient) failPending(err error, final bool) {
+	p.failSent(err)
+	p.qmu.Lock()
+	queued := p.queued
+	p.queued = nil
+	p.qclosed = p.qclosed || final
+	p.qmu.Unlock()
+	for _, c := range queued {
+		c.fail(err)
+	}
+}
+
+// labelGoroutine labels the calling goroutine, and those it starts, in CPU
+// profiles with the node and its role in the peer protocol, so a profile of
+// several nodes in one process (BenchmarkTake) tells the caller's work from
+// the owner's: go tool pprof -tags.
+func labelGoroutine(node, role string) {
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(),
+		pprof.Labels("tollgate_node", node, "tollgate_role", role)))
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// peerSet holds the node's clients of its peers, one per node gossip
+// knows (members, and nodes joining, leaving or declared dead: the core
+// talks to all of them). A peerSet is safe for concurrent use.
+type peerSet struct {
+	mu    sync.RWMutex
+	peers map[string]*peerClient
+}
+
+func newPeerSet() *peerSet { return &peerSet{peers: make(map[string]*peerClient)} }
+
+// get returns the client of the node called name, or nil.
+func (s *peerSet) get(name string) *peerClient {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.peers[name]
+}
+
+// all returns every client.
+func (s *peerSet) all() []*peerClient {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*peerClient, 0, len(s.peers))
+	for _, p := range s.peers {
+		out = append(out, p)
+	}
+	return out
+}
+
+// match keeps one client for each name in addrs (name → peer address),
+// made by open, replacing those whose address changed, and drops the
+// others. It returns the clients dropped or replaced, for the caller to
+// close outside the lock.
+func (s *peerSet) match(addrs map[string]string, open func(name, addr string) *peerClient) []*peerClient {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var gone []*peerClient
+	for name, addr := range addrs {
+		if p, ok := s.peers[name]; !ok || p.addr != addr {
+			if ok {
+				gone = append(gone, p)
+			}
+			s.peers[name] = open(name, addr)
+		}
+	}
+	for name, p := range s.peers {
+		if _, ok := addrs[name]; !ok {
+			gone = append(gone, p)
+			delete(s.peers, name)
+		}
+	}
+	return gone
+}
+
+// takeAll removes and returns every client.
+func (s *peerSet) takeAll() []*peerClient {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*peerClient, 0, len(s.peers))
+	for name, p := range s.peers {
+		out = append(out, p)
+		delete(s.peers, name)
+	}
+	return out
+}

@@ -1,0 +1,285 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tollgate/tollgate/cluster/core"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// The codec: the core's messages as bytes, and back. Each request kind has
+// one reply type (see the msg constants); a decoded message is checked as
+// far as its form goes (bounds, known modes and outcomes, valid limits),
+// and the core judges what it means.
+
+var errUnknownKind = errors.New("unknown message kind")
+
+// kindOf returns the frame kind that carries msg.
+func kindOf(msg core.Message) (byte, error) {
+	switch msg.(type) {
+	case core.TakeItem:
+		return msgTake, nil
+	case core.Transfer:
+		return msgTransfer, nil
+	case core.Ack:
+		return msgAck, nil
+	case core.Pull:
+		return msgPull, nil
+	case core.SealQuery:
+		return msgSeal, nil
+	case core.Ping:
+		return msgPing, nil
+	case core.ScoreQuery:
+		return msgScore, nil
+	}
+	return 0, fmt.Errorf("no frame carries %T", msg)
+}
+
+// encodeMessage appends the body of a request or a reply.
+func encodeMessage(e *encoder, msg core.Message) {
+	switch m := msg.(type) {
+	case core.TakeItem:
+		encodeTakeItem(e, &m)
+	case core.ItemReply:
+		encodeItemReply(e, &m)
+	case core.Transfer:
+		encodeTransfer(e, &m)
+	case core.Ack:
+		e.u64(m.Seq)
+		e.flag(m.Refused)
+	case core.Pull:
+		encodeKeys(e, m.Keys)
+	case core.PullReply:
+		e.u32(uint32(len(m.Given)))
+		for i := range m.Given {
+			encodeTransfer(e, &m.Given[i])
+		}
+		e.u32(uint32(len(m.Moved)))
+		for _, ko := range m.Moved {
+			e.u64(uint64(ko.Key))
+			e.str(ko.Owner)
+		}
+		e.flag(m.Refused)
+	case core.SealQuery:
+		e.str(m.Ring)
+	case core.SealReply:
+		e.flag(m.Sealed)
+	case core.Ping:
+		e.u64(m.Epoch)
+	case core.Pong:
+		e.flag(m.Dead)
+	case core.ScoreQuery:
+		e.u64(uint64(m.Client))
+	case core.ScoreReply:
+		e.f64(m.Score)
+	}
+}
+
+// decodeRequest decodes the body of a request of kind (not a take frame:
+// see decodeTakeItem).
+func decodeRequest(kind byte, d *decoder) (core.Message, error) {
+	var msg core.Message
+	switch kind {
+	case msgTransfer:
+		msg = decodeTransfer(d)
+	case msgAck:
+		msg = core.Ack{Seq: d.u64(), Refused: d.flag()}
+	case msgPull:
+		msg = core.Pull{Keys: decodeKeys(d)}
+	case msgSeal:
+		msg = core.SealQuery{Ring: d.str()}
+	case msgPing:
+		msg = core.Ping{Epoch: d.u64()}
+	case msgScore:
+		msg = core.ScoreQuery{Client: limiter.Key(d.u64())}
+	default:
+		return nil, errUnknownKind
+	}
+	return msg, d.err
+}
+
+// decodeReply decodes the reply to a request of kind.
+func decodeReply(kind byte, d *decoder) (core.Message, error) {
+	var msg core.Message
+	switch kind {
+	case msgTransfer:
+		msg = core.Ack{Seq: d.u64(), Refused: d.flag()}
+	case msgPull:
+		var r core.PullReply
+		n := d.count32(maxList, 8)
+		for range n {
+			r.Given = append(r.Given, decodeTransfer(d))
+		}
+		n = d.count32(maxList, 9)
+		for range n {
+			r.Moved = append(r.Moved, core.KeyOwner{Key: limiter.Key(d.u64()), Owner: d.str()})
+		}
+		r.Refused = d.flag()
+		msg = r
+	case msgSeal:
+		msg = core.SealReply{Sealed: d.flag()}
+	case msgPing:
+		msg = core.Pong{Dead: d.flag()}
+	case msgScore:
+		msg = core.ScoreReply{Score: d.f64()}
+	default:
+		return nil, errUnknownKind
+	}
+	return msg, d.err
+}
+
+// A take item: seq u64 | op u8 | client u64 | zones u8 | zone requests.
+const takeItemHead = 8 + 1 + 8 + 1
+
+func encodeTakeItem(e *encoder, it *core.TakeItem) {
+	e.u64(it.Seq)
+	e.u8(byte(it.Op))
+	e.u64(uint64(it.Client))
+	e.u8(byte(len(it.Reqs)))
+	for i := range it.Reqs {
+		encodeZoneReq(e, &it.Reqs[i])
+	}
+}
+
+// decodeTakeItem reads one take item, its requests into buf's storage.
+func decodeTakeItem(d *decoder, buf []limiter.Request) (core.TakeItem, error) {
+	it := core.TakeItem{Seq: d.u64(), Op: core.Op(d.u8()), Client: limiter.Key(d.u64())}
+	zones := int(d.u8())
+	if d.err != nil {
+		return it, d.err
+	}
+	switch it.Op {
+	case core.OpTake, core.OpPeek:
+		if zones == 0 {
+			return it, errors.New("take item without zones")
+		}
+	case core.OpPenalize:
+	default:
+		return it, fmt.Errorf("unknown take operation %d", it.Op)
+	}
+	if zones > maxZones || zones*zoneReqSize > len(d.b) {
+		return it, fmt.Errorf("take item of %d zones", zones)
+	}
+	if cap(buf) < zones {
+		buf = make([]limiter.Request, zones)
+	}
+	buf = buf[:zones]
+	for i := range buf {
+		r, err := decodeZoneReq(d)
+		if err != nil {
+			return it, err
+		}
+		buf[i] = r
+	}
+	it.Reqs = buf
+	return it, nil
+}
+
+// An item reply: outcome u8, then for Decided allowed u8 | score f64 |
+// zones u8 | results; for MovedTo the owner's name; for NotYetMine nothing.
+func encodeItemReply(e *encoder, r *core.ItemReply) {
+	e.u8(byte(r.Outcome))
+	switch r.Outcome {
+	case core.Decided:
+		e.flag(r.Allowed)
+		e.f64(r.Score)
+		e.u8(byte(len(r.Results)))
+		for i := range r.Results {
+			encodeZoneRes(e, &r.Results[i])
+		}
+	case core.MovedTo:
+		e.str(r.Owner)
+	}
+}
+
+// decodeItemReply reads an item reply, its results into res (at most
+// len(res) of them; the rest are read past).
+func decodeItemReply(d *decoder, res []limiter.Result) (core.ItemReply, error) {
+	r := core.ItemReply{Outcome: core.Outcome(d.u8())}
+	switch r.Outcome {
+	case core.Decided:
+		r.Allowed, r.Score = d.flag(), d.f64()
+		n := int(d.u8())
+		if n > maxZones || n*zoneResSize > len(d.b) {
+			return r, fmt.Errorf("reply of %d zones", n)
+		}
+		for i := range n {
+			z := decodeZoneRes(d)
+			if i < len(res) {
+				res[i] = z
+			}
+		}
+		r.Results = res[:min(n, len(res))]
+	case core.MovedTo:
+		r.Owner = d.str()
+	case core.NotYetMine:
+	default:
+		if d.err == nil {
+			return r, fmt.Errorf("unknown item outcome %d", r.Outcome)
+		}
+	}
+	return r, d.err
+}
+
+func encodePeer(e *encoder, p core.Peer) {
+	e.str(p.Name)
+	e.u64(p.Inc)
+}
+
+func decodePeer(d *decoder) core.Peer { return core.Peer{Name: d.str(), Inc: d.u64()} }
+
+// A transfer: its numbers, mode, counters, requests and the runs it names.
+func encodeTransfer(e *encoder, t *core.Transfer) {
+	e.u64(t.Seq)
+	e.u64(t.Floor)
+	e.u64(t.To)
+	e.u64(t.Epoch)
+	e.u8(byte(t.Mode))
+	encodeStates(e, t.States)
+	e.u32(uint32(len(t.Reqs)))
+	for i := range t.Reqs {
+		encodeZoneReq(e, &t.Reqs[i])
+	}
+	e.u64(t.Take)
+	e.u64(t.Was)
+	encodePeer(e, t.WasTo)
+	e.flag(t.Own)
+	encodePeer(e, t.ReplicaOf)
+	encodePeer(e, t.Evicted)
+	e.u32(uint32(len(t.Applied)))
+	for _, a := range t.Applied {
+		encodePeer(e, a.From)
+		e.u64(a.Seq)
+	}
+}
+
+func decodeTransfer(d *decoder) core.Transfer {
+	t := core.Transfer{Seq: d.u64(), Floor: d.u64(), To: d.u64(), Epoch: d.u64(), Mode: core.Mode(d.u8())}
+	if d.err == nil && (t.Mode < core.ModeAdd || t.Mode > core.ModeEvicted) {
+		d.err = fmt.Errorf("unknown transfer mode %d", t.Mode)
+	}
+	t.States = decodeStates(d)
+	if n := d.count32(maxList, zoneReqSize); n > 0 {
+		t.Reqs = make([]limiter.Request, n)
+		for i := range t.Reqs {
+			r, err := decodeZoneReq(d)
+			if err != nil && d.err == nil {
+				d.err = err
+			}
+			t.Reqs[i] = r
+		}
+	}
+	t.Take, t.Was = d.u64(), d.u64()
+	t.WasTo = decodePeer(d)
+	t.Own = d.flag()
+	t.ReplicaOf = decodePeer(d)
+	t.Evicted = decodePeer(d)
+	if n := d.count32(maxList, 9+8); n > 0 {
+		t.Applied = make([]core.Applied, n)
+		for i := range t.Applied {
+			t.Applied[i] = core.Applied{From: decodePeer(d), Seq: d.u64()}
+		}
+	}
+	return t
+}

@@ -1,0 +1,304 @@
+package cluster
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/cluster/core"
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// The driver: what makes the core run in a process. The loop ticks it and
+// gives it the membership and the held items; the pump sends what it
+// queued and reports each outcome once; the take driver walks a request's
+// calls on the request's own goroutine; the joiner joins the seeds and
+// tells the core when one answered. These are the same steps the core's
+// simulator takes (core/sim_test.go), on the real clock and network.
+
+// tickEvery is how often the loop ticks the core: its replication
+// interval, so changed counters reach their successors that often.
+const tickEvery = core.DefaultReplicateEvery
+
+// ReplicateEvery is how often an owner sends the counters it changed to
+// their successors.
+const ReplicateEvery = core.DefaultReplicateEvery
+
+// JoinWait is how long a node configured with seeds waits for one to
+// answer before it counts alone.
+const JoinWait = 5 * time.Second
+
+// patience is how long a caller waits for the answer to a call: an owner
+// may hold a take item for a call timeout while its keys' counts come to
+// it, and the answer then has to travel back.
+func (n *Node) patience() time.Duration { return 2 * n.cfg.CallTimeout }
+
+// loop ticks the core, gives it the membership gossip believes, and serves
+// again the items held for keys that settled or whose hold time passed.
+func (n *Node) loop() {
+	defer n.wg.Done()
+	labelGoroutine(n.Name(), "loop")
+	tick := time.NewTicker(tickEvery)
+	defer tick.Stop()
+	refresh := time.NewTicker(time.Second) // forgets the long dead
+	defer refresh.Stop()
+	for {
+		select {
+		case now := <-tick.C:
+			n.core().Tick(now)
+			if n.held.due(now) {
+				n.serveHeld(now)
+			}
+		case now := <-refresh.C:
+			n.updateMembership(now)
+			n.rejoinSeeds()
+		case <-n.memberCh:
+			n.updateMembership(time.Now())
+			n.notePeak()
+			if !n.core().Member() {
+				signal(n.joinWake)
+			}
+		case <-n.settledCh:
+			if n.held.len() > 0 {
+				n.serveHeld(time.Now())
+			}
+		case <-n.stop:
+			return
+		}
+	}
+}
+
+// pump sends the messages the core queued.
+func (n *Node) pump() {
+	defer n.wg.Done()
+	labelGoroutine(n.Name(), "pump")
+	for {
+		select {
+		case <-n.outboxCh:
+		case <-n.stop:
+			return
+		}
+		for _, o := range n.core().Outbox() {
+			n.send(o)
+		}
+	}
+}
+
+// send sends one message of the core and, for those that expect a reply,
+// reports exactly one outcome: Answered or Failed.
+func (n *Node) send(o core.Outgoing) {
+	c := n.core()
+	now := time.Now()
+	kind, err := kindOf(o.Msg)
+	expects := kind != msgAck && kind != msgTake // an Ack and a penalty get no reply
+	p := n.peers.get(o.To.Name)
+	if err != nil || p == nil {
+		if expects {
+			c.Failed(now, o.ID)
+		}
+		return
+	}
+	var cl *call
+	if it, ok := o.Msg.(core.TakeItem); ok {
+		cl = newTakeCall(&it, nil)
+	} else {
+		e := &encoder{}
+		encodeMessage(e, o.Msg)
+		if t, ok := o.Msg.(core.Transfer); ok && t.Mode == core.ModeReplica {
+			n.replicaBytes.Add(uint64(len(e.b)))
+		}
+		id := o.ID
+		var done func(*call)
+		if expects {
+			done = func(cl *call) { n.outcome(kind, id, cl) }
+		}
+		cl = newCall(kind, done)
+		cl.body = e.b
+	}
+	p.send(cl, now.Add(n.patience()))
+}
+
+// outcome reports the outcome of the core's message id, of kind, to the
+// core.
+func (n *Node) outcome(kind byte, id uint64, cl *call) {
+	c := n.core()
+	now := time.Now()
+	if cl.err != nil {
+		c.Failed(now, id)
+		return
+	}
+	reply, err := decodeReply(kind, &decoder{b: cl.repl})
+	if err != nil {
+		n.log.Warn("malformed reply from a peer", "kind", kind, "error", err.Error())
+		c.Failed(now, id)
+		return
+	}
+	c.Answered(now, id, reply)
+}
+
+// announcer gossips this node's metadata when the core enters or leaves
+// its ring.
+func (n *Node) announcer() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.announceCh:
+			n.announce(time.Second)
+		case <-n.stop:
+			return
+		}
+	}
+}
+
+// join joins the seeds, retrying with backoff until one answers, and tells
+// the core once one has (or once JoinWait has passed with none answering:
+// it then counts alone until one does). A seed that is this node itself
+// does not count.
+func (n *Node) join() {
+	defer n.wg.Done()
+	if len(n.cfg.Join) == 0 {
+		return
+	}
+	backoff := 200 * time.Millisecond
+	started := time.Now()
+	alone := false
+	for {
+		joined, err := n.ml.Join(n.cfg.Join)
+		if joined > 0 && n.ml.NumMembers() > 1 {
+			n.log.Info("joined cluster", "seeds", strings.Join(n.cfg.Join, ","), "members", n.ml.NumMembers())
+			// memberlist told the delegate of every member it learnt in the
+			// join: the core hears of them before it is told it joined.
+			n.updateMembership(time.Now())
+			n.core().Joined(time.Now())
+			return
+		}
+		if !alone && time.Since(started) >= JoinWait {
+			alone = true
+			n.core().Joined(time.Now())
+			n.log.Warn("no seed answered within the join wait; counting alone until one does", "join_wait", JoinWait.String())
+		}
+		n.log.Warn("joining cluster: no seed answered; retrying", "seeds", strings.Join(n.cfg.Join, ","), "retry_in", backoff.String(), "error", fmt.Sprint(err))
+		wait := backoff
+		if !alone {
+			wait = min(wait, max(time.Until(started.Add(JoinWait)), 0)+time.Millisecond)
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-n.joinWake:
+			t.Stop()
+		case <-n.stop:
+			t.Stop()
+			return
+		}
+		backoff = min(backoff*2, 30*time.Second)
+	}
+}
+
+// takeOps recycles the state of requests the core cannot decide at once.
+var takeOps = sync.Pool{New: func() any { return new(core.TakeOp) }}
+
+// decide decides reqs for client: at once when this node owns every key
+// (no allocation, no call), else by driving the core's take op through
+// its calls and waits, on the caller's goroutine.
+func (n *Node) decide(now time.Time, kind core.Op, client limiter.Key, reqs []limiter.Request, res []limiter.Result) Decision {
+	c := n.core()
+	op := takeOps.Get().(*core.TakeOp)
+	d, done := c.Take(now, op, kind, client, reqs, res)
+	if !done {
+		d = n.drive(c, now, op)
+	}
+	*op = core.TakeOp{}
+	takeOps.Put(op)
+	return d
+}
+
+// drive advances op until it is decided: each call is made and its answer
+// (or its failure) reported, each wait waited, until the core says it is
+// done.
+func (n *Node) drive(c *core.Core, now time.Time, op *core.TakeOp) Decision {
+	for {
+		settled := n.settled.channel() // before the step: a wake-up after it is not missed
+		a := c.Step(now, op)
+		switch a.Kind {
+		case core.ActDone:
+			return op.Decision()
+		case core.ActWait:
+			if d := time.Until(a.Until); d > 0 {
+				t := time.NewTimer(d)
+				select {
+				case <-settled:
+				case <-t.C:
+				}
+				t.Stop()
+			}
+		case core.ActCall:
+			reply, busy, err := n.call(a.To, a.Msg)
+			if err != nil {
+				c.CallFailed(time.Now(), op, busy)
+			} else {
+				c.Replied(time.Now(), op, reply)
+			}
+		}
+		now = time.Now()
+	}
+}
+
+// call makes a take op's call to a peer and waits for its answer. busy: the
+// call was never sent (the peer's queue was full).
+func (n *Node) call(to core.Peer, msg core.Message) (core.Message, bool, error) {
+	p := n.peers.get(to.Name)
+	if p == nil {
+		return nil, false, fmt.Errorf("%w: %s", ErrUnreachable, to.Name)
+	}
+	sent := time.Now()
+	switch m := msg.(type) {
+	case core.TakeItem:
+		cl := newTakeCall(&m, nil)
+		p.send(cl, sent.Add(n.patience()))
+		err := cl.wait()
+		n.cfg.Observer.PeerCall(time.Since(sent), err == nil)
+		if err != nil {
+			return nil, err == errBusy, err
+		}
+		return cl.item, false, nil
+	case core.ScoreQuery:
+		e := &encoder{}
+		encodeMessage(e, m)
+		repl, err := n.roundTrip(p, msgScore, e.b, n.patience())
+		if err != nil {
+			return nil, false, err
+		}
+		reply, err := decodeReply(msgScore, &decoder{b: repl})
+		return reply, false, err
+	}
+	return nil, false, fmt.Errorf("a take op cannot send %T", msg)
+}
+
+// settleSignal wakes the requests waiting for keys to settle. A waiter
+// takes the channel before it steps; a wake-up closes it.
+type settleSignal struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+// channel returns the channel the next wake-up closes.
+func (s *settleSignal) channel() chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+// wake wakes every waiter.
+func (s *settleSignal) wake() {
+	s.mu.Lock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+	s.mu.Unlock()
+}

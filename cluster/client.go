@@ -37,6 +37,7 @@ type call struct {
 	res  []limiter.Result                   // where a take reply's results go
 	rbuf [2]limiter.Result                  // res's storage for up to two zones
 	due  int64                              // deadline, monotonic ns since epoch; 0 for none
+	last int64                              // the latest the deadline may move to while the peer answers others
 	item core.ItemReply                     // a take item's reply
 	repl []byte                             // another kind's reply body
 	err  error                              // why it failed
@@ -113,10 +114,15 @@ func (c *call) wait() error {
 
 // dialer is what a peer client needs of its node to connect.
 type dialer struct {
-	self     core.Peer
-	authKey  []byte
-	timeout  time.Duration // of a dial and its handshake
-	network  network       // nil: the host's network
+	self    core.Peer
+	authKey []byte
+	timeout time.Duration // of a dial and its handshake
+	// silence: a call past its deadline waits on, up to ten times
+	// silence, while the peer has sent something within silence: an owner
+	// that answers other calls is alive but behind, and its answer is the
+	// decision (deciding the call by fallback would count it twice).
+	silence  time.Duration
+	network  network // nil: the host's network
 	log      *slog.Logger
 	observer Observer
 }
@@ -139,6 +145,7 @@ type peerClient struct {
 	wakeAt  atomic.Int64  // the watcher's next wake-up: 0 none, -1 looking
 
 	connected atomic.Bool
+	heard     atomic.Int64 // when the last frame came from the peer (monotonic ns since epoch)
 
 	mu      sync.Mutex
 	conn    *secureConn
@@ -206,6 +213,7 @@ func (p *peerClient) close() {
 func (p *peerClient) send(c *call, deadline time.Time) {
 	if !deadline.IsZero() {
 		c.due = monoNanos(deadline)
+		c.last = c.due + 10*int64(p.d.silence)
 	}
 	due := c.due // the writer may settle c once it is queued
 	p.qmu.Lock()
@@ -275,8 +283,12 @@ func (p *peerClient) expire(now int64) (next int64) {
 			return
 		}
 		if c.due <= now {
-			c.fail(errTimeout)
-			return
+			if now < c.last && now-p.heard.Load() < int64(p.d.silence) {
+				c.due = min(now+int64(p.d.silence), c.last) // the peer is behind, not gone
+			} else {
+				c.fail(errTimeout)
+				return
+			}
 		}
 		if next == 0 || c.due < next {
 			next = c.due
@@ -539,6 +551,7 @@ func (p *peerClient) read(conn *secureConn) error {
 			return err
 		}
 		buf = frame[:cap(frame)]
+		p.heard.Store(monoNanos(time.Now()))
 		d := &decoder{b: frame}
 		kind, id, status := d.u8(), d.u32(), d.u8()
 		if d.err != nil || kind&replyBit == 0 {

@@ -46,7 +46,9 @@ func (n *Node) loop() {
 	for {
 		select {
 		case now := <-tick.C:
+			n.coreMu.RLock()
 			n.core().Tick(now)
+			n.coreMu.RUnlock()
 			if n.held.due(now) {
 				n.serveHeld(now)
 			}
@@ -95,7 +97,9 @@ func (n *Node) send(o core.Outgoing) {
 	p := n.peers.get(o.To.Name)
 	if err != nil || p == nil {
 		if expects {
+			n.coreMu.RLock()
 			c.Failed(now, o.ID)
+			n.coreMu.RUnlock()
 		}
 		return
 	}
@@ -124,6 +128,8 @@ func (n *Node) send(o core.Outgoing) {
 func (n *Node) outcome(kind byte, id uint64, cl *call) {
 	c := n.core()
 	now := time.Now()
+	n.coreMu.RLock()
+	defer n.coreMu.RUnlock()
 	if cl.err != nil {
 		c.Failed(now, id)
 		return
@@ -170,12 +176,12 @@ func (n *Node) join() {
 			// memberlist told the delegate of every member it learnt in the
 			// join: the core hears of them before it is told it joined.
 			n.updateMembership(time.Now())
-			n.core().Joined(time.Now())
+			n.joined()
 			return
 		}
 		if !alone && time.Since(started) >= JoinWait {
 			alone = true
-			n.core().Joined(time.Now())
+			n.joined()
 			n.log.Warn("no seed answered within the join wait; counting alone until one does", "join_wait", JoinWait.String())
 		}
 		n.log.Warn("joining cluster: no seed answered; retrying", "seeds", strings.Join(n.cfg.Join, ","), "retry_in", backoff.String(), "error", fmt.Sprint(err))
@@ -194,6 +200,13 @@ func (n *Node) join() {
 		}
 		backoff = min(backoff*2, 30*time.Second)
 	}
+}
+
+// joined tells the core a seed answered, or that it waited long enough.
+func (n *Node) joined() {
+	n.coreMu.RLock()
+	defer n.coreMu.RUnlock()
+	n.core().Joined(time.Now())
 }
 
 // takeOps recycles the state of requests the core cannot decide at once.
@@ -220,7 +233,9 @@ func (n *Node) decide(now time.Time, kind core.Op, client limiter.Key, reqs []li
 func (n *Node) drive(c *core.Core, now time.Time, op *core.TakeOp) Decision {
 	for {
 		settled := n.settled.channel() // before the step: a wake-up after it is not missed
+		n.coreMu.RLock()
 		a := c.Step(now, op)
+		n.coreMu.RUnlock()
 		switch a.Kind {
 		case core.ActDone:
 			return op.Decision()
@@ -235,11 +250,13 @@ func (n *Node) drive(c *core.Core, now time.Time, op *core.TakeOp) Decision {
 			}
 		case core.ActCall:
 			reply, busy, err := n.call(a.To, a.Msg)
+			n.coreMu.RLock()
 			if err != nil {
 				c.CallFailed(time.Now(), op, busy)
 			} else {
 				c.Replied(time.Now(), op, reply)
 			}
+			n.coreMu.RUnlock()
 		}
 		now = time.Now()
 	}

@@ -23,7 +23,7 @@ func takeCall(reqs []limiter.Request) *call {
 // testDialer is the dialer of a node that was never started.
 func testDialer(n *Node) *dialer {
 	return &dialer{
-		self: core.Peer{Name: "tester", Inc: 1}, authKey: n.authKey, timeout: time.Second,
+		self: core.Peer{Name: "tester", Inc: 1}, authKey: n.authKey, timeout: time.Second, silence: n.cfg.CallTimeout,
 		log: n.log, observer: noObserver{},
 	}
 }

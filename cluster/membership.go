@@ -320,7 +320,9 @@ func (n *Node) updateMembership(now time.Time) {
 	for _, p := range n.peers.match(addrs, func(name, addr string) *peerClient { return newPeerClient(n.dialer, name, addr) }) {
 		go p.close()
 	}
+	n.coreMu.Lock()
 	n.core().SetMembership(now, m)
+	n.coreMu.Unlock()
 }
 
 // startMemberlist creates the memberlist instance and fills in the node's

@@ -63,8 +63,13 @@ type Node struct {
 	ringHash [8]byte // identifies the ring settings in node metadata
 	log      *slog.Logger
 
-	c    atomic.Pointer[core.Core]   // the core; replaced once, by Start
-	self atomic.Pointer[core.Member] // this run: its name and peer address are known from Start
+	c atomic.Pointer[core.Core] // the core; replaced once, by Start
+	// coreMu keeps SetMembership apart from the core's other entry points
+	// (taken for reading around them): the core reads the membership it
+	// was given without a lock of its own in places. Take's fast path does
+	// not read it and takes no lock.
+	coreMu sync.RWMutex
+	self   atomic.Pointer[core.Member] // this run: its name and peer address are known from Start
 
 	// Settings made before Start, carried into the core it builds.
 	reputation atomic.Pointer[limiter.ReputationPolicy]
@@ -234,7 +239,7 @@ func (n *Node) Start() error {
 	// The run's incarnation grows across restarts: its start time.
 	inc := uint64(time.Now().UnixNano())
 	n.dialer = &dialer{
-		self: core.Peer{Inc: inc}, authKey: n.authKey, timeout: max(n.cfg.CallTimeout*10, time.Second),
+		self: core.Peer{Inc: inc}, authKey: n.authKey, timeout: max(n.cfg.CallTimeout*10, time.Second), silence: n.cfg.CallTimeout,
 		network: n.cfg.network, log: n.log, observer: n.cfg.Observer,
 	}
 	if err := n.startMemberlist(inc); err != nil {
@@ -346,6 +351,8 @@ func (n *Node) RestoreCounters(states []limiter.State) {
 		return
 	}
 	n.restoreMu.Unlock()
+	n.coreMu.RLock()
+	defer n.coreMu.RUnlock()
 	n.core().RestoreCounters(time.Now(), states)
 }
 
@@ -407,7 +414,9 @@ func (n *Node) Leave(timeout time.Duration) error {
 		}
 		start := time.Now()
 		n.leaving.Store(true)
+		n.coreMu.RLock()
 		n.core().Leave(start)
+		n.coreMu.RUnlock()
 		n.announce(timeout / 4)
 		// Peers need a moment to hear of it: requests already on their way
 		// here are answered with the new owner's name.

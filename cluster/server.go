@@ -161,7 +161,9 @@ func (n *Node) serveTakes(sc *serverConn, id uint32, d *decoder, enc *encoder) (
 			return true, err
 		}
 		res := sc.res[:len(item.Reqs)]
+		n.coreMu.RLock()
 		r, wait := c.Serve(now, sc.from, &item, res, hold)
+		n.coreMu.RUnlock()
 		if wait {
 			item.Reqs = slices.Clone(item.Reqs)
 			n.held.add(&heldItem{sc: sc, id: id, index: i, item: item, res: make([]limiter.Result, len(item.Reqs)), hold: hold})
@@ -184,7 +186,9 @@ func (n *Node) handleCore(sc *serverConn, id uint32, d *decoder, enc *encoder) (
 	if err != nil {
 		return kind != msgAck, err
 	}
+	n.coreMu.RLock()
 	reply := n.core().Handle(time.Now(), sc.from, msg)
+	n.coreMu.RUnlock()
 	if kind == msgAck || reply == nil {
 		return false, nil
 	}
@@ -274,7 +278,9 @@ func (n *Node) serveHeld(now time.Time) {
 	var keep []*heldItem
 	enc := &encoder{}
 	for _, it := range n.held.takeAll() {
+		n.coreMu.RLock()
 		r, wait := c.Serve(now, it.sc.from, &it.item, it.res, it.hold)
+		n.coreMu.RUnlock()
 		if wait {
 			keep = append(keep, it)
 			continue

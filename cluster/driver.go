@@ -218,7 +218,9 @@ var takeOps = sync.Pool{New: func() any { return new(core.TakeOp) }}
 func (n *Node) decide(now time.Time, kind core.Op, client limiter.Key, reqs []limiter.Request, res []limiter.Result) Decision {
 	c := n.core()
 	op := takeOps.Get().(*core.TakeOp)
+	n.coreMu.RLock() // a membership change is applied whole before a key is counted by it
 	d, done := c.Take(now, op, kind, client, reqs, res)
+	n.coreMu.RUnlock()
 	if !done {
 		d = n.drive(c, now, op)
 	}

@@ -66,8 +66,9 @@ type Node struct {
 	c atomic.Pointer[core.Core] // the core; replaced once, by Start
 	// coreMu keeps SetMembership apart from the core's other entry points
 	// (taken for reading around them): the core reads the membership it
-	// was given without a lock of its own in places. Take's fast path does
-	// not read it and takes no lock.
+	// was given without a lock of its own in places, and applies a change
+	// in steps (the new view, then the replicas it promotes) that a take
+	// must not fall between.
 	coreMu sync.RWMutex
 	self   atomic.Pointer[core.Member] // this run: its name and peer address are known from Start
 

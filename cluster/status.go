@@ -10,7 +10,7 @@ import (
 type MemberStatus struct {
 	Name     string  `json:"name"`
 	PeerAddr string  `json:"peer_addr,omitempty"`
-	State    string  `json:"state"` // self, alive, unreachable, joining, leaving or dead
+	State    string  `json:"state"` // self, alive, unreachable, joining or leaving
 	Share    float64 `json:"ring_share"`
 	Fallback bool    `json:"fallback"` // calls to it go to fallback now
 }
@@ -66,13 +66,11 @@ func (n *Node) Status() Status {
 			continue
 		}
 		e, ok := n.members.state(name)
-		if !ok {
-			continue
+		if !ok || !e.dead.IsZero() {
+			continue // gossip declared it dead: not a member
 		}
 		ms := MemberStatus{Name: name, PeerAddr: e.meta.peerAddr, State: "alive", Share: shares[name]}
 		switch {
-		case !e.dead.IsZero():
-			ms.State = "dead"
 		case e.meta.flags&metaLeaving != 0:
 			ms.State = "leaving"
 		case e.meta.flags&metaJoining != 0:

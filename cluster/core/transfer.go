@@ -426,6 +426,20 @@ func (in *inbox) sender(from Peer) *applied {
 	return a
 }
 
+// has reports whether transfer seq of from was applied here.
+func (in *inbox) has(from Peer, seq uint64) bool {
+	in.mu.Lock()
+	a := in.from[from]
+	in.mu.Unlock()
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.seqs[seq]
+	return ok
+}
+
 // once runs apply for transfer seq of from unless it ran already, and
 // reports whether it ran. apply runs under the sender's record lock: a
 // transfer delivered twice at once is applied once.
@@ -493,6 +507,13 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	if t.To != c.self.Inc {
 		return Ack{Seq: t.Seq, Refused: true}
 	}
+	if c.in.has(from, t.Seq) {
+		// Applied already, and its acknowledgement lost: whatever this
+		// node would answer a new transfer now, this one is applied, and
+		// a refusal would have its sender place it again elsewhere.
+		c.stats.Duplicates.Add(1)
+		return Ack{Seq: t.Seq}
+	}
 	if c.gate.isLeaving() && (t.Mode.carriesCounts() || t.Mode == ModeReplica) {
 		return Ack{Seq: t.Seq, Refused: true}
 	}
@@ -557,7 +578,14 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			adds = append(adds, s)
 		}
 		c.place(now, ModeAdd, purposeForward, adds)
-	case ModeNewer, ModeCopy:
+	case ModeCopy:
+		// A snapshot read back holds what an earlier run of the sender
+		// counted: where this node keeps that run's replica, not yet
+		// counted, both are copies of one counter, and the newer stands
+		// in the replica, which moves with the run's other replicas.
+		rest := c.replicas.absorbCopy(from, t.States)
+		c.placeAs(now, Transfer{Mode: t.Mode}, purposeForward, rest)
+	case ModeNewer:
 		c.placeAs(now, Transfer{Mode: t.Mode, ReplicaOf: t.ReplicaOf}, purposeForward, t.States)
 	case ModeReplica:
 		if r, ok := c.known.run(from); ok && r.leaving {

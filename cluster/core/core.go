@@ -54,6 +54,7 @@ type Core struct {
 	// answering: a majority of the nodes this node knows of answer it
 	// (see updateAnswering); without one it counts nothing as an owner.
 	answering   atomic.Bool
+	regained    atomic.Bool // a majority answers again: replicas kept meanwhile go on
 	answeringMu sync.Mutex
 
 	takeSeq atomic.Uint64 // numbers take items sent
@@ -255,6 +256,13 @@ func (c *Core) Tick(now time.Time) {
 		c.replicate(now, m)
 	}
 	c.tickGate(now)
+	if c.regained.Swap(false) {
+		c.viewMu.Lock()
+		if v := c.view.Load(); c.majority(v) {
+			c.handOverReplicas(now, v)
+		}
+		c.viewMu.Unlock()
+	}
 	if sweep {
 		c.fallback.sweep(now)
 		c.replicas.sweep(now)
@@ -317,7 +325,10 @@ func (c *Core) updateAnswering() {
 			answering++
 		}
 	}
-	c.answering.Store(v.standalone || 2*answering > v.voters)
+	now := v.standalone || 2*answering > v.voters
+	if was := c.answering.Swap(now); now && !was {
+		c.regained.Store(true) // Tick sends on the replicas kept meanwhile
+	}
 }
 
 // quorumLocked reports whether ring holds a majority of the nodes this

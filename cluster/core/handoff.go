@@ -776,18 +776,25 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 // their owners: the engine's (see sendAway), and replicas of dead members'
 // keys that other nodes own now.
 func (c *Core) handOver(now time.Time, v *view) {
-	self := c.self.Name
 	away := func(k limiter.Key) bool {
 		_, mine, ok := c.placeOf(v, k)
 		return ok && !mine
 	}
 	c.sendAway(now, c.engine.Extract(now, away, 0))
-	// Replicas of owners that left gracefully are stale: they handed their
-	// counters over. Those of owners that died (or were replaced by a later
-	// run), of keys another node owns now, go there as copies.
+	c.handOverReplicas(now, v)
+}
+
+// handOverReplicas drops the replicas of owners that left gracefully: they
+// are stale, their counters were handed over. Those of owners that died
+// (or were replaced by a later run), of keys another node owns now, go
+// there as copies, once this node has a majority (until then the dead may
+// be alive on the other side of a split: it keeps their replicas, and sends
+// them on when the majority answers again). viewMu is held.
+func (c *Core) handOverReplicas(now time.Time, v *view) {
+	self := c.self.Name
 	c.replicas.take(now, func(owner Peer, _ limiter.Key) bool { return c.runLeft(owner) })
 	if !c.majority(v) {
-		return // the dead may be alive on the other side of a split: keep their replicas
+		return
 	}
 	taken := c.replicas.takeOwned(now, func(owner Peer, k limiter.Key) bool {
 		o, ok := v.ring.Owner(k.Route())

@@ -137,6 +137,8 @@ func newSimSchedule(seed uint64, size int, kinds []faultKind) simSchedule {
 		sc.nodes = 10 + r.IntN(21)
 	case x < 8:
 		sc.nodes = 40 + r.IntN(21)
+	case x < 9:
+		sc.nodes = 100
 	}
 	if size > 0 {
 		sc.nodes = size
@@ -893,15 +895,15 @@ var (
 
 // TestSimulation plays fault schedules on simulated clusters of 3 to 60
 // nodes (and some of 100) and checks every key from both sides (see the
-// top of this file). By default it plays a fixed set of 200 seeds (60 with
-// -short), the same every run. TOLLGATE_SIM=n plays n schedules: the
+// top of this file). By default it plays a fixed set of 200 seeds (40 with
+// -short or the race detector), the same every run. TOLLGATE_SIM=n plays n schedules: the
 // first 100 fixed, fresh seeds after them. A failure names its seed:
 // replay it with
 // `go test -run '^TestSimulation$' ./cluster/core -sim-seed N -sim-log`.
 func TestSimulation(t *testing.T) {
 	count, fixed := 200, 200
-	if testing.Short() {
-		count, fixed = 60, 60
+	if testing.Short() || raceDetector {
+		count, fixed = 40, 40
 	}
 	if v := os.Getenv("TOLLGATE_SIM"); v != "" {
 		n, err := strconv.Atoi(v)

@@ -896,9 +896,10 @@ var (
 // TestSimulation plays fault schedules on simulated clusters of 3 to 60
 // nodes (and some of 100) and checks every key from both sides (see the
 // top of this file). By default it plays a fixed set of 200 seeds (40 with
-// -short or the race detector), the same every run. TOLLGATE_SIM=n plays n schedules: the
-// first 100 fixed, fresh seeds after them. A failure names its seed:
-// replay it with
+// -short or the race detector), the same every run. TOLLGATE_SIM=n plays
+// n schedules: the first 100 fixed, fresh seeds after them (with
+// TOLLGATE_SIM_FRESH=0, seeds 1 to n). A failure names its seed: replay it
+// with
 // `go test -run '^TestSimulation$' ./cluster/core -sim-seed N -sim-log`.
 func TestSimulation(t *testing.T) {
 	count, fixed := 200, 200
@@ -911,6 +912,9 @@ func TestSimulation(t *testing.T) {
 			t.Fatalf("TOLLGATE_SIM=%q: want a number of schedules, at least 1", v)
 		}
 		count, fixed = n, min(n, 100)
+		if os.Getenv("TOLLGATE_SIM_FRESH") == "0" {
+			fixed = n // the same seeds every run: a regression suite
+		}
 	}
 	kinds := allFaults
 	if *simKindsFlag != "" {

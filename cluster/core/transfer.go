@@ -588,7 +588,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 	case ModeNewer:
 		c.placeAs(now, Transfer{Mode: t.Mode, ReplicaOf: t.ReplicaOf}, purposeForward, t.States)
 	case ModeReplica:
-		if r, ok := c.known.run(from); ok && r.leaving {
+		if r, ok := c.known.Load().run(from); ok && r.leaving {
 			return // it hands its counters over instead: a replica now is stale
 		}
 		c.replicas.put(now, from, t.States)
@@ -832,10 +832,11 @@ func (c *Core) deadReceivers(now time.Time, heard map[Peer]int64) {
 // aliveLocked reports whether the run to is a member of ring, leaving or
 // joining: it may still apply what is sent to it. viewMu is held.
 func (c *Core) aliveLocked(ring *Ring, to Peer) bool {
+	known := c.known.Load()
 	if i, ok := ring.index(to.Name); ok {
 		return ring.member(i).Inc == to.Inc
 	}
-	for _, list := range [][]Member{c.known.leaving, c.known.joining} {
+	for _, list := range [][]Member{known.leaving, known.joining} {
 		for _, m := range list {
 			if m.Name == to.Name && m.Inc == to.Inc {
 				return true
@@ -852,7 +853,7 @@ func (c *Core) goneLocked(to Peer) bool {
 	if c.runDied(to) {
 		return true
 	}
-	r, ok := c.known.latest(to.Name)
+	r, ok := c.known.Load().latest(to.Name)
 	return ok && r.inc >= to.Inc
 }
 
@@ -860,8 +861,9 @@ func (c *Core) goneLocked(to Peer) bool {
 // later run of the node is known, or the node is listed nowhere (the
 // driver forgot it). viewMu is held.
 func (c *Core) replacedLocked(to Peer) bool {
+	known := c.known.Load()
 	listed := false
-	for _, lists := range [][]Member{c.known.members, c.known.leaving, c.known.joining} {
+	for _, lists := range [][]Member{known.members, known.leaving, known.joining} {
 		for _, x := range lists {
 			if x.Name == to.Name {
 				if x.Inc > to.Inc {
@@ -871,7 +873,7 @@ func (c *Core) replacedLocked(to Peer) bool {
 			}
 		}
 	}
-	for _, d := range c.known.dead {
+	for _, d := range known.dead {
 		if d.Name == to.Name {
 			if d.Inc > to.Inc {
 				return true

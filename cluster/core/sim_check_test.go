@@ -891,6 +891,7 @@ var (
 	simNodesFlag = flag.Int("sim-nodes", 0, "TestSimulation: force the cluster size")
 	simKindsFlag = flag.String("sim-kinds", "", "TestSimulation: comma-separated fault kinds to draw from")
 	simLogFlag   = flag.Bool("sim-log", false, "TestSimulation: print what happened in a failing schedule")
+	simTraceFlag = flag.Int("sim-trace", -1, "TestSimulation: log the counts and transfers of the key with this index (with -sim-log)")
 )
 
 // TestSimulation plays fault schedules on simulated clusters of 3 to 60
@@ -954,7 +955,7 @@ func TestSimulation(t *testing.T) {
 		wg.Go(func() {
 			for seed := range work {
 				sc := newSimSchedule(seed, *simNodesFlag, kinds)
-				s := runSchedule(sc)
+				s := runScheduleTraced(sc, *simTraceFlag)
 				results <- result{sc: sc, s: s, virtual: s.now.Sub(simEpoch)}
 			}
 		})

@@ -236,7 +236,8 @@ func AddState(now time.Time, a, b State) State {
 // the same counter (a replica of it), as a counter to add where earlier's
 // counts are held already; ok is false when later counted nothing more.
 // Windows subtract window by window; a bucket gives the time its arrival
-// time moved on, from now; a reputation, or a counter whose algorithm
+// time moved on beyond earlier's, or beyond now where earlier's bucket has
+// refilled, from now; a reputation, or a counter whose algorithm
 // changed, is later itself (merging keeps the worse score, or the fuller
 // counter). Grants and leases are not counters: later is returned.
 func SubState(now time.Time, later, earlier State) (delta State, ok bool) {
@@ -248,7 +249,9 @@ func SubState(now time.Time, later, earlier State) (delta State, ok bool) {
 	case a.kind() != b.kind(), a.kind() == kindReputation:
 		return later, true
 	case a.kind() == kindBucket:
-		moved := a.stamp - b.stamp
+		// What later took beyond earlier, as earlier's debt stands now:
+		// a debt earlier's bucket refilled by now is no longer owed.
+		moved := a.stamp - max(b.stamp, now.UnixNano())
 		if moved <= 0 {
 			return State{}, false
 		}

@@ -162,3 +162,50 @@ func TestMergeNewerKeepsTheLaterWindow(t *testing.T) {
 		t.Fatalf("remaining %d; want 9: the older window's count is not the current one's", r.Remaining)
 	}
 }
+
+// TestSubStateAddedToItsReplicaGivesTheCounter: a counter's replica plus
+// what the counter holds beyond it is the counter, never more (a count
+// doubled) nor less (a count lost); a counter with nothing beyond its
+// replica gives nothing to add.
+func TestSubStateAddedToItsReplicaGivesTheCounter(t *testing.T) {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket} {
+		for _, c := range []struct {
+			name          string
+			before, after int           // units taken before the replica, and after it
+			gap           time.Duration // from the replica to the counter's last take
+		}{
+			{"more since", 4, 3, 0},
+			{"nothing since", 4, 0, 0},
+			{"more in the next window", 4, 3, time.Minute},
+		} {
+			t.Run(alg.String()+"/"+c.name, func(t *testing.T) {
+				lim := Limit{Algorithm: alg, Quota: 20, Window: time.Minute}
+				req := Request{Key: 7, Limit: lim}
+				owner := New(Config{})
+				for range c.before {
+					owner.TakeOne(t0, req)
+				}
+				replica := owner.StatesOf(t0, []Key{7})[0]
+				later := t0.Add(c.gap)
+				for range c.after {
+					owner.TakeOne(later, req)
+				}
+				counter := owner.StatesOf(later, []Key{7})[0]
+
+				delta, more := SubState(later, counter, replica)
+				if more != (c.after > 0) {
+					t.Fatalf("SubState reports more=%v; want %v (%d taken since the replica)", more, c.after > 0, c.after)
+				}
+				held := New(Config{}) // where the replica's counts are held
+				held.Merge(later, []State{replica})
+				if more {
+					held.Merge(later, []State{delta})
+				}
+				want := owner.Peek(later, req).Remaining
+				if got := held.Peek(later, req).Remaining; got != want {
+					t.Fatalf("replica plus delta leaves %d of %d; the counter leaves %d", got, lim.Quota, want)
+				}
+			})
+		}
+	}
+}

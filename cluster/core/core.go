@@ -30,9 +30,9 @@ type Core struct {
 	engine     *limiter.Engine // the counters this node owns
 	reputation atomic.Pointer[limiter.ReputationPolicy]
 
-	view   atomic.Pointer[view] // what it routes by now
-	viewMu sync.Mutex           // serializes changes of the view
-	known  membershipState      // what the driver said of the others (under viewMu)
+	view   atomic.Pointer[view]            // what it routes by now
+	viewMu sync.Mutex                      // serializes changes of the view
+	known  atomic.Pointer[membershipState] // what the driver said of the others: replaced whole, under viewMu
 
 	peers      *peerTable    // breakers, leases and liveness of the others
 	out        *outbox       // messages to send, transfers until acknowledged
@@ -54,6 +54,7 @@ type Core struct {
 	// answering: a majority of the nodes this node knows of answer it
 	// (see updateAnswering); without one it counts nothing as an owner.
 	answering   atomic.Bool
+	regained    atomic.Bool // a majority answers again: replicas kept meanwhile go on
 	answeringMu sync.Mutex
 
 	takeSeq atomic.Uint64 // numbers take items sent
@@ -137,6 +138,7 @@ func New(cfg Config, now time.Time) *Core {
 		scores:   newSlotCache[float64](cfg.CacheSlots),
 	}
 	c.out.epoch = c.gate.joinEpoch
+	c.known.Store(&membershipState{})
 	c.viewMu.Lock()
 	c.rerouteLocked(now)
 	c.viewMu.Unlock()
@@ -255,6 +257,13 @@ func (c *Core) Tick(now time.Time) {
 		c.replicate(now, m)
 	}
 	c.tickGate(now)
+	if c.regained.Swap(false) {
+		c.viewMu.Lock()
+		if v := c.view.Load(); c.majority(v) {
+			c.handOverReplicas(now, v)
+		}
+		c.viewMu.Unlock()
+	}
 	if sweep {
 		c.fallback.sweep(now)
 		c.replicas.sweep(now)
@@ -317,7 +326,10 @@ func (c *Core) updateAnswering() {
 			answering++
 		}
 	}
-	c.answering.Store(v.standalone || 2*answering > v.voters)
+	now := v.standalone || 2*answering > v.voters
+	if was := c.answering.Swap(now); now && !was {
+		c.regained.Store(true) // Tick sends on the replicas kept meanwhile
+	}
 }
 
 // quorumLocked reports whether ring holds a majority of the nodes this
@@ -326,7 +338,7 @@ func (c *Core) updateAnswering() {
 // joining do not count. viewMu is held.
 func (c *Core) quorumLocked(ring *Ring) (quorum bool, voters int) {
 	voters = ring.Len()
-	for _, d := range c.known.dead {
+	for _, d := range c.known.Load().dead {
 		if !ring.Has(d.Name) {
 			voters++
 		}
@@ -451,14 +463,18 @@ func (k *membershipState) noteSeen() {
 // waiting for those that move to it.
 func (c *Core) SetMembership(now time.Time, m Membership) {
 	c.viewMu.Lock()
-	c.known = membershipState{
+	known := &membershipState{
 		members: slices.DeleteFunc(slices.Clone(m.Members), func(x Member) bool { return x.Name == c.self.Name }),
 		leaving: slices.DeleteFunc(slices.Clone(m.Leaving), func(x Member) bool { return x.Name == c.self.Name }),
 		joining: slices.DeleteFunc(slices.Clone(m.Joining), func(x Member) bool { return x.Name == c.self.Name }),
 		dead:    slices.Clone(m.Dead),
-		seen:    c.known.seen,
+		seen:    make(map[string][]seenRun, len(c.known.Load().seen)),
 	}
-	c.known.noteSeen()
+	for name, runs := range c.known.Load().seen {
+		known.seen[name] = slices.Clone(runs)
+	}
+	known.noteSeen()
+	c.known.Store(known)
 	c.rerouteLocked(now)
 	c.viewMu.Unlock()
 	c.notifyOutbox()
@@ -468,12 +484,13 @@ func (c *Core) SetMembership(now time.Time, m Membership) {
 // rerouteLocked builds the view from what is known and, if the ring
 // changed, moves what changed owner. viewMu is held.
 func (c *Core) rerouteLocked(now time.Time) {
+	known := c.known.Load()
 	old := c.view.Load()
 	if old != nil && old.standalone {
 		return
 	}
 	member := c.gate.member()
-	ms := slices.Clone(c.known.members)
+	ms := slices.Clone(known.members)
 	if member {
 		ms = append(ms, c.cfg.Self)
 	}
@@ -500,7 +517,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 			moving = c.handoff.takeArrived()
 			c.handoff.reset(v.ho, v.ho == nil)
 		}
-		v.peers = c.peers.match(ring, c.known.others(), c.self.Name, m)
+		v.peers = c.peers.match(ring, known.others(), c.self.Name, m)
 		c.view.Store(&v)
 		c.updateAnswering()
 		c.deadReceivers(now, heard)
@@ -522,7 +539,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 	}
 	v := &view{ring: ring, self: selfIdx, stable: stable, ho: ho}
 	v.quorum, v.voters = c.quorumLocked(ring)
-	v.peers = c.peers.match(ring, c.known.others(), c.self.Name, m)
+	v.peers = c.peers.match(ring, known.others(), c.self.Name, m)
 	if v.ho == nil {
 		v.stable = ring
 	}

@@ -66,28 +66,30 @@ func (f *fallback) set(mode FallbackMode, ratio float64) {
 func (f *fallback) mode() FallbackMode { return FallbackMode(f.modeBits.Load()) }
 func (f *fallback) ratio() float64     { return math.Float64frombits(f.ratioBits.Load()) }
 
-// shareOf returns k's share for a window of length window, made from what
-// its owner last said remained (told) or from quota. It returns nil when
-// the table is full of live shares: the request is then denied.
-func (f *fallback) shareOf(k limiter.Key, quota int64, told func() (int64, bool), now int64, window time.Duration) *share {
+// available returns what this node may still admit of k in fallback in
+// this window: its share (one of others) of what the owner last said
+// remained (told), or of quota, less what it admitted and sent on. The
+// share is made at the first call of the window; when the table is full of
+// live shares, nothing is available.
+func (f *fallback) available(k limiter.Key, quota int64, told func() (int64, bool), now int64, window time.Duration, others int64) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if s := f.shares[k]; s != nil && s.expires > now {
-		return s
-	}
-	if len(f.shares) >= f.maxShares {
-		f.sweepLocked(now)
+	s := f.shares[k]
+	if s == nil || s.expires <= now {
 		if len(f.shares) >= f.maxShares {
-			return nil
+			f.sweepLocked(now)
+			if len(f.shares) >= f.maxShares {
+				return 0
+			}
 		}
+		left := quota
+		if l, ok := told(); ok {
+			left = min(l, quota)
+		}
+		s = &share{left: left, expires: now + int64(window)}
+		f.shares[k] = s
 	}
-	left := quota
-	if l, ok := told(); ok {
-		left = min(l, quota)
-	}
-	s := &share{left: left, expires: now + int64(window)}
-	f.shares[k] = s
-	return s
+	return s.left/others - s.spent
 }
 
 // spend records that this node admitted used of k in fallback and sent it
@@ -149,11 +151,7 @@ func (c *Core) fallbackLimits(now time.Time, v *view, client limiter.Key, reqs [
 			continue
 		}
 		k := r.Key
-		s := f.shareOf(k, r.Limit.Quota, func() (int64, bool) { return c.told.get(k, ns) }, ns, r.Limit.Window)
-		avail := int64(0)
-		if s != nil {
-			avail = s.left/others - s.spent
-		}
+		avail := f.available(k, r.Limit.Quota, func() (int64, bool) { return c.told.get(k, ns) }, ns, r.Limit.Window, others)
 		r.Limit = r.Limit.Scale(ratio * factor)
 		if avail <= 0 && none < 0 {
 			none = len(scaled)

@@ -97,6 +97,7 @@ func (h *handoffState) reset(plan *handoffPlan, fresh bool) {
 // planHandoff works out what this node waits for when its ring goes from
 // stable to ring (this node a member of ring), or nil if nothing.
 func (c *Core) planHandoff(now time.Time, old *view, stable, ring *Ring) *handoffPlan {
+	known := c.known.Load()
 	self := c.self.Name
 	m := c.mono(now)
 	p := &handoffPlan{ring: ring.Fingerprint(), since: m, joined: !stable.Has(self)}
@@ -104,7 +105,7 @@ func (c *Core) planHandoff(now time.Time, old *view, stable, ring *Ring) *handof
 		p.since = old.ho.since
 	}
 	leaving := map[string]uint64{}
-	for _, x := range c.known.leaving {
+	for _, x := range known.leaving {
 		leaving[x.Name] = x.Inc
 	}
 	alive := func(x Member) bool {
@@ -151,7 +152,7 @@ func (c *Core) planHandoff(now time.Time, old *view, stable, ring *Ring) *handof
 	// A node leaving that the stable ring lacks (it announced its leaving
 	// before this node knew of it) may still hold, or be sending, keys that
 	// are this node's now: it seals too, and its keys are pulled from it.
-	for _, x := range c.known.leaving {
+	for _, x := range known.leaving {
 		if !stable.Has(x.Name) && !ring.Has(x.Name) {
 			sources[x.Name] = true
 			p.leavers = append(p.leavers, NewRing(c.cfg.Hasher, append(stable.Members(), x)))
@@ -776,18 +777,25 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 // their owners: the engine's (see sendAway), and replicas of dead members'
 // keys that other nodes own now.
 func (c *Core) handOver(now time.Time, v *view) {
-	self := c.self.Name
 	away := func(k limiter.Key) bool {
 		_, mine, ok := c.placeOf(v, k)
 		return ok && !mine
 	}
 	c.sendAway(now, c.engine.Extract(now, away, 0))
-	// Replicas of owners that left gracefully are stale: they handed their
-	// counters over. Those of owners that died (or were replaced by a later
-	// run), of keys another node owns now, go there as copies.
+	c.handOverReplicas(now, v)
+}
+
+// handOverReplicas drops the replicas of owners that left gracefully: they
+// are stale, their counters were handed over. Those of owners that died
+// (or were replaced by a later run), of keys another node owns now, go
+// there as copies, once this node has a majority (until then the dead may
+// be alive on the other side of a split: it keeps their replicas, and sends
+// them on when the majority answers again). viewMu is held.
+func (c *Core) handOverReplicas(now time.Time, v *view) {
+	self := c.self.Name
 	c.replicas.take(now, func(owner Peer, _ limiter.Key) bool { return c.runLeft(owner) })
 	if !c.majority(v) {
-		return // the dead may be alive on the other side of a split: keep their replicas
+		return
 	}
 	taken := c.replicas.takeOwned(now, func(owner Peer, k limiter.Key) bool {
 		o, ok := v.ring.Owner(k.Route())
@@ -820,20 +828,21 @@ func (c *Core) sendReplicasOn(now time.Time, taken []takenReplica) {
 // was declared dead and stopped counting: what it held comes as copies).
 // viewMu is held.
 func (c *Core) runDied(owner Peer) bool {
-	for _, d := range c.known.dead {
+	known := c.known.Load()
+	for _, d := range known.dead {
 		if d.Name == owner.Name && d.Inc >= owner.Inc {
 			return true
 		}
 	}
-	for _, j := range c.known.joining {
-		if r, _ := c.known.run(owner); j.Name == owner.Name && j.Inc == owner.Inc && r.member {
+	for _, j := range known.joining {
+		if r, _ := known.run(owner); j.Name == owner.Name && j.Inc == owner.Inc && r.member {
 			return true // it was a member, and joins again: it was declared dead
 		}
 	}
-	if r, ok := c.known.run(owner); ok && r.leaving {
+	if r, ok := known.run(owner); ok && r.leaving {
 		return false // it left gracefully, handing over what it held
 	}
-	for _, lists := range [][]Member{c.known.members, c.known.leaving, c.known.joining} {
+	for _, lists := range [][]Member{known.members, known.leaving, known.joining} {
 		for _, m := range lists {
 			if m.Name == owner.Name && m.Inc > owner.Inc {
 				return true
@@ -850,7 +859,7 @@ func (c *Core) runLeft(owner Peer) bool {
 	if c.runDied(owner) {
 		return false
 	}
-	for _, m := range c.known.members {
+	for _, m := range c.known.Load().members {
 		if m.Name == owner.Name && m.Inc == owner.Inc {
 			return false
 		}

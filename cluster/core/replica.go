@@ -70,6 +70,25 @@ func (r *replicaStore) notePromoted(m int64, taken []takenReplica) {
 	}
 }
 
+// absorbCopy keeps, of states copied from a snapshot that a later run of
+// their node sent, the newer of each and the replica an earlier run of
+// that node sent here, where there is one; it returns the states that
+// have none.
+func (r *replicaStore) absorbCopy(from Peer, states []limiter.State) (rest []limiter.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range states {
+		rep, ok := r.states[s.Key]
+		if !ok || rep.owner.Name != from.Name || rep.owner.Inc >= from.Inc {
+			rest = append(rest, s)
+			continue
+		}
+		rep.state = limiter.NewerState(rep.state, s)
+		r.states[s.Key] = rep
+	}
+	return rest
+}
+
 // takenReplica is a replica taken out of the store, and its owner.
 type takenReplica struct {
 	owner Peer

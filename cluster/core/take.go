@@ -458,9 +458,6 @@ func (c *Core) patience() time.Duration { return 10 * c.cfg.CallTimeout }
 
 // decideByFallback decides a group by the fallback mode.
 func (c *Core) decideByFallback(now time.Time, v *view, op *TakeOp, g *takeGroup) {
-	if debugFallback != nil {
-		debugFallback(c, now, op, g)
-	}
 	var buf [8]limiter.Request
 	scaled, none := c.fallbackLimits(now, v, op.client, g.reqs, buf[:])
 	ok := c.decideFallback(now, op.op, scaled, none, g.res)
@@ -784,5 +781,3 @@ func (c *Core) ResetLocal(keys ...limiter.Key) {
 	c.replicas.drop(keys)
 	c.Forget(keys...)
 }
-
-var debugFallback func(c *Core, now time.Time, op *TakeOp, g *takeGroup)

@@ -426,6 +426,20 @@ func (in *inbox) sender(from Peer) *applied {
 	return a
 }
 
+// has reports whether transfer seq of from was applied here.
+func (in *inbox) has(from Peer, seq uint64) bool {
+	in.mu.Lock()
+	a := in.from[from]
+	in.mu.Unlock()
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.seqs[seq]
+	return ok
+}
+
 // once runs apply for transfer seq of from unless it ran already, and
 // reports whether it ran. apply runs under the sender's record lock: a
 // transfer delivered twice at once is applied once.
@@ -493,6 +507,13 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	if t.To != c.self.Inc {
 		return Ack{Seq: t.Seq, Refused: true}
 	}
+	if c.in.has(from, t.Seq) {
+		// Applied already, and its acknowledgement lost: whatever this
+		// node would answer a new transfer now, this one is applied, and
+		// a refusal would have its sender place it again elsewhere.
+		c.stats.Duplicates.Add(1)
+		return Ack{Seq: t.Seq}
+	}
 	if c.gate.isLeaving() && (t.Mode.carriesCounts() || t.Mode == ModeReplica) {
 		return Ack{Seq: t.Seq, Refused: true}
 	}
@@ -557,10 +578,17 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			adds = append(adds, s)
 		}
 		c.place(now, ModeAdd, purposeForward, adds)
-	case ModeNewer, ModeCopy:
+	case ModeCopy:
+		// A snapshot read back holds what an earlier run of the sender
+		// counted: where this node keeps that run's replica, not yet
+		// counted, both are copies of one counter, and the newer stands
+		// in the replica, which moves with the run's other replicas.
+		rest := c.replicas.absorbCopy(from, t.States)
+		c.placeAs(now, Transfer{Mode: t.Mode}, purposeForward, rest)
+	case ModeNewer:
 		c.placeAs(now, Transfer{Mode: t.Mode, ReplicaOf: t.ReplicaOf}, purposeForward, t.States)
 	case ModeReplica:
-		if r, ok := c.known.run(from); ok && r.leaving {
+		if r, ok := c.known.Load().run(from); ok && r.leaving {
 			return // it hands its counters over instead: a replica now is stale
 		}
 		c.replicas.put(now, from, t.States)
@@ -804,10 +832,11 @@ func (c *Core) deadReceivers(now time.Time, heard map[Peer]int64) {
 // aliveLocked reports whether the run to is a member of ring, leaving or
 // joining: it may still apply what is sent to it. viewMu is held.
 func (c *Core) aliveLocked(ring *Ring, to Peer) bool {
+	known := c.known.Load()
 	if i, ok := ring.index(to.Name); ok {
 		return ring.member(i).Inc == to.Inc
 	}
-	for _, list := range [][]Member{c.known.leaving, c.known.joining} {
+	for _, list := range [][]Member{known.leaving, known.joining} {
 		for _, m := range list {
 			if m.Name == to.Name && m.Inc == to.Inc {
 				return true
@@ -824,7 +853,7 @@ func (c *Core) goneLocked(to Peer) bool {
 	if c.runDied(to) {
 		return true
 	}
-	r, ok := c.known.latest(to.Name)
+	r, ok := c.known.Load().latest(to.Name)
 	return ok && r.inc >= to.Inc
 }
 
@@ -832,8 +861,9 @@ func (c *Core) goneLocked(to Peer) bool {
 // later run of the node is known, or the node is listed nowhere (the
 // driver forgot it). viewMu is held.
 func (c *Core) replacedLocked(to Peer) bool {
+	known := c.known.Load()
 	listed := false
-	for _, lists := range [][]Member{c.known.members, c.known.leaving, c.known.joining} {
+	for _, lists := range [][]Member{known.members, known.leaving, known.joining} {
 		for _, x := range lists {
 			if x.Name == to.Name {
 				if x.Inc > to.Inc {
@@ -843,7 +873,7 @@ func (c *Core) replacedLocked(to Peer) bool {
 			}
 		}
 	}
-	for _, d := range c.known.dead {
+	for _, d := range known.dead {
 		if d.Name == to.Name {
 			if d.Inc > to.Inc {
 				return true

@@ -36,8 +36,8 @@ type call struct {
 	buf  [takeItemHead + 2*zoneReqSize]byte // body's storage for items of up to two zones
 	res  []limiter.Result                   // where a take reply's results go
 	rbuf [2]limiter.Result                  // res's storage for up to two zones
+	pat  patience                           // when the watcher gives up on it
 	due  int64                              // deadline, monotonic ns since epoch; 0 for none
-	last int64                              // the latest the deadline may move to while the peer answers others
 	item core.ItemReply                     // a take item's reply
 	repl []byte                             // another kind's reply body
 	err  error                              // why it failed
@@ -121,10 +121,60 @@ type dialer struct {
 	// silence, while the peer has sent something within silence: an owner
 	// that answers other calls is alive but behind, and its answer is the
 	// decision (deciding the call by fallback would count it twice).
-	silence  time.Duration
+	silence time.Duration
+	// stalls measures this process's own stalls: a deadline counts only
+	// the time the caller ran (nil: the process's watchdog).
+	stalls   stallClock
 	network  network // nil: the host's network
 	log      *slog.Logger
 	observer Observer
+}
+
+// stalled returns how long, up to now, this process was seen not running.
+func (d *dialer) stalled(now int64) int64 {
+	if d.stalls == nil {
+		return processStalls.stalled(now)
+	}
+	return d.stalls.stalled(now)
+}
+
+// patience is when the watcher gives up on a call that has no answer. A
+// deadline counts only the time the caller ran: while this process was
+// stalled it could not have read an answer, so that time is not the
+// peer's silence. Past its deadline, a call waits on while the peer is
+// behind but not gone (it sent something since the call was sent, within
+// silence counted only while this process ran), up to last. A caller that stalled while
+// the call waited lets its reader run once before it gives up: an answer
+// may have arrived meanwhile, not read yet. Only the peer's watcher reads
+// and writes a call's patience once the call is queued.
+type patience struct {
+	sent    int64 // when the call was sent (monotonic ns since epoch)
+	timeout int64 // its deadline, after sent
+	base    int64 // this process's stalls up to sent
+	last    int64 // the latest the deadline moves to while the peer answers others, before stalls
+	graced  bool  // the reader was given its turn
+}
+
+// extend is called when the call's deadline has come, at now, with this
+// process's stalls up to now (stalled), when the peer was last heard from
+// and the stalls up to then. It returns the next deadline and true if the
+// call waits on.
+func (w *patience) extend(now, stalled, heard, heardStalled, silence int64) (int64, bool) {
+	own := stalled - w.base // the caller's stalls while the call waited
+	if due := w.sent + w.timeout + own; now < due {
+		return due, true
+	}
+	if last := w.last + own; now < last && heard > w.sent {
+		silent := now - heard - max(stalled-heardStalled, 0)
+		if silent < silence {
+			return min(now+silence-silent, last), true // the peer is behind, not gone
+		}
+	}
+	if own > 0 && !w.graced {
+		w.graced = true
+		return now + 2*int64(stallTick), true
+	}
+	return 0, false
 }
 
 // peerClient is this node's client of one other node. A call is always in
@@ -144,8 +194,9 @@ type peerClient struct {
 	kick    chan struct{} // the watcher has an earlier deadline to watch
 	wakeAt  atomic.Int64  // the watcher's next wake-up: 0 none, -1 looking
 
-	connected atomic.Bool
-	heard     atomic.Int64 // when the last frame came from the peer (monotonic ns since epoch)
+	connected    atomic.Bool
+	heard        atomic.Int64 // when the last frame came from the peer (monotonic ns since epoch)
+	heardStalled atomic.Int64 // this process's stalls then
 
 	mu      sync.Mutex
 	conn    *secureConn
@@ -212,8 +263,9 @@ func (p *peerClient) close() {
 // outcome nobody reads). A call that cannot be queued fails at once.
 func (p *peerClient) send(c *call, deadline time.Time) {
 	if !deadline.IsZero() {
+		now := monoNanos(time.Now())
 		c.due = monoNanos(deadline)
-		c.last = c.due + 10*int64(p.d.silence)
+		c.pat = patience{sent: now, timeout: c.due - now, base: p.d.stalled(now), last: c.due + 10*int64(p.d.silence)}
 	}
 	due := c.due // the writer may settle c once it is queued
 	p.qmu.Lock()
@@ -278,17 +330,18 @@ func (p *peerClient) watch() {
 // expire fails the calls due by now and returns the earliest deadline of
 // the others, or 0.
 func (p *peerClient) expire(now int64) (next int64) {
+	st := p.d.stalled(now)
 	check := func(c *call) {
 		if c.due == 0 || c.st.Load() != callPending {
 			return
 		}
 		if c.due <= now {
-			if now < c.last && now-p.heard.Load() < int64(p.d.silence) {
-				c.due = min(now+int64(p.d.silence), c.last) // the peer is behind, not gone
-			} else {
+			due, ok := c.pat.extend(now, st, p.heard.Load(), p.heardStalled.Load(), int64(p.d.silence))
+			if !ok {
 				c.fail(errTimeout)
 				return
 			}
+			c.due = due
 		}
 		if next == 0 || c.due < next {
 			next = c.due
@@ -551,7 +604,9 @@ func (p *peerClient) read(conn *secureConn) error {
 			return err
 		}
 		buf = frame[:cap(frame)]
-		p.heard.Store(monoNanos(time.Now()))
+		now := monoNanos(time.Now())
+		p.heardStalled.Store(p.d.stalled(now))
+		p.heard.Store(now)
 		d := &decoder{b: frame}
 		kind, id, status := d.u8(), d.u32(), d.u8()
 		if d.err != nil || kind&replyBit == 0 {

@@ -261,6 +261,7 @@ func (n *Node) Start() error {
 		defer n.wg.Done()
 		n.shared.deliver(n.stop)
 	}()
+	processStalls.hold() // released by Close
 	n.running.Store(true)
 	n.updateMembership(time.Now())
 	n.log.Info("cluster node started", "node", n.Name(), "gossip", n.gossipAddr, "peer", n.PeerAddr())
@@ -460,4 +461,5 @@ func (n *Node) shutdown() {
 		p.close()
 	}
 	n.wg.Wait()
+	processStalls.release()
 }

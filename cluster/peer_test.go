@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/testutil"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -182,4 +184,121 @@ func TestEveryCallWakesTheWriter(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The patience of a call, step by step at fixed instants (ms): sent at 0
+// with a deadline at 100, silence 100, at most ten silences more.
+func TestACallersOwnStallsAreNotThePeersSilence(t *testing.T) {
+	const ms = int64(time.Millisecond)
+	fresh := func() patience { return patience{sent: 0, timeout: 100 * ms, base: 0, last: 1100 * ms} }
+	never := int64(-1 << 40) // the peer was never heard from
+
+	// The caller ran throughout and the peer said nothing: it gives up at
+	// the deadline.
+	w := fresh()
+	if _, ok := w.extend(100*ms, 0, never, 0, 100*ms); ok {
+		t.Fatal("a caller that ran throughout waits on for a silent peer past the deadline")
+	}
+	// The caller was stopped 80 ms of the first 100: it has run only 20,
+	// so the deadline moves by the 80.
+	w = fresh()
+	due, ok := w.extend(100*ms, 80*ms, never, 0, 100*ms)
+	if !ok || due != 180*ms {
+		t.Fatalf("a caller stalled 80 ms: waits on %v until %d ms, want until 180 ms", ok, due/ms)
+	}
+	// At 180 with no more stall: its reader gets one turn, then it gives up.
+	due, ok = w.extend(180*ms, 80*ms, never, 0, 100*ms)
+	if !ok || due != 180*ms+2*int64(stallTick) {
+		t.Fatalf("a caller that stalled: the reader's turn %v until %d ms", ok, due/ms)
+	}
+	if _, ok = w.extend(due, 80*ms, never, 0, 100*ms); ok {
+		t.Fatal("a caller that stalled waits on for a silent peer after its reader's turn")
+	}
+	// A stall longer than every bound still moves the deadline: a process
+	// stopped for a minute decides nothing while it is stopped.
+	w = fresh()
+	if due, ok := w.extend(60_000*ms, 59_950*ms, never, 0, 100*ms); !ok || due != 60_050*ms {
+		t.Fatalf("a caller stalled a minute: waits on %v until %d ms, want until 60050 ms", ok, due/ms)
+	}
+	// The peer answered others 30 ms ago: it is behind, not gone.
+	w = fresh()
+	if due, ok := w.extend(100*ms, 0, 70*ms, 0, 100*ms); !ok || due != 170*ms {
+		t.Fatalf("a peer heard 30 ms ago: waits on %v until %d ms, want until 170 ms", ok, due/ms)
+	}
+	// Heard 150 ms ago, but the caller stalled 100 ms of those: silent 50.
+	w = fresh()
+	if due, ok := w.extend(400*ms, 250*ms, 250*ms, 150*ms, 100*ms); !ok || due != 400*ms+50*ms {
+		t.Fatalf("a peer silent 50 ms while the caller ran: waits on %v until %d ms, want until 450 ms", ok, due/ms)
+	}
+	// A peer that answers others does not hold a call past last.
+	w = fresh()
+	if _, ok := w.extend(1100*ms, 0, 1090*ms, 0, 100*ms); ok {
+		t.Fatal("a call waits on past its last deadline for a peer that answers others")
+	}
+}
+
+// fakeStalls is a stall clock a test drives: while stalling, every instant
+// counts as a stall of the process.
+type fakeStalls struct {
+	mu       sync.Mutex
+	total    int64
+	since    int64 // when the stall under way began; 0 for none
+	stalling bool
+}
+
+func (f *fakeStalls) stalled(now int64) int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.stalling {
+		return f.total + now - f.since
+	}
+	return f.total
+}
+
+func (f *fakeStalls) set(stalling bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := monoNanos(time.Now())
+	if f.stalling && !stalling {
+		f.total += now - f.since
+	}
+	if stalling && !f.stalling {
+		f.since = now
+	}
+	f.stalling = stalling
+}
+
+// A caller that does not run gives up on no peer: a call to a silent
+// peer stays pending past its deadline while the caller is stalled, and
+// times out once the caller runs again for longer than the deadline.
+func TestAStalledCallerWaitsOnItsCalls(t *testing.T) {
+	p := silentPeer(t)
+	clock := &fakeStalls{}
+	p.d.stalls = clock
+	clock.set(true)
+	deadline := time.Now().Add(5 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() { done <- p.do(takeCall([]limiter.Request{{Key: 1, Cost: 1, Limit: limitOf(10)}}), deadline) }()
+	// Well past the deadline, with the watcher woken again and again.
+	for range 5 {
+		signal(p.kick)
+		time.Sleep(20 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("a call whose caller was stalled since it was sent returned: %v", err)
+	default:
+	}
+	clock.set(false)
+	testutil.Eventually(t, 10*time.Second, "the call timed out once its caller ran", func() bool {
+		select {
+		case err := <-done:
+			if !errors.Is(err, errTimeout) {
+				t.Fatalf("a call to a silent peer: %v, want a time-out", err)
+			}
+			return true
+		default:
+			return false
+		}
+	})
 }

@@ -656,9 +656,15 @@ func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Res
 	v := c.view.Load()
 	m := c.mono(now)
 	if item.Op == OpPenalize {
-		if st, _ := c.keyState(v, m, item.Client); st == keyCounting {
+		switch st, succ := c.keyState(v, m, item.Client); st {
+		case keyCounting:
 			c.engine.Penalize(now, item.Client)
 			c.noteChanged(v, nil, item.Client)
+		case keyWaiting:
+			if m < c.mono(hold) { // held like a take: the score is counted once it is here
+				c.wake(now, v, m, &takeGroup{client: item.Client}, succ)
+				return ItemReply{}, true
+			}
 		}
 		return ItemReply{Outcome: Decided}, false
 	}

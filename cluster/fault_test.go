@@ -47,10 +47,11 @@ type faultNet struct {
 	mu      sync.Mutex
 	addrs   map[string]string // gossip address → node
 	frozen  map[string]bool
-	side    map[string]int // partition: nodes on different sides are cut; absent = side 0
-	delay   time.Duration  // added to every write and packet
-	loss    float64        // chance a packet is dropped or a peer connection reset
-	changed chan struct{}  // closed and replaced on every change
+	side    map[string]int              // partition: nodes on different sides are cut; absent = side 0
+	delay   time.Duration               // added to every write and packet
+	slow    map[[2]string]time.Duration // added to the peer streams' bytes from one node to another
+	loss    float64                     // chance a packet is dropped or a peer connection reset
+	changed chan struct{}               // closed and replaced on every change
 	rng     *rand.Rand
 }
 
@@ -59,6 +60,7 @@ func newFaultNet(seed uint64) *faultNet {
 		addrs:   make(map[string]string),
 		frozen:  make(map[string]bool),
 		side:    make(map[string]int),
+		slow:    make(map[[2]string]time.Duration),
 		changed: make(chan struct{}),
 		rng:     rand.New(rand.NewPCG(seed, 0x7011)),
 	}
@@ -78,6 +80,7 @@ func (f *faultNet) heal() {
 	f.set(func() {
 		clear(f.frozen)
 		clear(f.side)
+		clear(f.slow)
 		f.delay, f.loss = 0, 0
 	})
 }
@@ -186,7 +189,22 @@ func (c *faultConn) Write(b []byte) (int, error) {
 	if delay > 0 {
 		time.Sleep(delay)
 	}
+	c.net.slowDown(c.resetting, c.from, c.to)
 	return c.Conn.Write(b)
+}
+
+// slowDown waits as long as bytes of a peer stream (not gossip) from →
+// to are slowed.
+func (f *faultNet) slowDown(peer bool, from, to string) {
+	if !peer {
+		return
+	}
+	f.mu.Lock()
+	d := f.slow[[2]string{from, to}]
+	f.mu.Unlock()
+	if d > 0 {
+		time.Sleep(d)
+	}
 }
 
 func (c *faultConn) Read(b []byte) (int, error) {
@@ -197,6 +215,7 @@ func (c *faultConn) Read(b []byte) (int, error) {
 		}
 		c.pending = append(c.pending[:0], b[:n]...)
 		c.pendErr = err
+		c.net.slowDown(c.resetting, c.to, c.from)
 	}
 	if err := c.net.wait(c.to, c.from, deadlineOf(&c.readDL), c.done); err != nil {
 		return 0, err

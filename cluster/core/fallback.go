@@ -39,6 +39,7 @@ type fallback struct {
 // share is one key's fallback share in one window.
 type share struct {
 	left    int64 // what the owner last said remained, or the whole quota
+	of      int64 // the nodes that may count the key in fallback, when it was made
 	spent   int64 // what this node admitted in fallback and sent on since
 	expires int64 // Unix ns: the window is over
 }
@@ -69,8 +70,10 @@ func (f *fallback) ratio() float64     { return math.Float64frombits(f.ratioBits
 // available returns what this node may still admit of k in fallback in
 // this window: its share (one of others) of what the owner last said
 // remained (told), or of quota, less what it admitted and sent on. The
-// share is made at the first call of the window; when the table is full of
-// live shares, nothing is available.
+// share is made at the first call of the window, and holds for it: a
+// membership change meanwhile does not make it larger (the nodes falling
+// back together would admit more than the limit). When the table is full
+// of live shares, nothing is available.
 func (f *fallback) available(k limiter.Key, quota int64, told func() (int64, bool), now int64, window time.Duration, others int64) int64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -86,10 +89,10 @@ func (f *fallback) available(k limiter.Key, quota int64, told func() (int64, boo
 		if l, ok := told(); ok {
 			left = min(l, quota)
 		}
-		s = &share{left: left, expires: now + int64(window)}
+		s = &share{left: left, of: max(others, 1), expires: now + int64(window)}
 		f.shares[k] = s
 	}
-	return s.left/others - s.spent
+	return s.left/s.of - s.spent
 }
 
 // spend records that this node admitted used of k in fallback and sent it

@@ -13,77 +13,78 @@
 // membership (their ring fingerprints match), a limit of L lets exactly L
 // requests through across the whole cluster, however they are spread.
 //
+// Layers. The package is a wire codec (wire.go, codec.go), a transport
+// (conn.go: authenticated connections; client.go: a client per peer that
+// batches take items and watches deadlines; server.go: a table of
+// handlers, one per message kind), the protocol core (package core: a
+// state machine with no goroutine, clock or socket, checked by a
+// simulator), and the node (node.go, membership.go, driver.go) that wires
+// them to memberlist. Every movement of counts between nodes (hand-off,
+// pull, fallback counts, replicas, snapshot restores, cancels and
+// refunds) is a core Transfer: numbered by its sender, kept by it until
+// acknowledged, sent again until then, and applied once by its receiver.
+//
 // Membership changes. When a node joins or leaves, about 1/N of the keys
-// change owner. The old owner pushes their counters to the new one, and a
-// new owner that sees a key it does not hold, in the first seconds after
-// the change, pulls the key's counter from the old owner before counting.
-// Counters merge by adding, so nothing counted on either side is lost, and a
-// counter moves at most once (the old owner removes it as it hands it over).
-// A node that leaves gracefully first announces it, hands everything over,
-// and answers requests that still reach it with the new owner's name: counts
-// stay exact through scale-out, scale-in and rolling restarts. In the short
-// time (typically well under a second) before all nodes have heard of a
-// change, a node that has not may still count a moved key at its old owner;
-// the push then adds those counts in, so a key can be over-admitted by at
-// most what was counted there in that window.
+// change owner. The old owner sends their counters to the new one in
+// transfers, and a new owner that is asked for a key it does not hold yet
+// pulls it from the old owner; until the counts are there it holds the
+// request for up to a peer timeout, then answers "not yet mine" and the
+// caller decides by fallback: a new owner never denies a request it could
+// not count (TestNewOwnerThatCannotPullDeniesNobody). A reply that comes
+// later than its caller waited loses nothing and a transfer sent again
+// doubles nothing: the giver keeps the counts until the receiver
+// acknowledges them, and the receiver applies a transfer's number once
+// (TestALatePullReplyLosesNothing,
+// TestALateHandoffAcknowledgementDoublesNothing: each moved key's count at
+// its new owner is what was admitted of it, and no request under its limit
+// was denied). A node that leaves gracefully first announces it, hands
+// everything over, and answers requests that still reach it with the new
+// owner's name. In the short time before all nodes have heard of a change,
+// a node that has not may still send a moved key to its old owner, which
+// answers "moved to" the new one.
 //
 // Slow owners. A slow owner's answer is the decision, however late. A call
-// has a deadline, the peer timeout, but it is the deadline of the owner's
-// silence, not of the call: a caller gives a call up only when nothing at
-// all has come from the owner for a peer timeout while the caller itself
-// was running (a watchdog measures the process's own stalls: a caller that
-// was descheduled could not have read an answer either). An owner that
-// answers other calls is alive but behind, and the caller waits for its
-// answer, up to ten peer timeouts. Deciding such a call in fallback would
-// let the caller admit beside an owner that goes on admitting for others,
-// and would count the request twice (here and at the owner, which received
-// it). If a call was given up on and the owner's answer, admitting it,
-// arrives after all, the caller gives the units back at the owner (it
-// decided the request in fallback, where it is counted and reconciled): the
-// request counts once. So as long as every owner answers something within
-// each peer timeout, however slowly it answers each call, counting is exact
-// (TestProcessClusterBusyOwnerCountsExactly: three processes and the load
+// has a deadline (twice the peer timeout: an owner may hold a take item
+// for a peer timeout while its counts come to it), but the deadline counts
+// only the time the caller itself ran: a watchdog measures the process's
+// own stalls, and a caller that was stopped or descheduled could not have
+// read an answer either (TestACallersOwnStallsAreNotThePeersSilence,
+// TestAStalledCallerWaitsOnItsCalls). Past its deadline a call waits on
+// while the owner has sent anything since the call was sent within a peer
+// timeout (of the caller's running time), up to ten peer timeouts more: an
+// owner that answers other calls is alive but behind. If a call was given
+// up on after all, the caller decides the request by fallback and sends
+// the owner a cancel for the item, so a late admission there is given
+// back: the request counts once. Tested with processes:
+// TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the
 // owner for up to 40 ms, the others for up to 150 ms; 300 requests at
-// concurrency 60 against 100, five rounds: exactly 100 each). An owner
-// that does not run for a peer timeout (stopped, or waiting that long for a
-// core) is, to its callers, frozen, and the next paragraph applies: with
-// the owner stopped for up to 60 ms on two overloaded cores, about one
-// round in twenty admitted 103 to 131.
+// concurrency 60 against 100, five rounds: exactly 100 each).
 //
 // Unreachable owners. Every node pings every peer each probe interval.
-// When a call or a ping is given up on (the owner silent for a peer
-// timeout), the peer's breaker opens for a jittered backoff (so a frozen
-// peer is not hammered) and, until the owner is heard again, the node
-// decides for the peer's keys by its fallback mode: local (default)
-// counts on this node with every limit multiplied by the fallback ratio
-// (0.4 by default) and by the client's last known reputation factor, and
-// never beyond this node's share (divided among the nodes other than the
-// owner) of the remaining count the owner last reported for the key, or of
-// the whole limit if it reported nothing yet; open admits; closed denies.
-// So each node admits at most min(ratio×L, remaining/(N−1)) for a key in
-// one outage, and its share, remaining/(N−1), over all the outages until
-// the owner answers it again: the fallback counters start afresh once sent
-// to the owner, the share does not
-// (TestFallbackShareHoldsAcrossOutagesOfAnOwnerThatSaidNothing). While
-// the breaker is open, a ping waits on the peer's connection if it is up;
-// as soon as the owner answers it, the node sends the owner what it
-// admitted in fallback and only then closes the breaker (the probe after
-// the backoff, for a connection that had to be redialled, does the same;
-// no other call closes an open breaker). The owner adds those counts, once:
-// batches carry a sequence number per sending node and a retry is not added
-// twice. After an outage the window's total is therefore what an exact
-// limiter would allow, plus what the owner admitted for others between its
-// return and the arrival of the fallback counts: about one round trip of
-// traffic, since the node hears the owner's return from its first answer
-// (TestFallbackAdmissionsAreReconciledWithTheOwnerOnce,
-// TestFallbackStartsFromWhatTheOwnerLastSaid,
-// TestFallbackEndsWhenTheOwnerAnswersAndNotBeforeItHeard; with an owner
-// stopped and resumed every 150 ms during 200 requests against 100,
-// TestProcessClusterFlappingOwnerStaysNearTheLimit asserts at most 105 and
-// measures 100). For token-bucket zones the fallback
-// counters spend time at the fallback rate, so reconciling them adds up to
-// 1/ratio times what they admitted: again towards denying.
+// When a call or a ping to a peer is given up on, the peer is down: until
+// it answers a ping again, the node decides for its keys by its fallback
+// mode: local (default) counts on this node with every limit multiplied
+// by the fallback ratio (0.4 by default) and by the client's last known
+// reputation factor, and never beyond this node's share (divided among
+// the nodes other than the owner, when the share is made) of the
+// remaining count the owner last reported for the key, or of the whole
+// limit if it reported nothing yet; open admits; closed denies. A fallback
+// denial never touches the client's reputation. So each node admits at
+// most min(ratio×L, share) for a key in one outage, and its share over
+// all the outages of the window: the fallback counters start afresh once
+// sent to the owner, the share does not, and a membership change during
+// an outage does not enlarge it (TestFallbackShareHoldsAcrossOutages,
+// TestFallbackStartsFromWhatTheOwnerLastSaid). When a down peer answers a
+// ping, the node sends it what it admitted in fallback for its keys and
+// calls it again only once it has acknowledged all of it, so an owner
+// never decides without what was admitted in its absence, and adds it
+// once (TestFallbackAdmissionsReachTheOwnerOnce). After an outage the
+// window's total is therefore what an exact limiter would allow, plus
+// what the owner admitted for others between its return and the arrival
+// of the fallback counts. For token-bucket zones the fallback counters
+// spend time at the fallback rate, so reconciling them adds up to 1/ratio
+// times what they admitted: again towards denying.
 //
 // Crashes. An owner sends the counters of the keys it changed to each key's
 // successor (the node that owns the key once the owner is gone) every
@@ -92,7 +93,8 @@
 // (a node joined, restarted or left), its owner sends the new successor the
 // key's counter afresh. When memberlist declares the
 // owner dead (about 2 seconds with the default tuning) and the ring drops
-// it, the successor starts the keys it now owns from their replicas and
+// it, the successor starts the keys it now owns from their replicas (once
+// the dead owner's lease has run out: see Pauses and leases) and
 // collects what the other nodes admitted for them in fallback meanwhile
 // (a node that has not seen the death yet hands it over and routes those
 // keys to the new owner from then on; one that has sends it before routing
@@ -156,34 +158,28 @@
 // (TestFaults: kinds kill, killkeep, restart and their -early variants;
 // TestProcessClusterKilledNodeRestoresItsSnapshotWithoutSumming).
 //
-// Pauses. A node paused long enough that the others may have declared it
-// dead (its heartbeat late by three quarters of memberlist's shortest
-// suspicion timeout, SuspicionMult probe intervals, and at least a second,
-// while the process used next to no CPU: stopped, not merely busy) stops
-// counting the moment it runs again, before any request, and joins
-// again as a restarted node does, what it held sent to the owners as older
-// copies. Its successors started its keys from their replicas meanwhile,
-// so its return loses, per key, at most what a crash loses (in the bound
-// above such a pause is a crash: C), and counts nothing twice
-// (TestPausedOwnerJoinsAgainWithoutCountingTwice;
-// TestProcessClusterOwnerFrozenPastDetectionComesBackWithoutOverAdmitting:
-// owner frozen 5 s with 90 of 100 admitted meanwhile, a burst at it as it
-// returns; the window admits the limit plus what was admitted in fallback
-// while it came back). A shorter pause is a frozen node as above.
+// Pauses and leases. An owner counts a key only while it holds a lease
+// from the key's successor: the successor answered a ping sent at t0,
+// which lets the owner count until t0 + LeaseTime (three probe intervals)
+// by its own clock. A node that declared an owner dead starts the owner's
+// keys from their replicas only once it has not heard from it for a
+// LeaseTime (and an eighth more, for the clocks' drift), so an owner that
+// was paused, or cut off, has stopped counting before anyone else starts;
+// one told by a peer that it was declared dead stops counting at once and
+// joins again, what it held sent to the keys' owners. Time is read from the
+// monotonic clock: a step of the wall clock is not a pause. In the bound
+// above such a pause is a crash (C). A shorter pause is a frozen node as
+// above.
 //
-// Known gaps, found from outside with three processes and not closed yet:
-// a pause of 1 to 2 seconds, about as long as failure detection, can end
-// with the node deciding it was paused while a successor has just started
-// its keys from the replica without the survivors' fallback counts, and for
-// about 100 ms two nodes count a key as its owner (measured 105 to 141 of
-// 100, of which 1 to 19 in fallback after the pause). And in the seconds
-// after a membership change (the hand-off window), nodes stopped for up to
-// 200 ms at random during a burst of 300 requests at concurrency 60 let 3
-// to 4 rounds in 18 admit 148 to 174 of 100 (the owner counting its own
-// requests while the others, unable to reach it, counted theirs in
-// fallback: within L + F), and others under-admit (a new owner that cannot
-// pull a key decides it by fallback caps until the pull succeeds). Both are
-// within the bound below and outside the exactness stated above. After a
+// Known gaps, measured from outside with three processes on the node as it
+// was before the protocol core, and not measured again since: a pause of 1
+// to 2 seconds, about as long as failure detection, let two nodes count a
+// key as its owner for about 100 ms (105 to 141 of 100); in the seconds
+// after a membership change, nodes stopped for up to 200 ms at random
+// during a burst of 300 requests at concurrency 60 let 3 to 4 rounds in 18
+// admit 148 to 174 of 100 (the owner counting its own requests while the
+// others, unable to reach it, counted theirs in fallback: within L + F).
+// Both are within the bound above and outside the exactness stated. After a
 // split longer than failure detection, each side has declared the other
 // dead, and memberlist talks only to members it believes alive: a node with
 // seeds that knows fewer members than it once did joins its seeds again

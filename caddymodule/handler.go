@@ -24,7 +24,8 @@ import (
 // denied request spends nothing in any zone.
 //
 // Allowed requests carry the RateLimit-Policy and RateLimit headers of the
-// IETF draft; denied ones get a 429 error (shape it with handle_errors) with
+// IETF draft, with the client's own limit in each enforced rate zone; denied
+// ones get a 429 error (shape it with handle_errors) with
 // the same headers and Retry-After. Each decision sets placeholders:
 //
 //	{http.tollgate.decision}     allow, deny or dry_run_deny (a dry-run zone would have denied)
@@ -49,8 +50,8 @@ type Handler struct {
 	Zones []*Zone `json:"zones,omitempty"`
 
 	// DryRun makes every zone a trial (see Zone.DryRun): requests are
-	// counted, headers, placeholders, logs and metrics say what would have
-	// happened, but nothing is denied and nothing else changes: no
+	// counted, placeholders, logs and metrics say what would have
+	// happened (the RateLimit headers are not sent), but nothing is denied and nothing else changes: no
 	// reputation penalty, no blocked-cache entry, no lease claimed, no
 	// session cookie issued, and no IP pressure observed (nor applied).
 	// For trying out limits on live traffic.
@@ -109,7 +110,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err := z.provision(ctx, app.hasher); err != nil {
 			return err
 		}
-		if z.policy != "" {
+		if h.announces(z) {
 			policies = append(policies, z.policy)
 		}
 	}
@@ -350,36 +351,61 @@ func denialReason(src cluster.Source) string {
 	return "limit"
 }
 
+// announces reports whether z appears in the RateLimit headers: rate zones
+// that are enforced. A lease zone caps holders, not a rate; a trial zone
+// (its own dry_run or its handler's) is not enforced, and a client that
+// followed its numbers would slow down for nothing.
+func (h *Handler) announces(z *Zone) bool {
+	return z.policy != "" && !z.DryRun && !h.DryRun
+}
+
 // setHeaders writes the RateLimit-Policy and RateLimit headers
-// (draft-ietf-httpapi-ratelimit-headers) for the zones that counted a
-// request. A zone counted with several requests shows the least left.
+// (draft-ietf-httpapi-ratelimit-headers) for the enforced rate zones that
+// counted a request. Each tells the client the limit it actually has: q is
+// the zone's limit for its tier, squeezed by IP pressure and scaled by its
+// reputation, and r counts down from it (a zone counted with several
+// requests shows the least left). A denial by the client's network budget
+// shows r=0 in its zone, with that budget's wait in t; the network's own
+// numbers are never shown.
 func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) {
-	policy := h.policyAll
-	if len(b.zones) != len(h.Zones) {
-		parts := make([]string, 0, len(b.zones))
-		for _, z := range b.zones {
-			if z.policy != "" {
-				parts = append(parts, z.policy)
-			}
-		}
-		policy = strings.Join(parts, ", ")
+	factor := 1.0
+	if rep := h.app.reputation; rep != nil && v.scoreKnown {
+		factor = rep.Factor(v.score)
 	}
-	if policy == "" {
-		return // only lease zones: the RateLimit headers describe rates
-	}
+	configured := len(b.zones) == len(h.Zones) // the policy is policyAll, unless a q differs
 	for zi, z := range b.zones {
-		if z.policy == "" {
-			continue // a lease zone
+		if !h.announces(z) {
+			continue
 		}
-		remaining, reset := int64(-1), time.Duration(0)
+		quota, remaining, reset, denied := int64(-1), int64(-1), time.Duration(0), false
 		for i, of := range b.zoneOf {
-			if of != zi || b.res[i].Remaining < 0 || b.network[i] {
-				continue // another zone's, not known (this one was not asked), or the network's
+			if of != zi {
+				continue
 			}
-			if remaining < 0 || b.res[i].Remaining < remaining {
-				remaining = b.res[i].Remaining
+			r := &b.res[i]
+			if b.network[i] {
+				if !r.Allowed { // never its numbers, only that it denied and for how long
+					denied = true
+					reset = max(reset, r.Reset)
+				}
+				continue
 			}
-			reset = max(reset, b.res[i].Reset)
+			if quota < 0 {
+				quota = b.reqs[i].Limit.Scale(factor).Quota
+			}
+			if r.Remaining < 0 {
+				continue // not known: this one was not asked
+			}
+			if remaining < 0 || r.Remaining < remaining {
+				remaining = r.Remaining
+			}
+			reset = max(reset, r.Reset)
+		}
+		if denied {
+			remaining = 0
+		}
+		if quota >= 0 && quota != z.Limit {
+			configured = false
 		}
 		if remaining < 0 {
 			continue
@@ -393,9 +419,42 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, headerSeconds(reset), 10)
 	}
-	v.headers[0], v.headers[1] = policy, string(buf)
+	if len(buf) == 0 {
+		return // no enforced rate zone counted it: only leases or trials
+	}
+	v.headers[0], v.headers[1] = h.policyAll, string(buf)
+	if !configured {
+		v.headers[0] = h.policyOf(b, factor, buf[len(buf):])
+	}
 	hdr["Ratelimit-Policy"] = v.headers[0:1:1]
 	hdr["Ratelimit"] = v.headers[1:2:2]
+}
+
+// policyOf renders the RateLimit-Policy of a request whose zones are not
+// all the handler's, or whose limits are not the configured ones: each
+// enforced rate zone that counted it, with the quota of the client's own
+// request scaled by its reputation factor. buf is scratch.
+func (h *Handler) policyOf(b *batch, factor float64, buf []byte) string {
+	for zi, z := range b.zones {
+		if !h.announces(z) {
+			continue
+		}
+		for i, of := range b.zoneOf {
+			if of != zi || b.network[i] {
+				continue
+			}
+			if len(buf) > 0 {
+				buf = append(buf, ", "...)
+			}
+			buf = append(buf, z.quoted...)
+			buf = append(buf, ";q="...)
+			buf = strconv.AppendInt(buf, b.reqs[i].Limit.Scale(factor).Quota, 10)
+			buf = append(buf, ";w="...)
+			buf = strconv.AppendInt(buf, headerSeconds(z.limit.Window), 10)
+			break
+		}
+	}
+	return string(buf)
 }
 
 // reportDenial logs a denial, or a dry run's would-be denial, and emits

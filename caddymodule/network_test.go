@@ -125,8 +125,9 @@ func TestHouseholdBehindOneAddressKeepsItsBudgets(t *testing.T) {
 }
 
 // TestNetworkBudgetIsNotShown: a cookie-less client's RateLimit header shows
-// its own budget, not its network's, and a denial by the network spends
-// nothing of the client's own budget.
+// its own budget, not its network's; a denial by the network shows r=0
+// (see TestNetworkDenialShowsNothingLeft) and spends nothing of the
+// client's own budget.
 func TestNetworkBudgetIsNotShown(t *testing.T) {
 	srv := startCaddy(t, trustLoopback, `
 	tollgate {
@@ -144,14 +145,14 @@ func TestNetworkBudgetIsNotShown(t *testing.T) {
 		t.Fatalf("RateLimit %q; want the client's own 3 left", got)
 	}
 	// B spends the rest of the network's 5; A is then denied by the network
-	// with 3 of its own left, and that denial spent nothing of A's.
+	// with 3 of its own left, and is told nothing is left.
 	b := newClient(t, srv, "B", "203.0.113.70", false)
 	if n := b.allowed(5); n != 3 {
 		t.Fatalf("B got %d; want the network's 3 left", n)
 	}
 	resp, _ = a.get("/")
-	if resp.StatusCode != http.StatusTooManyRequests || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"site";r=3;`) {
-		t.Fatalf("A after the network is spent: %d %q; want 429 showing its own 3", resp.StatusCode, resp.Header.Get("RateLimit"))
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"site";r=0;`) {
+		t.Fatalf("A after the network is spent: %d %q; want 429 showing nothing left", resp.StatusCode, resp.Header.Get("RateLimit"))
 	}
 	if !strings.Contains(srv.logs(), `"budget":"network"`) {
 		t.Error("the denial log does not say the network's budget denied")

@@ -93,7 +93,8 @@ type Zone struct {
 
 	// DryRun makes this zone a trial: it counts and reports what it would
 	// have done (the dry_run_deny decision, placeholders, log, metric) but
-	// never denies, and has no other consequence: no reputation penalty,
+	// never denies, is not announced in the RateLimit headers, and has no
+	// other consequence: no reputation penalty,
 	// no blocked-cache entry, no lease claimed, no change to whether a
 	// session cookie is issued. The handler's DryRun makes every zone a
 	// trial. Default: enforced.

@@ -306,8 +306,11 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v.zone.denials.inc(b.network[i])
 	keyHash := b.keys[b.zoneOf[i]]
 	h.reportDenial(v, keyHash, who.key, false, b.network[i])
-	if !b.network[i] {
-		h.app.state.lists.denied.record(v.zone.Name, v.zone.scope, keyHash, now.Add(time.Duration(v.retryAfter)*time.Second), now)
+	until := now.Add(time.Duration(v.retryAfter) * time.Second)
+	if b.network[i] {
+		h.app.state.lists.denied.record(v.zone.Name, v.zone.scope+adminapi.NetworkScopeSuffix, who.identity.Network, until, now)
+	} else {
+		h.app.state.lists.denied.record(v.zone.Name, v.zone.scope, keyHash, until, now)
 	}
 	v.decision = decisionDeny
 	v.zone.counters.inc(v.decision, o.source)

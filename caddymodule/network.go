@@ -123,8 +123,8 @@ func clientSpeaker(b *batch, i int) int {
 
 // Reasons for a denial, in tollgate_denials_total.
 const (
-	reasonClient  = "client"
-	reasonNetwork = "network"
+	reasonClient  = adminapi.BudgetClient
+	reasonNetwork = adminapi.BudgetNetwork
 )
 
 // denialCounters are a zone's denial counters by reason, looked up once.

@@ -37,7 +37,7 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		errWords string   // in the error output
 	}
 	for _, s := range []step{
-		{[]string{"status"}, 0, []string{"standalone", "MEMBER", "local", "self", "ZONE", "api"}, ""},
+		{[]string{"status"}, 0, []string{"standalone", "ZONE  KEYS  NETWORKS  DENIALS", "api   1     0         1"}, ""},
 		{[]string{"client", "alice", "--zone", "api"}, 0, []string{"ZONE", "api", "sliding_window", "100", "yes"}, ""},
 		{[]string{"client", aliceHash}, 0, []string{"api", "credits", "rooms"}, ""},
 		{[]string{"client", "nobody-seen"}, exitNotFound, nil, "nothing is counted for nobody-seen"},
@@ -72,6 +72,9 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		if s.errWords != "" && !strings.Contains(errOut, s.errWords) {
 			t.Errorf("tollgate %v: error output lacks %q:\n%s", s.args, s.errWords, errOut)
 		}
+	}
+	if out, _, _ := testutil.CLI(t, "status", "--address", addr); strings.Contains(out, "MEMBER") {
+		t.Errorf("a single node's status has cluster rows:\n%s", out)
 	}
 	if s := srv.get(t, "/api/x", "X-User", "alice"); s != http.StatusOK {
 		t.Errorf("after tollgate reset, alice: %d; want let through", s)

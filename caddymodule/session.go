@@ -119,6 +119,7 @@ type sessions struct {
 	budget     limiter.Limit // new sessions of one network: issue_limit per issue window
 	zone       uint64        // seed of the minting budget's counters
 	challenge  *challenger   // nil unless cookie { challenge } is set
+	crawlers   *crawlerVerifier
 }
 
 // provisionSessions sets up session issuance for this config's node, once
@@ -136,6 +137,7 @@ func (a *App) provisionSessions(ctx caddy.Context) error {
 		issue:      cookie.Issue,
 		earnHeader: http.CanonicalHeaderKey(cookie.IssueHeader),
 		zone:       a.hasher.Zone("\x00tollgate cookie issuance"),
+		crawlers:   a.state.crawlers,
 	}
 	if s.issue == "" {
 		s.issue = issueAlways
@@ -283,13 +285,17 @@ func (s *sessions) mintingBudget(id *fingerprint.Identity, factor float64) [2]li
 
 // challenged reports whether an allowed request of a client without a
 // session gets the challenge page instead of its response: it is a
-// browser's page load the owner did not except, and the client may still
-// start a session (so a client that could not get one anyway, its
-// fingerprint or its network out of new sessions, is served on the
-// cookie-less path, not sent round in circles).
+// browser's page load the owner did not except, not from a search engine's
+// crawler verified by DNS, and the client may still start a session (so a
+// client that could not get one anyway, its fingerprint or its network out
+// of new sessions, is served on the cookie-less path, not sent round in
+// circles).
 func (s *sessions) challenged(r *http.Request, v *verdict, now time.Time) bool {
 	if !wantsChallenge(r) || s.challenge.exempt(r) {
 		return false
+	}
+	if ip, _ := v.vars[caddyhttp.ClientIPVarKey].(string); s.crawlers.verifiedCrawler(r, ip, now) {
+		return false // crawlers never solve it: they stay cookie-less, counted as their own clients
 	}
 	return s.mayMint(&v.identity, v.pressure.Factor, now)
 }

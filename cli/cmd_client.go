@@ -19,11 +19,33 @@ func warnNearlyHashed(id string) {
 	}
 }
 
-// callClient sends method to the route of client id (in --zone, if given)
-// and decodes the answer into out.
-func (c *invocation) callClient(method, id string, out any) ([]byte, error) {
+// hashedID returns the ID the admin routes are called with for a key: a
+// hashed or network ID as it is, a raw key's hashed ID as the admin API
+// answers it (POST /tollgate/hash, the key in the body), so that no raw key
+// is put in a URL, which Caddy's admin log records.
+func (c *invocation) hashedID(id string) (string, error) {
 	warnNearlyHashed(id)
-	return c.call(method, adminapi.ClientPath(id)+c.zoneQuery(), nil, out)
+	if _, ok := adminapi.ParseHashedID(id); ok {
+		return id, nil
+	}
+	if _, ok := adminapi.ParseNetworkID(id); ok {
+		return id, nil
+	}
+	var ans adminapi.HashAnswer
+	if _, err := c.call(http.MethodPost, adminapi.PathHash, adminapi.HashRequest{Key: id}, &ans); err != nil {
+		return "", err
+	}
+	return ans.ID, nil
+}
+
+// callClient sends method to the route of client id (in --zone, if given)
+// and decodes the answer into out; the answer's ID is id as given.
+func (c *invocation) callClient(method, id string, out any) ([]byte, error) {
+	hid, err := c.hashedID(id)
+	if err != nil {
+		return nil, err
+	}
+	return c.call(method, adminapi.ClientPath(hid)+c.zoneQuery(), nil, out)
 }
 
 // runClient prints a client's counters in every zone, or --zone.
@@ -49,7 +71,7 @@ func runClient(c *invocation, args []string) (int, error) {
 		return exitNotFound, unseen
 	}
 	w := c.table()
-	fmt.Fprintf(w, "client\t%s\n", view.ID)
+	fmt.Fprintf(w, "client\t%s\n", args[0])
 	fmt.Fprintf(w, "owner\t%s\n", view.Owner)
 	if view.Reputation != nil {
 		fmt.Fprintf(w, "reputation\t%d\n", *view.Reputation)

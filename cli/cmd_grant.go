@@ -44,8 +44,11 @@ func runGrantShow(c *invocation, args []string) (int, error) {
 		return exitUsage, errors.New("give a zone and a key, or neither to list every grant")
 	}
 	if len(args) == 2 {
-		warnNearlyHashed(args[1])
-		path := adminapi.GrantPath(args[0], args[1])
+		hid, err := c.hashedID(args[1])
+		if err != nil {
+			return exitFor(err), err
+		}
+		path := adminapi.GrantPath(args[0], hid)
 		raw, err := c.call(http.MethodGet, path, nil, nil)
 		if err != nil {
 			return exitFor(err), err
@@ -56,6 +59,9 @@ func runGrantShow(c *invocation, args []string) (int, error) {
 		gs, err := grantsOf(http.MethodGet, path, raw)
 		if err != nil {
 			return exitRefused, err
+		}
+		for i := range gs {
+			gs[i].Key = args[1] // as given, not the ID it was looked up by
 		}
 		return c.printGrants(gs)
 	}
@@ -112,8 +118,11 @@ func (c *invocation) printGrants(gs []adminapi.GrantView) (int, error) {
 
 // runGrantRevoke revokes a key's grant in a zone.
 func runGrantRevoke(c *invocation, args []string) (int, error) {
-	warnNearlyHashed(args[1])
-	raw, err := c.call(http.MethodDelete, adminapi.GrantPath(args[0], args[1]), nil, nil)
+	hid, err := c.hashedID(args[1])
+	if err != nil {
+		return exitFor(err), err
+	}
+	raw, err := c.call(http.MethodDelete, adminapi.GrantPath(args[0], hid), nil, nil)
 	if err != nil {
 		return exitFor(err), err
 	}

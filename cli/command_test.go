@@ -3,6 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -127,5 +129,44 @@ func TestCLIWrongCommandLinesExitTwo(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, "usage") && !strings.Contains(errOut, "subcommand") {
 			t.Errorf("caddy tollgate %v: exit %d %s; want %d and the usage", args, code, errOut, exitUsage)
 		}
+	}
+}
+
+// TestCLIKeepsRawKeysOutOfCaddysLog: looking a key up, resetting it and
+// showing or revoking its grant put no raw key into the URLs Caddy's admin
+// log records; the answers still name the key as it was given.
+func TestCLIKeepsRawKeysOutOfCaddysLog(t *testing.T) {
+	testutil.TollgateBinary(t)
+	srv := startCaddy(t, testutil.DocSite)
+	const key = "k1-secret-api-key"
+	srv.get(t, "/api/x", "X-User", key)
+	addr := srv.Admin
+	for _, args := range [][]string{
+		{"client", key, "--zone", "api"},
+		{"client", key},
+		{"grant", "add", "credits", key, "5", "1h"},
+		{"grant", "show", "credits", key},
+		{"grant", "revoke", "credits", key},
+		{"reset", key},
+	} {
+		out, errOut, code := testutil.CLI(t, append(args, "--address", addr)...)
+		if code != 0 {
+			t.Fatalf("tollgate %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		if args[0] == "client" && !strings.Contains(out, key) {
+			t.Errorf("tollgate %v: the table does not name the key as given:\n%s", args, out)
+		}
+	}
+	logs, err := os.ReadFile(filepath.Join(srv.dir, "caddy.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(logs), "\n") {
+		if strings.Contains(line, key) {
+			t.Errorf("Caddy's log has the raw key:\n%s", line)
+		}
+	}
+	if !strings.Contains(string(logs), "/tollgate/clients/h:") {
+		t.Error("the log shows no lookup by hashed ID; did the CLI call the admin API?")
 	}
 }

@@ -19,6 +19,7 @@ const (
 	PathReputation = "/tollgate/reputation"
 	PathUI         = "/tollgate/ui"
 	PathHash       = "/tollgate/hash"
+	PathStream     = "/tollgate/stream"
 )
 
 // Route is one route: its path (see the Path constants) and the methods it
@@ -41,6 +42,7 @@ func Routes() []Route {
 		{PathReputation, []string{http.MethodGet}},
 		{PathUI, []string{http.MethodGet}},
 		{PathHash, []string{http.MethodPost}},
+		{PathStream, []string{http.MethodGet}},
 	}
 }
 

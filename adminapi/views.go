@@ -1,6 +1,9 @@
 package adminapi
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Times in the answers: a duration is a number of seconds in a field whose
 // name ends in _seconds; an instant is an RFC 3339 string in UTC, to the
@@ -333,6 +336,27 @@ type ReputationView struct {
 	// Unreachable are the nodes that could not be asked.
 	Unreachable []string `json:"unreachable_nodes"`
 }
+
+// StreamUpdate is one event of GET /tollgate/stream, a server-sent event
+// stream ("data: " and the JSON of a StreamUpdate, a blank line) with one
+// event every StreamInterval, for StreamLifetime: what the status page
+// shows, read on one request, so an open page costs Caddy's admin log one
+// line a minute instead of several a second. A browser's EventSource opens
+// it again when it ends.
+type StreamUpdate struct {
+	// Status is what GET /tollgate/status answers.
+	Status Status `json:"status"`
+	// Denied is the first page (MaxDeniedPage) of GET /tollgate/denied.
+	Denied DeniedList `json:"denied"`
+	// Reputation is what GET /tollgate/reputation answers.
+	Reputation ReputationView `json:"reputation"`
+}
+
+// The pace of GET /tollgate/stream.
+const (
+	StreamInterval = time.Second
+	StreamLifetime = time.Minute
+)
 
 // ReputationBucket is one band of reputation scores.
 type ReputationBucket struct {

@@ -348,3 +348,23 @@ func TestChallengeInARealBrowser(t *testing.T) {
 		t.Fatalf("next request: %q; want it counted by the session (3 left)", body)
 	}
 }
+
+// TestSafeReturnStaysOnTheSite: a return URL a browser would read as
+// another host (a TAB, a newline or a backslash where "//" is, a scheme)
+// sends the client to "/"; a path of the site, query included, is kept.
+func TestSafeReturnStaysOnTheSite(t *testing.T) {
+	for _, s := range []string{
+		"//evil.example", "/\\evil.example", "/\t/evil.example", "/\n/evil.example", "/\r/evil.example",
+		"\t//evil.example", "/\x00/evil.example", "https://evil.example/", "evil.example", "", "/%09/evil.example\t",
+		"/ /evil.example", "/\x7f/evil.example",
+	} {
+		if got := safeReturn(s); got != "/" {
+			t.Errorf("safeReturn(%q) = %q; want /", s, got)
+		}
+	}
+	for _, s := range []string{"/", "/shop/basket?item=3&q=a%20b", "/a//b", "/%2F%2Fevil.example", "/café"} {
+		if got := safeReturn(s); got != s {
+			t.Errorf("safeReturn(%q) = %q; want it kept", s, got)
+		}
+	}
+}

@@ -199,7 +199,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	scratchPool.Put(sc)
 
 	if v.decision == decisionDeny {
-		return caddyhttp.Error(http.StatusTooManyRequests, v.zone.denyError)
+		return deny(w, r, v)
 	}
 	if held != nil {
 		held.hold()
@@ -316,6 +316,24 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v.zone.counters.inc(v.decision, o.source)
 	w.Header().Set("Retry-After", strconv.FormatInt(v.retryAfter, 10))
 	return v, nil
+}
+
+// deny answers a denied request: a Caddy error for handle_errors to shape,
+// or, on a server without handle_errors, which would send an empty 429, a
+// short text saying which zone denied and how long to wait.
+func deny(w http.ResponseWriter, r *http.Request, v *verdict) error {
+	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if srv == nil || srv.Errors != nil && len(srv.Errors.Routes) > 0 {
+		return caddyhttp.Error(http.StatusTooManyRequests, v.zone.denyError)
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/plain; charset=utf-8")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusTooManyRequests)
+	if r.Method != http.MethodHead {
+		fmt.Fprintf(w, "429 Too Many Requests: %v; retry in %d s\n", v.zone.denyError, v.retryAfter)
+	}
+	return nil
 }
 
 // retryAfter is the Retry-After, in seconds, of a denial by zone z.

@@ -167,10 +167,12 @@ func (z *Zone) prepare(h limiter.Hasher) {
 	z.leaseFixed = !strings.Contains(z.Lease, "{")
 	z.quoted = strconv.Quote(z.Name) // names are validated to need no escapes
 	z.policy = fmt.Sprintf("%s;q=%d;w=%d", z.quoted, z.Limit, headerSeconds(z.limit.Window))
-	z.denyError = fmt.Errorf("rate limit of zone %q exceeded", z.Name)
+	// Zone names need no quoting, and the message none either: it goes
+	// into JSON strings built in handle_errors as it is.
+	z.denyError = fmt.Errorf("rate limit of zone %s exceeded", z.Name)
 	if z.isLease() {
 		z.policy = "" // RateLimit headers describe rates, not slots
-		z.denyError = fmt.Errorf("concurrency limit of zone %q reached: all slots held", z.Name)
+		z.denyError = fmt.Errorf("concurrency limit of zone %s reached: all slots held", z.Name)
 	}
 }
 

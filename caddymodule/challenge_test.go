@@ -229,7 +229,7 @@ func TestChallengeExceptions(t *testing.T) {
 	}
 }
 
-// A fingerprint that has started all the sessions it may (two) is not
+// A fingerprint that has started all the sessions it may (4 of 6) is not
 // challenged again: a proof would earn it no session, and it would be sent
 // round from the page to the challenge and back. It is served on the
 // cookie-less path, though its network may still start sessions.
@@ -237,6 +237,7 @@ func TestNoChallengeForAFingerprintOutOfSessions(t *testing.T) {
 	srv := startCaddy(t, trustLoopback+`
 	tollgate {
 		cookie {
+			issue_limit 6 1h
 			challenge pow 8
 		}
 	}`, challengeSite)
@@ -263,7 +264,7 @@ func TestNoChallengeForAFingerprintOutOfSessions(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp, string(b)
 	}
-	for i := range fingerprintIssueLimit { // each session thrown away
+	for i := range fingerprintSessions(6) { // each session thrown away
 		_, body := do(http.MethodGet, "/page", nil)
 		m := challengeFields.FindStringSubmatch(body)
 		if m == nil {

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -57,9 +58,9 @@ func runClient(c *invocation, args []string) (int, error) {
 	}
 	seen := false
 	for _, z := range view.Zones {
-		seen = seen || z.Remaining < z.Limit || z.Exhausted || z.Grant != nil || len(z.Leases) > 0
+		seen = seen || counted(z)
 	}
-	unseen := fmt.Errorf("nothing is counted for %s now: it was not seen lately, or its counters expired (check the id: a raw key as the zone renders it, or h: and 16 hex digits as the logs print it)", args[0])
+	unseen := errUnseen(args[0])
 	if c.json {
 		code, err := c.printJSON(raw)
 		if err == nil && !seen {
@@ -81,6 +82,9 @@ func runClient(c *invocation, args []string) (int, error) {
 	w = c.table()
 	fmt.Fprintln(w, "ZONE\tALGORITHM\tLIMIT\tREMAINING\tRESET\tDENIED\tSOURCE\tGRANT")
 	for _, z := range view.Zones {
+		if !counted(z) {
+			continue // a zone that never saw the key: nothing to show
+		}
 		grant := "-"
 		if z.Grant != nil {
 			grant = fmt.Sprintf("%d of %d left", z.Grant.Remaining, z.Grant.Amount)
@@ -91,8 +95,27 @@ func runClient(c *invocation, args []string) (int, error) {
 	return exitOK, nil
 }
 
-// runReset lets a client through again in every zone, or --zone.
+// counted reports whether a zone holds anything for the key: a count, a
+// denial, a grant or a lease.
+func counted(z adminapi.ZoneView) bool {
+	return z.Remaining < z.Limit || z.Exhausted || z.Grant != nil || len(z.Leases) > 0
+}
+
+// errUnseen says that nothing is counted for id.
+func errUnseen(id string) error {
+	return fmt.Errorf("nothing is counted for %s now: it was not seen lately, or its counters expired (check the id: a raw key as the zone renders it, or h: and 16 hex digits as the logs print it)", id)
+}
+
+// runReset lets a client through again in every zone, or --zone. A client
+// with nothing counted is not found, as `client` says, and nothing is reset.
 func runReset(c *invocation, args []string) (int, error) {
+	var view adminapi.ClientView
+	if _, err := c.callClient(http.MethodGet, args[0], &view); err != nil {
+		return exitFor(err), err
+	}
+	if !slices.ContainsFunc(view.Zones, counted) {
+		return exitNotFound, errUnseen(args[0])
+	}
 	var res adminapi.ResetResult
 	raw, err := c.callClient(http.MethodDelete, args[0], &res)
 	if err != nil {
@@ -101,7 +124,7 @@ func runReset(c *invocation, args []string) (int, error) {
 	if c.json {
 		return c.printJSON(raw)
 	}
-	fmt.Fprintf(c.out, "reset %s in %s\n", res.ID, strings.Join(res.ZonesReset, ", "))
+	fmt.Fprintf(c.out, "reset %s in %s\n", args[0], strings.Join(res.ZonesReset, ", "))
 	if len(res.Unreachable) > 0 {
 		fmt.Fprintf(c.out, "not told (they forget the key when its denial ends): %s\n", strings.Join(res.Unreachable, ", "))
 	}

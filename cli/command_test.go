@@ -41,7 +41,7 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 	for _, s := range []step{
 		{[]string{"status"}, 0, []string{"standalone", "ZONE  KEYS  NETWORKS  DENIALS", "api   1     0         1"}, ""},
 		{[]string{"client", "alice", "--zone", "api"}, 0, []string{"ZONE", "api", "sliding_window", "100", "yes"}, ""},
-		{[]string{"client", aliceHash}, 0, []string{"api", "credits", "rooms"}, ""},
+		{[]string{"client", aliceHash}, 0, []string{"api", "sliding_window", "yes"}, ""},
 		{[]string{"client", "nobody-seen"}, exitNotFound, nil, "nothing is counted for nobody-seen"},
 		{[]string{"client", "alice", "--zone", "nosuch"}, exitNotFound, nil, `no zone \"nosuch\"`},
 		{[]string{"tiers"}, 0, []string{"credits", "premium", "50000", "rooms", "32"}, ""},
@@ -51,6 +51,7 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		{[]string{"tiers", "clear"}, 0, []string{"credits", "pro", "10000"}, ""},
 		{[]string{"grant", "add", "credits", "alice", "500", "168h"}, 0, []string{"credits", "alice", "500"}, ""},
 		{[]string{"grant", "add", "credits", "bob", "5", "3600"}, 0, []string{"bob", "5"}, ""},
+		{[]string{"grant", "add", "credits", "bob", "6", "3600"}, 0, []string{"replaced the grant of bob in credits: 5 of 5 left"}, ""},
 		{[]string{"grant", "add", "credits", "bob", "lots", "1h"}, exitUsage, nil, `amount \"lots\"`},
 		{[]string{"grant", "show", "credits", "alice"}, 0, []string{"alice", "500"}, ""},
 		{[]string{"grant", "show"}, 0, []string{"credits", aliceHash, "500"}, ""},
@@ -58,6 +59,7 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		{[]string{"grant", "revoke", "credits", "alice"}, exitNotFound, nil, "no grant"},
 		{[]string{"grant", "show", "credits"}, exitUsage, nil, "give a zone and a key"},
 		{[]string{"reset", aliceHash, "--zone", "api"}, 0, []string{"reset " + aliceHash + " in api"}, ""},
+		{[]string{"reset", "nobody-seen"}, exitNotFound, nil, "nothing is counted for nobody-seen"},
 		{[]string{"client"}, exitUsage, nil, "usage: caddy tollgate client <id>"},
 		{[]string{}, exitUsage, nil, "name a subcommand"},
 	} {
@@ -77,6 +79,14 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 	}
 	if out, _, _ := testutil.CLI(t, "status", "--address", addr); strings.Contains(out, "MEMBER") {
 		t.Errorf("a single node's status has cluster rows:\n%s", out)
+	}
+	// A key seen in api only: its table has no row of the zones that never saw it.
+	srv.get(t, "/api/x", "X-User", "dave")
+	if out, _, _ := testutil.CLI(t, "client", "dave", "--address", addr); !strings.Contains(out, "api") || strings.Contains(out, "credits") || strings.Contains(out, "rooms") {
+		t.Errorf("client dave, seen in api only:\n%s", out)
+	}
+	if out, _, _ := testutil.CLI(t, "grant", "show", "--address", addr); strings.Contains(out, "SCOPE") {
+		t.Errorf("grant show of zones with unique names has a SCOPE column:\n%s", out)
 	}
 	if s := srv.get(t, "/api/x", "X-User", "alice"); s != http.StatusOK {
 		t.Errorf("after tollgate reset, alice: %d; want let through", s)

@@ -115,6 +115,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	h.policyAll = strings.Join(policies, ", ")
+	warnUnixListeners(httpAppOf(ctx), h.logger)
 	return app.registerHandler(h, httpAppOf(ctx))
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -362,5 +363,33 @@ func TestNetworkDenialsAreListed(t *testing.T) {
 	adminDo(t, srv.Admin, http.MethodGet, adminapi.PathDenied, &list)
 	if len(list.Items) != 1 || list.Items[0].Budget != adminapi.BudgetClient {
 		t.Errorf("denied list after the reset: %+v; want C's entry only", list.Items)
+	}
+}
+
+// TestUnixSocketListenerIsWarnedOf: a site served on a unix socket puts
+// every client in one network (one budget, one session allowance): the
+// config is accepted, with a warning that says so.
+func TestUnixSocketListenerIsWarnedOf(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "site.sock")
+	srv := startCaddy(t, "", `
+	bind unix/`+sock+` 127.0.0.1
+	tollgate {
+		zone site {
+			limit 5 1m
+		}
+	}
+	respond "ok"`)
+	if !strings.Contains(srv.logs(), "unix socket") || !strings.Contains(srv.logs(), "one network") {
+		t.Error("no warning that a unix socket listener puts every client in one network")
+	}
+	plain := startCaddyWith(t, caddyOptions{}, "", `
+	tollgate {
+		zone site {
+			limit 5 1m
+		}
+	}
+	respond "ok"`)
+	if strings.Contains(plain.logs(), "unix socket") {
+		t.Error("a TCP-only site was warned of a unix socket")
 	}
 }

@@ -110,10 +110,14 @@ func errUnseen(id string) error {
 // with nothing counted is not found, as `client` says, and nothing is reset.
 func runReset(c *invocation, args []string) (int, error) {
 	var view adminapi.ClientView
-	if _, err := c.callClient(http.MethodGet, args[0], &view); err != nil {
+	seen, err := c.callClient(http.MethodGet, args[0], &view)
+	if err != nil {
 		return exitFor(err), err
 	}
 	if !slices.ContainsFunc(view.Zones, counted) {
+		if c.json { // as client prints it
+			c.printJSON(seen)
+		}
 		return exitNotFound, errUnseen(args[0])
 	}
 	var res adminapi.ResetResult

@@ -41,7 +41,7 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 	for _, s := range []step{
 		{[]string{"status"}, 0, []string{"standalone", "ZONE  KEYS  NETWORKS  DENIALS", "api   1     0         1"}, ""},
 		{[]string{"client", "alice", "--zone", "api"}, 0, []string{"ZONE", "api", "sliding_window", "100", "yes"}, ""},
-		{[]string{"client", aliceHash}, 0, []string{"api", "sliding_window", "yes"}, ""},
+		{[]string{"client", aliceHash}, 0, []string{"api", "sliding_window", "100"}, ""},
 		{[]string{"client", "nobody-seen"}, exitNotFound, nil, "nothing is counted for nobody-seen"},
 		{[]string{"client", "alice", "--zone", "nosuch"}, exitNotFound, nil, `no zone \"nosuch\"`},
 		{[]string{"tiers"}, 0, []string{"credits", "premium", "50000", "rooms", "32"}, ""},

@@ -1,6 +1,9 @@
 package adminapi
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Times in the answers: a duration is a number of seconds in a field whose
 // name ends in _seconds; an instant is an RFC 3339 string in UTC, to the
@@ -198,14 +201,22 @@ type Page[T any] struct {
 // denied now, across the cluster.
 type DeniedList = Page[DeniedKey]
 
-// DeniedKey is one key denied now in a zone.
+// DeniedKey is one key denied now in a zone: a client's key, by its own
+// budget, or an IP network, by the budget its requests without a session
+// share.
 type DeniedKey struct {
 	// Zone is the zone's name.
 	Zone string `json:"zone"`
-	// Scope is the zone's identity (see ZoneView.Scope).
+	// Scope is the zone's identity (see ZoneView.Scope); a network's
+	// budget ends in " network".
 	Scope string `json:"scope"`
-	// Key is the key's hashed ID (see HashedID).
+	// Key is the key's hashed ID (see HashedID), or, for a network, its
+	// network ID (see NetworkID).
 	Key string `json:"key"`
+	// Budget says whose budget denied: BudgetClient (the key's own) or
+	// BudgetNetwork (its network's, shared by its requests without a
+	// session).
+	Budget string `json:"budget"`
 	// Denials counts the key's denials the nodes saw.
 	Denials uint64 `json:"denials"`
 	// RetryAfter is the seconds until the key is let through again,
@@ -215,6 +226,16 @@ type DeniedKey struct {
 	// second: waiting until then is always enough.
 	Until string `json:"denied_until"`
 }
+
+// The budgets a denial comes from, as DeniedKey.Budget, the denial log's
+// budget and the reason label of tollgate_denials_total name them.
+const (
+	BudgetClient  = "client"
+	BudgetNetwork = "network"
+)
+
+// NetworkScopeSuffix ends the scope of a zone's network budget.
+const NetworkScopeSuffix = " network"
 
 // TiersView is what GET, PUT and DELETE /tollgate/tiers answer, with the
 // header ETag: TiersETag(OverridesVersion).
@@ -315,6 +336,27 @@ type ReputationView struct {
 	// Unreachable are the nodes that could not be asked.
 	Unreachable []string `json:"unreachable_nodes"`
 }
+
+// StreamUpdate is one event of GET /tollgate/stream, a server-sent event
+// stream ("data: " and the JSON of a StreamUpdate, a blank line) with one
+// event every StreamInterval, for StreamLifetime: what the status page
+// shows, read on one request, so an open page costs Caddy's admin log one
+// line a minute instead of several a second. A browser's EventSource opens
+// it again when it ends.
+type StreamUpdate struct {
+	// Status is what GET /tollgate/status answers.
+	Status Status `json:"status"`
+	// Denied is the first page (MaxDeniedPage) of GET /tollgate/denied.
+	Denied DeniedList `json:"denied"`
+	// Reputation is what GET /tollgate/reputation answers.
+	Reputation ReputationView `json:"reputation"`
+}
+
+// The pace of GET /tollgate/stream.
+const (
+	StreamInterval = time.Second
+	StreamLifetime = time.Minute
+)
 
 // ReputationBucket is one band of reputation scores.
 type ReputationBucket struct {

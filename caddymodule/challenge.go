@@ -229,10 +229,19 @@ func (c *challenger) serveChallenge(w http.ResponseWriter, r *http.Request, net 
 	return err
 }
 
-// safeReturn keeps a return URL on this site: a path, not //host or a scheme.
+// safeReturn keeps a return URL on this site: a path, not //host or a
+// scheme. Browsers drop TABs and newlines from a URL and read "\\" as "/",
+// so "/\t/evil.example" is "//evil.example" to them: a return URL with any
+// control character or space is refused (the challenge page sends the
+// request's URI, escaped, which has none).
 func safeReturn(s string) string {
-	if !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") || strings.HasPrefix(s, "/\\") || strings.ContainsAny(s, "\r\n") {
+	if !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") || strings.HasPrefix(s, "/\\") {
 		return "/"
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] == 0x7f {
+			return "/"
+		}
 	}
 	return s
 }

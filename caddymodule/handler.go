@@ -24,7 +24,8 @@ import (
 // denied request spends nothing in any zone.
 //
 // Allowed requests carry the RateLimit-Policy and RateLimit headers of the
-// IETF draft; denied ones get a 429 error (shape it with handle_errors) with
+// IETF draft, with the client's own limit in each enforced rate zone; denied
+// ones get a 429 error (shape it with handle_errors) with
 // the same headers and Retry-After. Each decision sets placeholders:
 //
 //	{http.tollgate.decision}     allow, deny or dry_run_deny (a dry-run zone would have denied)
@@ -49,8 +50,8 @@ type Handler struct {
 	Zones []*Zone `json:"zones,omitempty"`
 
 	// DryRun makes every zone a trial (see Zone.DryRun): requests are
-	// counted, headers, placeholders, logs and metrics say what would have
-	// happened, but nothing is denied and nothing else changes: no
+	// counted, placeholders, logs and metrics say what would have
+	// happened (the RateLimit headers are not sent), but nothing is denied and nothing else changes: no
 	// reputation penalty, no blocked-cache entry, no lease claimed, no
 	// session cookie issued, and no IP pressure observed (nor applied).
 	// For trying out limits on live traffic.
@@ -109,11 +110,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err := z.provision(ctx, app.hasher); err != nil {
 			return err
 		}
-		if z.policy != "" {
+		if h.announces(z) {
 			policies = append(policies, z.policy)
 		}
 	}
 	h.policyAll = strings.Join(policies, ", ")
+	warnUnixListeners(httpAppOf(ctx), h.logger)
 	return app.registerHandler(h, httpAppOf(ctx))
 }
 
@@ -198,7 +200,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	scratchPool.Put(sc)
 
 	if v.decision == decisionDeny {
-		return caddyhttp.Error(http.StatusTooManyRequests, v.zone.denyError)
+		return deny(w, r, v)
 	}
 	if held != nil {
 		held.hold()
@@ -305,13 +307,34 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v.zone.denials.inc(b.network[i])
 	keyHash := b.keys[b.zoneOf[i]]
 	h.reportDenial(v, keyHash, who.key, false, b.network[i])
-	if !b.network[i] {
-		h.app.state.lists.denied.record(v.zone.Name, v.zone.scope, keyHash, now.Add(time.Duration(v.retryAfter)*time.Second), now)
+	until := now.Add(time.Duration(v.retryAfter) * time.Second)
+	if b.network[i] {
+		h.app.state.lists.denied.record(v.zone.Name, v.zone.scope+adminapi.NetworkScopeSuffix, who.identity.Network, until, now)
+	} else {
+		h.app.state.lists.denied.record(v.zone.Name, v.zone.scope, keyHash, until, now)
 	}
 	v.decision = decisionDeny
 	v.zone.counters.inc(v.decision, o.source)
 	w.Header().Set("Retry-After", strconv.FormatInt(v.retryAfter, 10))
 	return v, nil
+}
+
+// deny answers a denied request: a Caddy error for handle_errors to shape,
+// or, on a server without handle_errors, which would send an empty 429, a
+// short text saying which zone denied and how long to wait.
+func deny(w http.ResponseWriter, r *http.Request, v *verdict) error {
+	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
+	if srv == nil || srv.Errors != nil && len(srv.Errors.Routes) > 0 {
+		return caddyhttp.Error(http.StatusTooManyRequests, v.zone.denyError)
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/plain; charset=utf-8")
+	hdr.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusTooManyRequests)
+	if r.Method != http.MethodHead {
+		fmt.Fprintf(w, "429 Too Many Requests: %v; retry in %d s\n", v.zone.denyError, v.retryAfter)
+	}
+	return nil
 }
 
 // retryAfter is the Retry-After, in seconds, of a denial by zone z.
@@ -350,36 +373,61 @@ func denialReason(src cluster.Source) string {
 	return "limit"
 }
 
+// announces reports whether z appears in the RateLimit headers: rate zones
+// that are enforced. A lease zone caps holders, not a rate; a trial zone
+// (its own dry_run or its handler's) is not enforced, and a client that
+// followed its numbers would slow down for nothing.
+func (h *Handler) announces(z *Zone) bool {
+	return z.policy != "" && !z.DryRun && !h.DryRun
+}
+
 // setHeaders writes the RateLimit-Policy and RateLimit headers
-// (draft-ietf-httpapi-ratelimit-headers) for the zones that counted a
-// request. A zone counted with several requests shows the least left.
+// (draft-ietf-httpapi-ratelimit-headers) for the enforced rate zones that
+// counted a request. Each tells the client the limit it actually has: q is
+// the zone's limit for its tier, squeezed by IP pressure and scaled by its
+// reputation, and r counts down from it (a zone counted with several
+// requests shows the least left). A denial by the client's network budget
+// shows r=0 in its zone, with that budget's wait in t; the network's own
+// numbers are never shown.
 func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) {
-	policy := h.policyAll
-	if len(b.zones) != len(h.Zones) {
-		parts := make([]string, 0, len(b.zones))
-		for _, z := range b.zones {
-			if z.policy != "" {
-				parts = append(parts, z.policy)
-			}
-		}
-		policy = strings.Join(parts, ", ")
+	factor := 1.0
+	if rep := h.app.reputation; rep != nil && v.scoreKnown {
+		factor = rep.Factor(v.score)
 	}
-	if policy == "" {
-		return // only lease zones: the RateLimit headers describe rates
-	}
+	configured := len(b.zones) == len(h.Zones) // the policy is policyAll, unless a q differs
 	for zi, z := range b.zones {
-		if z.policy == "" {
-			continue // a lease zone
+		if !h.announces(z) {
+			continue
 		}
-		remaining, reset := int64(-1), time.Duration(0)
+		quota, remaining, reset, denied := int64(-1), int64(-1), time.Duration(0), false
 		for i, of := range b.zoneOf {
-			if of != zi || b.res[i].Remaining < 0 || b.network[i] {
-				continue // another zone's, not known (this one was not asked), or the network's
+			if of != zi {
+				continue
 			}
-			if remaining < 0 || b.res[i].Remaining < remaining {
-				remaining = b.res[i].Remaining
+			r := &b.res[i]
+			if b.network[i] {
+				if !r.Allowed { // never its numbers, only that it denied and for how long
+					denied = true
+					reset = max(reset, r.Reset)
+				}
+				continue
 			}
-			reset = max(reset, b.res[i].Reset)
+			if quota < 0 {
+				quota = b.reqs[i].Limit.Scale(factor).Quota
+			}
+			if r.Remaining < 0 {
+				continue // not known: this one was not asked
+			}
+			if remaining < 0 || r.Remaining < remaining {
+				remaining = r.Remaining
+			}
+			reset = max(reset, r.Reset)
+		}
+		if denied {
+			remaining = 0
+		}
+		if quota >= 0 && quota != z.Limit {
+			configured = false
 		}
 		if remaining < 0 {
 			continue
@@ -393,9 +441,42 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, headerSeconds(reset), 10)
 	}
-	v.headers[0], v.headers[1] = policy, string(buf)
+	if len(buf) == 0 {
+		return // no enforced rate zone counted it: only leases or trials
+	}
+	v.headers[0], v.headers[1] = h.policyAll, string(buf)
+	if !configured {
+		v.headers[0] = h.policyOf(b, factor, buf[len(buf):])
+	}
 	hdr["Ratelimit-Policy"] = v.headers[0:1:1]
 	hdr["Ratelimit"] = v.headers[1:2:2]
+}
+
+// policyOf renders the RateLimit-Policy of a request whose zones are not
+// all the handler's, or whose limits are not the configured ones: each
+// enforced rate zone that counted it, with the quota of the client's own
+// request scaled by its reputation factor. buf is scratch.
+func (h *Handler) policyOf(b *batch, factor float64, buf []byte) string {
+	for zi, z := range b.zones {
+		if !h.announces(z) {
+			continue
+		}
+		for i, of := range b.zoneOf {
+			if of != zi || b.network[i] {
+				continue
+			}
+			if len(buf) > 0 {
+				buf = append(buf, ", "...)
+			}
+			buf = append(buf, z.quoted...)
+			buf = append(buf, ";q="...)
+			buf = strconv.AppendInt(buf, b.reqs[i].Limit.Scale(factor).Quota, 10)
+			buf = append(buf, ";w="...)
+			buf = strconv.AppendInt(buf, headerSeconds(z.limit.Window), 10)
+			break
+		}
+	}
+	return string(buf)
 }
 
 // reportDenial logs a denial, or a dry run's would-be denial, and emits

@@ -3,8 +3,10 @@ package caddymodule
 import (
 	"fmt"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/fingerprint"
@@ -123,8 +125,8 @@ func clientSpeaker(b *batch, i int) int {
 
 // Reasons for a denial, in tollgate_denials_total.
 const (
-	reasonClient  = "client"
-	reasonNetwork = "network"
+	reasonClient  = adminapi.BudgetClient
+	reasonNetwork = adminapi.BudgetNetwork
 )
 
 // denialCounters are a zone's denial counters by reason, looked up once.
@@ -141,6 +143,27 @@ func (c *denialCounters) inc(network bool) {
 		c[1].Inc()
 	} else {
 		c[0].Inc()
+	}
+}
+
+// warnUnixListeners warns when a server of app listens on a unix socket:
+// its clients have no IP address, so every one of them is in one network,
+// with one network budget and one allowance of new sessions. Behind a proxy
+// on the socket, the server's trusted_proxies_unix gives clients their own
+// addresses back.
+func warnUnixListeners(app *caddyhttp.App, logger *zap.Logger) {
+	if app == nil {
+		return
+	}
+	for name, srv := range app.Servers {
+		for _, l := range srv.Listen {
+			na, err := caddy.ParseNetworkAddress(l)
+			if err != nil || !na.IsUnixNetwork() {
+				continue
+			}
+			logger.Warn("a unix socket listener puts every client of the server in one network: one network budget and one allowance of new sessions for all; behind a proxy on the socket, turn on trusted_proxies_unix so that clients keep their own addresses",
+				zap.String("server", name), zap.String("listen", l))
+		}
 	}
 }
 

@@ -119,6 +119,7 @@ type sessions struct {
 	budget     limiter.Limit // new sessions of one network: issue_limit per issue window
 	zone       uint64        // seed of the minting budget's counters
 	challenge  *challenger   // nil unless cookie { challenge } is set
+	crawlers   *crawlerVerifier
 }
 
 // provisionSessions sets up session issuance for this config's node, once
@@ -136,6 +137,7 @@ func (a *App) provisionSessions(ctx caddy.Context) error {
 		issue:      cookie.Issue,
 		earnHeader: http.CanonicalHeaderKey(cookie.IssueHeader),
 		zone:       a.hasher.Zone("\x00tollgate cookie issuance"),
+		crawlers:   a.state.crawlers,
 	}
 	if s.issue == "" {
 		s.issue = issueAlways
@@ -236,11 +238,16 @@ func arrivedOverTLS(r *http.Request) bool {
 	return strings.EqualFold(strings.TrimSpace(proto), "https")
 }
 
-// fingerprintIssueLimit is how many sessions one fingerprint on one network
-// may start per issue window: a client that drops its cookie gets a new one
-// again, but one that never keeps them does not spend its network's sessions
-// on every request.
-const fingerprintIssueLimit = 2
+// fingerprintSessions is how many sessions one fingerprint on one network
+// may start per issue window, of the network's limit (issue_limit): two
+// thirds of it, at least 2 (20 of the default 30). Fresh browsers of one
+// make behind one address (an office of identical laptops behind NAT) share
+// one fingerprint, and each needs its own session; a client that never
+// keeps its cookie still leaves a third of its network's sessions to the
+// others.
+func fingerprintSessions(networkLimit int64) int64 {
+	return max(2, networkLimit*2/3)
+}
 
 // networkIssueSalt separates the session counter of a network from those of
 // fingerprints.
@@ -248,7 +255,8 @@ const networkIssueSalt = 0x73657373696f6e73
 
 // mint spends one new session of id's network (issue_limit per issue
 // window, squeezed by IP pressure factor) and of its fingerprint
-// (fingerprintIssueLimit), both or neither, and reports whether it could.
+// (fingerprintSessions of issue_limit), both or neither, and reports
+// whether it could.
 func (s *sessions) mint(id *fingerprint.Identity, factor float64, now time.Time) bool {
 	reqs := s.mintingBudget(id, factor)
 	var res [2]limiter.Result
@@ -265,15 +273,15 @@ func (s *sessions) mayMint(id *fingerprint.Identity, factor float64, now time.Ti
 }
 
 // mintingBudget returns the two counters a new session of id spends: its
-// fingerprint's (fingerprintIssueLimit) and its network's (issue_limit per
-// issue window, squeezed by the IP pressure factor).
+// fingerprint's (fingerprintSessions of issue_limit) and its network's
+// (issue_limit per issue window, squeezed by the IP pressure factor).
 func (s *sessions) mintingBudget(id *fingerprint.Identity, factor float64) [2]limiter.Request {
 	limit := s.budget
 	if factor != 1 {
 		limit = limit.Scale(factor)
 	}
 	perPrint := s.budget
-	perPrint.Quota = fingerprintIssueLimit
+	perPrint.Quota = fingerprintSessions(s.budget.Quota)
 	netZone := s.zone ^ networkIssueSalt
 	return [2]limiter.Request{
 		{Key: limiter.ZoneKey(id.Digest, s.zone), Zone: s.zone, Limit: perPrint, Network: uint32(id.Network)},
@@ -283,13 +291,17 @@ func (s *sessions) mintingBudget(id *fingerprint.Identity, factor float64) [2]li
 
 // challenged reports whether an allowed request of a client without a
 // session gets the challenge page instead of its response: it is a
-// browser's page load the owner did not except, and the client may still
-// start a session (so a client that could not get one anyway, its
-// fingerprint or its network out of new sessions, is served on the
-// cookie-less path, not sent round in circles).
+// browser's page load the owner did not except, not from a search engine's
+// crawler verified by DNS, and the client may still start a session (so a
+// client that could not get one anyway, its fingerprint or its network out
+// of new sessions, is served on the cookie-less path, not sent round in
+// circles).
 func (s *sessions) challenged(r *http.Request, v *verdict, now time.Time) bool {
 	if !wantsChallenge(r) || s.challenge.exempt(r) {
 		return false
+	}
+	if ip, _ := v.vars[caddyhttp.ClientIPVarKey].(string); s.crawlers.verifiedCrawler(r, ip, now) {
+		return false // crawlers never solve it: they stay cookie-less, counted as their own clients
 	}
 	return s.mayMint(&v.identity, v.pressure.Factor, now)
 }

@@ -215,3 +215,54 @@ func TestCookieAttributes(t *testing.T) {
 		}
 	}
 }
+
+// demoSite is the README demo's site zone: 60 a minute per client.
+const demoSite = `
+	tollgate {
+		zone site {
+			limit 60 1m
+		}
+	}
+	respond "ok"`
+
+// TestIdenticalBrowsersBehindOneAddressEachGetASession: an office of 20
+// identical fresh browsers behind one address (one fingerprint) each get a
+// session on their first page load and load a page of 31 assets without a
+// 429, under the default cookie settings and the demo's limit; a client
+// that never keeps its cookie, with that same fingerprint, still cannot
+// take every session of its network.
+func TestIdenticalBrowsersBehindOneAddressEachGetASession(t *testing.T) {
+	srv := startCaddy(t, trustLoopback, demoSite)
+	testutil.ClearOfWindowEdge(time.Minute, 20*time.Second)
+	const ua = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/131.0 Safari/537.36"
+	for i := range 20 {
+		b := newClient(t, srv, ua, "198.51.100.20", true)
+		resp, _ := b.get("/")
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Set-Cookie") == "" {
+			t.Fatalf("browser %d's page: %d, Set-Cookie %q; want 200 and a session", i+1, resp.StatusCode, resp.Header.Get("Set-Cookie"))
+		}
+		for a := range 31 {
+			if resp, _ := b.get(fmt.Sprintf("/asset-%d.png", a)); resp.StatusCode != http.StatusOK {
+				t.Fatalf("browser %d's asset %d: %d; want 200", i+1, a, resp.StatusCode)
+			}
+		}
+	}
+
+	// Another network: a client that throws every cookie away gets at most
+	// the fingerprint's share of the network's 30 sessions, and a browser
+	// of another fingerprint there still gets one.
+	bot := newClient(t, srv, ua, "198.51.100.21", false)
+	minted := 0
+	for range 40 {
+		if resp, _ := bot.get("/"); resp.Header.Get("Set-Cookie") != "" {
+			minted++
+		}
+	}
+	if want := fingerprintSessions(defaultIssueLimit); minted != int(want) || want >= defaultIssueLimit {
+		t.Errorf("a client keeping no cookie was given %d sessions; want %d, fewer than the network's %d", minted, want, defaultIssueLimit)
+	}
+	other := newClient(t, srv, "Other/1", "198.51.100.21", true)
+	if resp, _ := other.get("/"); resp.Header.Get("Set-Cookie") == "" {
+		t.Error("after it, a browser of another fingerprint on that network got no session")
+	}
+}

@@ -93,7 +93,8 @@ type Zone struct {
 
 	// DryRun makes this zone a trial: it counts and reports what it would
 	// have done (the dry_run_deny decision, placeholders, log, metric) but
-	// never denies, and has no other consequence: no reputation penalty,
+	// never denies, is not announced in the RateLimit headers, and has no
+	// other consequence: no reputation penalty,
 	// no blocked-cache entry, no lease claimed, no change to whether a
 	// session cookie is issued. The handler's DryRun makes every zone a
 	// trial. Default: enforced.
@@ -166,10 +167,12 @@ func (z *Zone) prepare(h limiter.Hasher) {
 	z.leaseFixed = !strings.Contains(z.Lease, "{")
 	z.quoted = strconv.Quote(z.Name) // names are validated to need no escapes
 	z.policy = fmt.Sprintf("%s;q=%d;w=%d", z.quoted, z.Limit, headerSeconds(z.limit.Window))
-	z.denyError = fmt.Errorf("rate limit of zone %q exceeded", z.Name)
+	// Zone names need no quoting, and the message none either: it goes
+	// into JSON strings built in handle_errors as it is.
+	z.denyError = fmt.Errorf("rate limit of zone %s exceeded", z.Name)
 	if z.isLease() {
 		z.policy = "" // RateLimit headers describe rates, not slots
-		z.denyError = fmt.Errorf("concurrency limit of zone %q reached: all slots held", z.Name)
+		z.denyError = fmt.Errorf("concurrency limit of zone %s reached: all slots held", z.Name)
 	}
 }
 

@@ -81,7 +81,7 @@ func relayed(method, path string) bool {
 	switch {
 	case method == http.MethodGet:
 		return path == adminapi.PathUI || path == adminapi.PathStatus || path == adminapi.PathDenied ||
-			path == adminapi.PathReputation || path == "/metrics"
+			path == adminapi.PathReputation || path == adminapi.PathStream || path == "/metrics"
 	case method == http.MethodDelete:
 		// One segment, as sent (escaped): never a move up the path.
 		id, ok := strings.CutPrefix(path, adminapi.PathClients)
@@ -124,7 +124,13 @@ func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if u.c.originHeader != "" {
 		req.Header.Set("Origin", u.c.originHeader)
 	}
-	resp, err := u.c.client.Do(req)
+	hc := u.c.client
+	if path == adminapi.PathStream { // lives a minute: no whole-answer timeout
+		streaming := *hc
+		streaming.Timeout = 0
+		hc = &streaming
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		relayError(w, http.StatusBadGateway, "cannot reach Caddy's admin endpoint at "+u.c.addr)
 		return
@@ -136,7 +142,26 @@ func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	io.Copy(w, resp.Body)
+	copyFlushing(w, resp.Body)
+}
+
+// copyFlushing copies an answer to w, flushing each read, so that the
+// events of a stream reach the page as they come.
+func copyFlushing(w http.ResponseWriter, body io.Reader) {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // queryOf is r's query, with its "?", or nothing.

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -68,6 +69,13 @@ type Handler struct {
 	// clients in good standing) or "off". Retry-After is always set on a 429.
 	Headers string `json:"headers,omitempty"`
 
+	// FormMaxSize is how many bytes of a request body the form field
+	// placeholders, {http.tollgate.form.<field>}, read at most (1 to
+	// 16 MiB): a longer body has no fields, so a key made of them falls
+	// back to the client ID. The body reaches the next handler unchanged.
+	// Default: 64 KiB.
+	FormMaxSize int64 `json:"form_max_size,omitempty"`
+
 	ctx       caddy.Context
 	ancestry  []caddy.Module // the modules that provisioned this one, outermost first
 	app       *App
@@ -75,7 +83,21 @@ type Handler struct {
 	logger    *zap.Logger
 	events    *caddyevents.App
 	policyAll string // RateLimit-Policy when every zone matches
+	extras    extra  // what zones ask beyond counting, checked once per request
+	unsettled sync.Once
 }
+
+// extra is a set of features that zones of a handler use, so that a
+// handler whose zones use none of them does nothing more per request.
+type extra uint8
+
+const (
+	extraBan      extra = 1 << iota // a zone bans
+	extraAfter                      // a zone settles by the response (count_response, cost_header) or delays
+	extraForm                       // a key, cost or tier uses a form field
+	extraCalendar                   // a zone's windows follow the calendar: its policy's w changes
+	extraCost                       // a zone's cost is not 1
+)
 
 // CaddyModule returns the Caddy module information.
 func (*Handler) CaddyModule() caddy.ModuleInfo {
@@ -112,6 +134,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if z.policy != "" {
 			policies = append(policies, z.policy)
 		}
+		h.extras |= z.extras()
+	}
+	if usesForm(h.TierFrom) {
+		h.extras |= extraForm
 	}
 	h.policyAll = strings.Join(policies, ", ")
 	return app.registerHandler(h, httpAppOf(ctx))
@@ -151,6 +177,9 @@ func (h *Handler) Validate() error {
 	case "", headersAlways, headersDenied, headersOff:
 	default:
 		return settingError{"headers", fmt.Errorf("tollgate: headers %q: must be always, denied or off", h.Headers)}
+	}
+	if err := formSizeBounds.checkSet(h.FormMaxSize); err != nil {
+		return settingError{"form_max_size", fmt.Errorf("tollgate: form_max_size %d: %w", h.FormMaxSize, err)}
 	}
 	if len(h.Zones) == 0 {
 		return fmt.Errorf("tollgate: no zone configured; add at least one `zone <name> { limit <N> <window> }`")
@@ -193,12 +222,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return next.ServeHTTP(w, r)
 	}
-	o := decideAt(now, h.node, h.app.reputationKey(who.key), b)
+	var o outcome
+	banned := false
+	if h.extras&extraBan != 0 {
+		o, banned = h.checkBans(now, b)
+	}
+	if !banned {
+		o = decideAt(now, h.node, h.app.reputationKey(who.key), b)
+	}
 	v, held := h.respond(w, &q, now, b, &who, o, sc.text[:0])
+	var after *afterward
+	var violated []string
+	if h.extras&(extraAfter|extraBan) != 0 {
+		after = h.afterDecision(now, b, o)
+	}
+	if v.decision == decisionDeny {
+		violated = deniedZones(b)
+	}
 	scratchPool.Put(sc)
 
 	if v.decision == decisionDeny {
-		return caddyhttp.Error(http.StatusTooManyRequests, v.zone.denyError)
+		return deny(w, r, v, v.denial(), violated)
+	}
+	if after != nil {
+		defer after.free()
+		if !after.wait(r.Context()) {
+			if held != nil {
+				held.hold()
+				held.release()
+			}
+			return caddyhttp.Error(statusClientClosedRequest, r.Context().Err())
+		}
+		w = after.writer(w)
 	}
 	if held != nil {
 		held.hold()
@@ -209,8 +264,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return err // answered: the challenge page
 		}
 	}
-	return next.ServeHTTP(w, r)
+	err = next.ServeHTTP(w, r)
+	if after != nil {
+		after.settle(err)
+	}
+	return err
 }
+
+// statusClientClosedRequest is the status Caddy records for a request
+// whose client went away (nginx's 499).
+const statusClientClosedRequest = 499
 
 // requests builds what q asks of the limiter, in sc: the zones that match
 // it and one limiter request per zone. It returns a nil batch if no zone
@@ -242,6 +305,13 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 		who.pressure = app.pressure.Observe(who.identity.Network, who.identity.Fingerprint, now)
 	}
 	who.key = app.hasher.Sum64Bytes(who.identity.AppendID(sc.id[:0]))
+	if h.extras&extraForm != 0 {
+		f := &formFields{r: q.r, limit: h.FormMaxSize}
+		if f.limit == 0 {
+			f.limit = defaultFormMaxSize
+		}
+		q.replacer().Map(f.replace)
+	}
 	if h.TierFrom != "" {
 		who.tier = q.replacer().ReplaceAll(h.TierFrom, "")
 	}
@@ -264,10 +334,22 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 			limit = limit.Scale(who.pressure.Factor)
 		}
 		r.Limit = limit
+		if h.extras&(extraCost|extraAfter) != 0 && !z.isLease() {
+			if r.Cost = z.costOf(q); r.Cost == 0 {
+				continue // free in this zone: not counted
+			}
+			if z.outcome.delay != nil && !trial && z.outcome.delay.enter(r.Key) {
+				r.MaxDelay = time.Duration(z.Delay)
+			}
+		}
 		b.add(zi, r, named, trial)
 		if who.identity.Kind == fingerprint.KindFingerprint && (z.countsNetwork() || fellBack && !z.isLease()) {
 			h.addNetworkRequest(b, zi, z, base, &who, trial)
+			b.reqs[len(b.reqs)-1].Cost = r.Cost
 		}
+	}
+	if len(b.reqs) == 0 {
+		return nil, who, nil // every zone's cost was 0
 	}
 	return b, who, nil
 }
@@ -280,6 +362,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v := q.verdict()
 	v.identity, v.pressure, v.source = who.identity, who.pressure, o.source
 	v.tier, v.score, v.scoreKnown = who.tier, o.score, o.scoreKnown
+	v.now = now
 	v.identifier, v.vars = h.app.identifier, q.vars
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !o.allowed) {
 		h.setHeaders(w.Header(), v, buf, b)
@@ -289,6 +372,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v.remaining = max(0, b.res[i].Remaining)
 	v.reset = headerSeconds(b.res[i].Reset)
 	v.retryAfter = 0
+	v.banned, v.overCost = o.banned, !o.allowed && costTooHigh(&b.reqs[i])
 	if o.allowed {
 		v.decision = decisionAllow
 		if o.dryDenied {
@@ -355,11 +439,11 @@ func denialReason(src cluster.Source) string {
 // request. A zone counted with several requests shows the least left.
 func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) {
 	policy := h.policyAll
-	if len(b.zones) != len(h.Zones) {
+	if len(b.zones) != len(h.Zones) || h.extras&extraCalendar != 0 {
 		parts := make([]string, 0, len(b.zones))
 		for _, z := range b.zones {
 			if z.policy != "" {
-				parts = append(parts, z.policy)
+				parts = append(parts, z.policyAt(v.now))
 			}
 		}
 		policy = strings.Join(parts, ", ")
@@ -379,7 +463,7 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 			if remaining < 0 || b.res[i].Remaining < remaining {
 				remaining = b.res[i].Remaining
 			}
-			reset = max(reset, b.res[i].Reset)
+			reset = max(reset, quotaAhead(&b.res[i]))
 		}
 		if remaining < 0 {
 			continue
@@ -408,9 +492,16 @@ func (h *Handler) reportDenial(v *verdict, keyHash, clientKey uint64, dryRun, ne
 		if network {
 			budget = reasonNetwork
 		}
+		reason := denialReason(v.source)
+		switch {
+		case v.banned:
+			reason = "banned"
+		case v.overCost:
+			reason = "cost_exceeds_limit"
+		}
 		ce.Write(
 			zap.String("zone", v.zone.Name),
-			zap.String("reason", denialReason(v.source)),
+			zap.String("reason", reason),
 			zap.String("budget", budget),
 			zap.String("client_hash", adminapi.HashedID(clientKey)),
 			zap.String("key_hash", adminapi.HashedID(keyHash)),

@@ -148,8 +148,10 @@ type ZoneView struct {
 	Window float64 `json:"window_seconds"`
 	// Remaining is what the key may still spend now.
 	Remaining int64 `json:"remaining"`
-	// Reset is the seconds until the quota is restored, or, when
-	// Exhausted, until a request would pass: the t of the RateLimit header.
+	// Reset is the seconds until the quota is fully restored, or, when
+	// Exhausted, until a request would pass (the t of a 429's RateLimit
+	// header; an allowed response's t is the sooner time until more quota
+	// is available).
 	Reset int64 `json:"reset_seconds"`
 	// Exhausted is true when the key's next request would be denied.
 	Exhausted bool `json:"exhausted"`
@@ -157,6 +159,10 @@ type ZoneView struct {
 	// another node) or fallback (the owner could not be reached: these are
 	// this node's fallback counts).
 	Source string `json:"source"`
+	// BannedFor is, in a zone with ban, the seconds the key is still
+	// banned for (rounded up); 0 or absent when it is not. DELETE on the
+	// client lifts the ban.
+	BannedFor int64 `json:"banned_seconds,omitempty"`
 	// Grant is the key's grant in a limit zone, if it has one.
 	Grant *GrantView `json:"grant,omitempty"`
 	// Leases are the key's leases in a concurrent zone.

@@ -83,6 +83,7 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 			keys = append(keys, limiter.ZoneKey(keyHash, z.seed))
 			out.ZonesReset = append(out.ZonesReset, z.Name)
 		}
+		keys = append(keys, banKeys(zones, keyHash)...) // and lift their bans
 		if rk := app.reputationKey(keyHash); rk != 0 && zoneName == "" {
 			keys = append(keys, rk) // the whole client: its reputation too
 		}
@@ -163,6 +164,9 @@ func (a *App) zoneView(z *Zone, keyHash uint64, id string) (adminapi.ZoneView, e
 	zv.Limit = z.Limit
 	zv.Remaining, zv.Reset = max(0, res[0].Remaining), headerSeconds(res[0].Reset)
 	zv.Exhausted, zv.Source = !res[0].Allowed, src.String()
+	if zv.BannedFor = a.banView(z, keyHash); zv.BannedFor > 0 {
+		zv.Exhausted = true
+	}
 	g, ok, err := a.node.GetGrant(key)
 	if err != nil {
 		return zv, err

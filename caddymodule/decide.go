@@ -135,7 +135,8 @@ type outcome struct {
 	source     cluster.Source // who decided
 	score      float64        // the client's reputation, when scoreKnown
 	scoreKnown bool
-	speaker    int // index of the request that speaks for the decision
+	speaker    int  // index of the request that speaks for the decision
+	banned     bool // denied by a zone's ban, before any counter was asked
 }
 
 // decideAt decides b at the instant now on node, for the client whose

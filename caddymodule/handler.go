@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -69,6 +70,13 @@ type Handler struct {
 	// clients in good standing) or "off". Retry-After is always set on a 429.
 	Headers string `json:"headers,omitempty"`
 
+	// FormMaxSize is how many bytes of a request body the form field
+	// placeholders, {http.tollgate.form.<field>}, read at most (1 to
+	// 16 MiB): a longer body has no fields, so a key made of them falls
+	// back to the client ID. The body reaches the next handler unchanged.
+	// Default: 64 KiB.
+	FormMaxSize int64 `json:"form_max_size,omitempty"`
+
 	ctx       caddy.Context
 	ancestry  []caddy.Module // the modules that provisioned this one, outermost first
 	app       *App
@@ -76,7 +84,21 @@ type Handler struct {
 	logger    *zap.Logger
 	events    *caddyevents.App
 	policyAll string // RateLimit-Policy when every zone matches
+	extras    extra  // what zones ask beyond counting, checked once per request
+	unsettled sync.Once
 }
+
+// extra is a set of features that zones of a handler use, so that a
+// handler whose zones use none of them does nothing more per request.
+type extra uint8
+
+const (
+	extraBan      extra = 1 << iota // a zone bans
+	extraAfter                      // a zone settles by the response (count_response, cost_header) or delays
+	extraForm                       // a key, cost or tier uses a form field
+	extraCalendar                   // a zone's windows follow the calendar: its policy's w changes
+	extraCost                       // a zone's cost is not 1
+)
 
 // CaddyModule returns the Caddy module information.
 func (*Handler) CaddyModule() caddy.ModuleInfo {
@@ -113,6 +135,10 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if h.announces(z) {
 			policies = append(policies, z.policy)
 		}
+		h.extras |= z.extras()
+	}
+	if usesForm(h.TierFrom) {
+		h.extras |= extraForm
 	}
 	h.policyAll = strings.Join(policies, ", ")
 	warnUnixListeners(httpAppOf(ctx), h.logger)
@@ -153,6 +179,9 @@ func (h *Handler) Validate() error {
 	case "", headersAlways, headersDenied, headersOff:
 	default:
 		return settingError{"headers", fmt.Errorf("tollgate: headers %q: must be always, denied or off", h.Headers)}
+	}
+	if err := formSizeBounds.checkSet(h.FormMaxSize); err != nil {
+		return settingError{"form_max_size", fmt.Errorf("tollgate: form_max_size %d: %w", h.FormMaxSize, err)}
 	}
 	if len(h.Zones) == 0 {
 		return fmt.Errorf("tollgate: no zone configured; add at least one `zone <name> { limit <N> <window> }`")
@@ -195,12 +224,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return next.ServeHTTP(w, r)
 	}
-	o := decideAt(now, h.node, h.app.reputationKey(who.key), b)
+	var o outcome
+	banned := false
+	if h.extras&extraBan != 0 {
+		o, banned = h.checkBans(now, b)
+	}
+	if !banned {
+		o = decideAt(now, h.node, h.app.reputationKey(who.key), b)
+	}
 	v, held := h.respond(w, &q, now, b, &who, o, sc.text[:0])
+	var after *afterward
+	var violated []string
+	if h.extras&(extraAfter|extraBan) != 0 {
+		after = h.afterDecision(now, b, o)
+	}
+	if v.decision == decisionDeny {
+		violated = deniedZones(b)
+	}
 	scratchPool.Put(sc)
 
 	if v.decision == decisionDeny {
-		return deny(w, r, v)
+		return deny(w, r, v, v.denial(), violated)
+	}
+	if after != nil {
+		defer after.free()
+		if !after.wait(r.Context()) {
+			if held != nil {
+				held.hold()
+				held.release()
+			}
+			return caddyhttp.Error(statusClientClosedRequest, r.Context().Err())
+		}
+		w = after.writer(w)
 	}
 	if held != nil {
 		held.hold()
@@ -211,8 +266,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return err // answered: the challenge page
 		}
 	}
-	return next.ServeHTTP(w, r)
+	err = next.ServeHTTP(w, r)
+	if after != nil {
+		after.settle(err)
+	}
+	return err
 }
+
+// statusClientClosedRequest is the status Caddy records for a request
+// whose client went away (nginx's 499).
+const statusClientClosedRequest = 499
 
 // requests builds what q asks of the limiter, in sc: the zones that match
 // it and one limiter request per zone. It returns a nil batch if no zone
@@ -244,6 +307,13 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 		who.pressure = app.pressure.Observe(who.identity.Network, who.identity.Fingerprint, now)
 	}
 	who.key = app.hasher.Sum64Bytes(who.identity.AppendID(sc.id[:0]))
+	if h.extras&extraForm != 0 {
+		f := &formFields{r: q.r, limit: h.FormMaxSize}
+		if f.limit == 0 {
+			f.limit = defaultFormMaxSize
+		}
+		q.replacer().Map(f.replace)
+	}
 	if h.TierFrom != "" {
 		who.tier = q.replacer().ReplaceAll(h.TierFrom, "")
 	}
@@ -266,10 +336,22 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 			limit = limit.Scale(who.pressure.Factor)
 		}
 		r.Limit = limit
+		if h.extras&(extraCost|extraAfter) != 0 && !z.isLease() {
+			if r.Cost = z.costOf(q); r.Cost == 0 {
+				continue // free in this zone: not counted
+			}
+			if z.outcome.delay != nil && !trial && z.outcome.delay.enter(r.Key) {
+				r.MaxDelay = time.Duration(z.Delay)
+			}
+		}
 		b.add(zi, r, named, trial)
 		if who.identity.Kind == fingerprint.KindFingerprint && (z.countsNetwork() || fellBack && !z.isLease()) {
 			h.addNetworkRequest(b, zi, z, base, &who, trial)
+			b.reqs[len(b.reqs)-1].Cost = r.Cost
 		}
+	}
+	if len(b.reqs) == 0 {
+		return nil, who, nil // every zone's cost was 0
 	}
 	return b, who, nil
 }
@@ -282,6 +364,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v := q.verdict()
 	v.identity, v.pressure, v.source = who.identity, who.pressure, o.source
 	v.tier, v.score, v.scoreKnown = who.tier, o.score, o.scoreKnown
+	v.now = now
 	v.identifier, v.vars = h.app.identifier, q.vars
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !o.allowed) {
 		h.setHeaders(w.Header(), v, buf, b)
@@ -291,6 +374,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v.remaining = max(0, b.res[i].Remaining)
 	v.reset = headerSeconds(b.res[i].Reset)
 	v.retryAfter = 0
+	v.banned, v.overCost = o.banned, !o.allowed && costTooHigh(&b.reqs[i])
 	if o.allowed {
 		v.decision = decisionAllow
 		if o.dryDenied {
@@ -317,24 +401,6 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v.zone.counters.inc(v.decision, o.source)
 	w.Header().Set("Retry-After", strconv.FormatInt(v.retryAfter, 10))
 	return v, nil
-}
-
-// deny answers a denied request: a Caddy error for handle_errors to shape,
-// or, on a server without handle_errors, which would send an empty 429, a
-// short text saying which zone denied and how long to wait.
-func deny(w http.ResponseWriter, r *http.Request, v *verdict) error {
-	srv, _ := r.Context().Value(caddyhttp.ServerCtxKey).(*caddyhttp.Server)
-	if srv == nil || srv.Errors != nil && len(srv.Errors.Routes) > 0 {
-		return caddyhttp.Error(http.StatusTooManyRequests, v.zone.denyError)
-	}
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/plain; charset=utf-8")
-	hdr.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusTooManyRequests)
-	if r.Method != http.MethodHead {
-		fmt.Fprintf(w, "429 Too Many Requests: %v; retry in %d s\n", v.zone.denyError, v.retryAfter)
-	}
-	return nil
 }
 
 // retryAfter is the Retry-After, in seconds, of a denial by zone z.
@@ -394,7 +460,9 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 	if rep := h.app.reputation; rep != nil && v.scoreKnown {
 		factor = rep.Factor(v.score)
 	}
-	configured := len(b.zones) == len(h.Zones) // the policy is policyAll, unless a q differs
+	// The policy is policyAll, unless a q differs or a calendar window's
+	// length is this month's or this day's.
+	configured := len(b.zones) == len(h.Zones) && h.extras&extraCalendar == 0
 	for zi, z := range b.zones {
 		if !h.announces(z) {
 			continue
@@ -421,7 +489,7 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 			if remaining < 0 || r.Remaining < remaining {
 				remaining = r.Remaining
 			}
-			reset = max(reset, r.Reset)
+			reset = max(reset, quotaAhead(r))
 		}
 		if denied {
 			remaining = 0
@@ -446,7 +514,7 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 	}
 	v.headers[0], v.headers[1] = h.policyAll, string(buf)
 	if !configured {
-		v.headers[0] = h.policyOf(b, factor, buf[len(buf):])
+		v.headers[0] = h.policyOf(b, factor, v.now, buf[len(buf):])
 	}
 	hdr["Ratelimit-Policy"] = v.headers[0:1:1]
 	hdr["Ratelimit"] = v.headers[1:2:2]
@@ -455,8 +523,9 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 // policyOf renders the RateLimit-Policy of a request whose zones are not
 // all the handler's, or whose limits are not the configured ones: each
 // enforced rate zone that counted it, with the quota of the client's own
-// request scaled by its reputation factor. buf is scratch.
-func (h *Handler) policyOf(b *batch, factor float64, buf []byte) string {
+// request scaled by its reputation factor, and the length of its window
+// at now (a calendar month or day has its own). buf is scratch.
+func (h *Handler) policyOf(b *batch, factor float64, now time.Time, buf []byte) string {
 	for zi, z := range b.zones {
 		if !h.announces(z) {
 			continue
@@ -472,7 +541,11 @@ func (h *Handler) policyOf(b *batch, factor float64, buf []byte) string {
 			buf = append(buf, ";q="...)
 			buf = strconv.AppendInt(buf, b.reqs[i].Limit.Scale(factor).Quota, 10)
 			buf = append(buf, ";w="...)
-			buf = strconv.AppendInt(buf, headerSeconds(z.limit.Window), 10)
+			window := z.limit.Window
+			if z.limit.Calendar != nil {
+				_, window = z.limit.Calendar.Span(now)
+			}
+			buf = strconv.AppendInt(buf, headerSeconds(window), 10)
 			break
 		}
 	}
@@ -489,9 +562,16 @@ func (h *Handler) reportDenial(v *verdict, keyHash, clientKey uint64, dryRun, ne
 		if network {
 			budget = reasonNetwork
 		}
+		reason := denialReason(v.source)
+		switch {
+		case v.banned:
+			reason = "banned"
+		case v.overCost:
+			reason = "cost_exceeds_limit"
+		}
 		ce.Write(
 			zap.String("zone", v.zone.Name),
-			zap.String("reason", denialReason(v.source)),
+			zap.String("reason", reason),
 			zap.String("budget", budget),
 			zap.String("client_hash", adminapi.HashedID(clientKey)),
 			zap.String("key_hash", adminapi.HashedID(keyHash)),

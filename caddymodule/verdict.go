@@ -1,9 +1,11 @@
 package caddymodule
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -32,6 +34,21 @@ type verdict struct {
 	vars       map[string]any          // the request's variables, for its client IP
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
+
+	now      time.Time // when it was decided
+	banned   bool      // denied by the zone's ban
+	overCost bool      // denied because the request costs more than the limit
+}
+
+// denial says why a denied request was denied, for the 429's error.
+func (v *verdict) denial() error {
+	switch {
+	case v.banned:
+		return fmt.Errorf("zone %s: banned for %d s after exceeding its rate limit", v.zone.Name, v.retryAfter)
+	case v.overCost:
+		return fmt.Errorf("zone %s: the request costs more than the limit of %d", v.zone.Name, v.zone.Limit)
+	}
+	return v.zone.denyError
 }
 
 // The values of {http.tollgate.decision}.

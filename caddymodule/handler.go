@@ -71,7 +71,7 @@ type Handler struct {
 	ctx       caddy.Context
 	ancestry  []caddy.Module // the modules that provisioned this one, outermost first
 	app       *App
-	node      *cluster.Node
+	decider   decider
 	logger    *zap.Logger
 	events    *caddyevents.App
 	policyAll string // RateLimit-Policy when every zone matches
@@ -93,7 +93,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	app := appIface.(*App)
 	h.app = app
-	h.node = app.node
+	h.decider = app.decider
 	eventsIface, err := ctx.App("events")
 	if err != nil {
 		return fmt.Errorf("loading events app: %w", err)
@@ -193,7 +193,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return next.ServeHTTP(w, r)
 	}
-	o := decideAt(now, h.node, h.app.reputationKey(who.key), b)
+	o := decideAt(now, h.decider, h.app.reputationKey(who.key), b)
 	v, held := h.respond(w, &q, now, b, &who, o, sc.text[:0])
 	scratchPool.Put(sc)
 
@@ -331,7 +331,7 @@ func (h *Handler) holdLeases(b *batch) *heldLeases {
 			continue
 		}
 		if held == nil {
-			held = &heldLeases{node: h.node}
+			held = &heldLeases{decider: h.decider}
 		}
 		held.reqs = append(held.reqs, b.reqs[i])
 		held.named = append(held.named, b.named[i])

@@ -11,7 +11,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -112,7 +111,7 @@ func (c *CookieConfig) validate() error {
 type sessions struct {
 	identifier *fingerprint.Identifier
 	pressure   *fingerprint.Pressure // nil when IP pressure is off
-	node       *cluster.Node
+	decider    decider
 	logger     *zap.Logger
 	issue      string        // who gets a cookie: issueAlways, issueHeader or issueOff
 	earnHeader string        // the response header that earns one, with issue header
@@ -131,7 +130,7 @@ func (a *App) provisionSessions(ctx caddy.Context) error {
 	s := &sessions{
 		identifier: a.identifier,
 		pressure:   a.pressure,
-		node:       a.node,
+		decider:    a.decider,
 		logger:     a.logger,
 		issue:      cookie.Issue,
 		earnHeader: http.CanonicalHeaderKey(cookie.IssueHeader),
@@ -252,7 +251,7 @@ const networkIssueSalt = 0x73657373696f6e73
 func (s *sessions) mint(id *fingerprint.Identity, factor float64, now time.Time) bool {
 	reqs := s.mintingBudget(id, factor)
 	var res [2]limiter.Result
-	ok, _ := s.node.Take(now, reqs[:], res[:])
+	ok, _ := s.decider.Take(now, reqs[:], res[:])
 	return ok
 }
 
@@ -260,7 +259,7 @@ func (s *sessions) mint(id *fingerprint.Identity, factor float64, now time.Time)
 func (s *sessions) mayMint(id *fingerprint.Identity, factor float64, now time.Time) bool {
 	reqs := s.mintingBudget(id, factor)
 	var res [2]limiter.Result
-	s.node.Peek(now, reqs[:], res[:])
+	s.decider.Peek(now, reqs[:], res[:])
 	return res[0].Allowed && res[1].Allowed
 }
 
@@ -316,7 +315,7 @@ func (s *sessions) answerProof(w http.ResponseWriter, r *http.Request, dryRun bo
 		net = s.identifier.Network(q.clientIP())
 	}
 	tokenID, err := s.challenge.check(r.PostForm.Get("token"), r.PostForm.Get("answer"), net, now)
-	if err == nil && !s.challenge.spend(s.node, tokenID, now) {
+	if err == nil && !s.challenge.spend(s.decider, tokenID, now) {
 		err = errChallengeReplayed
 	}
 	if err != nil {

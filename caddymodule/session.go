@@ -118,6 +118,8 @@ type sessions struct {
 	budget     limiter.Limit // new sessions of one network: issue_limit per issue window
 	zone       uint64        // seed of the minting budget's counters
 	challenge  *challenger   // nil unless cookie { challenge } is set
+	// refusals are what the minting budget refused, until they run out.
+	refusals *sessionRefusals
 }
 
 // provisionSessions sets up session issuance for this config's node, once
@@ -135,6 +137,7 @@ func (a *App) provisionSessions(ctx caddy.Context) error {
 		issue:      cookie.Issue,
 		earnHeader: http.CanonicalHeaderKey(cookie.IssueHeader),
 		zone:       a.hasher.Zone("\x00tollgate cookie issuance"),
+		refusals:   newSessionRefusals(),
 	}
 	if s.issue == "" {
 		s.issue = issueAlways
@@ -196,9 +199,8 @@ func (s *sessions) serve(w http.ResponseWriter, r *http.Request, v *verdict, now
 // client may not be given a new session now.
 func (s *sessions) cookie(r *http.Request, v *verdict, now time.Time) *http.Cookie {
 	id := &v.identity
-	secure := arrivedOverTLS(r)
 	if id.Kind == fingerprint.KindSession {
-		return s.identifier.Cookie(id.Session, now, secure)
+		return s.identifier.Cookie(id.Session, now, arrivedOverTLS(r))
 	}
 	if !s.mint(id, v.pressure.Factor, now) {
 		return nil
@@ -248,19 +250,33 @@ const networkIssueSalt = 0x73657373696f6e73
 // mint spends one new session of id's network (issue_limit per issue
 // window, squeezed by IP pressure factor) and of its fingerprint
 // (fingerprintIssueLimit), both or neither, and reports whether it could.
+// A refusal is remembered until it runs out, and not asked again meanwhile.
 func (s *sessions) mint(id *fingerprint.Identity, factor float64, now time.Time) bool {
+	if s.refusals.refused(id, now) {
+		return false
+	}
 	reqs := s.mintingBudget(id, factor)
 	var res [2]limiter.Result
 	ok, _ := s.decider.Take(now, reqs[:], res[:])
+	if !ok {
+		s.refusals.remember(id, &res, now)
+	}
 	return ok
 }
 
 // mayMint reports, spending nothing, whether id could start a session now.
 func (s *sessions) mayMint(id *fingerprint.Identity, factor float64, now time.Time) bool {
+	if s.refusals.refused(id, now) {
+		return false
+	}
 	reqs := s.mintingBudget(id, factor)
 	var res [2]limiter.Result
 	s.decider.Peek(now, reqs[:], res[:])
-	return res[0].Allowed && res[1].Allowed
+	if !res[0].Allowed || !res[1].Allowed {
+		s.refusals.remember(id, &res, now)
+		return false
+	}
+	return true
 }
 
 // mintingBudget returns the two counters a new session of id spends: its

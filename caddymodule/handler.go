@@ -393,7 +393,7 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, headerSeconds(reset), 10)
 	}
-	v.headers[0], v.headers[1] = policy, string(buf)
+	v.headers[0], v.headers[1] = policy, v.keep(buf)
 	hdr["Ratelimit-Policy"] = v.headers[0:1:1]
 	hdr["Ratelimit"] = v.headers[1:2:2]
 }

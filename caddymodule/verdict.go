@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -32,6 +33,27 @@ type verdict struct {
 	vars       map[string]any          // the request's variables, for its client IP
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
+	// text backs the RateLimit value of the request's first decision, so
+	// that it costs no allocation of its own; written once (see keep).
+	text     [verdictText]byte
+	textUsed bool
+}
+
+// verdictText is the longest RateLimit value a verdict holds itself.
+const verdictText = 96
+
+// keep returns text as a string that outlives the caller's buffer: backed
+// by the verdict's own array the first time (the verdict lives as long as
+// the request, and its array is never written again, so the string never
+// changes), copied after that (a second tollgate handler on the request),
+// or when it does not fit.
+func (v *verdict) keep(text []byte) string {
+	if v.textUsed || len(text) == 0 || len(text) > len(v.text) {
+		return string(text)
+	}
+	v.textUsed = true
+	n := copy(v.text[:], text)
+	return unsafe.String(&v.text[0], n)
 }
 
 // The values of {http.tollgate.decision}.

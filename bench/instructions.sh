@@ -50,9 +50,9 @@ for name in "${names[@]}"; do
 	for c in "${clients[@]}"; do
 		load "$name" "$c" 2 $((run++)) -c "$conns" -pipeline "$pipeline" >/dev/null # warm-up
 		for r in $(seq "$rounds"); do
-			callgrind_control -z "$server" >/dev/null
+			callgrind_control -z "$server" >/dev/null 2>&1
 			report=$(load "$name" "$c" "$secs" $((run++)) -c "$conns" -pipeline "$pipeline")
-			callgrind_control -d "$server" >/dev/null
+			callgrind_control -d "$server" >/dev/null 2>&1
 			check_report "$report" "round $r $c $name"
 			dump=$(ls -t "$out/callgrind-$name".* | head -1)
 			awk -v r="$r" -v c="$c" -v n="$name" -v req="$(json_field "$report" requests)" -v ps="$(json_field "$report" per_second)" \

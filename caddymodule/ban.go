@@ -53,7 +53,7 @@ func (h *Handler) checkBans(now time.Time, b *batch) (outcome, bool) {
 	} else {
 		res = resBuf[:len(reqs)]
 	}
-	src := h.node.Peek(now, reqs, res)
+	src := h.decider.Peek(now, reqs, res)
 	banned := -1
 	for j := range res {
 		if !res[j].Allowed && (banned < 0 || res[j].RetryAfter > res[banned].RetryAfter) {
@@ -88,7 +88,7 @@ func (h *Handler) setBans(now time.Time, b *batch) {
 	}
 	res := make([]limiter.Result, len(reqs))
 	for i := range reqs { // each on its own: one key already banned must not keep another from it
-		if ok, _ := h.node.Take(now, reqs[i:i+1], res[i:i+1]); ok {
+		if ok, _ := h.decider.Take(now, reqs[i:i+1], res[i:i+1]); ok {
 			outcomeCounters().bans.Inc()
 		}
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -246,12 +245,12 @@ func safeReturn(s string) string {
 	return s
 }
 
-// spend marks a token ID used, in the limiter of node (one use per
+// spend marks a token ID used, in the limiter d decides with (one use per
 // challengeTTL), and reports whether it was still unused.
-func (c *challenger) spend(node *cluster.Node, tokenID []byte, now time.Time) bool {
+func (c *challenger) spend(d decider, tokenID []byte, now time.Time) bool {
 	key := limiter.ZoneKey(c.hasher.Sum64Bytes(tokenID), c.zone)
 	var res [1]limiter.Result
-	ok, _ := node.Take(now, []limiter.Request{{
+	ok, _ := d.Take(now, []limiter.Request{{
 		Key:   key,
 		Zone:  c.zone,
 		Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Quota: 1, Burst: 1, Window: challengeTTL + time.Minute},

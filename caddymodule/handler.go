@@ -80,7 +80,7 @@ type Handler struct {
 	ctx       caddy.Context
 	ancestry  []caddy.Module // the modules that provisioned this one, outermost first
 	app       *App
-	node      *cluster.Node
+	decider   decider
 	logger    *zap.Logger
 	events    *caddyevents.App
 	policyAll string // RateLimit-Policy when every zone matches
@@ -116,7 +116,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	app := appIface.(*App)
 	h.app = app
-	h.node = app.node
+	h.decider = app.decider
 	eventsIface, err := ctx.App("events")
 	if err != nil {
 		return fmt.Errorf("loading events app: %w", err)
@@ -230,7 +230,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		o, banned = h.checkBans(now, b)
 	}
 	if !banned {
-		o = decideAt(now, h.node, h.app.reputationKey(who.key), b)
+		o = decideAt(now, h.decider, h.app.reputationKey(who.key), b)
 	}
 	v, held := h.respond(w, &q, now, b, &who, o, sc.text[:0])
 	var after *afterward
@@ -420,7 +420,7 @@ func (h *Handler) holdLeases(b *batch) *heldLeases {
 			continue
 		}
 		if held == nil {
-			held = &heldLeases{node: h.node}
+			held = &heldLeases{decider: h.decider}
 		}
 		held.reqs = append(held.reqs, b.reqs[i])
 		held.named = append(held.named, b.named[i])
@@ -512,7 +512,7 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 	if len(buf) == 0 {
 		return // no enforced rate zone counted it: only leases or trials
 	}
-	v.headers[0], v.headers[1] = h.policyAll, string(buf)
+	v.headers[0], v.headers[1] = h.policyAll, v.keep(buf)
 	if !configured {
 		v.headers[0] = h.policyOf(b, factor, v.now, buf[len(buf):])
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -112,7 +111,7 @@ func (c *CookieConfig) validate() error {
 type sessions struct {
 	identifier *fingerprint.Identifier
 	pressure   *fingerprint.Pressure // nil when IP pressure is off
-	node       *cluster.Node
+	decider    decider
 	logger     *zap.Logger
 	issue      string        // who gets a cookie: issueAlways, issueHeader or issueOff
 	earnHeader string        // the response header that earns one, with issue header
@@ -120,6 +119,8 @@ type sessions struct {
 	zone       uint64        // seed of the minting budget's counters
 	challenge  *challenger   // nil unless cookie { challenge } is set
 	crawlers   *crawlerVerifier
+	// refusals are what the minting budget refused, until they run out.
+	refusals *sessionRefusals
 }
 
 // provisionSessions sets up session issuance for this config's node, once
@@ -132,12 +133,13 @@ func (a *App) provisionSessions(ctx caddy.Context) error {
 	s := &sessions{
 		identifier: a.identifier,
 		pressure:   a.pressure,
-		node:       a.node,
+		decider:    a.decider,
 		logger:     a.logger,
 		issue:      cookie.Issue,
 		earnHeader: http.CanonicalHeaderKey(cookie.IssueHeader),
 		zone:       a.hasher.Zone("\x00tollgate cookie issuance"),
 		crawlers:   a.state.crawlers,
+		refusals:   newSessionRefusals(),
 	}
 	if s.issue == "" {
 		s.issue = issueAlways
@@ -199,9 +201,8 @@ func (s *sessions) serve(w http.ResponseWriter, r *http.Request, v *verdict, now
 // client may not be given a new session now.
 func (s *sessions) cookie(r *http.Request, v *verdict, now time.Time) *http.Cookie {
 	id := &v.identity
-	secure := arrivedOverTLS(r)
 	if id.Kind == fingerprint.KindSession {
-		return s.identifier.Cookie(id.Session, now, secure)
+		return s.identifier.Cookie(id.Session, now, arrivedOverTLS(r))
 	}
 	if !s.mint(id, v.pressure.Factor, now) {
 		return nil
@@ -256,20 +257,34 @@ const networkIssueSalt = 0x73657373696f6e73
 // mint spends one new session of id's network (issue_limit per issue
 // window, squeezed by IP pressure factor) and of its fingerprint
 // (fingerprintSessions of issue_limit), both or neither, and reports
-// whether it could.
+// whether it could. A refusal is remembered until it runs out, and not
+// asked again meanwhile.
 func (s *sessions) mint(id *fingerprint.Identity, factor float64, now time.Time) bool {
+	if s.refusals.refused(id, now) {
+		return false
+	}
 	reqs := s.mintingBudget(id, factor)
 	var res [2]limiter.Result
-	ok, _ := s.node.Take(now, reqs[:], res[:])
+	ok, _ := s.decider.Take(now, reqs[:], res[:])
+	if !ok {
+		s.refusals.remember(id, &res, now)
+	}
 	return ok
 }
 
 // mayMint reports, spending nothing, whether id could start a session now.
 func (s *sessions) mayMint(id *fingerprint.Identity, factor float64, now time.Time) bool {
+	if s.refusals.refused(id, now) {
+		return false
+	}
 	reqs := s.mintingBudget(id, factor)
 	var res [2]limiter.Result
-	s.node.Peek(now, reqs[:], res[:])
-	return res[0].Allowed && res[1].Allowed
+	s.decider.Peek(now, reqs[:], res[:])
+	if !res[0].Allowed || !res[1].Allowed {
+		s.refusals.remember(id, &res, now)
+		return false
+	}
+	return true
 }
 
 // mintingBudget returns the two counters a new session of id spends: its
@@ -328,7 +343,7 @@ func (s *sessions) answerProof(w http.ResponseWriter, r *http.Request, dryRun bo
 		net = s.identifier.Network(q.clientIP())
 	}
 	tokenID, err := s.challenge.check(r.PostForm.Get("token"), r.PostForm.Get("answer"), net, now)
-	if err == nil && !s.challenge.spend(s.node, tokenID, now) {
+	if err == nil && !s.challenge.spend(s.decider, tokenID, now) {
 		err = errChallengeReplayed
 	}
 	if err != nil {

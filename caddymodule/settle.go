@@ -224,7 +224,7 @@ func (a *afterward) adjust(now time.Time, i int, units int64, charge bool) {
 	}
 	req := a.reqs[i]
 	req.Cost, req.MaxDelay = units, 0
-	node := a.h.node
+	node := a.h.app.node
 	if a.src != cluster.SourceOwner || node.Owner(req.Key).Name != node.Name() {
 		outcomeCounters().settled[settledElsewhere].Inc()
 		a.h.unsettled.Do(func() {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -38,6 +39,11 @@ type verdict struct {
 	now      time.Time // when it was decided
 	banned   bool      // denied by the zone's ban
 	overCost bool      // denied because the request costs more than the limit
+
+	// text backs the RateLimit value of the request's first decision, so
+	// that it costs no allocation of its own; written once (see keep).
+	text     [verdictText]byte
+	textUsed bool
 }
 
 // denial says why a denied request was denied, for the 429's error.
@@ -49,6 +55,23 @@ func (v *verdict) denial() error {
 		return fmt.Errorf("zone %s: the request costs more than the limit of %d", v.zone.Name, v.zone.Limit)
 	}
 	return v.zone.denyError
+}
+
+// verdictText is the longest RateLimit value a verdict holds itself.
+const verdictText = 96
+
+// keep returns text as a string that outlives the caller's buffer: backed
+// by the verdict's own array the first time (the verdict lives as long as
+// the request, and its array is never written again, so the string never
+// changes), copied after that (a second tollgate handler on the request),
+// or when it does not fit.
+func (v *verdict) keep(text []byte) string {
+	if v.textUsed || len(text) == 0 || len(text) > len(v.text) {
+		return string(text)
+	}
+	v.textUsed = true
+	n := copy(v.text[:], text)
+	return unsafe.String(&v.text[0], n)
 }
 
 // The values of {http.tollgate.decision}.

@@ -28,6 +28,7 @@ type verdict struct {
 	tier       string
 	score      float64 // the client's reputation, when scoreKnown
 	scoreKnown bool
+	byDecision bool                    // an operator's block denied it
 	identifier *fingerprint.Identifier // hashes a session's network for {http.tollgate.network}
 	vars       map[string]any          // the request's variables, for its client IP
 
@@ -112,6 +113,9 @@ func (v *verdict) replace(key string) (any, bool) {
 	case "squeezed":
 		return v.pressure.Squeezed, true
 	case "source":
+		if v.byDecision {
+			return reasonDecision, true
+		}
 		return v.source.String(), true
 	case "tier":
 		return v.tier, true

@@ -350,6 +350,8 @@ type StreamUpdate struct {
 	Denied DeniedList `json:"denied"`
 	// Reputation is what GET /tollgate/reputation answers.
 	Reputation ReputationView `json:"reputation"`
+	// Decisions is what GET /tollgate/decisions answers.
+	Decisions DecisionList `json:"decisions"`
 }
 
 // The pace of GET /tollgate/stream.

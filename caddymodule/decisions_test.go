@@ -154,7 +154,7 @@ func TestAllowSkipsTheLimits(t *testing.T) {
 	}
 }
 
-// TestExpiredDecisionNoLlongerHolds steps through the instants around a
+// TestExpiredDecisionNoLongerHolds steps through the instants around a
 // decision's expiry, and puts an expired block in effect in a running
 // Caddy: it denies nothing and is not listed.
 func TestExpiredDecisionNoLongerHolds(t *testing.T) {

@@ -78,3 +78,44 @@ type DecisionMade struct {
 	Decision DecisionView  `json:"decision"`
 	Replaced *DecisionView `json:"replaced,omitempty"`
 }
+
+// PathZones lists (GET) the running config's zones with their settings.
+const PathZones = "/tollgate/zones"
+
+// ZoneConfig is one zone of the running config, as GET /tollgate/zones
+// lists it: what it limits and how, for the status page and scripts.
+type ZoneConfig struct {
+	// Zone is the zone's name; Scope its identity (see ZoneView.Scope).
+	Zone  string `json:"zone"`
+	Scope string `json:"scope"`
+	// Kind is rate (Limit per Window) or concurrent (Limit holders at once).
+	Kind string `json:"kind"`
+	// Limit is the requests per window, or the holders at once.
+	Limit int64 `json:"limit"`
+	// Window is the rate's period in seconds; for a concurrent zone, a
+	// lease's TTL.
+	Window float64 `json:"window_seconds"`
+	// Algorithm is sliding_window, fixed_window, token_bucket or
+	// concurrency.
+	Algorithm string `json:"algorithm"`
+	// Key is what the zone counts by, as configured; the client ID
+	// ({http.tollgate.client_id}) by default.
+	Key string `json:"key"`
+	// Tiers are the tier limits in effect, by tier name: the config's,
+	// with run-time overrides applied; left out when the zone has none.
+	Tiers []TierLimit `json:"tiers,omitempty"`
+	// Trial is true for a dry_run zone (or one of a dry_run handler): it
+	// counts and reports, and denies nothing.
+	Trial bool `json:"trial"`
+}
+
+// TierLimit is one tier's limit in a zone.
+type TierLimit struct {
+	Tier  string `json:"tier"`
+	Limit int64  `json:"limit"`
+}
+
+// ZoneList is what GET /tollgate/zones answers, sorted by scope.
+type ZoneList struct {
+	Items []ZoneConfig `json:"items"`
+}

@@ -45,6 +45,7 @@ func Routes() []Route {
 		{PathStream, []string{http.MethodGet}},
 		{PathDecisions, []string{http.MethodGet, http.MethodPost}},
 		{PathDecision, []string{http.MethodDelete}},
+		{PathZones, []string{http.MethodGet}},
 	}
 }
 

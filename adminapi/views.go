@@ -352,6 +352,8 @@ type StreamUpdate struct {
 	Reputation ReputationView `json:"reputation"`
 	// Decisions is what GET /tollgate/decisions answers.
 	Decisions DecisionList `json:"decisions"`
+	// Zones is what GET /tollgate/zones answers.
+	Zones ZoneList `json:"zones"`
 }
 
 // The pace of GET /tollgate/stream.

@@ -326,3 +326,41 @@ func TestAllowInZonesPastTheInlineArray(t *testing.T) {
 		t.Errorf("allowed in z0 only, 2nd request: %d; want 429 from z9", status)
 	}
 }
+
+// TestZonesListTheirSettings: GET /tollgate/zones shows each zone's
+// limit, window, algorithm and key, a trial zone as one, and the tier
+// limits in effect with a run-time override applied.
+func TestZonesListTheirSettings(t *testing.T) {
+	srv := startCaddy(t, "", `
+	tollgate {
+		tier_from {http.request.header.X-Tier}
+		zone api {
+			limit 10 1m
+			key {http.request.header.X-API-Key}
+			tier pro 100
+			tier gold 500
+		}
+		zone trial {
+			limit 3 1h
+			algorithm token_bucket
+			dry_run
+		}
+	}
+	respond ok`)
+	if status, body := adminSend(t, srv.Admin, http.MethodPut, adminapi.PathTiers, `{"api": {"pro": 150}}`, nil); status != http.StatusOK {
+		t.Fatalf("PUT tiers: %d %s", status, body)
+	}
+	var list adminapi.ZoneList
+	if status, body := adminDo(t, srv.Admin, http.MethodGet, adminapi.PathZones, &list); status != http.StatusOK || len(list.Items) != 2 {
+		t.Fatalf("GET %s: %d %s; want two zones", adminapi.PathZones, status, body)
+	}
+	api, trial := list.Items[0], list.Items[1]
+	if api.Zone != "api" || api.Kind != "rate" || api.Limit != 10 || api.Window != 60 || api.Algorithm != "sliding_window" ||
+		api.Key != "{http.request.header.X-API-Key}" || api.Trial ||
+		len(api.Tiers) != 2 || api.Tiers[0] != (adminapi.TierLimit{Tier: "gold", Limit: 500}) || api.Tiers[1] != (adminapi.TierLimit{Tier: "pro", Limit: 150}) {
+		t.Errorf("api: %+v", api)
+	}
+	if trial.Zone != "trial" || !trial.Trial || trial.Algorithm != "token_bucket" || trial.Key != "{http.tollgate.client_id}" || trial.Tiers != nil {
+		t.Errorf("trial: %+v", trial)
+	}
+}

@@ -14,7 +14,8 @@ import (
 
 // TestStatusPageToInvestigateWith opens the status page of a single node
 // in headless Chromium after a key was denied by its limit and another
-// blocked by an operator: the page counts denials by reason, lists the
+// blocked by an operator: the page shows the zones with their settings and
+// totals, counts denials by reason, lists the
 // decision with its reason, and its lookup box finds a client by its raw
 // key (hashed in a request body) with its counters and its decision. No
 // raw key reaches Caddy's log. A screenshot is kept as a test artifact.
@@ -40,6 +41,10 @@ func TestStatusPageToInvestigateWith(t *testing.T) {
 	b.run("opening the page", chromedp.Navigate(relay+"/"))
 	b.until("the decision listed", fmt.Sprintf(`(() => { const r = document.querySelector('#decisions tr.decision[data-key=%q]');
 		return r !== null && r.dataset.action === "block" && r.textContent.includes("card testing") && r.textContent.includes("every zone"); })()`, malloryID))
+	b.until("the zones with their settings and totals", `(() => { const r = document.querySelector('#zones tr.zone[data-zone="api"]');
+		return r !== null && r.querySelector(".limit").textContent === "5 / 3600 s" && r.textContent.includes("{http.request.header.X-API-Key}")
+			&& Number(r.querySelector(".allowed").textContent) >= 5 && Number(r.querySelector(".denied").textContent) >= 2
+			&& r.querySelector(".ratio").textContent.endsWith(" %"); })()`)
 	b.until("denials counted by reason", `(() => { const r = document.querySelector('#reasons tr.reason[data-zone="api"]');
 		return r !== null && Number(r.querySelector(".client").textContent) >= 2 && Number(r.querySelector(".decision").textContent) >= 1; })()`)
 	b.until("the denied key listed as a key", fmt.Sprintf(`(() => { const r = document.querySelector('#denied tr.denied[data-key=%q]');

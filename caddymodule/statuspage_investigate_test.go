@@ -41,6 +41,7 @@ func TestStatusPageToInvestigateWith(t *testing.T) {
 	b.run("opening the page", chromedp.Navigate(relay+"/"))
 	b.until("the decision listed", fmt.Sprintf(`(() => { const r = document.querySelector('#decisions tr.decision[data-key=%q]');
 		return r !== null && r.dataset.action === "block" && r.textContent.includes("card testing") && r.textContent.includes("every zone"); })()`, malloryID))
+	b.until("no cluster section on a single node", `document.getElementById("members-section").hidden === true`)
 	b.until("the zones with their settings and totals", `(() => { const r = document.querySelector('#zones tr.zone[data-zone="api"]');
 		return r !== null && r.querySelector(".limit").textContent === "5 / 3600 s" && r.textContent.includes("{http.request.header.X-API-Key}")
 			&& Number(r.querySelector(".allowed").textContent) >= 5 && Number(r.querySelector(".denied").textContent) >= 2

@@ -43,6 +43,9 @@ func Routes() []Route {
 		{PathUI, []string{http.MethodGet}},
 		{PathHash, []string{http.MethodPost}},
 		{PathStream, []string{http.MethodGet}},
+		{PathDecisions, []string{http.MethodGet, http.MethodPost}},
+		{PathDecision, []string{http.MethodDelete}},
+		{PathZones, []string{http.MethodGet}},
 	}
 }
 

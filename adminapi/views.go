@@ -356,6 +356,10 @@ type StreamUpdate struct {
 	Denied DeniedList `json:"denied"`
 	// Reputation is what GET /tollgate/reputation answers.
 	Reputation ReputationView `json:"reputation"`
+	// Decisions is what GET /tollgate/decisions answers.
+	Decisions DecisionList `json:"decisions"`
+	// Zones is what GET /tollgate/zones answers.
+	Zones ZoneList `json:"zones"`
 }
 
 // The pace of GET /tollgate/stream.

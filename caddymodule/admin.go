@@ -44,7 +44,8 @@ func (a adminAPI) handler(path string) caddy.AdminHandlerFunc {
 		adminapi.PathStatus: a.handleStatus, adminapi.PathClients: a.handleClient, adminapi.PathDenied: a.handleDenied,
 		adminapi.PathTiers: a.handleTiers, adminapi.PathGrants: a.handleGrantsCollection, adminapi.PathGrant: a.handleGrant,
 		adminapi.PathReputation: a.handleReputation, adminapi.PathUI: a.handleUI, adminapi.PathHash: a.handleHash,
-		adminapi.PathStream: a.handleStream,
+		adminapi.PathStream: a.handleStream, adminapi.PathDecisions: a.handleDecisions, adminapi.PathDecision: a.handleDecision,
+		adminapi.PathZones: a.handleZones,
 	}[path]
 }
 

@@ -14,7 +14,8 @@ import (
 )
 
 // handleStream serves GET /tollgate/stream: every StreamInterval, the
-// status, the first page of denied keys and the reputation buckets, as a
+// status, the first page of denied keys, the reputation buckets, the
+// operators' decisions and the zones' settings, as a
 // server-sent event (see adminapi.StreamUpdate), until StreamLifetime has
 // passed or the client goes.
 func (a adminAPI) handleStream(w http.ResponseWriter, r *http.Request) error {
@@ -68,6 +69,8 @@ func (a adminAPI) streamUpdate(r *http.Request) ([]byte, error) {
 		{adminapi.PathStatus, a.handleStatus, new(json.RawMessage)},
 		{adminapi.PathDenied + "?" + adminapi.QueryLimit + "=" + strconv.Itoa(adminapi.MaxDeniedPage), a.handleDenied, new(json.RawMessage)},
 		{adminapi.PathReputation, a.handleReputation, new(json.RawMessage)},
+		{adminapi.PathDecisions, a.handleDecisions, new(json.RawMessage)},
+		{adminapi.PathZones, a.handleZones, new(json.RawMessage)},
 	}
 	for _, p := range parts {
 		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, p.path, nil)
@@ -80,7 +83,7 @@ func (a adminAPI) streamUpdate(r *http.Request) ([]byte, error) {
 		}
 		*p.out = bytes.TrimSpace(buf.body.Bytes())
 	}
-	return json.Marshal(map[string]*json.RawMessage{"status": parts[0].out, "denied": parts[1].out, "reputation": parts[2].out})
+	return json.Marshal(map[string]*json.RawMessage{"status": parts[0].out, "denied": parts[1].out, "reputation": parts[2].out, "decisions": parts[3].out, "zones": parts[4].out})
 }
 
 // bufferedAnswer is a ResponseWriter that keeps an answer in memory.

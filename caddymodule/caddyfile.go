@@ -320,7 +320,10 @@ func parseZone(d *caddyfile.Dispenser, args []string) (*Zone, error) {
 //	        max_age <duration>          # default 720h
 //	        issue always|off|header <Header-Name>   # default always
 //	        issue_limit <N> <window>    # new sessions per IP network; default 30 1h
-//	        challenge pow <difficulty> [{ except { <request matchers> } }]  # browsers solve a proof of work for a session; default off
+//	        challenge pow <difficulty> [{                # browsers solve a proof of work for a session; default off
+//	            except { <request matchers> }              # never challenged
+//	            template <file>                            # the owner's page; includes {{template "tollgate_challenge" .}}
+//	        }]
 //	    }
 //	    ip_prefix <IPv4 bits> <IPv6 bits>   # one client network; default 32 64
 //	    ip_pressure off
@@ -506,15 +509,29 @@ func parseCookie(d *caddyfile.Dispenser, args []string) (*CookieConfig, error) {
 				return d.Errf("tollgate: cookie challenge pow %q: %v", args[1], err)
 			}
 			c.Challenge = &ChallengeConfig{Type: challengePoW, Difficulty: n}
+			seenSetting := map[string]bool{}
 			for nest := d.Nesting(); d.NextBlock(nest); {
-				if d.Val() != "except" || d.CountRemainingArgs() != 0 {
-					return d.Errf("tollgate: cookie challenge: unknown setting %q (allowed: except { <request matchers> })", d.Val())
+				setting := d.Val()
+				if seenSetting[setting] {
+					return d.Errf("tollgate: cookie challenge: %s is set twice; set it once", setting)
 				}
-				set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
-				if err != nil {
-					return err
+				seenSetting[setting] = true
+				switch {
+				case setting == "except" && d.CountRemainingArgs() == 0:
+					set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
+					if err != nil {
+						return err
+					}
+					c.Challenge.ExceptRaw = set
+				case setting == "template":
+					args := d.RemainingArgs()
+					if len(args) != 1 {
+						return d.Errf("tollgate: cookie challenge template %q: takes one argument, the file of the page, e.g. template /etc/caddy/challenge.html", strings.Join(args, " "))
+					}
+					c.Challenge.Template = args[0]
+				default:
+					return d.Errf("tollgate: cookie challenge: unknown setting %q (allowed: except { <request matchers> }, template <file>)", setting)
 				}
-				c.Challenge.ExceptRaw = set
 			}
 		case "issue_limit":
 			if len(args) != 2 {

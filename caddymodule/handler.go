@@ -39,7 +39,7 @@ import (
 //	{http.tollgate.network}      n:<keyed hash of the client's IP network>, as the admin API takes it
 //	{http.tollgate.ip_pressure}  distinct cookie-less fingerprints lately seen from the client's network
 //	{http.tollgate.squeezed}     whether that network's cookie-less limits are squeezed
-//	{http.tollgate.source}       who decided: owner, peer, blocked_cache or fallback
+//	{http.tollgate.source}       who decided: owner, peer, blocked_cache, fallback, or decision (an operator's block)
 //	{http.tollgate.tier}         the request's tier, as tier_from rendered it
 //	{http.tollgate.reputation}   the client's reputation score after the decision; empty when not known
 //
@@ -217,6 +217,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	sc := scratchPool.Get().(*scratch)
 	now := time.Now()
 	b, who, err := h.requests(now, &q, sc)
+	if err == nil && b != nil {
+		switch h.checkDecisions(w, &q, now, b, &who) {
+		case decisionsBlocked:
+			scratchPool.Put(sc)
+			v := q.verdict()
+			return deny(w, r, v, v.denial(), []string{v.zone.Name})
+		case decisionsAllowed:
+			b = nil // an operator let the key skip every zone that matched
+		}
+	}
 	if err != nil || b == nil {
 		scratchPool.Put(sc)
 		if err != nil {

@@ -56,7 +56,7 @@ func initMetrics() {
 		metrics.denials = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Name:      "denials_total",
-			Help:      "Requests denied (dry runs' would-be denials included), by zone name, scope and reason: client (the client's own budget) or network (the budget of its IP network, for requests without a session cookie).",
+			Help:      "Requests denied (dry runs' would-be denials included), by zone name, scope and reason: client (the client's own budget) network (the budget of its IP network, for requests without a session cookie) or decision (an operator's block).",
 		}, []string{"zone", "scope", "reason"})
 		metrics.emptyKeys = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,

@@ -125,18 +125,23 @@ func clientSpeaker(b *batch, i int) int {
 
 // Reasons for a denial, in tollgate_denials_total.
 const (
-	reasonClient  = adminapi.BudgetClient
-	reasonNetwork = adminapi.BudgetNetwork
+	reasonClient   = adminapi.BudgetClient
+	reasonNetwork  = adminapi.BudgetNetwork
+	reasonDecision = "decision" // an operator's block
 )
 
 // denialCounters are a zone's denial counters by reason, looked up once.
-type denialCounters [2]prometheus.Counter
+type denialCounters [3]prometheus.Counter
 
 func newDenialCounters(zone, scope string) *denialCounters {
 	initMetrics()
 	v := metrics.denials
-	return &denialCounters{v.WithLabelValues(zone, scope, reasonClient), v.WithLabelValues(zone, scope, reasonNetwork)}
+	return &denialCounters{v.WithLabelValues(zone, scope, reasonClient), v.WithLabelValues(zone, scope, reasonNetwork),
+		v.WithLabelValues(zone, scope, reasonDecision)}
 }
+
+// incDecision counts a denial by an operator's block.
+func (c *denialCounters) incDecision() { c[2].Inc() }
 
 func (c *denialCounters) inc(network bool) {
 	if network {

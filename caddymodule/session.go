@@ -157,6 +157,7 @@ func (a *App) provisionSessions(ctx caddy.Context) error {
 		if s.challenge, err = newChallenger(ctx, cookie.Challenge, a.hashSecret, a.hasher); err != nil {
 			return err
 		}
+		s.challenge.logger = a.logger.Named("challenge")
 	}
 	a.sessions = s
 	return nil
@@ -342,13 +343,15 @@ func (s *sessions) answerProof(w http.ResponseWriter, r *http.Request, dryRun bo
 	if id.Kind == fingerprint.KindSession {
 		net = s.identifier.Network(q.clientIP())
 	}
-	tokenID, err := s.challenge.check(r.PostForm.Get("token"), r.PostForm.Get("answer"), net, now)
+	token := r.PostForm.Get("token")
+	tokenID, err := s.challenge.check(token, r.PostForm.Get("answer"), net, now)
 	if err == nil && !s.challenge.spend(s.decider, tokenID, now) {
 		err = errChallengeReplayed
 	}
+	s.challenge.logProof(referenceOf(token), err)
 	if err != nil {
 		challengeCounter(err).Inc()
-		return caddyhttp.Error(http.StatusForbidden, err)
+		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("%w (reference %s)", err, referenceOf(token)))
 	}
 	challengeCounter(nil).Inc()
 	if id.Kind == fingerprint.KindFingerprint && s.mint(&id, s.proofPressure(&id, dryRun, now), now) {

@@ -26,10 +26,11 @@ type state struct {
 	stop   chan struct{}
 	done   chan struct{}
 
-	current  atomic.Pointer[App] // the running config's app
-	tiers    tiersHolder         // tier limits changed at run time
-	lists    listRecords         // what the admin lists show
-	crawlers *crawlerVerifier    // verdicts on clients claiming a search engine's crawler
+	current   atomic.Pointer[App] // the running config's app
+	tiers     tiersHolder         // tier limits changed at run time
+	decisions decisionsHolder     // operators' blocks and allows
+	lists     listRecords         // what the admin lists show
+	crawlers  *crawlerVerifier    // verdicts on clients claiming a search engine's crawler
 
 	storage       atomic.Pointer[storageRef] // the latest config's storage
 	startOnce     sync.Once
@@ -62,6 +63,7 @@ func (s *state) start(logger *zap.Logger) {
 		defer cancel()
 		if s.storage.Load() != nil {
 			s.restoreTiers(ctx, logger)
+			s.restoreDecisions(ctx, logger)
 			s.restoreSnapshot(ctx, logger)
 		}
 		s.started.Store(true)

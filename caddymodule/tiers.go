@@ -144,12 +144,16 @@ func (s *state) saveTiers(t *tierTable) error {
 }
 
 // checkSharedValue vets a shared value from another node before the node
-// keeps it: a tier table must decode and name only limits of at least 1.
+// keeps it: a tier table must decode and name only limits of at least 1; a
+// decision table must pass the checks the admin API makes.
 func checkSharedValue(name string, value []byte) error {
-	if name != tiersSharedName {
-		return nil
+	var err error
+	switch name {
+	case tiersSharedName:
+		_, err = tierTableOf(cluster.SharedValue{Value: value})
+	case decisionsSharedName:
+		_, err = decisionTableOf(cluster.SharedValue{Value: value})
 	}
-	_, err := tierTableOf(cluster.SharedValue{Value: value})
 	return err
 }
 
@@ -167,9 +171,13 @@ func checkTierTable(t *tierTable) error {
 }
 
 // sharedArrived returns the handler of shared values from other nodes: a
-// newer tier table is put in effect and kept in storage.
+// newer tier table or decision table is put in effect and kept in storage.
 func (s *state) sharedArrived(logger *zap.Logger) func(string, cluster.SharedValue) {
 	return func(name string, v cluster.SharedValue) {
+		if name == decisionsSharedName {
+			s.decisionsArrived(logger, v)
+			return
+		}
 		if name != tiersSharedName {
 			return
 		}

@@ -31,6 +31,7 @@ type verdict struct {
 	tier       string
 	score      float64 // the client's reputation, when scoreKnown
 	scoreKnown bool
+	byDecision bool                    // an operator's block denied it
 	identifier *fingerprint.Identifier // hashes a session's network for {http.tollgate.network}
 	vars       map[string]any          // the request's variables, for its client IP
 
@@ -49,6 +50,8 @@ type verdict struct {
 // denial says why a denied request was denied, for the 429's error.
 func (v *verdict) denial() error {
 	switch {
+	case v.byDecision:
+		return fmt.Errorf("zone %s: blocked by an operator's decision for %d s", v.zone.Name, v.retryAfter)
 	case v.banned:
 		return fmt.Errorf("zone %s: banned for %d s after exceeding its rate limit", v.zone.Name, v.retryAfter)
 	case v.overCost:
@@ -152,6 +155,9 @@ func (v *verdict) replace(key string) (any, bool) {
 	case "squeezed":
 		return v.pressure.Squeezed, true
 	case "source":
+		if v.byDecision {
+			return reasonDecision, true
+		}
 		return v.source.String(), true
 	case "tier":
 		return v.tier, true

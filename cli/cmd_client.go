@@ -106,9 +106,18 @@ func errUnseen(id string) error {
 	return fmt.Errorf("nothing is counted for %s now: it was not seen lately, or its counters expired (check the id: a raw key as the zone renders it, or h: and 16 hex digits as the logs print it)", id)
 }
 
-// runReset lets a client through again in every zone, or --zone. A client
-// with nothing counted is not found, as `client` says, and nothing is reset.
+// runReset lets a client through again in every zone, or --zone: it lifts
+// the key's operator decisions there, and drops its counters. A client with
+// no decision and nothing counted is not found, as `client` says, and
+// nothing is reset.
 func runReset(c *invocation, args []string) (int, error) {
+	lifted, _, err := c.liftDecisions(args[0], "")
+	if err != nil && exitFor(err) != exitNotFound {
+		return exitFor(err), err
+	}
+	if !c.json {
+		c.printLifted(args[0], lifted)
+	}
 	var view adminapi.ClientView
 	seen, err := c.callClient(http.MethodGet, args[0], &view)
 	if err != nil {
@@ -117,6 +126,12 @@ func runReset(c *invocation, args []string) (int, error) {
 	if !slices.ContainsFunc(view.Zones, counted) {
 		if c.json { // as client prints it
 			c.printJSON(seen)
+		}
+		if len(lifted) > 0 {
+			if !c.json {
+				fmt.Fprintf(c.out, "no counters to reset: nothing is counted for %s now\n", args[0])
+			}
+			return exitOK, nil
 		}
 		return exitNotFound, errUnseen(args[0])
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/internal/testutil"
 )
 
@@ -61,22 +62,39 @@ func TestSessionFloodCannotShutOutNewcomers(t *testing.T) {
 		t.Errorf("a spent key of the flood answered %d after the flood, want 429", got)
 	}
 
-	for i, addr := range []string{"10.0.0.2", "10.0.0.3"} {
-		newcomer := cookieFrom(addr)
+	// A newcomer is never shut out: its first two requests pass. Its third
+	// is denied, unless the full table evicted its counter meanwhile (one
+	// spent, not exhausted: the engine's documented bound lets an evicted
+	// counter start afresh, regaining less than one quota).
+	evicted := func() uint64 {
+		var st adminapi.Status
+		if status, body := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/status", &st); status != http.StatusOK {
+			t.Fatalf("status: %d %s", status, body)
+		}
+		return st.Keys.Evicted
+	}
+	check := func(who string, send func() int) {
+		before := evicted()
 		var got []int
 		for range 3 {
-			got = append(got, srv.status("/", "X-Forwarded-For", addr, "Cookie", newcomer, "X-Key", fmt.Sprintf("newcomer %d", i)))
+			got = append(got, send())
 		}
-		if want := []int{200, 200, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("a newcomer with a session from %s got %v, want %v", addr, got, want)
+		want := []int{200, 200, 429}
+		if evicted() > before && fmt.Sprint(got) == "[200 200 200]" {
+			return // its counter was evicted: within the documented bound
 		}
-		got = got[:0]
-		for range 3 {
-			got = append(got, srv.status("/", "X-Forwarded-For", addr, "User-Agent", "b", "X-Key", fmt.Sprintf("cookie-less newcomer %d", i)))
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s got %v, want %v", who, got, want)
 		}
-		if want := []int{200, 200, 429}; fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Errorf("a cookie-less newcomer from %s got %v, want %v", addr, got, want)
-		}
+	}
+	for i, addr := range []string{"10.0.0.2", "10.0.0.3"} {
+		newcomer := cookieFrom(addr)
+		check("a newcomer with a session from "+addr, func() int {
+			return srv.status("/", "X-Forwarded-For", addr, "Cookie", newcomer, "X-Key", fmt.Sprintf("newcomer %d", i))
+		})
+		check("a cookie-less newcomer from "+addr, func() int {
+			return srv.status("/", "X-Forwarded-For", addr, "User-Agent", "b", "X-Key", fmt.Sprintf("cookie-less newcomer %d", i))
+		})
 	}
 }
 

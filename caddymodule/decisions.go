@@ -3,9 +3,7 @@ package caddymodule
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"net/http"
 	"sort"
 	"sync"
@@ -197,24 +195,13 @@ func (h *decisionsHolder) active() *decisionTable {
 
 // store replaces the table if t is newer, and reports whether it did.
 func (h *decisionsHolder) store(t *decisionTable) bool {
-	for {
-		cur := h.p.Load()
-		if cur != nil && (cur.Version > t.Version || cur.Version == t.Version && cur.Origin >= t.Origin) {
-			return false
-		}
-		if h.p.CompareAndSwap(cur, t) {
-			return true
-		}
-	}
+	return storeNewer(&h.p, t, func(t *decisionTable) (int64, string) { return t.Version, t.Origin })
 }
 
 // restoreDecisions installs the decisions kept in storage.
 func (s *state) restoreDecisions(ctx context.Context, logger *zap.Logger) {
-	b, err := s.storage.Load().Load(ctx, decisionsStorageKey)
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			logger.Error("reading the operator decisions", zap.Error(err))
-		}
+	b, ok := s.loadStored(ctx, logger, decisionsStorageKey, "the operator decisions")
+	if !ok {
 		return
 	}
 	t, err := decodeDecisionTable(b)
@@ -223,26 +210,11 @@ func (s *state) restoreDecisions(ctx context.Context, logger *zap.Logger) {
 		return
 	}
 	s.decisions.store(t)
-	s.mu.Lock()
-	node := s.node
-	s.mu.Unlock()
-	node.Restore(decisionsSharedName, t.sharedValue())
+	s.restoreShared(decisionsSharedName, t.sharedValue())
 }
 
 // saveDecisions keeps the decision table in storage.
-func (s *state) saveDecisions(t *decisionTable) error {
-	ref := s.storage.Load()
-	if ref == nil {
-		return nil
-	}
-	b, err := json.Marshal(t)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	return ref.Store(ctx, decisionsStorageKey, b)
-}
+func (s *state) saveDecisions(t *decisionTable) error { return s.storeJSON(decisionsStorageKey, t) }
 
 // decisionsArrived puts a newer decision table from another node in
 // effect and keeps it in storage.

@@ -216,7 +216,11 @@ func TestChallengePageInABrowser(t *testing.T) {
 			b.screenshot("challenge-" + tc.name + ".png")
 
 			srv.reload(globals("8"), challengeSite)
-			b.run("navigating", chromedp.Navigate(srv.URL+"/page?x=2"))
+			// The reload closes the connections of the server it replaces:
+			// a navigation on one the browser kept is tried again.
+			testutil.Eventually(t, 10*time.Second, "navigating after the reload", func() bool {
+				return chromedp.Run(b.ctx, chromedp.Navigate(srv.URL+"/page?x=2")) == nil
+			})
 			// The page solves and navigates on its own: a read during the
 			// navigation fails and is tried again.
 			testutil.Eventually(t, 45*time.Second, "landing on the page asked for", func() bool {

@@ -13,6 +13,23 @@ import (
 // lists show hashed IDs only.
 const HashedPrefix = "h:"
 
+// HashRequest is the body of POST /tollgate/hash: a raw key whose hashed
+// ID a client wants, so that it can look the key up, reset it or show its
+// grant by that ID, without the raw key in a URL (Caddy's admin log
+// records every URL it is asked).
+type HashRequest struct {
+	// Key is the raw key, as a zone renders it. A hashed ID or a network
+	// ID is answered as it is.
+	Key string `json:"key"`
+}
+
+// HashAnswer is what POST /tollgate/hash answers.
+type HashAnswer struct {
+	// ID is the key's hashed ID (see HashedID), as the logs print it and
+	// every route takes it.
+	ID string `json:"id"`
+}
+
 // HashedID renders a key's hash as the logs print it.
 func HashedID(hash uint64) string { return fmt.Sprintf("%s%016x", HashedPrefix, hash) }
 

@@ -18,6 +18,8 @@ const (
 	PathGrant      = "/tollgate/grants/" // {zone}/{key}
 	PathReputation = "/tollgate/reputation"
 	PathUI         = "/tollgate/ui"
+	PathHash       = "/tollgate/hash"
+	PathStream     = "/tollgate/stream"
 )
 
 // Route is one route: its path (see the Path constants) and the methods it
@@ -39,6 +41,11 @@ func Routes() []Route {
 		{PathGrant, []string{http.MethodGet, http.MethodDelete}},
 		{PathReputation, []string{http.MethodGet}},
 		{PathUI, []string{http.MethodGet}},
+		{PathHash, []string{http.MethodPost}},
+		{PathStream, []string{http.MethodGet}},
+		{PathDecisions, []string{http.MethodGet, http.MethodPost}},
+		{PathDecision, []string{http.MethodDelete}},
+		{PathZones, []string{http.MethodGet}},
 	}
 }
 

@@ -7,7 +7,7 @@ import (
 
 // statusPage is the live status page: one self-contained HTML file, with
 // its styles and script inline, that reads the admin API it is served on
-// (PathStatus, PathDenied, PathReputation and Caddy's /metrics).
+// (PathStream, and Caddy's /metrics).
 //
 //go:embed statuspage.html
 var statusPage []byte

@@ -1,6 +1,9 @@
 package adminapi
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Times in the answers: a duration is a number of seconds in a field whose
 // name ends in _seconds; an instant is an RFC 3339 string in UTC, to the
@@ -145,8 +148,10 @@ type ZoneView struct {
 	Window float64 `json:"window_seconds"`
 	// Remaining is what the key may still spend now.
 	Remaining int64 `json:"remaining"`
-	// Reset is the seconds until the quota is restored, or, when
-	// Exhausted, until a request would pass: the t of the RateLimit header.
+	// Reset is the seconds until the quota is fully restored, or, when
+	// Exhausted, until a request would pass (the t of a 429's RateLimit
+	// header; an allowed response's t is the sooner time until more quota
+	// is available).
 	Reset int64 `json:"reset_seconds"`
 	// Exhausted is true when the key's next request would be denied.
 	Exhausted bool `json:"exhausted"`
@@ -154,6 +159,10 @@ type ZoneView struct {
 	// another node) or fallback (the owner could not be reached: these are
 	// this node's fallback counts).
 	Source string `json:"source"`
+	// BannedFor is, in a zone with ban, the seconds the key is still
+	// banned for (rounded up); 0 or absent when it is not. DELETE on the
+	// client lifts the ban.
+	BannedFor int64 `json:"banned_seconds,omitempty"`
 	// Grant is the key's grant in a limit zone, if it has one.
 	Grant *GrantView `json:"grant,omitempty"`
 	// Leases are the key's leases in a concurrent zone.
@@ -198,14 +207,22 @@ type Page[T any] struct {
 // denied now, across the cluster.
 type DeniedList = Page[DeniedKey]
 
-// DeniedKey is one key denied now in a zone.
+// DeniedKey is one key denied now in a zone: a client's key, by its own
+// budget, or an IP network, by the budget its requests without a session
+// share.
 type DeniedKey struct {
 	// Zone is the zone's name.
 	Zone string `json:"zone"`
-	// Scope is the zone's identity (see ZoneView.Scope).
+	// Scope is the zone's identity (see ZoneView.Scope); a network's
+	// budget ends in " network".
 	Scope string `json:"scope"`
-	// Key is the key's hashed ID (see HashedID).
+	// Key is the key's hashed ID (see HashedID), or, for a network, its
+	// network ID (see NetworkID).
 	Key string `json:"key"`
+	// Budget says whose budget denied: BudgetClient (the key's own) or
+	// BudgetNetwork (its network's, shared by its requests without a
+	// session).
+	Budget string `json:"budget"`
 	// Denials counts the key's denials the nodes saw.
 	Denials uint64 `json:"denials"`
 	// RetryAfter is the seconds until the key is let through again,
@@ -215,6 +232,16 @@ type DeniedKey struct {
 	// second: waiting until then is always enough.
 	Until string `json:"denied_until"`
 }
+
+// The budgets a denial comes from, as DeniedKey.Budget, the denial log's
+// budget and the reason label of tollgate_denials_total name them.
+const (
+	BudgetClient  = "client"
+	BudgetNetwork = "network"
+)
+
+// NetworkScopeSuffix ends the scope of a zone's network budget.
+const NetworkScopeSuffix = " network"
 
 // TiersView is what GET, PUT and DELETE /tollgate/tiers answer, with the
 // header ETag: TiersETag(OverridesVersion).
@@ -315,6 +342,31 @@ type ReputationView struct {
 	// Unreachable are the nodes that could not be asked.
 	Unreachable []string `json:"unreachable_nodes"`
 }
+
+// StreamUpdate is one event of GET /tollgate/stream, a server-sent event
+// stream ("data: " and the JSON of a StreamUpdate, a blank line) with one
+// event every StreamInterval, for StreamLifetime: what the status page
+// shows, read on one request, so an open page costs Caddy's admin log one
+// line a minute instead of several a second. A browser's EventSource opens
+// it again when it ends.
+type StreamUpdate struct {
+	// Status is what GET /tollgate/status answers.
+	Status Status `json:"status"`
+	// Denied is the first page (MaxDeniedPage) of GET /tollgate/denied.
+	Denied DeniedList `json:"denied"`
+	// Reputation is what GET /tollgate/reputation answers.
+	Reputation ReputationView `json:"reputation"`
+	// Decisions is what GET /tollgate/decisions answers.
+	Decisions DecisionList `json:"decisions"`
+	// Zones is what GET /tollgate/zones answers.
+	Zones ZoneList `json:"zones"`
+}
+
+// The pace of GET /tollgate/stream.
+const (
+	StreamInterval = time.Second
+	StreamLifetime = time.Minute
+)
 
 // ReputationBucket is one band of reputation scores.
 type ReputationBucket struct {

@@ -43,7 +43,9 @@ func (a adminAPI) handler(path string) caddy.AdminHandlerFunc {
 	return map[string]caddy.AdminHandlerFunc{
 		adminapi.PathStatus: a.handleStatus, adminapi.PathClients: a.handleClient, adminapi.PathDenied: a.handleDenied,
 		adminapi.PathTiers: a.handleTiers, adminapi.PathGrants: a.handleGrantsCollection, adminapi.PathGrant: a.handleGrant,
-		adminapi.PathReputation: a.handleReputation, adminapi.PathUI: a.handleUI,
+		adminapi.PathReputation: a.handleReputation, adminapi.PathUI: a.handleUI, adminapi.PathHash: a.handleHash,
+		adminapi.PathStream: a.handleStream, adminapi.PathDecisions: a.handleDecisions, adminapi.PathDecision: a.handleDecision,
+		adminapi.PathZones: a.handleZones,
 	}[path]
 }
 
@@ -76,6 +78,29 @@ func (a adminAPI) dispatch(w http.ResponseWriter, r *http.Request) error {
 // handleUI serves GET /tollgate/ui: the status page.
 func (adminAPI) handleUI(w http.ResponseWriter, _ *http.Request) error {
 	return adminapi.ServeStatusPage(w)
+}
+
+// handleHash serves POST /tollgate/hash: the hashed ID of a raw key given
+// in the body, which is never logged.
+func (adminAPI) handleHash(w http.ResponseWriter, r *http.Request) error {
+	var req adminapi.HashRequest
+	if err := decodeBody(r, &req, `{"key": "<a raw key>"}`); err != nil {
+		return err
+	}
+	if req.Key == "" {
+		return badRequest(`key is empty: want {"key": "<a raw key>"}`)
+	}
+	if _, ok := adminapi.ParseHashedID(req.Key); ok {
+		return writeJSON(w, adminapi.HashAnswer{ID: req.Key})
+	}
+	if _, ok := adminapi.ParseNetworkID(req.Key); ok {
+		return writeJSON(w, adminapi.HashAnswer{ID: req.Key})
+	}
+	app, err := runningApp()
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, adminapi.HashAnswer{ID: adminapi.HashedID(app.keyHashOf(req.Key))})
 }
 
 // currentState returns the running state, or an API error if Tollgate is

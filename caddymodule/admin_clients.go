@@ -20,7 +20,7 @@ import (
 // whatever the zone's key produced (URL-escaped); or its hashed ID, h:…,
 // as the logs print it. A GET of n:<hash>, as {http.tollgate.network}
 // renders it, shows that IP network's budgets for requests without a
-// session.
+// session, and a DELETE of it resets them.
 func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 	raw := strings.TrimPrefix(r.URL.EscapedPath(), adminapi.PathClients)
 	id, err := url.PathUnescape(raw)
@@ -40,6 +40,9 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 		return notFound("no zone in the running config")
 	}
 	keyHash := app.keyHashOf(id)
+	if net, ok := adminapi.ParseNetworkID(id); ok && r.Method == http.MethodDelete {
+		return app.resetNetwork(w, id, net, zones)
+	}
 	if net, ok := adminapi.ParseNetworkID(id); ok && r.Method == http.MethodGet {
 		view := adminapi.ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(net, 0)).Name, Zones: []adminapi.ZoneView{}}
 		for _, z := range zones {
@@ -80,6 +83,7 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 			keys = append(keys, limiter.ZoneKey(keyHash, z.seed))
 			out.ZonesReset = append(out.ZonesReset, z.Name)
 		}
+		keys = append(keys, banKeys(zones, keyHash)...) // and lift their bans
 		if rk := app.reputationKey(keyHash); rk != 0 && zoneName == "" {
 			keys = append(keys, rk) // the whole client: its reputation too
 		}
@@ -99,6 +103,33 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 		return writeJSON(w, out)
 	}
 	return methodNotAllowed(r, "GET or DELETE")
+}
+
+// resetNetwork serves DELETE /tollgate/clients/n:…: it drops the budgets
+// of network net in zones (those that have one), so its clients without a
+// session are let through again, and forgets its denials.
+func (a *App) resetNetwork(w http.ResponseWriter, id string, net uint64, zones []*Zone) error {
+	out := adminapi.ResetResult{ID: id, ZonesReset: []string{}}
+	var keys []limiter.Key
+	var scopes []string
+	for _, z := range zones {
+		if !z.countsNetwork() {
+			continue
+		}
+		keys = append(keys, limiter.ZoneKey(net, z.networkSeed()))
+		scopes = append(scopes, z.scope+adminapi.NetworkScopeSuffix)
+		out.ZonesReset = append(out.ZonesReset, z.Name)
+	}
+	if len(keys) == 0 {
+		return notFound("no zone with a network budget: only rate zones keyed by the client ID have one")
+	}
+	out.Unreachable = a.node.Reset(keys...)
+	if out.Unreachable == nil {
+		out.Unreachable = []string{}
+	}
+	forgetEverywhere(a.node, gatherDeniedForget, net, scopes)
+	a.logger.Info("network reset through the admin API", zap.Strings("zones", out.ZonesReset), zap.String("network", id))
+	return writeJSON(w, out)
 }
 
 // keyHashOf returns the hash of a key given raw or hashed.
@@ -133,6 +164,9 @@ func (a *App) zoneView(z *Zone, keyHash uint64, id string) (adminapi.ZoneView, e
 	zv.Limit = z.Limit
 	zv.Remaining, zv.Reset = max(0, res[0].Remaining), headerSeconds(res[0].Reset)
 	zv.Exhausted, zv.Source = !res[0].Allowed, src.String()
+	if zv.BannedFor = a.banView(z, keyHash); zv.BannedFor > 0 {
+		zv.Exhausted = true
+	}
 	g, ok, err := a.node.GetGrant(key)
 	if err != nil {
 		return zv, err
@@ -149,7 +183,7 @@ func (a *App) zoneView(z *Zone, keyHash uint64, id string) (adminapi.ZoneView, e
 func (a *App) networkZoneView(z *Zone, net uint64) (adminapi.ZoneView, error) {
 	limit := z.limit.Scale(float64(a.networkShare(z)))
 	key := limiter.ZoneKey(net, z.networkSeed())
-	zv := adminapi.ZoneView{Zone: z.Name, Scope: z.scope + " network", Algorithm: limit.Algorithm.String(), Window: limit.Window.Seconds()}
+	zv := adminapi.ZoneView{Zone: z.Name, Scope: z.scope + adminapi.NetworkScopeSuffix, Algorithm: limit.Algorithm.String(), Window: limit.Window.Seconds()}
 	res := make([]limiter.Result, 1)
 	src := a.node.Peek(time.Now(), []limiter.Request{{Key: key, Zone: z.networkSeed(), Limit: limit}}, res)
 	zv.Limit = limit.Quota

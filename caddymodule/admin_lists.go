@@ -299,8 +299,12 @@ func (adminAPI) handleDenied(w http.ResponseWriter, r *http.Request) error {
 	now := time.Now()
 	for _, e := range entries {
 		until := time.Unix(0, e.Until)
+		key, budget := adminapi.HashedID(e.Key), adminapi.BudgetClient
+		if strings.HasSuffix(e.Scope, adminapi.NetworkScopeSuffix) {
+			key, budget = adminapi.NetworkID(e.Key), adminapi.BudgetNetwork
+		}
 		out.Items = append(out.Items, adminapi.DeniedKey{
-			Zone: e.Zone, Scope: e.Scope, Key: adminapi.HashedID(e.Key), Denials: e.Denials,
+			Zone: e.Zone, Scope: e.Scope, Key: key, Budget: budget, Denials: e.Denials,
 			RetryAfter: headerSeconds(until.Sub(now)), Until: instantAfter(until),
 		})
 	}
@@ -367,7 +371,7 @@ func gatherPage[E listed](a *App, r *http.Request, maxLimit int, question string
 	merged := map[recordID]E{}
 	for _, e := range entries {
 		id := e.place()
-		if scopes != nil && !scopes[id.scope] || !pg.after.before(id.scope, id.key) {
+		if scopes != nil && !scopes[strings.TrimSuffix(id.scope, adminapi.NetworkScopeSuffix)] || !pg.after.before(id.scope, id.key) {
 			continue
 		}
 		if had, ok := merged[id]; ok {

@@ -88,6 +88,7 @@ type App struct {
 	state      *state
 	node       *cluster.Node
 	nodeCfg    *cluster.Config // the node's cluster settings; nil for a single node
+	decider    decider         // decides on the request path: node, or its engine for a single node
 	newNode    bool            // node was created for this config; Start starts it
 	nodeActive bool            // Start made node the running one
 	// fallbackMode is Fallback as Validate read it.

@@ -18,8 +18,9 @@ import (
 // with a browser's headers: a plain `respond` site; the same site behind a
 // tollgate zone that never triggers, with clients that keep their session
 // cookie (browsers) and clients that never do (the worst case: every request
-// is fingerprinted, watched for IP pressure and asks for a cookie); and, for
-// reference, behind `vars` (about the cheapest Caddy middleware). The ratio
+// is fingerprinted, watched for IP pressure and may ask for a cookie); one
+// client that never keeps a cookie, on one address (wrk, curl, a script);
+// and, for reference, behind `vars` (about the cheapest Caddy middleware). The ratio
 // of plain to tollgate is the share of Caddy's throughput Tollgate keeps
 // before any network cost; bench/load.sh measures it with the network.
 func BenchmarkServe(b *testing.B) {
@@ -66,15 +67,17 @@ http://127.0.0.1:%d {
 		name    string
 		port    int
 		cookies bool
+		clients int
 	}{
-		{"plain", plainPort, false},
-		{"vars", varsPort, false},
-		{"tollgate", gatedPort, true},
-		{"tollgate_cookieless", gatedPort, false},
+		{"plain", plainPort, false, benchClients},
+		{"vars", varsPort, false, benchClients},
+		{"tollgate", gatedPort, true, benchClients},
+		{"tollgate_cookieless", gatedPort, false, benchClients},
+		{"tollgate_cookieless_one", gatedPort, false, 1},
 	} {
 		srv := serverOn(b, servers, run.port)
 		b.Run(run.name, func(b *testing.B) {
-			reqs := make([]*http.Request, benchClients)
+			reqs := make([]*http.Request, run.clients)
 			for i := range reqs {
 				r := httptest.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/", run.port), nil)
 				r.RemoteAddr = fmt.Sprintf("198.51.%d.%d:40000", i/256, i%256)

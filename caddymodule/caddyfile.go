@@ -15,6 +15,7 @@ import (
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"github.com/dustin/go-humanize"
 
 	"github.com/tollgate/tollgate/fingerprint"
 )
@@ -30,7 +31,7 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //
 //	tollgate [<matcher>] {
 //	    zone <name> {                   # repeatable; names unique within the directive
-//	        limit <N> <window>          # a rate zone, e.g. limit 100 1m
+//	        limit <N> <window>          # a rate zone, e.g. limit 100 1m; 1d, 1w and 1mo follow the calendar
 //	        concurrent <N>              # or a concurrency zone: N holders at once (1 to 256)
 //	        key <placeholders>          # default: the client ID
 //	        algorithm sliding_window|fixed_window|token_bucket   # default sliding_window
@@ -42,10 +43,18 @@ func parseHandler(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
 //	        shared                      # count with every shared zone of this name (same settings)
 //	        dry_run                     # a trial zone: counts and reports, never denies
 //	        network_share <N>           # cookie-less budget of one IP network, × limit; default: the global one
+//	        count_response { status <codes...>; header <field> [<value>] }   # count only matching responses
+//	        cost <N|placeholders>       # units a request spends, 0 to the limit; default 1
+//	        cost_header <Header>        # the response header reporting the real cost, settled after the response
+//	        ban <duration>              # once denied, the key stays denied this long (1s to 366d)
+//	        delay <duration>            # wait up to this long for a slot instead of a 429 (1ms to 1h)
+//	        delay_queue <N>             # requests of a key waiting at once on a node; default 100
+//	        window_timezone <IANA name> # the time zone of calendar windows (1d, 1w, 1mo); default UTC
 //	    }
 //	    tier_from <placeholders>        # where a request's tier comes from
 //	    dry_run                         # every zone a trial; no cookies issued
 //	    headers always|denied|off       # which responses get RateLimit headers; default always
+//	    form_max_size <bytes>           # of a body read for {http.tollgate.form.*}; default 64KiB
 //	}
 //
 // Each value is read with the rule Validate applies to it (see bounds.go),
@@ -93,6 +102,15 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			default:
 				return d.Errf("tollgate: headers takes one argument, got also %q", args[1])
 			}
+		case "form_max_size":
+			if len(args) != 1 {
+				return d.Errf("tollgate: form_max_size takes 1 argument, got %d (e.g. form_max_size 64KiB)", len(args))
+			}
+			n, err := humanize.ParseBytes(args[0])
+			if err != nil || n < 1 || n > maxFormMaxSize {
+				return d.Errf("tollgate: form_max_size %q: %v", args[0], formSizeBounds.refusal())
+			}
+			h.FormMaxSize = int64(n)
 		}
 		return nil
 	})
@@ -104,7 +122,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 
 // handlerBlock is the block of the tollgate directive.
 var handlerBlock = block{
-	allowed:    []string{"zone", "dry_run", "headers", "tier_from"},
+	allowed:    []string{"zone", "dry_run", "headers", "tier_from", "form_max_size"},
 	repeatable: []string{"zone"},
 	unknown:    "tollgate: unknown subdirective",
 }
@@ -113,7 +131,7 @@ var handlerBlock = block{
 func zoneBlock(name string) block {
 	return block{
 		setting:    fmt.Sprintf("zone %q: ", name),
-		allowed:    []string{"limit", "key", "algorithm", "burst", "match", "shared", "dry_run", "network_share", "concurrent", "tier", "lease", "ttl"},
+		allowed:    []string{"limit", "key", "algorithm", "burst", "match", "shared", "dry_run", "network_share", "concurrent", "tier", "lease", "ttl", "count_response", "cost", "cost_header", "ban", "delay", "delay_queue", "window_timezone"},
 		repeatable: []string{"tier"},
 		unknown:    fmt.Sprintf("tollgate: zone %q: unknown subdirective", name),
 	}
@@ -161,6 +179,10 @@ func parseZone(d *caddyfile.Dispenser, args []string) (*Zone, error) {
 			n, err := quotaBounds.parse(args[0])
 			if err != nil {
 				return d.Errf("tollgate: zone %q: limit %q %v", z.Name, args[0], err)
+			}
+			if unit, ok := calendarWindows[args[1]]; ok {
+				z.Limit, z.Calendar = n, unit
+				return nil
 			}
 			w, err := parseWindow(args[1])
 			if err != nil {
@@ -235,6 +257,46 @@ func parseZone(d *caddyfile.Dispenser, args []string) (*Zone, error) {
 				return d.Errf("tollgate: zone %q: ttl %v", z.Name, err)
 			}
 			z.TTL = caddy.Duration(dur)
+		case "count_response":
+			for range args {
+				d.Prev() // the matcher reads its own arguments
+			}
+			matchers := map[string]caddyhttp.ResponseMatcher{}
+			if err := caddyhttp.ParseNamedResponseMatcher(d.NewFromNextSegment(), matchers); err != nil {
+				return d.Errf("tollgate: zone %q: count_response: %v (e.g. count_response { status 401 403 })", z.Name, err)
+			}
+			rm := matchers["count_response"]
+			z.CountResponse = &rm
+		case "cost":
+			if err := wantArgs(1, "<N> or <placeholders>, e.g. cost 10 or cost {http.request.header.X-Cost}"); err != nil {
+				return err
+			}
+			z.Cost = args[0] // Validate checks it against the limit
+		case "cost_header":
+			if err := wantArgs(1, "<Header>, e.g. cost_header X-Cost"); err != nil {
+				return err
+			}
+			z.CostHeader = args[0]
+		case "ban", "delay":
+			if err := wantArgs(1, "<duration>, e.g. "+sub+" 10m"); err != nil {
+				return err
+			}
+			dur, err := parseDuration(args[0], 0)
+			if err != nil {
+				return d.Errf("tollgate: zone %q: %s %v", z.Name, sub, err)
+			}
+			if sub == "ban" {
+				z.Ban = caddy.Duration(dur)
+			} else {
+				z.Delay = caddy.Duration(dur)
+			}
+		case "delay_queue":
+			z.DelayQueue, err = whole(delayQueueBounds, "<N>, e.g. delay_queue 100")
+		case "window_timezone":
+			if err := wantArgs(1, "<IANA name>, e.g. window_timezone Europe/Berlin"); err != nil {
+				return err
+			}
+			z.WindowTimezone = args[0]
 		}
 		return err
 	})
@@ -258,7 +320,10 @@ func parseZone(d *caddyfile.Dispenser, args []string) (*Zone, error) {
 //	        max_age <duration>          # default 720h
 //	        issue always|off|header <Header-Name>   # default always
 //	        issue_limit <N> <window>    # new sessions per IP network; default 30 1h
-//	        challenge pow <difficulty> [{ except { <request matchers> } }]  # browsers solve a proof of work for a session; default off
+//	        challenge pow <difficulty> [{                # browsers solve a proof of work for a session; default off
+//	            except { <request matchers> }              # never challenged
+//	            template <file>                            # the owner's page; includes {{template "tollgate_challenge" .}}
+//	        }]
 //	    }
 //	    ip_prefix <IPv4 bits> <IPv6 bits>   # one client network; default 32 64
 //	    ip_pressure off
@@ -444,15 +509,29 @@ func parseCookie(d *caddyfile.Dispenser, args []string) (*CookieConfig, error) {
 				return d.Errf("tollgate: cookie challenge pow %q: %v", args[1], err)
 			}
 			c.Challenge = &ChallengeConfig{Type: challengePoW, Difficulty: n}
+			seenSetting := map[string]bool{}
 			for nest := d.Nesting(); d.NextBlock(nest); {
-				if d.Val() != "except" || d.CountRemainingArgs() != 0 {
-					return d.Errf("tollgate: cookie challenge: unknown setting %q (allowed: except { <request matchers> })", d.Val())
+				setting := d.Val()
+				if seenSetting[setting] {
+					return d.Errf("tollgate: cookie challenge: %s is set twice; set it once", setting)
 				}
-				set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
-				if err != nil {
-					return err
+				seenSetting[setting] = true
+				switch {
+				case setting == "except" && d.CountRemainingArgs() == 0:
+					set, err := caddyhttp.ParseCaddyfileNestedMatcherSet(d)
+					if err != nil {
+						return err
+					}
+					c.Challenge.ExceptRaw = set
+				case setting == "template":
+					args := d.RemainingArgs()
+					if len(args) != 1 {
+						return d.Errf("tollgate: cookie challenge template %q: takes one argument, the file of the page, e.g. template /etc/caddy/challenge.html", strings.Join(args, " "))
+					}
+					c.Challenge.Template = args[0]
+				default:
+					return d.Errf("tollgate: cookie challenge: unknown setting %q (allowed: except { <request matchers> }, template <file>)", setting)
 				}
-				c.Challenge.ExceptRaw = set
 			}
 		case "issue_limit":
 			if len(args) != 2 {

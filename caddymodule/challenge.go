@@ -9,11 +9,14 @@ import (
 	_ "embed"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
 	"math/bits"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -21,8 +24,10 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
-	"github.com/tollgate/tollgate/cluster"
+	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -37,6 +42,18 @@ type ChallengeConfig struct {
 	// have (1 to 32): each one doubles the browser's work, about 2^N
 	// hashes on average. 16 takes a fraction of a second on a phone.
 	Difficulty int `json:"difficulty"`
+
+	// Template is a file holding the owner's own challenge page: an
+	// html/template (https://pkg.go.dev/html/template) that includes
+	// {{template "tollgate_challenge" .}} where the check goes (its
+	// progress bar, status line, <noscript> text, reference ID, form and
+	// script). The page may also use {{.Host}}, the site's host name, and
+	// {{.Reference}}, the challenge's reference ID as the log prints it. It
+	// is read when the config loads; a page that does not include the check
+	// is refused. The page is served with a Content-Security-Policy that
+	// allows inline styles and scripts only: no external assets. Default:
+	// the built-in page.
+	Template string `json:"template,omitempty"`
 
 	// ExceptRaw selects requests that are never challenged, besides those
 	// whose Accept does not name text/html: e.g. an API's paths, or
@@ -79,10 +96,58 @@ func checkDifficulty(bits int) error {
 	return nil
 }
 
-//go:embed challenge.html
-var challengeHTML string
+// The built-in page, and the check every page includes as
+// {{template "tollgate_challenge" .}}.
+var (
+	//go:embed challenge.html
+	challengeHTML string
+	//go:embed challenge_parts.html
+	challengePartsHTML string
 
-var challengePage = template.Must(template.New("challenge").Parse(challengeHTML))
+	challengeParts = template.Must(template.New("tollgate_parts").Parse(challengePartsHTML))
+	challengePage  = mustChallengePage("built-in", challengeHTML)
+)
+
+// challengePageData is what a challenge page is rendered with.
+type challengePageData struct {
+	Token      string
+	Difficulty int
+	Action     string
+	Return     string
+	Host       string // the site's host name, as the request named it
+	Reference  string // the challenge's reference ID, as the log prints it
+}
+
+// parseChallengePage parses a challenge page named name (a file, or
+// "built-in") with the check it must include, and renders it once with
+// sample values to make sure the check is there.
+func parseChallengePage(name, text string) (*template.Template, error) {
+	parts, err := challengeParts.Clone()
+	if err != nil {
+		return nil, err
+	}
+	page, err := parts.New("page").Parse(text)
+	if err != nil {
+		return nil, fmt.Errorf("parsing: %w", err)
+	}
+	const marker = "tollgate-sample-token-5b1d"
+	var buf bytes.Buffer
+	if err := page.Execute(&buf, challengePageData{Token: marker, Difficulty: 1, Action: ChallengePath, Return: "/", Host: "example.com", Reference: "0123456789ab"}); err != nil {
+		return nil, fmt.Errorf("rendering: %w", err)
+	}
+	if !strings.Contains(buf.String(), `value="`+marker+`"`) {
+		return nil, fmt.Errorf(`the page does not include {{template "tollgate_challenge" .}}, the check that earns a session: without it no browser can pass`)
+	}
+	return page, nil
+}
+
+func mustChallengePage(name, text string) *template.Template {
+	page, err := parseChallengePage(name, text)
+	if err != nil {
+		panic(fmt.Sprintf("challenge page %s: %v", name, err))
+	}
+	return page
+}
 
 // challenger issues proof-of-work challenges and checks their answers. A
 // challenge is a token the server signs: when it was issued, the client's
@@ -93,6 +158,8 @@ var challengePage = template.Must(template.New("challenge").Parse(challengeHTML)
 // another node of a cluster.
 type challenger struct {
 	difficulty int
+	page       *template.Template // the built-in page, or the owner's
+	logger     *zap.Logger
 	except     caddyhttp.MatcherSet
 	mac        []byte         // HMAC key
 	hasher     limiter.Hasher // hashes token IDs
@@ -104,7 +171,16 @@ type challenger struct {
 func newChallenger(ctx caddy.Context, cfg *ChallengeConfig, secret []byte, h limiter.Hasher) (*challenger, error) {
 	m := hmac.New(sha256.New, secret)
 	m.Write([]byte("tollgate challenge v1"))
-	c := &challenger{difficulty: cfg.Difficulty, mac: m.Sum(nil), hasher: h, zone: h.Zone("\x00tollgate challenge")}
+	c := &challenger{difficulty: cfg.Difficulty, page: challengePage, logger: zap.NewNop(), mac: m.Sum(nil), hasher: h, zone: h.Zone("\x00tollgate challenge")}
+	if cfg.Template != "" {
+		text, err := os.ReadFile(cfg.Template)
+		if err != nil {
+			return nil, fmt.Errorf("tollgate: cookie challenge template %q: %w; want a readable file holding an HTML template that includes {{template \"tollgate_challenge\" .}}", cfg.Template, err)
+		}
+		if c.page, err = parseChallengePage(cfg.Template, string(text)); err != nil {
+			return nil, fmt.Errorf("tollgate: cookie challenge template %q: %w", cfg.Template, err)
+		}
+	}
 	if cfg.ExceptRaw != nil {
 		mods, err := ctx.LoadModule(cfg, "ExceptRaw")
 		if err != nil {
@@ -131,6 +207,21 @@ func (c *challenger) sign(b []byte) []byte {
 	m.Write(b)
 	return m.Sum(nil)[:challengeMACLn]
 }
+
+// referenceOf returns the reference ID of a token, as the page shows it
+// and the log prints it: the first bytes of its random ID, in hex; "" for
+// a token that does not decode.
+func referenceOf(token string) string {
+	raw, err := base64.RawURLEncoding.DecodeString(token)
+	if err != nil || len(raw) != challengeTokenLen {
+		return ""
+	}
+	return hex.EncodeToString(raw[16 : 16+challengeRefLen])
+}
+
+// challengeRefLen is how many bytes of a token's random ID its reference
+// shows: enough to find one page among a day's in the log.
+const challengeRefLen = 6
 
 // token returns a new challenge for a client of network net at now.
 func (c *challenger) token(net uint64, now time.Time) (string, error) {
@@ -210,14 +301,20 @@ func (c *challenger) serveChallenge(w http.ResponseWriter, r *http.Request, net 
 	if err != nil {
 		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("making a challenge: %w", err))
 	}
+	ref := referenceOf(tok)
 	var buf bytes.Buffer
-	if err := challengePage.Execute(&buf, map[string]any{
-		"Token":      tok,
-		"Difficulty": c.difficulty,
-		"Action":     ChallengePath,
-		"Return":     r.URL.RequestURI(),
+	if err := c.page.Execute(&buf, challengePageData{
+		Token:      tok,
+		Difficulty: c.difficulty,
+		Action:     ChallengePath,
+		Return:     r.URL.RequestURI(),
+		Host:       hostName(r.Host),
+		Reference:  ref,
 	}); err != nil {
-		return caddyhttp.Error(http.StatusInternalServerError, err)
+		return caddyhttp.Error(http.StatusInternalServerError, fmt.Errorf("rendering the challenge page %s: %w", ref, err))
+	}
+	if ce := c.logger.Check(zapcore.InfoLevel, "challenge served"); ce != nil {
+		ce.Write(zap.String("reference", ref), zap.String("network", adminapi.NetworkID(net)))
 	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/html; charset=utf-8")
@@ -229,20 +326,37 @@ func (c *challenger) serveChallenge(w http.ResponseWriter, r *http.Request, net 
 	return err
 }
 
-// safeReturn keeps a return URL on this site: a path, not //host or a scheme.
+// hostName is the host a request named, without its port.
+func hostName(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		return h
+	}
+	return host
+}
+
+// safeReturn keeps a return URL on this site: a path, not //host or a
+// scheme. Browsers drop TABs and newlines from a URL and read "\\" as "/",
+// so "/\t/evil.example" is "//evil.example" to them: a return URL with any
+// control character or space is refused (the challenge page sends the
+// request's URI, escaped, which has none).
 func safeReturn(s string) string {
-	if !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") || strings.HasPrefix(s, "/\\") || strings.ContainsAny(s, "\r\n") {
+	if !strings.HasPrefix(s, "/") || strings.HasPrefix(s, "//") || strings.HasPrefix(s, "/\\") {
 		return "/"
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] == 0x7f {
+			return "/"
+		}
 	}
 	return s
 }
 
-// spend marks a token ID used, in the limiter of node (one use per
+// spend marks a token ID used, in the limiter d decides with (one use per
 // challengeTTL), and reports whether it was still unused.
-func (c *challenger) spend(node *cluster.Node, tokenID []byte, now time.Time) bool {
+func (c *challenger) spend(d decider, tokenID []byte, now time.Time) bool {
 	key := limiter.ZoneKey(c.hasher.Sum64Bytes(tokenID), c.zone)
 	var res [1]limiter.Result
-	ok, _ := node.Take(now, []limiter.Request{{
+	ok, _ := d.Take(now, []limiter.Request{{
 		Key:   key,
 		Zone:  c.zone,
 		Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Quota: 1, Burst: 1, Window: challengeTTL + time.Minute},
@@ -250,24 +364,44 @@ func (c *challenger) spend(node *cluster.Node, tokenID []byte, now time.Time) bo
 	return ok
 }
 
-// challengeCounter returns the counter of a proof's result; nil is passed.
-func challengeCounter(err error) prometheus.Counter {
-	result := "passed"
+// challengeResult names a proof's result as the metric and the log do.
+func challengeResult(err error) string {
 	switch err {
 	case nil:
+		return "passed"
 	case errChallengeForged:
-		result = "forged"
+		return "forged"
 	case errChallengeExpired:
-		result = "expired"
+		return "expired"
 	case errChallengeNetwork:
-		result = "network"
+		return "network"
 	case errChallengeWork:
-		result = "work"
+		return "work"
 	case errChallengeReplayed:
-		result = "replayed"
-	default:
-		result = "malformed"
+		return "replayed"
 	}
+	return "malformed"
+}
+
+// challengeCounter returns the counter of a proof's result; nil is passed.
+func challengeCounter(err error) prometheus.Counter {
 	initMetrics()
-	return metrics.challenge.WithLabelValues(result)
+	return metrics.challenge.WithLabelValues(challengeResult(err))
+}
+
+// logProof logs the outcome of a proof under its page's reference ID, so
+// that a visitor who reports the reference the page showed can be found:
+// refused at info level, passed at debug.
+func (c *challenger) logProof(ref string, err error) {
+	level, msg := zapcore.DebugLevel, "challenge passed"
+	if err != nil {
+		level, msg = zapcore.InfoLevel, "challenge refused"
+	}
+	if ce := c.logger.Check(level, msg); ce != nil {
+		fields := []zap.Field{zap.String("reference", ref)}
+		if err != nil {
+			fields = append(fields, zap.String("reason", challengeResult(err)))
+		}
+		ce.Write(fields...)
+	}
 }

@@ -229,7 +229,7 @@ func TestChallengeExceptions(t *testing.T) {
 	}
 }
 
-// A fingerprint that has started all the sessions it may (two) is not
+// A fingerprint that has started all the sessions it may (4 of 6) is not
 // challenged again: a proof would earn it no session, and it would be sent
 // round from the page to the challenge and back. It is served on the
 // cookie-less path, though its network may still start sessions.
@@ -237,6 +237,7 @@ func TestNoChallengeForAFingerprintOutOfSessions(t *testing.T) {
 	srv := startCaddy(t, trustLoopback+`
 	tollgate {
 		cookie {
+			issue_limit 6 1h
 			challenge pow 8
 		}
 	}`, challengeSite)
@@ -263,7 +264,7 @@ func TestNoChallengeForAFingerprintOutOfSessions(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp, string(b)
 	}
-	for i := range fingerprintIssueLimit { // each session thrown away
+	for i := range fingerprintSessions(6) { // each session thrown away
 		_, body := do(http.MethodGet, "/page", nil)
 		m := challengeFields.FindStringSubmatch(body)
 		if m == nil {
@@ -346,5 +347,25 @@ func TestChallengeInARealBrowser(t *testing.T) {
 	}
 	if strings.TrimSpace(body) != "session /page?x=1 3" {
 		t.Fatalf("next request: %q; want it counted by the session (3 left)", body)
+	}
+}
+
+// TestSafeReturnStaysOnTheSite: a return URL a browser would read as
+// another host (a TAB, a newline or a backslash where "//" is, a scheme)
+// sends the client to "/"; a path of the site, query included, is kept.
+func TestSafeReturnStaysOnTheSite(t *testing.T) {
+	for _, s := range []string{
+		"//evil.example", "/\\evil.example", "/\t/evil.example", "/\n/evil.example", "/\r/evil.example",
+		"\t//evil.example", "/\x00/evil.example", "https://evil.example/", "evil.example", "", "/%09/evil.example\t",
+		"/ /evil.example", "/\x7f/evil.example",
+	} {
+		if got := safeReturn(s); got != "/" {
+			t.Errorf("safeReturn(%q) = %q; want /", s, got)
+		}
+	}
+	for _, s := range []string{"/", "/shop/basket?item=3&q=a%20b", "/a//b", "/%2F%2Fevil.example", "/café"} {
+		if got := safeReturn(s); got != s {
+			t.Errorf("safeReturn(%q) = %q; want it kept", s, got)
+		}
 	}
 }

@@ -71,11 +71,15 @@ func TestClientChangingIPKeepsItsBudget(t *testing.T) {
 }
 
 func TestCookieLessFingerprintsAreSeparateUntilIPPressure(t *testing.T) {
-	// A network share large enough not to be reached: this is about each
+	// A network share large enough not to be reached, and sessions enough
+	// for every client here that throws its cookies away: this is about each
 	// fingerprint's own budget.
 	srv := startCaddy(t, trustLoopback+`
 	tollgate {
 		network_share 100
+		cookie {
+			issue_limit 100 1h
+		}
 		ip_pressure {
 			threshold 4 10m
 			squeeze 0.34

@@ -206,5 +206,9 @@ func (a *App) provisionNode() error {
 		return fmt.Errorf("tollgate: cluster: %w", err)
 	}
 	a.node, a.nodeCfg, a.newNode = node, cfg, isNew
+	a.decider = node
+	if cfg == nil {
+		a.decider = standaloneDecider{engine: a.state.engine}
+	}
 	return nil
 }

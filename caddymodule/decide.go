@@ -135,10 +135,11 @@ type outcome struct {
 	source     cluster.Source // who decided
 	score      float64        // the client's reputation, when scoreKnown
 	scoreKnown bool
-	speaker    int // index of the request that speaks for the decision
+	speaker    int  // index of the request that speaks for the decision
+	banned     bool // denied by a zone's ban, before any counter was asked
 }
 
-// decideAt decides b at the instant now on node, for the client whose
+// decideAt decides b at the instant now with d, for the client whose
 // reputation is kept under client (0 for none): the one step that spends.
 // It fills b.res.
 //
@@ -148,16 +149,16 @@ type outcome struct {
 // together without reputation — counted, so a trial zone reports what it
 // would have done, but neither penalizing the client nor leaving a
 // blocked-cache entry — and its lease requests peeked at, never claimed.
-func decideAt(now time.Time, node *cluster.Node, client limiter.Key, b *batch) outcome {
+func decideAt(now time.Time, d decider, client limiter.Key, b *batch) outcome {
 	res := b.results()
 	enforced, dryLeases := b.order() // [0, enforced): enforced; then dry rates, then dry leases
 	o := outcome{allowed: true, source: cluster.SourceOwner}
 	if enforced > 0 {
-		d := node.TakeFor(now, client, b.reqs[:enforced], res[:enforced])
-		o.allowed, o.source, o.score, o.scoreKnown = d.Allowed, d.Source, d.Score, d.ScoreKnown
+		dec := d.TakeFor(now, client, b.reqs[:enforced], res[:enforced])
+		o.allowed, o.source, o.score, o.scoreKnown = dec.Allowed, dec.Source, dec.Score, dec.ScoreKnown
 	}
 	if enforced < len(b.reqs) {
-		ok, src := decideDry(now, node, b, enforced, dryLeases, o.allowed)
+		ok, src := decideDry(now, d, b, enforced, dryLeases, o.allowed)
 		o.dryDenied = !ok
 		if enforced == 0 {
 			o.source = src // nothing enforced was asked
@@ -177,7 +178,7 @@ func decideAt(now time.Time, node *cluster.Node, client limiter.Key, b *batch) o
 // decideDry decides the dry run's requests b.reqs[rates:], of which those
 // from leases on are lease requests, and reports whether they would all
 // have been granted, and who answered. allowed is the enforced decision.
-func decideDry(now time.Time, node *cluster.Node, b *batch, rates, leases int, allowed bool) (bool, cluster.Source) {
+func decideDry(now time.Time, node decider, b *batch, rates, leases int, allowed bool) (bool, cluster.Source) {
 	res := b.res
 	if !allowed {
 		src := node.Peek(now, b.reqs[rates:], res[rates:])

@@ -145,7 +145,7 @@ func TestHoldLeasesMarksTheNamedOnes(t *testing.T) {
 	for zi, z := range zones {
 		b.add(zi, limiter.Request{Key: limiter.ZoneKey(1, z.seed), Zone: z.seed, Limit: z.limit, LeaseID: uint64(zi)*2 + 1}, z == named, false)
 	}
-	h := &Handler{node: cluster.Standalone(limiter.New(limiter.Config{}))}
+	h := &Handler{decider: standaloneDecider{engine: limiter.New(limiter.Config{})}}
 	held := h.holdLeases(b)
 	if held == nil || len(held.reqs) != 2 {
 		t.Fatalf("held %v; want the two lease zones' leases", held)

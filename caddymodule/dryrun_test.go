@@ -48,7 +48,7 @@ func TestDryRunZoneHasNoConsequences(t *testing.T) {
 		if o.dryDenied && b.zoneOfReq(o.speaker) != trial {
 			t.Fatalf("request %d: %s speaks for the dry-run denial; want trial", i+1, b.zoneOfReq(o.speaker).Name)
 		}
-		if h := (&Handler{node: node}).holdLeases(b); h != nil {
+		if h := (&Handler{decider: node}).holdLeases(b); h != nil {
 			t.Fatalf("request %d: a dry-run lease zone claimed %d leases", i+1, len(h.reqs))
 		}
 	}

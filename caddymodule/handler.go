@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -24,7 +25,8 @@ import (
 // denied request spends nothing in any zone.
 //
 // Allowed requests carry the RateLimit-Policy and RateLimit headers of the
-// IETF draft; denied ones get a 429 error (shape it with handle_errors) with
+// IETF draft, with the client's own limit in each enforced rate zone; denied
+// ones get a 429 error (shape it with handle_errors) with
 // the same headers and Retry-After. Each decision sets placeholders:
 //
 //	{http.tollgate.decision}     allow, deny or dry_run_deny (a dry-run zone would have denied)
@@ -37,7 +39,7 @@ import (
 //	{http.tollgate.network}      n:<keyed hash of the client's IP network>, as the admin API takes it
 //	{http.tollgate.ip_pressure}  distinct cookie-less fingerprints lately seen from the client's network
 //	{http.tollgate.squeezed}     whether that network's cookie-less limits are squeezed
-//	{http.tollgate.source}       who decided: owner, peer, blocked_cache or fallback
+//	{http.tollgate.source}       who decided: owner, peer, blocked_cache, fallback, or decision (an operator's block)
 //	{http.tollgate.tier}         the request's tier, as tier_from rendered it
 //	{http.tollgate.reputation}   the client's reputation score after the decision; empty when not known
 //
@@ -49,8 +51,8 @@ type Handler struct {
 	Zones []*Zone `json:"zones,omitempty"`
 
 	// DryRun makes every zone a trial (see Zone.DryRun): requests are
-	// counted, headers, placeholders, logs and metrics say what would have
-	// happened, but nothing is denied and nothing else changes: no
+	// counted, placeholders, logs and metrics say what would have
+	// happened (the RateLimit headers are not sent), but nothing is denied and nothing else changes: no
 	// reputation penalty, no blocked-cache entry, no lease claimed, no
 	// session cookie issued, and no IP pressure observed (nor applied).
 	// For trying out limits on live traffic.
@@ -68,14 +70,35 @@ type Handler struct {
 	// clients in good standing) or "off". Retry-After is always set on a 429.
 	Headers string `json:"headers,omitempty"`
 
+	// FormMaxSize is how many bytes of a request body the form field
+	// placeholders, {http.tollgate.form.<field>}, read at most (1 to
+	// 16 MiB): a longer body has no fields, so a key made of them falls
+	// back to the client ID. The body reaches the next handler unchanged.
+	// Default: 64 KiB.
+	FormMaxSize int64 `json:"form_max_size,omitempty"`
+
 	ctx       caddy.Context
 	ancestry  []caddy.Module // the modules that provisioned this one, outermost first
 	app       *App
-	node      *cluster.Node
+	decider   decider
 	logger    *zap.Logger
 	events    *caddyevents.App
 	policyAll string // RateLimit-Policy when every zone matches
+	extras    extra  // what zones ask beyond counting, checked once per request
+	unsettled sync.Once
 }
+
+// extra is a set of features that zones of a handler use, so that a
+// handler whose zones use none of them does nothing more per request.
+type extra uint8
+
+const (
+	extraBan      extra = 1 << iota // a zone bans
+	extraAfter                      // a zone settles by the response (count_response, cost_header) or delays
+	extraForm                       // a key, cost or tier uses a form field
+	extraCalendar                   // a zone's windows follow the calendar: its policy's w changes
+	extraCost                       // a zone's cost is not 1
+)
 
 // CaddyModule returns the Caddy module information.
 func (*Handler) CaddyModule() caddy.ModuleInfo {
@@ -93,7 +116,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	app := appIface.(*App)
 	h.app = app
-	h.node = app.node
+	h.decider = app.decider
 	eventsIface, err := ctx.App("events")
 	if err != nil {
 		return fmt.Errorf("loading events app: %w", err)
@@ -109,11 +132,16 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		if err := z.provision(ctx, app.hasher); err != nil {
 			return err
 		}
-		if z.policy != "" {
+		if h.announces(z) {
 			policies = append(policies, z.policy)
 		}
+		h.extras |= z.extras()
+	}
+	if usesForm(h.TierFrom) {
+		h.extras |= extraForm
 	}
 	h.policyAll = strings.Join(policies, ", ")
+	warnUnixListeners(httpAppOf(ctx), h.logger)
 	return app.registerHandler(h, httpAppOf(ctx))
 }
 
@@ -152,6 +180,9 @@ func (h *Handler) Validate() error {
 	default:
 		return settingError{"headers", fmt.Errorf("tollgate: headers %q: must be always, denied or off", h.Headers)}
 	}
+	if err := formSizeBounds.checkSet(h.FormMaxSize); err != nil {
+		return settingError{"form_max_size", fmt.Errorf("tollgate: form_max_size %d: %w", h.FormMaxSize, err)}
+	}
 	if len(h.Zones) == 0 {
 		return fmt.Errorf("tollgate: no zone configured; add at least one `zone <name> { limit <N> <window> }`")
 	}
@@ -186,6 +217,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 	sc := scratchPool.Get().(*scratch)
 	now := time.Now()
 	b, who, err := h.requests(now, &q, sc)
+	if err == nil && b != nil {
+		switch h.checkDecisions(w, &q, now, b, &who) {
+		case decisionsBlocked:
+			scratchPool.Put(sc)
+			v := q.verdict()
+			return deny(w, r, v, v.denial(), []string{v.zone.Name})
+		case decisionsAllowed:
+			b = nil // an operator let the key skip every zone that matched
+		}
+	}
 	if err != nil || b == nil {
 		scratchPool.Put(sc)
 		if err != nil {
@@ -193,12 +234,38 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		}
 		return next.ServeHTTP(w, r)
 	}
-	o := decideAt(now, h.node, h.app.reputationKey(who.key), b)
+	var o outcome
+	banned := false
+	if h.extras&extraBan != 0 {
+		o, banned = h.checkBans(now, b)
+	}
+	if !banned {
+		o = decideAt(now, h.decider, h.app.reputationKey(who.key), b)
+	}
 	v, held := h.respond(w, &q, now, b, &who, o, sc.text[:0])
+	var after *afterward
+	var violated []string
+	if h.extras&(extraAfter|extraBan) != 0 {
+		after = h.afterDecision(now, b, o)
+	}
+	if v.decision == decisionDeny {
+		violated = deniedZones(b)
+	}
 	scratchPool.Put(sc)
 
 	if v.decision == decisionDeny {
-		return caddyhttp.Error(http.StatusTooManyRequests, v.zone.denyError)
+		return deny(w, r, v, v.denial(), violated)
+	}
+	if after != nil {
+		defer after.free()
+		if !after.wait(r.Context()) {
+			if held != nil {
+				held.hold()
+				held.release()
+			}
+			return caddyhttp.Error(statusClientClosedRequest, r.Context().Err())
+		}
+		w = after.writer(w)
 	}
 	if held != nil {
 		held.hold()
@@ -209,8 +276,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 			return err // answered: the challenge page
 		}
 	}
-	return next.ServeHTTP(w, r)
+	err = next.ServeHTTP(w, r)
+	if after != nil {
+		after.settle(err)
+	}
+	return err
 }
+
+// statusClientClosedRequest is the status Caddy records for a request
+// whose client went away (nginx's 499).
+const statusClientClosedRequest = 499
 
 // requests builds what q asks of the limiter, in sc: the zones that match
 // it and one limiter request per zone. It returns a nil batch if no zone
@@ -242,6 +317,13 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 		who.pressure = app.pressure.Observe(who.identity.Network, who.identity.Fingerprint, now)
 	}
 	who.key = app.hasher.Sum64Bytes(who.identity.AppendID(sc.id[:0]))
+	if h.extras&extraForm != 0 {
+		f := &formFields{r: q.r, limit: h.FormMaxSize}
+		if f.limit == 0 {
+			f.limit = defaultFormMaxSize
+		}
+		q.replacer().Map(f.replace)
+	}
 	if h.TierFrom != "" {
 		who.tier = q.replacer().ReplaceAll(h.TierFrom, "")
 	}
@@ -264,10 +346,22 @@ func (h *Handler) requests(now time.Time, q *request, sc *scratch) (*batch, aske
 			limit = limit.Scale(who.pressure.Factor)
 		}
 		r.Limit = limit
+		if h.extras&(extraCost|extraAfter) != 0 && !z.isLease() {
+			if r.Cost = z.costOf(q); r.Cost == 0 {
+				continue // free in this zone: not counted
+			}
+			if z.outcome.delay != nil && !trial && z.outcome.delay.enter(r.Key) {
+				r.MaxDelay = time.Duration(z.Delay)
+			}
+		}
 		b.add(zi, r, named, trial)
 		if who.identity.Kind == fingerprint.KindFingerprint && (z.countsNetwork() || fellBack && !z.isLease()) {
 			h.addNetworkRequest(b, zi, z, base, &who, trial)
+			b.reqs[len(b.reqs)-1].Cost = r.Cost
 		}
+	}
+	if len(b.reqs) == 0 {
+		return nil, who, nil // every zone's cost was 0
 	}
 	return b, who, nil
 }
@@ -280,6 +374,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v := q.verdict()
 	v.identity, v.pressure, v.source = who.identity, who.pressure, o.source
 	v.tier, v.score, v.scoreKnown = who.tier, o.score, o.scoreKnown
+	v.now = now
 	v.identifier, v.vars = h.app.identifier, q.vars
 	if h.Headers == "" || h.Headers == headersAlways || (h.Headers == headersDenied && !o.allowed) {
 		h.setHeaders(w.Header(), v, buf, b)
@@ -289,6 +384,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v.remaining = max(0, b.res[i].Remaining)
 	v.reset = headerSeconds(b.res[i].Reset)
 	v.retryAfter = 0
+	v.banned, v.overCost = o.banned, !o.allowed && costTooHigh(&b.reqs[i])
 	if o.allowed {
 		v.decision = decisionAllow
 		if o.dryDenied {
@@ -305,8 +401,11 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	v.zone.denials.inc(b.network[i])
 	keyHash := b.keys[b.zoneOf[i]]
 	h.reportDenial(v, keyHash, who.key, false, b.network[i])
-	if !b.network[i] {
-		h.app.state.lists.denied.record(v.zone.Name, v.zone.scope, keyHash, now.Add(time.Duration(v.retryAfter)*time.Second), now)
+	until := now.Add(time.Duration(v.retryAfter) * time.Second)
+	if b.network[i] {
+		h.app.state.lists.denied.record(v.zone.Name, v.zone.scope+adminapi.NetworkScopeSuffix, who.identity.Network, until, now)
+	} else {
+		h.app.state.lists.denied.record(v.zone.Name, v.zone.scope, keyHash, until, now)
 	}
 	v.decision = decisionDeny
 	v.zone.counters.inc(v.decision, o.source)
@@ -331,7 +430,7 @@ func (h *Handler) holdLeases(b *batch) *heldLeases {
 			continue
 		}
 		if held == nil {
-			held = &heldLeases{node: h.node}
+			held = &heldLeases{decider: h.decider}
 		}
 		held.reqs = append(held.reqs, b.reqs[i])
 		held.named = append(held.named, b.named[i])
@@ -350,36 +449,63 @@ func denialReason(src cluster.Source) string {
 	return "limit"
 }
 
+// announces reports whether z appears in the RateLimit headers: rate zones
+// that are enforced. A lease zone caps holders, not a rate; a trial zone
+// (its own dry_run or its handler's) is not enforced, and a client that
+// followed its numbers would slow down for nothing.
+func (h *Handler) announces(z *Zone) bool {
+	return z.policy != "" && !z.DryRun && !h.DryRun
+}
+
 // setHeaders writes the RateLimit-Policy and RateLimit headers
-// (draft-ietf-httpapi-ratelimit-headers) for the zones that counted a
-// request. A zone counted with several requests shows the least left.
+// (draft-ietf-httpapi-ratelimit-headers) for the enforced rate zones that
+// counted a request. Each tells the client the limit it actually has: q is
+// the zone's limit for its tier, squeezed by IP pressure and scaled by its
+// reputation, and r counts down from it (a zone counted with several
+// requests shows the least left). A denial by the client's network budget
+// shows r=0 in its zone, with that budget's wait in t; the network's own
+// numbers are never shown.
 func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) {
-	policy := h.policyAll
-	if len(b.zones) != len(h.Zones) {
-		parts := make([]string, 0, len(b.zones))
-		for _, z := range b.zones {
-			if z.policy != "" {
-				parts = append(parts, z.policy)
-			}
-		}
-		policy = strings.Join(parts, ", ")
+	factor := 1.0
+	if rep := h.app.reputation; rep != nil && v.scoreKnown {
+		factor = rep.Factor(v.score)
 	}
-	if policy == "" {
-		return // only lease zones: the RateLimit headers describe rates
-	}
+	// The policy is policyAll, unless a q differs or a calendar window's
+	// length is this month's or this day's.
+	configured := len(b.zones) == len(h.Zones) && h.extras&extraCalendar == 0
 	for zi, z := range b.zones {
-		if z.policy == "" {
-			continue // a lease zone
+		if !h.announces(z) {
+			continue
 		}
-		remaining, reset := int64(-1), time.Duration(0)
+		quota, remaining, reset, denied := int64(-1), int64(-1), time.Duration(0), false
 		for i, of := range b.zoneOf {
-			if of != zi || b.res[i].Remaining < 0 || b.network[i] {
-				continue // another zone's, not known (this one was not asked), or the network's
+			if of != zi {
+				continue
 			}
-			if remaining < 0 || b.res[i].Remaining < remaining {
-				remaining = b.res[i].Remaining
+			r := &b.res[i]
+			if b.network[i] {
+				if !r.Allowed { // never its numbers, only that it denied and for how long
+					denied = true
+					reset = max(reset, r.Reset)
+				}
+				continue
 			}
-			reset = max(reset, b.res[i].Reset)
+			if quota < 0 {
+				quota = b.reqs[i].Limit.Scale(factor).Quota
+			}
+			if r.Remaining < 0 {
+				continue // not known: this one was not asked
+			}
+			if remaining < 0 || r.Remaining < remaining {
+				remaining = r.Remaining
+			}
+			reset = max(reset, quotaAhead(r))
+		}
+		if denied {
+			remaining = 0
+		}
+		if quota >= 0 && quota != z.Limit {
+			configured = false
 		}
 		if remaining < 0 {
 			continue
@@ -393,9 +519,47 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 		buf = append(buf, ";t="...)
 		buf = strconv.AppendInt(buf, headerSeconds(reset), 10)
 	}
-	v.headers[0], v.headers[1] = policy, string(buf)
+	if len(buf) == 0 {
+		return // no enforced rate zone counted it: only leases or trials
+	}
+	v.headers[0], v.headers[1] = h.policyAll, v.keep(buf)
+	if !configured {
+		v.headers[0] = h.policyOf(b, factor, v.now, buf[len(buf):])
+	}
 	hdr["Ratelimit-Policy"] = v.headers[0:1:1]
 	hdr["Ratelimit"] = v.headers[1:2:2]
+}
+
+// policyOf renders the RateLimit-Policy of a request whose zones are not
+// all the handler's, or whose limits are not the configured ones: each
+// enforced rate zone that counted it, with the quota of the client's own
+// request scaled by its reputation factor, and the length of its window
+// at now (a calendar month or day has its own). buf is scratch.
+func (h *Handler) policyOf(b *batch, factor float64, now time.Time, buf []byte) string {
+	for zi, z := range b.zones {
+		if !h.announces(z) {
+			continue
+		}
+		for i, of := range b.zoneOf {
+			if of != zi || b.network[i] {
+				continue
+			}
+			if len(buf) > 0 {
+				buf = append(buf, ", "...)
+			}
+			buf = append(buf, z.quoted...)
+			buf = append(buf, ";q="...)
+			buf = strconv.AppendInt(buf, b.reqs[i].Limit.Scale(factor).Quota, 10)
+			buf = append(buf, ";w="...)
+			window := z.limit.Window
+			if z.limit.Calendar != nil {
+				_, window = z.limit.Calendar.Span(now)
+			}
+			buf = strconv.AppendInt(buf, headerSeconds(window), 10)
+			break
+		}
+	}
+	return string(buf)
 }
 
 // reportDenial logs a denial, or a dry run's would-be denial, and emits
@@ -408,9 +572,16 @@ func (h *Handler) reportDenial(v *verdict, keyHash, clientKey uint64, dryRun, ne
 		if network {
 			budget = reasonNetwork
 		}
+		reason := denialReason(v.source)
+		switch {
+		case v.banned:
+			reason = "banned"
+		case v.overCost:
+			reason = "cost_exceeds_limit"
+		}
 		ce.Write(
 			zap.String("zone", v.zone.Name),
-			zap.String("reason", denialReason(v.source)),
+			zap.String("reason", reason),
 			zap.String("budget", budget),
 			zap.String("client_hash", adminapi.HashedID(clientKey)),
 			zap.String("key_hash", adminapi.HashedID(keyHash)),

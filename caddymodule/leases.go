@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -12,10 +11,10 @@ import (
 // the request is alive, and those of its own (not named) released when its
 // response ends.
 type heldLeases struct {
-	node  *cluster.Node
-	reqs  []limiter.Request
-	named []bool
-	timer *time.Timer
+	decider decider
+	reqs    []limiter.Request
+	named   []bool
+	timer   *time.Timer
 
 	mu   sync.Mutex // a renewal and the release never interleave
 	done bool
@@ -35,7 +34,7 @@ func (l *heldLeases) hold() {
 		if l.done {
 			return // released: a renewal now would claim the slots again
 		}
-		l.node.Take(time.Now(), l.reqs, make([]limiter.Result, len(l.reqs)))
+		l.decider.Take(time.Now(), l.reqs, make([]limiter.Result, len(l.reqs)))
 		l.timer.Reset(ttl / 2)
 	})
 }
@@ -49,7 +48,7 @@ func (l *heldLeases) release() {
 	now := time.Now()
 	for i, r := range l.reqs {
 		if !l.named[i] {
-			l.node.Release(now, r.Key, r.LeaseID)
+			l.decider.Release(now, r.Key, r.LeaseID)
 		}
 	}
 }

@@ -117,7 +117,7 @@ func TestDisconnectFreesItsSlot(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" ||
-		!strings.Contains(string(body), `concurrency limit of zone "streams" reached`) {
+		!strings.Contains(string(body), `concurrency limit of zone streams reached`) {
 		t.Fatalf("a second request while the slot is held: %d, Retry-After %q, %q; want 429, 1 and the reason",
 			resp.StatusCode, resp.Header.Get("Retry-After"), body)
 	}

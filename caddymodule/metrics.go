@@ -56,7 +56,7 @@ func initMetrics() {
 		metrics.denials = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Name:      "denials_total",
-			Help:      "Requests denied (dry runs' would-be denials included), by zone name, scope and reason: client (the client's own budget) or network (the budget of its IP network, for requests without a session cookie).",
+			Help:      "Requests denied (dry runs' would-be denials included), by zone name, scope and reason: client (the client's own budget) network (the budget of its IP network, for requests without a session cookie) or decision (an operator's block).",
 		}, []string{"zone", "scope", "reason"})
 		metrics.emptyKeys = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
@@ -74,7 +74,7 @@ func initMetrics() {
 // registerMetrics registers Tollgate's metrics with one config's registry.
 func registerMetrics(reg *prometheus.Registry, st *state) error {
 	initMetrics()
-	for _, c := range []prometheus.Collector{metrics.decisions, metrics.cookies, metrics.peerCall, metrics.batch, metrics.denials, metrics.emptyKeys, metrics.challenge, &stateCollector{st}} {
+	for _, c := range append([]prometheus.Collector{metrics.decisions, metrics.cookies, metrics.peerCall, metrics.batch, metrics.denials, metrics.emptyKeys, metrics.challenge, &stateCollector{st}}, outcomeCollectors()...) {
 		if err := reg.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
 			return err
 		}
@@ -118,6 +118,8 @@ func deleteDecisionSeries(zone, scope string) {
 	metrics.decisions.DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
 	metrics.denials.DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
 	metrics.emptyKeys.DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
+	initOutcomeMetrics()
+	outcomeMetrics.waiting.DeletePartialMatch(prometheus.Labels{"zone": zone, "scope": scope})
 }
 
 func (c *decisionCounters) inc(decision string, src cluster.Source) {

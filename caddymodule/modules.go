@@ -12,6 +12,7 @@ import (
 //	http.handlers.tollgate    the middleware (handler.go)
 //	caddy.listeners.tollgate  the ClientHello capture for JA4 (listener.go)
 //	admin.api.tollgate        the admin API's routes (admin.go)
+//	http.matchers.verified_bot  requests from verified search engine crawlers (crawler.go)
 //
 // and the tollgate directive and global option (caddyfile.go).
 func init() {
@@ -19,6 +20,7 @@ func init() {
 	caddy.RegisterModule(new(Handler))
 	caddy.RegisterModule(ListenerWrapper{})
 	caddy.RegisterModule(adminAPI{})
+	caddy.RegisterModule(new(VerifiedBot))
 
 	httpcaddyfile.RegisterHandlerDirective("tollgate", parseHandler)
 	// Early: before authentication, so unauthenticated floods are limited

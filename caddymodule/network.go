@@ -3,8 +3,10 @@ package caddymodule
 import (
 	"fmt"
 
+	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/fingerprint"
@@ -123,24 +125,50 @@ func clientSpeaker(b *batch, i int) int {
 
 // Reasons for a denial, in tollgate_denials_total.
 const (
-	reasonClient  = "client"
-	reasonNetwork = "network"
+	reasonClient   = adminapi.BudgetClient
+	reasonNetwork  = adminapi.BudgetNetwork
+	reasonDecision = "decision" // an operator's block
 )
 
 // denialCounters are a zone's denial counters by reason, looked up once.
-type denialCounters [2]prometheus.Counter
+type denialCounters [3]prometheus.Counter
 
 func newDenialCounters(zone, scope string) *denialCounters {
 	initMetrics()
 	v := metrics.denials
-	return &denialCounters{v.WithLabelValues(zone, scope, reasonClient), v.WithLabelValues(zone, scope, reasonNetwork)}
+	return &denialCounters{v.WithLabelValues(zone, scope, reasonClient), v.WithLabelValues(zone, scope, reasonNetwork),
+		v.WithLabelValues(zone, scope, reasonDecision)}
 }
+
+// incDecision counts a denial by an operator's block.
+func (c *denialCounters) incDecision() { c[2].Inc() }
 
 func (c *denialCounters) inc(network bool) {
 	if network {
 		c[1].Inc()
 	} else {
 		c[0].Inc()
+	}
+}
+
+// warnUnixListeners warns when a server of app listens on a unix socket:
+// its clients have no IP address, so every one of them is in one network,
+// with one network budget and one allowance of new sessions. Behind a proxy
+// on the socket, the server's trusted_proxies_unix gives clients their own
+// addresses back.
+func warnUnixListeners(app *caddyhttp.App, logger *zap.Logger) {
+	if app == nil {
+		return
+	}
+	for name, srv := range app.Servers {
+		for _, l := range srv.Listen {
+			na, err := caddy.ParseNetworkAddress(l)
+			if err != nil || !na.IsUnixNetwork() {
+				continue
+			}
+			logger.Warn("a unix socket listener puts every client of the server in one network: one network budget and one allowance of new sessions for all; behind a proxy on the socket, turn on trusted_proxies_unix so that clients keep their own addresses",
+				zap.String("server", name), zap.String("listen", l))
+		}
 	}
 }
 

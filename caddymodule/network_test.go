@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -125,8 +126,9 @@ func TestHouseholdBehindOneAddressKeepsItsBudgets(t *testing.T) {
 }
 
 // TestNetworkBudgetIsNotShown: a cookie-less client's RateLimit header shows
-// its own budget, not its network's, and a denial by the network spends
-// nothing of the client's own budget.
+// its own budget, not its network's; a denial by the network shows r=0
+// (see TestNetworkDenialShowsNothingLeft) and spends nothing of the
+// client's own budget.
 func TestNetworkBudgetIsNotShown(t *testing.T) {
 	srv := startCaddy(t, trustLoopback, `
 	tollgate {
@@ -144,14 +146,14 @@ func TestNetworkBudgetIsNotShown(t *testing.T) {
 		t.Fatalf("RateLimit %q; want the client's own 3 left", got)
 	}
 	// B spends the rest of the network's 5; A is then denied by the network
-	// with 3 of its own left, and that denial spent nothing of A's.
+	// with 3 of its own left, and is told nothing is left.
 	b := newClient(t, srv, "B", "203.0.113.70", false)
 	if n := b.allowed(5); n != 3 {
 		t.Fatalf("B got %d; want the network's 3 left", n)
 	}
 	resp, _ = a.get("/")
-	if resp.StatusCode != http.StatusTooManyRequests || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"site";r=3;`) {
-		t.Fatalf("A after the network is spent: %d %q; want 429 showing its own 3", resp.StatusCode, resp.Header.Get("RateLimit"))
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"site";r=0;`) {
+		t.Fatalf("A after the network is spent: %d %q; want 429 showing nothing left", resp.StatusCode, resp.Header.Get("RateLimit"))
 	}
 	if !strings.Contains(srv.logs(), `"budget":"network"`) {
 		t.Error("the denial log does not say the network's budget denied")
@@ -294,5 +296,100 @@ func TestOmittingTheKeyHeaderDoesNotDodgeTheNetworkBudget(t *testing.T) {
 	}
 	if want := "[200 200 429]"; fmt.Sprint(got) != want {
 		t.Errorf("with the key header after the script: %v; want %s", got, want)
+	}
+}
+
+// TestNetworkDenialsAreListed: a denial by a network's budget is listed in
+// GET /tollgate/denied as the network's entry (n:…, budget network, as
+// {http.tollgate.network} names it), under the zone's name, while the
+// client it denied, which spent nothing of its own, is not listed as
+// denied; a client denied by its own budget is listed by its hashed ID.
+func TestNetworkDenialsAreListed(t *testing.T) {
+	srv := startCaddy(t, trustLoopback, `
+	tollgate {
+		zone site {
+			limit 2 10m
+			network_share 1
+		}
+	}
+	respond "{http.tollgate.network}"`)
+	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
+	a := newClient(t, srv, "A", "203.0.113.80", false)
+	_, netID := a.get("/")
+	b := newClient(t, srv, "B", "203.0.113.80", false)
+	b.get("/") // the network's 2 are spent
+	if resp, _ := b.get("/"); resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("B's second request: %d; want 429 by the network", resp.StatusCode)
+	}
+	var list adminapi.DeniedList
+	if code, body := adminDo(t, srv.Admin, http.MethodGet, adminapi.PathDenied+"?zone=site", &list); code != http.StatusOK {
+		t.Fatalf("GET /tollgate/denied: %d %s", code, body)
+	}
+	if len(list.Items) != 1 {
+		t.Fatalf("denied list %+v; want exactly the network's entry", list.Items)
+	}
+	it := list.Items[0]
+	if it.Budget != adminapi.BudgetNetwork || it.Key != netID || it.Zone != "site" || it.Denials != 1 || it.RetryAfter < 1 {
+		t.Errorf("entry %+v; want zone site, budget network, key %s, 1 denial, a wait", it, netID)
+	}
+
+	// Another address: a client denied by its own budget is listed as the client.
+	c := newClient(t, srv, "C", "198.51.100.9", false)
+	c.allowed(3)
+	adminDo(t, srv.Admin, http.MethodGet, adminapi.PathDenied, &list)
+	var clients, networks int
+	for _, it := range list.Items {
+		switch it.Budget {
+		case adminapi.BudgetClient:
+			clients++
+			if !strings.HasPrefix(it.Key, adminapi.HashedPrefix) {
+				t.Errorf("client entry %+v; want a hashed ID", it)
+			}
+		case adminapi.BudgetNetwork:
+			networks++
+		}
+	}
+	if clients != 1 || networks != 1 {
+		t.Errorf("denied list %+v; want one client entry and one network entry", list.Items)
+	}
+
+	// A reset of the network lets its clients through again and lists it no more.
+	if code, body := adminDo(t, srv.Admin, http.MethodDelete, adminapi.ClientPath(netID), nil); code != http.StatusOK {
+		t.Fatalf("DELETE the network: %d %s", code, body)
+	}
+	if resp, _ := b.get("/"); resp.StatusCode != http.StatusOK {
+		t.Errorf("B after its network was reset: %d; want 200", resp.StatusCode)
+	}
+	adminDo(t, srv.Admin, http.MethodGet, adminapi.PathDenied, &list)
+	if len(list.Items) != 1 || list.Items[0].Budget != adminapi.BudgetClient {
+		t.Errorf("denied list after the reset: %+v; want C's entry only", list.Items)
+	}
+}
+
+// TestUnixSocketListenerIsWarnedOf: a site served on a unix socket puts
+// every client in one network (one budget, one session allowance): the
+// config is accepted, with a warning that says so.
+func TestUnixSocketListenerIsWarnedOf(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "site.sock")
+	srv := startCaddy(t, "", `
+	bind unix/`+sock+` 127.0.0.1
+	tollgate {
+		zone site {
+			limit 5 1m
+		}
+	}
+	respond "ok"`)
+	if !strings.Contains(srv.logs(), "unix socket") || !strings.Contains(srv.logs(), "one network") {
+		t.Error("no warning that a unix socket listener puts every client in one network")
+	}
+	plain := startCaddyWith(t, caddyOptions{}, "", `
+	tollgate {
+		zone site {
+			limit 5 1m
+		}
+	}
+	respond "ok"`)
+	if strings.Contains(plain.logs(), "unix socket") {
+		t.Error("a TCP-only site was warned of a unix socket")
 	}
 }

@@ -44,6 +44,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 		}
 	}
 	b.until("the ring shown as agreed", `document.querySelector("#ring").textContent === "agreed"`)
+	b.until("the members section shown on a cluster", `document.getElementById("members-section").hidden === false`)
 
 	// Traffic through node0: allowed and denied requests of zone api.
 	b.until("a first reading of the counters", `document.querySelector(".chart") !== null || document.querySelector("#charts .empty") !== null`)

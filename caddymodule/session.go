@@ -11,7 +11,6 @@ import (
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"go.uber.org/zap"
 
-	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -112,13 +111,16 @@ func (c *CookieConfig) validate() error {
 type sessions struct {
 	identifier *fingerprint.Identifier
 	pressure   *fingerprint.Pressure // nil when IP pressure is off
-	node       *cluster.Node
+	decider    decider
 	logger     *zap.Logger
 	issue      string        // who gets a cookie: issueAlways, issueHeader or issueOff
 	earnHeader string        // the response header that earns one, with issue header
 	budget     limiter.Limit // new sessions of one network: issue_limit per issue window
 	zone       uint64        // seed of the minting budget's counters
 	challenge  *challenger   // nil unless cookie { challenge } is set
+	crawlers   *crawlerVerifier
+	// refusals are what the minting budget refused, until they run out.
+	refusals *sessionRefusals
 }
 
 // provisionSessions sets up session issuance for this config's node, once
@@ -131,11 +133,13 @@ func (a *App) provisionSessions(ctx caddy.Context) error {
 	s := &sessions{
 		identifier: a.identifier,
 		pressure:   a.pressure,
-		node:       a.node,
+		decider:    a.decider,
 		logger:     a.logger,
 		issue:      cookie.Issue,
 		earnHeader: http.CanonicalHeaderKey(cookie.IssueHeader),
 		zone:       a.hasher.Zone("\x00tollgate cookie issuance"),
+		crawlers:   a.state.crawlers,
+		refusals:   newSessionRefusals(),
 	}
 	if s.issue == "" {
 		s.issue = issueAlways
@@ -153,6 +157,7 @@ func (a *App) provisionSessions(ctx caddy.Context) error {
 		if s.challenge, err = newChallenger(ctx, cookie.Challenge, a.hashSecret, a.hasher); err != nil {
 			return err
 		}
+		s.challenge.logger = a.logger.Named("challenge")
 	}
 	a.sessions = s
 	return nil
@@ -197,9 +202,8 @@ func (s *sessions) serve(w http.ResponseWriter, r *http.Request, v *verdict, now
 // client may not be given a new session now.
 func (s *sessions) cookie(r *http.Request, v *verdict, now time.Time) *http.Cookie {
 	id := &v.identity
-	secure := arrivedOverTLS(r)
 	if id.Kind == fingerprint.KindSession {
-		return s.identifier.Cookie(id.Session, now, secure)
+		return s.identifier.Cookie(id.Session, now, arrivedOverTLS(r))
 	}
 	if !s.mint(id, v.pressure.Factor, now) {
 		return nil
@@ -236,11 +240,16 @@ func arrivedOverTLS(r *http.Request) bool {
 	return strings.EqualFold(strings.TrimSpace(proto), "https")
 }
 
-// fingerprintIssueLimit is how many sessions one fingerprint on one network
-// may start per issue window: a client that drops its cookie gets a new one
-// again, but one that never keeps them does not spend its network's sessions
-// on every request.
-const fingerprintIssueLimit = 2
+// fingerprintSessions is how many sessions one fingerprint on one network
+// may start per issue window, of the network's limit (issue_limit): two
+// thirds of it, at least 2 (20 of the default 30). Fresh browsers of one
+// make behind one address (an office of identical laptops behind NAT) share
+// one fingerprint, and each needs its own session; a client that never
+// keeps its cookie still leaves a third of its network's sessions to the
+// others.
+func fingerprintSessions(networkLimit int64) int64 {
+	return max(2, networkLimit*2/3)
+}
 
 // networkIssueSalt separates the session counter of a network from those of
 // fingerprints.
@@ -248,32 +257,47 @@ const networkIssueSalt = 0x73657373696f6e73
 
 // mint spends one new session of id's network (issue_limit per issue
 // window, squeezed by IP pressure factor) and of its fingerprint
-// (fingerprintIssueLimit), both or neither, and reports whether it could.
+// (fingerprintSessions of issue_limit), both or neither, and reports
+// whether it could. A refusal is remembered until it runs out, and not
+// asked again meanwhile.
 func (s *sessions) mint(id *fingerprint.Identity, factor float64, now time.Time) bool {
+	if s.refusals.refused(id, now) {
+		return false
+	}
 	reqs := s.mintingBudget(id, factor)
 	var res [2]limiter.Result
-	ok, _ := s.node.Take(now, reqs[:], res[:])
+	ok, _ := s.decider.Take(now, reqs[:], res[:])
+	if !ok {
+		s.refusals.remember(id, &res, now)
+	}
 	return ok
 }
 
 // mayMint reports, spending nothing, whether id could start a session now.
 func (s *sessions) mayMint(id *fingerprint.Identity, factor float64, now time.Time) bool {
+	if s.refusals.refused(id, now) {
+		return false
+	}
 	reqs := s.mintingBudget(id, factor)
 	var res [2]limiter.Result
-	s.node.Peek(now, reqs[:], res[:])
-	return res[0].Allowed && res[1].Allowed
+	s.decider.Peek(now, reqs[:], res[:])
+	if !res[0].Allowed || !res[1].Allowed {
+		s.refusals.remember(id, &res, now)
+		return false
+	}
+	return true
 }
 
 // mintingBudget returns the two counters a new session of id spends: its
-// fingerprint's (fingerprintIssueLimit) and its network's (issue_limit per
-// issue window, squeezed by the IP pressure factor).
+// fingerprint's (fingerprintSessions of issue_limit) and its network's
+// (issue_limit per issue window, squeezed by the IP pressure factor).
 func (s *sessions) mintingBudget(id *fingerprint.Identity, factor float64) [2]limiter.Request {
 	limit := s.budget
 	if factor != 1 {
 		limit = limit.Scale(factor)
 	}
 	perPrint := s.budget
-	perPrint.Quota = fingerprintIssueLimit
+	perPrint.Quota = fingerprintSessions(s.budget.Quota)
 	netZone := s.zone ^ networkIssueSalt
 	return [2]limiter.Request{
 		{Key: limiter.ZoneKey(id.Digest, s.zone), Zone: s.zone, Limit: perPrint, Network: uint32(id.Network)},
@@ -283,13 +307,17 @@ func (s *sessions) mintingBudget(id *fingerprint.Identity, factor float64) [2]li
 
 // challenged reports whether an allowed request of a client without a
 // session gets the challenge page instead of its response: it is a
-// browser's page load the owner did not except, and the client may still
-// start a session (so a client that could not get one anyway, its
-// fingerprint or its network out of new sessions, is served on the
-// cookie-less path, not sent round in circles).
+// browser's page load the owner did not except, not from a search engine's
+// crawler verified by DNS, and the client may still start a session (so a
+// client that could not get one anyway, its fingerprint or its network out
+// of new sessions, is served on the cookie-less path, not sent round in
+// circles).
 func (s *sessions) challenged(r *http.Request, v *verdict, now time.Time) bool {
 	if !wantsChallenge(r) || s.challenge.exempt(r) {
 		return false
+	}
+	if ip, _ := v.vars[caddyhttp.ClientIPVarKey].(string); s.crawlers.verifiedCrawler(r, ip, now) {
+		return false // crawlers never solve it: they stay cookie-less, counted as their own clients
 	}
 	return s.mayMint(&v.identity, v.pressure.Factor, now)
 }
@@ -315,13 +343,15 @@ func (s *sessions) answerProof(w http.ResponseWriter, r *http.Request, dryRun bo
 	if id.Kind == fingerprint.KindSession {
 		net = s.identifier.Network(q.clientIP())
 	}
-	tokenID, err := s.challenge.check(r.PostForm.Get("token"), r.PostForm.Get("answer"), net, now)
-	if err == nil && !s.challenge.spend(s.node, tokenID, now) {
+	token := r.PostForm.Get("token")
+	tokenID, err := s.challenge.check(token, r.PostForm.Get("answer"), net, now)
+	if err == nil && !s.challenge.spend(s.decider, tokenID, now) {
 		err = errChallengeReplayed
 	}
+	s.challenge.logProof(referenceOf(token), err)
 	if err != nil {
 		challengeCounter(err).Inc()
-		return caddyhttp.Error(http.StatusForbidden, err)
+		return caddyhttp.Error(http.StatusForbidden, fmt.Errorf("%w (reference %s)", err, referenceOf(token)))
 	}
 	challengeCounter(nil).Inc()
 	if id.Kind == fingerprint.KindFingerprint && s.mint(&id, s.proofPressure(&id, dryRun, now), now) {

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,9 +26,11 @@ type state struct {
 	stop   chan struct{}
 	done   chan struct{}
 
-	current atomic.Pointer[App] // the running config's app
-	tiers   tiersHolder         // tier limits changed at run time
-	lists   listRecords         // what the admin lists show
+	current   atomic.Pointer[App] // the running config's app
+	tiers     tiersHolder         // tier limits changed at run time
+	decisions decisionsHolder     // operators' blocks and allows
+	lists     listRecords         // what the admin lists show
+	crawlers  *crawlerVerifier    // verdicts on clients claiming a search engine's crawler
 
 	storage       atomic.Pointer[storageRef] // the latest config's storage
 	startOnce     sync.Once
@@ -45,9 +48,10 @@ type state struct {
 // newState creates the state; nothing runs until start.
 func newState(maxKeys int) (*state, error) {
 	return &state{
-		engine: limiter.New(limiter.Config{MaxKeys: maxKeys}),
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		engine:   limiter.New(limiter.Config{MaxKeys: maxKeys}),
+		crawlers: newCrawlerVerifier(net.DefaultResolver),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
 	}, nil
 }
 
@@ -59,6 +63,7 @@ func (s *state) start(logger *zap.Logger) {
 		defer cancel()
 		if s.storage.Load() != nil {
 			s.restoreTiers(ctx, logger)
+			s.restoreDecisions(ctx, logger)
 			s.restoreSnapshot(ctx, logger)
 		}
 		s.started.Store(true)

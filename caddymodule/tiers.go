@@ -95,12 +95,22 @@ func (h *tiersHolder) version() int64 {
 
 // store replaces the table if t is newer, and reports whether it did.
 func (h *tiersHolder) store(t *tierTable) bool {
+	return storeNewer(&h.p, t, func(t *tierTable) (int64, string) { return t.Version, t.Origin })
+}
+
+// storeNewer replaces what p holds with t if t is newer: a later version,
+// or the same version made on a node whose name sorts after (every node
+// picks the same of two tables changed at once). It reports whether it did.
+func storeNewer[T any](p *atomic.Pointer[T], t *T, stamp func(*T) (version int64, origin string)) bool {
+	version, origin := stamp(t)
 	for {
-		cur := h.p.Load()
-		if cur != nil && (cur.Version > t.Version || cur.Version == t.Version && cur.Origin >= t.Origin) {
-			return false
+		cur := p.Load()
+		if cur != nil {
+			if v, o := stamp(cur); v > version || v == version && o >= origin {
+				return false
+			}
 		}
-		if h.p.CompareAndSwap(cur, t) {
+		if p.CompareAndSwap(cur, t) {
 			return true
 		}
 	}
@@ -108,12 +118,8 @@ func (h *tiersHolder) store(t *tierTable) bool {
 
 // restoreTiers installs the tier table kept in storage.
 func (s *state) restoreTiers(ctx context.Context, logger *zap.Logger) {
-	ref := s.storage.Load()
-	b, err := ref.Load(ctx, tiersStorageKey)
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			logger.Error("reading the tier table", zap.Error(err))
-		}
+	b, ok := s.loadStored(ctx, logger, tiersStorageKey, "the tier table")
+	if !ok {
 		return
 	}
 	t, err := decodeTierTable(b)
@@ -122,34 +128,60 @@ func (s *state) restoreTiers(ctx context.Context, logger *zap.Logger) {
 		return
 	}
 	s.tiers.store(t)
-	s.mu.Lock()
-	node := s.node
-	s.mu.Unlock()
-	node.Restore(tiersSharedName, t.sharedValue())
+	s.restoreShared(tiersSharedName, t.sharedValue())
 }
 
 // saveTiers keeps the tier table in storage.
-func (s *state) saveTiers(t *tierTable) error {
+func (s *state) saveTiers(t *tierTable) error { return s.storeJSON(tiersStorageKey, t) }
+
+// loadStored reads what storage keeps under key; ok is false, and a failure
+// to read it logged (what names it), when there is nothing to restore.
+func (s *state) loadStored(ctx context.Context, logger *zap.Logger, key, what string) (b []byte, ok bool) {
+	b, err := s.storage.Load().Load(ctx, key)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			logger.Error("reading "+what, zap.Error(err))
+		}
+		return nil, false
+	}
+	return b, true
+}
+
+// storeJSON keeps v, as JSON, in storage under key (nowhere before the
+// storage is known).
+func (s *state) storeJSON(key string, v any) error {
 	ref := s.storage.Load()
 	if ref == nil {
 		return nil
 	}
-	b, err := json.Marshal(t)
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return ref.Store(ctx, tiersStorageKey, b)
+	return ref.Store(ctx, key, b)
+}
+
+// restoreShared gives the node a shared value read back from storage.
+func (s *state) restoreShared(name string, v cluster.SharedValue) {
+	s.mu.Lock()
+	node := s.node
+	s.mu.Unlock()
+	node.Restore(name, v)
 }
 
 // checkSharedValue vets a shared value from another node before the node
-// keeps it: a tier table must decode and name only limits of at least 1.
+// keeps it: a tier table must decode and name only limits of at least 1; a
+// decision table must pass the checks the admin API makes.
 func checkSharedValue(name string, value []byte) error {
-	if name != tiersSharedName {
-		return nil
+	var err error
+	switch name {
+	case tiersSharedName:
+		_, err = tierTableOf(cluster.SharedValue{Value: value})
+	case decisionsSharedName:
+		_, err = decisionTableOf(cluster.SharedValue{Value: value})
 	}
-	_, err := tierTableOf(cluster.SharedValue{Value: value})
 	return err
 }
 
@@ -167,9 +199,13 @@ func checkTierTable(t *tierTable) error {
 }
 
 // sharedArrived returns the handler of shared values from other nodes: a
-// newer tier table is put in effect and kept in storage.
+// newer tier table or decision table is put in effect and kept in storage.
 func (s *state) sharedArrived(logger *zap.Logger) func(string, cluster.SharedValue) {
 	return func(name string, v cluster.SharedValue) {
+		if name == decisionsSharedName {
+			s.decisionsArrived(logger, v)
+			return
+		}
 		if name != tiersSharedName {
 			return
 		}

@@ -1,9 +1,12 @@
 package caddymodule
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
+	"unsafe"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
@@ -28,10 +31,50 @@ type verdict struct {
 	tier       string
 	score      float64 // the client's reputation, when scoreKnown
 	scoreKnown bool
+	byDecision bool                    // an operator's block denied it
 	identifier *fingerprint.Identifier // hashes a session's network for {http.tollgate.network}
 	vars       map[string]any          // the request's variables, for its client IP
 
 	headers [2]string // backing for the RateLimit-Policy and RateLimit values
+
+	now      time.Time // when it was decided
+	banned   bool      // denied by the zone's ban
+	overCost bool      // denied because the request costs more than the limit
+
+	// text backs the RateLimit value of the request's first decision, so
+	// that it costs no allocation of its own; written once (see keep).
+	text     [verdictText]byte
+	textUsed bool
+}
+
+// denial says why a denied request was denied, for the 429's error.
+func (v *verdict) denial() error {
+	switch {
+	case v.byDecision:
+		return fmt.Errorf("zone %s: blocked by an operator's decision for %d s", v.zone.Name, v.retryAfter)
+	case v.banned:
+		return fmt.Errorf("zone %s: banned for %d s after exceeding its rate limit", v.zone.Name, v.retryAfter)
+	case v.overCost:
+		return fmt.Errorf("zone %s: the request costs more than the limit of %d", v.zone.Name, v.zone.Limit)
+	}
+	return v.zone.denyError
+}
+
+// verdictText is the longest RateLimit value a verdict holds itself.
+const verdictText = 96
+
+// keep returns text as a string that outlives the caller's buffer: backed
+// by the verdict's own array the first time (the verdict lives as long as
+// the request, and its array is never written again, so the string never
+// changes), copied after that (a second tollgate handler on the request),
+// or when it does not fit.
+func (v *verdict) keep(text []byte) string {
+	if v.textUsed || len(text) == 0 || len(text) > len(v.text) {
+		return string(text)
+	}
+	v.textUsed = true
+	n := copy(v.text[:], text)
+	return unsafe.String(&v.text[0], n)
 }
 
 // The values of {http.tollgate.decision}.
@@ -112,6 +155,9 @@ func (v *verdict) replace(key string) (any, bool) {
 	case "squeezed":
 		return v.pressure.Squeezed, true
 	case "source":
+		if v.byDecision {
+			return reasonDecision, true
+		}
 		return v.source.String(), true
 	case "tier":
 		return v.tier, true

@@ -93,11 +93,69 @@ type Zone struct {
 
 	// DryRun makes this zone a trial: it counts and reports what it would
 	// have done (the dry_run_deny decision, placeholders, log, metric) but
-	// never denies, and has no other consequence: no reputation penalty,
+	// never denies, is not announced in the RateLimit headers, and has no
+	// other consequence: no reputation penalty,
 	// no blocked-cache entry, no lease claimed, no change to whether a
 	// session cookie is issued. The handler's DryRun makes every zone a
 	// trial. Default: enforced.
 	DryRun bool `json:"dry_run,omitempty"`
+
+	// CountResponse makes the zone count only requests whose response
+	// matches: status codes or classes (401, 4xx as 4) and headers, as
+	// reverse_proxy's response matchers take them. A request still takes
+	// its unit before it is served, so an exhausted key is denied up
+	// front and concurrent requests never exceed the limit; the unit is
+	// given back once the response does not match. A request whose
+	// upstream fails, or whose client goes away, is settled by the status
+	// Caddy records for it. Default: every request counts.
+	CountResponse *caddyhttp.ResponseMatcher `json:"count_response,omitempty"`
+
+	// Cost is what one request spends: a whole number from 0 to the
+	// limit, or text with placeholders that renders one, e.g.
+	// {http.request.header.X-Cost}. A request that costs 0 is not counted
+	// in the zone; one that renders anything else than a whole number of
+	// at least 0 is logged and costs 1; one that costs more than the limit
+	// is denied. Default: 1.
+	Cost string `json:"cost,omitempty"`
+
+	// CostHeader names a response header in which the upstream reports
+	// what the request really cost, a whole number: the difference from
+	// Cost is given back or charged once the response is written (a
+	// charge beyond what remains leaves the key exhausted, owing at most
+	// that charge). The header is removed from the response. Default: the
+	// cost stands as taken.
+	CostHeader string `json:"cost_header,omitempty"`
+
+	// Ban keeps a key out of this zone for this long once the zone has
+	// denied it, even after its window resets: every request of the key in
+	// the zone is denied, with Retry-After the ban's remaining time. Bans
+	// are kept by the key's owner, so they hold across the cluster and
+	// across reloads; DELETE /tollgate/clients/{id} lifts them. From 1s to
+	// 366 days. Default: no ban.
+	Ban caddy.Duration `json:"ban,omitempty"`
+
+	// Delay makes a request that would be denied wait for its slot, if
+	// one frees up within this long, instead of being denied: the slot is
+	// booked at once, so waiting requests never outnumber what the limit
+	// admits. A waiting request whose client goes away gives its slot
+	// back. From 1ms to 1h. Default: denied at once.
+	Delay caddy.Duration `json:"delay,omitempty"`
+
+	// DelayQueue caps the requests of one key waiting at once on this
+	// node (1 to 100000); past it, requests are denied at once. Default:
+	// 100. Only with Delay.
+	DelayQueue int64 `json:"delay_queue,omitempty"`
+
+	// Calendar aligns the zone's windows to the calendar instead of fixed
+	// lengths: day (midnight to midnight), week (ISO: from Monday) or
+	// month (from the 1st), in WindowTimezone; Window is then left empty.
+	// The Caddyfile's 1d, 1w and 1mo windows set it. Only for
+	// sliding_window and fixed_window.
+	Calendar string `json:"calendar,omitempty"`
+
+	// WindowTimezone is the IANA time zone of calendar windows, e.g.
+	// Europe/Berlin. Default: UTC. Only with Calendar.
+	WindowTimezone string `json:"window_timezone,omitempty"`
 
 	matchers   caddyhttp.MatcherSet
 	limit      limiter.Limit
@@ -113,6 +171,7 @@ type Zone struct {
 	emptyKey   *emptyKeyReport
 	leaseFixed bool     // Lease has no placeholders
 	handler    *Handler // the handler that declares the zone
+	outcome    zoneOutcome
 }
 
 // Defaults of lease zones.
@@ -138,6 +197,7 @@ func (z *Zone) provision(ctx caddy.Context, h limiter.Hasher) error {
 	}
 	z.prepare(h)
 	z.emptyKey = &emptyKeyReport{logger: ctx.Logger()}
+	z.outcome.badCost = &throttledLog{logger: ctx.Logger(), msg: "a zone's cost rendered something else than a whole number of at least 0; such requests cost 1 (logged at most once a minute)"}
 	return nil
 }
 
@@ -151,6 +211,10 @@ func (z *Zone) prepare(h limiter.Hasher) {
 		Quota:     z.Limit,
 		Window:    time.Duration(z.Window),
 		Burst:     z.Burst,
+		Calendar:  z.calendar(),
+	}
+	if z.limit.Calendar != nil {
+		z.limit.Window = z.limit.Calendar.Unit.Nominal()
 	}
 	if z.isLease() {
 		ttl := time.Duration(z.TTL)
@@ -166,11 +230,14 @@ func (z *Zone) prepare(h limiter.Hasher) {
 	z.leaseFixed = !strings.Contains(z.Lease, "{")
 	z.quoted = strconv.Quote(z.Name) // names are validated to need no escapes
 	z.policy = fmt.Sprintf("%s;q=%d;w=%d", z.quoted, z.Limit, headerSeconds(z.limit.Window))
-	z.denyError = fmt.Errorf("rate limit of zone %q exceeded", z.Name)
+	// Zone names need no quoting, and the message none either: it goes
+	// into JSON strings built in handle_errors as it is.
+	z.denyError = fmt.Errorf("rate limit of zone %s exceeded", z.Name)
 	if z.isLease() {
 		z.policy = "" // RateLimit headers describe rates, not slots
-		z.denyError = fmt.Errorf("concurrency limit of zone %q reached: all slots held", z.Name)
+		z.denyError = fmt.Errorf("concurrency limit of zone %s reached: all slots held", z.Name)
 	}
+	z.prepareOutcome(h)
 }
 
 // setScope gives z its identity: the counters of zones with the same
@@ -185,6 +252,11 @@ func (z *Zone) setScope(h limiter.Hasher, scope string) {
 	}
 	initMetrics()
 	z.emptyKey.counter = metrics.emptyKeys.WithLabelValues(z.Name, scope)
+	z.outcome.banSeed = banSeedOf(h, scope)
+	if z.outcome.delay != nil {
+		initOutcomeMetrics()
+		z.outcome.delay.waiting = outcomeMetrics.waiting.WithLabelValues(z.Name, scope)
+	}
 }
 
 // settings renders what a shared zone's declarations must agree on; dry
@@ -203,6 +275,21 @@ func (z *Zone) settings(dry bool) string {
 		if z.Burst != 0 && z.Burst != z.Limit { // the default burst is the limit
 			fmt.Fprintf(&b, ", burst %d", z.Burst)
 		}
+	}
+	if z.Calendar != "" {
+		fmt.Fprintf(&b, ", calendar %s %s", z.Calendar, z.WindowTimezone)
+	}
+	if z.CountResponse != nil {
+		fmt.Fprintf(&b, ", count_response %v %v", z.CountResponse.StatusCode, z.CountResponse.Headers)
+	}
+	if z.Cost != "" || z.CostHeader != "" {
+		fmt.Fprintf(&b, ", cost %q %q", z.Cost, z.CostHeader)
+	}
+	if z.Ban != 0 {
+		fmt.Fprintf(&b, ", ban %s", time.Duration(z.Ban))
+	}
+	if z.Delay != 0 {
+		fmt.Fprintf(&b, ", delay %s %d", time.Duration(z.Delay), z.DelayQueue)
 	}
 	if dry {
 		b.WriteString(", dry_run")
@@ -256,6 +343,9 @@ func (z *Zone) validate() error {
 				return fmt.Errorf("zone %q: ttl %s: %w", z.Name, ttl, err)
 			}
 		}
+		if set := z.outcomeSettings(); set != "" {
+			return fmt.Errorf("zone %q: %s is for limit zones, not concurrent ones", z.Name, set)
+		}
 		return nil
 	}
 	if err := validateNetworkShare("network_share", z.NetworkShare); err != nil {
@@ -267,12 +357,12 @@ func (z *Zone) validate() error {
 	if err := quotaBounds.check(z.Limit); err != nil {
 		return fmt.Errorf("zone %q: limit %d: %w", z.Name, z.Limit, err)
 	}
-	if err := validateWindow(time.Duration(z.Window)); err != nil {
-		return fmt.Errorf("zone %q: limit window %s: %v", z.Name, time.Duration(z.Window), err)
-	}
 	alg, err := limiter.ParseAlgorithm(z.Algorithm)
 	if err != nil {
 		return fmt.Errorf("zone %q: algorithm: %v", z.Name, err)
+	}
+	if err := z.validateWindows(alg); err != nil {
+		return err
 	}
 	if z.Burst != 0 && alg != limiter.TokenBucket {
 		return fmt.Errorf("zone %q: burst is only allowed with algorithm token_bucket, not %s", z.Name, alg)
@@ -280,7 +370,7 @@ func (z *Zone) validate() error {
 	if err := quotaBounds.checkSet(z.Burst); err != nil {
 		return fmt.Errorf("zone %q: burst %d: %w", z.Name, z.Burst, err)
 	}
-	return nil
+	return z.validateOutcome()
 }
 
 // validateTierLimit checks a tier's limit for this zone's kind.

@@ -28,9 +28,13 @@ type invocation struct {
 	json   bool
 	zone   string
 	listen string
-	out    io.Writer
-	client *http.Client
-	origin string // the base of admin URLs
+	// The flags of block and allow: --for, --reason and --remove.
+	forDuration string
+	reason      string
+	remove      bool
+	out         io.Writer
+	client      *http.Client
+	origin      string // the base of admin URLs
 	// originHeader is the Origin sent to the admin endpoint: its own
 	// address, or none on a unix socket, as caddy reload does.
 	originHeader string
@@ -54,6 +58,15 @@ func newInvocation(fl caddycmd.Flags, out io.Writer) (*invocation, error) {
 	}
 	if f := fl.Lookup("listen"); f != nil {
 		c.listen = f.Value.String()
+	}
+	if f := fl.Lookup("for"); f != nil {
+		c.forDuration = f.Value.String()
+	}
+	if f := fl.Lookup("reason"); f != nil {
+		c.reason = f.Value.String()
+	}
+	if f := fl.Lookup("remove"); f != nil {
+		c.remove = f.Value.String() == "true"
 	}
 	if parsed.IsUnixNetwork() || parsed.IsFdNetwork() {
 		// As caddy reload does: a bogus host, no Origin (Caddy refuses

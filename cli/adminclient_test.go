@@ -58,9 +58,11 @@ http://127.0.0.1:%d {
 			want string
 		}{
 			{"status", runStatus, nil, `"standalone": true`},
-			{"client", runClient, []string{".."}, `"id": ".."`},
-			{"client", runClient, []string{"."}, `"id": "."`},
-			{"reset", runReset, []string{".."}, `"id": ".."`},
+			// A raw key is looked up by its hashed ID: "." and ".." never
+			// reach a path.
+			{"client", runClient, []string{".."}, `"id": "h:`},
+			{"client", runClient, []string{"."}, `"id": "h:`},
+			{"reset", runReset, []string{".."}, `"id": "h:`},
 			{"grant show", runGrantShow, []string{"api", ".."}, ""},
 		} {
 			var out bytes.Buffer

@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -19,11 +20,33 @@ func warnNearlyHashed(id string) {
 	}
 }
 
-// callClient sends method to the route of client id (in --zone, if given)
-// and decodes the answer into out.
-func (c *invocation) callClient(method, id string, out any) ([]byte, error) {
+// hashedID returns the ID the admin routes are called with for a key: a
+// hashed or network ID as it is, a raw key's hashed ID as the admin API
+// answers it (POST /tollgate/hash, the key in the body), so that no raw key
+// is put in a URL, which Caddy's admin log records.
+func (c *invocation) hashedID(id string) (string, error) {
 	warnNearlyHashed(id)
-	return c.call(method, adminapi.ClientPath(id)+c.zoneQuery(), nil, out)
+	if _, ok := adminapi.ParseHashedID(id); ok {
+		return id, nil
+	}
+	if _, ok := adminapi.ParseNetworkID(id); ok {
+		return id, nil
+	}
+	var ans adminapi.HashAnswer
+	if _, err := c.call(http.MethodPost, adminapi.PathHash, adminapi.HashRequest{Key: id}, &ans); err != nil {
+		return "", err
+	}
+	return ans.ID, nil
+}
+
+// callClient sends method to the route of client id (in --zone, if given)
+// and decodes the answer into out; the answer's ID is id as given.
+func (c *invocation) callClient(method, id string, out any) ([]byte, error) {
+	hid, err := c.hashedID(id)
+	if err != nil {
+		return nil, err
+	}
+	return c.call(method, adminapi.ClientPath(hid)+c.zoneQuery(), nil, out)
 }
 
 // runClient prints a client's counters in every zone, or --zone.
@@ -35,9 +58,9 @@ func runClient(c *invocation, args []string) (int, error) {
 	}
 	seen := false
 	for _, z := range view.Zones {
-		seen = seen || z.Remaining < z.Limit || z.Exhausted || z.Grant != nil || len(z.Leases) > 0
+		seen = seen || counted(z)
 	}
-	unseen := fmt.Errorf("nothing is counted for %s now: it was not seen lately, or its counters expired (check the id: a raw key as the zone renders it, or h: and 16 hex digits as the logs print it)", args[0])
+	unseen := errUnseen(args[0])
 	if c.json {
 		code, err := c.printJSON(raw)
 		if err == nil && !seen {
@@ -49,7 +72,7 @@ func runClient(c *invocation, args []string) (int, error) {
 		return exitNotFound, unseen
 	}
 	w := c.table()
-	fmt.Fprintf(w, "client\t%s\n", view.ID)
+	fmt.Fprintf(w, "client\t%s\n", args[0])
 	fmt.Fprintf(w, "owner\t%s\n", view.Owner)
 	if view.Reputation != nil {
 		fmt.Fprintf(w, "reputation\t%d\n", *view.Reputation)
@@ -59,6 +82,9 @@ func runClient(c *invocation, args []string) (int, error) {
 	w = c.table()
 	fmt.Fprintln(w, "ZONE\tALGORITHM\tLIMIT\tREMAINING\tRESET\tDENIED\tSOURCE\tGRANT")
 	for _, z := range view.Zones {
+		if !counted(z) {
+			continue // a zone that never saw the key: nothing to show
+		}
 		grant := "-"
 		if z.Grant != nil {
 			grant = fmt.Sprintf("%d of %d left", z.Grant.Remaining, z.Grant.Amount)
@@ -69,8 +95,46 @@ func runClient(c *invocation, args []string) (int, error) {
 	return exitOK, nil
 }
 
-// runReset lets a client through again in every zone, or --zone.
+// counted reports whether a zone holds anything for the key: a count, a
+// denial, a grant or a lease.
+func counted(z adminapi.ZoneView) bool {
+	return z.Remaining < z.Limit || z.Exhausted || z.Grant != nil || len(z.Leases) > 0
+}
+
+// errUnseen says that nothing is counted for id.
+func errUnseen(id string) error {
+	return fmt.Errorf("nothing is counted for %s now: it was not seen lately, or its counters expired (check the id: a raw key as the zone renders it, or h: and 16 hex digits as the logs print it)", id)
+}
+
+// runReset lets a client through again in every zone, or --zone: it lifts
+// the key's operator decisions there, and drops its counters. A client with
+// no decision and nothing counted is not found, as `client` says, and
+// nothing is reset.
 func runReset(c *invocation, args []string) (int, error) {
+	lifted, _, err := c.liftDecisions(args[0], "")
+	if err != nil && exitFor(err) != exitNotFound {
+		return exitFor(err), err
+	}
+	if !c.json {
+		c.printLifted(args[0], lifted)
+	}
+	var view adminapi.ClientView
+	seen, err := c.callClient(http.MethodGet, args[0], &view)
+	if err != nil {
+		return exitFor(err), err
+	}
+	if !slices.ContainsFunc(view.Zones, counted) {
+		if c.json { // as client prints it
+			c.printJSON(seen)
+		}
+		if len(lifted) > 0 {
+			if !c.json {
+				fmt.Fprintf(c.out, "no counters to reset: nothing is counted for %s now\n", args[0])
+			}
+			return exitOK, nil
+		}
+		return exitNotFound, errUnseen(args[0])
+	}
 	var res adminapi.ResetResult
 	raw, err := c.callClient(http.MethodDelete, args[0], &res)
 	if err != nil {
@@ -79,7 +143,7 @@ func runReset(c *invocation, args []string) (int, error) {
 	if c.json {
 		return c.printJSON(raw)
 	}
-	fmt.Fprintf(c.out, "reset %s in %s\n", res.ID, strings.Join(res.ZonesReset, ", "))
+	fmt.Fprintf(c.out, "reset %s in %s\n", args[0], strings.Join(res.ZonesReset, ", "))
 	if len(res.Unreachable) > 0 {
 		fmt.Fprintf(c.out, "not told (they forget the key when its denial ends): %s\n", strings.Join(res.Unreachable, ", "))
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -23,6 +24,15 @@ func runGrantAdd(c *invocation, args []string) (int, error) {
 	if secs, err := strconv.ParseInt(args[3], 10, 64); err == nil {
 		duration = secs
 	}
+	// A new grant replaces the key's grant in the zone: say so, and what it
+	// replaced.
+	var replaced []adminapi.GrantView
+	if hid, err := c.hashedID(args[1]); err == nil {
+		path := adminapi.GrantPath(args[0], hid)
+		if raw, err := c.call(http.MethodGet, path, nil, nil); err == nil {
+			replaced, _ = grantsOf(http.MethodGet, path, raw)
+		}
+	}
 	body := map[string]any{"zone": args[0], "key": args[1], "amount": amount, "duration": duration}
 	raw, err := c.call(http.MethodPost, adminapi.PathGrants, body, nil)
 	if err != nil {
@@ -35,6 +45,9 @@ func runGrantAdd(c *invocation, args []string) (int, error) {
 	if err != nil {
 		return exitRefused, err
 	}
+	for _, g := range replaced {
+		fmt.Fprintf(c.out, "replaced the grant of %s in %s: %d of %d left, until %s\n", args[1], g.Scope, g.Remaining, g.Amount, g.Expires)
+	}
 	return c.printGrants(gs)
 }
 
@@ -44,8 +57,11 @@ func runGrantShow(c *invocation, args []string) (int, error) {
 		return exitUsage, errors.New("give a zone and a key, or neither to list every grant")
 	}
 	if len(args) == 2 {
-		warnNearlyHashed(args[1])
-		path := adminapi.GrantPath(args[0], args[1])
+		hid, err := c.hashedID(args[1])
+		if err != nil {
+			return exitFor(err), err
+		}
+		path := adminapi.GrantPath(args[0], hid)
 		raw, err := c.call(http.MethodGet, path, nil, nil)
 		if err != nil {
 			return exitFor(err), err
@@ -56,6 +72,9 @@ func runGrantShow(c *invocation, args []string) (int, error) {
 		gs, err := grantsOf(http.MethodGet, path, raw)
 		if err != nil {
 			return exitRefused, err
+		}
+		for i := range gs {
+			gs[i].Key = args[1] // as given, not the ID it was looked up by
 		}
 		return c.printGrants(gs)
 	}
@@ -75,6 +94,8 @@ func runGrantShow(c *invocation, args []string) (int, error) {
 		fmt.Fprintln(c.out, "no grant holds now")
 	} else if code, err := c.printGrants(all.Items); err != nil {
 		return code, err
+	} else {
+		fmt.Fprintln(c.out, "keys are listed by their hashed ID (no raw key is kept); caddy tollgate grant show <zone> <key> shows one by its raw key")
 	}
 	if len(all.Unreachable) > 0 {
 		fmt.Fprintf(c.out, "not listed: grants given through or owned by %s (they did not answer)\n", strings.Join(all.Unreachable, ", "))
@@ -100,20 +121,34 @@ func grantsOf(method, path string, raw []byte) ([]adminapi.GrantView, error) {
 	return gs, nil
 }
 
-// printGrants prints grants as a table.
+// printGrants prints grants as a table; the SCOPE column only when a
+// zone's name does not say it (zones of several handlers sharing a name).
 func (c *invocation) printGrants(gs []adminapi.GrantView) (int, error) {
+	scoped := slices.ContainsFunc(gs, func(g adminapi.GrantView) bool { return g.Scope != g.Zone })
 	w := c.table()
-	fmt.Fprintln(w, "ZONE\tSCOPE\tKEY\tAMOUNT\tUSED\tREMAINING\tEXPIRES")
+	if scoped {
+		fmt.Fprintln(w, "ZONE\tSCOPE\tKEY\tAMOUNT\tUSED\tREMAINING\tEXPIRES")
+	} else {
+		fmt.Fprintln(w, "ZONE\tKEY\tAMOUNT\tUSED\tREMAINING\tEXPIRES")
+	}
 	for _, g := range gs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%s\n", g.Zone, g.Scope, g.Key, g.Amount, g.Used, g.Remaining, g.Expires)
+		if scoped {
+			fmt.Fprintf(w, "%s\t%s\t", g.Zone, g.Scope)
+		} else {
+			fmt.Fprintf(w, "%s\t", g.Zone)
+		}
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\n", g.Key, g.Amount, g.Used, g.Remaining, g.Expires)
 	}
 	return exitOK, w.Flush()
 }
 
 // runGrantRevoke revokes a key's grant in a zone.
 func runGrantRevoke(c *invocation, args []string) (int, error) {
-	warnNearlyHashed(args[1])
-	raw, err := c.call(http.MethodDelete, adminapi.GrantPath(args[0], args[1]), nil, nil)
+	hid, err := c.hashedID(args[1])
+	if err != nil {
+		return exitFor(err), err
+	}
+	raw, err := c.call(http.MethodDelete, adminapi.GrantPath(args[0], hid), nil, nil)
 	if err != nil {
 		return exitFor(err), err
 	}

@@ -17,9 +17,10 @@ const maxStatusPages = 100
 // zoneDenials is one zone's keys denied now, as `caddy tollgate status`
 // shows them (zones_by_denials, with --json).
 type zoneDenials struct {
-	Zone       string `json:"zone"`        // the zone's name
-	KeysDenied int    `json:"keys_denied"` // how many of its keys are denied now
-	Denials    uint64 `json:"denials"`     // how many denials of those keys the nodes saw
+	Zone           string `json:"zone"`            // the zone's name
+	KeysDenied     int    `json:"keys_denied"`     // how many of its keys are denied now, by their own budget
+	NetworksDenied int    `json:"networks_denied"` // how many IP networks are denied now, by their network budget
+	Denials        uint64 `json:"denials"`         // how many denials of those keys and networks the nodes saw
 }
 
 // runStatus prints this node's view of the cluster, its counters and the
@@ -43,7 +44,11 @@ func runStatus(c *invocation, _ []string) (int, error) {
 			zd = &zoneDenials{Zone: it.Zone}
 			byZone[it.Zone] = zd
 		}
-		zd.KeysDenied++
+		if it.Budget == adminapi.BudgetNetwork {
+			zd.NetworksDenied++
+		} else {
+			zd.KeysDenied++
+		}
 		zd.Denials += it.Denials
 	}
 	top := make([]zoneDenials, 0, len(byZone))
@@ -84,20 +89,24 @@ func runStatus(c *invocation, _ []string) (int, error) {
 	fmt.Fprintf(w, "keys\t%d held of %d (%d reclaimed, %d overflowed), about %s\n", st.Keys.Held, st.Keys.Max, st.Keys.Reclaimed, st.Keys.Overflowed, humanBytes(st.Memory.CounterBytes))
 	w.Flush()
 	fmt.Fprintln(c.out)
-	w = c.table()
-	fmt.Fprintln(w, "MEMBER\tSTATE\tRING SHARE\tFALLBACK")
-	for _, m := range cl.Members {
-		fmt.Fprintf(w, "%s\t%s\t%.0f%%\t%v\n", m.Name, m.State, m.Share*100, yesNo(m.Fallback))
-	}
-	w.Flush()
-	fmt.Fprintln(c.out)
-	if len(top) == 0 {
-		fmt.Fprintln(c.out, "no key is denied now")
-	} else {
+	if !cl.Standalone { // a single node is its own only member
 		w = c.table()
-		fmt.Fprintln(w, "ZONE\tKEYS DENIED NOW\tDENIALS")
+		fmt.Fprintln(w, "MEMBER\tSTATE\tRING_SHARE\tFALLBACK")
+		for _, m := range cl.Members {
+			fmt.Fprintf(w, "%s\t%s\t%.0f%%\t%v\n", m.Name, m.State, m.Share*100, yesNo(m.Fallback))
+		}
+		w.Flush()
+		fmt.Fprintln(c.out)
+	}
+	if len(top) == 0 {
+		fmt.Fprintln(c.out, "no key and no network is denied now")
+	} else {
+		// One word per heading, so that each reads as one column.
+		fmt.Fprintln(c.out, "denied now, by zone (keys by their own budget, networks by the budget their clients without a session share):")
+		w = c.table()
+		fmt.Fprintln(w, "ZONE\tKEYS\tNETWORKS\tDENIALS")
 		for _, zd := range top {
-			fmt.Fprintf(w, "%s\t%d\t%d\n", zd.Zone, zd.KeysDenied, zd.Denials)
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", zd.Zone, zd.KeysDenied, zd.NetworksDenied, zd.Denials)
 		}
 		w.Flush()
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -79,16 +80,22 @@ type uiRelay struct {
 // relayed reports whether the page may make this request.
 func relayed(method, path string) bool {
 	switch {
-	case method == http.MethodGet:
-		return path == adminapi.PathUI || path == adminapi.PathStatus || path == adminapi.PathDenied ||
-			path == adminapi.PathReputation || path == "/metrics"
-	case method == http.MethodDelete:
-		// One segment, as sent (escaped): never a move up the path.
+	case method == http.MethodGet && (path == adminapi.PathUI || path == adminapi.PathStatus || path == adminapi.PathDenied ||
+		path == adminapi.PathReputation || path == adminapi.PathStream || path == adminapi.PathDecisions || path == "/metrics"):
+		return true
+	case method == http.MethodGet || method == http.MethodDelete:
+		// A client's counters (the lookup box) and its reset: one
+		// segment, as sent (escaped), never a move up the path.
 		id, ok := strings.CutPrefix(path, adminapi.PathClients)
 		return ok && id != "" && id != "." && id != ".." && !strings.Contains(id, "/")
+	case method == http.MethodPost:
+		return path == adminapi.PathHash // the lookup box: a key's hashed ID, the key in the body
 	}
 	return false
 }
+
+// maxRelayedBody bounds the body of a relayed request: a key to hash.
+const maxRelayedBody = 4096
 
 // ServeHTTP serves the page's requests, relaying them to the admin
 // endpoint, and refuses any other.
@@ -116,15 +123,33 @@ func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		relayError(w, http.StatusNotFound, "the status page relay does not serve "+r.Method+" "+path)
 		return
 	}
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, u.c.origin+path+queryOf(r), nil)
+	var body io.Reader
+	if r.Method == http.MethodPost {
+		b, err := io.ReadAll(io.LimitReader(r.Body, maxRelayedBody+1))
+		if err != nil || len(b) > maxRelayedBody {
+			relayError(w, http.StatusRequestEntityTooLarge, "the status page relay takes a body of at most 4096 bytes")
+			return
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, u.c.origin+path+queryOf(r), body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	if u.c.originHeader != "" {
 		req.Header.Set("Origin", u.c.originHeader)
 	}
-	resp, err := u.c.client.Do(req)
+	hc := u.c.client
+	if path == adminapi.PathStream { // lives a minute: no whole-answer timeout
+		streaming := *hc
+		streaming.Timeout = 0
+		hc = &streaming
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		relayError(w, http.StatusBadGateway, "cannot reach Caddy's admin endpoint at "+u.c.addr)
 		return
@@ -136,7 +161,26 @@ func (u *uiRelay) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	io.Copy(w, resp.Body)
+	copyFlushing(w, resp.Body)
+}
+
+// copyFlushing copies an answer to w, flushing each read, so that the
+// events of a stream reach the page as they come.
+func copyFlushing(w http.ResponseWriter, body io.Reader) {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // queryOf is r's query, with its "?", or nothing.

@@ -177,3 +177,51 @@ func TestUIRefusesAnAddressThatIsNoAdminEndpoint(t *testing.T) {
 		t.Errorf("caddy tollgate ui against a site: %v\n%s; want exit %d saying it is no admin endpoint", err, out, exitRefused)
 	}
 }
+
+// TestUIRelayServesTheLookupBox: the relay passes the lookup box's
+// requests (a key hashed from the body, a client's counters, the
+// decisions) and nothing beside them: no other POST, no body over 4 KiB,
+// no client path that moves up.
+func TestUIRelayServesTheLookupBox(t *testing.T) {
+	srv := startCaddy(t, testutil.AdminSite)
+	c := invocationFor(t, srv.Admin, false, io.Discard)
+	relay := httptest.NewUnstartedServer(nil)
+	relay.Config.Handler = &uiRelay{c: c, self: relay.Listener.Addr().String()}
+	relay.Start()
+	defer relay.Close()
+	send := func(method, path, body string) (int, string) {
+		req, _ := http.NewRequest(method, relay.URL+path, strings.NewReader(body))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	status, body := send(http.MethodPost, adminapi.PathHash, `{"key": "alice"}`)
+	var ans adminapi.HashAnswer
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &ans) != nil || !strings.HasPrefix(ans.ID, "h:") {
+		t.Fatalf("POST %s through the relay: %d %s; want alice's hashed ID", adminapi.PathHash, status, body)
+	}
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+	}{
+		{http.MethodGet, adminapi.ClientPath(ans.ID), "", http.StatusOK},
+		{http.MethodGet, adminapi.PathDecisions, "", http.StatusOK},
+		{http.MethodPost, adminapi.PathHash, `{"key": "` + strings.Repeat("x", 5000) + `"}`, http.StatusRequestEntityTooLarge},
+		{http.MethodPost, adminapi.PathDecisions, `{"key": "alice", "action": "block"}`, http.StatusNotFound},
+		{http.MethodPost, "/load", `{}`, http.StatusNotFound},
+		{http.MethodGet, "/tollgate/clients/../../config/", "", http.StatusNotFound},
+		{http.MethodGet, "/config/", "", http.StatusNotFound},
+	} {
+		if status, body := send(tc.method, tc.path, tc.body); status != tc.status {
+			t.Errorf("%s %s through the relay: %d %.200s; want %d", tc.method, tc.path, status, body, tc.status)
+		}
+	}
+	var list adminapi.DecisionList
+	if _, body := srv.adminGet(t, adminapi.PathDecisions, &list); len(list.Items) != 0 {
+		t.Errorf("a decision was made through the relay: %s", body)
+	}
+}

@@ -7,6 +7,8 @@ import (
 
 	caddycmd "github.com/caddyserver/caddy/v2/cmd"
 	"github.com/spf13/cobra"
+
+	"github.com/tollgate/tollgate/adminapi"
 )
 
 // Exit codes of `caddy tollgate …`, for scripts.
@@ -21,7 +23,7 @@ const (
 func init() {
 	caddycmd.RegisterCommand(caddycmd.Command{
 		Name:  "tollgate",
-		Usage: "status|client|reset|tiers|grant|ui … [--address <admin>] [--json]",
+		Usage: "status|client|reset|tiers|grant|block|allow|decisions|ui … [--address <admin>] [--json]",
 		Short: "Shows and changes what Tollgate is doing in a running Caddy",
 		Long: `
 Talks to the admin endpoint of a running Caddy, as 'caddy reload' does: the
@@ -30,13 +32,20 @@ localhost:2019.
 
   caddy tollgate status                          members, ring agreement, fallback, keys, zones by denials
   caddy tollgate client <id> [--zone z]          a client's counters (a raw key, or h:… as the logs print it)
-  caddy tollgate reset <id> [--zone z]           let a client through again
+  caddy tollgate reset <id> [--zone z]           let a client through again (and lift its decisions)
   caddy tollgate tiers                           tier limits in effect
   caddy tollgate tiers set <zone> <tier>=<n>…    override tier limits at run time
   caddy tollgate tiers clear                     drop every override
   caddy tollgate grant add <zone> <key> <amount> <duration>
   caddy tollgate grant show [<zone> <key>]       one grant, or every grant
   caddy tollgate grant revoke <zone> <key>
+  caddy tollgate block <key> [--for 1h] [--zone z] [--reason text]
+                                                 deny a key's requests until the decision expires
+  caddy tollgate allow <key> [--for 1h] [--zone z] [--reason text]
+                                                 let a key skip the limits until then
+  caddy tollgate block|allow --remove <key> [--zone z]
+                                                 lift a key's blocks or allows
+  caddy tollgate decisions                       the blocks and allows in effect, reason and expiry
   caddy tollgate ui [--listen 127.0.0.1:2099]    the live status page, for a browser
 
 Output is a table; --json prints the admin API's JSON. Exit codes: 0 done,
@@ -73,10 +82,10 @@ func cobraRun(run subcommand) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		return caddycmd.WrapCommandFuncForCobra(func(fl caddycmd.Flags) (int, error) {
 			if run == nil && len(args) > 0 {
-				return exitUsage, fmt.Errorf("unknown subcommand %q: name one of status, client, reset, tiers, grant or ui; see caddy help tollgate", args[0])
+				return exitUsage, fmt.Errorf("unknown subcommand %q: name one of status, client, reset, tiers, grant, block, allow, decisions or ui; see caddy help tollgate", args[0])
 			}
 			if run == nil {
-				return exitUsage, errors.New("name a subcommand: status, client, reset, tiers, grant or ui; see caddy help tollgate")
+				return exitUsage, errors.New("name a subcommand: status, client, reset, tiers, grant, block, allow, decisions or ui; see caddy help tollgate")
 			}
 			c, err := newInvocation(fl, cmd.OutOrStdout())
 			if err != nil {
@@ -118,7 +127,18 @@ func subcommands() []*cobra.Command {
 		sub("show [<zone> <key>]", "One grant, or every grant", cobra.RangeArgs(0, 2), runGrantShow),
 		sub("revoke <zone> <key>", "Revoke a grant", cobra.ExactArgs(2), runGrantRevoke),
 	)
+	decisionFlags := func(c *cobra.Command, action string) {
+		zoneFlag(c)
+		c.Flags().String("for", "", "How long the decision holds: 1h, 7d, or seconds (default 24h, at most 366d)")
+		c.Flags().String("reason", "", "Why, for whoever lists the decisions later (at most 200 characters, one line)")
+		c.Flags().Bool("remove", false, "Lift the key's "+action+" decisions (in --zone only, if given) instead")
+	}
+	block := sub("block <key>", "Deny a key's requests (429) in every zone, or --zone, until the decision expires", cobra.ExactArgs(1), runDecide(adminapi.ActionBlock))
+	decisionFlags(block, adminapi.ActionBlock)
+	allow := sub("allow <key>", "Let a key skip the limits of every zone, or --zone, until the decision expires", cobra.ExactArgs(1), runDecide(adminapi.ActionAllow))
+	decisionFlags(allow, adminapi.ActionAllow)
+	decisions := sub("decisions", "The operators' blocks and allows in effect, with reason and expiry", cobra.NoArgs, runDecisions)
 	ui := sub("ui", "Serve the live status page on a loopback address, relaying to the admin endpoint", cobra.NoArgs, runUI)
 	ui.Flags().String("listen", defaultUIListen, "Loopback address to serve the status page on")
-	return []*cobra.Command{status, client, reset, tiers, grant, ui}
+	return []*cobra.Command{status, client, reset, tiers, grant, block, allow, decisions, ui}
 }

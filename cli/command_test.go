@@ -3,6 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -37,9 +39,9 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		errWords string   // in the error output
 	}
 	for _, s := range []step{
-		{[]string{"status"}, 0, []string{"standalone", "MEMBER", "local", "self", "ZONE", "api"}, ""},
+		{[]string{"status"}, 0, []string{"standalone", "ZONE  KEYS  NETWORKS  DENIALS", "api   1     0         1"}, ""},
 		{[]string{"client", "alice", "--zone", "api"}, 0, []string{"ZONE", "api", "sliding_window", "100", "yes"}, ""},
-		{[]string{"client", aliceHash}, 0, []string{"api", "credits", "rooms"}, ""},
+		{[]string{"client", aliceHash}, 0, []string{"api", "sliding_window", "100"}, ""},
 		{[]string{"client", "nobody-seen"}, exitNotFound, nil, "nothing is counted for nobody-seen"},
 		{[]string{"client", "alice", "--zone", "nosuch"}, exitNotFound, nil, `no zone \"nosuch\"`},
 		{[]string{"tiers"}, 0, []string{"credits", "premium", "50000", "rooms", "32"}, ""},
@@ -49,6 +51,7 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		{[]string{"tiers", "clear"}, 0, []string{"credits", "pro", "10000"}, ""},
 		{[]string{"grant", "add", "credits", "alice", "500", "168h"}, 0, []string{"credits", "alice", "500"}, ""},
 		{[]string{"grant", "add", "credits", "bob", "5", "3600"}, 0, []string{"bob", "5"}, ""},
+		{[]string{"grant", "add", "credits", "bob", "6", "3600"}, 0, []string{"replaced the grant of bob in credits: 5 of 5 left"}, ""},
 		{[]string{"grant", "add", "credits", "bob", "lots", "1h"}, exitUsage, nil, `amount \"lots\"`},
 		{[]string{"grant", "show", "credits", "alice"}, 0, []string{"alice", "500"}, ""},
 		{[]string{"grant", "show"}, 0, []string{"credits", aliceHash, "500"}, ""},
@@ -56,6 +59,7 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		{[]string{"grant", "revoke", "credits", "alice"}, exitNotFound, nil, "no grant"},
 		{[]string{"grant", "show", "credits"}, exitUsage, nil, "give a zone and a key"},
 		{[]string{"reset", aliceHash, "--zone", "api"}, 0, []string{"reset " + aliceHash + " in api"}, ""},
+		{[]string{"reset", "nobody-seen"}, exitNotFound, nil, "nothing is counted for nobody-seen"},
 		{[]string{"client"}, exitUsage, nil, "usage: caddy tollgate client <id>"},
 		{[]string{}, exitUsage, nil, "name a subcommand"},
 	} {
@@ -72,6 +76,17 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 		if s.errWords != "" && !strings.Contains(errOut, s.errWords) {
 			t.Errorf("tollgate %v: error output lacks %q:\n%s", s.args, s.errWords, errOut)
 		}
+	}
+	if out, _, _ := testutil.CLI(t, "status", "--address", addr); strings.Contains(out, "MEMBER") {
+		t.Errorf("a single node's status has cluster rows:\n%s", out)
+	}
+	// A key seen in api only: its table has no row of the zones that never saw it.
+	srv.get(t, "/api/x", "X-User", "dave")
+	if out, _, _ := testutil.CLI(t, "client", "dave", "--address", addr); !strings.Contains(out, "api") || strings.Contains(out, "credits") || strings.Contains(out, "rooms") {
+		t.Errorf("client dave, seen in api only:\n%s", out)
+	}
+	if out, _, _ := testutil.CLI(t, "grant", "show", "--address", addr); strings.Contains(out, "SCOPE") {
+		t.Errorf("grant show of zones with unique names has a SCOPE column:\n%s", out)
 	}
 	if s := srv.get(t, "/api/x", "X-User", "alice"); s != http.StatusOK {
 		t.Errorf("after tollgate reset, alice: %d; want let through", s)
@@ -124,5 +139,44 @@ func TestCLIWrongCommandLinesExitTwo(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, "usage") && !strings.Contains(errOut, "subcommand") {
 			t.Errorf("caddy tollgate %v: exit %d %s; want %d and the usage", args, code, errOut, exitUsage)
 		}
+	}
+}
+
+// TestCLIKeepsRawKeysOutOfCaddysLog: looking a key up, resetting it and
+// showing or revoking its grant put no raw key into the URLs Caddy's admin
+// log records; the answers still name the key as it was given.
+func TestCLIKeepsRawKeysOutOfCaddysLog(t *testing.T) {
+	testutil.TollgateBinary(t)
+	srv := startCaddy(t, testutil.DocSite)
+	const key = "k1-secret-api-key"
+	srv.get(t, "/api/x", "X-User", key)
+	addr := srv.Admin
+	for _, args := range [][]string{
+		{"client", key, "--zone", "api"},
+		{"client", key},
+		{"grant", "add", "credits", key, "5", "1h"},
+		{"grant", "show", "credits", key},
+		{"grant", "revoke", "credits", key},
+		{"reset", key},
+	} {
+		out, errOut, code := testutil.CLI(t, append(args, "--address", addr)...)
+		if code != 0 {
+			t.Fatalf("tollgate %v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		if args[0] == "client" && !strings.Contains(out, key) {
+			t.Errorf("tollgate %v: the table does not name the key as given:\n%s", args, out)
+		}
+	}
+	logs, err := os.ReadFile(filepath.Join(srv.dir, "caddy.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(logs), "\n") {
+		if strings.Contains(line, key) {
+			t.Errorf("Caddy's log has the raw key:\n%s", line)
+		}
+	}
+	if !strings.Contains(string(logs), "/tollgate/clients/h:") {
+		t.Error("the log shows no lookup by hashed ID; did the CLI call the admin API?")
 	}
 }

@@ -409,7 +409,7 @@ func TestSharedValuesReachEveryNode(t *testing.T) {
 func TestGrantsLeasesAndReputationLiveAtTheOwner(t *testing.T) {
 	nodes := startNodes(t, 3)
 	for _, n := range nodes {
-		n.SetReputation(&limiter.ReputationPolicy{Penalty: 10, RecoveryPerHour: 1, Buckets: limiter.DefaultBuckets})
+		n.SetReputation(&limiter.ReputationPolicy{Penalty: 10, RecoveryPerHour: 1, Buckets: limiter.DefaultReputationBuckets()})
 	}
 	key := keyOwnedBy(t, nodes[0].Ring(), nodes[2].Name(), 0)
 	grant := limiter.Grant{Version: [16]byte{1}, Created: time.Now().UnixNano(), Amount: 3, Expires: time.Now().Add(time.Hour).UnixNano()}
@@ -476,7 +476,7 @@ func TestGrantsLeasesAndReputationLiveAtTheOwner(t *testing.T) {
 
 func TestReputationScalesZonesKeptByOtherNodes(t *testing.T) {
 	nodes := startNodes(t, 3)
-	policy := &limiter.ReputationPolicy{Penalty: 30, RecoveryPerHour: 1, Buckets: limiter.DefaultBuckets}
+	policy := &limiter.ReputationPolicy{Penalty: 30, RecoveryPerHour: 1, Buckets: limiter.DefaultReputationBuckets()}
 	for _, n := range nodes {
 		n.engine.SetReputation(policy)
 		n.SetReputation(policy)

@@ -45,6 +45,12 @@ type Request struct {
 	// LeaseID names the lease a Concurrency request claims: a request
 	// that claims a lease already held renews it.
 	LeaseID uint64
+	// MaxDelay, when above zero, books a rate request the limit would deny
+	// for the earliest instant its units fit, if that is at most MaxDelay
+	// away: it is then allowed, with Result.Delay the time to wait, and
+	// counted at that instant (like x/time/rate's Reserve). Zero denies
+	// it, as always.
+	MaxDelay time.Duration
 }
 
 func (r *Request) cost() int64 {
@@ -261,7 +267,14 @@ func (e *Engine) Peek(now time.Time, req Request) Result {
 
 // Refund gives back the units of req, spent earlier by Take, when the
 // request was turned away by a decision made elsewhere.
-func (e *Engine) Refund(now time.Time, req Request) {
+func (e *Engine) Refund(now time.Time, req Request) { e.RefundAt(now, now, req) }
+
+// RefundAt gives back the units of req that Take counted at the instant
+// at: when it decided (now, for Refund), or, for a booking, the instant
+// it was booked for (the decision's time plus Result.Delay). The units
+// come out of the window that counted them, so a refund that arrives
+// after its window has rolled over never lends the current window a unit.
+func (e *Engine) RefundAt(now, at time.Time, req Request) {
 	if req.Limit.Algorithm == Concurrency {
 		e.Release(now, req.Key, req.LeaseID)
 		return
@@ -270,8 +283,29 @@ func (e *Engine) Refund(now time.Time, req Request) {
 	s := &e.shards[shardOf(req.Key)]
 	s.mu.Lock()
 	if cur, ok := s.entries[req.Key]; ok {
-		cur.entry = req.Limit.refund(cur.entry, ns, req.cost())
+		cur.entry = req.Limit.refund(cur.entry, ns, at.UnixNano(), req.cost())
 		s.entries[req.Key] = cur
+	}
+	s.mu.Unlock()
+}
+
+// Charge spends req's units at now whatever its limit says: a cost that
+// was settled after the request was served (a response header reporting
+// what it cost). A charge beyond what remains leaves the key exhausted,
+// owing at most req's units, never more. It spends nothing from grants,
+// and nothing of a Concurrency request.
+func (e *Engine) Charge(now time.Time, req Request) {
+	if req.Limit.Algorithm == Concurrency {
+		return
+	}
+	ns := now.UnixNano()
+	n := min(req.cost(), int64(MaxQuota))
+	s := &e.shards[shardOf(req.Key)]
+	s.mu.Lock()
+	cur, ok := s.entries[req.Key]
+	if ok || e.makeRoom(s, ns, req.Network) {
+		next := req.Limit.charge(cur.entry, ns, n)
+		s.put(req.Key, next, cur, !ok, req.Network, true)
 	}
 	s.mu.Unlock()
 }

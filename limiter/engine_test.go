@@ -404,7 +404,7 @@ func BenchmarkNetworkBudget(b *testing.B) {
 			b.Run(name, func(b *testing.B) {
 				e := New(Config{})
 				if reputation {
-					e.SetReputation(&ReputationPolicy{Penalty: 1, RecoveryPerHour: 10, Buckets: DefaultBuckets})
+					e.SetReputation(&ReputationPolicy{Penalty: 1, RecoveryPerHour: 10, Buckets: DefaultReputationBuckets()})
 				}
 				batches := make([][]Request, clients)
 				for i := range batches {

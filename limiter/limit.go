@@ -83,6 +83,11 @@ type Limit struct {
 	// Burst is the bucket size of a TokenBucket; zero means Quota. Other
 	// algorithms must leave it zero.
 	Burst int64
+	// Calendar, when set, aligns a window algorithm's windows to calendar
+	// days, ISO weeks or months of a time zone instead of fixed lengths
+	// from the Unix epoch; Window is then the unit's nominal length
+	// (Calendar.Nominal). Nil for fixed-length windows.
+	Calendar *Calendar
 }
 
 // Validate reports what is wrong with l, if anything.
@@ -101,6 +106,14 @@ func (l Limit) Validate() error {
 	}
 	if l.Burst < 0 || l.Burst > MaxQuota {
 		return fmt.Errorf("burst %d out of range (allowed: 1 to %d)", l.Burst, int64(MaxQuota))
+	}
+	if l.Calendar != nil {
+		if l.Algorithm != SlidingWindow && l.Algorithm != FixedWindow {
+			return fmt.Errorf("calendar windows are for %s and %s, not %s", SlidingWindow, FixedWindow, l.Algorithm)
+		}
+		if err := l.Calendar.validate(); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -145,6 +158,16 @@ type Result struct {
 	// RetryAfter is how long to wait before the same request can pass;
 	// zero when allowed.
 	RetryAfter time.Duration
+	// Next is, when allowed, the time until more units are available than
+	// Remaining (draft-ietf-httpapi-ratelimit-headers-10's t): the end of
+	// the window for a fixed window, sooner for a sliding window or a
+	// token bucket. Zero when nothing is spent, or when not known (a
+	// result that crossed the network); Reset then stands in for it.
+	Next time.Duration
+	// Delay is, when allowed, how long the request must wait before it is
+	// served: it was booked for that instant (Request.MaxDelay). Zero for
+	// a request admitted now.
+	Delay time.Duration
 }
 
 // entry is the state of one key: 24 bytes.
@@ -230,23 +253,57 @@ func (l Limit) apply(e entry, now, n int64) (entry, Result) {
 	return l.applyWindow(e, now, n)
 }
 
-// roll brings a window entry forward to the window containing now.
-func (l Limit) roll(e entry, now int64) entry {
+// span returns the window of l that contains the instant now: its start
+// and its length, in ns.
+func (l Limit) span(now int64) (start, length int64) {
+	if l.Calendar != nil {
+		return l.Calendar.span(now)
+	}
 	w := int64(l.Window)
-	start := now - now%w
+	start = now - now%w
+	return start, w
+}
+
+// roll brings a window entry forward to the window containing now. An
+// entry already in a later window (booked ahead, see book) stays there.
+func (l Limit) roll(e entry, now int64) entry {
+	start, w := l.span(now)
+	expires := start + 2*w
+	if l.Calendar != nil {
+		_, next := l.span(start + w)
+		expires = start + w + next // kept through the next window, as its previous one
+	}
 	if e.kind() == kindBucket && e.stamp > now {
 		// A bucket in debt: its debt, in tokens at l's rate, becomes the
 		// count of the current window.
 		used := min((e.stamp-now+l.interval()-1)/l.interval(), int64(MaxQuota))
-		return entry{stamp: start, expires: start + 2*w, cur: uint32(used)}
+		return entry{stamp: start, expires: expires, cur: uint32(used)}
 	}
 	if e.expires <= now || e.kind() != kindWindow {
 		// Expired, or no state worth converting: start afresh.
-		return entry{stamp: start, expires: start + 2*w}
+		return entry{stamp: start, expires: expires}
+	}
+	if l.Calendar != nil {
+		eStart, ew := l.span(e.stamp)
+		switch {
+		case e.stamp > now:
+			return e // booked ahead
+		case now < eStart+ew:
+			e.stamp = eStart // the same window (aligned, if written under another limit)
+		case eStart+ew == start:
+			e.prev, e.cur = e.cur, 0
+			e.stamp = start
+		default:
+			e.prev, e.cur = 0, 0
+			e.stamp = start
+		}
+		e.expires = expires
+		return e
 	}
 	switch {
 	case now < e.stamp+w:
-		// Same window (also when the window grew since e was written).
+		// Same window (also when the window grew since e was written, or
+		// a later window booked ahead).
 	case now < e.stamp+2*w:
 		e.prev, e.cur = e.cur, 0
 		e.stamp = start
@@ -260,7 +317,13 @@ func (l Limit) roll(e entry, now int64) entry {
 
 func (l Limit) applyWindow(e entry, now, n int64) (entry, Result) {
 	e = l.roll(e, now)
-	w := int64(l.Window)
+	if e.stamp > now {
+		// A later window holds bookings: nothing fits before it starts.
+		_, r := l.applyWindow(e, e.stamp, n)
+		retry := time.Duration(e.stamp-now) + r.RetryAfter
+		return e, Result{Reset: retry, RetryAfter: retry}
+	}
+	_, w := l.span(e.stamp)
 	elapsed := now - e.stamp
 	if elapsed >= w { // the window shrank since e was written
 		elapsed = w - 1
@@ -274,24 +337,31 @@ func (l Limit) applyWindow(e entry, now, n int64) (entry, Result) {
 	toEnd := time.Duration(w - elapsed)
 	if used+float64(n) <= float64(l.Quota) {
 		e.cur += uint32(n)
-		return e, Result{
+		r := Result{
 			Allowed:   true,
 			Remaining: int64(float64(l.Quota) - used - float64(n)),
 			Reset:     toEnd,
+			Next:      toEnd,
 		}
+		if l.Algorithm == SlidingWindow && e.prev > 0 && r.Remaining < l.Quota {
+			// The previous window's weight falls as the window slides: the
+			// next unit comes when one more than what remains fits.
+			r.Next = min(toEnd, l.windowRetry(e, w, elapsed, r.Remaining+1))
+		}
+		return e, r
 	}
-	retry := l.windowRetry(e, elapsed, n)
+	retry := l.windowRetry(e, w, elapsed, n)
 	return e, Result{Remaining: max(0, int64(float64(l.Quota)-used)), Reset: retry, RetryAfter: retry}
 }
 
-// windowRetry returns how long until n units fit, given the rolled entry e
-// and the time elapsed in its window.
-func (l Limit) windowRetry(e entry, elapsed, n int64) time.Duration {
-	w := float64(l.Window)
+// windowRetry returns how long until n units fit, given the rolled entry e,
+// the length w of its window and the time elapsed in it.
+func (l Limit) windowRetry(e entry, w64, elapsed, n int64) time.Duration {
+	w := float64(w64)
 	quota := float64(l.Quota)
 	cur, prev := float64(e.cur), float64(e.prev)
 	if float64(n) > quota {
-		return l.Window // can never fit; ask to come back after a window
+		return time.Duration(w64) // can never fit; ask to come back after a window
 	}
 	if l.Algorithm == SlidingWindow {
 		// Within this window, prev's weight falls linearly to zero.
@@ -308,7 +378,7 @@ func (l Limit) windowRetry(e entry, elapsed, n int64) time.Duration {
 		}
 		return ceilDuration(d)
 	}
-	return time.Duration(l.Window) - time.Duration(elapsed)
+	return time.Duration(w64 - elapsed)
 }
 
 func ceilDuration(ns float64) time.Duration {
@@ -351,10 +421,14 @@ func (l Limit) applyGCRA(e entry, now, n int64) (entry, Result) {
 	next := tat + n*interval
 	if next-now <= tolerance {
 		remaining := (tolerance - (next - now)) / interval
+		// One more token than remains is earned when the debt falls below
+		// what remaining+1 tokens leave of the tolerance.
+		more := max(0, next-now-(tolerance-(remaining+1)*interval))
 		return entry{stamp: next, expires: next, prev: markBucket}, Result{
 			Allowed:   true,
 			Remaining: remaining,
 			Reset:     time.Duration(next - now),
+			Next:      time.Duration(min(more, next-now)),
 		}
 	}
 	retry := time.Duration(next - now - tolerance)
@@ -368,9 +442,35 @@ func (l Limit) applyGCRA(e entry, now, n int64) (entry, Result) {
 	}
 }
 
-// refund gives n units back to a state, for a request that was admitted here
-// but then turned away elsewhere. Units spent in an earlier window are gone.
-func (l Limit) refund(e entry, now, n int64) entry {
+// book answers a request that apply denied (with denied) by booking it for
+// the earliest instant its n units fit, if that is within maxDelay of now:
+// the units are counted at that instant, so no two bookings share one and
+// no window (or bucket) holds more than the limit. It returns the next
+// state and the result, with Delay set, or e and denied when nothing fits
+// in time.
+func (l Limit) book(e entry, now, n, maxDelay int64, denied Result) (entry, Result) {
+	wait := int64(denied.RetryAfter)
+	if maxDelay <= 0 || wait <= 0 || wait > maxDelay || n > l.capacity() {
+		return e, denied
+	}
+	next, r := l.apply(e, now+wait, n)
+	if !r.Allowed {
+		return e, denied // cannot happen: RetryAfter is when it fits
+	}
+	r.Delay = time.Duration(wait)
+	r.Reset += r.Delay
+	if r.Next > 0 {
+		r.Next += r.Delay
+	}
+	return next, r
+}
+
+// refund gives n units back to a state, for a request that was admitted
+// (or booked) at the instant at but then turned away elsewhere, or whose
+// response did not count. Units come out of the window they were counted
+// in: the current one, or the previous one, which a sliding window still
+// weighs; units of an older window are gone.
+func (l Limit) refund(e entry, now, at, n int64) entry {
 	if e.expires <= now || l.Quota < 1 || l.Window <= 0 {
 		return e
 	}
@@ -382,9 +482,50 @@ func (l Limit) refund(e entry, now, n int64) entry {
 		e.expires = e.stamp
 		return e
 	}
-	if e.kind() != kindWindow || now >= e.stamp+int64(l.Window) {
+	if e.kind() != kindWindow {
 		return e
 	}
-	e.cur -= uint32(min(int64(e.cur), n))
+	start, w := l.span(e.stamp)
+	switch {
+	case at >= start && at < start+w:
+		e.cur -= uint32(min(int64(e.cur), n))
+	case at < start:
+		if prevStart, _ := l.span(start - 1); at >= prevStart {
+			e.prev -= uint32(min(int64(e.prev), n))
+		}
+	}
+	return e
+}
+
+// charge spends n more units at now from state e whatever the limit says,
+// for a cost settled after the request was served: the key is left
+// exhausted if that is more than remains, but never owes more than n.
+func (l Limit) charge(e entry, now, n int64) entry {
+	if l.Quota < 1 || l.Window <= 0 || n <= 0 {
+		return e
+	}
+	if l.Algorithm == TokenBucket {
+		interval := l.interval()
+		tat := e.stamp
+		if e.kind() != kindBucket || tat < now {
+			tat = now
+			if e.kind() == kindWindow {
+				tat = now + min(windowUsed(e, now), l.capacity())*interval
+			}
+		}
+		ceiling := now + (l.capacity()+n)*interval // owing at most n tokens
+		tat = min(tat+n*interval, max(ceiling, tat))
+		return entry{stamp: tat, expires: tat, prev: markBucket}
+	}
+	e = l.roll(e, now)
+	at := max(now, e.stamp)
+	_, w := l.span(e.stamp)
+	used := float64(e.cur)
+	if l.Algorithm == SlidingWindow && e.prev > 0 {
+		used += float64(e.prev) * float64(w-min(at-e.stamp, w-1)) / float64(w)
+	}
+	room := float64(l.Quota+n) - used // up to n past the limit
+	add := max(0, min(n, int64(room)))
+	e.cur += uint32(add)
 	return e
 }

@@ -22,13 +22,6 @@ func DefaultReputationBuckets() []Bucket {
 	return []Bucket{{75, 1}, {50, 0.6}, {25, 0.3}, {0, 0.1}}
 }
 
-// DefaultBuckets are the default buckets, as a value that every user of
-// it shares.
-//
-// Deprecated: a change to it would change every policy built from it; use
-// DefaultReputationBuckets, which returns a fresh slice.
-var DefaultBuckets = DefaultReputationBuckets()
-
 // ReputationPolicy scores clients by their violations: a client starts at
 // FullScore, loses Penalty points for each denied request and regains
 // RecoveryPerHour points an hour, computed when next looked at (no job runs

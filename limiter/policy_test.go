@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-var testPolicy = &ReputationPolicy{Penalty: 1, RecoveryPerHour: 10, Buckets: DefaultBuckets}
+var testPolicy = &ReputationPolicy{Penalty: 1, RecoveryPerHour: 10, Buckets: DefaultReputationBuckets()}
 
 func TestReputationDecayRecoveryAndBuckets(t *testing.T) {
 	for _, tc := range []struct {
@@ -110,8 +110,8 @@ func TestReputationPolicyValidate(t *testing.T) {
 		p    ReputationPolicy
 		want string
 	}{
-		{ReputationPolicy{Penalty: 0, RecoveryPerHour: 1, Buckets: DefaultBuckets}, "penalty 0"},
-		{ReputationPolicy{Penalty: 1, RecoveryPerHour: 0, Buckets: DefaultBuckets}, "recovery 0"},
+		{ReputationPolicy{Penalty: 0, RecoveryPerHour: 1, Buckets: DefaultReputationBuckets()}, "penalty 0"},
+		{ReputationPolicy{Penalty: 1, RecoveryPerHour: 0, Buckets: DefaultReputationBuckets()}, "recovery 0"},
 		{ReputationPolicy{Penalty: 1, RecoveryPerHour: 1, Buckets: []Bucket{{50, 1}, {75, 0.5}, {0, 0.1}}}, "from the highest score down"},
 		{ReputationPolicy{Penalty: 1, RecoveryPerHour: 1, Buckets: []Bucket{{50, 1}, {10, 0.5}}}, "must start at 0"},
 		{ReputationPolicy{Penalty: 1, RecoveryPerHour: 1, Buckets: []Bucket{{50, 0.5}, {0, 0.8}}}, "a lower score cannot get more"},

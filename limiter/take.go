@@ -59,6 +59,11 @@ func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
 				r = g.spend(now, req.cost(), r, true, s, req.Key)
 			}
 		}
+		if !r.Allowed && req.MaxDelay > 0 {
+			if next, r = req.Limit.book(cur.entry, now, req.cost(), int64(req.MaxDelay), r); r.Allowed {
+				s.put(req.Key, next, cur, !ok, req.Network, true)
+			}
+		}
 		if !r.Allowed && ok && cur.note&exhaustedBit == 0 {
 			cur.note |= exhaustedBit
 			s.entries[req.Key] = cur
@@ -200,6 +205,9 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 				if r2 := g.spend(now, req.cost(), r, false, nil, 0); r2.Allowed {
 					r, grant = r2, true
 				}
+			}
+			if !r.Allowed && req.MaxDelay > 0 {
+				n, r = limit.book(cur, now, req.cost(), int64(req.MaxDelay), r)
 			}
 		}
 		next, viaGrant = append(next, n), append(viaGrant, grant)

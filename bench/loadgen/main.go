@@ -44,6 +44,8 @@ func main() {
 	duration := flag.Duration("d", 5*time.Second, "how long to send")
 	pipeline := flag.Int("pipeline", 1, "requests written at once on a connection before reading their responses")
 	cookies := flag.Bool("cookies", false, "keep the cookie a connection is given and send it back, as a browser does")
+	addrs := flag.Int("addrs", 0, "source addresses the connections share, round robin (0: one per connection)")
+	base := flag.Int("addr-base", 0, "index of the first source address, so that runs can use addresses of their own")
 	flag.Parse()
 
 	var targets []*url.URL
@@ -72,7 +74,12 @@ func main() {
 	start := time.Now()
 	for i := range *conns {
 		wg.Go(func() {
-			src := &net.TCPAddr{IP: net.IPv4(127, 1, byte(i>>8), byte(i&0xff)+1)}
+			a := i
+			if *addrs > 0 {
+				a = i % *addrs
+			}
+			a += *base
+			src := &net.TCPAddr{IP: net.IPv4(127, 1, byte(a>>8), byte(a&0xff)+1)}
 			status, lat, errs := run(targets[i%len(targets)].Host, src, gens[i%len(gens)], deadline)
 			mu.Lock()
 			defer mu.Unlock()

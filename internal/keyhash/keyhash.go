@@ -31,16 +31,40 @@ func New(secret []byte, label string) Hasher {
 func FromKey(k0, k1 uint64) Hasher { return Hasher{k0, k1} }
 
 // String hashes s. It does not allocate.
+//
+// String and Bytes are not inlined: inlined into another package, the call
+// to the generic sum lost its escape information there and moved the
+// caller's stack buffers to the heap.
+//
+//go:noinline
 func (h Hasher) String(s string) uint64 { return sum(h.k0, h.k1, s) }
 
-// Bytes hashes b. It does not allocate.
+// Bytes hashes b. It does not allocate, and b does not escape.
+//
+//go:noinline
 func (h Hasher) Bytes(b []byte) uint64 { return sum(h.k0, h.k1, b) }
 
-// Uint64 hashes one 64-bit value.
+// Uint64 hashes one 64-bit value, as Bytes hashes its 8 little-endian
+// bytes, without a buffer.
 func (h Hasher) Uint64(v uint64) uint64 {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], v)
-	return sum(h.k0, h.k1, b[:])
+	v0 := h.k0 ^ 0x736f6d6570736575
+	v1 := h.k1 ^ 0x646f72616e646f6d
+	v2 := h.k0 ^ 0x6c7967656e657261
+	v3 := h.k1 ^ 0x7465646279746573
+	v3 ^= v
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0 ^= v
+	const last = uint64(8) << 56 // the length, with no bytes left over
+	v3 ^= last
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0 ^= last
+	v2 ^= 0xff
+	for range 4 {
+		v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	}
+	return v0 ^ v1 ^ v2 ^ v3
 }
 
 // Mix is the splitmix64 finalizer: a bijection with good avalanche, for

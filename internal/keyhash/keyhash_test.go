@@ -33,6 +33,29 @@ func TestReferenceVectors(t *testing.T) {
 	}
 }
 
+func TestUint64HashesItsBytes(t *testing.T) {
+	h := New([]byte("secret"), "uint64")
+	for _, v := range []uint64{0, 1, 0xff, 1 << 63, 0x0123456789abcdef, ^uint64(0)} {
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], v)
+		if got, want := h.Uint64(v), h.Bytes(b[:]); got != want {
+			t.Errorf("Uint64(%#x) = %#x, Bytes of its bytes = %#x", v, got, want)
+		}
+	}
+}
+
+func TestHashingDoesNotAllocate(t *testing.T) {
+	h := New([]byte("secret"), "allocs")
+	var sink uint64
+	if n := testing.AllocsPerRun(100, func() {
+		var b [17]byte
+		b[3] = byte(sink)
+		sink += h.Bytes(b[:]) + h.Uint64(sink) + h.String("2001:db8::1")
+	}); n != 0 {
+		t.Errorf("%v allocations per hash", n)
+	}
+}
+
 func TestNewDependsOnSecretAndLabel(t *testing.T) {
 	a := New([]byte("secret one"), "a")
 	if a.String("x") == New([]byte("secret two"), "a").String("x") {

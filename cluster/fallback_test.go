@@ -50,10 +50,16 @@ func remaining(owner *Node, key limiter.Key, lim limiter.Limit) int64 {
 }
 
 // answersAgain waits until every caller calls owner again and has sent it
-// everything it admitted in fallback.
+// everything it admitted in fallback, and the owner counts all of it: what
+// arrives during a hand-off is kept with the hand-off's other counts until
+// it settles, and an owner that lost its majority keeps what it heard in
+// its fallback counters until its next reconcile.
 func answersAgain(t *testing.T, owner *Node, callers ...*Node) {
 	t.Helper()
 	testutil.Eventually(t, 15*time.Second, owner.Name()+" answering its callers again", func() bool {
+		if owner.core().FallbackKeys() > 0 || owner.core().HandoffUnderway() {
+			return false
+		}
 		for _, n := range callers {
 			if !n.core().Reachable(owner.Name()) || n.core().FallbackKeys() > 0 {
 				return false

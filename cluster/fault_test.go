@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -53,6 +54,31 @@ type faultNet struct {
 	loss    float64                     // chance a packet is dropped or a peer connection reset
 	changed chan struct{}               // closed and replaced on every change
 	rng     *rand.Rand
+	events  eventTail // the nodes' logs, shown when a schedule fails
+}
+
+// eventTail keeps the last lines the nodes of a fault cluster logged.
+type eventTail struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+const eventTailLines = 300
+
+func (e *eventTail) Write(p []byte) (int, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.lines = append(e.lines, strings.TrimRight(string(p), "\n"))
+	if len(e.lines) > 2*eventTailLines {
+		e.lines = append(e.lines[:0], e.lines[len(e.lines)-eventTailLines:]...)
+	}
+	return len(p), nil
+}
+
+func (e *eventTail) String() string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return strings.Join(e.lines[max(0, len(e.lines)-eventTailLines):], "\n")
 }
 
 func newFaultNet(seed uint64) *faultNet {
@@ -326,6 +352,7 @@ func faultConfig(f *faultNet, name, gossip, peer string) Config {
 	cfg.Bind, cfg.PeerListen = gossip, peer
 	cfg.CallTimeout = 100 * time.Millisecond
 	cfg.network = f
+	cfg.Logger = slog.New(slog.NewTextHandler(&f.events, nil))
 	return cfg
 }
 
@@ -550,7 +577,7 @@ func (c *faultCluster) describe() string {
 		state = append(state, fmt.Sprintf("%s: member %v, ring %v, peers %v, fallback keys %d, hand-off under way %v",
 			n.Name(), n.core().Member(), n.Ring().Members(), peers, n.core().FallbackKeys(), n.core().HandoffUnderway()))
 	}
-	return strings.Join(state, "\n")
+	return strings.Join(state, "\n") + "\nlast events:\n" + c.net.events.String()
 }
 
 // ---------------------------------------------------------------------------
@@ -1142,8 +1169,8 @@ func TestFaults(t *testing.T) {
 				mu.Unlock()
 				if problems := verify(&s, h); len(problems) > 0 {
 					failed.Add(1)
-					t.Errorf("schedule %v (%d nodes) broke the bound; replay with -run TestFaults -seed %d -fault-kinds %s\n%s",
-						s, size, s.seed, s.kind, strings.Join(problems, "\n"))
+					t.Errorf("schedule %v (%d nodes) broke the bound; replay with -run TestFaults -seed %d -fault-kinds %s\n%s\nlast events:\n%s",
+						s, size, s.seed, s.kind, strings.Join(problems, "\n"), c.net.events.String())
 				}
 			}
 		}()

@@ -258,13 +258,19 @@ type TiersView struct {
 	OverridesOrigin string `json:"overrides_origin,omitempty"`
 }
 
+// DefaultTier names, in the tier overrides, the default tier: requests
+// with no tier or one the zone does not list. Until it is overridden they
+// get the zone's own limit; no config declares a tier of this name.
+const DefaultTier = "default"
+
 // TierView is one zone's tier limits.
 type TierView struct {
 	// Zone is the zone's name, which PUT takes.
 	Zone string `json:"zone"`
 	// Kind is limit or concurrent.
 	Kind string `json:"kind"`
-	// Default is the limit of requests of no known tier.
+	// Default is the config's limit of requests of no known tier; an
+	// override of it is Overrides[DefaultTier].
 	Default int64 `json:"default"`
 	// Caddyfile are the config's tier limits, tier → limit.
 	Caddyfile map[string]int64 `json:"caddyfile"`

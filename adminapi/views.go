@@ -128,6 +128,9 @@ type ClientView struct {
 	// Reputation is the score of the client with this ID (0 to 100,
 	// rounded), when reputation is on.
 	Reputation *int `json:"reputation,omitempty"`
+	// Tier is the tier the limits are shown for: ?tier= as asked, or ""
+	// for the default tier (requests with no tier or an unlisted one).
+	Tier string `json:"tier"`
 }
 
 // ZoneView is one zone's counter for a key.
@@ -141,8 +144,16 @@ type ZoneView struct {
 	// Algorithm is sliding_window, fixed_window, token_bucket or, in a
 	// concurrent zone, concurrency.
 	Algorithm string `json:"algorithm"`
-	// Limit is the zone's limit (its slots, in a concurrent zone).
+	// Limit is the key's own limit (its slots, in a concurrent zone): the
+	// zone's limit for the tier asked, run-time overrides included, scaled
+	// by the reputation of the client with this ID, as the RateLimit
+	// headers show it. IP pressure, which depends on the address a request
+	// comes from, is not applied. A network's budget is its share of the
+	// zone's limit.
 	Limit int64 `json:"limit"`
+	// ZoneLimit is the zone's configured limit (its slots, in a concurrent
+	// zone), whatever the tier and reputation.
+	ZoneLimit int64 `json:"zone_limit"`
 	// Window is the period of Limit, in seconds (a lease's TTL, in a
 	// concurrent zone).
 	Window float64 `json:"window_seconds"`

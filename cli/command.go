@@ -110,8 +110,9 @@ func subcommands() []*cobra.Command {
 		return c
 	}
 	status := sub("status", "Members, ring agreement, fallback, keys and zones by denials", cobra.NoArgs, runStatus)
-	client := sub("client <id>", "A client's counters: a raw key, or h:… as the logs print it", cobra.ExactArgs(1), runClient)
+	client := sub("client <id>", "A client's counters and own limits: a raw key, or h:… as the logs print it", cobra.ExactArgs(1), runClient)
 	zoneFlag(client)
+	client.Flags().String("tier", "", "The key's tier, for the limits it has (default: the default tier, of requests with no tier or an unlisted one)")
 	reset := sub("reset <id>", "Let a client through again", cobra.ExactArgs(1), runReset)
 	zoneFlag(reset)
 	tiers := sub("tiers", "Tier limits in effect", cobra.NoArgs, runTiers)

@@ -401,7 +401,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	}
 
 	v.retryAfter = h.retryAfter(v.zone, b.res[i])
-	v.zone.denials.inc(b.network[i])
+	v.zone.denials.incDenial(b.network[i], o.banned)
 	keyHash := b.keys[b.zoneOf[i]]
 	h.reportDenial(v, keyHash, who.key, false, b.network[i])
 	until := now.Add(time.Duration(v.retryAfter) * time.Second)

@@ -46,6 +46,7 @@ func Routes() []Route {
 		{PathDecisions, []string{http.MethodGet, http.MethodPost}},
 		{PathDecision, []string{http.MethodDelete}},
 		{PathZones, []string{http.MethodGet}},
+		{PathHistory, []string{http.MethodGet}},
 	}
 }
 

@@ -377,6 +377,10 @@ type StreamUpdate struct {
 	Decisions DecisionList `json:"decisions"`
 	// Zones is what GET /tollgate/zones answers.
 	Zones ZoneList `json:"zones"`
+	// History is what GET /tollgate/history answers, in the first event
+	// and whenever a new step has ended since the last one sent; absent
+	// otherwise.
+	History *History `json:"history,omitempty"`
 }
 
 // The pace of GET /tollgate/stream.

@@ -46,6 +46,7 @@ func Routes() []Route {
 		{PathDecisions, []string{http.MethodGet, http.MethodPost}},
 		{PathDecision, []string{http.MethodDelete}},
 		{PathZones, []string{http.MethodGet}},
+		{PathHistory, []string{http.MethodGet}},
 	}
 }
 
@@ -76,10 +77,12 @@ func PathSegment(s string) string {
 }
 
 // The query parameters of the routes: zone narrows GET and DELETE
-// /tollgate/clients/{id} and the lists to the zones of one name; limit and
-// cursor page the lists.
+// /tollgate/clients/{id} and the lists to the zones of one name; tier
+// names the tier GET /tollgate/clients/{id} shows the key's limits for;
+// limit and cursor page the lists.
 const (
 	QueryZone   = "zone"
+	QueryTier   = "tier"
 	QueryLimit  = "limit"
 	QueryCursor = "cursor"
 )

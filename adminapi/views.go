@@ -128,6 +128,9 @@ type ClientView struct {
 	// Reputation is the score of the client with this ID (0 to 100,
 	// rounded), when reputation is on.
 	Reputation *int `json:"reputation,omitempty"`
+	// Tier is the tier the limits are shown for: ?tier= as asked, or ""
+	// for the default tier (requests with no tier or an unlisted one).
+	Tier string `json:"tier"`
 }
 
 // ZoneView is one zone's counter for a key.
@@ -141,8 +144,16 @@ type ZoneView struct {
 	// Algorithm is sliding_window, fixed_window, token_bucket or, in a
 	// concurrent zone, concurrency.
 	Algorithm string `json:"algorithm"`
-	// Limit is the zone's limit (its slots, in a concurrent zone).
+	// Limit is the key's own limit (its slots, in a concurrent zone): the
+	// zone's limit for the tier asked, run-time overrides included, scaled
+	// by the reputation of the client with this ID, as the RateLimit
+	// headers show it. IP pressure, which depends on the address a request
+	// comes from, is not applied. A network's budget is its share of the
+	// zone's limit.
 	Limit int64 `json:"limit"`
+	// ZoneLimit is the zone's configured limit (its slots, in a concurrent
+	// zone), whatever the tier and reputation.
+	ZoneLimit int64 `json:"zone_limit"`
 	// Window is the period of Limit, in seconds (a lease's TTL, in a
 	// concurrent zone).
 	Window float64 `json:"window_seconds"`
@@ -258,13 +269,19 @@ type TiersView struct {
 	OverridesOrigin string `json:"overrides_origin,omitempty"`
 }
 
+// DefaultTier names, in the tier overrides, the default tier: requests
+// with no tier or one the zone does not list. Until it is overridden they
+// get the zone's own limit; no config declares a tier of this name.
+const DefaultTier = "default"
+
 // TierView is one zone's tier limits.
 type TierView struct {
 	// Zone is the zone's name, which PUT takes.
 	Zone string `json:"zone"`
 	// Kind is limit or concurrent.
 	Kind string `json:"kind"`
-	// Default is the limit of requests of no known tier.
+	// Default is the config's limit of requests of no known tier; an
+	// override of it is Overrides[DefaultTier].
 	Default int64 `json:"default"`
 	// Caddyfile are the config's tier limits, tier → limit.
 	Caddyfile map[string]int64 `json:"caddyfile"`
@@ -360,6 +377,10 @@ type StreamUpdate struct {
 	Decisions DecisionList `json:"decisions"`
 	// Zones is what GET /tollgate/zones answers.
 	Zones ZoneList `json:"zones"`
+	// History is what GET /tollgate/history answers, in the first event
+	// and whenever a new step has ended since the last one sent; absent
+	// otherwise.
+	History *History `json:"history,omitempty"`
 }
 
 // The pace of GET /tollgate/stream.

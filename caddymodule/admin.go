@@ -45,7 +45,7 @@ func (a adminAPI) handler(path string) caddy.AdminHandlerFunc {
 		adminapi.PathTiers: a.handleTiers, adminapi.PathGrants: a.handleGrantsCollection, adminapi.PathGrant: a.handleGrant,
 		adminapi.PathReputation: a.handleReputation, adminapi.PathUI: a.handleUI, adminapi.PathHash: a.handleHash,
 		adminapi.PathStream: a.handleStream, adminapi.PathDecisions: a.handleDecisions, adminapi.PathDecision: a.handleDecision,
-		adminapi.PathZones: a.handleZones,
+		adminapi.PathZones: a.handleZones, adminapi.PathHistory: a.handleHistory,
 	}[path]
 }
 

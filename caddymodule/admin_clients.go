@@ -59,14 +59,14 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 	}
 	switch r.Method {
 	case http.MethodGet:
-		view := adminapi.ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(keyHash, 0)).Name, Zones: []adminapi.ZoneView{}}
-		for _, z := range zones {
-			zv, err := app.zoneView(z, keyHash, id)
-			if err != nil {
-				return unavailable(err)
+		tier := r.URL.Query().Get(adminapi.QueryTier)
+		if tier != "" {
+			if err := validateTierName(tier); err != nil {
+				return badRequest("?%s=: %v", adminapi.QueryTier, err)
 			}
-			view.Zones = append(view.Zones, zv)
 		}
+		view := adminapi.ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(keyHash, 0)).Name, Zones: []adminapi.ZoneView{}, Tier: tier}
+		factor := 1.0
 		if rk := app.reputationKey(keyHash); rk != 0 {
 			score, err := app.node.Reputation(rk)
 			if err != nil {
@@ -74,6 +74,19 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 			}
 			rounded := int(math.Round(score))
 			view.Reputation = &rounded
+			factor = app.reputation.Factor(score)
+		}
+		tiers := app.state.tiers.load()
+		for _, z := range zones {
+			limit := z.limitFor(tier, tiers)
+			if !z.isLease() && factor != 1 {
+				limit = limit.Scale(factor) // as the engine scales it for the client
+			}
+			zv, err := app.zoneView(z, keyHash, id, limit)
+			if err != nil {
+				return unavailable(err)
+			}
+			view.Zones = append(view.Zones, zv)
 		}
 		return writeJSON(w, view)
 	case http.MethodDelete:
@@ -140,8 +153,9 @@ func (a *App) keyHashOf(id string) uint64 {
 	return a.hasher.Sum64(id)
 }
 
-// zoneView reads one zone's state for a key at its owner.
-func (a *App) zoneView(z *Zone, keyHash uint64, id string) (adminapi.ZoneView, error) {
+// zoneView reads one zone's state for a key at its owner, whose own limit
+// there is limit.
+func (a *App) zoneView(z *Zone, keyHash uint64, id string, limit limiter.Limit) (adminapi.ZoneView, error) {
 	key := limiter.ZoneKey(keyHash, z.seed)
 	zv := adminapi.ZoneView{Zone: z.Name, Scope: z.scope, Algorithm: z.limit.Algorithm.String(), Window: z.limit.Window.Seconds()}
 	if z.isLease() {
@@ -149,7 +163,8 @@ func (a *App) zoneView(z *Zone, keyHash uint64, id string) (adminapi.ZoneView, e
 		if err != nil {
 			return zv, err
 		}
-		zv.Limit, zv.Remaining = z.Concurrent, max(0, z.Concurrent-int64(len(leases)))
+		zv.Limit, zv.ZoneLimit = limit.Quota, z.Concurrent
+		zv.Remaining = max(0, limit.Quota-int64(len(leases)))
 		zv.Exhausted, zv.Source = zv.Remaining == 0, cluster.SourceOwner.String()
 		if a.node.Owner(key).Name != a.node.Name() {
 			zv.Source = cluster.SourcePeer.String()
@@ -160,8 +175,8 @@ func (a *App) zoneView(z *Zone, keyHash uint64, id string) (adminapi.ZoneView, e
 		return zv, nil
 	}
 	res := make([]limiter.Result, 1)
-	src := a.node.Peek(time.Now(), []limiter.Request{{Key: key, Zone: z.seed, Limit: z.limit}}, res)
-	zv.Limit = z.Limit
+	src := a.node.Peek(time.Now(), []limiter.Request{{Key: key, Zone: z.seed, Limit: limit}}, res)
+	zv.Limit, zv.ZoneLimit = limit.Quota, z.Limit
 	zv.Remaining, zv.Reset = max(0, res[0].Remaining), headerSeconds(res[0].Reset)
 	zv.Exhausted, zv.Source = !res[0].Allowed, src.String()
 	if zv.BannedFor = a.banView(z, keyHash); zv.BannedFor > 0 {
@@ -186,7 +201,7 @@ func (a *App) networkZoneView(z *Zone, net uint64) (adminapi.ZoneView, error) {
 	zv := adminapi.ZoneView{Zone: z.Name, Scope: z.scope + adminapi.NetworkScopeSuffix, Algorithm: limit.Algorithm.String(), Window: limit.Window.Seconds()}
 	res := make([]limiter.Result, 1)
 	src := a.node.Peek(time.Now(), []limiter.Request{{Key: key, Zone: z.networkSeed(), Limit: limit}}, res)
-	zv.Limit = limit.Quota
+	zv.Limit, zv.ZoneLimit = limit.Quota, z.Limit
 	zv.Remaining, zv.Reset = max(0, res[0].Remaining), headerSeconds(res[0].Reset)
 	zv.Exhausted, zv.Source = !res[0].Allowed, src.String()
 	return zv, nil

@@ -85,7 +85,7 @@ func (adminAPI) handleDecision(w http.ResponseWriter, r *http.Request) error {
 	if action != "" && action != adminapi.ActionBlock && action != adminapi.ActionAllow {
 		return badRequest("action %q: must be block or allow, or left out to lift both", action)
 	}
-	key := adminapi.HashedID(app.keyHashOf(id))
+	key := app.decisionKeyOf(id)
 	var lifted []opDecision
 	_, err = app.changeDecisions(time.Now(), func(held []opDecision) ([]opDecision, error) {
 		out := make([]opDecision, 0, len(held))
@@ -148,9 +148,19 @@ func (a *App) newDecision(req adminapi.DecisionRequest, now time.Time) (opDecisi
 		}
 	}
 	return opDecision{
-		Key: adminapi.HashedID(a.keyHashOf(req.Key)), Zone: req.Zone, Action: req.Action, Reason: req.Reason,
+		Key: a.decisionKeyOf(req.Key), Zone: req.Zone, Action: req.Action, Reason: req.Reason,
 		Created: now.UnixNano(), Expires: now.Add(dur).UnixNano(), Origin: a.node.Name(),
 	}, nil
+}
+
+// decisionKeyOf returns what a decision about id is kept under: a
+// network's ID (n:…, as {http.tollgate.network} renders it) as it is, a
+// key's hashed ID otherwise.
+func (a *App) decisionKeyOf(id string) string {
+	if net, ok := adminapi.ParseNetworkID(id); ok {
+		return adminapi.NetworkID(net)
+	}
+	return adminapi.HashedID(a.keyHashOf(id))
 }
 
 // decisionDuration reads a decision's duration: seconds as a number, or a

@@ -168,8 +168,8 @@ func (a *App) validateTierOverrides(body map[string]map[string]int64) error {
 			if err := validateTierName(tier); err != nil {
 				return badRequest("zone %q: %v", zone, err)
 			}
-			if !known[tier] {
-				return badRequest("zone %q: unknown tier %q: the config names %s; a new tier is declared with `tier NAME N` in a zone first",
+			if !known[tier] && tier != defaultTier {
+				return badRequest("zone %q: unknown tier %q: the config names %s; a new tier is declared with `tier NAME N` in a zone first; requests with no tier or an unlisted one get the zone's default, set as default=N",
 					zone, tier, joinKeys(known))
 			}
 			for _, z := range zs { // every zone of that name: rate and lease zones differ

@@ -30,8 +30,9 @@ func (a adminAPI) handleStream(w http.ResponseWriter, r *http.Request) error {
 	start := time.Now()
 	tick := time.NewTicker(adminapi.StreamInterval)
 	defer tick.Stop()
+	var historySent time.Time // the end of the last step sent
 	for {
-		b, err := a.streamUpdate(r)
+		b, err := a.streamUpdate(r, &historySent)
 		if err != nil {
 			b, _ = json.Marshal(adminapi.Error{Message: err.Error()})
 			fmt.Fprintf(w, "event: failure\ndata: %s\n\n", b)
@@ -59,8 +60,9 @@ func streamOver(start, now time.Time) bool {
 }
 
 // streamUpdate renders one event: the answers of the routes the status
-// page reads, each from its own handler, as one JSON object.
-func (a adminAPI) streamUpdate(r *http.Request) ([]byte, error) {
+// page reads, each from its own handler, as one JSON object. The history
+// is sent when it has a step newer than *historySent, which it updates.
+func (a adminAPI) streamUpdate(r *http.Request, historySent *time.Time) ([]byte, error) {
 	parts := [...]struct {
 		path  string
 		serve caddy.AdminHandlerFunc
@@ -83,7 +85,14 @@ func (a adminAPI) streamUpdate(r *http.Request) ([]byte, error) {
 		}
 		*p.out = bytes.TrimSpace(buf.body.Bytes())
 	}
-	return json.Marshal(map[string]*json.RawMessage{"status": parts[0].out, "denied": parts[1].out, "reputation": parts[2].out, "decisions": parts[3].out, "zones": parts[4].out})
+	update := map[string]any{"status": parts[0].out, "denied": parts[1].out, "reputation": parts[2].out, "decisions": parts[3].out, "zones": parts[4].out}
+	if app, err := runningApp(); err == nil {
+		if end := app.state.history.lastEnd(); historySent.IsZero() || end.After(*historySent) {
+			update["history"] = app.state.history.view()
+			*historySent = end
+		}
+	}
+	return json.Marshal(update)
 }
 
 // bufferedAnswer is a ResponseWriter that keeps an answer in memory.

@@ -44,6 +44,14 @@ func TestStatusStreamIsOneRequest(t *testing.T) {
 		if u.Status.Cluster.Node == "" || u.Denied.Items == nil || u.Reputation.Buckets == nil {
 			t.Fatalf("event %d lacks what the page shows: %s", events, data)
 		}
+		// The hour's history comes in the first event, then only when a
+		// step has ended since (every 10 s): not 360 steps a second.
+		if events == 0 && (u.History == nil || u.History.StepSeconds != 10) {
+			t.Fatalf("the first event has no history: %.300s", data)
+		}
+		if events == 1 && u.History != nil && len(u.History.Ends) > 0 && u.History.Ends[len(u.History.Ends)-1] < time.Now().Add(-2*time.Second).Unix() {
+			t.Errorf("event %d sends a history it sent already", events)
+		}
 		events++
 	}
 	if events != 3 {

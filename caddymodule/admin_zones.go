@@ -48,3 +48,13 @@ func (a *App) zonesView() adminapi.ZoneList {
 	sort.Slice(list.Items, func(i, j int) bool { return list.Items[i].Scope < list.Items[j].Scope })
 	return list
 }
+
+// handleHistory serves GET /tollgate/history: this node's counts of the
+// last hour, step by step, kept since the node started.
+func (adminAPI) handleHistory(w http.ResponseWriter, _ *http.Request) error {
+	app, err := runningApp()
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, app.state.history.view())
+}

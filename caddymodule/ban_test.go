@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,5 +70,22 @@ func TestBanKeepsATrippedKeyOut(t *testing.T) {
 	var lifted adminapi.ClientView
 	if code, _ := adminDo(t, srv.Admin, http.MethodGet, "/tollgate/clients/mallory", &lifted); code != http.StatusOK || lifted.Zones[0].BannedFor != 0 {
 		t.Fatalf("client view after the lift: banned for %d s", lifted.Zones[0].BannedFor)
+	}
+}
+
+// TestBanDenialsHaveTheirOwnReason: a request refused by a zone's ban is
+// counted in tollgate_denials_total with reason ban, not client, so the
+// status page and dashboards tell a ban from a spent budget.
+func TestBanDenialsHaveTheirOwnReason(t *testing.T) {
+	srv := startCaddy(t, "", strings.Replace(banSite, "limit 2 1s", "limit 2 1h", 1))
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
+	for range 5 { // 2 allowed, the third denied by the limit (and banned), 2 by the ban
+		srv.status("/", "X-User", "mallory")
+	}
+	m := scrape(t, srv.Admin)
+	client := m[`tollgate_denials_total{reason="client",scope="login",zone="login"}`]
+	ban := m[`tollgate_denials_total{reason="ban",scope="login",zone="login"}`]
+	if client != 1 || ban != 2 {
+		t.Errorf("denials: client %v, ban %v; want 1 by the limit and 2 by the ban", client, ban)
 	}
 }

@@ -102,6 +102,7 @@ func TestUnmarshalCaddyfileErrors(t *testing.T) {
 		{"tier one argument", "tollgate {\n tier_from x\n zone api {\n limit 10 1m\n tier pro\n }\n}", "tier takes 2 argument(s), got 1"},
 		{"tier limit zero", "tollgate {\n tier_from x\n zone api {\n limit 10 1m\n tier pro 0\n }\n}", `tier pro limit "0" must be a whole number`},
 		{"tier twice", "tollgate {\n tier_from x\n zone api {\n limit 10 1m\n tier pro 5\n tier pro 6\n }\n}", "tier pro is given twice"},
+		{"tier named default", "tollgate {\n tier_from x\n zone api {\n limit 10 1m\n tier default 5\n }\n}", `tier default: "default" is the zone's own limit (limit or concurrent)`},
 		{"tier bad name", "tollgate {\n tier_from x\n zone api {\n limit 10 1m\n tier \"p p\" 5\n }\n}", `tier name "p p"`},
 		{"tier over the concurrency cap", "tollgate {\n tier_from x\n zone rooms {\n concurrent 4\n tier pro 1000\n }\n}", "tier pro 1000: must be a whole number from 1 to 256"},
 		{"tier_from twice", "tollgate {\n tier_from a\n tier_from b\n zone a {\n limit 1 1m\n }\n}", "tier_from is given twice"},

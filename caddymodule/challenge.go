@@ -66,7 +66,8 @@ type ChallengeConfig struct {
 const (
 	challengePoW = "pow"
 	// ChallengePath is where the challenge page sends its proof. The
-	// tollgate handler answers it before any zone is matched.
+	// tollgate handler counts it in the zones that match it, then answers
+	// it instead of passing it on.
 	ChallengePath  = "/.well-known/tollgate/challenge"
 	challengeTTL   = 5 * time.Minute
 	maxDifficulty  = 32

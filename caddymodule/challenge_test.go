@@ -240,7 +240,7 @@ func TestNoChallengeForAFingerprintOutOfSessions(t *testing.T) {
 			issue_limit 6 1h
 			challenge pow 8
 		}
-	}`, challengeSite)
+	}`, strings.Replace(challengeSite, "limit 5 10m", "limit 10 10m", 1)) // a page load and a proof each count
 	testutil.ClearOfWindowEdge(10*time.Minute, 30*time.Second)
 	noRedirect := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	const html = "text/html,application/xhtml+xml;q=0.9,*/*;q=0.8"
@@ -272,7 +272,7 @@ func TestNoChallengeForAFingerprintOutOfSessions(t *testing.T) {
 		}
 		form := url.Values{"token": {m[1]}, "answer": {solve(t, m[1], 8)}, "return": {m[2]}}
 		if resp, _ := do(http.MethodPost, ChallengePath, form); resp.Header.Get("Set-Cookie") == "" {
-			t.Fatalf("proof %d earned no session", i)
+			t.Fatalf("proof %d earned no session: %d", i, resp.StatusCode)
 		}
 	}
 	if _, body := do(http.MethodGet, "/page", nil); body != "fingerprint /page" {

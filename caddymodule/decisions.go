@@ -25,7 +25,7 @@ import (
 
 // opDecision is one decision. Only the key's hash is kept.
 type opDecision struct {
-	Key     string `json:"key"`            // the key's hashed ID, h:…
+	Key     string `json:"key"`            // the key's hashed ID, h:…, or a network's ID, n:…
 	Zone    string `json:"zone,omitempty"` // "" for every zone
 	Action  string `json:"action"`         // adminapi.ActionBlock or ActionAllow
 	Reason  string `json:"reason,omitempty"`
@@ -33,15 +33,18 @@ type opDecision struct {
 	Expires int64  `json:"expires"`          // Unix ns
 	Origin  string `json:"origin,omitempty"` // the node it was made on
 
-	hash uint64 // Key, parsed when the table is vetted
+	hash    uint64 // Key, parsed when the table is vetted
+	network bool   // Key is a network's ID
 }
 
 func (d *opDecision) heldAt(now time.Time) bool { return now.UnixNano() < d.Expires }
 
-// decisionKey finds a decision: a key's hash and the zone it holds in.
+// decisionKey finds a decision: a key's (or a network's) hash and the
+// zone it holds in.
 type decisionKey struct {
-	hash uint64
-	zone string
+	hash    uint64
+	network bool
+	zone    string
 }
 
 // decisionTable is the decisions in effect. Immutable once built; replaced
@@ -51,7 +54,8 @@ type decisionTable struct {
 	Version int64        `json:"version"` // Unix ns of the change
 	Origin  string       `json:"origin"`  // the node it was made on
 
-	index map[decisionKey]int // into Records; built by vet
+	index    map[decisionKey]int // into Records; built by vet
+	networks int                 // records of networks, counted by vet
 }
 
 // decisionsSharedName is the name of the table among the cluster's shared
@@ -68,11 +72,18 @@ func (t *decisionTable) vet() error {
 		return fmt.Errorf("decisions: %d records; at most %d", len(t.Records), adminapi.MaxDecisions)
 	}
 	t.index = make(map[decisionKey]int, len(t.Records))
+	t.networks = 0
 	for i := range t.Records {
 		d := &t.Records[i]
 		h, ok := adminapi.ParseHashedID(d.Key)
 		if !ok {
-			return fmt.Errorf("decision %d: key %q is not a hashed ID (h: and 16 hex digits)", i, d.Key)
+			if h, ok = adminapi.ParseNetworkID(d.Key); ok {
+				d.network = true
+				t.networks++
+			}
+		}
+		if !ok {
+			return fmt.Errorf("decision %d: key %q is not a hashed ID (h: and 16 hex digits) or a network ID (n: and 16 hex digits)", i, d.Key)
 		}
 		if d.Action != adminapi.ActionBlock && d.Action != adminapi.ActionAllow {
 			return fmt.Errorf("decision %d: action %q; must be block or allow", i, d.Action)
@@ -84,7 +95,7 @@ func (t *decisionTable) vet() error {
 			return fmt.Errorf("decision %d: expires before it was made", i)
 		}
 		d.hash = h
-		k := decisionKey{h, d.Zone}
+		k := decisionKey{h, d.network, d.Zone}
 		if _, dup := t.index[k]; dup {
 			return fmt.Errorf("decision %d: a second decision for key %s in zone %q", i, d.Key, d.Zone)
 		}
@@ -107,12 +118,18 @@ func checkDecisionReason(s string) error {
 	return nil
 }
 
-// lookup returns the decision that holds for a key in a zone at now: a
-// block in the zone or in every zone wins over an allow.
-func (t *decisionTable) lookup(hash uint64, zone string, now time.Time) *opDecision {
+// lookup returns the decision that holds at now for a request of a key
+// from a network (0: none known) in a zone: a block, of the key or of the
+// network, in the zone or in every zone, wins over an allow.
+func (t *decisionTable) lookup(hash, network uint64, zone string, now time.Time) *opDecision {
+	keys := [4]decisionKey{{hash, false, zone}, {hash, false, ""}, {network, true, zone}, {network, true, ""}}
+	n := 2
+	if network != 0 && t.networks > 0 {
+		n = 4
+	}
 	var found *opDecision
-	for _, z := range [2]string{zone, ""} {
-		i, ok := t.index[decisionKey{hash, z}]
+	for _, k := range keys[:n] {
+		i, ok := t.index[k]
 		if !ok {
 			continue
 		}
@@ -250,13 +267,17 @@ func (h *Handler) checkDecisions(w http.ResponseWriter, q *request, now time.Tim
 	if t == nil {
 		return decisionsNone
 	}
+	var network uint64 // the request's network, when a decision names networks
+	if t.networks > 0 {
+		network = h.app.requestNetwork(who, q)
+	}
 	allowed := 0
 	var allow [8]bool // by zone; more zones than that are rare, and then looked up again
 	for zi, z := range b.zones {
 		if h.DryRun || z.DryRun {
 			continue // a trial zone denies nothing and skips nothing
 		}
-		d := t.lookup(b.keys[zi], z.Name, now)
+		d := t.lookup(b.keys[zi], network, z.Name, now)
 		if d == nil {
 			continue
 		}
@@ -282,7 +303,7 @@ func (h *Handler) checkDecisions(w http.ResponseWriter, q *request, now time.Tim
 		if h.DryRun || z.DryRun {
 			return false
 		}
-		d := t.lookup(b.keys[zi], z.Name, now)
+		d := t.lookup(b.keys[zi], network, z.Name, now)
 		return d != nil && d.Action == adminapi.ActionAllow
 	})
 	return decisionsNone
@@ -332,6 +353,7 @@ func (h *Handler) blockedByDecision(w http.ResponseWriter, q *request, now time.
 			zap.String("reason", reasonDecision),
 			zap.String("client_hash", adminapi.HashedID(who.key)),
 			zap.String("key_hash", adminapi.HashedID(keyHash)),
+			zap.Bool("network_decision", d.network), // then the decision's key is the request's network
 			zap.String("client_kind", v.identity.Kind.String()),
 			zap.Int64("retry_after", v.retryAfter),
 		)
@@ -343,4 +365,13 @@ func (h *Handler) blockedByDecision(w http.ResponseWriter, q *request, now time.
 		"dry_run":     false,
 	})
 	w.Header().Set("Retry-After", fmt.Sprint(v.retryAfter))
+}
+
+// requestNetwork returns the hash of the IP network a request comes from,
+// as {http.tollgate.network} renders it: a session's is hashed here, once.
+func (a *App) requestNetwork(who *asker, q *request) uint64 {
+	if who.identity.Network == 0 && a.identifier != nil {
+		who.identity.Network = a.identifier.Network(q.clientIP())
+	}
+	return who.identity.Network
 }

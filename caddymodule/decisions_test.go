@@ -179,13 +179,13 @@ func TestExpiredDecisionNoLongerHolds(t *testing.T) {
 		{expires.Add(time.Hour), "api", ""},
 	} {
 		got := ""
-		if d := tbl.lookup(7, tc.zone, tc.at); d != nil {
+		if d := tbl.lookup(7, 0, tc.zone, tc.at); d != nil {
 			got = d.Action
 		}
 		if got != tc.want {
 			t.Errorf("at %s in %s: %q; want %q", tc.at.Sub(made), tc.zone, got, tc.want)
 		}
-		if d := tbl.lookup(8, tc.zone, tc.at); d != nil {
+		if d := tbl.lookup(8, 0, tc.zone, tc.at); d != nil {
 			t.Errorf("at %s, another key: %s; want none", tc.at.Sub(made), d.Action)
 		}
 	}

@@ -208,8 +208,11 @@ func (h *Handler) Validate() error {
 // ServeHTTP counts r in its zones and passes it on or denies it, in three
 // steps: build the limiter requests, decide them now, write the response.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyhttp.Handler) error {
-	if h.app.sessions.answers(r) {
-		return h.app.sessions.answerProof(w, r, h.DryRun)
+	proof := h.app.sessions.answers(r)
+	if proof { // counted by its zones like any request; answered instead of passed on
+		next = caddyhttp.HandlerFunc(func(w http.ResponseWriter, r *http.Request) error {
+			return h.app.sessions.answerProof(w, r, h.DryRun)
+		})
 	}
 	q := request{r: r}
 	q.vars, _ = r.Context().Value(caddyhttp.VarsCtxKey).(map[string]any)
@@ -271,7 +274,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, next caddyht
 		held.hold()
 		defer held.release()
 	}
-	if !h.DryRun { // a trial issues no cookie
+	if !h.DryRun && !proof { // a trial issues no cookie; a proof earns its own
 		if w, err = h.app.sessions.serve(w, r, v, now); w == nil || err != nil {
 			return err // answered: the challenge page
 		}
@@ -398,7 +401,7 @@ func (h *Handler) respond(w http.ResponseWriter, q *request, now time.Time, b *b
 	}
 
 	v.retryAfter = h.retryAfter(v.zone, b.res[i])
-	v.zone.denials.inc(b.network[i])
+	v.zone.denials.incDenial(b.network[i], o.banned)
 	keyHash := b.keys[b.zoneOf[i]]
 	h.reportDenial(v, keyHash, who.key, false, b.network[i])
 	until := now.Add(time.Duration(v.retryAfter) * time.Second)

@@ -56,7 +56,7 @@ func initMetrics() {
 		metrics.denials = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Name:      "denials_total",
-			Help:      "Requests denied (dry runs' would-be denials included), by zone name, scope and reason: client (the client's own budget) network (the budget of its IP network, for requests without a session cookie) or decision (an operator's block).",
+			Help:      "Requests denied (dry runs' would-be denials included), by zone name, scope and reason: client (the client's own budget), network (the budget of its IP network, for requests without a session cookie), decision (an operator's block) or ban (the zone's ban, after an earlier denial).",
 		}, []string{"zone", "scope", "reason"})
 		metrics.emptyKeys = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,

@@ -288,6 +288,8 @@ func TestDashboardUsesRealMetrics(t *testing.T) {
 	// single node does not use one each.
 	metrics.peerCall.WithLabelValues("ok")
 	metrics.cookies.WithLabelValues("forged")
+	metrics.challenge.WithLabelValues("passed")
+	metrics.emptyKeys.WithLabelValues("api", "api")
 	_, body := adminDo(t, srv.Admin, "GET", "/metrics", nil)
 	exported := make(map[string]bool)
 	for _, m := range regexp.MustCompile(`(?m)^# TYPE (tollgate_\w+) (\w+)`).FindAllStringSubmatch(body, -1) {
@@ -296,6 +298,23 @@ func TestDashboardUsesRealMetrics(t *testing.T) {
 			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
 				exported[m[1]+suffix] = true
 			}
+		}
+	}
+	// Issue 19 asks for these three: why requests were denied, how the
+	// challenge went, and requests whose zone key rendered empty.
+	for _, want := range []string{
+		`sum by (reason) (rate(tollgate_denials_total`,
+		`sum by (result) (rate(tollgate_challenges_total`,
+		`sum by (zone) (rate(tollgate_empty_keys_total`,
+	} {
+		found := false
+		for _, p := range dash.Panels {
+			for _, target := range p.Targets {
+				found = found || strings.HasPrefix(target.Expr, want)
+			}
+		}
+		if !found {
+			t.Errorf("no panel queries %s...)", want)
 		}
 	}
 	for _, p := range dash.Panels {

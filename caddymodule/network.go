@@ -128,16 +128,22 @@ const (
 	reasonClient   = adminapi.BudgetClient
 	reasonNetwork  = adminapi.BudgetNetwork
 	reasonDecision = "decision" // an operator's block
+	reasonBan      = "ban"      // the zone's ban, after an earlier denial
 )
 
+// denialReasons are the reasons, in the order of denialCounters.
+var denialReasons = [...]string{reasonClient, reasonNetwork, reasonDecision, reasonBan}
+
 // denialCounters are a zone's denial counters by reason, looked up once.
-type denialCounters [3]prometheus.Counter
+type denialCounters [len(denialReasons)]prometheus.Counter
 
 func newDenialCounters(zone, scope string) *denialCounters {
 	initMetrics()
-	v := metrics.denials
-	return &denialCounters{v.WithLabelValues(zone, scope, reasonClient), v.WithLabelValues(zone, scope, reasonNetwork),
-		v.WithLabelValues(zone, scope, reasonDecision)}
+	var c denialCounters
+	for i, reason := range denialReasons {
+		c[i] = metrics.denials.WithLabelValues(zone, scope, reason)
+	}
+	return &c
 }
 
 // incDecision counts a denial by an operator's block.
@@ -149,6 +155,16 @@ func (c *denialCounters) inc(network bool) {
 	} else {
 		c[0].Inc()
 	}
+}
+
+// incDenial counts a denial: by the zone's ban, else by the budget that
+// denied it.
+func (c *denialCounters) incDenial(network, banned bool) {
+	if banned {
+		c[3].Inc()
+		return
+	}
+	c.inc(network)
 }
 
 // warnUnixListeners warns when a server of app listens on a unix socket:

@@ -55,7 +55,7 @@ func TestStatusPageInABrowser(t *testing.T) {
 		procs[0].get("/", "ui-denied")
 	}
 	b.until("the api chart moved", `(() => { const c = document.querySelector('.chart[data-zone="api"]');
-		return c !== null && Number(c.dataset.sum) > 0 && c.querySelector("polyline.series-deny") !== null; })()`)
+		return c !== null && Number(c.dataset.sum) > 0 && c.querySelector("polyline.series-denied") !== null; })()`)
 
 	// The denied key, hashed as the log prints it, with a reset button.
 	var hashed string

@@ -164,8 +164,8 @@ func (a *App) provisionSessions(ctx caddy.Context) error {
 }
 
 // answers reports whether r is for the sessions themselves: a proof posted
-// by the challenge page, which the handler leaves to answerProof before any
-// zone is matched.
+// by the challenge page, which the handler counts in its zones and then
+// leaves to answerProof instead of the next handler.
 func (s *sessions) answers(r *http.Request) bool {
 	return s.challenge != nil && r.URL.Path == ChallengePath
 }

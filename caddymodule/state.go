@@ -10,6 +10,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"go.uber.org/zap"
 
+	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/limiter"
@@ -31,6 +32,7 @@ type state struct {
 	decisions decisionsHolder     // operators' blocks and allows
 	lists     listRecords         // what the admin lists show
 	crawlers  *crawlerVerifier    // verdicts on clients claiming a search engine's crawler
+	history   *history            // this node's counts of the last hour, for the status page
 
 	storage       atomic.Pointer[storageRef] // the latest config's storage
 	startOnce     sync.Once
@@ -50,6 +52,7 @@ func newState(maxKeys int) (*state, error) {
 	return &state{
 		engine:   limiter.New(limiter.Config{MaxKeys: maxKeys}),
 		crawlers: newCrawlerVerifier(net.DefaultResolver),
+		history:  new(history),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}, nil
@@ -88,15 +91,20 @@ func (s *state) pressureFor(cfg fingerprint.PressureConfig) (*fingerprint.Pressu
 	return want, nil
 }
 
-// sweep drops expired counters in the background, a shard at a time, and
-// writes snapshots.
+// sweep drops expired counters in the background, a shard at a time,
+// writes snapshots and samples the history.
 func (s *state) sweep() {
 	defer close(s.done)
 	t := time.NewTicker(limiter.SweepEvery)
 	defer t.Stop()
+	hist := time.NewTicker(adminapi.HistoryStep)
+	defer hist.Stop()
+	s.history.sample(time.Now())
 	lastSnapshot := time.Now()
 	for {
 		select {
+		case now := <-hist.C:
+			s.history.sample(now)
 		case now := <-t.C:
 			s.engine.Sweep(now)
 			if every := time.Duration(s.snapshotEvery.Load()); every > 0 && now.Sub(lastSnapshot) >= every {

@@ -133,3 +133,37 @@ func TestTierTablesWithALimitBelowOneAreRefused(t *testing.T) {
 		t.Errorf("a limit of 1 refused: %v", err)
 	}
 }
+
+// The default tier (requests with no tier, or one the zone does not list)
+// is changed at run time as `default`, like any tier; the Caddyfile cannot
+// declare a tier of that name.
+func TestTheDefaultTierChangesAtRunTime(t *testing.T) {
+	srv := startCaddy(t, "", tierSite)
+	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
+	status, body := adminSend(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"default": 6}}`, nil)
+	if status != http.StatusOK {
+		t.Fatalf("PUT the default tier: %d %s", status, body)
+	}
+	for _, tc := range []struct {
+		user, tier string
+		want       int
+	}{
+		{"ann", "pro", 5},      // a listed tier keeps its own
+		{"bob", "", 6},         // no tier
+		{"cat", "platinum", 6}, // unknown tier
+	} {
+		if got := allowedOf(srv, 8, "X-User", tc.user, "X-User-Tier", tc.tier); got != tc.want {
+			t.Errorf("tier %q with default=6: %d of 8 allowed; want %d", tc.tier, got, tc.want)
+		}
+	}
+	var view adminapi.TiersView
+	adminDo(t, srv.Admin, http.MethodGet, "/tollgate/tiers", &view)
+	if c := view.Zones["credits"]; c.Default != 3 || c.Overrides["default"] != 6 || c.Effective["default"] != 6 {
+		t.Errorf("tiers view after default=6: %+v", c)
+	}
+	// An unknown name says how the default is set.
+	_, body = adminSend(t, srv.Admin, http.MethodPut, "/tollgate/tiers", `{"credits": {"free": 6}}`, nil)
+	if !strings.Contains(body, `unknown tier \"free\"`) || !strings.Contains(body, "default=") {
+		t.Errorf("PUT an unknown tier: %s; want it to name the default", body)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 
+	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -323,6 +324,9 @@ func (z *Zone) validate() error {
 		if err := validateTierName(tier); err != nil {
 			return fmt.Errorf("zone %q: %v", z.Name, err)
 		}
+		if tier == defaultTier {
+			return fmt.Errorf("zone %q: tier default: %q is the zone's own limit (limit or concurrent); set it there, or at run time with PUT /tollgate/tiers", z.Name, defaultTier)
+		}
 		if err := z.validateTierLimit(n); err != nil {
 			return fmt.Errorf("zone %q: tier %s %v", z.Name, tier, err)
 		}
@@ -411,15 +415,27 @@ func (z *Zone) match(r *http.Request) (bool, error) {
 	return z.matchers.MatchWithError(r)
 }
 
+// defaultTier names, in the run-time tier table, the limit of requests
+// with no tier or one the zone does not list: the zone's own limit until
+// it is overridden. The Caddyfile cannot declare a tier of that name.
+const defaultTier = adminapi.DefaultTier
+
 // limitFor returns z's limit for a request of the given tier: the run-time
-// override from the admin API, else the zone's tier setting, else its own.
+// override from the admin API, else the zone's tier setting, else the
+// default tier's (its run-time override, else the zone's own limit).
 func (z *Zone) limitFor(tier string, overrides *tierTable) limiter.Limit {
-	if tier == "" {
+	if overrides == nil && (tier == "" || len(z.Tiers) == 0) {
 		return z.limit
 	}
-	n, ok := overrides.get(z.Name, tier)
+	n, ok := int64(0), false
+	if tier != "" && tier != defaultTier {
+		n, ok = overrides.get(z.Name, tier)
+		if !ok {
+			n, ok = z.Tiers[tier]
+		}
+	}
 	if !ok {
-		n, ok = z.Tiers[tier]
+		n, ok = overrides.get(z.Name, defaultTier)
 	}
 	if !ok || n < 1 {
 		return z.limit // every entry refuses n < 1; this keeps one that slipped through from any engine

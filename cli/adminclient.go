@@ -28,6 +28,7 @@ type invocation struct {
 	json   bool
 	zone   string
 	listen string
+	tier   string // client's --tier
 	// The flags of block and allow: --for, --reason and --remove.
 	forDuration string
 	reason      string
@@ -55,6 +56,9 @@ func newInvocation(fl caddycmd.Flags, out io.Writer) (*invocation, error) {
 	c.originHeader = c.origin
 	if f := fl.Lookup("zone"); f != nil {
 		c.zone = f.Value.String()
+	}
+	if f := fl.Lookup("tier"); f != nil {
+		c.tier = f.Value.String()
 	}
 	if f := fl.Lookup("listen"); f != nil {
 		c.listen = f.Value.String()

@@ -3,7 +3,9 @@ package cli
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
@@ -39,14 +41,23 @@ func (c *invocation) hashedID(id string) (string, error) {
 	return ans.ID, nil
 }
 
-// callClient sends method to the route of client id (in --zone, if given)
-// and decodes the answer into out; the answer's ID is id as given.
+// callClient sends method to the route of client id (in --zone, if given;
+// a GET for --tier, if given) and decodes the answer into out; the
+// answer's ID is id as given.
 func (c *invocation) callClient(method, id string, out any) ([]byte, error) {
 	hid, err := c.hashedID(id)
 	if err != nil {
 		return nil, err
 	}
-	return c.call(method, adminapi.ClientPath(hid)+c.zoneQuery(), nil, out)
+	path := adminapi.ClientPath(hid) + c.zoneQuery()
+	if c.tier != "" && method == http.MethodGet {
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		path += sep + adminapi.QueryTier + "=" + url.QueryEscape(c.tier)
+	}
+	return c.call(method, path, nil, out)
 }
 
 // runClient prints a client's counters in every zone, or --zone.
@@ -77,6 +88,11 @@ func runClient(c *invocation, args []string) (int, error) {
 	if view.Reputation != nil {
 		fmt.Fprintf(w, "reputation\t%d\n", *view.Reputation)
 	}
+	if view.Tier != "" {
+		fmt.Fprintf(w, "tier\t%s\n", view.Tier)
+	} else {
+		fmt.Fprintf(w, "tier\t(default): limits of a key with no tier or an unlisted one; give --tier for another\n")
+	}
 	w.Flush()
 	fmt.Fprintln(c.out)
 	w = c.table()
@@ -89,7 +105,17 @@ func runClient(c *invocation, args []string) (int, error) {
 		if z.Grant != nil {
 			grant = fmt.Sprintf("%d of %d left", z.Grant.Remaining, z.Grant.Amount)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%ds\t%s\t%s\t%s\n", z.Zone, z.Algorithm, z.Limit, z.Remaining, z.Reset, yesNo(z.Exhausted), z.Source, grant)
+		// The key's own limit (tier, reputation), and the zone's when it
+		// differs.
+		limit := strconv.FormatInt(z.Limit, 10)
+		if z.ZoneLimit != 0 && z.ZoneLimit != z.Limit {
+			limit += fmt.Sprintf(" (zone %d)", z.ZoneLimit)
+		}
+		denied := yesNo(z.Exhausted)
+		if z.BannedFor > 0 {
+			denied = fmt.Sprintf("banned %ds", z.BannedFor)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%ds\t%s\t%s\t%s\n", z.Zone, z.Algorithm, limit, z.Remaining, z.Reset, denied, z.Source, grant)
 	}
 	w.Flush()
 	return exitOK, nil

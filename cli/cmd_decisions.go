@@ -45,7 +45,11 @@ func runDecide(action string) subcommand {
 			return c.printJSON(raw)
 		}
 		verb := map[string]string{adminapi.ActionBlock: "blocked", adminapi.ActionAllow: "allowed"}[action]
-		fmt.Fprintf(c.out, "%s %s (%s) in %s until %s\n", verb, args[0], made.Decision.Key, zoneWords(made.Decision.Zone), made.Decision.Expires)
+		name := args[0]
+		if made.Decision.Key != name { // a raw key: its hashed ID, as lists show it
+			name += " (" + made.Decision.Key + ")"
+		}
+		fmt.Fprintf(c.out, "%s %s in %s until %s\n", verb, name, zoneWords(made.Decision.Zone), made.Decision.Expires)
 		if r := made.Replaced; r != nil {
 			fmt.Fprintf(c.out, "replaced: %s in %s until %s\n", r.Action, zoneWords(r.Zone), r.Expires)
 		}

@@ -66,6 +66,12 @@ func TestCLIDecisions(t *testing.T) {
 	}
 	run(0, "no decision holds now", "decisions")
 
+	// A network, by the ID the denied list and the status page show.
+	const office = "n:0123456789abcdef"
+	run(0, "blocked "+office, "block", office, "--for", "1h", "--reason", "a scanner")
+	run(0, office, "decisions")
+	run(0, "lifted the block of "+office, "block", "--remove", office)
+
 	run(exitRefused, `duration \"forever\"`, "block", "k", "--for", "forever")
 	run(exitRefused, `unknown zone \"nosuch\"`, "block", "k", "--zone", "nosuch")
 	run(exitUsage, "takes no --for", "block", "--remove", "k", "--for", "1h")

@@ -40,10 +40,17 @@ func (c *invocation) showTiers(method string, body any, headers ...string) (int,
 	fmt.Fprintln(w, "ZONE\tKIND\tTIER\tCONFIG\tOVERRIDE\tIN EFFECT")
 	for _, z := range zones {
 		tv := view.Zones[z]
-		fmt.Fprintf(w, "%s\t%s\t(default)\t%d\t-\t%d\n", z, tv.Kind, tv.Default, tv.Default)
+		// The default tier's override is named "default" in the table.
+		over, effective := "-", tv.Default
+		if n, ok := tv.Overrides[adminapi.DefaultTier]; ok {
+			over, effective = strconv.FormatInt(n, 10), n
+		}
+		fmt.Fprintf(w, "%s\t%s\t(default)\t%d\t%s\t%d\n", z, tv.Kind, tv.Default, over, effective)
 		tiers := make([]string, 0, len(tv.Effective))
 		for t := range tv.Effective {
-			tiers = append(tiers, t)
+			if t != adminapi.DefaultTier {
+				tiers = append(tiers, t)
+			}
 		}
 		sort.Strings(tiers)
 		for _, t := range tiers {

@@ -81,7 +81,8 @@ type uiRelay struct {
 func relayed(method, path string) bool {
 	switch {
 	case method == http.MethodGet && (path == adminapi.PathUI || path == adminapi.PathStatus || path == adminapi.PathDenied ||
-		path == adminapi.PathReputation || path == adminapi.PathStream || path == adminapi.PathDecisions || path == "/metrics"):
+		path == adminapi.PathReputation || path == adminapi.PathStream || path == adminapi.PathDecisions || path == adminapi.PathHistory ||
+		path == "/metrics"):
 		return true
 	case method == http.MethodGet || method == http.MethodDelete:
 		// A client's counters (the lookup box) and its reset: one

@@ -110,8 +110,9 @@ func subcommands() []*cobra.Command {
 		return c
 	}
 	status := sub("status", "Members, ring agreement, fallback, keys and zones by denials", cobra.NoArgs, runStatus)
-	client := sub("client <id>", "A client's counters: a raw key, or h:… as the logs print it", cobra.ExactArgs(1), runClient)
+	client := sub("client <id>", "A client's counters and own limits: a raw key, or h:… as the logs print it", cobra.ExactArgs(1), runClient)
 	zoneFlag(client)
+	client.Flags().String("tier", "", "The key's tier, for the limits it has (default: the default tier, of requests with no tier or an unlisted one)")
 	reset := sub("reset <id>", "Let a client through again", cobra.ExactArgs(1), runReset)
 	zoneFlag(reset)
 	tiers := sub("tiers", "Tier limits in effect", cobra.NoArgs, runTiers)
@@ -133,9 +134,9 @@ func subcommands() []*cobra.Command {
 		c.Flags().String("reason", "", "Why, for whoever lists the decisions later (at most 200 characters, one line)")
 		c.Flags().Bool("remove", false, "Lift the key's "+action+" decisions (in --zone only, if given) instead")
 	}
-	block := sub("block <key>", "Deny a key's requests (429) in every zone, or --zone, until the decision expires", cobra.ExactArgs(1), runDecide(adminapi.ActionBlock))
+	block := sub("block <key>", "Deny a key's requests, or a network's (n:…), with a 429 in every zone, or --zone, until the decision expires", cobra.ExactArgs(1), runDecide(adminapi.ActionBlock))
 	decisionFlags(block, adminapi.ActionBlock)
-	allow := sub("allow <key>", "Let a key skip the limits of every zone, or --zone, until the decision expires", cobra.ExactArgs(1), runDecide(adminapi.ActionAllow))
+	allow := sub("allow <key>", "Let a key, or a network (n:…), skip the limits of every zone, or --zone, until the decision expires", cobra.ExactArgs(1), runDecide(adminapi.ActionAllow))
 	decisionFlags(allow, adminapi.ActionAllow)
 	decisions := sub("decisions", "The operators' blocks and allows in effect, with reason and expiry", cobra.NoArgs, runDecisions)
 	ui := sub("ui", "Serve the live status page on a loopback address, relaying to the admin endpoint", cobra.NoArgs, runUI)

@@ -77,6 +77,14 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 			t.Errorf("tollgate %v: error output lacks %q:\n%s", s.args, s.errWords, errOut)
 		}
 	}
+	// The default tier changes at run time like any other, shown on the
+	// zone's (default) row.
+	out, errOut, code := testutil.CLI(t, "tiers", "set", "credits", "default=500", "--address", addr)
+	if code != 0 || !regexp.MustCompile(`credits\s+limit\s+\(default\)\s+1000\s+500\s+500\n`).MatchString(out) ||
+		regexp.MustCompile(`(?m)^credits\s+limit\s+default\s`).MatchString(out) {
+		t.Errorf("tiers set credits default=500: exit %d; want the (default) row overridden to 500, and no tier named default:\n%s%s", code, out, errOut)
+	}
+	testutil.CLI(t, "tiers", "clear", "--address", addr)
 	if out, _, _ := testutil.CLI(t, "status", "--address", addr); strings.Contains(out, "MEMBER") {
 		t.Errorf("a single node's status has cluster rows:\n%s", out)
 	}
@@ -105,13 +113,13 @@ func TestCLIAgainstARunningCaddy(t *testing.T) {
 			t.Errorf("tollgate %v --json: exit %d, not a JSON object:\n%s%s", args, code, out, errOut)
 		}
 	}
-	out, _, code := testutil.CLI(t, "client", "nobody-seen", "--json", "--address", addr)
+	out, _, code = testutil.CLI(t, "client", "nobody-seen", "--json", "--address", addr)
 	if code != exitNotFound || json.Unmarshal([]byte(out), new(adminapi.ClientView)) != nil {
 		t.Errorf("an unknown client with --json: exit %d, %q; want 4 and the view", code, out)
 	}
 
 	// A bad address says what to do.
-	_, errOut, code := testutil.CLI(t, "status", "--address", "127.0.0.1:1")
+	_, errOut, code = testutil.CLI(t, "status", "--address", "127.0.0.1:1")
 	if code != exitUnreachable || !strings.Contains(errOut, "is Caddy running?") || !strings.Contains(errOut, "--address") {
 		t.Errorf("a bad address: exit %d, %q; want 3 and advice", code, errOut)
 	}

@@ -91,7 +91,8 @@ type Node struct {
 	ml         *memberlist.Memberlist
 	gossipAddr string // the address it gossips on, from the start
 	listener   net.Listener
-	announceMu sync.Mutex // memberlist's UpdateNode is not safe concurrently
+	handshakes *handshakeGate // strangers on the peer port, bounded
+	announceMu sync.Mutex     // memberlist's UpdateNode is not safe concurrently
 	leaving    atomic.Bool
 	started    atomic.Bool // Start was called
 	running    atomic.Bool // Start succeeded
@@ -159,6 +160,7 @@ func newNode(cfg Config, engine *limiter.Engine, hasher keyhash.Hasher) *Node {
 		authKey:    authKey(cfg.Secret),
 		log:        cfg.Logger,
 		peers:      newPeerSet(),
+		handshakes: newHandshakeGate(),
 		members:    newMemberTable(),
 		outboxCh:   make(chan struct{}, 1),
 		memberCh:   make(chan struct{}, 1),

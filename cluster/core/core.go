@@ -39,6 +39,7 @@ type Core struct {
 	in         *inbox        // transfers applied, by sender
 	takes      *takeLog      // outcomes of take items served, by caller
 	handoff    *handoffState // keys moving here, while a hand-off is under way
+	sealsGiven sealsGiven    // the nodes this node sealed to, and under which ring
 	lent       *lentKeys     // keys given to a node that owns them by a newer ring
 	fallback   *fallback     // decides for owners that cannot be reached
 	replicas   *replicaStore // counters kept for the owners this node succeeds

@@ -294,6 +294,7 @@ func (c *Core) settle(now time.Time, keys []limiter.Key) {
 	}
 	c.handoff.mu.Unlock()
 	c.countSettled(now, done)
+	c.foldFallback(now, v, keys)
 	c.notifySettled()
 }
 
@@ -604,7 +605,34 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 	if c.reconcileTo(now, v, from) {
 		return SealReply{} // sent now: sealed once acknowledged
 	}
+	c.sealsGiven.note(from.Name, q.Ring)
 	return SealReply{Sealed: true}
+}
+
+// sealsGiven remembers, for each node this node sealed to, the ring it
+// sealed under: from then on, what this node admits in fallback for that
+// node's keys would reach it only after it may have started counting them
+// (see Replied). It is safe for concurrent use.
+type sealsGiven struct {
+	mu    sync.Mutex
+	rings map[string]string
+}
+
+// note records a seal given to name under ring.
+func (s *sealsGiven) note(name, ring string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rings == nil {
+		s.rings = map[string]string{}
+	}
+	s.rings[name] = ring
+}
+
+// gave reports whether this node sealed to name under ring.
+func (s *sealsGiven) gave(name, ring string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rings[name] == ring
 }
 
 // sealReplied records a source's answer to a seal query.
@@ -766,6 +794,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	next.ho, next.stable = nil, v.ring
 	next.shareOf = max(1, v.ring.Len()-1)
 	h.reset(nil, true)
+	c.foldFallback(now, &next, nil)
 	c.view.Store(&next)
 	c.updateAnswering()
 	c.viewMu.Unlock()

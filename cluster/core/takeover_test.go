@@ -314,6 +314,120 @@ func TestATakeoverCountsTheSurvivorsFallbackBeforeItCounts(t *testing.T) {
 	}
 }
 
+// A member crashes with 3 of 10 spent and comes back at once, under a new
+// run, while the others count its keys: 3 in fallback, then 2 by its
+// successor, which took them over from their replica. The new run owns
+// them again, and must count them only once the successor's count of 8
+// arrived, or it counts them from nothing and admits 10 more. Its driver
+// says a seed answered before it lists the members: a moment later, or
+// (no seed answered in time) only once the node entered a ring of itself
+// alone.
+func TestARestartedOwnerWaitsForTheCountsOfItsKeys(t *testing.T) {
+	for _, alone := range []bool{false, true} {
+		name := "members listed a moment after the join"
+		if alone {
+			name = "members listed after the node entered its ring alone"
+		}
+		t.Run(name, func(t *testing.T) { restartedOwner(t, alone) })
+	}
+}
+
+func restartedOwner(t *testing.T, alone bool) {
+	h := newHandNet(t, "n1", "n2", "n3")
+	const quota = 10
+	k := h.keyOwnedBy("n2", "n1")
+	admitted := 0
+	var waiting []*handTake
+	spend := func(node string) *handTake {
+		tk := h.take(node, k, quota)
+		if tk.done && tk.d.Allowed {
+			admitted++
+		}
+		if !tk.done {
+			waiting = append(waiting, tk)
+		}
+		return tk
+	}
+	resume := func() {
+		for _, tk := range waiting {
+			for !tk.done {
+				h.now = maxTime(h.now, tk.until)
+				h.drive(tk)
+			}
+			if tk.d.Allowed {
+				admitted++
+			}
+		}
+		waiting = nil
+	}
+	for range 3 {
+		spend("n2")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n1
+
+	h.down["n2"] = true
+	h.advance(100 * time.Millisecond)
+	for range 3 {
+		if tk := spend("n3"); !tk.done || tk.d.Source != SourceFallback {
+			t.Fatalf("a request through n3 while n2 is down: done %v, decided by %v; want fallback", tk.done, tk.d.Source)
+		}
+	}
+	h.setMembership("n1", []string{"n2"})
+	h.setMembership("n3", []string{"n2"})
+	h.advance(time.Second)
+	if h.cores["n1"].HandoffUnderway() {
+		t.Fatal("n1 did not take n2's keys over")
+	}
+	for range 2 {
+		spend("n1")
+	}
+	if got := h.count("n1", k); got != 8 || admitted != 8 {
+		t.Fatalf("n1 holds %d after taking over; %d admitted; want 8 and 8", got, admitted)
+	}
+
+	// n2 comes back, and takes requests at once unless it enters its ring
+	// alone; the others have not heard of it yet.
+	n2 := h.start("n2", true)
+	n2.Joined(h.now)
+	h.pump()
+	if alone {
+		h.advance(handTiming.ProbeInterval, "n2")
+		if !n2.Member() {
+			t.Fatal("the new run of n2 did not enter its ring alone")
+		}
+	}
+	if !alone {
+		for range quota {
+			spend("n2")
+		}
+	}
+	h.setMembership("n2", nil)
+	h.advance(10*time.Millisecond, "n2") // it enters its ring, and its pings renew its leases
+	if !n2.Member() {
+		t.Fatal("the new run of n2 did not enter its ring")
+	}
+	for range quota {
+		spend("n2")
+	}
+	h.setMembership("n1", nil)
+	h.setMembership("n3", nil)
+	h.advance(200 * time.Millisecond)
+	resume()
+	for range quota {
+		spend("n1")
+		spend("n2")
+		spend("n3")
+	}
+	h.advance(time.Second)
+	resume()
+	if admitted > quota {
+		t.Errorf("%d admitted of limit %d: the new run of n2 counted its key before the counts moving to it arrived", admitted, quota)
+	}
+	if got := h.count("n2", k); got != int64(admitted) {
+		t.Errorf("n2 holds %d; %d were admitted", got, admitted)
+	}
+}
+
 func maxTime(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a

@@ -349,7 +349,11 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 			if f.kind == faultCrash {
 				snap = nil
 			}
-			s.at(s.now.Add(f.dur), nil, func() { s.restart(name, snap); done() })
+			// One restart in two (by the drawn duration, so the schedule
+			// draws nothing more) has its driver list the members only
+			// after it said a seed answered, as memberlist's join does.
+			late := f.dur/time.Millisecond%2 == 1
+			s.at(s.now.Add(f.dur), nil, func() { s.restartWith(name, snap, late); done() })
 		})
 	case faultLeaveRestart:
 		s.at(at, nil, func() { s.leaveThenRestart(name, f.dur, done) })
@@ -405,11 +409,16 @@ func (s *sim) running() int {
 }
 
 // restart starts a crashed node's name again.
-func (s *sim) restart(name string, snap []limiter.State) {
+func (s *sim) restart(name string, snap []limiter.State) { s.restartWith(name, snap, false) }
+
+// restartWith is restart; lateView: its driver lists the members only
+// after it said a seed answered.
+func (s *sim) restartWith(name string, snap []limiter.State, lateView bool) {
 	if n := s.current[name]; n != nil && !n.gone {
 		return
 	}
 	n := s.start(name, true, snap)
+	n.lateView = lateView
 	n.core.completing = s.takeoverHook(n)
 }
 

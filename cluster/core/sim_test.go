@@ -248,6 +248,7 @@ type simNode struct {
 	view        map[string]*obsEntry
 	lastMembers string // the last Membership given, encoded
 	joined      bool   // Joined was called
+	lateView    bool   // its driver says a seed answered before it lists the members
 	leaving     bool
 	leaveBy     time.Time
 
@@ -346,15 +347,20 @@ func (s *sim) tryJoin(n *simNode, began time.Time) {
 		if seed == nil || seed == n || seed.gone || !s.canTalk(n.name, name) {
 			continue
 		}
-		for x, e := range seed.view {
-			if x != n.name {
-				c := *e
-				c.lost = time.Time{}
-				n.view[x] = &c
-			}
+		if n.lateView {
+			// As memberlist's join returns: the node's driver says a seed
+			// answered, and gives its core the members a moment later.
+			n.joined = true
+			n.core.Joined(s.now)
+			s.after(s.between(simTiming.gossipMin, simTiming.gossipMax), n, func() {
+				if seed := s.current[name]; seed != nil && !seed.gone {
+					s.adoptView(n, seed)
+				}
+			})
+			s.logf("%s joined through %s, members listed later", n.name, name)
+			return
 		}
-		n.view[name] = &obsEntry{inc: seed.inc, status: s.truth[name].status}
-		s.updateMembership(n)
+		s.adoptView(n, seed)
 		n.joined = true
 		n.core.Joined(s.now)
 		s.logf("%s joined through %s", n.name, name)
@@ -367,6 +373,19 @@ func (s *sim) tryJoin(n *simNode, began time.Time) {
 		return
 	}
 	s.after(200*time.Millisecond, n, func() { s.tryJoin(n, began) })
+}
+
+// adoptView gives a joining node its seed's view.
+func (s *sim) adoptView(n, seed *simNode) {
+	for x, e := range seed.view {
+		if x != n.name {
+			c := *e
+			c.lost = time.Time{}
+			n.view[x] = &c
+		}
+	}
+	n.view[seed.name] = &obsEntry{inc: seed.inc, status: s.truth[seed.name].status}
+	s.updateMembership(n)
 }
 
 // memberChanged gossips a node's entering or leaving its own ring.

@@ -57,7 +57,11 @@ type moving struct {
 	hasAdds  bool
 	from     string // the node whose pull settled it (for stats)
 	received bool   // something arrived for it
-	leavers  int    // how many of the plan's leavers were asked for it
+	// expected: a transfer carrying counts of it was refused (this node
+	// held no lease from its sender yet): a pull that finds nothing does
+	// not settle it before they arrive.
+	expected bool
+	leavers  int // how many of the plan's leavers were asked for it
 	// refunds are units given back before the key settled: they are
 	// given back from its counter once it has one.
 	refunds []limiter.Request
@@ -223,7 +227,7 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, 
 	if mk.settled {
 		return false
 	}
-	mk.received = true
+	mk.received, mk.expected = true, false
 	if mode == ModeCopy {
 		if mk.hasCopy {
 			mk.copy = limiter.NewerState(mk.copy, s)
@@ -246,6 +250,24 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, 
 		mk.adds, mk.hasAdds = s, true
 	}
 	return true
+}
+
+// expect notes that counts of the keys moving here that states carry are
+// on their way from a live sender, which will send them again.
+func (h *handoffState) expect(v *view, self string, states []limiter.State) {
+	if v.ho == nil {
+		return
+	}
+	for _, s := range states {
+		if o, ok := v.ring.Owner(s.Key.Route()); !ok || o.Name != self || !h.incoming(v, self, s.Key) {
+			continue
+		}
+		h.mu.Lock()
+		if mk := h.entry(v, self, s.Key); !mk.settled && !mk.received {
+			mk.expected = true
+		}
+		h.mu.Unlock()
+	}
 }
 
 // settleLocked marks mk settled and returns the counter it gathered, if
@@ -426,7 +448,7 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			mk.source = to // it is there now: pull it from there
 			continue
 		}
-		if refused[k] {
+		if refused[k] || mk.expected && !given[k] {
 			mk.retryAt = retry
 			continue
 		}

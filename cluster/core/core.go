@@ -94,6 +94,10 @@ type Stats struct {
 	Cancelled      atomic.Uint64 // take items given up on by their callers
 	Activations    atomic.Uint64 // times a peer's keys went to fallback
 	HandoffsForced atomic.Uint64 // hand-offs ended by HandoffWindow rather than by seals
+	// SealedFallbacks counts requests decided by fallback on a NotYetMine
+	// from an owner this node had sealed to: what they admitted may reach
+	// that owner only after it started counting their keys.
+	SealedFallbacks atomic.Uint64
 }
 
 // view is the membership a core routes by. A view is immutable: a change

@@ -96,12 +96,15 @@ type sim struct {
 	hist simHistory
 
 	violations []string
-	maxNodes   int
-	open       int      // faults not played to their end
-	log        []string // what happened, for a failing seed
-	verbose    bool
-	trace      limiter.Key // a key whose movements are logged
-	traced     map[string]bool
+	// quickDetect: failure detection may be quicker than a lease, so a
+	// dead member's keys wait for its lease after the ring dropped it.
+	quickDetect bool
+	maxNodes    int
+	open        int      // faults not played to their end
+	log         []string // what happened, for a failing seed
+	verbose     bool
+	trace       limiter.Key // a key whose movements are logged
+	traced      map[string]bool
 }
 
 // simTruth is what a node really is, which observers learn with delays.
@@ -554,7 +557,11 @@ func (s *sim) watch(obs *simNode) {
 		}
 		if e.lost.IsZero() {
 			e.lost = s.now
-			e.detect = s.between(simTiming.detectMin, simTiming.detectMax)
+			lo := simTiming.detectMin
+			if s.quickDetect {
+				lo = simTiming.lease * 2 / 3
+			}
+			e.detect = s.between(lo, simTiming.detectMax)
 			continue
 		}
 		if s.now.Sub(e.lost) >= e.detect {
@@ -680,6 +687,9 @@ func (s *sim) send(n *simNode, o Outgoing) {
 	s.call(n, o.To, o.Msg,
 		func(dest *simNode, m Message, respond func(Message)) {
 			reply := dest.core.Handle(s.now, n.peer(), m)
+			if r, ok := reply.(SealReply); ok && r.Sealed {
+				s.noteSeal(dest, n.name)
+			}
 			s.traceMsg(dest.name, n.name, reply)
 			respond(reply)
 		},

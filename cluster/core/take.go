@@ -518,15 +518,18 @@ func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
 		c.redirect(now, c.view.Load(), c.mono(now), op, g, r.Owner)
 	default: // NotYetMine: the owner is alive but cannot count these keys yet
 		v, m := c.view.Load(), c.mono(now)
-		if c.sealsGiven.gave(op.to.Name, v.ring.Fingerprint()) && g.resealed < maxResealWaits && m+int64(c.cfg.CallTimeout) <= op.deadline {
-			// This node told the owner it holds nothing more for its keys,
-			// and the owner may start counting them as soon as the others
-			// told it so too: what this node admitted in fallback now would
-			// reach it only after. The owner is asked again a call timeout
-			// later instead.
-			g.resealed++
-			g.pause = m + int64(c.cfg.CallTimeout)
-			return
+		if c.sealsGiven.gave(op.to.Name, v.ring.Fingerprint()) {
+			if g.resealed < maxResealWaits && m+int64(c.cfg.CallTimeout) <= op.deadline {
+				// This node told the owner it holds nothing more for its
+				// keys, and the owner may start counting them as soon as
+				// the others told it so too: what this node admitted in
+				// fallback now would reach it only after. The owner is
+				// asked again a call timeout later instead.
+				g.resealed++
+				g.pause = m + int64(c.cfg.CallTimeout)
+				return
+			}
+			c.stats.SealedFallbacks.Add(1)
 		}
 		c.decideByFallback(now, v, op, g)
 	}

@@ -95,13 +95,16 @@
 // owner dead (about 2 seconds with the default tuning) and the ring drops
 // it, the successor starts the keys it now owns from their replicas (once
 // the dead owner's lease has run out: see Pauses and leases) and
-// adds what the other nodes admitted for them in fallback as it arrives:
-// each survivor sends its fallback counts once the new owner answers it
-// and counts the key. The new owner does not wait for them, so it may
-// admit, in between, up to what they carry (within F in the bound below;
-// measured once, with the whole caddymodule package under -race on two
-// shared cores, 46 admitted after a kill with 60 of 100 spent, where
-// TestProcessClusterKilledOwnersCountSurvives asserts at most 45). A node's
+// adds what the nodes admitted for them in fallback before it counts them:
+// it waits, like any hand-off, until every survivor has sealed (sent its
+// fallback counts for the new owner's keys, and had them acknowledged), and
+// adds its own. A survivor that sealed and is still told NotYetMine asks
+// again a call timeout later, twice at most, rather than admit in fallback
+// what would reach the new owner only after it started counting (past
+// that, or when the new owner does not answer, fallback decides, within F
+// in the bound below). Before, the new owner did not wait for them: 46 were
+// measured once after a kill with 60 of 100 spent, where
+// TestProcessClusterKilledOwnersCountSurvives asserts at most 45. A node's
 // fallback share is of what the owner last said
 // remained, less what it already admitted and sent on. So a crash loses,
 // per key, at most the changes its successor had not received: those the

@@ -39,6 +39,7 @@ type Core struct {
 	in         *inbox        // transfers applied, by sender
 	takes      *takeLog      // outcomes of take items served, by caller
 	handoff    *handoffState // keys moving here, while a hand-off is under way
+	sealsGiven sealsGiven    // the nodes this node sealed to, and under which ring
 	lent       *lentKeys     // keys given to a node that owns them by a newer ring
 	fallback   *fallback     // decides for owners that cannot be reached
 	replicas   *replicaStore // counters kept for the owners this node succeeds
@@ -93,6 +94,10 @@ type Stats struct {
 	Cancelled      atomic.Uint64 // take items given up on by their callers
 	Activations    atomic.Uint64 // times a peer's keys went to fallback
 	HandoffsForced atomic.Uint64 // hand-offs ended by HandoffWindow rather than by seals
+	// SealedFallbacks counts requests decided by fallback on a NotYetMine
+	// from an owner this node had sealed to: what they admitted may reach
+	// that owner only after it started counting their keys.
+	SealedFallbacks atomic.Uint64
 }
 
 // view is the membership a core routes by. A view is immutable: a change
@@ -419,6 +424,7 @@ type seenRun struct {
 	inc     uint64
 	member  bool
 	leaving bool
+	joining bool // it was seen joining: it joined this node's cluster, not the other way round
 }
 
 // noteSeen records the runs the lists name.
@@ -426,36 +432,62 @@ func (k *membershipState) noteSeen() {
 	if k.seen == nil {
 		k.seen = map[string][]seenRun{}
 	}
-	note := func(name string, inc uint64, member, leaving bool) {
+	note := func(name string, inc uint64, member, leaving, joining bool) {
 		runs := k.seen[name]
 		for i := range runs {
 			if runs[i].inc == inc {
 				runs[i].member = runs[i].member || member
 				runs[i].leaving = runs[i].leaving || leaving
+				runs[i].joining = runs[i].joining || joining
 				return
 			}
 		}
 		if n := len(runs); n > 0 && runs[n-1].inc > inc {
 			return // older than what is known
 		}
-		runs = append(runs, seenRun{inc: inc, member: member, leaving: leaving})
+		runs = append(runs, seenRun{inc: inc, member: member, leaving: leaving, joining: joining})
 		if len(runs) > 2 {
 			runs = runs[len(runs)-2:]
 		}
 		k.seen[name] = runs
 	}
 	for _, m := range k.members {
-		note(m.Name, m.Inc, true, false)
+		note(m.Name, m.Inc, true, false, false)
 	}
 	for _, m := range k.leaving {
-		note(m.Name, m.Inc, true, true)
+		note(m.Name, m.Inc, true, true, false)
 	}
 	for _, m := range k.joining {
-		note(m.Name, m.Inc, false, false)
+		note(m.Name, m.Inc, false, false, true)
 	}
 	for _, d := range k.dead {
-		note(d.Name, d.Inc, false, false)
+		note(d.Name, d.Inc, false, false, false)
 	}
+}
+
+// joinedLate returns the ring this node's keys come from when it entered
+// its ring before it heard of anyone (its driver said a seed answered
+// before it listed the members, or no seed answered in time) and now
+// learns members it never saw join: they were counting every key without
+// it, those it owns now among them, so it joins them, and those keys come
+// through its hand-off like any joining node's. Without such members it
+// returns stable.
+func (c *Core) joinedLate(known *membershipState, stable, ring *Ring) *Ring {
+	var there []Member
+	for _, x := range ring.members {
+		if x.Name == c.self.Name {
+			continue
+		}
+		if r, ok := known.run(x.Peer()); ok && r.joining {
+			continue // it joined this node's cluster
+		}
+		there = append(there, x)
+	}
+	if len(there) == 0 {
+		return stable
+	}
+	c.log.Info("entered the ring before hearing of its members: taking the keys it owns from them", "node", c.self.Name, "members", len(there))
+	return NewRing(c.cfg.Hasher, there)
 }
 
 // SetMembership tells the core who the other nodes are. When the ring
@@ -531,6 +563,9 @@ func (c *Core) rerouteLocked(now time.Time) {
 		if old.ho != nil {
 			stable = old.stable // the hand-off to it never completed
 		}
+	}
+	if selfIdx >= 0 && c.cfg.Joining && stable.Len() == 1 && stable.Has(c.self.Name) {
+		stable = c.joinedLate(known, stable, ring)
 	}
 	heard := c.peers.heardAll() // before the peers that are gone are dropped
 	var ho *handoffPlan

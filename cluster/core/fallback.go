@@ -2,6 +2,7 @@ package core
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -261,4 +262,28 @@ func (c *Core) spent(states []limiter.State, ns int64) {
 			c.fallback.spend(s.Key, int64(s.Cur), ns)
 		}
 	}
+}
+
+// foldFallback counts, as their owner, what this node admitted in fallback
+// for keys it owns by v (all of them if keys is nil) as they become
+// countable here: they join its engine before it counts them, not a
+// reconciliation later, or it would admit that much beyond their limit
+// meanwhile.
+func (c *Core) foldFallback(now time.Time, v *view, keys []limiter.Key) {
+	if c.fallback.engine.Stats().Keys == 0 || keys != nil && len(keys) == 0 {
+		return
+	}
+	states := c.fallback.engine.Extract(now, func(k limiter.Key) bool {
+		if keys != nil && !slices.Contains(keys, k) {
+			return false
+		}
+		_, self, ok := c.placeOf(v, k)
+		return ok && self
+	}, 0)
+	if len(states) == 0 {
+		return
+	}
+	c.spent(states, now.UnixNano())
+	c.stats.Reconciled.Add(uint64(len(states)))
+	c.placeHere(now, v, ModeAdd, sortStates(states))
 }

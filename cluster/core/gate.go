@@ -14,11 +14,14 @@ import (
 // Joining. A node with seeds starts outside its ring: it forwards what has
 // a reachable owner and decides the rest by fallback, and its driver
 // announces it as joining, so the others leave it out of their rings too.
-// Once a seed answered (Joined), it sends the counters it kept from before
-// (a snapshot read back: RestoreCounters) to their owners as copies
+// Once a seed answered (Joined) and it knows a member (or a probe interval
+// passed without one), it sends the counters it kept from before (a
+// snapshot read back: RestoreCounters) to their owners as copies
 // (ModeCopy: the owners keep the newer of theirs and these, never the
-// sum), and once all are acknowledged it enters its ring. The keys that
-// move to it then come through the hand-off like any joining node's.
+// sum), and once all are acknowledged it enters its ring. The keys that move to
+// it then come through the hand-off like any joining node's; a node that
+// entered alone takes the keys it owns from the members it then learns of
+// (see joinedLate).
 //
 // Leaving. A node that leaves steps out of its ring at once, hands every
 // counter to its new owner, and refuses transfers that would add counts
@@ -40,10 +43,11 @@ type gate struct {
 	wasOut   atomic.Bool   // declared dead: what it held went out as copies
 	epoch    atomic.Uint64 // join epoch, sent in pings
 
-	mu    sync.Mutex
-	ready bool            // it may join: a seed answered, or it has none
-	held  []limiter.State // copies to send to their owners before joining
-	took  map[string]tookRecord
+	mu      sync.Mutex
+	ready   bool            // it may join: a seed answered, or it has none
+	readyAt int64           // mono: when Joined was called
+	held    []limiter.State // copies to send to their owners before joining
+	took    map[string]tookRecord
 }
 
 // tookRecord is a node whose keys this node took over, as of its join
@@ -111,7 +115,7 @@ func (g *gate) tookOverAt(x Peer, epoch uint64) bool {
 
 // Joined tells the core that a seed answered (or that it waited long
 // enough for one): it sends the copies it kept to their owners and enters
-// its ring once they are acknowledged.
+// its ring once they are acknowledged (see mayJoinLocked).
 func (c *Core) Joined(now time.Time) {
 	g := c.gate
 	g.mu.Lock()
@@ -120,11 +124,24 @@ func (c *Core) Joined(now time.Time) {
 		return
 	}
 	g.ready = true
-	held := g.held
-	g.held = nil
+	g.readyAt = c.mono(now)
 	g.mu.Unlock()
-	c.deliverHeld(now, held)
 	c.tickGate(now)
+}
+
+// mayJoinLocked reports whether the node may send its copies and enter
+// its ring: a seed answered, and it knows a member. A node with seeds that
+// knows none yet waits a probe interval for its driver to list them: the
+// driver says a seed answered as soon as it did, and lists the members it
+// learnt a moment later. Sending its copies meanwhile, it would keep them
+// all, as the owner of every key; entering its ring alone, it would count
+// every key from nothing while the others count them too. g.mu is held.
+func (c *Core) mayJoinLocked(now time.Time) bool {
+	g := c.gate
+	if !g.ready {
+		return false
+	}
+	return !c.cfg.Joining || len(c.known.Load().members) > 0 || c.mono(now) >= g.readyAt+int64(c.cfg.ProbeInterval)
 }
 
 // RestoreCounters takes counters this node kept before it started (a
@@ -137,7 +154,7 @@ func (c *Core) RestoreCounters(now time.Time, states []limiter.State) {
 	}
 	g := c.gate
 	g.mu.Lock()
-	if !g.ready {
+	if !c.mayJoinLocked(now) {
 		g.held = append(g.held, states...)
 		g.mu.Unlock()
 		return
@@ -176,8 +193,13 @@ func (c *Core) tickGate(now time.Time) {
 		return
 	}
 	g.mu.Lock()
-	ready := g.ready
+	ready := c.mayJoinLocked(now)
+	var held []limiter.State
+	if ready {
+		held, g.held = g.held, nil
+	}
 	g.mu.Unlock()
+	c.deliverHeld(now, held)
 	if !ready || c.out.pendingFor("", purposeHeld) > 0 {
 		return
 	}

@@ -57,7 +57,11 @@ type moving struct {
 	hasAdds  bool
 	from     string // the node whose pull settled it (for stats)
 	received bool   // something arrived for it
-	leavers  int    // how many of the plan's leavers were asked for it
+	// expected: a transfer carrying counts of it was refused (this node
+	// held no lease from its sender yet): a pull that finds nothing does
+	// not settle it before they arrive.
+	expected bool
+	leavers  int // how many of the plan's leavers were asked for it
 	// refunds are units given back before the key settled: they are
 	// given back from its counter once it has one.
 	refunds []limiter.Request
@@ -223,7 +227,7 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, 
 	if mk.settled {
 		return false
 	}
-	mk.received = true
+	mk.received, mk.expected = true, false
 	if mode == ModeCopy {
 		if mk.hasCopy {
 			mk.copy = limiter.NewerState(mk.copy, s)
@@ -246,6 +250,24 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, 
 		mk.adds, mk.hasAdds = s, true
 	}
 	return true
+}
+
+// expect notes that counts of the keys moving here that states carry are
+// on their way from a live sender, which will send them again.
+func (h *handoffState) expect(v *view, self string, states []limiter.State) {
+	if v.ho == nil {
+		return
+	}
+	for _, s := range states {
+		if o, ok := v.ring.Owner(s.Key.Route()); !ok || o.Name != self || !h.incoming(v, self, s.Key) {
+			continue
+		}
+		h.mu.Lock()
+		if mk := h.entry(v, self, s.Key); !mk.settled && !mk.received {
+			mk.expected = true
+		}
+		h.mu.Unlock()
+	}
 }
 
 // settleLocked marks mk settled and returns the counter it gathered, if
@@ -294,6 +316,7 @@ func (c *Core) settle(now time.Time, keys []limiter.Key) {
 	}
 	c.handoff.mu.Unlock()
 	c.countSettled(now, done)
+	c.foldFallback(now, v, keys)
 	c.notifySettled()
 }
 
@@ -425,7 +448,7 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			mk.source = to // it is there now: pull it from there
 			continue
 		}
-		if refused[k] {
+		if refused[k] || mk.expected && !given[k] {
 			mk.retryAt = retry
 			continue
 		}
@@ -604,7 +627,34 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 	if c.reconcileTo(now, v, from) {
 		return SealReply{} // sent now: sealed once acknowledged
 	}
+	c.sealsGiven.note(from.Name, q.Ring)
 	return SealReply{Sealed: true}
+}
+
+// sealsGiven remembers, for each node this node sealed to, the ring it
+// sealed under: from then on, what this node admits in fallback for that
+// node's keys would reach it only after it may have started counting them
+// (see Replied). It is safe for concurrent use.
+type sealsGiven struct {
+	mu    sync.Mutex
+	rings map[string]string
+}
+
+// note records a seal given to name under ring.
+func (s *sealsGiven) note(name, ring string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.rings == nil {
+		s.rings = map[string]string{}
+	}
+	s.rings[name] = ring
+}
+
+// gave reports whether this node sealed to name under ring.
+func (s *sealsGiven) gave(name, ring string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.rings[name] == ring
 }
 
 // sealReplied records a source's answer to a seal query.
@@ -766,6 +816,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	next.ho, next.stable = nil, v.ring
 	next.shareOf = max(1, v.ring.Len()-1)
 	h.reset(nil, true)
+	c.foldFallback(now, &next, nil)
 	c.view.Store(&next)
 	c.updateAnswering()
 	c.viewMu.Unlock()

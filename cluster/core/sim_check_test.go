@@ -15,7 +15,13 @@ package core
 //	    graceful changes only (joins, leaves, rolling restarts, no fault)
 //	    nothing is decided by fallback at all;
 //	(d) reputation moves only by a client's own denials (see the
-//	    reputation schedules).
+//	    reputation schedules);
+//	(e) a takeover waits for the survivors' fallback counts: as a node
+//	    takes over a dead member's keys, no survivor that sealed to it
+//	    holds a fallback count of them admitted since, unless the new
+//	    owner did not answer it or kept saying not yet (checkTakeover).
+//	    The bound (a) allows what such a count lets the new owner admit
+//	    beyond the limit (it is within F), so it is checked on its own.
 
 import (
 	"flag"
@@ -62,6 +68,25 @@ type simHistory struct {
 	// they admitted and their caller decided by fallback may count twice.
 	lostRuns map[Peer]bool
 	faulty   bool // a fault happened (not only graceful changes)
+	seals    map[[2]string]sealNote
+}
+
+// sealNote is a node's last seal to another, and what it had decided by
+// fallback for unreachable or not-yet-counting owners by then.
+type sealNote struct {
+	inc         uint64 // the sealing run
+	reachable   bool   // it could call the node it sealed to
+	activations uint64
+	sealed      uint64 // Stats.SealedFallbacks
+}
+
+// noteSeal records that node s sealed to the node called to.
+func (s *sim) noteSeal(n *simNode, to string) {
+	if s.hist.seals == nil {
+		s.hist.seals = map[[2]string]sealNote{}
+	}
+	s.hist.seals[[2]string{n.name, to}] = sealNote{inc: n.inc, reachable: n.core.Reachable(to),
+		activations: n.core.stats.Activations.Load(), sealed: n.core.stats.SealedFallbacks.Load()}
 }
 
 // ---------------------------------------------------------------------------
@@ -192,6 +217,12 @@ func runSchedule(sc simSchedule) *sim { return runScheduleTraced(sc, -1) }
 // runScheduleTraced is runSchedule, logging the movements of key trace.
 func runScheduleTraced(sc simSchedule, trace int) *sim {
 	s := newSim(sc.seed, sc.nodes+sc.spare)
+	// Where nodes only crash, failure detection is sometimes quicker than
+	// a lease: the new owner of a dead member's keys then waits while the
+	// survivors have sealed to it (see checkTakeover).
+	s.quickDetect = !slices.ContainsFunc(sc.faults, func(f simFault) bool {
+		return f.kind != faultCrash && f.kind != faultCrashKeep && f.kind != faultRollingKill
+	})
 	s.hist.served = map[servedKey]time.Time{}
 	s.hist.loss = map[limiter.Key]int64{}
 	rng := s.rng
@@ -349,7 +380,11 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 			if f.kind == faultCrash {
 				snap = nil
 			}
-			s.at(s.now.Add(f.dur), nil, func() { s.restart(name, snap); done() })
+			// One restart in two (by the drawn duration, so the schedule
+			// draws nothing more) has its driver list the members only
+			// after it said a seed answered, as memberlist's join does.
+			late := f.dur/time.Millisecond%2 == 1
+			s.at(s.now.Add(f.dur), nil, func() { s.restartWith(name, snap, late); done() })
 		})
 	case faultLeaveRestart:
 		s.at(at, nil, func() { s.leaveThenRestart(name, f.dur, done) })
@@ -405,11 +440,16 @@ func (s *sim) running() int {
 }
 
 // restart starts a crashed node's name again.
-func (s *sim) restart(name string, snap []limiter.State) {
+func (s *sim) restart(name string, snap []limiter.State) { s.restartWith(name, snap, false) }
+
+// restartWith is restart; lateView: its driver lists the members only
+// after it said a seed answered.
+func (s *sim) restartWith(name string, snap []limiter.State, lateView bool) {
 	if n := s.current[name]; n != nil && !n.gone {
 		return
 	}
 	n := s.start(name, true, snap)
+	n.lateView = lateView
 	n.core.completing = s.takeoverHook(n)
 }
 
@@ -673,6 +713,7 @@ func (s *sim) usedDecisions() map[servedKey]bool {
 func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 	return func(plan *handoffPlan) {
 		v := n.core.view.Load()
+		s.checkTakeover(n, v, plan)
 		for dead := range plan.dead {
 			x := s.current[dead]
 			if x == nil || x.gone || x.inc != plan.deadInc[dead] {
@@ -695,6 +736,40 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 					s.hist.loss[k] += lost
 					s.logf("%s takes over key from %s (alive): may lose %d", n.name, dead, lost)
 				}
+			}
+		}
+	}
+}
+
+// checkTakeover checks, as node n takes over the keys of dead members
+// once every survivor sealed, that no survivor that sealed holds a
+// fallback count of those keys it admitted since, except where it could
+// not wait: the new owner did not answer it, or kept saying not yet. Such
+// a count would reach n only after n started counting the key: n would
+// admit that much beyond the limit.
+func (s *sim) checkTakeover(n *simNode, v *view, plan *handoffPlan) {
+	if len(plan.dead) == 0 || n.core.mono(s.now)-plan.since >= int64(simTiming.handoff) {
+		return // forced: it counts what has not arrived from nothing
+	}
+	for _, name := range s.names {
+		x := s.current[name]
+		if x == nil || x == n || x.gone || x.frozen || !v.ring.Has(name) || !x.core.sealsGiven.gave(n.name, v.ring.Fingerprint()) {
+			continue
+		}
+		note, ok := s.hist.seals[[2]string{name, n.name}]
+		if !ok || note.inc != x.inc || !note.reachable || x.core.stats.Activations.Load() != note.activations || x.core.stats.SealedFallbacks.Load() != note.sealed {
+			continue
+		}
+		for z, key := range s.keys {
+			k := key.key
+			if o, ok := v.ring.Owner(k.Route()); !ok || o.Name != n.name {
+				continue
+			}
+			if so, ok := v.stable.Owner(k.Route()); !ok || plan.deadInc[so.Name] == 0 {
+				continue
+			}
+			if held := s.engineCount(x.core.fallback.engine, k); held > 0 {
+				s.violate("takeover", "%s takes key %d over while %s, which sealed to it, holds %d it admitted in fallback since", n.name, z, name, held)
 			}
 		}
 	}

@@ -96,12 +96,15 @@ type sim struct {
 	hist simHistory
 
 	violations []string
-	maxNodes   int
-	open       int      // faults not played to their end
-	log        []string // what happened, for a failing seed
-	verbose    bool
-	trace      limiter.Key // a key whose movements are logged
-	traced     map[string]bool
+	// quickDetect: failure detection may be quicker than a lease, so a
+	// dead member's keys wait for its lease after the ring dropped it.
+	quickDetect bool
+	maxNodes    int
+	open        int      // faults not played to their end
+	log         []string // what happened, for a failing seed
+	verbose     bool
+	trace       limiter.Key // a key whose movements are logged
+	traced      map[string]bool
 }
 
 // simTruth is what a node really is, which observers learn with delays.
@@ -248,6 +251,7 @@ type simNode struct {
 	view        map[string]*obsEntry
 	lastMembers string // the last Membership given, encoded
 	joined      bool   // Joined was called
+	lateView    bool   // its driver says a seed answered before it lists the members
 	leaving     bool
 	leaveBy     time.Time
 
@@ -346,15 +350,20 @@ func (s *sim) tryJoin(n *simNode, began time.Time) {
 		if seed == nil || seed == n || seed.gone || !s.canTalk(n.name, name) {
 			continue
 		}
-		for x, e := range seed.view {
-			if x != n.name {
-				c := *e
-				c.lost = time.Time{}
-				n.view[x] = &c
-			}
+		if n.lateView {
+			// As memberlist's join returns: the node's driver says a seed
+			// answered, and gives its core the members a moment later.
+			n.joined = true
+			n.core.Joined(s.now)
+			s.after(s.between(simTiming.gossipMin, simTiming.gossipMax), n, func() {
+				if seed := s.current[name]; seed != nil && !seed.gone {
+					s.adoptView(n, seed)
+				}
+			})
+			s.logf("%s joined through %s, members listed later", n.name, name)
+			return
 		}
-		n.view[name] = &obsEntry{inc: seed.inc, status: s.truth[name].status}
-		s.updateMembership(n)
+		s.adoptView(n, seed)
 		n.joined = true
 		n.core.Joined(s.now)
 		s.logf("%s joined through %s", n.name, name)
@@ -367,6 +376,19 @@ func (s *sim) tryJoin(n *simNode, began time.Time) {
 		return
 	}
 	s.after(200*time.Millisecond, n, func() { s.tryJoin(n, began) })
+}
+
+// adoptView gives a joining node its seed's view.
+func (s *sim) adoptView(n, seed *simNode) {
+	for x, e := range seed.view {
+		if x != n.name {
+			c := *e
+			c.lost = time.Time{}
+			n.view[x] = &c
+		}
+	}
+	n.view[seed.name] = &obsEntry{inc: seed.inc, status: s.truth[seed.name].status}
+	s.updateMembership(n)
 }
 
 // memberChanged gossips a node's entering or leaving its own ring.
@@ -535,7 +557,11 @@ func (s *sim) watch(obs *simNode) {
 		}
 		if e.lost.IsZero() {
 			e.lost = s.now
-			e.detect = s.between(simTiming.detectMin, simTiming.detectMax)
+			lo := simTiming.detectMin
+			if s.quickDetect {
+				lo = simTiming.lease * 2 / 3
+			}
+			e.detect = s.between(lo, simTiming.detectMax)
 			continue
 		}
 		if s.now.Sub(e.lost) >= e.detect {
@@ -661,6 +687,9 @@ func (s *sim) send(n *simNode, o Outgoing) {
 	s.call(n, o.To, o.Msg,
 		func(dest *simNode, m Message, respond func(Message)) {
 			reply := dest.core.Handle(s.now, n.peer(), m)
+			if r, ok := reply.(SealReply); ok && r.Sealed {
+				s.noteSeal(dest, n.name)
+			}
 			s.traceMsg(dest.name, n.name, reply)
 			respond(reply)
 		},

@@ -80,6 +80,7 @@ type takeGroup struct {
 	client   limiter.Key // the client this group's owner scores, or 0
 	scaled   bool
 	hops     int
+	resealed int // NotYetMine answers waited out, from a node this node had sealed to
 	waited   bool
 	until    int64 // mono: end of the wait for its keys
 	pause    int64 // mono: the views disagree on its owner; ask again then
@@ -516,9 +517,28 @@ func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
 	case MovedTo:
 		c.redirect(now, c.view.Load(), c.mono(now), op, g, r.Owner)
 	default: // NotYetMine: the owner is alive but cannot count these keys yet
-		c.decideByFallback(now, c.view.Load(), op, g)
+		v, m := c.view.Load(), c.mono(now)
+		if c.sealsGiven.gave(op.to.Name, v.ring.Fingerprint()) {
+			if g.resealed < maxResealWaits && m+int64(c.cfg.CallTimeout) <= op.deadline {
+				// This node told the owner it holds nothing more for its
+				// keys, and the owner may start counting them as soon as
+				// the others told it so too: what this node admitted in
+				// fallback now would reach it only after. The owner is
+				// asked again a call timeout later instead.
+				g.resealed++
+				g.pause = m + int64(c.cfg.CallTimeout)
+				return
+			}
+			c.stats.SealedFallbacks.Add(1)
+		}
+		c.decideByFallback(now, v, op, g)
 	}
 }
+
+// maxResealWaits bounds how often one zone group waits for an owner this
+// node sealed to, before fallback decides it: an owner whose hand-off
+// waits for another node may not count for a while.
+const maxResealWaits = 2
 
 // CallFailed reports that op's call got no answer. busy: it was never sent
 // (the peer's queue was full), which says nothing of the peer's health.

@@ -525,6 +525,13 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// of the epoch it sent them in: its counts were started from their
 		// replicas here, and it sends them again as copies once it learnt.
 		if p := c.peers.get(from.Name); p == nil || p.peer.Inc != from.Inc || !pulled && !p.leased(c.mono(now)) || c.gate.tookOverAt(from, t.Epoch) {
+			if p != nil && p.peer.Inc == from.Inc && !c.gate.tookOverAt(from, t.Epoch) {
+				// A live sender this node holds no lease from yet (it just
+				// started): it sends them again once it does. The keys
+				// moving here that they carry wait for them.
+				c.handoff.expect(c.view.Load(), c.self.Name, t.States)
+				c.pingNow(p, c.mono(now))
+			}
 			return Ack{Seq: t.Seq, Refused: true}
 		}
 	}

@@ -91,7 +91,9 @@ type decoder struct {
 
 func (d *decoder) take(n int) []byte {
 	if d.err != nil || n > len(d.b) || n < 0 {
-		d.err = errShort
+		if d.err == nil {
+			d.err = errShort // the first error stands: it says what was wrong
+		}
 		return make([]byte, max(n, 0))
 	}
 	v := d.b[:n]

@@ -33,10 +33,13 @@ func (m Mode) settles() bool { return m == ModeRefund || m == ModeCharge }
 // the counter is still there, else at the key's owner; what an owner (this
 // node or a peer) admitted is settled wherever the key is counted now. A
 // denial answered by a known denial counted nothing, and settles nothing.
-// reqs are copied where kept.
-func (c *Core) Settle(now, at time.Time, src Source, charge bool, reqs []limiter.Request) {
+// reqs are copied where kept. It returns the numbers of the transfers it
+// sent to other nodes (nil if it settled everything here): a caller that
+// wants its next request to see the settlement waits until
+// SettlementPending says they were acknowledged.
+func (c *Core) Settle(now, at time.Time, src Source, charge bool, reqs []limiter.Request) []uint64 {
 	if len(reqs) == 0 || src == SourceBlockedCache {
-		return
+		return nil
 	}
 	ns := at.UnixNano()
 	if src == SourceFallback {
@@ -50,7 +53,17 @@ func (c *Core) Settle(now, at time.Time, src Source, charge bool, reqs []limiter
 		}
 		reqs = rest
 	}
-	c.settleAt(now, ns, charge, reqs)
+	return c.settleAt(now, ns, charge, reqs)
+}
+
+// SettlementPending reports whether the settling transfer seq (one Settle
+// returned) is still on its way: not acknowledged by its receiver, nor
+// sent on elsewhere.
+func (c *Core) SettlementPending(seq uint64) bool {
+	c.out.mu.Lock()
+	defer c.out.mu.Unlock()
+	_, ok := c.out.transfers[seq]
+	return ok
 }
 
 // settleIn applies one settlement to engine e.
@@ -68,10 +81,11 @@ func settleIn(e *limiter.Engine, now time.Time, at int64, charge bool, r limiter
 
 // settleAt settles reqs where their counters are: here (a key this node
 // counts, or whose counter it still holds), later (a key whose counter is
-// on its way here), or at the node that counts them, in a transfer.
-func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Request) {
+// on its way here), or at the node that counts them, in a transfer. It
+// returns the numbers of the transfers it sent.
+func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Request) (sent []uint64) {
 	if len(reqs) == 0 {
-		return
+		return nil
 	}
 	v := c.view.Load()
 	var away map[string][]limiter.Request
@@ -102,8 +116,13 @@ func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Req
 		mode = ModeCharge
 	}
 	for _, name := range sortedKeys(away) {
-		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: mode, At: at, Reqs: away[name]}, purposeRefund)
+		t := c.out.transfer(owners[name].Peer(), Transfer{Mode: mode, At: at, Reqs: away[name]}, purposeRefund, c.mono(now), true)
+		sent = append(sent, t.Seq)
 	}
+	if len(sent) > 0 {
+		c.notifyOutbox()
+	}
+	return sent
 }
 
 // applySettle applies reqs of a settling transfer like t: a refund without

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -85,7 +84,6 @@ type Handler struct {
 	events    *caddyevents.App
 	policyAll string // RateLimit-Policy when every zone matches
 	extras    extra  // what zones ask beyond counting, checked once per request
-	unsettled sync.Once
 }
 
 // extra is a set of features that zones of a handler use, so that a

@@ -11,7 +11,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/limiter"
@@ -213,32 +212,21 @@ func reportedCost(hdr http.Header, name string) (int64, bool) {
 	return min(n, limiter.MaxQuota), true
 }
 
-// adjust gives back (or, if charge, spends more of) units of request i at
-// its owner. This node's engine applies it when this node owns the key and
-// decided it; a key decided elsewhere (a peer owner, fallback) is left as
-// taken, which can only over-count, and is counted in
-// tollgate_settled_total as unsettled.
+// adjust gives back (or, if charge, spends more of) units of request i
+// where its key is counted: this node's engine, a peer owner, or the
+// fallback counter that admitted it (see cluster.Node.RefundAt). A refund
+// comes out of the window that counted the units.
 func (a *afterward) adjust(now time.Time, i int, units int64, charge bool) {
 	if units <= 0 {
 		return
 	}
-	req := a.reqs[i]
-	req.Cost, req.MaxDelay = units, 0
-	node := a.h.app.node
-	if a.src != cluster.SourceOwner || node.Owner(req.Key).Name != node.Name() {
-		outcomeCounters().settled[settledElsewhere].Inc()
-		a.h.unsettled.Do(func() {
-			a.h.logger.Warn("a response's cost could not be settled: the key's owner is another node, which this version cannot yet ask to settle; the request stays counted as taken (see tollgate_settled_total)",
-				zap.String("zone", a.zones[i].Name))
-		})
-		return
-	}
-	engine := a.h.app.state.engine
+	one := [1]limiter.Request{a.reqs[i]}
+	one[0].Cost, one[0].MaxDelay = units, 0
 	if charge {
-		engine.Charge(now, req)
+		a.h.app.node.Charge(now, a.src, one[:])
 		return
 	}
-	engine.RefundAt(now, time.Unix(0, a.at[i]), req)
+	a.h.app.node.RefundAt(now, time.Unix(0, a.at[i]), a.src, one[:])
 }
 
 // Results of settling, in tollgate_settled_total.
@@ -246,7 +234,6 @@ const (
 	settledRefunded     = iota // the response did not match count_response: given back
 	settledCostRefunded        // cost_header reported less than was taken
 	settledCharged             // cost_header reported more
-	settledElsewhere           // owned elsewhere: not settled
 )
 
 // Results of waiting, in tollgate_delayed_total.
@@ -257,12 +244,12 @@ const (
 
 // outcomeCounters are the counters of settling and waiting, looked up once.
 var outcomeCounters = sync.OnceValue(func() (c struct {
-	settled [4]prometheus.Counter
+	settled [3]prometheus.Counter
 	delayed [2]prometheus.Counter
 	bans    prometheus.Counter
 }) {
 	initOutcomeMetrics()
-	for i, r := range []string{"refunded", "cost_refunded", "charged", "unsettled"} {
+	for i, r := range []string{"refunded", "cost_refunded", "charged"} {
 		c.settled[i] = outcomeMetrics.settled.WithLabelValues(r)
 	}
 	for i, r := range []string{"served", "left"} {
@@ -290,7 +277,7 @@ func initOutcomeMetrics() {
 		outcomeMetrics.settled = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,
 			Name:      "settled_total",
-			Help:      "Requests of count_response and cost_header zones settled after their response, by result: refunded (the response did not match count_response), cost_refunded and charged (cost_header reported less or more than was taken), unsettled (the key's owner is another node: left as taken).",
+			Help:      "Requests of count_response and cost_header zones settled after their response, by result: refunded (the response did not match count_response), cost_refunded and charged (cost_header reported less or more than was taken). Each is settled where the key is counted, at its owner in a cluster.",
 		}, []string{"result"})
 		outcomeMetrics.delayed = prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: metricsNamespace,

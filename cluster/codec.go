@@ -252,11 +252,12 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 		encodePeer(e, a.From)
 		e.u64(a.Seq)
 	}
+	e.u64(uint64(t.At))
 }
 
 func decodeTransfer(d *decoder) core.Transfer {
 	t := core.Transfer{Seq: d.u64(), Floor: d.u64(), To: d.u64(), Epoch: d.u64(), Mode: core.Mode(d.u8())}
-	if d.err == nil && (t.Mode < core.ModeAdd || t.Mode > core.ModeEvicted) {
+	if d.err == nil && (t.Mode < core.ModeAdd || t.Mode > core.ModeCharge) {
 		d.err = fmt.Errorf("unknown transfer mode %d", t.Mode)
 	}
 	t.States = decodeStates(d)
@@ -281,5 +282,6 @@ func decodeTransfer(d *decoder) core.Transfer {
 			t.Applied[i] = core.Applied{From: decodePeer(d), Seq: d.u64()}
 		}
 	}
+	t.At = int64(d.u64())
 	return t
 }

@@ -20,8 +20,9 @@
 // state machine with no goroutine, clock or socket, checked by a
 // simulator), and the node (node.go, membership.go, driver.go) that wires
 // them to memberlist. Every movement of counts between nodes (hand-off,
-// pull, fallback counts, replicas, snapshot restores, cancels and
-// refunds) is a core Transfer: numbered by its sender, kept by it until
+// pull, fallback counts, replicas, snapshot restores, cancels, refunds
+// and the settlements of a request's cost after its response) is a core
+// Transfer: numbered by its sender, kept by it until
 // acknowledged, sent again until then, and applied once by its receiver.
 //
 // Membership changes. When a node joins or leaves, about 1/N of the keys

@@ -15,8 +15,11 @@ import (
 // naming the peer and both versions. Version 3 carries the messages of the
 // cluster's core (numbered, acknowledged transfers; typed replies to take
 // items; pulls, seals, pings and score queries), names the caller's run in
-// the handshake, and the run's incarnation in the metadata.
-const ProtocolVersion = 3
+// the handshake, and the run's incarnation in the metadata. Version 4
+// carries what settles a request after its response (refunds counted at an
+// instant, charges), a request's longest wait and the wait and next-quota
+// time of its result, and calendar windows.
+const ProtocolVersion = 4
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is
 // [kind|replyBit][call ID][status][body]. A take frame carries many take
@@ -51,9 +54,9 @@ const (
 	maxBatch     = 512 // items per take frame
 	maxZones     = 64  // zone requests per item
 	maxStates    = 1 << 20
-	maxList      = 1 << 16 // entries of other lists (keys, applied transfers, moved keys)
-	zoneReqSize  = 8 + 8 + 1 + 4 + 8 + 4 + 4 + 8
-	zoneResSize  = 1 + 8 + 8 + 8
+	maxList      = 1 << 16                               // entries of other lists (keys, applied transfers, moved keys)
+	zoneReqSize  = 8 + 8 + 1 + 4 + 8 + 4 + 4 + 8 + 8 + 1 // the least: a calendar's zone name adds to it
+	zoneResSize  = 1 + 8 + 8 + 8 + 8 + 8
 	maxNameBytes = 255
 )
 
@@ -88,7 +91,9 @@ type decoder struct {
 
 func (d *decoder) take(n int) []byte {
 	if d.err != nil || n > len(d.b) || n < 0 {
-		d.err = errShort
+		if d.err == nil {
+			d.err = errShort // the first error stands: it says what was wrong
+		}
 		return make([]byte, max(n, 0))
 	}
 	v := d.b[:n]
@@ -132,6 +137,8 @@ func encodeZoneReq(e *encoder, r *limiter.Request) {
 	e.u32(uint32(r.Limit.Burst))
 	e.u32(uint32(max(r.Cost, 0)))
 	e.u64(r.LeaseID)
+	e.u64(uint64(max(r.MaxDelay, 0)))
+	encodeCalendar(e, r.Limit.Calendar)
 }
 
 func decodeZoneReq(d *decoder) (limiter.Request, error) {
@@ -144,11 +151,16 @@ func decodeZoneReq(d *decoder) (limiter.Request, error) {
 			Window:    time.Duration(d.u64()),
 			Burst:     int64(d.u32()),
 		},
-		Cost:    int64(d.u32()),
-		LeaseID: d.u64(),
+		Cost:     int64(d.u32()),
+		LeaseID:  d.u64(),
+		MaxDelay: time.Duration(d.u64()),
 	}
+	r.Limit.Calendar = decodeCalendar(d)
 	if d.err != nil {
 		return r, d.err
+	}
+	if r.MaxDelay < 0 || r.MaxDelay > limiter.MaxWindow {
+		return r, fmt.Errorf("longest wait %d ns out of range (allowed: 0 to %s)", int64(r.MaxDelay), limiter.MaxWindow)
 	}
 	if err := r.Limit.Validate(); err != nil {
 		return r, fmt.Errorf("invalid limit: %w", err)
@@ -165,15 +177,25 @@ func encodeZoneRes(e *encoder, r *limiter.Result) {
 	e.u64(uint64(r.Remaining))
 	e.u64(uint64(r.Reset))
 	e.u64(uint64(r.RetryAfter))
+	e.u64(uint64(max(r.Delay, 0)))
+	e.u64(uint64(max(r.Next, 0)))
 }
 
+// decodeZoneRes reads a zone's result; a wait or a next-quota time below
+// zero is an error.
 func decodeZoneRes(d *decoder) limiter.Result {
-	return limiter.Result{
+	r := limiter.Result{
 		Allowed:    d.u8() == 1,
 		Remaining:  int64(d.u64()),
 		Reset:      time.Duration(d.u64()),
 		RetryAfter: time.Duration(d.u64()),
+		Delay:      time.Duration(d.u64()),
+		Next:       time.Duration(d.u64()),
 	}
+	if d.err == nil && (r.Delay < 0 || r.Next < 0) {
+		d.err = fmt.Errorf("result with a wait of %d ns and a next-quota time of %d ns: want neither below zero", int64(r.Delay), int64(r.Next))
+	}
+	return r
 }
 
 // encodeStates writes counters, grants and lease lists as they move

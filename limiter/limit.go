@@ -161,8 +161,8 @@ type Result struct {
 	// Next is, when allowed, the time until more units are available than
 	// Remaining (draft-ietf-httpapi-ratelimit-headers-10's t): the end of
 	// the window for a fixed window, sooner for a sliding window or a
-	// token bucket. Zero when nothing is spent, or when not known (a
-	// result that crossed the network); Reset then stands in for it.
+	// token bucket. Zero when nothing is spent, or when not known; Reset
+	// then stands in for it.
 	Next time.Duration
 	// Delay is, when allowed, how long the request must wait before it is
 	// served: it was booked for that instant (Request.MaxDelay). Zero for

@@ -46,6 +46,7 @@ type Core struct {
 	dirty      dirtyKeys     // keys changed here since the last replication
 	appliedLog appliedLog    // transfers applied here since the last replication
 	gate       *gate         // in its own ring or not, and why
+	settling   heldSettles   // settlements waiting for their keys' counters
 
 	blocked *slotCache[blockedEntry] // keys owners denied, until they may pass
 	told    *slotCache[int64]        // remaining counts owners reported
@@ -252,6 +253,7 @@ func (c *Core) Tick(now time.Time) {
 	c.tickPeers(now, m, v)
 	c.tickTransfers(now, m)
 	c.tickHandoff(now, m)
+	c.tickSettles(now)
 	if stray {
 		c.pushStray(now)
 	}

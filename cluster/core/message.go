@@ -94,9 +94,12 @@ const (
 	// holds beyond it; if not (its takeover had not completed when the
 	// sender came back), it adds the counter and drops the replica.
 	ModeEvicted
+	// ModeCharge spends the units of Reqs once more at the receiver: a
+	// request's cost settled after it was served (see Core.Settle).
+	ModeCharge
 )
 
-var modeNames = [...]string{ModeAdd: "add", ModeNewer: "newer", ModeReplica: "replica", ModeRefund: "refund", ModeCancel: "cancel", ModeCopy: "copy", ModeEvicted: "evicted"}
+var modeNames = [...]string{ModeAdd: "add", ModeNewer: "newer", ModeReplica: "replica", ModeRefund: "refund", ModeCancel: "cancel", ModeCopy: "copy", ModeEvicted: "evicted", ModeCharge: "charge"}
 
 // carriesCounts reports whether transfers of mode m carry counts that the
 // receiver counts as their owner.
@@ -136,8 +139,11 @@ type Transfer struct {
 	Epoch  uint64
 	Mode   Mode
 	States []limiter.State   // ModeAdd, ModeNewer, ModeReplica, ModeCopy, ModeEvicted
-	Reqs   []limiter.Request // ModeRefund, ModeCancel: the units to give back
-	Take   uint64            // ModeCancel: the Seq of the take item given up on
+	Reqs   []limiter.Request // ModeRefund, ModeCancel: the units to give back; ModeCharge: to spend
+	// At (ModeRefund) is when the units given back were counted, in Unix
+	// ns: they come out of that instant's window. Zero: when applied.
+	At   int64
+	Take uint64 // ModeCancel: the Seq of the take item given up on
 	// Was and WasTo: this transfer carries counts of the sender's transfer
 	// Was to WasTo, which died before it acknowledged it. The receiver,
 	// which took WasTo's keys over, skips it if WasTo applied it and

@@ -517,7 +517,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	if c.gate.isLeaving() && (t.Mode.carriesCounts() || t.Mode == ModeReplica) {
 		return Ack{Seq: t.Seq, Refused: true}
 	}
-	if t.Mode.carriesCounts() || t.Mode == ModeRefund {
+	if t.Mode.carriesCounts() || t.Mode.settles() {
 		// Counts come only from a sender this node holds a lease from: one
 		// that has declared this node dead sends them elsewhere once that
 		// lease ran out (deadReceivers), and must not find them applied
@@ -550,7 +550,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 
 // apply applies a transfer from from.
 func (c *Core) apply(now time.Time, from Peer, t Transfer) {
-	if t.Mode.carriesCounts() || t.Mode == ModeRefund {
+	if t.Mode.carriesCounts() || t.Mode.settles() {
 		c.noteApplied(from, t)
 	}
 	switch t.Mode {
@@ -600,8 +600,8 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		}
 		c.replicas.put(now, from, t.States)
 		c.replicas.noteApplied(c.mono(now), from, t.Applied)
-	case ModeRefund:
-		c.refund(now, t.Reqs)
+	case ModeRefund, ModeCharge:
+		c.applySettle(now, t, t.Reqs)
 	case ModeCancel:
 		c.stats.Cancelled.Add(1)
 		if c.takes.cancel(from, t.Take) {
@@ -898,7 +898,7 @@ func (c *Core) retargetDue(now time.Time) {
 		switch pt.t.Mode {
 		case ModeAdd, ModeNewer, ModeCopy, ModeEvicted:
 			c.retarget(now, pt, pt.t.States, nil)
-		case ModeRefund:
+		case ModeRefund, ModeCharge:
 			c.retarget(now, pt, nil, pt.t.Reqs)
 		}
 	}
@@ -947,11 +947,11 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	if !c.replicas.applied(pt.to, was) {
 		c.notePromotedHere(now, pt.t.ReplicaOf, here)
 		c.placeHere(now, v, pt.t.Mode, here)
-		c.refund(now, hereReqs)
+		c.applySettle(now, pt.t, hereReqs)
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
-		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf}, pt.purpose, c.mono(now), false)
+		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf}, pt.purpose, c.mono(now), false)
 		c.out.retargeted(t.Seq, was.Seq, pt.to, c.mono(now))
 	}
 	c.notifyOutbox()

@@ -1,0 +1,180 @@
+package core
+
+import (
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Settling. A request's real cost may be known only after it was served
+// (a response that does not match what a zone counts, a cost the upstream
+// reports): the caller then gives units back, or spends more, where the
+// key is counted. A settlement is a transfer like a refund (ModeRefund,
+// ModeCharge), numbered by its sender and applied once by the node that
+// counts the key, which notes the key for its successors: it follows the
+// key through hand-offs (a transfer whose receiver can no longer apply it
+// goes where the key is now), and one for a key still on its way here
+// waits for its counter. A refund carries the instant its units were
+// counted (Transfer.At): the units come out of the window that counted
+// them, so a refund after the window rolled over never lends the current
+// window a unit. Nodes' clocks differ by little; a refund crossing a
+// window's end by less than that difference is given to the later window,
+// like one made by the owner just after it.
+
+// settles reports whether transfers of mode m give back or spend units.
+func (m Mode) settles() bool { return m == ModeRefund || m == ModeCharge }
+
+// Settle gives back the units of reqs (charge false), counted by a take
+// of this node at the instant at, or spends reqs' units once more (charge
+// true): each request's Cost is the units settled. src is who decided the
+// take: what fallback admitted is settled in the fallback engine while
+// the counter is still there, else at the key's owner; what an owner (this
+// node or a peer) admitted is settled wherever the key is counted now. A
+// denial answered by a known denial counted nothing, and settles nothing.
+// reqs are copied where kept. It returns the numbers of the transfers it
+// sent to other nodes (nil if it settled everything here): a caller that
+// wants its next request to see the settlement waits until
+// SettlementPending says they were acknowledged.
+func (c *Core) Settle(now, at time.Time, src Source, charge bool, reqs []limiter.Request) []uint64 {
+	if len(reqs) == 0 || src == SourceBlockedCache {
+		return nil
+	}
+	ns := at.UnixNano()
+	if src == SourceFallback {
+		var rest []limiter.Request
+		for _, r := range reqs {
+			if r.Limit.Algorithm == limiter.Concurrency || c.fallback.engine.Has(now, r.Key) {
+				settleIn(c.fallback.engine, now, ns, charge, r)
+				continue
+			}
+			rest = append(rest, r)
+		}
+		reqs = rest
+	}
+	return c.settleAt(now, ns, charge, reqs)
+}
+
+// SettlementPending reports whether the settling transfer seq (one Settle
+// returned) is still on its way: not acknowledged by its receiver, nor
+// sent on elsewhere.
+func (c *Core) SettlementPending(seq uint64) bool {
+	c.out.mu.Lock()
+	defer c.out.mu.Unlock()
+	_, ok := c.out.transfers[seq]
+	return ok
+}
+
+// settleIn applies one settlement to engine e.
+func settleIn(e *limiter.Engine, now time.Time, at int64, charge bool, r limiter.Request) {
+	if charge {
+		e.Charge(now, r)
+		return
+	}
+	if at == 0 {
+		e.Refund(now, r)
+		return
+	}
+	e.RefundAt(now, time.Unix(0, at), r)
+}
+
+// settleAt settles reqs where their counters are: here (a key this node
+// counts, or whose counter it still holds), later (a key whose counter is
+// on its way here), or at the node that counts them, in a transfer. It
+// returns the numbers of the transfers it sent.
+func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Request) (sent []uint64) {
+	if len(reqs) == 0 {
+		return nil
+	}
+	v := c.view.Load()
+	var away map[string][]limiter.Request
+	owners := map[string]Member{}
+	for _, r := range reqs {
+		if v.standalone {
+			settleIn(c.engine, now, at, charge, r)
+			continue
+		}
+		to, self, ok := c.placeOf(v, r.Key)
+		if self && v.ho != nil && r.Limit.Algorithm != limiter.Concurrency && c.handoff.incoming(v, c.self.Name, r.Key) {
+			c.settling.hold(heldSettle{at: at, charge: charge, req: r})
+			continue
+		}
+		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
+			settleIn(c.engine, now, at, charge, r)
+			c.dirty.noteKey(r.Key) // its successor's replica must see it
+			continue
+		}
+		if away == nil {
+			away = map[string][]limiter.Request{}
+		}
+		away[to.Name] = append(away[to.Name], r)
+		owners[to.Name] = to
+	}
+	mode := ModeRefund
+	if charge {
+		mode = ModeCharge
+	}
+	for _, name := range sortedKeys(away) {
+		t := c.out.transfer(owners[name].Peer(), Transfer{Mode: mode, At: at, Reqs: away[name]}, purposeRefund, c.mono(now), true)
+		sent = append(sent, t.Seq)
+	}
+	if len(sent) > 0 {
+		c.notifyOutbox()
+	}
+	return sent
+}
+
+// applySettle applies reqs of a settling transfer like t: a refund without
+// an instant as refunds of a take's other zones are; one with an instant,
+// or a charge, by settleAt.
+func (c *Core) applySettle(now time.Time, t Transfer, reqs []limiter.Request) {
+	if t.Mode == ModeRefund && t.At == 0 {
+		c.refund(now, reqs)
+		return
+	}
+	c.settleAt(now, t.At, t.Mode == ModeCharge, reqs)
+}
+
+// tickSettles settles again what waited for keys on their way here.
+func (c *Core) tickSettles(now time.Time) {
+	held := c.settling.drain()
+	if len(held) == 0 {
+		return
+	}
+	// In the order they came, one at a time: each may wait again.
+	for _, h := range held {
+		c.settleAt(now, h.at, h.charge, []limiter.Request{h.req})
+	}
+}
+
+// heldSettle is a settlement waiting for its key's counter.
+type heldSettle struct {
+	at     int64
+	charge bool
+	req    limiter.Request
+}
+
+// heldSettles are the settlements of keys whose counters are on their way
+// here. It is safe for concurrent use.
+type heldSettles struct {
+	mu   sync.Mutex
+	list []heldSettle
+}
+
+func (h *heldSettles) hold(s heldSettle) {
+	h.mu.Lock()
+	h.list = append(h.list, s)
+	h.mu.Unlock()
+}
+
+func (h *heldSettles) drain() []heldSettle {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.list) == 0 {
+		return nil
+	}
+	out := slices.Clone(h.list)
+	h.list = h.list[:0]
+	return out
+}

@@ -8,10 +8,12 @@
 # and not Tollgate's timer-driven background work (a sweep of one engine
 # shard every second, a snapshot every minute), which a process slowed
 # fifty times by callgrind would otherwise charge to fifty times fewer
-# requests. The count is repeatable to a few instructions in a thousand
-# whatever else the machine runs, so one run per case is enough; a case
-# whose clients visit once each (10,000 of them) is counted on its second
-# and third visits: (I(3N) - I(N)) / 2N.
+# requests. On a quiet machine two runs agree within a thousandth; on a
+# busy one the timers that fire while a request is preempted are counted
+# too, and runs of one case spread by a few per cent: run it several times,
+# interleaved with the code it is compared with, and take the median. A
+# case whose clients visit once each (10,000 of them) is counted on their
+# second and third visits: (I(3N) - I(N)) / 2N.
 #
 #   bench/serve_instructions.sh [cases=plain,vars,tollgate,tollgate_cookieless_one] [N=10000]
 set -euo pipefail

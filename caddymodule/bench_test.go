@@ -104,7 +104,9 @@ http://127.0.0.1:%d {
 	}
 }
 
-func serverOn(b *testing.B, servers map[string]*caddyhttp.Server, port int) *caddyhttp.Server {
+// serverOn returns the server that listens on port.
+func serverOn(b testing.TB, servers map[string]*caddyhttp.Server, port int) *caddyhttp.Server {
+	b.Helper()
 	for _, s := range servers {
 		for _, l := range s.Listen {
 			if l == fmt.Sprintf("127.0.0.1:%d", port) || l == fmt.Sprintf(":%d", port) {

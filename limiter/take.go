@@ -182,12 +182,11 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 			all = all && res[i].Allowed
 			continue
 		}
-		m, k := s.entries, req.Key
+		cur := old[i].entry // read once, above
 		if overflow[i] {
-			m, k = e.overflow.entries, okeys[i]
+			cur = e.overflow.entries[okeys[i]].entry
 			e.overflowed.Add(1)
 		}
-		cur := m[k].entry
 		for j := range i { // an earlier request in this batch on the same counter
 			if sameCounter(reqs, overflow, okeys, i, j) {
 				cur = next[j]

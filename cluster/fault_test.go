@@ -8,6 +8,7 @@ package cluster
 // the package documentation states for the faults that happened.
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -63,9 +64,12 @@ type eventTail struct {
 	lines []string
 }
 
-const eventTailLines = 300
+const eventTailLines = 400
 
 func (e *eventTail) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("gossip: ")) {
+		return len(p), nil // memberlist's own chatter drowns the nodes' events
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.lines = append(e.lines, strings.TrimRight(string(p), "\n"))

@@ -953,6 +953,7 @@ func excerpt(s *schedule, h *history, k int) string {
 func (c *faultCluster) run(s *schedule) *history {
 	h := &history{}
 	c.current = s
+	fmt.Fprintf(&c.net.events, "time=%s === schedule %d: %s of %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), s.seed, s.kind, s.target)
 	rng := rand.New(rand.NewPCG(s.seed, 0x5eed))
 	var rngMu sync.Mutex
 	pick := func() (*Node, int) {
@@ -1015,6 +1016,7 @@ func (c *faultCluster) run(s *schedule) *history {
 	case kindKill, kindKillKeep, kindKillEarly, kindKillKeepEarly:
 		c.noteReplicas(h, s)
 		h.note("killing", s.target) // the crash: replication stops here
+		fmt.Fprintf(&c.net.events, "time=%s === killing %s\n", time.Now().UTC().Format("2006-01-02T15:04:05.000Z"), s.target)
 		c.kill(s.target)
 		h.note("kill", s.target) // closed
 		time.Sleep(s.duration)

@@ -314,14 +314,18 @@ func (c *Core) settle(now time.Time, keys []limiter.Key) {
 	for _, k := range keys {
 		settleLocked(c.handoff.entry(v, c.self.Name, k), now, &done)
 	}
-	c.handoff.mu.Unlock()
+	// Counted before the lock goes: a take that finds a key settled finds
+	// its counts in the engine too, never the engine without them.
 	c.countSettled(now, done)
+	c.handoff.mu.Unlock()
 	c.foldFallback(now, v, keys)
 	c.notifySettled()
 }
 
 // countSettled adds the counters of keys just settled to the engine, then
-// gives back what was given back meanwhile.
+// gives back what was given back meanwhile. The hand-off's lock is held:
+// takes run beside the core's other entry points, and one that finds a
+// key settled (under that lock) must find what it gathered counted.
 func (c *Core) countSettled(now time.Time, done settled) {
 	if len(done.states) > 0 {
 		c.engine.Merge(now, sortStates(done.states))
@@ -809,8 +813,8 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 			settleLocked(mk, now, &done)
 		}
 	}
+	c.countSettled(now, done) // before the lock goes, as in settle
 	h.mu.Unlock()
-	c.countSettled(now, done)
 	c.sendReplicasOn(now, lent)
 	next := *v
 	next.ho, next.stable = nil, v.ring

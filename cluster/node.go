@@ -82,6 +82,7 @@ type Node struct {
 	ml         *memberlist.Memberlist
 	gossipAddr string // the address it gossips on, from the start
 	listener   net.Listener
+	handshakes *handshakeGate // strangers on the peer port, bounded
 	state      atomic.Pointer[ringState]
 	leaving    atomic.Bool
 	started    atomic.Bool // Start was called
@@ -161,22 +162,23 @@ func New(cfg Config, engine *limiter.Engine) (*Node, error) {
 func newNode(cfg Config, engine *limiter.Engine, hasher keyhash.Hasher) *Node {
 	maxKeys := engine.Stats().MaxKeys
 	n := &Node{
-		cfg:      cfg,
-		name:     cfg.Name,
-		engine:   engine,
-		fallback: newFallbackCounter(maxKeys, cfg.Fallback, cfg.FallbackRatio),
-		told:     newToldCache(cfg.BlockedKeys),
-		recon:    newReconciler(),
-		replicas: newReplicaStore(maxKeys),
-		scores:   newScoreCache(cfg.BlockedKeys),
-		members:  newMemberTable(),
-		peers:    newPeerSet(),
-		transit:  newTransit(),
-		hasher:   hasher,
-		authKey:  authKey(cfg.Secret),
-		log:      cfg.Logger,
-		rebuild:  make(chan struct{}, 1),
-		stop:     make(chan struct{}),
+		cfg:        cfg,
+		name:       cfg.Name,
+		engine:     engine,
+		fallback:   newFallbackCounter(maxKeys, cfg.Fallback, cfg.FallbackRatio),
+		told:       newToldCache(cfg.BlockedKeys),
+		recon:      newReconciler(),
+		replicas:   newReplicaStore(maxKeys),
+		scores:     newScoreCache(cfg.BlockedKeys),
+		members:    newMemberTable(),
+		peers:      newPeerSet(),
+		handshakes: newHandshakeGate(),
+		transit:    newTransit(),
+		hasher:     hasher,
+		authKey:    authKey(cfg.Secret),
+		log:        cfg.Logger,
+		rebuild:    make(chan struct{}, 1),
+		stop:       make(chan struct{}),
 	}
 	n.shared = newSharedStore(sharedKeyOf(cfg.Secret), cfg.Logger, n.blocked.forgetAll)
 	copy(n.ringHash[:], macOf(cfg.Secret, []byte("tollgate ring settings v1")))

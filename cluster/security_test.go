@@ -212,3 +212,77 @@ func TestNodeWithOtherRingSettingsIsRefusedWithALogLine(t *testing.T) {
 		t.Errorf("the refused node is in the ring of %d", a.Ring().Len())
 	}
 }
+
+// The peer port is open to anyone who can reach it: strangers holding
+// connections open without a handshake take at most a bounded number of
+// the node's goroutines (the rest are hung up on at once), a flood of
+// failed handshakes writes a few log lines that count them rather than
+// one line each, and members' calls go on meanwhile.
+func TestPeerPortStrangersAreBoundedAndLoggedInSummary(t *testing.T) {
+	rec := &recorder{}
+	cfg := testConfig()
+	cfg.Logger = slog.New(rec)
+	owner := startNode(t, cfg)
+	caller := startNode(t, testConfig(), owner.GossipAddr())
+	waitConverged(t, []*Node{owner, caller}, 2)
+	key := keyOwnedBy(t, caller.Ring(), owner.Name(), 0)
+
+	// Failed handshakes: garbage where the handshake goes, many times.
+	var wg sync.WaitGroup
+	for range 2 * maxHandshakes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", owner.PeerAddr())
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			c.Write(bytes.Repeat([]byte{0xff}, 64))
+			c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			io.ReadAll(c) // until the node hangs up
+		}()
+	}
+	wg.Wait()
+	// Silent strangers: connected, never a byte.
+	const strangers = 4 * maxHandshakes
+	var silent []net.Conn
+	for range strangers {
+		c, err := net.Dial("tcp", owner.PeerAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	defer func() {
+		for _, c := range silent {
+			c.Close()
+		}
+	}()
+	// A member's call goes through meanwhile.
+	if ok, src := takeVia(caller, key, limitOf(10)); !ok || src != SourcePeer {
+		t.Errorf("a member's call during the flood: allowed %v by %v; want allowed by the owner", ok, src)
+	}
+	if peak := owner.handshakes.peak.Load(); peak > maxHandshakes {
+		t.Errorf("%d handshakes were under way at once; want at most %d", peak, maxHandshakes)
+	}
+	if refused := owner.handshakes.refused.Load(); refused == 0 {
+		t.Errorf("no stranger was hung up on at once, with %d silent connections open", strangers)
+	}
+	// The failures are logged in summary.
+	time.Sleep(10 * time.Millisecond)
+	rec.mu.Lock()
+	lines := 0
+	for _, l := range rec.records {
+		if strings.Contains(l, "peer connection") {
+			lines++
+		}
+	}
+	rec.mu.Unlock()
+	if lines > 3 {
+		t.Errorf("%d log lines for %d failed or refused peer connections; want a few that count them", lines, strangers+2*maxHandshakes)
+	}
+	if rec.find("failed authentication") == "" {
+		t.Error("no log line says peer connections failed authentication")
+	}
+}

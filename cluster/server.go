@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"slices"
@@ -26,6 +27,11 @@ func (n *Node) serve() {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
+		if !n.handshakes.enter() {
+			n.handshakes.note(n.log, slog.LevelWarn, "refusing peer connections: too many handshakes under way", conn.RemoteAddr().String(), time.Now(), "max", maxHandshakes)
+			conn.Close()
+			continue
+		}
 		n.wg.Add(1)
 		go n.serveConn(conn)
 	}
@@ -38,14 +44,15 @@ func (n *Node) serveConn(raw net.Conn) {
 	defer n.wg.Done()
 	labelGoroutine(n.name, "peer-server")
 	defer raw.Close()
-	conn, err := serverHandshake(raw, n.authKey, time.Now().Add(2*time.Second))
+	conn, err := serverHandshake(raw, n.authKey, time.Now().Add(handshakeTimeout))
+	n.handshakes.leave()
 	if err != nil {
 		var v VersionError
 		switch {
 		case errors.As(err, &v):
-			n.log.Error("refusing peer connection with another protocol version", "remote", raw.RemoteAddr().String(), "ours", v.Ours, "theirs", v.Theirs)
+			n.handshakes.note(n.log, slog.LevelError, "refusing peer connections with another protocol version", raw.RemoteAddr().String(), time.Now(), "ours", v.Ours, "theirs", v.Theirs)
 		case errors.Is(err, errAuth):
-			n.log.Warn("refusing peer connection that failed authentication", "remote", raw.RemoteAddr().String())
+			n.handshakes.note(n.log, slog.LevelWarn, "refusing peer connections that failed authentication", raw.RemoteAddr().String(), time.Now())
 		}
 		return
 	}

@@ -215,11 +215,14 @@ func sendAgainOnDrain(t testing.TB, hc *http.Client, req *http.Request) *http.Re
 	t.Helper()
 	var resp *http.Response
 	var err error
-	for range 3 {
+	for try := range 5 {
 		if resp, err = hc.Do(req); err == nil {
 			return resp
 		}
 		hc.CloseIdleConnections()
+		// The old servers share the listener while they drain: a new
+		// connection they accept is closed unanswered. Give them a moment.
+		time.Sleep(time.Duration(try+1) * 20 * time.Millisecond)
 	}
 	t.Fatalf("%s %s: %v", req.Method, req.URL.Path, err)
 	return nil

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"regexp"
@@ -236,11 +237,23 @@ func TestMetricsCountAKnownSequence(t *testing.T) {
 			key {http.request.header.X-API-Key}
 		}
 	}
-	respond "ok"`)
-	srv.get("/", "X-API-Key", "alice")
+	respond "reloaded"`)
+	// The old config's servers drain beside the new ones for a moment: ask
+	// (with keys of their own) until the new config answers.
+	testutil.Eventually(t, 5*time.Second, "the new config answering", func() bool {
+		_, body := srv.body("/", "X-API-Key", fmt.Sprintf("probe-%d", time.Now().UnixNano()))
+		return body == "reloaded"
+	})
 	allowed := `tollgate_decisions_total{outcome="allow",scope="api",source="owner",zone="api"}`
-	if got := scrape(t, srv.Admin)[allowed] - before[allowed]; got != 5 {
-		t.Errorf("after a reload, allowed rose by %v; want 5 (counting on)", got)
+	mid := scrape(t, srv.Admin)
+	if got := mid[allowed] - before[allowed]; got < 5 {
+		t.Errorf("after a reload, allowed rose by %v; want at least 5 (4 before it, the probes after)", got)
+	}
+	if _, body := srv.body("/", "X-API-Key", "alice"); body != "reloaded" {
+		t.Errorf("alice's fourth request after the limit rose to 4: %q; want allowed by the new config", body)
+	}
+	if got := scrape(t, srv.Admin)[allowed] - mid[allowed]; got != 1 {
+		t.Errorf("after a reload, alice's request raised allowed by %v; want 1 (counting on)", got)
 	}
 }
 

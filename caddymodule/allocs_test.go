@@ -86,19 +86,7 @@ http://127.0.0.1:%d {
 	respond "ok"
 }
 `, plainPort, passPort, gatedPort))
-	if err := caddy.Load(cfg, true); err != nil {
-		t.Fatal(err)
-	}
-	appIface, err := caddy.ActiveContext().App("http")
-	if err != nil {
-		t.Fatal(err)
-	}
-	servers := appIface.(*caddyhttp.App).Servers
-	tgIface, err := caddy.ActiveContext().App("tollgate")
-	if err != nil {
-		t.Fatal(err)
-	}
-	identifier := tgIface.(*App).identifier
+	servers, identifier := loadInProcess(t, cfg)
 
 	allocs := func(port int, withSession bool) float64 {
 		t.Helper()

@@ -50,19 +50,7 @@ http://127.0.0.1:%d {
 	respond "ok"
 }
 `, plainPort, gatedPort, varsPort))
-	if err := caddy.Load(cfg, true); err != nil {
-		b.Fatal(err)
-	}
-	appIface, err := caddy.ActiveContext().App("http")
-	if err != nil {
-		b.Fatal(err)
-	}
-	servers := appIface.(*caddyhttp.App).Servers
-	tgIface, err := caddy.ActiveContext().App("tollgate")
-	if err != nil {
-		b.Fatal(err)
-	}
-	identifier := tgIface.(*App).identifier
+	servers, identifier := loadInProcess(b, cfg)
 	for _, run := range []struct {
 		name    string
 		port    int
@@ -105,6 +93,25 @@ http://127.0.0.1:%d {
 }
 
 // serverOn returns the server that listens on port.
+// loadInProcess runs cfg in this process and returns its HTTP servers
+// and the tollgate app's client identifier, for benchmarks and
+// allocation counts that call a server's handler directly.
+func loadInProcess(tb testing.TB, cfg []byte) (map[string]*caddyhttp.Server, *fingerprint.Identifier) {
+	tb.Helper()
+	if err := caddy.Load(cfg, true); err != nil {
+		tb.Fatal(err)
+	}
+	appIface, err := caddy.ActiveContext().App("http")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tgIface, err := caddy.ActiveContext().App("tollgate")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return appIface.(*caddyhttp.App).Servers, tgIface.(*App).identifier
+}
+
 func serverOn(b testing.TB, servers map[string]*caddyhttp.Server, port int) *caddyhttp.Server {
 	b.Helper()
 	for _, s := range servers {

@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/caddyserver/caddy/v2"
-	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-
 	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/fingerprint"
 	"github.com/tollgate/tollgate/internal/testutil"
@@ -337,19 +334,7 @@ http://127.0.0.1:%d {
 	respond "ok"
 }
 `, plainPort, settledPort))
-	if err := caddy.Load(cfg, true); err != nil {
-		b.Fatal(err)
-	}
-	appIface, err := caddy.ActiveContext().App("http")
-	if err != nil {
-		b.Fatal(err)
-	}
-	servers := appIface.(*caddyhttp.App).Servers
-	tgIface, err := caddy.ActiveContext().App("tollgate")
-	if err != nil {
-		b.Fatal(err)
-	}
-	identifier := tgIface.(*App).identifier
+	servers, identifier := loadInProcess(b, cfg)
 	for _, run := range []struct {
 		name string
 		port int

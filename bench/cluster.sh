@@ -76,7 +76,7 @@ for name in single node0 node1 node2; do start "$name"; done
 
 status() { curl -s "http://127.0.0.1:${admin[$1]}/tollgate/status"; }
 for _ in $(seq 100); do
-	if [ "$(status node0 | grep -c '"name":')" -ge 3 ] && status node2 | grep -q '"peers_in_fallback": \[\]'; then break; fi
+	if [ "$(status node0 | grep -c '"name":')" -ge 3 ] && status node2 | grep '"peers_in_fallback": \[\]' >/dev/null; then break; fi
 	sleep 0.2
 done
 

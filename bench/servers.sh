@@ -77,7 +77,7 @@ CADDY
 # await_server <server> waits until it answers, for up to <tries> tenths of a second.
 await_server() {
 	for _ in $(seq "${2:-100}"); do
-		if "$out/loadgen" -url "http://127.0.0.1:${port[$1]}/" -c 1 -d 10ms 2>/dev/null | grep -q '"200"'; then
+		if "$out/loadgen" -url "http://127.0.0.1:${port[$1]}/" -c 1 -d 10ms 2>/dev/null | grep '"200"' >/dev/null; then
 			return 0
 		fi
 		sleep 0.1

@@ -260,12 +260,18 @@ func (c *Core) evict(now time.Time, by string) {
 	c.out.retag()
 	held := c.engine.Extract(now, func(limiter.Key) bool { return true }, 0)
 	// Its own counters it was handing over, and that their receivers
-	// refused (so never applied), are counters it holds like the others.
+	// refused (so never applied), are counters it holds like the others;
+	// so are the counters of its engine in flight now (not the counts it
+	// passes on for others, which stay additions) if their receivers
+	// refuse them.
 	for _, pt := range c.out.refusedNotFor(func(pt *pendingTransfer) bool {
 		return (pt.purpose == purposeHandoff || pt.purpose == purposePull) && pt.t.Mode.carriesCounts()
 	}) {
 		held = append(held, pt.t.States...)
 	}
+	c.out.markHeldIfRefused(func(pt *pendingTransfer) bool {
+		return pt.purpose == purposeHandoff && pt.t.Mode == ModeAdd && pt.t.Own
+	})
 	c.rerouteLocked(now)
 	c.sendEvicted(now, held)
 	c.viewMu.Unlock()

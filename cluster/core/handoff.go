@@ -62,6 +62,7 @@ type moving struct {
 	// not settle it before they arrive.
 	expected bool
 	leavers  int // how many of the plan's leavers were asked for it
+	hops     int // sources that sent its pull on, in a row
 	// refunds are units given back before the key settled: they are
 	// given back from its counter once it has one.
 	refunds []limiter.Request
@@ -121,8 +122,18 @@ func (c *Core) planHandoff(now time.Time, old *view, stable, ring *Ring) *handof
 	}
 	sources := map[string]bool{}
 	if p.joined {
+		// A node that joins holds nothing, and its stable ring is only its
+		// guess at where its keys are: the ring it saw before it joined,
+		// which may lack members it learnt of since (a node declared dead
+		// that saw the others one by one go). Every member it knows of
+		// seals, and its keys settle one by one only from a pull's answer.
 		for _, x := range stable.members {
 			if alive(x) {
+				sources[x.Name] = true
+			}
+		}
+		for _, x := range ring.members {
+			if x.Name != self && alive(x) {
 				sources[x.Name] = true
 			}
 		}
@@ -198,7 +209,7 @@ func (h *handoffState) incoming(v *view, self string, k limiter.Key) bool {
 	if mk := h.keys[k]; mk != nil {
 		return !mk.settled
 	}
-	return src == "" || !h.sealed[src]
+	return src == "" || v.ho.joined || !h.sealed[src]
 }
 
 // entry returns k's moving record, made if need be; h.mu is held.
@@ -215,10 +226,7 @@ func (h *handoffState) entry(v *view, self string, k limiter.Key) *moving {
 // arrive keeps a counter received for k while k is not settled here, and
 // reports whether it did (false: count it at once).
 func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, now time.Time) bool {
-	if o, ok := v.ring.Owner(s.Key.Route()); !ok || o.Name != self {
-		return false
-	}
-	if !h.incoming(v, self, s.Key) {
+	if !ownedBy(v, self, s.Key) || !h.incoming(v, self, s.Key) {
 		return false
 	}
 	h.mu.Lock()
@@ -252,6 +260,13 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, 
 	return true
 }
 
+// ownedBy reports whether self owns k by v's ring: the keys whose counts
+// may be moving here.
+func ownedBy(v *view, self string, k limiter.Key) bool {
+	o, ok := v.ring.Owner(k.Route())
+	return ok && o.Name == self
+}
+
 // expect notes that counts of the keys moving here that states carry are
 // on their way from a live sender, which will send them again.
 func (h *handoffState) expect(v *view, self string, states []limiter.State) {
@@ -259,7 +274,7 @@ func (h *handoffState) expect(v *view, self string, states []limiter.State) {
 		return
 	}
 	for _, s := range states {
-		if o, ok := v.ring.Owner(s.Key.Route()); !ok || o.Name != self || !h.incoming(v, self, s.Key) {
+		if !ownedBy(v, self, s.Key) || !h.incoming(v, self, s.Key) {
 			continue
 		}
 		h.mu.Lock()
@@ -343,7 +358,7 @@ func (c *Core) countSettled(now time.Time, done settled) {
 // reports which of reqs it did not keep.
 func (h *handoffState) refundLater(v *view, self string, reqs []limiter.Request) (rest []limiter.Request) {
 	for _, r := range reqs {
-		if v.ho == nil || r.Limit.Algorithm == limiter.Concurrency || !h.incoming(v, self, r.Key) {
+		if v.ho == nil || r.Limit.Algorithm == limiter.Concurrency || !ownedBy(v, self, r.Key) || !h.incoming(v, self, r.Key) {
 			rest = append(rest, r)
 			continue
 		}
@@ -392,6 +407,10 @@ func (c *Core) requestKeys(now time.Time, v *view, keys []limiter.Key) {
 	}
 	c.notifyOutbox()
 }
+
+// maxPullHops is how many sources in a row may send a key's pull on to
+// another before the next pull waits a retry.
+const maxPullHops = 3
 
 // pullRetry is how long a new owner waits before it pulls again a key it
 // could not pull.
@@ -449,7 +468,16 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 		}
 		mk.pulling = false
 		if to, ok := moved[k]; ok && to != c.self.Name {
-			mk.source = to // it is there now: pull it from there
+			// It is there now, or the source holds nothing of it and counts
+			// it elsewhere: pull it from there. Sources that disagree
+			// about where it is (their rings differ for a moment) send the
+			// pull around: past a few hops it waits a retry between them.
+			if c.peers.get(to) != nil {
+				mk.source = to
+			}
+			if mk.hops++; mk.hops > maxPullHops {
+				mk.hops, mk.retryAt = 0, c.mono(now)+c.pullRetry()
+			}
 			continue
 		}
 		if refused[k] || mk.expected && !given[k] {
@@ -524,6 +552,21 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 			!slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == k })
 	})...)
 	states = append(states, adds...)
+	// A key held nowhere here that this node counts elsewhere (by its
+	// ring without the asker) is there, or on its way there: the asker
+	// guessed this node from a ring this node no longer shares (it was
+	// declared dead and saw the others go one by one). Saying "nothing
+	// here" would have it counted from nothing.
+	var elsewhere []limiter.Key
+	for _, k := range take {
+		if heldIn(states, k) || heldIn(bases, k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
+			continue
+		}
+		if o, ok := v.ring.OwnerWithout(k.Route(), from.Name); ok && o.Name != c.self.Name {
+			moved = append(moved, KeyOwner{Key: k, Owner: o.Name})
+			elsewhere = append(elsewhere, k)
+		}
+	}
 	m := c.mono(now)
 	if len(states) > 0 {
 		for _, part := range SplitStates(sortStates(states), TransferBytes) {
@@ -540,11 +583,19 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		c.refund(now, moving.refunds) // lent on: they follow the counter
 	}
 	for _, k := range take {
+		if slices.Contains(elsewhere, k) {
+			continue
+		}
 		if owner, ok := v.ring.Owner(k.Route()); ok && owner.Name == c.self.Name || c.engine.Has(now, k) {
 			c.lent.set(k, from) // this node would count it: send it there instead
 		}
 	}
 	return PullReply{Given: given, Moved: moved}
+}
+
+// heldIn reports whether states hold a counter of k.
+func heldIn(states []limiter.State, k limiter.Key) bool {
+	return slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == k })
 }
 
 // heldFor reports whether one of ts carries k.
@@ -679,7 +730,9 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 	h.sealed[r.to.Name] = true
 	var done []limiter.Key
 	for k, mk := range h.keys {
-		if !mk.settled && mk.source == r.to.Name {
+		// A joining node's keys wait for every seal (see planHandoff):
+		// the source it guessed sealing says nothing of the others.
+		if !mk.settled && mk.source == r.to.Name && !h.plan.joined {
 			done = append(done, k)
 		}
 	}

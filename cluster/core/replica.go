@@ -95,15 +95,23 @@ type takenReplica struct {
 	state limiter.State
 }
 
-// promotedFrom returns the replica of owner's that k was started from.
-func (r *replicaStore) promotedFrom(k limiter.Key, owner Peer) (limiter.State, bool) {
+// beyondPromoted returns what s, a copy of owner's counter of its key,
+// counted beyond the replica of owner's that this node started the key
+// from (ok false: the key was not started here from owner's replica).
+// The cluster holds s's counts from then on: a later copy adds only what
+// it counted beyond s, so two copies of the same counts (the run's own
+// counter, and a replica of it another node sent on) are not both added.
+func (r *replicaStore) beyondPromoted(now time.Time, k limiter.Key, owner Peer, s limiter.State) (delta limiter.State, more, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.promoted[k]
 	if !ok || p.owner != owner {
-		return limiter.State{}, false
+		return limiter.State{}, false, false
 	}
-	return p.state, true
+	delta, more = limiter.SubState(now, s, p.state)
+	p.state = limiter.NewerState(p.state, s)
+	r.promoted[k] = p
+	return delta, more, true
 }
 
 // noteApplied records transfers owner applied.

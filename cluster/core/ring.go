@@ -111,6 +111,19 @@ func (r *Ring) top2(route uint32) (first, second int) {
 	return first, second
 }
 
+// OwnerWithout returns the owner of route in the ring without the member
+// named name: the node that counts the key where name does not.
+func (r *Ring) OwnerWithout(route uint32, name string) (m Member, ok bool) {
+	first, second := r.top2(route)
+	if first >= 0 && r.members[first].Name == name {
+		first = second
+	}
+	if first < 0 {
+		return Member{}, false
+	}
+	return r.members[first], true
+}
+
 func (r *Ring) ownerIndex(route uint32) int {
 	if len(r.members) <= 1 {
 		return len(r.members) - 1

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"log/slog"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -20,7 +22,11 @@ type handNet struct {
 	incs  map[string]uint64
 	down  map[string]bool
 	hash  keyhash.Hasher
+	cfg   Config // timings and ratios of every core
 }
+
+// handLog prints the cores' events (debugging a hand-wired test).
+var handLog = os.Getenv("TOLLGATE_HAND_LOG") != ""
 
 var handTiming = Config{
 	CallTimeout:    50 * time.Millisecond,
@@ -35,7 +41,12 @@ var handTiming = Config{
 // newHandNet starts a cluster of names, all members from the start, and
 // lets them ping each other once (leases).
 func newHandNet(t testing.TB, names ...string) *handNet {
-	h := &handNet{t: t, now: simEpoch, names: names, cores: map[string]*Core{}, incs: map[string]uint64{}, down: map[string]bool{}}
+	return newHandNetWith(t, handTiming, names...)
+}
+
+// newHandNetWith is newHandNet with cfg's timings and ratios.
+func newHandNetWith(t testing.TB, cfg Config, names ...string) *handNet {
+	h := &handNet{t: t, now: simEpoch, names: names, cores: map[string]*Core{}, incs: map[string]uint64{}, down: map[string]bool{}, cfg: cfg}
 	h.hash = keyhash.New([]byte("hand secret"), "ring")
 	for _, name := range names {
 		h.start(name, false)
@@ -50,11 +61,14 @@ func newHandNet(t testing.TB, names ...string) *handNet {
 // start starts a new run of name; joining: it has seeds to join.
 func (h *handNet) start(name string, joining bool) *Core {
 	h.incs[name]++
-	cfg := handTiming
+	cfg := h.cfg
 	cfg.Self = Member{Name: name, Inc: h.incs[name], PeerAddr: name}
 	cfg.Engine = limiter.New(limiter.Config{MaxKeys: 1024})
 	cfg.Hasher = h.hash
 	cfg.Joining = joining
+	if handLog {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("t", h.now.Sub(simEpoch))
+	}
 	h.cores[name] = New(cfg, h.now)
 	h.down[name] = false
 	return h.cores[name]
@@ -194,14 +208,14 @@ func (h *handNet) drive(tk *handTake) {
 }
 
 // keyOwnedBy returns a key whose owner is first and whose successor is
-// second, by the ring of every node.
-func (h *handNet) keyOwnedBy(first, second string) limiter.Key {
+// second, by the ring of every node, other than the keys not.
+func (h *handNet) keyOwnedBy(first, second string, not ...limiter.Key) limiter.Key {
 	ring := h.cores[first].Ring()
 	for i := range 10000 {
 		k := limiter.ZoneKey(keyhash.New([]byte("keys"), "k").String(string(rune('a'+i%26))+string(rune(i))), 1)
 		o, _ := ring.Owner(k.Route())
 		s, _ := ring.Successor(k.Route())
-		if o.Name == first && s.Name == second {
+		if o.Name == first && s.Name == second && !slices.Contains(not, k) {
 			return k
 		}
 	}

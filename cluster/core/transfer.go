@@ -49,6 +49,11 @@ type pendingTransfer struct {
 	limbo int64
 	// ring, for a replica: the ring its receiver succeeds this node by.
 	ring *Ring
+	// heldIfRefused: counters this node was handing over when it was
+	// declared dead, in flight then. Refused after, they were never
+	// applied: they are counters it holds, sent as a node declared dead
+	// sends them (see sendEvicted), never again as they were.
+	heldIfRefused bool
 }
 
 // pendingRequest is a message sent that awaits its answer.
@@ -240,6 +245,30 @@ func (o *outbox) holds(k limiter.Key) bool {
 	defer o.mu.Unlock()
 	_, ok := o.holding[k]
 	return ok
+}
+
+// markHeldIfRefused marks the transfers in flight that pick reports.
+func (o *outbox) markHeldIfRefused(pick func(*pendingTransfer) bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, pt := range o.transfers {
+		if pt.inFlight && pick(pt) {
+			pt.heldIfRefused = true
+		}
+	}
+}
+
+// takeIfHeld removes and returns transfer seq if it is marked
+// heldIfRefused.
+func (o *outbox) takeIfHeld(seq uint64) (*pendingTransfer, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	pt, ok := o.transfers[seq]
+	if !ok || !pt.heldIfRefused {
+		return nil, false
+	}
+	o.forgetLocked(seq, pt)
+	return pt, true
 }
 
 // refusedNotFor removes and returns, sorted by number, the transfers the
@@ -572,17 +601,37 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// cluster holds those replicas' counts (it started the keys from
 		// them, or sent them on), and sends on what the run counted beyond
 		// them, to be added wherever the keys are counted now.
+		//
+		// The run chose this node by the rings it replicated under, which
+		// may not be the ring the others took its keys over by (it may
+		// have replicated to a node it alone still saw). A key this node
+		// did not start from the run's replica, sent by the run itself,
+		// goes on, once, to the node that counts it where the run does not,
+		// to be weighed against the replica that node may have started it
+		// from. Added here, it would count twice what that replica held.
 		run := t.Evicted
+		v := c.view.Load()
 		var adds []limiter.State
+		onward := map[string][]limiter.State{}
 		for _, s := range t.States {
-			if rep, ok := c.replicas.promotedFrom(s.Key, run); ok {
-				if d, more := limiter.SubState(now, s, rep); more {
+			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s); ok {
+				if more {
 					adds = append(adds, d)
 				}
 				continue
 			}
 			c.replicas.dropOf(s.Key, run)
+			if from == run {
+				if o, ok := v.ring.OwnerWithout(s.Key.Route(), run.Name); ok && o.Name != c.self.Name {
+					onward[o.Name] = append(onward[o.Name], s)
+					continue
+				}
+			}
 			adds = append(adds, s)
+		}
+		for _, name := range sortedKeys(onward) {
+			i, _ := v.ring.index(name)
+			c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name]}, purposeForward, c.mono(now), false)
 		}
 		c.place(now, ModeAdd, purposeForward, adds)
 	case ModeCopy:
@@ -593,7 +642,25 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		rest := c.replicas.absorbCopy(from, t.States)
 		c.placeAs(now, Transfer{Mode: t.Mode}, purposeForward, rest)
 	case ModeNewer:
-		c.placeAs(now, Transfer{Mode: t.Mode, ReplicaOf: t.ReplicaOf}, purposeForward, t.States)
+		// A replica of a dead run sent on, of a key this node started from
+		// that run's replica: the cluster counts what that replica held
+		// already (in this node's counter, wherever it went since); only
+		// what this copy counted beyond it is new, and is added.
+		states, adds := t.States, []limiter.State(nil)
+		if t.ReplicaOf.Name != "" {
+			states = nil
+			for _, s := range t.States {
+				if d, more, ok := c.replicas.beyondPromoted(now, s.Key, t.ReplicaOf, s); ok {
+					if more {
+						adds = append(adds, d)
+					}
+					continue
+				}
+				states = append(states, s)
+			}
+		}
+		c.placeAs(now, Transfer{Mode: t.Mode, ReplicaOf: t.ReplicaOf}, purposeForward, states)
+		c.place(now, ModeAdd, purposeForward, adds)
 	case ModeReplica:
 		if r, ok := c.known.Load().run(from); ok && r.leaving {
 			return // it hands its counters over instead: a replica now is stale
@@ -756,6 +823,13 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 // receiver's.
 func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 	if a.Refused {
+		if pt, ok := c.out.takeIfHeld(r.seq); ok {
+			c.viewMu.Lock()
+			c.sendEvicted(now, pt.t.States)
+			c.viewMu.Unlock()
+			c.notifySettled()
+			return
+		}
 		c.out.failed(r.seq, c.mono(now)+int64(c.cfg.CallTimeout), true)
 		c.replaceRefused(now)
 		return

@@ -1,0 +1,143 @@
+package core
+
+import (
+	"testing"
+	"time"
+)
+
+// A member cut off from the others for longer than failure detection is
+// declared dead, and its keys start again at its successor, from their
+// replica. Meanwhile it lost sight of the others one by one: when it hears
+// it was declared dead and joins again, it knows only one of them, which
+// never held its keys. It must count them only once it has them from the
+// node that does, or an exhausted key admits its whole limit again. Both
+// sides are checked: nothing admitted beyond the limit, and the counter
+// where the key ends up holds exactly what was admitted (nothing lost,
+// nothing doubled).
+func TestANodeDeclaredDeadCountsItsKeysFromWhereTheyAreWhenItComesBack(t *testing.T) {
+	// Fallback may admit a tenth of the limit on each node, so what the
+	// owners admit shows.
+	cfg := handTiming
+	cfg.FallbackRatio = 0.1
+	h := newHandNetWith(t, cfg, "n0", "n1", "n2")
+	const quota = 10
+	k := h.keyOwnedBy("n0", "n2")
+	admitted := 0
+	by := map[Source]int{}
+	var waiting []*handTake
+	spend := func(node string) {
+		tk := h.take(node, k, quota)
+		if !tk.done {
+			waiting = append(waiting, tk)
+			return
+		}
+		if tk.d.Allowed {
+			admitted++
+			by[tk.d.Source]++
+		}
+	}
+	resume := func() {
+		for _, tk := range waiting {
+			for !tk.done {
+				h.now = maxTime(h.now, tk.until)
+				h.drive(tk)
+			}
+			if tk.d.Allowed {
+				admitted++
+				by[tk.d.Source]++
+			}
+		}
+		waiting = nil
+	}
+	for range quota {
+		spend("n0")
+	}
+	if admitted != quota {
+		t.Fatalf("before the cut: %d admitted; want %d", admitted, quota)
+	}
+	h.advance(20 * time.Millisecond) // replicated to n2
+
+	// n0 is cut off. The others declare it dead and n2 takes its keys
+	// over; n0, on its side, has declared n2 dead and still lists n1.
+	h.down["n0"] = true
+	h.advance(100 * time.Millisecond)
+	h.setMembership("n1", []string{"n0"})
+	h.setMembership("n2", []string{"n0"})
+	h.setMembership("n0", []string{"n2"})
+	h.advance(time.Second, "n1", "n2")
+	if h.cores["n2"].HandoffUnderway() || h.count("n2", k) != quota {
+		t.Fatalf("n2 did not take the key over from its replica: hand-off under way %v, count %d", h.cores["n2"].HandoffUnderway(), h.count("n2", k))
+	}
+
+	// The cut heals: n0 hears from n1 that it was declared dead, and joins
+	// again knowing n1 alone; the others list it a moment later.
+	h.down["n0"] = false
+	for range 300 {
+		h.advance(10 * time.Millisecond)
+		if h.cores["n0"].Member() && h.cores["n0"].gate.joinEpoch() > 1 {
+			break
+		}
+	}
+	if !h.cores["n0"].Member() || h.cores["n0"].gate.joinEpoch() < 2 {
+		t.Fatalf("n0 did not join again after it was declared dead (member %v, epoch %d)", h.cores["n0"].Member(), h.cores["n0"].gate.joinEpoch())
+	}
+	show := func(when string) {
+		t.Logf("%s: admitted %d; counts n0 %d n1 %d n2 %d; waiting %d; admitted by %v", when, admitted, h.count("n0", k), h.count("n1", k), h.count("n2", k), len(waiting), by)
+	}
+	show("joined again")
+	for range quota {
+		spend("n0")
+	}
+	show("spent at n0")
+	h.advance(100 * time.Millisecond)
+	resume()
+	show("resumed")
+	// n1 lists n0 again before n2 does.
+	h.setMembership("n0", nil)
+	h.setMembership("n1", nil)
+	h.advance(50 * time.Millisecond)
+	for range quota {
+		spend("n0")
+		spend("n1")
+	}
+	show("n1 lists n0")
+	h.advance(50 * time.Millisecond)
+	h.setMembership("n2", nil)
+	for range quota {
+		spend("n0")
+		spend("n1")
+		spend("n2")
+	}
+	show("spent everywhere")
+	h.advance(2 * time.Second)
+	resume()
+	show("end")
+	if n := by[SourceOwner] + by[SourcePeer]; n > quota {
+		t.Errorf("owners admitted %d of limit %d (%v): n0 counted its key again before it had the count from the node that took it over", n, quota, by)
+	}
+	if by[SourceFallback] > 3 {
+		t.Errorf("fallback admitted %d: more than a tenth of the limit on each of three nodes", by[SourceFallback])
+	}
+	owner, _ := h.cores["n0"].Ring().Owner(k.Route())
+	if got := h.count(owner.Name, k); got != int64(admitted) {
+		t.Errorf("the key's owner %s holds %d; %d were admitted: counts lost or counted twice", owner.Name, got, admitted)
+	}
+
+	// The other side: a key nobody spent is admitted to its limit, and no
+	// further, through every node.
+	fresh := h.keyOwnedBy("n0", "n2", k)
+	freshAdmitted := 0
+	for i := range quota + 3 {
+		tk := h.take(h.names[i%3], fresh, quota)
+		for !tk.done {
+			h.now = maxTime(h.now, tk.until)
+			h.drive(tk)
+		}
+		if tk.d.Allowed {
+			freshAdmitted++
+		}
+	}
+	if freshAdmitted != quota {
+		t.Errorf("a fresh key after the cut healed: %d admitted of %d requests; want its limit %d", freshAdmitted, quota+3, quota)
+	}
+}

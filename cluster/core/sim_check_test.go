@@ -1044,6 +1044,7 @@ func TestSimulation(t *testing.T) {
 		close(results)
 	}()
 	var schedules, violations, maxNodes int
+	var failedSeeds []uint64
 	var virtual time.Duration
 	failed := 0
 	for r := range results {
@@ -1055,6 +1056,7 @@ func TestSimulation(t *testing.T) {
 		}
 		violations += len(r.s.violations)
 		failed++
+		failedSeeds = append(failedSeeds, r.sc.seed)
 		if failed <= 3 {
 			msg := fmt.Sprintf("schedule %v\n  %s\nreplay: go test -run '^TestSimulation$' ./cluster/core -sim-seed %d -sim-log",
 				r.sc, strings.Join(r.s.violations, "\n  "), r.sc.seed)
@@ -1065,6 +1067,10 @@ func TestSimulation(t *testing.T) {
 		}
 	}
 	summary := fmt.Sprintf("simulation: %d schedules, up to %d nodes, %d virtual seconds, %d violations", schedules, maxNodes, int(virtual.Seconds()), violations)
+	if len(failedSeeds) > 0 {
+		slices.Sort(failedSeeds)
+		summary += fmt.Sprintf(" in %d schedules (seeds %v)", len(failedSeeds), failedSeeds)
+	}
 	t.Log(summary)
 	announce(summary)
 }

@@ -29,3 +29,54 @@ func TestAFallbackShareHoldsThroughAMembershipChange(t *testing.T) {
 		t.Fatalf("the next window: %d available; want 100", got)
 	}
 }
+
+// A share rounds up: a key with less left than there are nodes to share it
+// gets one unit on each, not none. A one-use challenge proof (a token
+// bucket of one) is the case that matters: while the owner of its ID is
+// away, a genuine proof must be accepted where it is presented, and a
+// replay of it refused on the same node; across the others it may pass
+// once each, the bound the share states.
+func TestAFallbackShareOfLessThanOneUnitPerNodeIsOne(t *testing.T) {
+	f := newFallback(16, FallbackLocal, 0.4)
+	nothing := func() (int64, bool) { return 0, false }
+	now := time.Unix(1000, 0).UnixNano()
+	if got := f.available(limiter.Key(1), 1, nothing, now, time.Minute, 2); got != 1 {
+		t.Fatalf("a one-use key shared by two nodes: %d available; want 1", got)
+	}
+	if got := f.available(limiter.Key(2), 5, nothing, now, time.Minute, 2); got != 3 {
+		t.Fatalf("5 shared by two nodes: %d available; want 3 (rounded up)", got)
+	}
+	f.spend(limiter.Key(1), 1, now)
+	if got := f.available(limiter.Key(1), 1, nothing, now+1, time.Minute, 2); got != 0 {
+		t.Fatalf("after it was spent here: %d available; want 0", got)
+	}
+
+	// Through cores: the owner of a proof's ID is cut off; the proof is
+	// accepted once through a survivor, and its replay there refused.
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n0", "n1")
+	h.down["n0"] = true
+	h.advance(100 * time.Millisecond)
+	spend := func(node string) Decision {
+		reqs := []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Quota: 1, Burst: 1, Window: 6 * time.Minute}}}
+		res := make([]limiter.Result, 1)
+		tk := &handTake{node: node, reqs: reqs, res: res}
+		d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, reqs, res)
+		if done {
+			return d
+		}
+		for !tk.done {
+			h.drive(tk)
+			if !tk.done {
+				h.now = maxTime(h.now, tk.until)
+			}
+		}
+		return tk.d
+	}
+	if d := spend("n1"); !d.Allowed || d.Source != SourceFallback {
+		t.Fatalf("a genuine proof through n1 while the owner is cut off: allowed %v by %v; want allowed by fallback", d.Allowed, d.Source)
+	}
+	if d := spend("n1"); d.Allowed {
+		t.Fatalf("its replay through n1: allowed by %v; want refused", d.Source)
+	}
+}

@@ -467,6 +467,28 @@ func (k *membershipState) noteSeen() {
 	}
 }
 
+// joinedStable returns, for a node whose join hand-off is under way when
+// its view changes again, where it takes its keys to be: its stable ring
+// with the members its last view added. The stable ring of a joining node
+// is only its guess at where its keys are (the ring it saw before it
+// joined, perhaps a few members of many: a node declared dead that saw
+// the others go one by one); a member it learnt of since may hold its keys
+// (it answers a pull with them, or says where they are), and one that
+// dies before the join completes is a dead member whose keys start from
+// their replicas, here too.
+func (c *Core) joinedStable(old *view) *Ring {
+	ms := old.stable.Members()
+	for _, x := range old.ring.members {
+		if x.Name != c.self.Name && !old.stable.Has(x.Name) {
+			ms = append(ms, x)
+		}
+	}
+	if len(ms) == old.stable.Len() {
+		return old.stable
+	}
+	return NewRing(c.cfg.Hasher, ms)
+}
+
 // joinedLate returns the ring this node's keys come from when it entered
 // its ring before it heard of anyone (its driver said a seed answered
 // before it listed the members, or no seed answered in time) and now
@@ -564,6 +586,9 @@ func (c *Core) rerouteLocked(now time.Time) {
 		stable = old.ring
 		if old.ho != nil {
 			stable = old.stable // the hand-off to it never completed
+			if old.ho.joined {
+				stable = c.joinedStable(old)
+			}
 		}
 	}
 	if selfIdx >= 0 && c.cfg.Joining && stable.Len() == 1 && stable.Has(c.self.Name) {

@@ -42,8 +42,11 @@ type replicaStore struct {
 // replica's counts.
 type promotion struct {
 	owner Peer
-	state limiter.State // the replica
+	state limiter.State // the replica, or the newest copy weighed against it
 	at    int64         // mono
+	// returned: the key's counter went back to owner since (its hand-off
+	// or pull), holding these counts there, not here.
+	returned bool
 }
 
 // appliedKeep is how long a successor remembers what its owners applied:
@@ -101,17 +104,41 @@ type takenReplica struct {
 // The cluster holds s's counts from then on: a later copy adds only what
 // it counted beyond s, so two copies of the same counts (the run's own
 // counter, and a replica of it another node sent on) are not both added.
-func (r *replicaStore) beyondPromoted(now time.Time, k limiter.Key, owner Peer, s limiter.State) (delta limiter.State, more, ok bool) {
+//
+// own: s is owner's own counter (it was declared dead), not a replica of
+// it. A counter that went back to owner since (returnedTo) holds what
+// this node had counted of the key: all of it is new here.
+func (r *replicaStore) beyondPromoted(now time.Time, k limiter.Key, owner Peer, s limiter.State, own bool) (delta limiter.State, more, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, ok := r.promoted[k]
 	if !ok || p.owner != owner {
 		return limiter.State{}, false, false
 	}
-	delta, more = limiter.SubState(now, s, p.state)
+	if own && p.returned {
+		delta, more = s, true
+		p.returned = false
+	} else {
+		delta, more = limiter.SubState(now, s, p.state)
+	}
 	p.state = limiter.NewerState(p.state, s)
 	r.promoted[k] = p
 	return delta, more, true
+}
+
+// returnedTo notes that the counters of states, keys started here from a
+// replica of to's, go back to that node: they hold the replica's counts
+// there, not here. Were it declared dead again, the counters it sends are
+// all it holds (see beyondPromoted).
+func (r *replicaStore) returnedTo(to string, states []limiter.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range states {
+		if p, ok := r.promoted[s.Key]; ok && p.owner.Name == to {
+			p.returned = true
+			r.promoted[s.Key] = p
+		}
+	}
 }
 
 // noteApplied records transfers owner applied.

@@ -614,7 +614,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		var adds []limiter.State
 		onward := map[string][]limiter.State{}
 		for _, s := range t.States {
-			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s); ok {
+			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s, true); ok {
 				if more {
 					adds = append(adds, d)
 				}
@@ -650,7 +650,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if t.ReplicaOf.Name != "" {
 			states = nil
 			for _, s := range t.States {
-				if d, more, ok := c.replicas.beyondPromoted(now, s.Key, t.ReplicaOf, s); ok {
+				if d, more, ok := c.replicas.beyondPromoted(now, s.Key, t.ReplicaOf, s, false); ok {
 					if more {
 						adds = append(adds, d)
 					}
@@ -837,6 +837,9 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 	if pt, ok := c.out.settle(r.seq); ok {
 		if pt.purpose == purposeReplica && pt.ring != nil {
 			c.noteReplicaRing(pt.ring)
+		}
+		if pt.t.Mode == ModeAdd && (pt.t.Own || pt.purpose == purposePull) {
+			c.replicas.returnedTo(pt.to.Name, pt.t.States) // applied there: its counters hold what this node counted
 		}
 		c.notifySettled()
 	}

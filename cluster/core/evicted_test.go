@@ -22,38 +22,13 @@ func TestANodeDeclaredDeadCountsItsKeysFromWhereTheyAreWhenItComesBack(t *testin
 	h := newHandNetWith(t, cfg, "n0", "n1", "n2")
 	const quota = 10
 	k := h.keyOwnedBy("n0", "n2")
-	admitted := 0
-	by := map[Source]int{}
-	var waiting []*handTake
-	spend := func(node string) {
-		tk := h.take(node, k, quota)
-		if !tk.done {
-			waiting = append(waiting, tk)
-			return
-		}
-		if tk.d.Allowed {
-			admitted++
-			by[tk.d.Source]++
-		}
-	}
-	resume := func() {
-		for _, tk := range waiting {
-			for !tk.done {
-				h.now = maxTime(h.now, tk.until)
-				h.drive(tk)
-			}
-			if tk.d.Allowed {
-				admitted++
-				by[tk.d.Source]++
-			}
-		}
-		waiting = nil
-	}
+	load := newHandLoad(h, k, quota)
+	spend, resume := load.spend, load.resume
 	for range quota {
 		spend("n0")
 	}
-	if admitted != quota {
-		t.Fatalf("before the cut: %d admitted; want %d", admitted, quota)
+	if load.admitted != quota {
+		t.Fatalf("before the cut: %d admitted; want %d", load.admitted, quota)
 	}
 	h.advance(20 * time.Millisecond) // replicated to n2
 
@@ -82,7 +57,7 @@ func TestANodeDeclaredDeadCountsItsKeysFromWhereTheyAreWhenItComesBack(t *testin
 		t.Fatalf("n0 did not join again after it was declared dead (member %v, epoch %d)", h.cores["n0"].Member(), h.cores["n0"].gate.joinEpoch())
 	}
 	show := func(when string) {
-		t.Logf("%s: admitted %d; counts n0 %d n1 %d n2 %d; waiting %d; admitted by %v", when, admitted, h.count("n0", k), h.count("n1", k), h.count("n2", k), len(waiting), by)
+		t.Logf("%s: admitted %d; counts n0 %d n1 %d n2 %d; waiting %d; admitted by %v", when, load.admitted, h.count("n0", k), h.count("n1", k), h.count("n2", k), len(load.waiting), load.by)
 	}
 	show("joined again")
 	for range quota {
@@ -112,15 +87,15 @@ func TestANodeDeclaredDeadCountsItsKeysFromWhereTheyAreWhenItComesBack(t *testin
 	h.advance(2 * time.Second)
 	resume()
 	show("end")
-	if n := by[SourceOwner] + by[SourcePeer]; n > quota {
-		t.Errorf("owners admitted %d of limit %d (%v): n0 counted its key again before it had the count from the node that took it over", n, quota, by)
+	if n := load.by[SourceOwner] + load.by[SourcePeer]; n > quota {
+		t.Errorf("owners admitted %d of limit %d (%v): n0 counted its key again before it had the count from the node that took it over", n, quota, load.by)
 	}
-	if by[SourceFallback] > 3 {
-		t.Errorf("fallback admitted %d: more than a tenth of the limit on each of three nodes", by[SourceFallback])
+	if load.by[SourceFallback] > 3 {
+		t.Errorf("fallback admitted %d: more than a tenth of the limit on each of three nodes", load.by[SourceFallback])
 	}
 	owner, _ := h.cores["n0"].Ring().Owner(k.Route())
-	if got := h.count(owner.Name, k); got != int64(admitted) {
-		t.Errorf("the key's owner %s holds %d; %d were admitted: counts lost or counted twice", owner.Name, got, admitted)
+	if got := h.count(owner.Name, k); got != int64(load.admitted) {
+		t.Errorf("the key's owner %s holds %d; %d were admitted: counts lost or counted twice", owner.Name, got, load.admitted)
 	}
 
 	// The other side: a key nobody spent is admitted to its limit, and no
@@ -129,10 +104,7 @@ func TestANodeDeclaredDeadCountsItsKeysFromWhereTheyAreWhenItComesBack(t *testin
 	freshAdmitted := 0
 	for i := range quota + 3 {
 		tk := h.take(h.names[i%3], fresh, quota)
-		for !tk.done {
-			h.now = maxTime(h.now, tk.until)
-			h.drive(tk)
-		}
+		h.finish(tk)
 		if tk.d.Allowed {
 			freshAdmitted++
 		}

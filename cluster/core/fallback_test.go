@@ -65,12 +65,7 @@ func TestAFallbackShareOfLessThanOneUnitPerNodeIsOne(t *testing.T) {
 		if done {
 			return d
 		}
-		for !tk.done {
-			h.drive(tk)
-			if !tk.done {
-				h.now = maxTime(h.now, tk.until)
-			}
-		}
+		h.finish(tk)
 		return tk.d
 	}
 	if d := spend("n1"); !d.Allowed || d.Source != SourceFallback {

@@ -93,10 +93,7 @@ func (f *fallback) available(k limiter.Key, quota int64, told func() (int64, boo
 		s = &share{left: left, of: max(others, 1), expires: now + int64(window)}
 		f.shares[k] = s
 	}
-	// Rounded up, as docs/cluster.md states the bound: a key with less
-	// left than nodes to share it (a one-use challenge proof) gets one
-	// unit on each, not none.
-	return (s.left+s.of-1)/s.of - s.spent
+	return s.left/s.of - s.spent
 }
 
 // spend records that this node admitted used of k in fallback and sent it

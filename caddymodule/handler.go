@@ -492,7 +492,7 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 				continue
 			}
 			if quota < 0 {
-				quota = b.reqs[i].Limit.Scale(factor).Quota
+				quota = quotaOf(b, i, factor)
 			}
 			if r.Remaining < 0 {
 				continue // not known: this one was not asked
@@ -531,6 +531,16 @@ func (h *Handler) setHeaders(hdr http.Header, v *verdict, buf []byte, b *batch) 
 	hdr["Ratelimit"] = v.headers[1:2:2]
 }
 
+// quotaOf returns the limit request i of b counted against: the one its
+// decision names (a cluster node's fallback share), or its own scaled by
+// the client's reputation factor.
+func quotaOf(b *batch, i int, factor float64) int64 {
+	if q := b.res[i].Quota; q > 0 {
+		return q
+	}
+	return b.reqs[i].Limit.Scale(factor).Quota
+}
+
 // policyOf renders the RateLimit-Policy of a request whose zones are not
 // all the handler's, or whose limits are not the configured ones: each
 // enforced rate zone that counted it, with the quota of the client's own
@@ -550,7 +560,7 @@ func (h *Handler) policyOf(b *batch, factor float64, now time.Time, buf []byte) 
 			}
 			buf = append(buf, z.quoted...)
 			buf = append(buf, ";q="...)
-			buf = strconv.AppendInt(buf, b.reqs[i].Limit.Scale(factor).Quota, 10)
+			buf = strconv.AppendInt(buf, quotaOf(b, i, factor), 10)
 			buf = append(buf, ";w="...)
 			window := z.limit.Window
 			if z.limit.Calendar != nil {

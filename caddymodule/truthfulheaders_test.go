@@ -1,6 +1,7 @@
 package caddymodule
 
 import (
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -182,5 +183,39 @@ func TestTrialZonesAreNotAnnounced(t *testing.T) {
 	resp := srv.get("/")
 	if resp.Header.Get("RateLimit-Policy") != "" || resp.Header.Get("RateLimit") != "" {
 		t.Errorf("dry-run handler: RateLimit-Policy %q, RateLimit %q; want neither", resp.Header.Get("RateLimit-Policy"), resp.Header.Get("RateLimit"))
+	}
+}
+
+// TestHeadersShowTheFallbackLimit: a node that cannot reach a key's owner
+// (here: its only seed never answers, so for its first seconds it
+// decides every key by fallback) counts the key against its fallback
+// share, fallback_ratio × the limit; the headers say so, with r counting
+// down from that q, never from the configured limit.
+func TestHeadersShowTheFallbackLimit(t *testing.T) {
+	srv := startCaddy(t, fmt.Sprintf(`
+	tollgate {
+		secret %s
+		cluster {
+			bind 127.0.0.1:%d
+			peer_listen 127.0.0.1:%d
+			join 127.0.0.1:%d
+		}
+		fallback_ratio 0.4
+	}`, processSecret, freePort(t), freePort(t), freePort(t)), `
+	tollgate {
+		zone api {
+			limit 20 1h
+			key {http.request.header.X-API-Key}
+		}
+	}
+	respond "ok"`)
+	testutil.ClearOfWindowEdge(time.Hour, 30*time.Second)
+
+	resp := srv.get("/", "X-API-Key", "k1")
+	if got := resp.Header.Get("RateLimit-Policy"); got != `"api";q=8;w=3600` {
+		t.Errorf("decided by fallback: RateLimit-Policy %q; want q=8 (0.4 × 20)", got)
+	}
+	if got := resp.Header.Get("RateLimit"); !strings.HasPrefix(got, `"api";r=7;`) {
+		t.Errorf("decided by fallback: RateLimit %q; want r=7 of q=8", got)
 	}
 }

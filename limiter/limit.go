@@ -168,6 +168,10 @@ type Result struct {
 	// served: it was booked for that instant (Request.MaxDelay). Zero for
 	// a request admitted now.
 	Delay time.Duration
+	// Quota is the limit the request was decided against when it is not
+	// the request's own (a cluster node deciding by fallback counts its
+	// share of it); zero otherwise.
+	Quota int64
 }
 
 // entry is the state of one key: 24 bytes.

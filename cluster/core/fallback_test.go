@@ -29,3 +29,30 @@ func TestAFallbackShareHoldsThroughAMembershipChange(t *testing.T) {
 		t.Fatalf("the next window: %d available; want 100", got)
 	}
 }
+
+// A request decided by fallback names the limit it was counted against,
+// the node's share (fallback_ratio × the limit, at most its part of what
+// is left), so the client's headers can say it; one decided by its owner
+// names none.
+func TestAFallbackDecisionNamesTheLimitItCountedAgainst(t *testing.T) {
+	cfg := handTiming
+	cfg.FallbackRatio = 0.4
+	h := newHandNetWith(t, cfg, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n0", "n1")
+	if tk := h.take("n1", k, 100); !tk.done || tk.d.Source != SourcePeer || tk.res[0].Quota != 0 {
+		t.Fatalf("through its owner: done %v by %v, quota %d; want decided by the peer, no quota named", tk.done, tk.d.Source, tk.res[0].Quota)
+	}
+	h.down["n0"] = true
+	h.advance(100 * time.Millisecond)
+	tk := h.take("n2", k, 100)
+	h.finish(tk)
+	if tk.d.Source != SourceFallback || !tk.d.Allowed {
+		t.Fatalf("with its owner cut off: allowed %v by %v; want allowed by fallback", tk.d.Allowed, tk.d.Source)
+	}
+	if got := tk.res[0].Quota; got != 40 {
+		t.Errorf("fallback result names quota %d; want 40 (0.4 × 100)", got)
+	}
+	if got := tk.res[0].Remaining; got != 39 {
+		t.Errorf("fallback result: %d remaining; want 39 of 40", got)
+	}
+}

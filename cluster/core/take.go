@@ -462,6 +462,13 @@ func (c *Core) decideByFallback(now time.Time, v *view, op *TakeOp, g *takeGroup
 	var buf [8]limiter.Request
 	scaled, none := c.fallbackLimits(now, v, op.client, g.reqs, buf[:])
 	ok := c.decideFallback(now, op.op, scaled, none, g.res)
+	if c.fallback.mode() == FallbackLocal {
+		for i := range scaled { // the limit these were counted against, for the client's headers
+			if scaled[i].Limit.Algorithm != limiter.Concurrency {
+				g.res[i].Quota = scaled[i].Limit.Quota
+			}
+		}
+	}
 	g.fallback = slices.Clone(scaled)
 	g.decided, g.allowed, g.src = true, ok, SourceFallback
 }

@@ -93,7 +93,15 @@ func (f *fallback) available(k limiter.Key, quota int64, told func() (int64, boo
 		s = &share{left: left, of: max(others, 1), expires: now + int64(window)}
 		f.shares[k] = s
 	}
-	return s.left/s.of - s.spent
+	share := s.left / s.of
+	if quota == 1 && s.left == 1 {
+		// A limit of one (a one-use challenge proof's ID): shared by two
+		// or more nodes it would round to nothing, and a genuine proof
+		// would be refused as a replay on every node while the ID's owner
+		// is away. Each node may admit it once.
+		share = 1
+	}
+	return share - s.spent
 }
 
 // spend records that this node admitted used of k in fallback and sent it

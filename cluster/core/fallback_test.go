@@ -56,3 +56,46 @@ func TestAFallbackDecisionNamesTheLimitItCountedAgainst(t *testing.T) {
 		t.Errorf("fallback result: %d remaining; want 39 of 40", got)
 	}
 }
+
+// A limit of one is a one-use ID (a challenge proof's): while its owner is
+// away, each node that may fall back may admit it once, where a share of
+// one split between two nodes would round to nothing and refuse a genuine
+// proof as a replay everywhere. Larger limits still round down.
+func TestAFallbackShareOfALimitOfOneIsOne(t *testing.T) {
+	f := newFallback(16, FallbackLocal, 0.4)
+	nothing := func() (int64, bool) { return 0, false }
+	now := time.Unix(1000, 0).UnixNano()
+	if got := f.available(limiter.Key(1), 1, nothing, now, time.Minute, 2); got != 1 {
+		t.Fatalf("a one-use key shared by two nodes: %d available; want 1", got)
+	}
+	f.spend(limiter.Key(1), 1, now)
+	if got := f.available(limiter.Key(1), 1, nothing, now+1, time.Minute, 2); got != 0 {
+		t.Fatalf("after it was spent here: %d available; want 0", got)
+	}
+	if got := f.available(limiter.Key(2), 5, nothing, now, time.Minute, 2); got != 2 {
+		t.Fatalf("5 shared by two nodes: %d available; want 2 (rounded down)", got)
+	}
+
+	// Through cores: the owner of a proof's ID is cut off; the proof is
+	// accepted once through a survivor, and its replay there refused.
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n0", "n1")
+	h.down["n0"] = true
+	h.advance(100 * time.Millisecond)
+	spend := func(node string) Decision {
+		reqs := []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.TokenBucket, Quota: 1, Burst: 1, Window: 6 * time.Minute}}}
+		tk := &handTake{node: node, reqs: reqs, res: make([]limiter.Result, 1)}
+		d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, reqs, tk.res)
+		if done {
+			return d
+		}
+		h.finish(tk)
+		return tk.d
+	}
+	if d := spend("n1"); !d.Allowed || d.Source != SourceFallback {
+		t.Fatalf("a genuine proof through n1 while the owner is cut off: allowed %v by %v; want allowed by fallback", d.Allowed, d.Source)
+	}
+	if d := spend("n1"); d.Allowed {
+		t.Fatalf("its replay through n1: allowed by %v; want refused", d.Source)
+	}
+}

@@ -123,6 +123,9 @@ type ClientView struct {
 	ID string `json:"id"`
 	// Owner is the node that counts the key.
 	Owner string `json:"owner"`
+	// Replica is the node that keeps a copy of the key's counters and
+	// counts them if the owner is gone; empty on a node alone.
+	Replica string `json:"replica,omitempty"`
 	// Zones are the key's counters, one per zone identity.
 	Zones []ZoneView `json:"zones"`
 	// Reputation is the score of the client with this ID (0 to 100,

@@ -44,7 +44,8 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 		return app.resetNetwork(w, id, net, zones)
 	}
 	if net, ok := adminapi.ParseNetworkID(id); ok && r.Method == http.MethodGet {
-		view := adminapi.ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(net, 0)).Name, Zones: []adminapi.ZoneView{}}
+		view := adminapi.ClientView{ID: id, Zones: []adminapi.ZoneView{}}
+		view.Owner, view.Replica = app.placement(limiter.ZoneKey(net, 0))
 		for _, z := range zones {
 			if !z.countsNetwork() {
 				continue
@@ -65,7 +66,8 @@ func (adminAPI) handleClient(w http.ResponseWriter, r *http.Request) error {
 				return badRequest("?%s=: %v", adminapi.QueryTier, err)
 			}
 		}
-		view := adminapi.ClientView{ID: id, Owner: app.node.Owner(limiter.ZoneKey(keyHash, 0)).Name, Zones: []adminapi.ZoneView{}, Tier: tier}
+		view := adminapi.ClientView{ID: id, Zones: []adminapi.ZoneView{}, Tier: tier}
+		view.Owner, view.Replica = app.placement(limiter.ZoneKey(keyHash, 0))
 		factor := 1.0
 		if rk := app.reputationKey(keyHash); rk != 0 {
 			score, err := app.node.Reputation(rk)
@@ -151,6 +153,12 @@ func (a *App) keyHashOf(id string) uint64 {
 		return h
 	}
 	return a.hasher.Sum64(id)
+}
+
+// placement names the node that counts k and the one that keeps its
+// replica ("" on a node alone).
+func (a *App) placement(k limiter.Key) (owner, replica string) {
+	return a.node.Owner(k).Name, a.node.Successor(k).Name
 }
 
 // zoneView reads one zone's state for a key at its owner, whose own limit

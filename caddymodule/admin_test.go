@@ -28,8 +28,8 @@ func TestAdminClientRoutes(t *testing.T) {
 		t.Fatalf("GET client: %d %s", status, body)
 	}
 	if len(view.Zones) != 1 || view.Zones[0].Zone != "api" || view.Zones[0].Remaining != 2 || view.Zones[0].Exhausted ||
-		view.Zones[0].Limit != 5 || view.Zones[0].Algorithm != "sliding_window" || view.Owner == "" {
-		t.Fatalf("client view %+v; want api with 2 of 5 left", view)
+		view.Zones[0].Limit != 5 || view.Zones[0].Algorithm != "sliding_window" || view.Owner == "" || view.Replica != "" {
+		t.Fatalf("client view %+v; want api with 2 of 5 left, counted here, no replica", view)
 	}
 	for range 3 {
 		srv.get("/", "X-API-Key", "alice")

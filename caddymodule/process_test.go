@@ -282,7 +282,7 @@ func startClusterWith(t *testing.T, n, limit int, set func(*proc)) []*proc {
 			<-p.exited
 			if t.Failed() {
 				stderr, _ := os.ReadFile(filepath.Join(p.dir, "stderr.log"))
-				t.Logf("%s log:\n%s\n%s stderr:\n%s", p.name, tail(p.logs(), 30), p.name, tail(string(stderr), 10))
+				t.Logf("%s log, the cluster's lines:\n%s\n%s stderr:\n%s", p.name, tail(clusterLines(p.logs()), 40), p.name, tail(string(stderr), 10))
 			}
 		})
 	}
@@ -348,6 +348,18 @@ func stablePort(t testing.TB) int {
 func tail(s string, lines int) string {
 	parts := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(parts[max(0, len(parts)-lines):], "\n")
+}
+
+// clusterLines keeps the lines of a process's log that the cluster wrote:
+// those that explain a failure, which the requests' lines would drown.
+func clusterLines(log string) string {
+	var kept []string
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `"logger":"tollgate.cluster`) {
+			kept = append(kept, line)
+		}
+	}
+	return strings.Join(kept, "\n")
 }
 
 // ownedKeys finds, for each process, a key it owns (its probe answer says
@@ -597,6 +609,9 @@ func TestProcessClusterAdminAPI(t *testing.T) {
 		}
 		if view.Owner != procs[1].status().Cluster.Node {
 			t.Errorf("%s names %q as the owner; want node1", p.name, view.Owner)
+		}
+		if r := view.Replica; r == "" || r == view.Owner || (r != procs[0].status().Cluster.Node && r != procs[2].status().Cluster.Node) {
+			t.Errorf("%s names %q as the replica; want node0 or node2", p.name, r)
 		}
 	}
 	var reset adminapi.ResetResult

@@ -85,6 +85,9 @@ func runClient(c *invocation, args []string) (int, error) {
 	w := c.table()
 	fmt.Fprintf(w, "client\t%s\n", args[0])
 	fmt.Fprintf(w, "owner\t%s\n", view.Owner)
+	if view.Replica != "" {
+		fmt.Fprintf(w, "replica\t%s\n", view.Replica)
+	}
 	if view.Reputation != nil {
 		fmt.Fprintf(w, "reputation\t%d\n", *view.Reputation)
 	}

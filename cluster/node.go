@@ -293,6 +293,13 @@ func (n *Node) Owner(k limiter.Key) Member {
 	return m
 }
 
+// Successor returns the member that keeps k's replica and would count k if
+// its owner were gone; the zero Member while the ring has fewer than two.
+func (n *Node) Successor(k limiter.Key) Member {
+	m, _ := n.core().Successor(k)
+	return m
+}
+
 // Take spends the requests' units at their owner if every one of them can
 // be granted, and none of them otherwise, filling res. It reports whether
 // they were granted and who decided. Requests owned by different nodes are

@@ -177,6 +177,13 @@ func (c *Core) Ring() *Ring { return c.view.Load().ring }
 // Owner returns the member that owns k by the ring the core routes by.
 func (c *Core) Owner(k limiter.Key) (Member, bool) { return c.view.Load().ring.Owner(k.Route()) }
 
+// Successor returns the member that keeps k's replica and grants its owner
+// the lease to count it: the one that would own k if its owner were gone.
+// ok is false while the ring has fewer than two members.
+func (c *Core) Successor(k limiter.Key) (Member, bool) {
+	return c.view.Load().ring.Successor(k.Route())
+}
+
 // Member reports whether this node counts the keys its ring gives it.
 func (c *Core) Member() bool { return c.view.Load().self >= 0 }
 

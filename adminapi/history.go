@@ -3,8 +3,16 @@ package adminapi
 import "time"
 
 // PathHistory answers (GET) this node's counts of the last hour, step by
-// step: what the status page charts.
+// step: what the status page charts. With ?nodes=all (QueryNodes =
+// NodesAll) a cluster node answers the sum of every node's counts.
 const PathHistory = "/tollgate/history"
+
+// QueryNodes asks GET /tollgate/history for the counts of every node
+// (NodesAll) instead of this node's.
+const (
+	QueryNodes = "nodes"
+	NodesAll   = "all"
+)
 
 // The history a node keeps: HistoryStep apart, HistorySpan long. It is
 // kept from the node's start, whether or not a page is open.
@@ -26,6 +34,14 @@ type History struct {
 	// Challenges counts the proofs of work received, by result (passed,
 	// malformed, forged, expired, network, work, replayed).
 	Challenges map[string][]int64 `json:"challenges"`
+	// Nodes names the nodes whose counts are summed, sorted, when a
+	// cluster's history was asked for (?nodes=all); absent for one node's.
+	// Each node's steps are counted in the step of the sum that ends at or
+	// after theirs.
+	Nodes []string `json:"nodes,omitempty"`
+	// Unanswered names the nodes that did not answer in time: their counts
+	// are missing from the sum.
+	Unanswered []string `json:"unanswered,omitempty"`
 }
 
 // ZoneHistory is one zone's counts in each step: every zone of that name

@@ -172,6 +172,7 @@ const (
 	gatherGrants       = "tollgate.grants"
 	gatherGrantsForget = "tollgate.grants.forget"
 	gatherRing         = "tollgate.ring"
+	gatherHistory      = "tollgate.history"
 )
 
 // gatherWithin is how long a list waits for the other nodes.
@@ -192,6 +193,8 @@ func (s *state) answerGather(name string, body []byte) []byte {
 		v = s.lists.denied.list(now)
 	case gatherGrants:
 		v = s.lists.grants.list(now)
+	case gatherHistory:
+		v = s.history.view()
 	case gatherRing:
 		s.mu.Lock()
 		node := s.node

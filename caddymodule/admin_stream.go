@@ -88,7 +88,7 @@ func (a adminAPI) streamUpdate(r *http.Request, historySent *time.Time) ([]byte,
 	update := map[string]any{"status": parts[0].out, "denied": parts[1].out, "reputation": parts[2].out, "decisions": parts[3].out, "zones": parts[4].out}
 	if app, err := runningApp(); err == nil {
 		if end := app.state.history.lastEnd(); historySent.IsZero() || end.After(*historySent) {
-			update["history"] = app.state.history.view()
+			update["history"] = app.state.historyView(true) // a cluster's: every node's summed
 			*historySent = end
 		}
 	}

@@ -50,11 +50,20 @@ func (a *App) zonesView() adminapi.ZoneList {
 }
 
 // handleHistory serves GET /tollgate/history: this node's counts of the
-// last hour, step by step, kept since the node started.
-func (adminAPI) handleHistory(w http.ResponseWriter, _ *http.Request) error {
+// last hour, step by step, kept since the node started; with ?nodes=all,
+// on a cluster, the sum of every node's.
+func (adminAPI) handleHistory(w http.ResponseWriter, r *http.Request) error {
 	app, err := runningApp()
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, app.state.history.view())
+	all := false
+	switch nodes := r.URL.Query().Get(adminapi.QueryNodes); nodes {
+	case "":
+	case adminapi.NodesAll:
+		all = true
+	default:
+		return badRequest("?%s=%q: want %q (every node's counts summed) or nothing (this node's)", adminapi.QueryNodes, nodes, adminapi.NodesAll)
+	}
+	return writeJSON(w, app.state.historyView(all))
 }

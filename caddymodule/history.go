@@ -1,7 +1,9 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -184,4 +186,105 @@ func collectCounters(c prometheus.Collector, f func(labels map[string]string, v 
 		}
 		f(labels, d.Counter.GetValue())
 	}
+}
+
+// historyView returns this node's history, or, when all is set and the
+// node is part of a cluster, the sum of every node's that answers within the
+// lists' deadline.
+func (s *state) historyView(all bool) adminapi.History {
+	s.mu.Lock()
+	node := s.node
+	s.mu.Unlock()
+	if !all || node == nil || !node.Networked() {
+		return s.history.view()
+	}
+	res := node.Gather(gatherHistory, nil, gatherWithin)
+	parts := make(map[string]adminapi.History, len(res.Answers))
+	for name, b := range res.Answers {
+		var h adminapi.History
+		if json.Unmarshal(b, &h) == nil {
+			parts[name] = h
+		} else {
+			res.Unanswered = append(res.Unanswered, name)
+		}
+	}
+	sum := sumHistories(parts)
+	if len(res.Unanswered) > 0 {
+		sum.Unanswered = slices.Sorted(slices.Values(res.Unanswered))
+	}
+	return sum
+}
+
+// sumHistories adds up the histories of several nodes, by node name: each
+// node's step is counted in the step of the sum that ends at the next
+// multiple of the step length at or after its own end (nodes sample on
+// their own clocks and phases), and only the last hour of steps is kept.
+func sumHistories(parts map[string]adminapi.History) adminapi.History {
+	step := int64(adminapi.HistoryStep / time.Second)
+	out := adminapi.History{StepSeconds: step, Ends: []int64{}, Zones: []adminapi.ZoneHistory{}, Challenges: map[string][]int64{}, Nodes: []string{}}
+	ends := map[int64]bool{}
+	for name, h := range parts {
+		out.Nodes = append(out.Nodes, name)
+		for _, end := range h.Ends {
+			ends[stepEnding(end, step)] = true
+		}
+	}
+	slices.Sort(out.Nodes)
+	for end := range ends {
+		out.Ends = append(out.Ends, end)
+	}
+	slices.Sort(out.Ends)
+	out.Ends = out.Ends[max(0, len(out.Ends)-historyLen):]
+	at := make(map[int64]int, len(out.Ends))
+	for i, end := range out.Ends {
+		at[end] = i
+	}
+	steps := func() []int64 { return make([]int64, len(out.Ends)) }
+	add := func(into, from []int64, fromEnds []int64) {
+		for i, n := range from {
+			if j, ok := at[stepEnding(fromEnds[i], step)]; ok {
+				into[j] += n
+			}
+		}
+	}
+	zones := map[string]*adminapi.ZoneHistory{}
+	for _, name := range out.Nodes {
+		h := parts[name]
+		for _, z := range h.Zones {
+			sum, ok := zones[z.Zone]
+			if !ok {
+				sum = &adminapi.ZoneHistory{Zone: z.Zone, Allowed: steps(), Denied: steps(), DeniedBy: map[string][]int64{}}
+				for _, reason := range denialReasons {
+					sum.DeniedBy[reason] = steps()
+				}
+				zones[z.Zone] = sum
+			}
+			add(sum.Allowed, z.Allowed, h.Ends)
+			add(sum.Denied, z.Denied, h.Ends)
+			for reason, ns := range z.DeniedBy {
+				if sum.DeniedBy[reason] == nil {
+					sum.DeniedBy[reason] = steps()
+				}
+				add(sum.DeniedBy[reason], ns, h.Ends)
+			}
+		}
+		for result, ns := range h.Challenges {
+			if out.Challenges[result] == nil {
+				out.Challenges[result] = steps()
+			}
+			add(out.Challenges[result], ns, h.Ends)
+		}
+	}
+	for _, z := range zones {
+		out.Zones = append(out.Zones, *z)
+	}
+	slices.SortFunc(out.Zones, func(a, b adminapi.ZoneHistory) int { return strings.Compare(a.Zone, b.Zone) })
+	return out
+}
+
+// stepEnding returns the end of the step of the given length, in Unix
+// seconds, that a step ending at end is counted in: the next multiple of
+// step at or after end.
+func stepEnding(end, step int64) int64 {
+	return (end + step - 1) / step * step
 }

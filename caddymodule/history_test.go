@@ -2,6 +2,8 @@ package caddymodule
 
 import (
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +95,74 @@ func TestHistoryIsKeptBeforeAnyoneAsks(t *testing.T) {
 	}
 	if api == nil || sum(api.Allowed) != 3 || sum(api.Denied) != 2 || sum(api.DeniedBy[reasonClient]) != 2 {
 		t.Fatalf("history of api: %+v; want 3 allowed and 2 denied by the client's budget", v.Zones)
+	}
+}
+
+// TestSumHistoriesAddsEveryNodesStepsByTime: nodes sample on their own
+// phases; each node's step is counted in the step of the sum that ends at
+// or after it, zones and challenge results every node or only some saw are
+// all summed, and the sum keeps an hour.
+func TestSumHistoriesAddsEveryNodesStepsByTime(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).Unix()
+	none := func(n int) []int64 { return make([]int64, n) }
+	a := adminapi.History{StepSeconds: 10, Ends: []int64{t0 + 3, t0 + 13},
+		Zones: []adminapi.ZoneHistory{{Zone: "api", Allowed: []int64{5, 7}, Denied: []int64{1, 0},
+			DeniedBy: map[string][]int64{reasonClient: {1, 0}, reasonNetwork: none(2), reasonBan: none(2), reasonDecision: none(2)}}},
+		Challenges: map[string][]int64{"passed": {2, 0}}}
+	b := adminapi.History{StepSeconds: 10, Ends: []int64{t0 + 7, t0 + 17, t0 + 27},
+		Zones: []adminapi.ZoneHistory{
+			{Zone: "api", Allowed: []int64{1, 1, 1}, Denied: []int64{0, 4, 0},
+				DeniedBy: map[string][]int64{reasonClient: none(3), reasonNetwork: {0, 4, 0}, reasonBan: none(3), reasonDecision: none(3)}},
+			{Zone: "login", Allowed: []int64{0, 0, 9}, Denied: none(3), DeniedBy: map[string][]int64{}}},
+		Challenges: map[string][]int64{"work": {0, 3, 0}}}
+	sum := sumHistories(map[string]adminapi.History{"b": b, "a": a})
+	if !slices.Equal(sum.Nodes, []string{"a", "b"}) || !slices.Equal(sum.Ends, []int64{t0 + 10, t0 + 20, t0 + 30}) || sum.StepSeconds != 10 {
+		t.Fatalf("nodes %v, ends %v, step %d; want a and b, steps ending at :10, :20, :30", sum.Nodes, sum.Ends, sum.StepSeconds)
+	}
+	if len(sum.Zones) != 2 || sum.Zones[0].Zone != "api" || sum.Zones[1].Zone != "login" {
+		t.Fatalf("zones %+v; want api and login", sum.Zones)
+	}
+	api, login := sum.Zones[0], sum.Zones[1]
+	if !slices.Equal(api.Allowed, []int64{6, 8, 1}) || !slices.Equal(api.Denied, []int64{1, 4, 0}) ||
+		!slices.Equal(api.DeniedBy[reasonClient], []int64{1, 0, 0}) || !slices.Equal(api.DeniedBy[reasonNetwork], []int64{0, 4, 0}) {
+		t.Errorf("api summed: %+v", api)
+	}
+	if !slices.Equal(login.Allowed, []int64{0, 0, 9}) || len(login.DeniedBy[reasonBan]) != 3 {
+		t.Errorf("login summed: %+v", login)
+	}
+	if !slices.Equal(sum.Challenges["passed"], []int64{2, 0, 0}) || !slices.Equal(sum.Challenges["work"], []int64{0, 3, 0}) {
+		t.Errorf("challenges summed: %v", sum.Challenges)
+	}
+
+	long := adminapi.History{StepSeconds: 10, Zones: []adminapi.ZoneHistory{{Zone: "api", DeniedBy: map[string][]int64{}}}}
+	for i := range historyLen + 40 {
+		long.Ends = append(long.Ends, t0+int64(i)*10)
+		long.Zones[0].Allowed = append(long.Zones[0].Allowed, 1)
+		long.Zones[0].Denied = append(long.Zones[0].Denied, 0)
+	}
+	sum = sumHistories(map[string]adminapi.History{"a": long, "b": b})
+	if len(sum.Ends) != historyLen || sum.Ends[len(sum.Ends)-1] != long.Ends[len(long.Ends)-1] {
+		t.Fatalf("%d steps kept, the last ending at %d; want the hour up to %d", len(sum.Ends), sum.Ends[len(sum.Ends)-1], long.Ends[len(long.Ends)-1])
+	}
+}
+
+// TestHistoryOfEveryNodeOnASingleNode: ?nodes=all on a node alone is its
+// own history; any other value is refused, naming it and what is allowed.
+func TestHistoryOfEveryNodeOnASingleNode(t *testing.T) {
+	srv := startCaddy(t, "", `
+	tollgate {
+		zone api {
+			limit 3 1h
+			key {http.request.header.X-API-Key}
+		}
+	}
+	respond "ok"`)
+	var v adminapi.History
+	if status, body := adminDo(t, srv.Admin, http.MethodGet, adminapi.PathHistory+"?nodes=all", &v); status != http.StatusOK || v.Nodes != nil {
+		t.Fatalf("GET ?nodes=all alone: %d %s; want this node's history, naming no nodes", status, body)
+	}
+	status, body := adminDo(t, srv.Admin, http.MethodGet, adminapi.PathHistory+"?nodes=some", nil)
+	if status != http.StatusBadRequest || !strings.Contains(body, `\"some\"`) || !strings.Contains(body, `want \"all\"`) {
+		t.Fatalf("GET ?nodes=some: %d %s; want 400 naming the value and what is allowed", status, body)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/internal/testutil"
 )
 
@@ -57,6 +58,31 @@ func TestStatusPageInABrowser(t *testing.T) {
 	b.until("the api chart moved", `(() => { const c = document.querySelector('.chart[data-zone="api"]');
 		return c !== null && Number(c.dataset.sum) > 0 && c.querySelector("polyline.series-denied") !== null; })()`)
 
+	// The hour is the cluster's: requests through the other two nodes are
+	// counted in the same charts, 12 allowed and 2 denied through node0,
+	// 3 and 2 allowed through node1 and node2.
+	for i := range 3 {
+		procs[1].get("/", fmt.Sprintf("ui-node1-%d", i))
+	}
+	for i := range 2 {
+		procs[2].get("/", fmt.Sprintf("ui-node2-%d", i))
+	}
+	b.until("the api chart counting every node's requests", `(() => { const c = document.querySelector('.chart[data-zone="api"]');
+		return c !== null && Number(c.dataset.sum) === 19; })()`)
+	var scope string
+	b.eval(`document.querySelector(".hour-scope").textContent`, &scope)
+	if scope != "across the cluster (3 nodes)" {
+		t.Errorf("the hour is shown %q; want across the cluster (3 nodes)", scope)
+	}
+	var hour adminapi.History
+	adminDo(t, fmt.Sprintf("http://127.0.0.1:%d", procs[1].admin), http.MethodGet, adminapi.PathHistory+"?nodes=all", &hour)
+	var own adminapi.History
+	adminDo(t, fmt.Sprintf("http://127.0.0.1:%d", procs[1].admin), http.MethodGet, adminapi.PathHistory, &own)
+	if len(hour.Nodes) != 3 || len(hour.Unanswered) != 0 || own.Nodes != nil || historyTotal(own, "api") != 3 {
+		t.Errorf("node1's history: every node's names %v (unanswered %v), its own names %v with %d requests of api; want 3 nodes, and node1's own 3",
+			hour.Nodes, hour.Unanswered, own.Nodes, historyTotal(own, "api"))
+	}
+
 	// The denied key, hashed as the log prints it, with a reset button.
 	var hashed string
 	testutil.Eventually(t, 10*time.Second, "the denial logged", func() bool {
@@ -98,4 +124,16 @@ func TestStatusPageInABrowser(t *testing.T) {
 	for _, e := range b.errors {
 		t.Errorf("the page reported: %s", e)
 	}
+}
+
+// historyTotal returns the requests zone counted in h, allowed and denied.
+func historyTotal(h adminapi.History, zone string) (n int64) {
+	for _, z := range h.Zones {
+		if z.Zone == zone {
+			for i := range z.Allowed {
+				n += z.Allowed[i] + z.Denied[i]
+			}
+		}
+	}
+	return n
 }

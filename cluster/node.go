@@ -113,6 +113,10 @@ type Node struct {
 	peakMembers atomic.Int64 // the most members gossip has known
 }
 
+// Networked reports whether the node is part of a cluster: false for a
+// Standalone node.
+func (n *Node) Networked() bool { return !n.standalone }
+
 // Standalone returns a node that owns every key, Tollgate without a
 // cluster: a ring of one member that never starts a network. It has no
 // secret.

@@ -34,6 +34,43 @@ func docBlocks(t *testing.T, lang string) map[string]string {
 	return out
 }
 
+// TestDocLinksAndImagesResolve: every relative link or image in the README
+// and docs names a file of the repository, and every image the docs show is
+// a screenshot kept as text (an SVG of the page's own markup), not pixels.
+func TestDocLinksAndImagesResolve(t *testing.T) {
+	files, _ := filepath.Glob("../docs/*.md")
+	files = append(files, "../README.md")
+	link := regexp.MustCompile(`(!?)\[[^\]]*\]\(([^)\s#]+)(#[^)]*)?\)`)
+	images := 0
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(raw), -1) {
+			target := m[2]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path := filepath.Join(filepath.Dir(f), target)
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links to %s: %v", filepath.Base(f), target, err)
+				continue
+			}
+			if m[1] == "!" {
+				images++
+				body, _ := os.ReadFile(path)
+				if !strings.HasSuffix(target, ".svg") || !strings.Contains(string(body), "<foreignObject") {
+					t.Errorf("%s shows %s: want an SVG screenshot of a page (docs/img/update.sh)", filepath.Base(f), target)
+				}
+			}
+		}
+	}
+	if images == 0 {
+		t.Errorf("the docs show no screenshot")
+	}
+}
+
 // TestDocCaddyfileExamplesAdapt adapts every Caddyfile example in the
 // README and docs: a whole Caddyfile as it is, a site snippet inside a site.
 func TestDocCaddyfileExamplesAdapt(t *testing.T) {

@@ -146,8 +146,30 @@ func (b *browser) screenshot(name string) {
 	if err := os.WriteFile(path, shot, 0o644); err != nil {
 		b.t.Fatal(err)
 	}
-	b.t.Logf("screenshot: %s", path)
+	var svg string
+	b.eval(snapshotSVG, &svg)
+	svgPath := strings.TrimSuffix(path, ".png") + ".svg"
+	if err := os.WriteFile(svgPath, []byte(svg), 0o644); err != nil {
+		b.t.Fatal(err)
+	}
+	b.t.Logf("screenshot: %s, and as text: %s", path, svgPath)
 }
+
+// snapshotSVG renders the page as it is now into an SVG image that holds
+// the page's own markup and styles (a foreignObject), without its scripts:
+// a screenshot that is text, which the docs can show and a diff can read.
+// A <noscript> is left out where the page ran its scripts.
+const snapshotSVG = `(() => {
+	const page = document.documentElement.cloneNode(true);
+	page.querySelectorAll("script").forEach(e => e.remove());
+	if (document.querySelector("script") !== null) page.querySelectorAll("noscript").forEach(e => e.remove());
+	const from = document.querySelectorAll("input, progress"), to = page.querySelectorAll("input, progress");
+	from.forEach((e, i) => to[i].setAttribute("value", e.value));
+	const w = document.documentElement.scrollWidth, h = document.documentElement.scrollHeight;
+	return '<svg xmlns="http://www.w3.org/2000/svg" width="' + w + '" height="' + h + '" viewBox="0 0 ' + w + ' ' + h + '">' +
+		'<foreignObject x="0" y="0" width="' + w + '" height="' + h + '">' + new XMLSerializer().serializeToString(page) +
+		'</foreignObject></svg>\n';
+})()`
 
 // artifactDir is where a test keeps what a person may want to look at:
 // $TOLLGATE_ARTIFACTS, or the test's temporary directory.

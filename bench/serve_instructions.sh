@@ -15,11 +15,11 @@
 # case whose clients visit once each (10,000 of them) is counted on their
 # second and third visits: (I(3N) - I(N)) / 2N.
 #
-#   bench/serve_instructions.sh [cases=plain,vars,tollgate,tollgate_cookieless_one] [N=10000]
+#   bench/serve_instructions.sh [cases=plain,vars,tollgate,tollgate_cookieless,tollgate_cookieless_refused,tollgate_cookieless_one] [N=10000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cases=${1:-plain,vars,tollgate,tollgate_cookieless_one}
+cases=${1:-plain,vars,tollgate,tollgate_cookieless,tollgate_cookieless_refused,tollgate_cookieless_one}
 n=${2:-10000}
 out=bench/out
 mkdir -p "$out"
@@ -43,7 +43,7 @@ count() {
 plain=""
 IFS=, read -ra list <<<"$cases"
 for c in "${list[@]}"; do
-	if [ "$c" = tollgate ] || [ "$c" = tollgate_cookieless ]; then
+	if [ "$c" = tollgate ] || [ "$c" = tollgate_cookieless ] || [ "$c" = tollgate_cookieless_refused ]; then
 		per=$((($(count "$c" $((3 * n))) - $(count "$c" "$n")) / (2 * n)))
 	else
 		per=$(($(count "$c" "$n") / n))

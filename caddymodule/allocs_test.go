@@ -116,10 +116,44 @@ http://127.0.0.1:%d {
 		}
 		return n
 	}
+	// offered counts the second visits of cookie-less clients, each on an
+	// address of its own: each is offered a new session again (their
+	// first visits made their counters, which any new client costs).
+	offered := func() float64 {
+		t.Helper()
+		srv := serverOn(t, servers, gatedPort)
+		reqs := make([]*http.Request, 1001) // AllocsPerRun's warm-up, then 1000
+		for i := range reqs {
+			reqs[i] = httptest.NewRequest(http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/", gatedPort), nil)
+			reqs[i].RemoteAddr = fmt.Sprintf("203.0.%d.%d:40000", i/256, i%256)
+			reqs[i].Header.Set("User-Agent", "Mozilla/5.0 (X11; Linux x86_64; rv:140.0) Gecko/20100101 Firefox/140.0")
+		}
+		w := &discardWriter{header: make(http.Header)}
+		for _, r := range reqs {
+			srv.ServeHTTP(w, r)
+		}
+		next, withCookie := 0, 0
+		n := testing.AllocsPerRun(1000, func() {
+			clear(w.header)
+			srv.ServeHTTP(w, reqs[next])
+			next++
+			if w.header.Get("Set-Cookie") != "" {
+				withCookie++
+			}
+		})
+		if withCookie != len(reqs) {
+			t.Fatalf("%d of %d second visits offered a session; want all", withCookie, len(reqs))
+		}
+		return n
+	}
 	plain, pass := allocs(plainPort, false), allocs(passPort, false)
 	session, cookieless := allocs(gatedPort, true), allocs(gatedPort, false)
-	t.Logf("allocations per request: plain %.0f, a pass-through middleware %.0f, tollgate with a session %.0f, tollgate without a cookie %.0f",
-		plain, pass, session, cookieless)
+	newSession := offered()
+	t.Logf("allocations per request: plain %.0f, a pass-through middleware %.0f, tollgate with a session %.0f, tollgate without a cookie %.0f, offered a session %.0f",
+		plain, pass, session, cookieless, newSession)
+	if newSession > pass+2 {
+		t.Errorf("a request offered a new session allocates %.0f times, %.0f more than behind a pass-through middleware; want at most 2 (the verdict and the Set-Cookie value)", newSession, newSession-pass)
+	}
 	const own = 1 // the verdict
 	if session > pass+own {
 		t.Errorf("a request with a session allocates %.0f times, %.0f more than behind a pass-through middleware; want at most %d", session, session-pass, own)

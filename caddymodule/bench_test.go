@@ -1,7 +1,9 @@
 package caddymodule
 
 import (
+	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -18,7 +20,9 @@ import (
 // with a browser's headers: a plain `respond` site; the same site behind a
 // tollgate zone that never triggers, with clients that keep their session
 // cookie (browsers) and clients that never do (the worst case: every request
-// is fingerprinted, watched for IP pressure and may ask for a cookie); one
+// is fingerprinted, watched for IP pressure and, on a client's first visits
+// of the hour, offered a new session), the same once each of them has had
+// every session it may start this hour (refused: the steady state); one
 // client that never keeps a cookie, on one address (wrk, curl, a script);
 // and, for reference, behind `vars` (about the cheapest Caddy middleware). The ratio
 // of plain to tollgate is the share of Caddy's throughput Tollgate keeps
@@ -56,12 +60,14 @@ http://127.0.0.1:%d {
 		port    int
 		cookies bool
 		clients int
+		refused bool // each client has had every session it may start this hour
 	}{
-		{"plain", plainPort, false, benchClients},
-		{"vars", varsPort, false, benchClients},
-		{"tollgate", gatedPort, true, benchClients},
-		{"tollgate_cookieless", gatedPort, false, benchClients},
-		{"tollgate_cookieless_one", gatedPort, false, 1},
+		{"plain", plainPort, false, benchClients, false},
+		{"vars", varsPort, false, benchClients, false},
+		{"tollgate", gatedPort, true, benchClients, false},
+		{"tollgate_cookieless", gatedPort, false, benchClients, false},
+		{"tollgate_cookieless_refused", gatedPort, false, benchClients, true},
+		{"tollgate_cookieless_one", gatedPort, false, 1, false},
 	} {
 		srv := serverOn(b, servers, run.port)
 		b.Run(run.name, func(b *testing.B) {
@@ -78,6 +84,20 @@ http://127.0.0.1:%d {
 				reqs[i] = r
 			}
 			w := &discardWriter{header: make(http.Header)}
+			if run.refused {
+				// A client that never keeps its cookie is offered its
+				// fingerprint's sessions, then refused until the hour is
+				// over: from then on it is what this case measures. The
+				// sessions are spent outside the pipeline, so that what
+				// bench/serve_instructions.sh counts inside it is the
+				// measured requests alone.
+				spendSessions(b, reqs)
+				clear(w.header)
+				srv.ServeHTTP(w, reqs[0])
+				if w.header.Get("Set-Cookie") != "" {
+					b.Fatal("a client offered a session after its fingerprint's were spent")
+				}
+			}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -92,12 +112,25 @@ http://127.0.0.1:%d {
 	}
 }
 
-// serverOn returns the server that listens on port.
 // loadInProcess runs cfg in this process and returns its HTTP servers
 // and the tollgate app's client identifier, for benchmarks and
 // allocation counts that call a server's handler directly.
+//
+// Its storage is a directory of its own: in Caddy's default storage a run
+// would start from the secret and the snapshot of the counters an earlier
+// run left (the same clients' sessions spent, their budgets used), and runs
+// would not measure the same thing.
 func loadInProcess(tb testing.TB, cfg []byte) (map[string]*caddyhttp.Server, *fingerprint.Identifier) {
 	tb.Helper()
+	var config map[string]any
+	if err := json.Unmarshal(cfg, &config); err != nil {
+		tb.Fatal(err)
+	}
+	config["storage"] = map[string]any{"module": "file_system", "root": tb.TempDir()}
+	cfg, err := json.Marshal(config)
+	if err != nil {
+		tb.Fatal(err)
+	}
 	if err := caddy.Load(cfg, true); err != nil {
 		tb.Fatal(err)
 	}
@@ -112,6 +145,24 @@ func loadInProcess(tb testing.TB, cfg []byte) (map[string]*caddyhttp.Server, *fi
 	return appIface.(*caddyhttp.App).Servers, tgIface.(*App).identifier
 }
 
+// spendSessions starts, for the client of each request, every session its
+// fingerprint may start this hour, and one more, which is refused.
+func spendSessions(b *testing.B, reqs []*http.Request) {
+	app, err := runningApp()
+	if err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	for _, r := range reqs {
+		host, _, _ := net.SplitHostPort(r.RemoteAddr)
+		id := app.identifier.Identify(r, host, "", now)
+		for range fingerprintSessions(defaultIssueLimit) + 1 {
+			app.sessions.mint(&id, 1, now)
+		}
+	}
+}
+
+// serverOn returns the server that listens on port.
 func serverOn(b testing.TB, servers map[string]*caddyhttp.Server, port int) *caddyhttp.Server {
 	b.Helper()
 	for _, s := range servers {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/caddyserver/caddy/v2"
@@ -191,35 +192,47 @@ func (s *sessions) serve(w http.ResponseWriter, r *http.Request, v *verdict, now
 			return nil, s.challenge.serveChallenge(w, r, id.Network, now)
 		}
 	default:
-		if c := s.cookie(r, v, now); c != nil {
-			w.Header().Add("Set-Cookie", c.String())
+		if c := s.cookie(r, v, now); c != "" {
+			setCookie(w.Header(), v, c)
 		}
 	}
 	return w, nil
 }
 
-// cookie returns the cookie for the request's client, or nil if the
-// client may not be given a new session now.
-func (s *sessions) cookie(r *http.Request, v *verdict, now time.Time) *http.Cookie {
+// setCookie adds the Set-Cookie header c to hdr, kept in the verdict's
+// backing when it is the response's first (no slice of its own to
+// allocate).
+func setCookie(hdr http.Header, v *verdict, c string) {
+	if len(hdr["Set-Cookie"]) > 0 {
+		hdr["Set-Cookie"] = append(hdr["Set-Cookie"], c)
+		return
+	}
+	v.headers[2] = c
+	hdr["Set-Cookie"] = v.headers[2:3:3]
+}
+
+// cookie returns the Set-Cookie header for the request's client, or "" if
+// the client may not be given a new session now.
+func (s *sessions) cookie(r *http.Request, v *verdict, now time.Time) string {
 	id := &v.identity
 	if id.Kind == fingerprint.KindSession {
-		return s.identifier.Cookie(id.Session, now, arrivedOverTLS(r))
+		return s.identifier.SetCookie(id.Session, now, arrivedOverTLS(r))
 	}
 	if !s.mint(id, v.pressure.Factor, now) {
-		return nil
+		return ""
 	}
 	return s.newCookie(r, now)
 }
 
-// newCookie starts a session and returns its cookie, or nil if none could
-// be started.
-func (s *sessions) newCookie(r *http.Request, now time.Time) *http.Cookie {
+// newCookie starts a session and returns the Set-Cookie header that
+// carries it, or "" if none could be started.
+func (s *sessions) newCookie(r *http.Request, now time.Time) string {
 	sess, err := fingerprint.NewSession(now)
 	if err != nil {
 		s.logger.Error("starting a session", zap.Error(err))
-		return nil
+		return ""
 	}
-	return s.identifier.Cookie(sess, now, arrivedOverTLS(r))
+	return s.identifier.SetCookie(sess, now, arrivedOverTLS(r))
 }
 
 // arrivedOverTLS reports whether the client's request came over TLS: to this
@@ -264,11 +277,12 @@ func (s *sessions) mint(id *fingerprint.Identity, factor float64, now time.Time)
 	if s.refusals.refused(id, now) {
 		return false
 	}
-	reqs := s.mintingBudget(id, factor)
-	var res [2]limiter.Result
-	ok, _ := s.decider.Take(now, reqs[:], res[:])
+	m := mintPool.Get().(*minting)
+	defer mintPool.Put(m)
+	m.reqs = s.mintingBudget(id, factor)
+	ok, _ := s.decider.Take(now, m.reqs[:], m.res[:])
 	if !ok {
-		s.refusals.remember(id, &res, now)
+		s.refusals.remember(id, &m.res, now)
 	}
 	return ok
 }
@@ -278,15 +292,26 @@ func (s *sessions) mayMint(id *fingerprint.Identity, factor float64, now time.Ti
 	if s.refusals.refused(id, now) {
 		return false
 	}
-	reqs := s.mintingBudget(id, factor)
-	var res [2]limiter.Result
-	s.decider.Peek(now, reqs[:], res[:])
-	if !res[0].Allowed || !res[1].Allowed {
-		s.refusals.remember(id, &res, now)
+	m := mintPool.Get().(*minting)
+	defer mintPool.Put(m)
+	m.reqs = s.mintingBudget(id, factor)
+	s.decider.Peek(now, m.reqs[:], m.res[:])
+	if !m.res[0].Allowed || !m.res[1].Allowed {
+		s.refusals.remember(id, &m.res, now)
 		return false
 	}
 	return true
 }
+
+// minting holds one question to the minting budget: the requests and
+// their results, which a decider call would otherwise move to the heap on
+// every cookie-less request.
+type minting struct {
+	reqs [2]limiter.Request
+	res  [2]limiter.Result
+}
+
+var mintPool = sync.Pool{New: func() any { return new(minting) }}
 
 // mintingBudget returns the two counters a new session of id spends: its
 // fingerprint's (fingerprintSessions of issue_limit) and its network's
@@ -355,8 +380,8 @@ func (s *sessions) answerProof(w http.ResponseWriter, r *http.Request, dryRun bo
 	}
 	challengeCounter(nil).Inc()
 	if id.Kind == fingerprint.KindFingerprint && s.mint(&id, s.proofPressure(&id, dryRun, now), now) {
-		if c := s.newCookie(r, now); c != nil {
-			w.Header().Add("Set-Cookie", c.String())
+		if c := s.newCookie(r, now); c != "" {
+			w.Header().Add("Set-Cookie", c)
 		}
 	}
 	w.Header().Set("Cache-Control", "no-store")
@@ -392,8 +417,8 @@ func (c *cookieIssuer) WriteHeader(status int) {
 		hdr := c.Header()
 		if _, earned := hdr[c.sessions.earnHeader]; earned {
 			delete(hdr, c.sessions.earnHeader)
-			if cookie := c.sessions.cookie(c.r, c.v, c.now); cookie != nil {
-				hdr.Add("Set-Cookie", cookie.String())
+			if cookie := c.sessions.cookie(c.r, c.v, c.now); cookie != "" {
+				hdr.Add("Set-Cookie", cookie)
 			}
 		}
 	}

@@ -72,7 +72,7 @@ func TestARefusedClientIsNotAskedAgainWithinTheWindow(t *testing.T) {
 
 	issued := 0
 	for i := range 1000 {
-		if s.cookie(r, v, t0.Add(time.Duration(i)*time.Second)) != nil {
+		if s.cookie(r, v, t0.Add(time.Duration(i)*time.Second)) != "" {
 			issued++
 		}
 	}
@@ -99,12 +99,12 @@ func offeredOnceFree(t *testing.T, s *sessions, r *http.Request, v *verdict, fro
 	}
 	for now := from; now.Before(from.Add(3 * time.Hour)); now = now.Add(10 * time.Second) {
 		if !limiterSays(now) {
-			if s.cookie(r, v, now) != nil {
+			if s.cookie(r, v, now) != "" {
 				t.Fatalf("at %s: a session the minting budget refuses", now.Sub(from))
 			}
 			continue
 		}
-		if s.cookie(r, v, now.Add(time.Second)) == nil {
+		if s.cookie(r, v, now.Add(time.Second)) == "" {
 			t.Fatalf("at %s: the minting budget gives a session again, the client was not offered one", now.Sub(from))
 		}
 		return
@@ -129,7 +129,7 @@ func TestRefusalsKeepOtherClientsSessions(t *testing.T) {
 		s.cookie(r, cookieless(1, home), t0.Add(time.Duration(i)*time.Second))
 	}
 	// Another fingerprint on the same network still gets one.
-	if s.cookie(r, cookieless(2, home), t0.Add(10*time.Second)) == nil {
+	if s.cookie(r, cookieless(2, home), t0.Add(10*time.Second)) == "" {
 		t.Fatal("a fingerprint was refused because another one on its network was")
 	}
 	// Rotating fingerprints on home: the network has what the first two
@@ -137,7 +137,7 @@ func TestRefusalsKeepOtherClientsSessions(t *testing.T) {
 	left := 5 - int(fingerprintSessions(5)) - 1
 	issued := 0
 	for fp := uint64(3); fp < 50; fp++ {
-		if s.cookie(r, cookieless(fp, home), t0.Add(20*time.Second)) != nil {
+		if s.cookie(r, cookieless(fp, home), t0.Add(20*time.Second)) != "" {
 			issued++
 		}
 	}
@@ -146,7 +146,7 @@ func TestRefusalsKeepOtherClientsSessions(t *testing.T) {
 	}
 	asked := d.takes
 	for fp := uint64(50); fp < 100; fp++ {
-		if s.cookie(r, cookieless(fp, home), t0.Add(30*time.Second)) != nil {
+		if s.cookie(r, cookieless(fp, home), t0.Add(30*time.Second)) != "" {
 			t.Fatal("a network out of sessions gave one more")
 		}
 	}
@@ -154,7 +154,7 @@ func TestRefusalsKeepOtherClientsSessions(t *testing.T) {
 		t.Errorf("a network refused for its budget was asked %d more times; want 0", d.takes-asked)
 	}
 	// Another network is not refused.
-	if s.cookie(r, cookieless(50, away), t0.Add(30*time.Second)) == nil {
+	if s.cookie(r, cookieless(50, away), t0.Add(30*time.Second)) == "" {
 		t.Fatal("a network was refused because another one was")
 	}
 	// Once home's sessions leave the window, a fingerprint there refused

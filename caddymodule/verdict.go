@@ -42,7 +42,7 @@ type verdict struct {
 	identifier *fingerprint.Identifier // hashes a session's network for {http.tollgate.network}
 	vars       map[string]any          // the request's variables, for its client IP
 
-	headers [2]string // backing for the RateLimit-Policy and RateLimit values
+	headers [3]string // backing for the RateLimit-Policy, RateLimit and Set-Cookie values
 
 	now      time.Time // when it was decided
 	banned   bool      // denied by the zone's ban

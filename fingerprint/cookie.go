@@ -164,13 +164,20 @@ func (s *Signer) mac(i int, msg *[cookieSigned]byte) [sha256.Size]byte {
 
 // Encode returns the cookie value for sess, signed with the first secret.
 func (s *Signer) Encode(sess Session) string {
+	var buf [cookieEncoded]byte
+	return string(s.AppendEncoded(buf[:0], sess))
+}
+
+// AppendEncoded appends the cookie value for sess, signed with the first
+// secret, to b.
+func (s *Signer) AppendEncoded(b []byte, sess Session) []byte {
 	var raw [cookieBytes]byte
 	raw[0] = cookieVersion
 	copy(raw[1:17], sess.ID[:])
 	binary.BigEndian.PutUint64(raw[17:25], uint64(sess.Issued.Unix()))
 	sum := s.mac(0, (*[cookieSigned]byte)(raw[:cookieSigned]))
 	copy(raw[cookieSigned:], sum[:])
-	return base64.RawURLEncoding.EncodeToString(raw[:])
+	return base64.RawURLEncoding.AppendEncode(b, raw[:])
 }
 
 // Decode verifies a cookie value at now. A cookie older than maxAge (if

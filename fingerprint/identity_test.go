@@ -247,3 +247,29 @@ func TestCookieValue(t *testing.T) {
 		}
 	}
 }
+
+// TestSetCookieIsTheCookieRendered: the Set-Cookie header built by hand is
+// byte for byte what net/http renders of the Cookie, secure or not, with a
+// custom name and max age, and it carries a session that decodes.
+func TestSetCookieIsTheCookieRendered(t *testing.T) {
+	for _, cfg := range []Config{{}, {CookieName: "tg_s", CookieMaxAge: 36 * time.Hour}} {
+		x := mustIdentifier(t, cfg)
+		sess := mustSession(t, t0)
+		for _, secure := range []bool{false, true} {
+			got, want := x.SetCookie(sess, t0.Add(90*time.Second), secure), x.Cookie(sess, t0.Add(90*time.Second), secure).String()
+			if got != want {
+				t.Errorf("config %+v, secure %v:\n got %s\nwant %s", cfg, secure, got, want)
+			}
+		}
+		header := http.Header{"Set-Cookie": {x.SetCookie(sess, t0, false)}}
+		cookies := (&http.Response{Header: header}).Cookies()
+		if len(cookies) != 1 {
+			t.Fatalf("%q parses as %d cookies", header.Get("Set-Cookie"), len(cookies))
+		}
+		r := chrome("page")
+		r.AddCookie(cookies[0])
+		if id := x.Identify(r, "192.0.2.1", "", t0); id.Kind != KindSession || id.Session.ID != sess.ID {
+			t.Errorf("the cookie set identifies %+v; want the session", id)
+		}
+	}
+}

@@ -570,7 +570,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 		v := *old
 		v.ring, v.self = ring, selfIdx
 		v.quorum, v.voters = c.quorumLocked(ring)
-		heard := c.peers.heardAll()
+		heard := heardMap(c.peers.heardAll())
 		var moving arrived
 		if old.ho != nil {
 			v.ho = c.planHandoff(now, old, old.stable, ring)
@@ -583,7 +583,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 		v.peers = c.peers.match(ring, known.others(), c.self.Name, m)
 		c.view.Store(&v)
 		c.updateAnswering()
-		c.deadReceivers(now, heard)
+		c.deadReceivers(now, heard.of)
 		c.replaceRefused(now)
 		c.rePlace(now, moving)
 		return
@@ -601,7 +601,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 	if selfIdx >= 0 && c.cfg.Joining && stable.Len() == 1 && stable.Has(c.self.Name) {
 		stable = c.joinedLate(known, stable, ring)
 	}
-	heard := c.peers.heardAll() // before the peers that are gone are dropped
+	heard := heardMap(c.peers.heardAll()) // before the peers that are gone are dropped
 	var ho *handoffPlan
 	if selfIdx >= 0 {
 		ho = c.planHandoff(now, old, stable, ring) // before the peers of dead members are dropped
@@ -619,7 +619,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 	c.updateAnswering()
 	if old != nil {
 		c.lent.keepOwned(ring, c.self.Name, c.goneLocked)
-		c.deadReceivers(now, heard)
+		c.deadReceivers(now, heard.of)
 		c.replaceRefused(now)
 		c.rePlace(now, moving)
 		c.handOver(now, v)

@@ -75,10 +75,12 @@ func (d *dirtyKeys) drain() []limiter.Key {
 	for i := range d.shards {
 		s := &d.shards[i]
 		s.mu.Lock()
-		for k := range s.keys {
-			out = append(out, k)
+		if len(s.keys) > 0 { // an empty map costs a walk of its buckets all the same
+			for k := range s.keys {
+				out = append(out, k)
+			}
+			clear(s.keys)
 		}
-		clear(s.keys)
 		s.mu.Unlock()
 	}
 	return out

@@ -31,6 +31,12 @@ type fallback struct {
 	modeBits  atomic.Uint32
 	ratioBits atomic.Uint64
 
+	// writes counts what may have added a counter to engine (see wrote);
+	// emptyAt is writes when engine was last found empty. Equal, nothing
+	// was added since, and empty answers without locking the engine.
+	writes  atomic.Uint64
+	emptyAt atomic.Uint64
+
 	mu        sync.Mutex
 	shares    map[limiter.Key]*share
 	maxShares int
@@ -63,6 +69,24 @@ func (f *fallback) set(mode FallbackMode, ratio float64) {
 	}
 	f.modeBits.Store(uint32(mode))
 	f.ratioBits.Store(math.Float64bits(ratio))
+}
+
+// wrote records that engine may hold a counter more: call it before each
+// call that may add one.
+func (f *fallback) wrote() { f.writes.Add(1) }
+
+// empty reports whether engine holds no counter. It reads every shard of
+// the engine only when something was written since it last found it empty.
+func (f *fallback) empty() bool {
+	w := f.writes.Load()
+	if f.emptyAt.Load() == w {
+		return true
+	}
+	if f.engine.Stats().Keys > 0 {
+		return false
+	}
+	f.emptyAt.Store(w) // a write after w was read makes writes differ again
+	return true
 }
 
 func (f *fallback) mode() FallbackMode { return FallbackMode(f.modeBits.Load()) }
@@ -209,6 +233,7 @@ func (c *Core) decideFallback(now time.Time, op Op, reqs []limiter.Request, none
 	if none >= 0 {
 		return deny(none)
 	}
+	c.fallback.wrote()
 	ok, _ := c.fallback.engine.TakeFor(now, 0, reqs, res) // no reputation: a fallback denial is not the client's doing
 	return ok
 }
@@ -218,7 +243,7 @@ func (c *Core) decideFallback(now time.Time, op Op, reqs []limiter.Request, none
 // the counts leave this node's books), and the keys this node owns and can
 // count join its engine.
 func (c *Core) reconcile(now time.Time, v *view) {
-	if c.fallback.engine.Stats().Keys == 0 {
+	if c.fallback.empty() {
 		return
 	}
 	ns := now.UnixNano()
@@ -245,7 +270,7 @@ func (c *Core) reconcile(now time.Time, v *view) {
 // reconcileTo sends to the node called to what this node admitted in
 // fallback for the keys it owns, and reports whether there was any.
 func (c *Core) reconcileTo(now time.Time, v *view, to Peer) bool {
-	if c.fallback.engine.Stats().Keys == 0 {
+	if c.fallback.empty() {
 		return false
 	}
 	states := c.fallback.engine.Extract(now, func(k limiter.Key) bool {
@@ -278,7 +303,7 @@ func (c *Core) spent(states []limiter.State, ns int64) {
 // reconciliation later, or it would admit that much beyond their limit
 // meanwhile.
 func (c *Core) foldFallback(now time.Time, v *view, keys []limiter.Key) {
-	if c.fallback.engine.Stats().Keys == 0 || keys != nil && len(keys) == 0 {
+	if c.fallback.empty() || keys != nil && len(keys) == 0 {
 		return
 	}
 	states := c.fallback.engine.Extract(now, func(k limiter.Key) bool {

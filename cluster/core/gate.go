@@ -241,7 +241,7 @@ func (c *Core) Leaving() bool { return c.gate.isLeaving() }
 // transfer unacknowledged but replicas, nothing left in fallback.
 func (c *Core) Drained() bool {
 	return c.out.moving("") == 0 &&
-		c.fallback.engine.Stats().Keys == 0
+		c.fallback.empty()
 }
 
 // evict stops this node counting, because by told it that it was declared

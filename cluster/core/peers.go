@@ -2,6 +2,7 @@ package core
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -83,8 +84,9 @@ func (p *peerState) renew(until int64) {
 // peerTable holds the state of every other node a core knows: the members
 // of its ring and the nodes leaving. A peerTable is safe for concurrent use.
 type peerTable struct {
-	mu    sync.RWMutex
-	peers map[string]*peerState
+	mu     sync.RWMutex
+	peers  map[string]*peerState
+	sorted []*peerState // peers by name, made again by match; never changed in place
 }
 
 func newPeerTable() *peerTable { return &peerTable{peers: make(map[string]*peerState)} }
@@ -96,24 +98,12 @@ func (t *peerTable) get(name string) *peerState {
 	return t.peers[name]
 }
 
-// all returns every peer's state, sorted by name.
+// all returns every peer's state, sorted by name. The slice is shared:
+// read it, never change it.
 func (t *peerTable) all() []*peerState {
 	t.mu.RLock()
-	out := make([]*peerState, 0, len(t.peers))
-	for _, p := range t.peers {
-		out = append(out, p)
-	}
-	t.mu.RUnlock()
-	slices.SortFunc(out, func(a, b *peerState) int {
-		if a.peer.Name < b.peer.Name {
-			return -1
-		}
-		if a.peer.Name > b.peer.Name {
-			return 1
-		}
-		return 0
-	})
-	return out
+	defer t.mu.RUnlock()
+	return t.sorted
 }
 
 // match keeps a state for every member of ring but self and every node
@@ -145,6 +135,11 @@ func (t *peerTable) match(ring *Ring, others []Member, self string, m int64) []*
 			t.peers[name] = p
 		}
 	}
+	t.sorted = make([]*peerState, 0, len(t.peers))
+	for _, p := range t.peers {
+		t.sorted = append(t.sorted, p)
+	}
+	slices.SortFunc(t.sorted, func(a, b *peerState) int { return strings.Compare(a.peer.Name, b.peer.Name) })
 	out := make([]*peerState, ring.Len())
 	for i, x := range ring.members {
 		if x.Name != self {
@@ -267,6 +262,25 @@ func (t *peerTable) heardAll() map[Peer]int64 {
 		out[p.peer] = p.heard.Load()
 	}
 	return out
+}
+
+// heardOf returns when this node last heard from the run p, if it keeps
+// its state: what heardAll would hold for it, read now.
+func (t *peerTable) heardOf(p Peer) (int64, bool) {
+	s := t.get(p.Name)
+	if s == nil || s.peer != p {
+		return 0, false
+	}
+	return s.heard.Load(), true
+}
+
+// heardMap is a heardAll taken at one moment.
+type heardMap map[Peer]int64
+
+// of returns when the run p was last heard from, as the map recorded it.
+func (h heardMap) of(p Peer) (int64, bool) {
+	at, ok := h[p]
+	return at, ok
 }
 
 // noteHeard records a message from the node called name.

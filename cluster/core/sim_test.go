@@ -51,6 +51,7 @@ var simTiming = struct {
 
 type simEvent struct {
 	at   time.Time
+	ns   int64 // at, in Unix nanoseconds: what the heap compares
 	seq  uint64
 	node *simNode // the run it belongs to, or nil for the simulation's own
 	fn   func()
@@ -60,8 +61,8 @@ type eventHeap []*simEvent
 
 func (h eventHeap) Len() int { return len(h) }
 func (h eventHeap) Less(i, j int) bool {
-	if !h[i].at.Equal(h[j].at) {
-		return h[i].at.Before(h[j].at)
+	if h[i].ns != h[j].ns {
+		return h[i].ns < h[j].ns
 	}
 	return h[i].seq < h[j].seq
 }
@@ -88,8 +89,12 @@ type sim struct {
 	hasher  keyhash.Hasher
 	names   []string            // every node name, in order
 	current map[string]*simNode // the running (or frozen) run of each name
-	truth   map[string]*simTruth
-	nextInc uint64
+	runs    []*simNode          // current by the index of names, for flush's scan
+	// maybeDirty is set by a core's hooks (and on resume): flush scans
+	// the nodes only while it is set.
+	maybeDirty bool
+	truth      map[string]*simTruth
+	nextInc    uint64
 
 	net  simNet
 	keys []simKey
@@ -140,6 +145,7 @@ func newSim(seed uint64, nodes int) *sim {
 	for i := range nodes {
 		s.names = append(s.names, fmt.Sprintf("n%02d", i))
 	}
+	s.runs = make([]*simNode, nodes)
 	s.maxNodes = nodes
 	return s
 }
@@ -156,7 +162,7 @@ func (s *sim) at(t time.Time, node *simNode, fn func()) {
 		t = s.now
 	}
 	s.seq++
-	heap.Push(&s.events, &simEvent{at: t, seq: s.seq, node: node, fn: fn})
+	heap.Push(&s.events, &simEvent{at: t, ns: t.UnixNano(), seq: s.seq, node: node, fn: fn})
 }
 
 func (s *sim) after(d time.Duration, node *simNode, fn func()) { s.at(s.now.Add(d), node, fn) }
@@ -197,9 +203,12 @@ func (s *sim) runUntil(t time.Time) {
 // nothing more comes.
 func (s *sim) flush() {
 	for range 1000 {
+		if !s.maybeDirty {
+			return
+		}
+		s.maybeDirty = false
 		busy := false
-		for _, name := range s.names {
-			n := s.current[name]
+		for _, n := range s.runs {
 			if n == nil || n.gone || n.frozen {
 				continue
 			}
@@ -299,13 +308,14 @@ func (s *sim) start(name string, seeds bool, snapshot []limiter.State) *simNode 
 		Seed:           s.seed ^ n.inc,
 		Logger:         slog.New(&simLogHandler{s: s}),
 		Hooks: Hooks{
-			Outbox:  func() { n.outboxDirty = true },
-			Settled: func() { n.settledDirty = true },
-			Member:  func(bool) { n.memberDirty = true },
+			Outbox:  func() { n.outboxDirty, s.maybeDirty = true, true },
+			Settled: func() { n.settledDirty, s.maybeDirty = true, true },
+			Member:  func(bool) { n.memberDirty, s.maybeDirty = true, true },
 		},
 	}
 	n.core = New(cfg, s.now)
 	s.current[name] = n
+	s.runs[slices.Index(s.names, name)] = n
 	status := obsJoining
 	if !seeds {
 		status = obsMember
@@ -455,6 +465,7 @@ func (s *sim) resume(n *simNode) {
 		return
 	}
 	n.frozen = false
+	s.maybeDirty = true // what it queued while frozen goes out now
 	s.logf("%s resumes with %d events", n.name, len(n.deferred))
 	evs := n.deferred
 	n.deferred = nil

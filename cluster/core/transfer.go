@@ -521,7 +521,7 @@ func (c *Core) sendTransfer(now time.Time, to Peer, t Transfer, p purpose) {
 // peers that answer.
 func (c *Core) tickTransfers(now time.Time, m int64) {
 	c.viewMu.Lock()
-	c.deadReceivers(now, c.peers.heardAll()) // transfers made after the receiver died
+	c.deadReceivers(now, c.peers.heardOf) // transfers made after the receiver died
 	c.viewMu.Unlock()
 	c.out.due(m, func(to Peer) bool {
 		p := c.peers.get(to.Name)
@@ -761,6 +761,7 @@ func (c *Core) placeHere(now time.Time, v *view, mode Mode, states []limiter.Sta
 			// Without a majority this node counts nothing as an owner: what
 			// is added here waits with its fallback counts for the key's
 			// owner on the larger side, and is sent there as an addition.
+			c.fallback.wrote()
 			c.fallback.engine.Merge(now, []limiter.State{s})
 			continue
 		}
@@ -894,7 +895,7 @@ func (c *Core) replaceRefused(now time.Time) {
 // is seen or the node is forgotten. A dead owner's count of a cancelled
 // item died with it, but for its replica, which the cancel cannot reach:
 // the one count a crash may double.
-func (c *Core) deadReceivers(now time.Time, heard map[Peer]int64) {
+func (c *Core) deadReceivers(now time.Time, heard func(Peer) (int64, bool)) {
 	m := c.mono(now)
 	v := c.view.Load()
 	c.out.toLimbo(func(pt *pendingTransfer) (int64, bool) {
@@ -905,7 +906,7 @@ func (c *Core) deadReceivers(now time.Time, heard map[Peer]int64) {
 		if pt.t.Mode == ModeCancel && !c.replacedLocked(to) {
 			return 0, false
 		}
-		if h, ok := heard[to]; ok {
+		if h, ok := heard(to); ok {
 			return h + int64(c.cfg.LeaseTime)*9/8, true
 		}
 		return m, true

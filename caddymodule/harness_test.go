@@ -408,3 +408,14 @@ func allowedOf(srv *testCaddy, n int, headers ...string) int {
 	}
 	return ok
 }
+
+// apiSiteOf3 is a site whose zone api lets each X-API-Key through 3 times
+// an hour: the smallest traffic that shows both allowed and denied.
+const apiSiteOf3 = `
+	tollgate {
+		zone api {
+			limit 3 1h
+			key {http.request.header.X-API-Key}
+		}
+	}
+	respond "ok"`

@@ -241,7 +241,7 @@ func sumHistories(parts map[string]adminapi.History) adminapi.History {
 	}
 	steps := func() []int64 { return make([]int64, len(out.Ends)) }
 	add := func(into, from []int64, fromEnds []int64) {
-		for i, n := range from {
+		for i, n := range from[:min(len(from), len(fromEnds))] { // a series longer than its ends has no time for the rest
 			if j, ok := at[stepEnding(fromEnds[i], step)]; ok {
 				into[j] += n
 			}

@@ -11,7 +11,7 @@ import (
 // ReleaseFallback gives up a lease this node claimed in fallback for an
 // owner it could not reach, if it holds it, and reports whether it did.
 func (c *Core) ReleaseFallback(now time.Time, key limiter.Key, id uint64) bool {
-	c.fallback.wrote()
+	defer c.fallback.wrote()
 	return c.fallback.engine.Release(now, key, id)
 }
 

@@ -71,8 +71,9 @@ func (f *fallback) set(mode FallbackMode, ratio float64) {
 	f.ratioBits.Store(math.Float64bits(ratio))
 }
 
-// wrote records that engine may hold a counter more: call it before each
-// call that may add one.
+// wrote records that engine may hold a counter more: call it after each
+// call that may have added one, so that an empty that did not see the
+// counter sees writes changed.
 func (f *fallback) wrote() { f.writes.Add(1) }
 
 // empty reports whether engine holds no counter. It reads every shard of
@@ -233,8 +234,8 @@ func (c *Core) decideFallback(now time.Time, op Op, reqs []limiter.Request, none
 	if none >= 0 {
 		return deny(none)
 	}
-	c.fallback.wrote()
 	ok, _ := c.fallback.engine.TakeFor(now, 0, reqs, res) // no reputation: a fallback denial is not the client's doing
+	c.fallback.wrote()
 	return ok
 }
 

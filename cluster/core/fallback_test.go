@@ -1,6 +1,8 @@
 package core
 
 import (
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,5 +99,41 @@ func TestAFallbackShareOfALimitOfOneIsOne(t *testing.T) {
 	}
 	if d := spend("n1"); d.Allowed {
 		t.Fatalf("its replay through n1: allowed by %v; want refused", d.Source)
+	}
+}
+
+// The fallback engine is known empty without reading its shards only until
+// something is counted in it: a counter written while another goroutine
+// asks is never taken for nothing, and once every counter is sent on the
+// engine is empty again.
+func TestFallbackEmptySeesEveryWrite(t *testing.T) {
+	f := newFallback(1024, FallbackLocal, 0.4)
+	if !f.empty() {
+		t.Fatal("a new fallback engine is not empty")
+	}
+	now := time.Unix(1000, 0)
+	var asking sync.WaitGroup
+	var done atomic.Bool
+	asking.Go(func() {
+		for !done.Load() {
+			f.empty()
+		}
+	})
+	limit := limiter.Limit{Algorithm: limiter.SlidingWindow, Quota: 10, Window: time.Minute}
+	for i := range 300 {
+		var res [1]limiter.Result
+		f.engine.Take(now, []limiter.Request{{Key: limiter.Key(i + 1), Limit: limit}}, res[:])
+		f.wrote()
+		if f.empty() {
+			done.Store(true)
+			asking.Wait()
+			t.Fatalf("after %d counters written, the fallback engine is said to be empty", i+1)
+		}
+	}
+	done.Store(true)
+	asking.Wait()
+	f.engine.Extract(now, func(limiter.Key) bool { return true }, 0)
+	if !f.empty() {
+		t.Fatalf("every counter sent on, %d left: want empty", f.engine.Stats().Keys)
 	}
 }

@@ -46,8 +46,8 @@ func (c *Core) Settle(now, at time.Time, src Source, charge bool, reqs []limiter
 		var rest []limiter.Request
 		for _, r := range reqs {
 			if r.Limit.Algorithm == limiter.Concurrency || c.fallback.engine.Has(now, r.Key) {
-				c.fallback.wrote()
 				settleIn(c.fallback.engine, now, ns, charge, r)
+				c.fallback.wrote()
 				continue
 			}
 			rest = append(rest, r)

@@ -621,8 +621,8 @@ func (c *Core) giveBack(now time.Time, g *takeGroup) {
 		var sent []limiter.Request
 		for _, r := range g.fallback {
 			if r.Limit.Algorithm == limiter.Concurrency || c.fallback.engine.Has(now, r.Key) {
-				c.fallback.wrote()
 				c.fallback.engine.Refund(now, r)
+				c.fallback.wrote()
 			} else {
 				sent = append(sent, r)
 			}

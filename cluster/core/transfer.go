@@ -761,8 +761,8 @@ func (c *Core) placeHere(now time.Time, v *view, mode Mode, states []limiter.Sta
 			// Without a majority this node counts nothing as an owner: what
 			// is added here waits with its fallback counts for the key's
 			// owner on the larger side, and is sent there as an addition.
-			c.fallback.wrote()
 			c.fallback.engine.Merge(now, []limiter.State{s})
+			c.fallback.wrote()
 			continue
 		}
 		if mode == ModeNewer || mode == ModeCopy {

@@ -126,9 +126,16 @@ func (b *browser) run(what string, actions ...chromedp.Action) {
 // until waits for a JavaScript expression to be true on the page.
 func (b *browser) until(what, expr string) {
 	b.t.Helper()
+	b.untilWithin(30*time.Second, what, expr)
+}
+
+// untilWithin is until with its own deadline, for what waits on the nodes'
+// 10 s history steps.
+func (b *browser) untilWithin(d time.Duration, what, expr string) {
+	b.t.Helper()
 	var ok bool
-	if err := chromedp.Run(b.ctx, chromedp.Poll(expr, &ok, chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
-		b.t.Fatalf("%s: did not happen: %v", what, err)
+	if err := chromedp.Run(b.ctx, chromedp.Poll(expr, &ok, chromedp.WithPollingTimeout(d), chromedp.WithPollingInterval(100*time.Millisecond))); err != nil {
+		b.t.Fatalf("%s: did not happen within %v: %v", what, d, err)
 	}
 }
 

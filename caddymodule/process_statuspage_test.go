@@ -67,7 +67,10 @@ func TestStatusPageInABrowser(t *testing.T) {
 	for i := range 2 {
 		procs[2].get("/", fmt.Sprintf("ui-node2-%d", i))
 	}
-	b.until("the api chart counting every node's requests", `(() => { const c = document.querySelector('.chart[data-zone="api"]');
+	// Each node counts them in its next 10 s step, and the page gets the
+	// sum at the serving node's next step after that: up to 20 s, more on
+	// a loaded machine.
+	b.untilWithin(60*time.Second, "the api chart counting every node's requests", `(() => { const c = document.querySelector('.chart[data-zone="api"]');
 		return c !== null && Number(c.dataset.sum) === 19; })()`)
 	var scope string
 	b.eval(`document.querySelector(".hour-scope").textContent`, &scope)

@@ -546,6 +546,13 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	if c.gate.isLeaving() && (t.Mode.carriesCounts() || t.Mode == ModeReplica) {
 		return Ack{Seq: t.Seq, Refused: true}
 	}
+	if t.Mode == ModeAdd && t.Own && !pulled && !c.Member() {
+		// Outside its ring (declared dead, joining again) this node counts
+		// nothing: it could only send the counts on to whoever it thinks
+		// owns them, who may be the sender, and back and forth. Refused,
+		// they stay with the sender until this node is a member again.
+		return Ack{Seq: t.Seq, Refused: true}
+	}
 	if t.Mode.carriesCounts() || t.Mode.settles() {
 		// Counts come only from a sender this node holds a lease from: one
 		// that has declared this node dead sends them elsewhere once that

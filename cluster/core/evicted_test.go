@@ -3,6 +3,8 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // A member cut off from the others for longer than failure detection is
@@ -34,12 +36,7 @@ func TestANodeDeclaredDeadCountsItsKeysFromWhereTheyAreWhenItComesBack(t *testin
 
 	// n0 is cut off. The others declare it dead and n2 takes its keys
 	// over; n0, on its side, has declared n2 dead and still lists n1.
-	h.down["n0"] = true
-	h.advance(100 * time.Millisecond)
-	h.setMembership("n1", []string{"n0"})
-	h.setMembership("n2", []string{"n0"})
-	h.setMembership("n0", []string{"n2"})
-	h.advance(time.Second, "n1", "n2")
+	cutOffN0(t, h)
 	if h.cores["n2"].HandoffUnderway() || h.count("n2", k) != quota {
 		t.Fatalf("n2 did not take the key over from its replica: hand-off under way %v, count %d", h.cores["n2"].HandoffUnderway(), h.count("n2", k))
 	}
@@ -93,15 +90,21 @@ func TestANodeDeclaredDeadCountsItsKeysFromWhereTheyAreWhenItComesBack(t *testin
 	if load.by[SourceFallback] > 3 {
 		t.Errorf("fallback admitted %d: more than a tenth of the limit on each of three nodes", load.by[SourceFallback])
 	}
+	wantExactAfterHeal(t, h, k, load, quota)
+}
+
+// wantExactAfterHeal checks both sides once a cut of n0 (whose keys n2
+// succeeds) healed: the key's owner holds exactly what load admitted of k
+// (nothing lost, nothing counted twice), and a key nobody spent is
+// admitted to its limit, and no further, through every node.
+func wantExactAfterHeal(t *testing.T, h *handNet, k limiter.Key, load *handLoad, quota int64) {
+	t.Helper()
 	owner, _ := h.cores["n0"].Ring().Owner(k.Route())
 	if got := h.count(owner.Name, k); got != int64(load.admitted) {
-		t.Errorf("the key's owner %s holds %d; %d were admitted: counts lost or counted twice", owner.Name, got, load.admitted)
+		t.Errorf("the key's owner %s holds %d; %d were admitted (%v): counts lost or counted twice", owner.Name, got, load.admitted, load.by)
 	}
-
-	// The other side: a key nobody spent is admitted to its limit, and no
-	// further, through every node.
 	fresh := h.keyOwnedBy("n0", "n2", k)
-	freshAdmitted := 0
+	freshAdmitted := int64(0)
 	for i := range quota + 3 {
 		tk := h.take(h.names[i%3], fresh, quota)
 		h.finish(tk)
@@ -112,6 +115,19 @@ func TestANodeDeclaredDeadCountsItsKeysFromWhereTheyAreWhenItComesBack(t *testin
 	if freshAdmitted != quota {
 		t.Errorf("a fresh key after the cut healed: %d admitted of %d requests; want its limit %d", freshAdmitted, quota+3, quota)
 	}
+}
+
+// cutOffN0 cuts n0 off until it is declared dead by the others, n2
+// counting its keys on from their replicas; n0, on its side, has declared
+// n2 dead and still lists n1.
+func cutOffN0(t *testing.T, h *handNet) {
+	t.Helper()
+	h.down["n0"] = true
+	h.advance(100 * time.Millisecond)
+	h.setMembership("n1", []string{"n0"})
+	h.setMembership("n2", []string{"n0"})
+	h.setMembership("n0", []string{"n2"})
+	h.advance(time.Second, "n1", "n2")
 }
 
 // A member declared dead, back and not yet joined again, counts nothing:
@@ -135,14 +151,8 @@ func TestANodeNotYetJoinedAgainRefusesCountsHandedToIt(t *testing.T) {
 	}
 	h.advance(20 * time.Millisecond) // replicated to n2
 
-	// n0 is cut off and declared dead; n2 counts its key on. n0, on its
-	// side, has declared n2 dead and still lists n1.
-	h.down["n0"] = true
-	h.advance(100 * time.Millisecond)
-	h.setMembership("n1", []string{"n0"})
-	h.setMembership("n2", []string{"n0"})
-	h.setMembership("n0", []string{"n2"})
-	h.advance(time.Second, "n1", "n2")
+	// n0 is cut off and declared dead; n2 counts its key on.
+	cutOffN0(t, h)
 	for range 2 {
 		load.spend("n2")
 	}
@@ -174,20 +184,5 @@ func TestANodeNotYetJoinedAgainRefusesCountsHandedToIt(t *testing.T) {
 	}
 	h.advance(2 * time.Second)
 	load.resume()
-	owner, _ := h.cores["n0"].Ring().Owner(k.Route())
-	if got := h.count(owner.Name, k); got != int64(load.admitted) {
-		t.Errorf("the key's owner %s holds %d; %d were admitted (%v): counts lost or counted twice", owner.Name, got, load.admitted, load.by)
-	}
-	fresh := h.keyOwnedBy("n0", "n2", k)
-	freshAdmitted := 0
-	for i := range quota + 3 {
-		tk := h.take(h.names[i%3], fresh, quota)
-		h.finish(tk)
-		if tk.d.Allowed {
-			freshAdmitted++
-		}
-	}
-	if freshAdmitted != quota {
-		t.Errorf("a fresh key afterwards: %d admitted of %d requests; want its limit %d", freshAdmitted, quota+3, quota)
-	}
+	wantExactAfterHeal(t, h, k, load, quota)
 }

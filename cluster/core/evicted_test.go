@@ -17,14 +17,8 @@ import (
 // where the key ends up holds exactly what was admitted (nothing lost,
 // nothing doubled).
 func TestANodeDeclaredDeadCountsItsKeysFromWhereTheyAreWhenItComesBack(t *testing.T) {
-	// Fallback may admit a tenth of the limit on each node, so what the
-	// owners admit shows.
-	cfg := handTiming
-	cfg.FallbackRatio = 0.1
-	h := newHandNetWith(t, cfg, "n0", "n1", "n2")
-	const quota = 10
-	k := h.keyOwnedBy("n0", "n2")
-	load := newHandLoad(h, k, quota)
+	h, k, load := evictionNet(t)
+	const quota = evictionQuota
 	spend, resume := load.spend, load.resume
 	for range quota {
 		spend("n0")
@@ -93,6 +87,21 @@ func TestANodeDeclaredDeadCountsItsKeysFromWhereTheyAreWhenItComesBack(t *testin
 	wantExactAfterHeal(t, h, k, load, quota)
 }
 
+// evictionQuota is the limit of the keys of the eviction tests.
+const evictionQuota = 10
+
+// evictionNet starts n0, n1 and n2, fallback admitting a tenth of a limit
+// on each node (so that what the owners admit shows), and picks a key n0
+// owns and n2 keeps the replica of, with a load of it.
+func evictionNet(t *testing.T) (*handNet, limiter.Key, *handLoad) {
+	t.Helper()
+	cfg := handTiming
+	cfg.FallbackRatio = 0.1
+	h := newHandNetWith(t, cfg, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n0", "n2")
+	return h, k, newHandLoad(h, k, evictionQuota)
+}
+
 // wantExactAfterHeal checks both sides once a cut of n0 (whose keys n2
 // succeeds) healed: the key's owner holds exactly what load admitted of k
 // (nothing lost, nothing counted twice), and a key nobody spent is
@@ -140,12 +149,8 @@ func cutOffN0(t *testing.T, h *handNet) {
 // owner ends with exactly what was admitted, and a fresh key admits its
 // limit and no more.
 func TestANodeNotYetJoinedAgainRefusesCountsHandedToIt(t *testing.T) {
-	cfg := handTiming
-	cfg.FallbackRatio = 0.1
-	h := newHandNetWith(t, cfg, "n0", "n1", "n2")
-	const quota = 10
-	k := h.keyOwnedBy("n0", "n2")
-	load := newHandLoad(h, k, quota)
+	h, k, load := evictionNet(t)
+	const quota = evictionQuota
 	for range quota / 2 {
 		load.spend("n0")
 	}

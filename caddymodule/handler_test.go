@@ -195,14 +195,7 @@ func tSuffix(v string) string {
 }
 
 func TestKeyPlaceholderSeparatesBudgets(t *testing.T) {
-	srv := startCaddy(t, "", `
-	tollgate {
-		zone api {
-			limit 2 1h
-			key {http.request.header.X-API-Key}
-		}
-	}
-	respond "ok"`)
+	srv := startCaddy(t, "", apiSite("2 1h"))
 	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 
 	for _, key := range []string{"alice", "bob"} {

@@ -409,13 +409,15 @@ func allowedOf(srv *testCaddy, n int, headers ...string) int {
 	return ok
 }
 
-// apiSiteOf3 is a site whose zone api lets each X-API-Key through 3 times
-// an hour: the smallest traffic that shows both allowed and denied.
-const apiSiteOf3 = `
+// apiSite is a site whose zone api lets each X-API-Key through limit
+// (count and window, as the Caddyfile writes them), answering "ok".
+func apiSite(limit string) string {
+	return `
 	tollgate {
 		zone api {
-			limit 3 1h
+			limit ` + limit + `
 			key {http.request.header.X-API-Key}
 		}
 	}
 	respond "ok"`
+}

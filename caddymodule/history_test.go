@@ -58,7 +58,7 @@ func TestHistoryKeepsAnHourInSteps(t *testing.T) {
 // not anybody reads it; GET /tollgate/history then shows the traffic of
 // steps that ended before it was asked, allowed and denied by reason.
 func TestHistoryIsKeptBeforeAnyoneAsks(t *testing.T) {
-	srv := startCaddy(t, "", apiSiteOf3)
+	srv := startCaddy(t, "", apiSite("3 1h"))
 	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	app, err := runningApp()
 	if err != nil {
@@ -142,7 +142,7 @@ func TestSumHistoriesAddsEveryNodesStepsByTime(t *testing.T) {
 // TestHistoryOfEveryNodeOnASingleNode: ?nodes=all on a node alone is its
 // own history; any other value is refused, naming it and what is allowed.
 func TestHistoryOfEveryNodeOnASingleNode(t *testing.T) {
-	srv := startCaddy(t, "", apiSiteOf3)
+	srv := startCaddy(t, "", apiSite("3 1h"))
 	var v adminapi.History
 	if status, body := adminDo(t, srv.Admin, http.MethodGet, adminapi.PathHistory+"?nodes=all", &v); status != http.StatusOK || v.Nodes != nil {
 		t.Fatalf("GET ?nodes=all alone: %d %s; want this node's history, naming no nodes", status, body)

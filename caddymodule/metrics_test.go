@@ -185,7 +185,7 @@ func scrape(t testing.TB, admin string) map[string]float64 {
 }
 
 func TestMetricsCountAKnownSequence(t *testing.T) {
-	srv := startCaddy(t, "", apiSiteOf3)
+	srv := startCaddy(t, "", apiSite("3 1h"))
 	testutil.ClearOfWindowEdge(time.Hour, 10*time.Second)
 	// The counters are the process's: earlier tests in this process have
 	// counted too, so compare with a scrape taken before.

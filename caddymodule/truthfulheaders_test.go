@@ -201,14 +201,7 @@ func TestHeadersShowTheFallbackLimit(t *testing.T) {
 			join 127.0.0.1:%d
 		}
 		fallback_ratio 0.4
-	}`, processSecret, freePort(t), freePort(t), freePort(t)), `
-	tollgate {
-		zone api {
-			limit 20 1h
-			key {http.request.header.X-API-Key}
-		}
-	}
-	respond "ok"`)
+	}`, processSecret, freePort(t), freePort(t), freePort(t)), apiSite("20 1h"))
 	testutil.ClearOfWindowEdge(time.Hour, 30*time.Second)
 
 	resp := srv.get("/", "X-API-Key", "k1")

@@ -548,9 +548,11 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	}
 	if t.Mode == ModeAdd && t.Own && !pulled && !c.Member() {
 		// Outside its ring (declared dead, joining again) this node counts
-		// nothing: it could only send the counts on to whoever it thinks
-		// owns them, who may be the sender, and back and forth. Refused,
-		// they stay with the sender until this node is a member again.
+		// nothing: a key's counter handed to it could only be sent on to
+		// whoever it takes for the owner, who may be the sender, and back
+		// and forth. Refused, it stays with the sender until this node is
+		// a member again. Other adds (what nodes admitted in fallback) are
+		// taken as before: refusing them too lost counts in the simulator.
 		return Ack{Seq: t.Seq, Refused: true}
 	}
 	if t.Mode.carriesCounts() || t.Mode.settles() {

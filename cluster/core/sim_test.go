@@ -10,10 +10,10 @@ package core
 // happens is a function of the seed: a failing seed replays exactly.
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -57,22 +57,80 @@ type simEvent struct {
 	fn   func()
 }
 
-type eventHeap []*simEvent
+// eventHeap orders events by (ns, seq), each unique: a binary heap of
+// the keys beside their events, so comparing reads no event.
+type eventHeap []heapEntry
 
-func (h eventHeap) Len() int { return len(h) }
-func (h eventHeap) Less(i, j int) bool {
-	if h[i].ns != h[j].ns {
-		return h[i].ns < h[j].ns
-	}
-	return h[i].seq < h[j].seq
+type heapEntry struct {
+	ns  int64
+	seq uint64
+	e   *simEvent
 }
-func (h eventHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap) Push(x any)   { *h = append(*h, x.(*simEvent)) }
-func (h *eventHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return e
+
+func (a heapEntry) before(b heapEntry) bool {
+	return a.ns < b.ns || a.ns == b.ns && a.seq < b.seq
+}
+
+func (h *eventHeap) push(e *simEvent) {
+	*h = append(*h, heapEntry{ns: e.ns, seq: e.seq, e: e})
+	q := *h
+	i := len(q) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !q[i].before(q[p]) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+func (h *eventHeap) pop() *simEvent {
+	q := *h
+	top := q[0].e
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = heapEntry{}
+	q = q[:last]
+	*h = q
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= len(q) {
+			break
+		}
+		m := l
+		if r := l + 1; r < len(q) && q[r].before(q[l]) {
+			m = r
+		}
+		if !q[m].before(q[i]) {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	return top
+}
+
+// dirtySet holds the indexes (in names) of the runs a core's hook marked:
+// flush visits them in index order.
+type dirtySet []uint64
+
+func (d dirtySet) set(i int) { d[i/64] |= 1 << (i % 64) }
+
+// next returns the lowest marked index at or after from, and clears it.
+func (d dirtySet) next(from int) (int, bool) {
+	for w := from / 64; w < len(d); w++ {
+		word := d[w]
+		if w == from/64 {
+			word &^= 1<<(from%64) - 1
+		}
+		if word != 0 {
+			i := w*64 + bits.TrailingZeros64(word)
+			d[w] &^= 1 << (i % 64)
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // ---------------------------------------------------------------------------
@@ -89,12 +147,10 @@ type sim struct {
 	hasher  keyhash.Hasher
 	names   []string            // every node name, in order
 	current map[string]*simNode // the running (or frozen) run of each name
-	runs    []*simNode          // current by the index of names, for flush's scan
-	// maybeDirty is set by a core's hooks (and on resume): flush scans
-	// the nodes only while it is set.
-	maybeDirty bool
-	truth      map[string]*simTruth
-	nextInc    uint64
+	runs    []*simNode          // current by the index of names, for flush
+	dirty   dirtySet            // the runs a core's hook marked (and resumed ones)
+	truth   map[string]*simTruth
+	nextInc uint64
 
 	net  simNet
 	keys []simKey
@@ -146,6 +202,7 @@ func newSim(seed uint64, nodes int) *sim {
 		s.names = append(s.names, fmt.Sprintf("n%02d", i))
 	}
 	s.runs = make([]*simNode, nodes)
+	s.dirty = make(dirtySet, (nodes+63)/64)
 	s.maxNodes = nodes
 	return s
 }
@@ -162,7 +219,7 @@ func (s *sim) at(t time.Time, node *simNode, fn func()) {
 		t = s.now
 	}
 	s.seq++
-	heap.Push(&s.events, &simEvent{at: t, ns: t.UnixNano(), seq: s.seq, node: node, fn: fn})
+	s.events.push(&simEvent{at: t, ns: t.UnixNano(), seq: s.seq, node: node, fn: fn})
 }
 
 func (s *sim) after(d time.Duration, node *simNode, fn func()) { s.at(s.now.Add(d), node, fn) }
@@ -176,8 +233,8 @@ func (s *sim) between(lo, hi time.Duration) time.Duration {
 
 // runUntil plays events up to t.
 func (s *sim) runUntil(t time.Time) {
-	for len(s.events) > 0 && !s.events[0].at.After(t) {
-		e := heap.Pop(&s.events).(*simEvent)
+	for end := t.UnixNano(); len(s.events) > 0 && s.events[0].ns <= end; {
+		e := s.events.pop()
 		if e.at.After(s.now) {
 			s.now = e.at
 		}
@@ -203,14 +260,14 @@ func (s *sim) runUntil(t time.Time) {
 // nothing more comes.
 func (s *sim) flush() {
 	for range 1000 {
-		if !s.maybeDirty {
-			return
-		}
-		s.maybeDirty = false
 		busy := false
-		for _, n := range s.runs {
-			if n == nil || n.gone || n.frozen {
+		for i, ok := s.dirty.next(0); ok; i, ok = s.dirty.next(i + 1) {
+			n := s.runs[i]
+			if n == nil || n.gone {
 				continue
+			}
+			if n.frozen {
+				continue // marked again when it resumes
 			}
 			if n.outboxDirty {
 				n.outboxDirty = false
@@ -246,6 +303,7 @@ func (s *sim) violate(kind, format string, args ...any) {
 
 type simNode struct {
 	name   string
+	index  int // in the simulation's names
 	inc    uint64
 	core   *Core
 	engine *limiter.Engine
@@ -292,7 +350,7 @@ type obsEntry struct {
 // start starts a new run of name; seeds says whether it joins others.
 func (s *sim) start(name string, seeds bool, snapshot []limiter.State) *simNode {
 	s.nextInc++
-	n := &simNode{name: name, inc: s.nextInc, view: map[string]*obsEntry{}}
+	n := &simNode{name: name, inc: s.nextInc, index: slices.Index(s.names, name), view: map[string]*obsEntry{}}
 	n.engine = limiter.New(limiter.Config{MaxKeys: 4096})
 	cfg := Config{
 		Self:           Member{Name: name, Inc: n.inc, PeerAddr: name},
@@ -308,14 +366,14 @@ func (s *sim) start(name string, seeds bool, snapshot []limiter.State) *simNode 
 		Seed:           s.seed ^ n.inc,
 		Logger:         slog.New(&simLogHandler{s: s}),
 		Hooks: Hooks{
-			Outbox:  func() { n.outboxDirty, s.maybeDirty = true, true },
-			Settled: func() { n.settledDirty, s.maybeDirty = true, true },
-			Member:  func(bool) { n.memberDirty, s.maybeDirty = true, true },
+			Outbox:  func() { n.outboxDirty = true; s.dirty.set(n.index) },
+			Settled: func() { n.settledDirty = true; s.dirty.set(n.index) },
+			Member:  func(bool) { n.memberDirty = true; s.dirty.set(n.index) },
 		},
 	}
 	n.core = New(cfg, s.now)
 	s.current[name] = n
-	s.runs[slices.Index(s.names, name)] = n
+	s.runs[n.index] = n
 	status := obsJoining
 	if !seeds {
 		status = obsMember
@@ -465,7 +523,7 @@ func (s *sim) resume(n *simNode) {
 		return
 	}
 	n.frozen = false
-	s.maybeDirty = true // what it queued while frozen goes out now
+	s.dirty.set(n.index) // what it queued while frozen goes out now
 	s.logf("%s resumes with %d events", n.name, len(n.deferred))
 	evs := n.deferred
 	n.deferred = nil

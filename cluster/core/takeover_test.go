@@ -129,6 +129,9 @@ func (h *handNet) pump() {
 }
 
 func (h *handNet) deliver(from string, o Outgoing) {
+	if handLog {
+		h.t.Logf("%s -> %s: %T %+v", from, o.To.Name, o.Msg, o.Msg)
+	}
 	src := h.cores[from]
 	lost := h.down[from] || h.down[o.To.Name]
 	dest := h.cores[o.To.Name]

@@ -212,6 +212,29 @@ func (h *handoffState) incoming(v *view, self string, k limiter.Key) bool {
 	return src == "" || v.ho.joined || !h.sealed[src]
 }
 
+// unsealedAll reports whether ok holds for every source of plan that has
+// not sealed (false if plan is no longer the one tracked).
+func (h *handoffState) unsealedAll(plan *handoffPlan, ok func(src string) bool) bool {
+	h.mu.Lock()
+	var waiting []string
+	if h.plan != plan {
+		h.mu.Unlock()
+		return false
+	}
+	for _, src := range plan.sources {
+		if !h.sealed[src] {
+			waiting = append(waiting, src)
+		}
+	}
+	h.mu.Unlock()
+	for _, src := range waiting {
+		if !ok(src) {
+			return false
+		}
+	}
+	return true
+}
+
 // entry returns k's moving record, made if need be; h.mu is held.
 func (h *handoffState) entry(v *view, self string, k limiter.Key) *moving {
 	mk := h.keys[k]

@@ -369,8 +369,30 @@ func (c *Core) stepOwn(now time.Time, v *view, m int64, op *TakeOp, g *takeGroup
 	if m < g.until {
 		return Action{Kind: ActWait, Until: c.epoch.Add(time.Duration(g.until))}, true
 	}
+	if succ < 0 && m+int64(c.cfg.CallTimeout) <= op.deadline && c.handoffAnswering(v) {
+		// A hand-off whose sources all answer ends within a seal query or
+		// two (a source may see the new ring a little after this node):
+		// the request waits for it, within its patience, rather than be
+		// decided by a share of the limit during a graceful change.
+		g.until = m + int64(c.cfg.CallTimeout)
+		c.wake(now, v, m, g, succ)
+		return Action{Kind: ActWait, Until: c.epoch.Add(time.Duration(g.until))}, true
+	}
 	c.decideByFallback(now, v, op, g)
 	return Action{}, false
+}
+
+// handoffAnswering reports whether a hand-off is under way with no dead
+// member in it and every source that has not sealed answering calls.
+func (c *Core) handoffAnswering(v *view) bool {
+	plan := v.ho
+	if plan == nil || len(plan.dead) > 0 {
+		return false
+	}
+	return c.handoff.unsealedAll(plan, func(src string) bool {
+		p := c.peers.get(src)
+		return p != nil && p.calls()
+	})
 }
 
 // groupState returns what this node can do with a group's keys now: the
@@ -436,6 +458,9 @@ func (c *Core) wake(now time.Time, v *view, m int64, g *takeGroup, succ int) {
 // timeout for the views to agree, and asks again by this node's view, until
 // the op's patience is spent; then fallback decides.
 func (c *Core) redirect(now time.Time, v *view, m int64, op *TakeOp, g *takeGroup, to string) {
+	if c.splitByView(now, v, op) {
+		return
+	}
 	g.hops++
 	if g.hops <= maxHops && to != "" {
 		g.owner = to
@@ -451,6 +476,64 @@ func (c *Core) redirect(now time.Time, v *view, m int64, op *TakeOp, g *takeGrou
 	if t, _, ok := c.placeOf(v, g.reqs[0].Key); ok {
 		g.owner = t.Name
 	}
+}
+
+// splitByView splits the op's current group when the view now places its
+// keys with different owners: the group was formed by an earlier view (the
+// node joined, or the ring changed, since), and each owner would send it
+// on to the other. Each owner is then asked for its own keys, the owner of
+// the client's reputation first. It reports whether it split the group.
+func (c *Core) splitByView(now time.Time, v *view, op *TakeOp) bool {
+	g := op.groups[op.cur]
+	target := func(k limiter.Key) string {
+		to, _, ok := c.placeOf(v, k)
+		if !ok {
+			return ""
+		}
+		return to.Name
+	}
+	first := target(g.reqs[0].Key)
+	if !slices.ContainsFunc(g.reqs[1:], func(r limiter.Request) bool { return target(r.Key) != first }) {
+		return false
+	}
+	var parts []takeGroup
+	for j := range g.reqs {
+		t := target(g.reqs[j].Key)
+		at := j
+		if g.idx != nil {
+			at = g.idx[j]
+		}
+		k := slices.IndexFunc(parts, func(p takeGroup) bool { return p.owner == t })
+		if k < 0 {
+			parts = append(parts, takeGroup{owner: t, scaled: g.scaled, hops: g.hops + 1, resealed: g.resealed})
+			k = len(parts) - 1
+		}
+		p := &parts[k]
+		p.idx = append(p.idx, at)
+		p.reqs = append(p.reqs, g.reqs[j])
+		p.res = append(p.res, g.res[j])
+	}
+	if g.client != 0 {
+		// The group asked the client's owner to scale its zones by the
+		// reputation it keeps: the part that owner decides still does; the
+		// others are scaled here, by the score known now.
+		owner := target(g.client)
+		for i := range parts {
+			if parts[i].owner == owner {
+				parts[i].client = g.client
+				parts[0], parts[i] = parts[i], parts[0]
+			} else {
+				parts[i].scaled = false
+			}
+		}
+		if parts[0].client == 0 {
+			if s, ok := c.scores.get(g.client, now.UnixNano()); ok {
+				op.decision.Score = s
+			}
+		}
+	}
+	op.groups = slices.Replace(op.groups, op.cur, op.cur+1, parts...)
+	return true
 }
 
 // patience bounds how long a request may wait, in all, for the owner of

@@ -67,6 +67,7 @@ func encodeMessage(e *encoder, msg core.Message) {
 		e.flag(m.Sealed)
 	case core.Ping:
 		e.u64(m.Epoch)
+		e.flag(m.Counting)
 	case core.Pong:
 		e.flag(m.Dead)
 	case core.ScoreQuery:
@@ -90,7 +91,7 @@ func decodeRequest(kind byte, d *decoder) (core.Message, error) {
 	case msgSeal:
 		msg = core.SealQuery{Ring: d.str()}
 	case msgPing:
-		msg = core.Ping{Epoch: d.u64()}
+		msg = core.Ping{Epoch: d.u64(), Counting: d.flag()}
 	case msgScore:
 		msg = core.ScoreQuery{Client: limiter.Key(d.u64())}
 	default:

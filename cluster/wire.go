@@ -18,8 +18,10 @@ import (
 // the handshake, and the run's incarnation in the metadata. Version 4
 // carries what settles a request after its response (refunds counted at an
 // instant, charges), a request's longest wait and the wait and next-quota
-// time of its result, and calendar windows.
-const ProtocolVersion = 4
+// time of its result, and calendar windows. Version 5 says in a ping
+// whether the asker counts keys (a node declared dead and joining again
+// does not).
+const ProtocolVersion = 5
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is
 // [kind|replyBit][call ID][status][body]. A take frame carries many take

@@ -47,7 +47,7 @@ func TestCodecRoundTrips(t *testing.T) {
 		{msgTransfer, transfer, core.Ack{Seq: 4, Refused: true}},
 		{msgPull, core.Pull{Keys: []limiter.Key{1, 2}}, core.PullReply{Given: []core.Transfer{transfer}, Moved: []core.KeyOwner{{Key: 3, Owner: "x"}}, Refused: true}},
 		{msgSeal, core.SealQuery{Ring: "abc"}, core.SealReply{Sealed: true}},
-		{msgPing, core.Ping{Epoch: 7}, core.Pong{Dead: true}},
+		{msgPing, core.Ping{Epoch: 7, Counting: true}, core.Pong{Dead: true}},
 		{msgScore, core.ScoreQuery{Client: 12}, core.ScoreReply{Score: 42.5}},
 	} {
 		e := &encoder{}

@@ -34,7 +34,7 @@ func (c *Core) handlePing(now time.Time, from Peer, p Ping) Pong {
 	if ps := c.peers.get(from.Name); ps != nil && ps.peer.Inc == from.Inc {
 		ps.epoch.Store(p.Epoch)
 	}
-	return Pong{Dead: c.gate.saysDead(from, p.Epoch)}
+	return Pong{Dead: c.gate.saysDead(from, p.Epoch, p.Counting)}
 }
 
 // ackedGiven records the acknowledgement of a transfer given in a pull's

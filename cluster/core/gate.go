@@ -80,10 +80,10 @@ func (g *gate) tookOver(x Peer, epoch uint64) {
 	g.took[x.Name] = tookRecord{inc: x.Inc, epoch: epoch}
 }
 
-// saysDead reports whether a ping from x at epoch must be told that this
-// node took its keys over; a later epoch (x joined again since) clears the
-// record.
-func (g *gate) saysDead(x Peer, epoch uint64) bool {
+// saysDead reports whether a ping from x at epoch (counting: x is a member
+// under it) must be told that this node took its keys over; a later epoch
+// (x joined again since) clears the record.
+func (g *gate) saysDead(x Peer, epoch uint64, counting bool) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r, ok := g.took[x.Name]
@@ -92,6 +92,13 @@ func (g *gate) saysDead(x Peer, epoch uint64) bool {
 		return false
 	case r.inc != x.Inc:
 		delete(g.took, x.Name)
+		return false
+	case r.epoch == 0 && !counting:
+		// x learnt from another node that it was declared dead, and joins
+		// again: the run taken over counted under an earlier epoch. What x
+		// sends under this one (what it held, as it stopped) is taken.
+		r.epoch = epoch - 1
+		g.took[x.Name] = r
 		return false
 	case r.epoch == 0:
 		r.epoch = epoch

@@ -220,6 +220,10 @@ type Ping struct {
 	// Epoch is the asker's join epoch: it grows every time the asker joins
 	// again after it was declared dead.
 	Epoch uint64
+	// Counting: the asker is a member of its ring under Epoch. A node
+	// declared dead and joining again is not: the run the receiver took
+	// over counted under an earlier epoch.
+	Counting bool
 }
 
 // Pong answers a Ping.

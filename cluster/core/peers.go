@@ -166,9 +166,14 @@ func (c *Core) tickPeers(now time.Time, m int64, v *view) {
 		}
 		p.mu.Unlock()
 		if due {
-			c.out.request(p.peer, Ping{Epoch: c.gate.joinEpoch()}, m, nil)
+			c.out.request(p.peer, c.ping(), m, nil)
 		}
 	}
+}
+
+// ping is what this node's pings say of it.
+func (c *Core) ping() Ping {
+	return Ping{Epoch: c.gate.joinEpoch(), Counting: c.gate.isMember.Load()}
 }
 
 // pingNow pings the peer at once unless a ping is in flight: a request
@@ -182,7 +187,7 @@ func (c *Core) pingNow(p *peerState, m int64) {
 	}
 	p.mu.Unlock()
 	if send {
-		c.out.request(p.peer, Ping{Epoch: c.gate.joinEpoch()}, m, nil)
+		c.out.request(p.peer, c.ping(), m, nil)
 		c.notifyOutbox()
 	}
 }

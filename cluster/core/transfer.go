@@ -561,8 +561,10 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// lease ran out (deadReceivers), and must not find them applied
 		// here too. Nor from a sender whose keys this node took over, as
 		// of the epoch it sent them in: its counts were started from their
-		// replicas here, and it sends them again as copies once it learnt.
-		if p := c.peers.get(from.Name); p == nil || p.peer.Inc != from.Inc || !pulled && !p.leased(c.mono(now)) || c.gate.tookOverAt(from, t.Epoch) {
+		// replicas here, and it sends them again once it learnt, as the
+		// counters it held then (ModeEvicted, weighed against those
+		// replicas, so taken whatever epoch they name) or as copies.
+		if p := c.peers.get(from.Name); p == nil || p.peer.Inc != from.Inc || !pulled && !p.leased(c.mono(now)) || t.Mode != ModeEvicted && c.gate.tookOverAt(from, t.Epoch) {
 			if p != nil && p.peer.Inc == from.Inc && !c.gate.tookOverAt(from, t.Epoch) {
 				// A live sender this node holds no lease from yet (it just
 				// started): it sends them again once it does. The keys

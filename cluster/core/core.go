@@ -393,6 +393,9 @@ func (k membershipState) latest(name string) (seenRun, bool) {
 // rePlace puts what arrived for keys moving here, under the view before,
 // where it belongs under the view now: still waiting, counted, or sent on.
 func (c *Core) rePlace(now time.Time, a arrived) {
+	c.debugCounts("arrived for keys not settled, placed anew: copies", a.bases)
+	c.debugCounts("arrived for keys not settled, placed anew: additions", a.adds)
+	c.debugCounts("arrived for keys not settled, placed anew: whole copies", a.copies)
 	c.place(now, ModeNewer, purposeHandoff, a.bases)
 	c.place(now, ModeAdd, purposeHandoff, a.adds)
 	c.place(now, ModeCopy, purposeHandoff, a.copies)
@@ -628,5 +631,8 @@ func (c *Core) rerouteLocked(now time.Time) {
 		c.strayAt = m + int64(c.cfg.CallTimeout)
 		c.tickMu.Unlock()
 		c.log.Info("cluster membership changed", "node", c.self.Name, "members", ring.Len(), "ring", ring.Fingerprint(), "member", v.self >= 0, "handoff", v.ho != nil)
+		if v.ho != nil && c.debugOn() {
+			c.log.Debug("hand-off waits for", "node", c.self.Name, "sources", v.ho.sources, "dead", len(v.ho.dead), "joined", v.ho.joined, "stable", v.stable.Fingerprint())
+		}
 	}
 }

@@ -82,7 +82,7 @@ func (p *proc) caddyfile() string {
 	storage file_system %s
 	log {
 		output file %s
-		level INFO
+		level %s
 	}
 	tollgate {
 		secret %s
@@ -115,7 +115,7 @@ http://127.0.0.1:%d {
 	}
 	respond "%s"
 }
-`, p.admin, filepath.Join(p.dir, "storage"), filepath.Join(p.dir, "caddy.log"), processSecret, reputation,
+`, p.admin, filepath.Join(p.dir, "storage"), filepath.Join(p.dir, "caddy.log"), processLogLevel(), processSecret, reputation,
 		p.gossip, p.peer, joinLine, p.http, p.limit, apiPaths, credits, respond)
 }
 
@@ -283,6 +283,7 @@ func startClusterWith(t *testing.T, n, limit int, set func(*proc)) []*proc {
 			if t.Failed() {
 				stderr, _ := os.ReadFile(filepath.Join(p.dir, "stderr.log"))
 				t.Logf("%s log, the cluster's lines:\n%s\n%s stderr:\n%s", p.name, tail(clusterLines(p.logs()), 40), p.name, tail(string(stderr), 10))
+				keepProcessLog(t, p)
 			}
 		})
 	}
@@ -348,6 +349,34 @@ func stablePort(t testing.TB) int {
 func tail(s string, lines int) string {
 	parts := strings.Split(strings.TrimSpace(s), "\n")
 	return strings.Join(parts[max(0, len(parts)-lines):], "\n")
+}
+
+// processLogsEnv names a directory: when it is set, the processes log at
+// debug level (the cluster then logs every movement of counts between
+// nodes) and a failed test keeps each process's whole log there.
+const processLogsEnv = "TOLLGATE_PROCESS_LOGS"
+
+// processLogLevel is the level the processes log at.
+func processLogLevel() string {
+	if os.Getenv(processLogsEnv) != "" {
+		return "DEBUG"
+	}
+	return "INFO"
+}
+
+// keepProcessLog copies p's log into the directory processLogsEnv names,
+// if it names one.
+func keepProcessLog(t testing.TB, p *proc) {
+	dir := os.Getenv(processLogsEnv)
+	if dir == "" {
+		return
+	}
+	name := fmt.Sprintf("%s-%d-%s.log", strings.ReplaceAll(t.Name(), "/", "_"), time.Now().UnixNano(), p.name)
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(p.logs()), 0o644); err != nil {
+		t.Logf("keeping %s's log: %v", p.name, err)
+		return
+	}
+	t.Logf("%s's whole log: %s", p.name, filepath.Join(dir, name))
 }
 
 // clusterLines keeps the lines of a process's log that the cluster wrote:

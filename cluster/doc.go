@@ -77,10 +77,20 @@
 // sent to the owner, the share does not, and a membership change during
 // an outage does not enlarge it (TestFallbackShareHoldsAcrossOutages,
 // TestFallbackStartsFromWhatTheOwnerLastSaid). When a down peer answers a
-// ping, the node sends it what it admitted in fallback for its keys and
+// ping, the node sends it what it admitted in fallback for its keys (and
+// what others admitted that reached this node while it counted them) and
 // calls it again only once it has acknowledged all of it, so an owner
-// never decides without what was admitted in its absence, and adds it
-// once (TestFallbackAdmissionsReachTheOwnerOnce). After an outage the
+// never decides a call without what the caller admitted in its absence,
+// and adds it once (TestFallbackAdmissionsReachTheOwnerOnce). A peer
+// declared dead is down too, and its keys are the ones a ring gives it:
+// one that answers again before the others took its keys over (a frozen
+// node, listed again as the same run) is called again only once the ring
+// that lists it again gave its keys back and what this node holds for
+// them reached it
+// (TestAnOwnerListedAgainIsCalledOnlyOnceItHoldsTheFallbackCounts: before,
+// a survivor that heard it while its ring of two gave it the keys called
+// it as soon as it was listed, and its own fallback counts of them
+// followed a moment later). After an outage the
 // window's total is therefore what an exact limiter would allow, plus
 // what the owner admitted for others between its return and the arrival
 // of the fallback counts. For token-bucket zones the fallback counters
@@ -103,7 +113,13 @@
 // again a call timeout later, twice at most, rather than admit in fallback
 // what would reach the new owner only after it started counting (past
 // that, or when the new owner does not answer, fallback decides, within F
-// in the bound below). Before, the new owner did not wait for them: 46 were
+// in the bound below); and a call to the dead owner that was still out
+// when the ring dropped it goes, once given up on, to the key's new owner
+// rather than to fallback
+// (TestACallGivenUpOnAfterTheRingChangedGoesToTheNewOwner: on a starved
+// machine, where a caller's patience runs on its own clock, such calls
+// were given up on after the survivor sealed, and 31 of them were admitted
+// in fallback behind the new owner's back). Before, the new owner did not wait for them: 46 were
 // measured once after a kill with 60 of 100 spent, where
 // TestProcessClusterKilledOwnersCountSurvives asserts at most 45. A node's
 // fallback share is of what the owner last said

@@ -144,16 +144,53 @@ func (n *Node) outcome(kind byte, id uint64, cl *call) {
 }
 
 // announcer gossips this node's metadata when the core enters or leaves
-// its ring.
+// its ring (see announceChanges).
 func (n *Node) announcer() {
 	defer n.wg.Done()
+	state := func() (member, evicted bool) {
+		member = n.core().Member()
+		return member, !member && !n.leaving.Load()
+	}
+	announceChanges(n.announceCh, n.stop, n.cfg.Gossip.ProbeInterval, state, n.toldMember.Load, func() { n.announce(time.Second) })
+}
+
+// announceChanges announces the node's state each time changed says it
+// may have changed, unless the others were told it already (told: the
+// metadata gossiped last says the node is in its ring). A node declared
+// dead leaves its ring and, once what it held is acknowledged, enters it
+// again, usually within a round trip. The others list it again as a
+// member as soon as it refutes its death, from the metadata it gossiped
+// last; announced at once, its leaving and its return would reach them a
+// gossip round apart, and each of them would take its keys over and give
+// them back, deciding them by fallback meanwhile. So leaving the ring
+// without leaving the cluster (evicted) is announced only if it lasts
+// grace: a node back in its ring by then announces nothing. state reports
+// whether the core is in its ring, and whether it is out of it without
+// leaving.
+func announceChanges(changed, stop <-chan struct{}, grace time.Duration, state func() (member, evicted bool), told func() bool, announce func()) {
 	for {
 		select {
-		case <-n.announceCh:
-			n.announce(time.Second)
-		case <-n.stop:
+		case <-changed:
+		case <-stop:
 			return
 		}
+		if _, evicted := state(); evicted && told() {
+			t := time.NewTimer(grace)
+			select {
+			case <-t.C:
+			case <-stop:
+				t.Stop()
+				return
+			}
+			select {
+			case <-changed: // a change meanwhile: the state now says it
+			default:
+			}
+		}
+		if member, _ := state(); member == told() {
+			continue // nothing the others were not told
+		}
+		announce()
 	}
 }
 

@@ -248,7 +248,9 @@ func (t *memberTable) refuse(name string) bool {
 type delegate struct{ n *Node }
 
 func (d delegate) NodeMeta(limit int) []byte {
-	b := d.n.localMeta().encode()
+	m := d.n.localMeta()
+	d.n.toldMember.Store(m.flags&(metaJoining|metaLeaving) == 0)
+	b := m.encode()
 	if len(b) > limit {
 		return nil
 	}

@@ -104,6 +104,7 @@ type Node struct {
 	memberCh   chan struct{} // gossip changed
 	settledCh  chan struct{} // keys settled: held items look again
 	announceCh chan struct{} // the core entered or left its ring
+	toldMember atomic.Bool   // the metadata gossiped last says the core is in its ring
 	joinWake   chan struct{} // a member appeared: try joining now
 	stop       chan struct{}
 	wg         sync.WaitGroup

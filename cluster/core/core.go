@@ -392,10 +392,19 @@ func (k membershipState) latest(name string) (seenRun, bool) {
 
 // rePlace puts what arrived for keys moving here, under the view before,
 // where it belongs under the view now: still waiting, counted, or sent on.
+// What goes on is passed on as it came (purposeForward), not as this
+// node's own counters: additions stay additions if their receiver refuses
+// them and the view changes again (a counter handed over and refused is
+// placed anew as a copy, which would swallow what others admitted), and a
+// peer that gets back the keys they belong to is called again only once
+// it has them (see recover).
 func (c *Core) rePlace(now time.Time, a arrived) {
-	c.place(now, ModeNewer, purposeHandoff, a.bases)
-	c.place(now, ModeAdd, purposeHandoff, a.adds)
-	c.place(now, ModeCopy, purposeHandoff, a.copies)
+	c.debugCounts("arrived for keys not settled, placed anew: copies", a.bases)
+	c.debugCounts("arrived for keys not settled, placed anew: additions", a.adds)
+	c.debugCounts("arrived for keys not settled, placed anew: whole copies", a.copies)
+	c.place(now, ModeNewer, purposeForward, a.bases)
+	c.place(now, ModeAdd, purposeForward, a.adds)
+	c.place(now, ModeCopy, purposeForward, a.copies)
 	c.refund(now, a.refunds)
 }
 
@@ -581,6 +590,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 			c.handoff.reset(v.ho, v.ho == nil)
 		}
 		v.peers = c.peers.match(ring, known.others(), c.self.Name, m)
+		c.downDead(known, m)
 		c.view.Store(&v)
 		c.updateAnswering()
 		c.deadReceivers(now, heard.of)
@@ -609,6 +619,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 	v := &view{ring: ring, self: selfIdx, stable: stable, ho: ho}
 	v.quorum, v.voters = c.quorumLocked(ring)
 	v.peers = c.peers.match(ring, known.others(), c.self.Name, m)
+	c.downDead(known, m)
 	if v.ho == nil {
 		v.stable = ring
 	}
@@ -628,5 +639,8 @@ func (c *Core) rerouteLocked(now time.Time) {
 		c.strayAt = m + int64(c.cfg.CallTimeout)
 		c.tickMu.Unlock()
 		c.log.Info("cluster membership changed", "node", c.self.Name, "members", ring.Len(), "ring", ring.Fingerprint(), "member", v.self >= 0, "handoff", v.ho != nil)
+		if v.ho != nil && c.debugOn() {
+			c.log.Debug("hand-off waits for", "node", c.self.Name, "sources", v.ho.sources, "dead", len(v.ho.dead), "joined", v.ho.joined, "stable", v.stable.Fingerprint())
+		}
 	}
 }

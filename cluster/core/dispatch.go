@@ -89,6 +89,7 @@ func (c *Core) Failed(now time.Time, id uint64) {
 		if msg.Mode == ModeReplica {
 			c.replicaFailed(r.seq)
 		} else {
+			c.debugTransfer("transfer got no answer: sent again later", r.to, msg, 0)
 			c.out.failed(r.seq, c.mono(now)+int64(c.cfg.CallTimeout), false)
 		}
 		if p != nil {

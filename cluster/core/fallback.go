@@ -265,6 +265,7 @@ func (c *Core) reconcile(now time.Time, v *view) {
 	}
 	c.spent(states, ns)
 	c.stats.Reconciled.Add(uint64(len(states)))
+	c.debugCounts("fallback counts go to their owners", states)
 	c.place(now, ModeAdd, purposeReconcile, sortStates(states))
 }
 
@@ -283,6 +284,9 @@ func (c *Core) reconcileTo(now time.Time, v *view, to Peer) bool {
 	}
 	c.spent(states, now.UnixNano())
 	c.stats.Reconciled.Add(uint64(len(states)))
+	if c.debugOn() {
+		c.debugCounts("fallback counts go to the owner that asked for a seal or answers again", states, "to", to.Name)
+	}
 	for _, part := range SplitStates(sortStates(states), TransferBytes) {
 		c.sendTransfer(now, to, Transfer{Mode: ModeAdd, States: part}, purposeReconcile)
 	}
@@ -319,5 +323,6 @@ func (c *Core) foldFallback(now time.Time, v *view, keys []limiter.Key) {
 	}
 	c.spent(states, now.UnixNano())
 	c.stats.Reconciled.Add(uint64(len(states)))
+	c.debugCounts("fallback counts folded into keys this node counts now", states)
 	c.placeHere(now, v, ModeAdd, sortStates(states))
 }

@@ -280,6 +280,7 @@ func (c *Core) evict(now time.Time, by string) {
 		return pt.purpose == purposeHandoff && pt.t.Mode == ModeAdd && pt.t.Own
 	})
 	c.rerouteLocked(now)
+	c.debugCounts("declared dead: the counters held here go out", held)
 	c.sendEvicted(now, held)
 	c.viewMu.Unlock()
 	c.log.Warn("declared dead by a peer: counting nothing until joined again", "node", c.self.Name, "by", by)

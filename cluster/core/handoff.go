@@ -365,6 +365,7 @@ func (c *Core) settle(now time.Time, keys []limiter.Key) {
 // takes run beside the core's other entry points, and one that finds a
 // key settled (under that lock) must find what it gathered counted.
 func (c *Core) countSettled(now time.Time, done settled) {
+	c.debugCounts("keys settled: what arrived for them joins the engine", done.states)
 	if len(done.states) > 0 {
 		c.engine.Merge(now, sortStates(done.states))
 		for _, s := range done.states {
@@ -591,6 +592,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		}
 	}
 	m := c.mono(now)
+	held := len(given)
 	if len(states) > 0 {
 		for _, part := range SplitStates(sortStates(states), TransferBytes) {
 			given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, States: part}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
@@ -601,6 +603,13 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	}
 	if len(moving.copies) > 0 {
 		given = append(given, c.out.transfer(from, Transfer{Mode: ModeCopy, States: moving.copies}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+	}
+	for i, t := range given {
+		msg := "transfer given in a pull's reply"
+		if i < held {
+			msg = "transfer on its way given again in a pull's reply"
+		}
+		c.debugTransfer(msg, from, t, purposePull)
 	}
 	if len(moving.refunds) > 0 {
 		c.refund(now, moving.refunds) // lent on: they follow the counter
@@ -706,6 +715,9 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 		return SealReply{} // sent now: sealed once acknowledged
 	}
 	c.sealsGiven.note(from.Name, q.Ring)
+	if c.debugOn() {
+		c.log.Debug("sealed: nothing more here for the asker's keys", "node", c.self.Name, "peer", from.Name, "ring", q.Ring)
+	}
 	return SealReply{Sealed: true}
 }
 
@@ -751,6 +763,9 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 		return
 	}
 	h.sealed[r.to.Name] = true
+	if c.debugOn() {
+		c.log.Debug("hand-off source sealed", "node", c.self.Name, "peer", r.to.Name, "ring", q.Ring)
+	}
 	var done []limiter.Key
 	for k, mk := range h.keys {
 		// A joining node's keys wait for every seal (see planHandoff):
@@ -858,6 +873,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		reps[i] = t.state
 	}
 	c.stats.FromReplica.Add(uint64(len(reps)))
+	c.debugCounts("hand-off completing: keys start from dead members' replicas", reps)
 	for name, inc := range plan.deadInc {
 		c.tookOver(Member{Name: name, Inc: inc}) // its pings are told so from now on
 	}

@@ -13,12 +13,17 @@ import (
 // keys that node would take over if this node died (their successor).
 //
 // Reach. A peer is reachable until a call to it fails (no answer within the
-// driver's patience). It is then down: its keys are decided by fallback,
-// and one ping at a time probes it. When a ping is answered, it is
-// recovering: what this node admitted in fallback for its keys is sent to
-// it, and only once it has acknowledged all of it (and nothing more waits)
-// is it reachable again, so an owner never decides without what was
-// admitted in its absence.
+// driver's patience), or until it is declared dead. It is then down: its
+// keys are decided by fallback, and one ping at a time probes it. When a
+// ping is answered, it is recovering: what this node admitted in fallback
+// for its keys is sent to it, and only once it has acknowledged all of it
+// (and nothing more waits) is it reachable again, so an owner never
+// decides without what was admitted in its absence. Its keys are the keys
+// it owns by a ring it is a member of: a peer that answers while it is out
+// of the ring (declared dead, and answering again before the others took
+// its keys over) stays recovering until a ring lists it again, and what
+// this node holds for the keys that ring gives back to it reaches it
+// before this node calls it for them.
 //
 // Leases. A node may count a key it owns only while it holds a lease from
 // the key's successor: the successor answered a ping sent at t0, which lets
@@ -244,17 +249,38 @@ func (c *Core) peerFailed(p *peerState) {
 
 // recover sends a recovering peer what this node admitted in fallback for
 // the keys it owns, and makes it reachable once nothing of that is left
-// unacknowledged.
+// unacknowledged: neither this node's fallback counts nor the counts it
+// passes on to it (what others admitted in fallback, sent here while this
+// node counted its keys), nor cancels and refunds. A peer outside the ring
+// owns no key by it: it recovers once a ring lists it again.
 func (c *Core) recover(now time.Time, v *view, p *peerState) {
+	if i, ok := v.ring.index(p.peer.Name); !ok || v.ring.member(i).Inc != p.peer.Inc {
+		return
+	}
 	if c.reconcileTo(now, v, p.peer) {
 		return // sent now: wait for the acknowledgement
 	}
-	if c.out.pendingFor(p.peer.Name, purposeReconcile, purposeCancel, purposeRefund) > 0 {
+	if c.out.pendingFor(p.peer.Name, purposeReconcile, purposeForward, purposeCancel, purposeRefund) > 0 {
 		return
 	}
 	if p.reach.CompareAndSwap(int32(recovering), int32(reachable)) {
 		c.log.Info("peer answers again: counting its keys exactly", "node", c.self.Name, "peer", p.peer.Name)
 		c.notifySettled()
+	}
+}
+
+// downDead makes down the peers declared dead that calls still went to:
+// gossip found them failed, and what this node admits for their keys until
+// they are listed again must reach them before it calls them again (see
+// recover). Each is pinged at once: one that answers is recovering. viewMu
+// is held.
+func (c *Core) downDead(known *membershipState, m int64) {
+	for _, d := range known.dead {
+		if p := c.peers.get(d.Name); p != nil && p.peer == d && p.reach.CompareAndSwap(int32(reachable), int32(down)) {
+			c.stats.Activations.Add(1)
+			c.log.Warn("peer declared dead: counting its keys in fallback until it answers again", "node", c.self.Name, "peer", d.Name)
+			c.pingNow(p, m)
+		}
 	}
 }
 

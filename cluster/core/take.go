@@ -633,7 +633,11 @@ const maxResealWaits = 2
 // CallFailed reports that op's call got no answer. busy: it was never sent
 // (the peer's queue was full), which says nothing of the peer's health.
 // An item that may have reached its owner is cancelled there: the request
-// is decided by fallback and must not count twice.
+// is decided elsewhere and must not count twice. If the ring gave the
+// keys to another node while the call was out (the owner was declared
+// dead), that node decides them, as a MovedTo would have said: admitted
+// here in fallback, after this node sealed to it, they would reach it only
+// once it counted past them. Else fallback decides.
 func (c *Core) CallFailed(now time.Time, op *TakeOp, busy bool) {
 	p := c.peers.get(op.to.Name)
 	if !busy && p != nil && p.peer.Inc == op.to.Inc {
@@ -650,7 +654,12 @@ func (c *Core) CallFailed(now time.Time, op *TakeOp, busy bool) {
 	if op.op == OpTake && !busy {
 		c.sendTransfer(now, op.to, Transfer{Mode: ModeCancel, Reqs: slices.Clone(g.reqs), Take: op.call.Seq}, purposeCancel)
 	}
-	c.decideByFallback(now, c.view.Load(), op, g)
+	v, m := c.view.Load(), c.mono(now)
+	if to, _, ok := c.placeOf(v, g.reqs[0].Key); ok && to.Name != op.to.Name {
+		c.redirect(now, v, m, op, g, to.Name)
+		return
+	}
+	c.decideByFallback(now, v, op, g)
 }
 
 // finish settles op: its results in place and, if a zone was denied, the

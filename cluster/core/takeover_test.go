@@ -67,7 +67,7 @@ func (h *handNet) start(name string, joining bool) *Core {
 	cfg.Hasher = h.hash
 	cfg.Joining = joining
 	if handLog {
-		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil)).With("t", h.now.Sub(simEpoch))
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug})).With("t", h.now.Sub(simEpoch))
 	}
 	h.cores[name] = New(cfg, h.now)
 	h.down[name] = false

@@ -301,8 +301,8 @@ func (o *outbox) failed(seq uint64, retryAt int64, refused bool) {
 }
 
 // due queues the transfers not in flight whose time has come, to the peers
-// reach allows.
-func (o *outbox) due(m int64, allow func(Peer) bool) {
+// reach allows, and shows each to sent (if not nil) as it goes.
+func (o *outbox) due(m int64, allow func(Peer) bool, sent func(*pendingTransfer)) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var seqs []uint64
@@ -314,6 +314,9 @@ func (o *outbox) due(m int64, allow func(Peer) bool) {
 	slices.Sort(seqs)
 	for _, seq := range seqs {
 		o.sendLocked(o.transfers[seq], m)
+		if sent != nil {
+			sent(o.transfers[seq])
+		}
 	}
 }
 
@@ -513,7 +516,8 @@ func (in *inbox) sweep(m int64, peers *peerTable) {
 
 // sendTransfer numbers t, a transfer to to, and queues it.
 func (c *Core) sendTransfer(now time.Time, to Peer, t Transfer, p purpose) {
-	c.out.transfer(to, t, p, c.mono(now), true)
+	t = c.out.transfer(to, t, p, c.mono(now), true)
+	c.debugTransfer("transfer sent", to, t, p)
 	c.notifyOutbox()
 }
 
@@ -523,10 +527,14 @@ func (c *Core) tickTransfers(now time.Time, m int64) {
 	c.viewMu.Lock()
 	c.deadReceivers(now, c.peers.heardOf) // transfers made after the receiver died
 	c.viewMu.Unlock()
+	var again func(*pendingTransfer)
+	if c.debugOn() {
+		again = func(pt *pendingTransfer) { c.debugTransfer("transfer sent again", pt.to, pt.t, pt.purpose) }
+	}
 	c.out.due(m, func(to Peer) bool {
 		p := c.peers.get(to.Name)
 		return p != nil && p.peer.Inc == to.Inc && p.reachState() != down
-	})
+	}, again)
 }
 
 // handleTransfer applies t from from, once, and acknowledges it. pulled:
@@ -534,6 +542,7 @@ func (c *Core) tickTransfers(now time.Time, m int64) {
 // node dead, and no lease is needed.
 func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool) Ack {
 	if t.To != c.self.Inc {
+		c.debugTransfer("transfer refused: meant for another run", from, t, 0)
 		return Ack{Seq: t.Seq, Refused: true}
 	}
 	if c.in.has(from, t.Seq) {
@@ -541,9 +550,11 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// node would answer a new transfer now, this one is applied, and
 		// a refusal would have its sender place it again elsewhere.
 		c.stats.Duplicates.Add(1)
+		c.debugTransfer("transfer received again: applied before", from, t, 0)
 		return Ack{Seq: t.Seq}
 	}
 	if c.gate.isLeaving() && (t.Mode.carriesCounts() || t.Mode == ModeReplica) {
+		c.debugTransfer("transfer refused: leaving", from, t, 0)
 		return Ack{Seq: t.Seq, Refused: true}
 	}
 	if t.Mode == ModeAdd && t.Own && !pulled && !c.Member() {
@@ -553,6 +564,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// and forth. Refused, it stays with the sender until this node is
 		// a member again. Other adds (what nodes admitted in fallback) are
 		// taken as before: refusing them too lost counts in the simulator.
+		c.debugTransfer("transfer refused: not a member", from, t, 0)
 		return Ack{Seq: t.Seq, Refused: true}
 	}
 	if t.Mode.carriesCounts() || t.Mode.settles() {
@@ -572,17 +584,25 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 				c.handoff.expect(c.view.Load(), c.self.Name, t.States)
 				c.pingNow(p, c.mono(now))
 			}
+			if c.debugOn() {
+				c.debugTransfer("transfer refused: no lease from the sender, or its keys taken over", from, t, 0, "pulled", pulled)
+			}
 			return Ack{Seq: t.Seq, Refused: true}
 		}
 	}
 	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), func() {
 		if t.Was != 0 && c.replicas.applied(t.WasTo, Applied{From: from, Seq: t.Was}) {
+			c.debugTransfer("transfer skipped: its dead receiver applied it", from, t, 0)
 			return // the dead receiver applied it, and its replicas here hold it
+		}
+		if c.debugOn() {
+			c.debugTransfer("transfer applied", from, t, 0, "pulled", pulled)
 		}
 		c.apply(now, from, t)
 	})
 	if !ran {
 		c.stats.Duplicates.Add(1)
+		c.debugTransfer("transfer received again: applied before", from, t, 0)
 	}
 	c.notifyOutbox()
 	return Ack{Seq: t.Seq}
@@ -642,7 +662,8 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		}
 		for _, name := range sortedKeys(onward) {
 			i, _ := v.ring.index(name)
-			c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name]}, purposeForward, c.mono(now), false)
+			t := c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name]}, purposeForward, c.mono(now), false)
+			c.debugTransfer("transfer made: evicted counters sent on", v.ring.member(i).Peer(), t, purposeForward)
 		}
 		c.place(now, ModeAdd, purposeForward, adds)
 	case ModeCopy:
@@ -766,15 +787,24 @@ func (c *Core) placeHere(now time.Time, v *view, mode Mode, states []limiter.Sta
 			continue
 		}
 		if v.ho != nil && c.handoff.arrive(v, c.self.Name, mode, s, now) {
+			if c.debugOn() {
+				c.debugCounts("counts kept until their key settles here", []limiter.State{s}, "mode", mode.String())
+			}
 			continue // moving here: settled with the rest of its counts
 		}
 		if mode == ModeAdd && !c.majority(v) && v.self >= 0 {
 			// Without a majority this node counts nothing as an owner: what
 			// is added here waits with its fallback counts for the key's
 			// owner on the larger side, and is sent there as an addition.
+			if c.debugOn() {
+				c.debugCounts("counts kept in fallback: no majority", []limiter.State{s})
+			}
 			c.fallback.engine.Merge(now, []limiter.State{s})
 			c.fallback.wrote()
 			continue
+		}
+		if c.debugOn() {
+			c.debugCounts("counts join the engine", []limiter.State{s}, "mode", mode.String())
 		}
 		if mode == ModeNewer || mode == ModeCopy {
 			c.engine.MergeNewer(now, []limiter.State{s})
@@ -835,7 +865,15 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 // receiver's.
 func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 	if a.Refused {
+		if c.debugOn() {
+			if t, ok := r.msg.(Transfer); ok {
+				c.debugTransfer("transfer refused by its receiver", r.to, t, 0)
+			} else {
+				c.log.Debug("transfer given in a pull refused by its receiver", "node", c.self.Name, "seq", r.seq)
+			}
+		}
 		if pt, ok := c.out.takeIfHeld(r.seq); ok {
+			c.debugTransfer("refused transfer: its counters go as a node declared dead sends them", pt.to, pt.t, pt.purpose)
 			c.viewMu.Lock()
 			c.sendEvicted(now, pt.t.States)
 			c.viewMu.Unlock()
@@ -847,6 +885,7 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 		return
 	}
 	if pt, ok := c.out.settle(r.seq); ok {
+		c.debugTransfer("transfer acknowledged", pt.to, pt.t, pt.purpose)
 		if pt.purpose == purposeReplica && pt.ring != nil {
 			c.noteReplicaRing(pt.ring)
 		}
@@ -880,6 +919,9 @@ func (c *Core) replaceRefused(now time.Time) {
 		mode := pt.t.Mode
 		if pt.purpose == purposeHandoff || pt.purpose == purposePull {
 			mode = ModeNewer
+		}
+		if c.debugOn() {
+			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose, "as", mode.String())
 		}
 		c.place(now, mode, pt.purpose, pt.t.States)
 	}
@@ -1033,6 +1075,9 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	for i := range reqs {
 		add(reqs[i].Key, nil, &reqs[i])
 	}
+	if c.debugOn() {
+		c.debugTransfer("transfer given up on: its receiver is gone", pt.to, pt.t, pt.purpose, "here", len(here)+len(hereReqs), "applied_there", c.replicas.applied(pt.to, was))
+	}
 	if !c.replicas.applied(pt.to, was) {
 		c.notePromotedHere(now, pt.t.ReplicaOf, here)
 		c.placeHere(now, v, pt.t.Mode, here)
@@ -1042,6 +1087,8 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		p := parts[name]
 		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf}, pt.purpose, c.mono(now), false)
 		c.out.retargeted(t.Seq, was.Seq, pt.to, c.mono(now))
+		t.Was, t.WasTo = was.Seq, pt.to
+		c.debugTransfer("transfer sent in place of one to a gone receiver", p.to.Peer(), t, pt.purpose)
 	}
 	c.notifyOutbox()
 }

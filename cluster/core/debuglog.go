@@ -1,0 +1,120 @@
+package core
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// Debug logging of where counts move: a transfer made, sent again,
+// acknowledged, refused, given up on, applied or refused by its receiver;
+// fallback counts sent to their owners or folded in; what arrived for keys
+// moving here taken out and placed anew, or settled; replicas promoted.
+// An operator who finds a count missing turns the cluster's logger to
+// debug and follows the key's counts from node to node. Each line is
+// written only when the logger is enabled at debug: with debug off it
+// costs one Enabled check, and nothing here runs for a request decided by
+// its owner.
+
+var purposeNames = [...]string{
+	purposeHandoff:   "handoff",
+	purposeForward:   "forward",
+	purposePull:      "pull",
+	purposeReconcile: "fallback",
+	purposeHeld:      "held",
+	purposeReplica:   "replica",
+	purposeRefund:    "refund",
+	purposeCancel:    "cancel",
+}
+
+// String names the purpose, for logs.
+func (p purpose) String() string {
+	if int(p) < len(purposeNames) && purposeNames[p] != "" {
+		return purposeNames[p]
+	}
+	return "purpose?"
+}
+
+// debugOn reports whether the core's logger writes debug lines.
+func (c *Core) debugOn() bool { return c.log.Enabled(context.Background(), slog.LevelDebug) }
+
+// debugStates is states as a log value: how many, the sum of their
+// current counts, and the first few as key=cur/prev.
+type debugStates []limiter.State
+
+// debugShown is how many states a debug line lists one by one.
+const debugShown = 8
+
+// LogValue renders the states when the line is written.
+func (s debugStates) LogValue() slog.Value {
+	var b strings.Builder
+	sum := uint64(0)
+	for _, st := range s {
+		if st.Kind < limiter.KindGrant {
+			sum += uint64(st.Cur)
+		}
+	}
+	fmt.Fprintf(&b, "n=%d sum=%d", len(s), sum)
+	for i, st := range s {
+		if i == debugShown {
+			b.WriteString(" …")
+			break
+		}
+		if st.Kind >= limiter.KindGrant {
+			fmt.Fprintf(&b, " %016x=kind%d", uint64(st.Key), st.Kind)
+			continue
+		}
+		fmt.Fprintf(&b, " %016x=%d/%d", uint64(st.Key), st.Cur, st.Prev)
+	}
+	return slog.StringValue(b.String())
+}
+
+// debugReqs is requests as a log value: the first few as key=units.
+type debugReqs []limiter.Request
+
+// LogValue renders the requests when the line is written.
+func (r debugReqs) LogValue() slog.Value {
+	var b strings.Builder
+	fmt.Fprintf(&b, "n=%d", len(r))
+	for i, q := range r {
+		if i == debugShown {
+			b.WriteString(" …")
+			break
+		}
+		fmt.Fprintf(&b, " %016x=%d", uint64(q.Key), max(q.Cost, 1))
+	}
+	return slog.StringValue(b.String())
+}
+
+// debugTransfer writes a line about transfer t to (or from) peer. Replicas
+// are left out: they go every ReplicateEvery and move no count.
+func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra ...any) {
+	if t.Mode == ModeReplica || !c.debugOn() {
+		return
+	}
+	args := []any{"node", c.self.Name, "peer", peer.Name, "seq", t.Seq, "mode", t.Mode.String()}
+	if p != 0 {
+		args = append(args, "purpose", p.String())
+	}
+	if len(t.States) > 0 {
+		args = append(args, "states", debugStates(t.States))
+	}
+	if len(t.Reqs) > 0 {
+		args = append(args, "reqs", debugReqs(t.Reqs))
+	}
+	if t.Was != 0 {
+		args = append(args, "was", t.Was, "was_to", t.WasTo.Name)
+	}
+	c.log.Debug(msg, append(args, extra...)...)
+}
+
+// debugCounts writes a line about counts that moved inside this node.
+func (c *Core) debugCounts(msg string, states []limiter.State, extra ...any) {
+	if len(states) == 0 || !c.debugOn() {
+		return
+	}
+	c.log.Debug(msg, append([]any{"node", c.self.Name, "states", debugStates(states)}, extra...)...)
+}

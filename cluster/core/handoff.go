@@ -55,12 +55,8 @@ type moving struct {
 	hasCopy  bool
 	adds     limiter.State // counts received to add (ModeAdd)
 	hasAdds  bool
-	// own is this node's own counter of the key, handed over and come
-	// back (its receiver gone, or the key moving here again): added like
-	// adds when the key settles, but sent on, if the key moves again
-	// first, as this node's hand-off, not as counts passed on for others.
-	own    limiter.State
-	hasOwn bool
+	own      limiter.State // this node's own counter, handed over and come back (see arrive)
+	hasOwn   bool
 	from     string // the node whose pull settled it (for stats)
 	received bool   // something arrived for it
 	// expected: a transfer carrying counts of it was refused (this node
@@ -254,7 +250,10 @@ func (h *handoffState) entry(v *view, self string, k limiter.Key) *moving {
 
 // arrive keeps a counter received for k while k is not settled here, and
 // reports whether it did (false: count it at once). own: s is this node's
-// own counter (ModeAdd), handed over and come back.
+// own counter (ModeAdd), handed over and come back (its receiver gone); it
+// is kept apart from what others sent: added like them when k settles,
+// but if k moves on first, sent as this node's hand-off, not as counts
+// passed on for others (see rePlace).
 func (h *handoffState) arrive(v *view, self string, mode Mode, own bool, s limiter.State, now time.Time) bool {
 	if !ownedBy(v, self, s.Key) || !h.incoming(v, self, s.Key) {
 		return false

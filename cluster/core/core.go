@@ -392,18 +392,24 @@ func (k membershipState) latest(name string) (seenRun, bool) {
 
 // rePlace puts what arrived for keys moving here, under the view before,
 // where it belongs under the view now: still waiting, counted, or sent on.
-// What goes on is passed on as it came (purposeForward), not as this
-// node's own counters: additions stay additions if their receiver refuses
-// them and the view changes again (a counter handed over and refused is
-// placed anew as a copy, which would swallow what others admitted), and a
-// peer that gets back the keys they belong to is called again only once
-// it has them (see recover).
+// What others sent goes on as it came (purposeForward), not as this node's
+// own counters: additions stay additions if their receiver refuses them
+// and the view changes again (a counter handed over and refused is placed
+// anew as a copy, which would swallow what others admitted), and a peer
+// that gets back the keys they belong to is called again only once it has
+// them (see recover). This node's own counters that came back (handed over
+// to a receiver that went) go on as its hand-off: if it is declared dead
+// while they are refused, they are counters it holds (see evict), which
+// their taker weighs against the replicas it started from, not additions
+// on top of them.
 func (c *Core) rePlace(now time.Time, a arrived) {
 	c.debugCounts("arrived for keys not settled, placed anew: copies", a.bases)
 	c.debugCounts("arrived for keys not settled, placed anew: additions", a.adds)
+	c.debugCounts("arrived for keys not settled, placed anew: own counters", a.owns)
 	c.debugCounts("arrived for keys not settled, placed anew: whole copies", a.copies)
 	c.place(now, ModeNewer, purposeForward, a.bases)
 	c.place(now, ModeAdd, purposeForward, a.adds)
+	c.placeAs(now, Transfer{Mode: ModeAdd, Own: true}, purposeHandoff, a.owns)
 	c.place(now, ModeCopy, purposeForward, a.copies)
 	c.refund(now, a.refunds)
 }

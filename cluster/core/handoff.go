@@ -55,6 +55,8 @@ type moving struct {
 	hasCopy  bool
 	adds     limiter.State // counts received to add (ModeAdd)
 	hasAdds  bool
+	own      limiter.State // this node's own counter, handed over and come back (see arrive)
+	hasOwn   bool
 	from     string // the node whose pull settled it (for stats)
 	received bool   // something arrived for it
 	// expected: a transfer carrying counts of it was refused (this node
@@ -247,8 +249,12 @@ func (h *handoffState) entry(v *view, self string, k limiter.Key) *moving {
 }
 
 // arrive keeps a counter received for k while k is not settled here, and
-// reports whether it did (false: count it at once).
-func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, now time.Time) bool {
+// reports whether it did (false: count it at once). own: s is this node's
+// own counter (ModeAdd), handed over and come back (its receiver gone); it
+// is kept apart from what others sent: added like them when k settles,
+// but if k moves on first, sent as this node's hand-off, not as counts
+// passed on for others (see rePlace).
+func (h *handoffState) arrive(v *view, self string, mode Mode, own bool, s limiter.State, now time.Time) bool {
 	if !ownedBy(v, self, s.Key) || !h.incoming(v, self, s.Key) {
 		return false
 	}
@@ -272,6 +278,14 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, s limiter.State, 
 			mk.base = limiter.NewerState(mk.base, s)
 		} else {
 			mk.base, mk.hasBase = s, true
+		}
+		return true
+	}
+	if own {
+		if mk.hasOwn {
+			mk.own = limiter.AddState(now, mk.own, s)
+		} else {
+			mk.own, mk.hasOwn = s, true
 		}
 		return true
 	}
@@ -309,9 +323,18 @@ func (h *handoffState) expect(v *view, self string, states []limiter.State) {
 }
 
 // settleLocked marks mk settled and returns the counter it gathered, if
-// any: its newest copy with the additions on top. h.mu is held.
+// any: its newest copy with the additions (this node's own counter among
+// them) on top. h.mu is held.
 func settleLocked(mk *moving, now time.Time, into *settled) {
 	mk.settled = true
+	if mk.hasOwn {
+		if mk.hasAdds {
+			mk.adds = limiter.AddState(now, mk.adds, mk.own)
+		} else {
+			mk.adds, mk.hasAdds = mk.own, true
+		}
+		mk.hasOwn = false
+	}
 	var out limiter.State
 	has := true
 	switch {
@@ -567,7 +590,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	}
 	states := c.engine.ExtractKeys(now, take)
 	moving := c.handoff.extract(take)
-	bases, adds := moving.bases, moving.adds
+	bases, adds := moving.bases, append(moving.adds, moving.owns...)
 	// Replicas this node keeps of the puller's earlier run, of keys nobody
 	// handed over here: the puller restarted without a hand-off (it
 	// crashed), and those keys' counts live in the replicas.
@@ -656,10 +679,12 @@ func (h *handoffState) takeArrived() (a arrived) {
 	return a
 }
 
-// arrived is what came for keys not settled, taken out to be placed anew.
+// arrived is what came for keys not settled, taken out to be placed anew:
+// owns are this node's own counters that came back, adds what it passes
+// on for others.
 type arrived struct {
-	bases, adds, copies []limiter.State
-	refunds             []limiter.Request
+	bases, adds, owns, copies []limiter.State
+	refunds                   []limiter.Request
 }
 
 // takeLocked moves what came for mk into a.
@@ -670,17 +695,21 @@ func (a *arrived) takeLocked(mk *moving) {
 	if mk.hasAdds {
 		a.adds = append(a.adds, mk.adds)
 	}
+	if mk.hasOwn {
+		a.owns = append(a.owns, mk.own)
+	}
 	if mk.hasCopy {
 		a.copies = append(a.copies, mk.copy)
 	}
 	a.refunds = append(a.refunds, mk.refunds...)
-	mk.hasBase, mk.hasAdds, mk.hasCopy, mk.refunds = false, false, false, nil
+	mk.hasBase, mk.hasAdds, mk.hasOwn, mk.hasCopy, mk.refunds = false, false, false, false, nil
 }
 
 // sort orders a by key: what is sent does not depend on a map walk.
 func (a *arrived) sort() {
 	sortStates(a.bases)
 	sortStates(a.adds)
+	sortStates(a.owns)
 	sortStates(a.copies)
 	slices.SortFunc(a.refunds, func(x, y limiter.Request) int { return cmpUint(uint64(x.Key), uint64(y.Key)) })
 }

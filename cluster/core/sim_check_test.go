@@ -598,7 +598,10 @@ func (s *sim) heldBy(n *simNode, k limiter.Key) int64 {
 		if mk.hasAdds {
 			total += windowCount([]limiter.State{mk.adds})
 		}
-		if mk.hasCopy && !mk.hasBase && !mk.hasAdds {
+		if mk.hasOwn {
+			total += windowCount([]limiter.State{mk.own})
+		}
+		if mk.hasCopy && !mk.hasBase && !mk.hasAdds && !mk.hasOwn {
 			total += windowCount([]limiter.State{mk.copy})
 		}
 	}

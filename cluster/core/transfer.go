@@ -764,7 +764,7 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 		owners[to.Name] = to
 	}
 	c.notePromotedHere(now, like.ReplicaOf, local)
-	c.placeHere(now, v, mode, local)
+	c.placeHere(now, v, mode, like.Mode == ModeAdd && like.Own, local)
 	names := make([]string, 0, len(byOwner))
 	for name := range byOwner {
 		names = append(names, name)
@@ -780,13 +780,16 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 }
 
 // placeHere keeps states of keys this node owns (or that nobody owns yet).
-func (c *Core) placeHere(now time.Time, v *view, mode Mode, states []limiter.State) {
+// own: they are this node's own counters, handed over and come back; while
+// their keys wait to settle here they are kept apart from what others
+// sent, so that if they move on first they go as this node's hand-off.
+func (c *Core) placeHere(now time.Time, v *view, mode Mode, own bool, states []limiter.State) {
 	for _, s := range states {
 		if s.Kind >= limiter.KindGrant {
 			c.engine.Merge(now, []limiter.State{s}) // grants and leases are not counted twice by merging
 			continue
 		}
-		if v.ho != nil && c.handoff.arrive(v, c.self.Name, mode, s, now) {
+		if v.ho != nil && c.handoff.arrive(v, c.self.Name, mode, own, s, now) {
 			if c.debugOn() {
 				c.debugCounts("counts kept until their key settles here", []limiter.State{s}, "mode", mode.String())
 			}
@@ -1080,7 +1083,7 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	}
 	if !c.replicas.applied(pt.to, was) {
 		c.notePromotedHere(now, pt.t.ReplicaOf, here)
-		c.placeHere(now, v, pt.t.Mode, here)
+		c.placeHere(now, v, pt.t.Mode, pt.t.Mode == ModeAdd && pt.t.Own, here)
 		c.applySettle(now, pt.t, hereReqs)
 	}
 	for _, name := range sortedKeys(parts) {

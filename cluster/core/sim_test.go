@@ -1023,7 +1023,11 @@ type simLogHandler struct {
 	attrs []slog.Attr
 }
 
-func (h *simLogHandler) Enabled(context.Context, slog.Level) bool { return true }
+// Enabled keeps the cores' debug lines (every movement of counts) for a
+// replay asked to log (-sim-log): a sweep has no use for them.
+func (h *simLogHandler) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo || *simLogFlag
+}
 func (h *simLogHandler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
 	b.WriteString(r.Message)

@@ -348,6 +348,11 @@ func (n *Node) startMemberlist(inc uint64) error {
 	mc.Alive = delegate{n}
 	// A node that restarts comes back under its name at its address.
 	mc.DeadNodeReclaimTime = time.Second
+	// The full exchange of states with one other node, which mends a view
+	// that missed a refutation (a node that joined while another was
+	// briefly taken for dead keeps it dead until then, out of its ring):
+	// every ten probe intervals, 5 s by default, not memberlist's 30 s.
+	mc.PushPullInterval = max(10*mc.ProbeInterval, 2*time.Second)
 
 	// The name and the peer address must be known before memberlist
 	// starts gossiping the metadata, but the bound ports only after.

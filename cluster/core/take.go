@@ -188,18 +188,22 @@ func (c *Core) noteChanged(v *view, reqs []limiter.Request, client limiter.Key) 
 	}
 }
 
+// placeName names the node that counts k by v (placeOf), or "" if none
+// does yet.
+func (c *Core) placeName(v *view, k limiter.Key) string {
+	to, _, ok := c.placeOf(v, k)
+	if !ok {
+		return ""
+	}
+	return to.Name
+}
+
 // startTake sets op up: its zones grouped by the node that counts them,
 // the client's owner first.
 func (c *Core) startTake(now time.Time, v *view, op *TakeOp, kind Op, client limiter.Key, reqs []limiter.Request, res []limiter.Result) {
 	*op = TakeOp{op: kind, client: client, reqs: reqs, res: res, deadline: c.mono(now) + int64(c.patience())}
 	op.decision.Score = limiter.FullScore
-	target := func(k limiter.Key) string {
-		to, _, ok := c.placeOf(v, k)
-		if !ok {
-			return ""
-		}
-		return to.Name
-	}
+	target := func(k limiter.Key) string { return c.placeName(v, k) }
 	first := target(reqs[0].Key)
 	same := true
 	for i := 1; i < len(reqs) && same; i++ {
@@ -485,13 +489,7 @@ func (c *Core) redirect(now time.Time, v *view, m int64, op *TakeOp, g *takeGrou
 // the client's reputation first. It reports whether it split the group.
 func (c *Core) splitByView(now time.Time, v *view, op *TakeOp) bool {
 	g := op.groups[op.cur]
-	target := func(k limiter.Key) string {
-		to, _, ok := c.placeOf(v, k)
-		if !ok {
-			return ""
-		}
-		return to.Name
-	}
+	target := func(k limiter.Key) string { return c.placeName(v, k) }
 	first := target(g.reqs[0].Key)
 	if !slices.ContainsFunc(g.reqs[1:], func(r limiter.Request) bool { return target(r.Key) != first }) {
 		return false

@@ -246,6 +246,7 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 	e.u64(t.Was)
 	encodePeer(e, t.WasTo)
 	e.flag(t.Own)
+	encodePeer(e, t.CountersOf)
 	encodePeer(e, t.ReplicaOf)
 	encodePeer(e, t.Evicted)
 	e.u32(uint32(len(t.Applied)))
@@ -275,6 +276,7 @@ func decodeTransfer(d *decoder) core.Transfer {
 	t.Take, t.Was = d.u64(), d.u64()
 	t.WasTo = decodePeer(d)
 	t.Own = d.flag()
+	t.CountersOf = decodePeer(d)
 	t.ReplicaOf = decodePeer(d)
 	t.Evicted = decodePeer(d)
 	if n := d.count32(maxList, 9+8); n > 0 {

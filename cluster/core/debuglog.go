@@ -108,6 +108,12 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 	if t.Was != 0 {
 		args = append(args, "was", t.Was, "was_to", t.WasTo.Name)
 	}
+	if t.CountersOf.Name != "" {
+		args = append(args, "counters_of", t.CountersOf.Name)
+	}
+	if t.ReplicaOf.Name != "" {
+		args = append(args, "replica_of", t.ReplicaOf.Name)
+	}
 	c.log.Debug(msg, append(args, extra...)...)
 }
 

@@ -324,5 +324,5 @@ func (c *Core) foldFallback(now time.Time, v *view, keys []limiter.Key) {
 	c.spent(states, now.UnixNano())
 	c.stats.Reconciled.Add(uint64(len(states)))
 	c.debugCounts("fallback counts folded into keys this node counts now", states)
-	c.placeHere(now, v, ModeAdd, false, sortStates(states))
+	c.placeHere(now, v, Transfer{Mode: ModeAdd}, sortStates(states))
 }

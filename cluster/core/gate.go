@@ -159,6 +159,7 @@ func (c *Core) RestoreCounters(now time.Time, states []limiter.State) {
 	if len(states) == 0 {
 		return
 	}
+	c.replicas.noteRestored(c.mono(now), states)
 	g := c.gate
 	g.mu.Lock()
 	if !c.mayJoinLocked(now) {
@@ -272,7 +273,8 @@ func (c *Core) evict(now time.Time, by string) {
 	// passes on for others, which stay additions) if their receivers
 	// refuse them.
 	for _, pt := range c.out.refusedNotFor(func(pt *pendingTransfer) bool {
-		return (pt.purpose == purposeHandoff || pt.purpose == purposePull) && pt.t.Mode.carriesCounts()
+		// Replicas of a dead run sent on are not counters this node holds.
+		return (pt.purpose == purposeHandoff || pt.purpose == purposePull) && pt.t.Mode.carriesCounts() && pt.t.ReplicaOf.Name == ""
 	}) {
 		held = append(held, pt.t.States...)
 	}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,9 @@ type moving struct {
 	hasOwn   bool
 	from     string // the node whose pull settled it (for stats)
 	received bool   // something arrived for it
+	// counter: a counter of it arrived (a hand-off, a copy), not only what
+	// others admitted in fallback.
+	counter bool
 	// expected: a transfer carrying counts of it was refused (this node
 	// held no lease from its sender yet): a pull that finds nothing does
 	// not settle it before they arrive.
@@ -254,7 +258,7 @@ func (h *handoffState) entry(v *view, self string, k limiter.Key) *moving {
 // is kept apart from what others sent: added like them when k settles,
 // but if k moves on first, sent as this node's hand-off, not as counts
 // passed on for others (see rePlace).
-func (h *handoffState) arrive(v *view, self string, mode Mode, own bool, s limiter.State, now time.Time) bool {
+func (h *handoffState) arrive(v *view, self string, mode Mode, own, counter bool, s limiter.State, now time.Time) bool {
 	if !ownedBy(v, self, s.Key) || !h.incoming(v, self, s.Key) {
 		return false
 	}
@@ -265,6 +269,7 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, own bool, s limit
 		return false
 	}
 	mk.received, mk.expected = true, false
+	mk.counter = mk.counter || counter
 	if mode == ModeCopy {
 		if mk.hasCopy {
 			mk.copy = limiter.NewerState(mk.copy, s)
@@ -484,7 +489,7 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 		c.pullFailed(now, asked)
 		return
 	}
-	refused, given := map[limiter.Key]bool{}, map[limiter.Key]bool{}
+	refused, given, counters := map[limiter.Key]bool{}, map[limiter.Key]bool{}, map[limiter.Key]bool{}
 	for _, t := range reply.Given {
 		ack := c.handleTransfer(now, r.to, t, true)
 		c.out.send(r.to, ack)
@@ -493,6 +498,7 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 				refused[s.Key] = true // not applied: not settled, pulled again
 			} else {
 				given[s.Key] = true
+				counters[s.Key] = counters[s.Key] || t.carriesCounter()
 			}
 		}
 		if !ack.Refused {
@@ -531,10 +537,11 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			mk.retryAt = retry
 			continue
 		}
-		if !given[k] && !mk.received {
-			// Held nowhere the pull looked, nothing came for it: a node
-			// leaving that would have owned it may still hold it, or be
-			// sending it.
+		if !counters[k] && !mk.counter {
+			// No counter of it came, from the pull or otherwise (what did
+			// may be only what others admitted in fallback): a node leaving
+			// that would have owned it may still hold it, or be sending it
+			// (to a run of this node that died).
 			if l := c.leaverFor(v, k, mk.leavers); l != "" {
 				mk.leavers++
 				mk.source = l
@@ -551,16 +558,22 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 	}
 }
 
-// leaverFor returns the next node leaving, from the plan's i-th on, that
-// would own k, or "".
+// leaverFor returns the next node still leaving, from the plan's i-th on,
+// that would own k, or "".
 func (c *Core) leaverFor(v *view, k limiter.Key, i int) string {
 	if v.ho == nil {
 		return ""
 	}
+	leaving := c.known.Load().leaving
 	for ; i < len(v.ho.leavers); i++ {
-		if o, ok := v.ho.leavers[i].Owner(k.Route()); ok && !v.stable.Has(o.Name) {
+		o, ok := v.ho.leavers[i].Owner(k.Route())
+		if !ok || v.stable.Has(o.Name) {
+			continue
+		}
+		if slices.ContainsFunc(leaving, func(m Member) bool { return m.Name == o.Name && m.Inc == o.Inc }) {
 			return o.Name
 		}
+		// Gone since: it handed everything over before it went.
 	}
 	return ""
 }
@@ -590,7 +603,8 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	}
 	states := c.engine.ExtractKeys(now, take)
 	moving := c.handoff.extract(take)
-	bases, adds := moving.bases, append(moving.adds, moving.owns...)
+	bases, adds := moving.bases, moving.adds
+	states = append(states, moving.owns...) // its own counters, come back
 	// Replicas this node keeps of the puller's earlier run, of keys nobody
 	// handed over here: the puller restarted without a hand-off (it
 	// crashed), and those keys' counts live in the replicas.
@@ -598,7 +612,6 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		return owner.Name == from.Name && owner.Inc < from.Inc && slices.Contains(p.Keys, k) &&
 			!slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == k })
 	})...)
-	states = append(states, adds...)
 	// A key held nowhere here that this node counts elsewhere (by its
 	// ring without the asker) is there, or on its way there: the asker
 	// guessed this node from a ring this node no longer shares (it was
@@ -606,7 +619,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	// here" would have it counted from nothing.
 	var elsewhere []limiter.Key
 	for _, k := range take {
-		if heldIn(states, k) || heldIn(bases, k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
+		if heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
 			continue
 		}
 		if o, ok := v.ring.OwnerWithout(k.Route(), from.Name); ok && o.Name != c.self.Name {
@@ -616,10 +629,14 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	}
 	m := c.mono(now)
 	held := len(given)
-	if len(states) > 0 {
-		for _, part := range SplitStates(sortStates(states), TransferBytes) {
-			given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, States: part}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
-		}
+	// This node's own counters go as its own (the asker weighs a replica of
+	// them it may get later against them); what others sent here for the
+	// keys goes as additions.
+	for _, part := range SplitStates(sortStates(states), TransferBytes) {
+		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, Own: true, States: part}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+	}
+	for _, part := range SplitStates(sortStates(adds), TransferBytes) {
+		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, States: part}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	if len(bases) > 0 {
 		given = append(given, c.out.transfer(from, Transfer{Mode: ModeNewer, States: sortStates(bases)}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
@@ -970,6 +987,10 @@ func (c *Core) handOver(now time.Time, v *view) {
 func (c *Core) handOverReplicas(now time.Time, v *view) {
 	self := c.self.Name
 	c.replicas.take(now, func(owner Peer, _ limiter.Key) bool { return c.runLeft(owner) })
+	if c.gate.isLeaving() {
+		c.passReplicasOn(now, v)
+		return
+	}
 	if !c.majority(v) {
 		return
 	}
@@ -981,6 +1002,42 @@ func (c *Core) handOverReplicas(now time.Time, v *view) {
 	// promotion here: if it comes back, it adds only what it counted since.
 	c.replicas.notePromoted(c.mono(now), taken)
 	c.sendReplicasOn(now, taken)
+}
+
+// passReplicasOn sends the replicas a leaving node keeps to the nodes that
+// succeed their owners without it, as replicas still: an owner that died
+// unnoticed (or is taken for dead only on this node's side of a split) is
+// taken over from them there, under that node's majority, and a live
+// owner's next replica replaces them. Counted here instead, or dropped,
+// they would be counted twice or lost. viewMu is held.
+func (c *Core) passReplicasOn(now time.Time, v *view) {
+	type dest struct {
+		to    string
+		owner Peer
+	}
+	byDest := map[dest][]limiter.State{}
+	members := map[string]Member{}
+	for _, t := range c.replicas.takeOwned(now, func(Peer, limiter.Key) bool { return true }) {
+		to, ok := v.ring.OwnerWithout(t.state.Key.Route(), t.owner.Name)
+		if !ok || to.Name == c.self.Name {
+			continue
+		}
+		d := dest{to: to.Name, owner: t.owner}
+		byDest[d] = append(byDest[d], t.state)
+		members[to.Name] = to
+	}
+	dests := make([]dest, 0, len(byDest))
+	for d := range byDest {
+		dests = append(dests, d)
+	}
+	slices.SortFunc(dests, func(a, b dest) int {
+		return cmp.Or(cmp.Compare(a.to, b.to), cmp.Compare(a.owner.Name, b.owner.Name), cmp.Compare(a.owner.Inc, b.owner.Inc))
+	})
+	for _, d := range dests {
+		for _, part := range SplitStates(byDest[d], TransferBytes) {
+			c.sendTransfer(now, members[d.to].Peer(), Transfer{Mode: ModeReplica, ReplicaOf: d.owner, States: part}, purposeReplica)
+		}
+	}
 }
 
 // sendReplicasOn sends replicas of dead runs to their keys' owners, as

@@ -154,6 +154,11 @@ type Transfer struct {
 	// handed over; a replica of them the receiver keeps for the sender is
 	// stale from now on.
 	Own bool
+	// CountersOf (ModeAdd): these are that run's own counters, handed over
+	// by it (Own) and passed on by the nodes they reached on the way. A
+	// replica of the run's counter is a copy of the same counts: where
+	// both arrive, the later adds only what it holds beyond the earlier.
+	CountersOf Peer
 	// ReplicaOf (ModeNewer): these are replicas of that dead run's
 	// counters, which the receiver starts the keys from: if the run comes
 	// back (ModeEvicted), the receiver knows the cluster holds them.
@@ -165,6 +170,21 @@ type Transfer struct {
 	// last replica to this successor: if the owner dies, the successor
 	// knows which of them its replicas hold already.
 	Applied []Applied
+}
+
+// countersOf returns the run whose own counters t carries, sent by sender:
+// the sender's for its own, the run named for those passed on, or none.
+func (t Transfer) countersOf(sender Peer) Peer {
+	if t.Own {
+		return sender
+	}
+	return t.CountersOf
+}
+
+// carriesCounter reports whether t carries a key's counter (a hand-off, a
+// copy), not only counts others admitted in fallback.
+func (t Transfer) carriesCounter() bool {
+	return t.Mode.carriesCounts() && (t.Mode != ModeAdd || t.Own || t.CountersOf.Name != "")
 }
 
 // Applied names a transfer a node applied: its sender's run and number.

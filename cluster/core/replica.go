@@ -33,8 +33,9 @@ type replicaStore struct {
 	mu        sync.Mutex
 	states    map[limiter.Key]replica
 	max       int
-	appliedBy map[Peer]map[Applied]int64 // owner run → transfers it applied → mono when heard
-	promoted  map[limiter.Key]promotion  // keys this node started from a dead owner's replica
+	appliedBy map[Peer]map[Applied]int64  // owner run → transfers it applied → mono when heard
+	promoted  map[limiter.Key][]promotion // per key, the dead runs' counts the cluster holds (one entry a run)
+	restored  map[limiter.Key]int64       // keys this run restored counters of, kept by an earlier run → mono when
 }
 
 // promotion is a key started from the replica of a dead owner run (or
@@ -65,12 +66,55 @@ func (r *replicaStore) notePromoted(m int64, taken []takenReplica) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.promoted == nil {
-		r.promoted = map[limiter.Key]promotion{}
-	}
 	for _, t := range taken {
-		r.promoted[t.state.Key] = promotion{owner: t.owner, state: t.state, at: m}
+		r.setPromotionLocked(t.state.Key, promotion{owner: t.owner, state: t.state, at: m})
 	}
+}
+
+// promotionLocked returns the record of run's counts of k, if any, and
+// where it is in the key's list. r.mu is held.
+func (r *replicaStore) promotionLocked(k limiter.Key, run Peer) (promotion, int, bool) {
+	for i, p := range r.promoted[k] {
+		if p.owner == run {
+			return p, i, true
+		}
+	}
+	return promotion{}, -1, false
+}
+
+// setPromotionLocked records p for k, in place of the record of the same
+// run. r.mu is held.
+func (r *replicaStore) setPromotionLocked(k limiter.Key, p promotion) {
+	if r.promoted == nil {
+		r.promoted = map[limiter.Key][]promotion{}
+	}
+	if _, i, ok := r.promotionLocked(k, p.owner); ok {
+		r.promoted[k][i] = p
+		return
+	}
+	r.promoted[k] = append(r.promoted[k], p)
+}
+
+// noteRestored records the keys of counters an earlier run of this node
+// kept (a snapshot), sent as copies to their owners.
+func (r *replicaStore) noteRestored(m int64, states []limiter.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.restored == nil {
+		r.restored = map[limiter.Key]int64{}
+	}
+	for _, s := range states {
+		r.restored[s.Key] = m
+	}
+}
+
+// wasRestored reports whether this run restored a counter of k that an
+// earlier run kept.
+func (r *replicaStore) wasRestored(k limiter.Key) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.restored[k]
+	return ok
 }
 
 // absorbCopy keeps, of states copied from a snapshot that a later run of
@@ -111,8 +155,8 @@ type takenReplica struct {
 func (r *replicaStore) beyondPromoted(now time.Time, k limiter.Key, owner Peer, s limiter.State, own bool) (delta limiter.State, more, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, ok := r.promoted[k]
-	if !ok || p.owner != owner {
+	p, _, ok := r.promotionLocked(k, owner)
+	if !ok {
 		return limiter.State{}, false, false
 	}
 	if own && p.returned {
@@ -122,7 +166,7 @@ func (r *replicaStore) beyondPromoted(now time.Time, k limiter.Key, owner Peer, 
 		delta, more = limiter.SubState(now, s, p.state)
 	}
 	p.state = limiter.NewerState(p.state, s)
-	r.promoted[k] = p
+	r.setPromotionLocked(k, p)
 	return delta, more, true
 }
 
@@ -134,9 +178,10 @@ func (r *replicaStore) returnedTo(to string, states []limiter.State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range states {
-		if p, ok := r.promoted[s.Key]; ok && p.owner.Name == to {
-			p.returned = true
-			r.promoted[s.Key] = p
+		for i, p := range r.promoted[s.Key] {
+			if p.owner.Name == to {
+				r.promoted[s.Key][i].returned = true
+			}
 		}
 	}
 }
@@ -171,9 +216,17 @@ func (r *replicaStore) applied(owner Peer, a Applied) bool {
 func (r *replicaStore) forgetApplied(m int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for k, p := range r.promoted {
-		if m-p.at > int64(appliedKeep) {
+	for k, list := range r.promoted {
+		list = slices.DeleteFunc(list, func(p promotion) bool { return m-p.at > int64(appliedKeep) })
+		if len(list) == 0 {
 			delete(r.promoted, k)
+		} else {
+			r.promoted[k] = list
+		}
+	}
+	for k, at := range r.restored {
+		if m-at > int64(appliedKeep) {
+			delete(r.restored, k)
 		}
 	}
 	for owner, set := range r.appliedBy {
@@ -202,6 +255,24 @@ func (r *replicaStore) put(now time.Time, owner Peer, states []limiter.State) {
 			}
 		}
 		r.states[s.Key] = replica{state: s, owner: owner}
+	}
+}
+
+// putPassed keeps states of owner that another node kept and passed on:
+// each where this node keeps no replica of its key, or an older one of
+// the same run. A full store refuses new keys.
+func (r *replicaStore) putPassed(owner Peer, states []limiter.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range states {
+		rep, ok := r.states[s.Key]
+		switch {
+		case !ok && len(r.states) < r.max:
+			r.states[s.Key] = replica{state: s, owner: owner}
+		case ok && rep.owner == owner:
+			rep.state = limiter.NewerState(rep.state, s)
+			r.states[s.Key] = rep
+		}
 	}
 }
 

@@ -236,6 +236,7 @@ func runScheduleTraced(sc simSchedule, trace int) *sim {
 	s.keys = keys
 	if trace >= 0 {
 		s.trace = keys[trace].key
+		s.logf("TRACE key %d is %d", trace, uint64(s.trace))
 		var snap func()
 		snap = func() {
 			var parts []string

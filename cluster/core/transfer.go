@@ -616,12 +616,12 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 	switch t.Mode {
 	case ModeAdd:
 		c.stats.Received.Add(uint64(len(t.States)))
-		if t.Own {
-			for _, s := range t.States {
-				c.replicas.dropOf(s.Key, from) // the counter came itself
-			}
+		of := t.countersOf(from)
+		states := t.States
+		if of.Name != "" {
+			states = c.weighCounters(now, of, states)
 		}
-		c.place(now, ModeAdd, purposeForward, t.States)
+		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: of}, purposeForward, states)
 	case ModeEvicted:
 		c.stats.Received.Add(uint64(len(t.States)))
 		// Counters of keys this node started from the sender's replicas
@@ -642,7 +642,13 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// from. Added here, it would count twice what that replica held.
 		run := t.Evicted
 		v := c.view.Load()
-		var adds []limiter.State
+		// Meant for an earlier run of this node, which kept the run's
+		// replicas and may have started keys from them: where this run
+		// restored that earlier run's counter of a key (and sent it as a
+		// copy to the key's owner), the counter may hold the replica's
+		// counts, so this one raises the count as a copy, never adds.
+		earlier := t.WasTo.Name == c.self.Name && t.WasTo.Inc < c.self.Inc
+		var adds, copies []limiter.State
 		onward := map[string][]limiter.State{}
 		for _, s := range t.States {
 			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s, true); ok {
@@ -652,6 +658,10 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 				continue
 			}
 			c.replicas.dropOf(s.Key, run)
+			if earlier && c.replicas.wasRestored(s.Key) {
+				copies = append(copies, s)
+				continue
+			}
 			if from == run {
 				if o, ok := v.ring.OwnerWithout(s.Key.Route(), run.Name); ok && o.Name != c.self.Name {
 					onward[o.Name] = append(onward[o.Name], s)
@@ -666,6 +676,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			c.debugTransfer("transfer made: evicted counters sent on", v.ring.member(i).Peer(), t, purposeForward)
 		}
 		c.place(now, ModeAdd, purposeForward, adds)
+		c.place(now, ModeCopy, purposeForward, copies)
 	case ModeCopy:
 		// A snapshot read back holds what an earlier run of the sender
 		// counted: where this node keeps that run's replica, not yet
@@ -679,6 +690,12 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// already (in this node's counter, wherever it went since); only
 		// what this copy counted beyond it is new, and is added.
 		states, adds := t.States, []limiter.State(nil)
+		if t.ReplicaOf == c.self {
+			// Copies of this run's own counters: it holds their counts, or
+			// handed them over in transfers that were acknowledged.
+			c.debugTransfer("transfer dropped: replicas of this run's own counters", from, t, 0)
+			return
+		}
 		if t.ReplicaOf.Name != "" {
 			states = nil
 			for _, s := range t.States {
@@ -694,6 +711,15 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		c.placeAs(now, Transfer{Mode: t.Mode, ReplicaOf: t.ReplicaOf}, purposeForward, states)
 		c.place(now, ModeAdd, purposeForward, adds)
 	case ModeReplica:
+		if t.ReplicaOf.Name != "" {
+			// Replicas a leaving node kept for their owner, passed on to the
+			// owner's successor without it: kept where this node keeps
+			// none of the key newer, unless the owner left too.
+			if !c.runLeft(t.ReplicaOf) {
+				c.replicas.putPassed(t.ReplicaOf, t.States)
+			}
+			return
+		}
 		if r, ok := c.known.Load().run(from); ok && r.leaving {
 			return // it hands its counters over instead: a replica now is stale
 		}
@@ -707,6 +733,31 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			c.refund(now, t.Reqs)
 		}
 	}
+}
+
+// weighCounters returns, of states (run's own counters, handed over), what
+// the cluster does not hold yet as far as this node knows: where this node
+// started a key from a replica of run's (or had its counter pass through
+// before), only what the counter holds beyond that. From now on the
+// cluster holds the counters, wherever they go from here: a replica of
+// them that comes later adds only what it holds beyond them (see
+// beyondPromoted), and the replica this node keeps of them is stale.
+func (c *Core) weighCounters(now time.Time, run Peer, states []limiter.State) []limiter.State {
+	var out []limiter.State
+	var noted []takenReplica
+	for _, s := range states {
+		c.replicas.dropOf(s.Key, run)
+		if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s, true); ok {
+			if more {
+				out = append(out, d)
+			}
+			continue
+		}
+		noted = append(noted, takenReplica{owner: run, state: s})
+		out = append(out, s)
+	}
+	c.replicas.notePromoted(c.mono(now), noted)
+	return out
 }
 
 // notePromotedHere records that replicas of the dead run owner are
@@ -746,7 +797,6 @@ func (c *Core) place(now time.Time, mode Mode, p purpose, states []limiter.State
 // placeAs is place for transfers made after like: its mode, and for
 // ModeEvicted the run whose counters they are.
 func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter.State) {
-	mode := like.Mode
 	if len(states) == 0 {
 		return
 	}
@@ -764,7 +814,7 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 		owners[to.Name] = to
 	}
 	c.notePromotedHere(now, like.ReplicaOf, local)
-	c.placeHere(now, v, mode, like.Mode == ModeAdd && like.Own, local)
+	c.placeHere(now, v, like, local)
 	names := make([]string, 0, len(byOwner))
 	for name := range byOwner {
 		names = append(names, name)
@@ -779,17 +829,19 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 	}
 }
 
-// placeHere keeps states of keys this node owns (or that nobody owns yet).
-// own: they are this node's own counters, handed over and come back; while
-// their keys wait to settle here they are kept apart from what others
-// sent, so that if they move on first they go as this node's hand-off.
-func (c *Core) placeHere(now time.Time, v *view, mode Mode, own bool, states []limiter.State) {
+// placeHere keeps states of keys this node owns (or that nobody owns yet),
+// as transfers like carry them. Own adds are this node's own counters,
+// handed over and come back; while their keys wait to settle here they
+// are kept apart from what others sent, so that if they move on first
+// they go as this node's hand-off.
+func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter.State) {
+	mode, own := like.Mode, like.Mode == ModeAdd && like.Own
 	for _, s := range states {
 		if s.Kind >= limiter.KindGrant {
 			c.engine.Merge(now, []limiter.State{s}) // grants and leases are not counted twice by merging
 			continue
 		}
-		if v.ho != nil && c.handoff.arrive(v, c.self.Name, mode, own, s, now) {
+		if v.ho != nil && c.handoff.arrive(v, c.self.Name, mode, own, own || like.carriesCounter(), s, now) {
 			if c.debugOn() {
 				c.debugCounts("counts kept until their key settles here", []limiter.State{s}, "mode", mode.String())
 			}
@@ -892,7 +944,7 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 		if pt.purpose == purposeReplica && pt.ring != nil {
 			c.noteReplicaRing(pt.ring)
 		}
-		if pt.t.Mode == ModeAdd && (pt.t.Own || pt.purpose == purposePull) {
+		if pt.t.Mode == ModeAdd && (pt.t.Own || pt.purpose == purposePull) || pt.t.Mode == ModeNewer || pt.t.Mode == ModeEvicted {
 			c.replicas.returnedTo(pt.to.Name, pt.t.States) // applied there: its counters hold what this node counted
 		}
 		c.notifySettled()
@@ -926,7 +978,7 @@ func (c *Core) replaceRefused(now time.Time) {
 		if c.debugOn() {
 			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose, "as", mode.String())
 		}
-		c.place(now, mode, pt.purpose, pt.t.States)
+		c.placeAs(now, Transfer{Mode: mode, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self)}, pt.purpose, pt.t.States)
 	}
 	if len(gone) > 0 {
 		c.notifySettled()
@@ -1083,12 +1135,12 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	}
 	if !c.replicas.applied(pt.to, was) {
 		c.notePromotedHere(now, pt.t.ReplicaOf, here)
-		c.placeHere(now, v, pt.t.Mode, pt.t.Mode == ModeAdd && pt.t.Own, here)
+		c.placeHere(now, v, pt.t, here)
 		c.applySettle(now, pt.t, hereReqs)
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
-		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf}, pt.purpose, c.mono(now), false)
+		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self)}, pt.purpose, c.mono(now), false)
 		c.out.retargeted(t.Seq, was.Seq, pt.to, c.mono(now))
 		t.Was, t.WasTo = was.Seq, pt.to
 		c.debugTransfer("transfer sent in place of one to a gone receiver", p.to.Peer(), t, pt.purpose)

@@ -1,0 +1,174 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// A run's counter of a key reaches the key's owner twice: as a replica of
+// it that another node sent on (the run was taken for dead), and as the
+// counter itself, handed over by the run and passed on by a node it
+// reached on the way. Whichever comes first, the owner counts those counts
+// once; the counter of another run adds to them.
+func TestARunsCounterAndAReplicaOfItAreCountedOnce(t *testing.T) {
+	for _, replicaFirst := range []bool{true, false} {
+		name := "counter first"
+		if replicaFirst {
+			name = "replica first"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newHandNet(t, "n0", "n1", "n2")
+			k := h.keyOwnedBy("n0", "n1")
+			load := newHandLoad(h, k, 30)
+			for range 9 {
+				load.spend("n0")
+			}
+			n0 := h.cores["n0"]
+			// The counter as a run gone since counted it.
+			counter := n0.engine.ExtractKeys(h.now, []limiter.Key{k})
+			if got := windowCount(counter); load.admitted != 9 || got != 9 {
+				t.Fatalf("admitted %d, counter holds %d; want 9 and 9", load.admitted, got)
+			}
+			gone := Peer{Name: "n9", Inc: 7}
+			replica := func() {
+				n0.handleTransfer(h.now, h.cores["n1"].self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeNewer, ReplicaOf: gone, States: counter}, true)
+			}
+			passedOn := func() {
+				n0.handleTransfer(h.now, h.cores["n2"].self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeAdd, CountersOf: gone, States: counter}, true)
+			}
+			if replicaFirst {
+				replica()
+				passedOn()
+			} else {
+				passedOn()
+				replica()
+			}
+			if got := h.count("n0", k); got != 9 {
+				t.Errorf("n0 counts %d; 9 were admitted", got)
+			}
+
+			// The counter of another run holds other counts.
+			n0.handleTransfer(h.now, h.cores["n2"].self, Transfer{Seq: 2, To: n0.self.Inc, Mode: ModeAdd, CountersOf: Peer{Name: "n8", Inc: 3}, States: counter}, true)
+			if got := h.count("n0", k); got != 18 {
+				t.Errorf("after another run's counter of 9, n0 counts %d; want 18", got)
+			}
+		})
+	}
+}
+
+// A copy of a node's own counters, sent back to it as a replica of its run
+// (another node kept it while this node was taken for dead), holds counts
+// the node still holds or handed over itself: it changes nothing.
+func TestAReplicaOfTheReceiversOwnRunChangesNothing(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n0", "n1")
+	load := newHandLoad(h, k, 30)
+	for range 5 {
+		load.spend("n0")
+	}
+	n0 := h.cores["n0"]
+	copies := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	n0.engine.ExtractKeys(h.now, []limiter.Key{k}) // handed over, say, and counted elsewhere
+	n0.handleTransfer(h.now, h.cores["n1"].self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeNewer, ReplicaOf: n0.self, States: copies}, true)
+	if got := h.count("n0", k); got != 0 {
+		t.Errorf("n0 counts %d after a replica of its own run; want 0", got)
+	}
+}
+
+// The successor of an owner leaves while the owner, unknown to everyone,
+// has died: the replicas it kept go to the owner's successor without it,
+// which takes the owner's keys over from them once the owner is declared
+// dead. Dropped with the leaving node, the owner's counts would be lost.
+func TestALeavingSuccessorPassesItsReplicasOn(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k := h.keyOwnedBy("n0", "n1")
+	load := newHandLoad(h, k, 30)
+	for range 7 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n1
+	if st, ok := h.cores["n1"].ReplicaOf(k); !ok || windowCount([]limiter.State{st}) != 7 {
+		t.Fatalf("n1's replica of the key: %v %v; want 7", st, ok)
+	}
+
+	h.down["n0"] = true // dies; nobody knows yet
+	h.cores["n1"].Leave(h.now)
+	h.pump()
+	h.advance(50*time.Millisecond, "n1", "n2", "n3")
+	next, _ := NewRing(h.hash, []Member{{Name: "n2"}, {Name: "n3"}}).Owner(k.Route())
+	st, ok := h.cores[next.Name].ReplicaOf(k)
+	if !ok || windowCount([]limiter.State{st}) != 7 {
+		t.Fatalf("%s's replica of the key after n1 left: %v %v; want 7", next.Name, st, ok)
+	}
+
+	// n1 is gone; n2 and n3 declare n0 dead and count its keys.
+	h.down["n1"] = true
+	for _, pair := range [][2]string{{"n2", "n3"}, {"n3", "n2"}} {
+		other := Member{Name: pair[1], Inc: h.incs[pair[1]], PeerAddr: pair[1]}
+		h.cores[pair[0]].SetMembership(h.now, Membership{Members: []Member{other}, Dead: []Peer{{Name: "n0", Inc: h.incs["n0"]}}})
+	}
+	h.pump()
+	h.advance(2*time.Second, "n2", "n3")
+	if h.cores[next.Name].HandoffUnderway() {
+		t.Fatalf("%s has not taken n0's keys over", next.Name)
+	}
+	if got := h.count(next.Name, k); got != 7 {
+		t.Errorf("%s counts %d; 7 were admitted", next.Name, got)
+	}
+}
+
+// A node takes a dead owner's key over from its replica, counts on, and
+// crashes; its next run restores the counter from its snapshot and sends
+// it as a copy to the key's owner. The dead owner comes back, learns it
+// was declared dead, and sends its counter to the node that kept its
+// replicas: the later run gets it, whose restored counter may hold the
+// replica's counts, so it raises the count as a copy and is not added.
+func TestAnEvictedCounterForAnEarlierRunThatRestoredTheKeyIsACopy(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n0", "n1")
+	load := newHandLoad(h, k, 30)
+	for range 7 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n1
+	evicted := h.cores["n0"].engine.StatesOf(h.now, []limiter.Key{k})
+
+	// n0 stops answering; n1 and n2 declare it dead, and n1 takes its key
+	// over from the replica and counts on.
+	h.down["n0"] = true
+	h.setMembership("n1", []string{"n0"})
+	h.setMembership("n2", []string{"n0"})
+	h.advance(time.Second, "n1", "n2")
+	load.resume()
+	load.spend("n1")
+	if got := h.count("n1", k); got != 8 || load.admitted != 8 {
+		t.Fatalf("n1 counts %d after taking over; %d admitted; want 8 and 8", got, load.admitted)
+	}
+
+	// n1 crashes and its next run restores its counters.
+	snapshot := h.cores["n1"].engine.StatesOf(h.now, []limiter.Key{k})
+	earlier := h.cores["n1"].self
+	n1 := h.start("n1", true)
+	n1.RestoreCounters(h.now, snapshot)
+	n1.Joined(h.now)
+	// n2 hears of the new run as joining, then as a member.
+	h.cores["n2"].SetMembership(h.now, Membership{Joining: []Member{{Name: "n1", Inc: n1.self.Inc, PeerAddr: "n1"}}, Dead: []Peer{{Name: "n0", Inc: h.incs["n0"]}}})
+	h.setMembership("n1", []string{"n0"})
+	h.advance(100*time.Millisecond, "n1", "n2")
+	h.setMembership("n2", []string{"n0"})
+	h.advance(time.Second, "n1", "n2")
+	if !n1.Member() || n1.HandoffUnderway() {
+		t.Fatalf("the new run of n1: member %v, hand-off under way %v", n1.Member(), n1.HandoffUnderway())
+	}
+
+	// n0's counter, sent to the run that kept its replicas, reaches the
+	// later run.
+	n0 := h.cores["n0"]
+	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 40, To: n1.self.Inc, Mode: ModeEvicted, Evicted: n0.self, Was: 30, WasTo: earlier, States: evicted}, true)
+	h.advance(100*time.Millisecond, "n1", "n2")
+	if got := h.count("n1", k) + h.count("n2", k); got != 8 {
+		t.Errorf("the cluster counts %d; 8 were admitted", got)
+	}
+}

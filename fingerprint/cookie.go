@@ -251,8 +251,11 @@ const verifiedWays = 4
 type verifiedCache struct {
 	hasher  keyhash.Hasher
 	locks   [64]sync.Mutex
-	entries []verifiedEntry // set i is entries[i*verifiedWays:][:verifiedWays]
+	sets    []verifiedSet
 }
+
+// verifiedSet is the entries a value may be kept in, the newest first.
+type verifiedSet [verifiedWays]verifiedEntry
 
 type verifiedEntry struct {
 	tag    uint64 // keyed hash of the value; 0 is empty
@@ -264,39 +267,40 @@ func (c *verifiedCache) init() {
 	key := make([]byte, 32)
 	rand.Read(key)
 	c.hasher = keyhash.New(key, "verified cookies")
-	c.entries = make([]verifiedEntry, verifiedCacheSize)
+	c.sets = make([]verifiedSet, verifiedCacheSize/verifiedWays)
 }
 
-// set returns the tag of value, its set's entries and the lock that guards
-// them.
-func (c *verifiedCache) set(value string) (tag uint64, set []verifiedEntry, mu *sync.Mutex) {
+// set returns the tag of value, its set and the lock that guards it.
+func (c *verifiedCache) set(value string) (tag uint64, set *verifiedSet, mu *sync.Mutex) {
 	tag = c.hasher.String(value) | 1 // never 0
-	i := int(tag>>1) & (verifiedCacheSize/verifiedWays - 1)
-	return tag, c.entries[i*verifiedWays:][:verifiedWays], &c.locks[i%len(c.locks)]
+	i := int(tag>>1) & (len(c.sets) - 1)
+	return tag, &c.sets[i], &c.locks[i%len(c.locks)]
 }
 
 func (c *verifiedCache) get(value string) (Session, CookieStatus, bool) {
 	tag, set, mu := c.set(value)
 	mu.Lock()
-	defer mu.Unlock()
 	for i := range set {
 		if set[i].tag == tag {
-			return set[i].sess, set[i].status, true
+			e := set[i]
+			mu.Unlock()
+			return e.sess, e.status, true
 		}
 	}
+	mu.Unlock()
 	return Session{}, 0, false
 }
 
 func (c *verifiedCache) put(value string, sess Session, status CookieStatus) {
 	tag, set, mu := c.set(value)
 	mu.Lock()
-	defer mu.Unlock()
 	i := 0
 	for i < len(set)-1 && set[i].tag != tag {
 		i++
 	}
 	copy(set[1:i+1], set[:i]) // the others move down; the last, or the value's own, is replaced
 	set[0] = verifiedEntry{tag: tag, sess: sess, status: status}
+	mu.Unlock()
 }
 
 // decodeBase64URL decodes unpadded base64url s into dst, which must be

@@ -182,7 +182,7 @@ func TestVerifiedCacheIsBounded(t *testing.T) {
 		sess.Issued = t0
 		s.Decode(s.Encode(sess), t0, time.Hour)
 	}
-	if n := len(s.verified.entries); n != verifiedCacheSize {
+	if n := len(s.verified.sets) * verifiedWays; n != verifiedCacheSize {
 		t.Fatalf("the cache holds %d slots; the bound is %d", n, verifiedCacheSize)
 	}
 }
@@ -193,15 +193,14 @@ func TestVerifiedCacheKeepsASetsWays(t *testing.T) {
 	s := mustSigner(t, secretA)
 	c := &s.verified
 	var values []string
-	first := -1
+	var first *verifiedSet
 	for i := 0; len(values) < verifiedWays+1; i++ { // ways+1 values of one set
 		var sess Session
 		binary.BigEndian.PutUint64(sess.ID[:], uint64(i))
 		sess.Issued = t0
 		v := s.Encode(sess)
-		tag, _, _ := c.set(v)
-		set := int(tag>>1) & (verifiedCacheSize/verifiedWays - 1)
-		if first < 0 {
+		_, set, _ := c.set(v)
+		if first == nil {
 			first = set
 		}
 		if set == first {

@@ -250,7 +250,9 @@ func validCookieName(name string) bool {
 // the value are removed, as net/http does.
 func cookieValue(h http.Header, name string) (string, bool) {
 	for _, line := range h["Cookie"] {
-		for part := range strings.SplitSeq(line, ";") {
+		for more := true; more; {
+			var part string
+			part, line, more = strings.Cut(line, ";")
 			part = strings.TrimSpace(part)
 			k, v, ok := strings.Cut(part, "=")
 			if !ok || k != name {

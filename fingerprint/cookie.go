@@ -249,9 +249,9 @@ const verifiedWays = 4
 // verified one under a key it cannot know (2^-64). A new value goes first
 // in its set and pushes out the one put in longest ago.
 type verifiedCache struct {
-	hasher  keyhash.Hasher
-	locks   [64]sync.Mutex
-	sets    []verifiedSet
+	hasher keyhash.Hasher
+	locks  [64]sync.Mutex
+	sets   []verifiedSet
 }
 
 // verifiedSet is the entries a value may be kept in, the newest first.

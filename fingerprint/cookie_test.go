@@ -182,7 +182,47 @@ func TestVerifiedCacheIsBounded(t *testing.T) {
 		sess.Issued = t0
 		s.Decode(s.Encode(sess), t0, time.Hour)
 	}
-	if n := len(s.verified.entries); n != verifiedCacheSize {
+	if n := len(s.verified.sets) * verifiedWays; n != verifiedCacheSize {
 		t.Fatalf("the cache holds %d slots; the bound is %d", n, verifiedCacheSize)
+	}
+}
+
+// Cookies that share a set of the cache are all remembered, up to its
+// ways, and a value put again is not kept twice.
+func TestVerifiedCacheKeepsASetsWays(t *testing.T) {
+	s := mustSigner(t, secretA)
+	c := &s.verified
+	var values []string
+	var first *verifiedSet
+	for i := 0; len(values) < verifiedWays+1; i++ { // ways+1 values of one set
+		var sess Session
+		binary.BigEndian.PutUint64(sess.ID[:], uint64(i))
+		sess.Issued = t0
+		v := s.Encode(sess)
+		_, set, _ := c.set(v)
+		if first == nil {
+			first = set
+		}
+		if set == first {
+			values = append(values, v)
+		}
+	}
+	for _, v := range values[:verifiedWays] {
+		s.Decode(v, t0, time.Hour)
+		s.Decode(v, t0, time.Hour) // found, not put again
+	}
+	for i, v := range values[:verifiedWays] {
+		if _, _, ok := c.get(v); !ok {
+			t.Fatalf("value %d of %d in one set was not remembered", i, verifiedWays)
+		}
+	}
+	s.Decode(values[verifiedWays], t0, time.Hour)
+	if _, _, ok := c.get(values[0]); ok {
+		t.Error("the value put in longest ago was kept past the set's ways")
+	}
+	for i, v := range values[1:] {
+		if _, _, ok := c.get(v); !ok {
+			t.Errorf("value %d was pushed out; only the oldest should be", i+1)
+		}
 	}
 }

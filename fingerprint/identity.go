@@ -1,7 +1,6 @@
 package fingerprint
 
 import (
-	"encoding/hex"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -83,12 +82,17 @@ func (id Identity) AppendID(b []byte) []byte {
 	if id.Kind == KindSession {
 		return id.Session.AppendID(append(b, "s:"...))
 	}
-	var d [8]byte
-	for i := range d {
-		d[i] = byte(id.Digest >> (56 - 8*i))
+	var d [16]byte
+	for i := range 8 {
+		c := byte(id.Digest >> (56 - 8*i))
+		d[2*i], d[2*i+1] = hexDigits[c>>4], hexDigits[c&15]
 	}
-	return hex.AppendEncode(append(b, "f:"...), d[:])
+	return append(append(b, "f:"...), d[:]...)
 }
+
+// hexDigits are the digits of a fingerprint ID, as encoding/hex writes
+// them.
+const hexDigits = "0123456789abcdef"
 
 // ID returns the client ID as a string.
 func (id Identity) ID() string { return string(id.AppendID(make([]byte, 0, IDLen))) }
@@ -250,7 +254,9 @@ func validCookieName(name string) bool {
 // the value are removed, as net/http does.
 func cookieValue(h http.Header, name string) (string, bool) {
 	for _, line := range h["Cookie"] {
-		for part := range strings.SplitSeq(line, ";") {
+		for more := true; more; {
+			var part string
+			part, line, more = strings.Cut(line, ";")
 			part = strings.TrimSpace(part)
 			k, v, ok := strings.Cut(part, "=")
 			if !ok || k != name {

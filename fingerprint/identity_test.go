@@ -273,3 +273,14 @@ func TestSetCookieIsTheCookieRendered(t *testing.T) {
 		}
 	}
 }
+
+// A fingerprint's client ID is "f:" and the 16 hex digits of its digest,
+// as encoding/hex writes them.
+func TestFingerprintIDIsTheDigestInHex(t *testing.T) {
+	for _, d := range []uint64{0, 1, 0xdeadbeef, 0x0123456789abcdef, ^uint64(0)} {
+		id := Identity{Kind: KindFingerprint, Digest: d}
+		if got, want := id.ID(), fmt.Sprintf("f:%016x", d); got != want {
+			t.Errorf("ID of digest %x: %q; want %q", d, got, want)
+		}
+	}
+}

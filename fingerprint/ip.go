@@ -34,6 +34,11 @@ func (p Prefixes) Validate() error {
 // an IPv4-mapped IPv6 address counts as IPv4, a zone (fe80::1%eth0) is
 // dropped. ok is false for anything that is not an IP address.
 func (p Prefixes) Prefix(ip string) (prefix netip.Prefix, ok bool) {
+	if len(ip) <= maxIPv4Len {
+		if a, ok := parseIPv4(ip); ok {
+			return p.prefix4(a)
+		}
+	}
 	addr, err := netip.ParseAddr(ip)
 	if err != nil {
 		return netip.Prefix{}, false
@@ -51,4 +56,50 @@ func (p Prefixes) Prefix(ip string) (prefix netip.Prefix, ok bool) {
 	}
 	prefix, err = addr.Prefix(bits)
 	return prefix, err == nil
+}
+
+// prefix4 returns the network of a, an IPv4 address.
+func (p Prefixes) prefix4(a netip.Addr) (netip.Prefix, bool) {
+	bits := p.IPv4
+	if bits == 0 {
+		bits = DefaultIPv4Prefix
+	}
+	prefix, err := a.Prefix(bits)
+	return prefix, err == nil
+}
+
+// maxIPv4Len is the length of the longest IPv4 address in dotted decimal.
+const maxIPv4Len = len("255.255.255.255")
+
+// parseIPv4 parses ip if it is an IPv4 address in dotted decimal as
+// netip.Addr.String writes it (four fields of 0 to 255, no leading zero),
+// which is how Caddy hands a client IP over; anything else is left to
+// netip.ParseAddr. It gives what ParseAddr gives, in a fraction of the
+// instructions, on every request without a session.
+func parseIPv4(ip string) (netip.Addr, bool) {
+	var a [4]byte
+	field, n, digits := 0, 0, 0
+	for i := 0; i < len(ip); i++ {
+		c := ip[i]
+		switch {
+		case c >= '0' && c <= '9':
+			if digits > 0 && n == 0 { // a leading zero
+				return netip.Addr{}, false
+			}
+			if n = n*10 + int(c-'0'); n > 255 {
+				return netip.Addr{}, false
+			}
+			digits++
+		case c == '.' && digits > 0 && field < 3:
+			a[field] = byte(n)
+			field, n, digits = field+1, 0, 0
+		default:
+			return netip.Addr{}, false
+		}
+	}
+	if field != 3 || digits == 0 {
+		return netip.Addr{}, false
+	}
+	a[3] = byte(n)
+	return netip.AddrFrom4(a), true
 }

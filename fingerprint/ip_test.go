@@ -1,6 +1,11 @@
 package fingerprint
 
-import "testing"
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+)
 
 func TestPrefixNormalisation(t *testing.T) {
 	for _, tc := range []struct {
@@ -44,5 +49,39 @@ func TestPrefixesValidate(t *testing.T) {
 	}
 	if err := (Prefixes{IPv4: 24, IPv6: 56}).Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// parseIPv4 reads what netip.ParseAddr reads, the same way, or leaves it
+// to ParseAddr: never a different address, never an address ParseAddr
+// refuses.
+func TestParseIPv4IsParseAddr(t *testing.T) {
+	inputs := []string{
+		"0.0.0.0", "1.2.3.4", "255.255.255.255", "198.51.100.7", "10.0.0.1",
+		"256.1.1.1", "1.2.3", "1.2.3.4.5", "01.2.3.4", "1.2.3.04", "1..2.3", ".1.2.3", "1.2.3.",
+		"", "1.2.3.4 ", " 1.2.3.4", "1.2.3.4%eth0", "::ffff:1.2.3.4", "::1", "2001:db8::1",
+		"1.2.3.4:80", "1.2.3.-4", "1.2.3.999", "00.0.0.0", "0.0.0.00", "1.2.3.25a",
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	const alphabet = "0123456789..:a"
+	for range 100000 {
+		b := make([]byte, 1+rng.IntN(16))
+		for i := range b {
+			b[i] = alphabet[rng.IntN(len(alphabet))]
+		}
+		inputs = append(inputs, string(b))
+	}
+	for range 10000 {
+		inputs = append(inputs, fmt.Sprintf("%d.%d.%d.%d", rng.IntN(300), rng.IntN(256), rng.IntN(256), rng.IntN(260)))
+	}
+	for _, in := range inputs {
+		got, ok := parseIPv4(in)
+		want, err := netip.ParseAddr(in)
+		if ok && (err != nil || got != want) {
+			t.Fatalf("parseIPv4(%q) = %v; netip.ParseAddr: %v, %v", in, got, want, err)
+		}
+		if !ok && err == nil && want.Is4() && want.Zone() == "" && want.String() == in {
+			t.Errorf("parseIPv4(%q) left a canonical IPv4 address to ParseAddr", in)
+		}
 	}
 }

@@ -126,6 +126,7 @@ type Engine struct {
 	overflowed atomic.Uint64
 	swept      atomic.Uint64
 	reputation atomic.Pointer[ReputationPolicy]
+	reps       reputations // which keys may hold a reputation
 }
 
 type shard struct {
@@ -349,6 +350,7 @@ func (e *Engine) Sweep(now time.Time) int {
 			dropped++
 		}
 	}
+	e.reps.rebuild(i, s)
 	for k, g := range s.grants {
 		if g.Expires <= ns {
 			delete(s.grants, k)

@@ -206,6 +206,9 @@ func (e *Engine) merge(now time.Time, states []State, newer bool) {
 			}
 			cur.entry = next // the key table's note stays this node's
 			s.entries[st.Key] = cur
+			if next.kind() == kindReputation {
+				e.reps.add(st.Key)
+			}
 		}
 		s.mu.Unlock()
 	}

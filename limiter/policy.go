@@ -119,8 +119,15 @@ func (e *Engine) Penalize(now time.Time, client Key) float64 {
 		return FullScore
 	}
 	next := p.penalize(cur.entry, ns)
-	s.put(client, next, cur, !ok, 0, false)
+	e.putReputation(s, client, next, cur, !ok)
 	return p.score(next, ns)
+}
+
+// putReputation stores the reputation e under client, in its shard s,
+// whose lock is held, over old (isNew if there was none).
+func (e *Engine) putReputation(s *shard, client Key, rep entry, old slot, isNew bool) {
+	s.put(client, rep, old, isNew, 0, false)
+	e.reps.add(client)
 }
 
 // Reputation returns the score kept under client at now.

@@ -23,16 +23,33 @@ func (e *Engine) Take(now time.Time, reqs []Request, res []Result) bool {
 // denied. client 0, or no reputation policy set, means no reputation. It
 // also returns the client's reputation score after the decision (100 when
 // there is none).
+//
+// A client with no reputation on record (one never denied, or recovered
+// and swept) costs nothing more than one without reputation, unless it is
+// denied: its score is full, and nothing of its reputation is read.
 func (e *Engine) TakeFor(now time.Time, client Key, reqs []Request, res []Result) (bool, float64) {
 	ns := now.UnixNano()
 	rep := e.reputation.Load()
 	if rep == nil {
 		client = 0
 	}
-	if len(reqs) == 1 && client == 0 && reqs[0].Limit.Algorithm != Concurrency {
-		return e.takeOne(ns, &reqs[0], &res[0]), FullScore
+	if len(reqs) == 1 && reqs[0].Limit.Algorithm != Concurrency {
+		return e.takeOne(ns, rep, client, reqs, res)
 	}
-	return e.takeMany(ns, rep, client, reqs, res)
+	return e.takeBatch(ns, rep, client, reqs, res)
+}
+
+// takeBatch is TakeFor on the path of several requests, or of a client
+// that may hold a reputation or was denied: takeMany, with the client's
+// shard locked only if it may hold the client's reputation, and again
+// with it if it turns out to be needed.
+func (e *Engine) takeBatch(now int64, rep *ReputationPolicy, client Key, reqs []Request, res []Result) (bool, float64) {
+	withClient := client != 0 && e.reps.mayHold(client)
+	ok, score, decided := e.takeMany(now, rep, client, withClient, reqs, res)
+	if !decided {
+		ok, score, _ = e.takeMany(now, rep, client, true, reqs, res)
+	}
+	return ok, score
 }
 
 // TakeOne is Take for a single request.
@@ -42,13 +59,24 @@ func (e *Engine) TakeOne(now time.Time, req Request) Result {
 	return res[0]
 }
 
-func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
+// takeOne is TakeFor for reqs[0], a rate request, alone. It passes a
+// client that may have a reputation on record, or whose request is denied
+// (which penalizes it), to takeBatch, having changed nothing.
+func (e *Engine) takeOne(now int64, rep *ReputationPolicy, client Key, reqs []Request, results []Result) (bool, float64) {
+	req, res := &reqs[0], &results[0]
 	s := &e.shards[shardOf(req.Key)]
 	s.mu.Lock()
+	if client != 0 && e.reps.mayHold(client) { // read under the lock: see reputations
+		s.mu.Unlock()
+		return e.takeBatch(now, rep, client, reqs, results)
+	}
 	cur, ok := s.entries[req.Key]
 	if !ok && !e.makeRoom(s, now, req.Network) {
 		s.mu.Unlock()
-		return e.takeOverflow(now, req, res)
+		if client != 0 {
+			return e.takeBatch(now, rep, client, reqs, results)
+		}
+		return e.takeOverflow(now, req, res), FullScore
 	}
 	next, r := req.Limit.apply(cur.entry, now, req.cost())
 	if r.Allowed {
@@ -64,6 +92,10 @@ func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
 				s.put(req.Key, next, cur, !ok, req.Network, true)
 			}
 		}
+		if !r.Allowed && client != 0 {
+			s.mu.Unlock()
+			return e.takeBatch(now, rep, client, reqs, results)
+		}
 		if !r.Allowed && ok && cur.note&exhaustedBit == 0 {
 			cur.note |= exhaustedBit
 			s.entries[req.Key] = cur
@@ -71,7 +103,7 @@ func (e *Engine) takeOne(now int64, req *Request, res *Result) bool {
 	}
 	s.mu.Unlock()
 	*res = r
-	return r.Allowed
+	return r.Allowed, FullScore
 }
 
 // takeOverflow counts req in its zone's overflow counter.
@@ -107,89 +139,96 @@ func (e *Engine) overflowKey(req *Request) Key {
 // maxBatch is the largest batch Take handles without allocating.
 const maxBatch = 8
 
+// pending is what takeMany knows of one request of its batch while it
+// decides: where its counter is, what it held, and what it holds if the
+// batch is granted.
+type pending struct {
+	shard    uint32 // the request's shard (shardOf)
+	existed  bool   // its counter was in the key table
+	overflow bool   // it is counted in the overflow counter okey
+	viaGrant bool   // it is granted from its key's grant
+	okey     Key
+	old      slot  // what the counter held
+	next     entry // what it holds if the batch is granted
+}
+
 // takeMany decides several requests, and the client's reputation, under the
-// locks of all the shards they touch, taken in shard order.
-func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []Request, res []Result) (bool, float64) {
+// locks of all the shards they touch, taken in shard order. The client's
+// shard is among them only withClient: without it, a client with no
+// reputation on record has a full score, and takeMany gives up (decided
+// false, having changed nothing) if the client may hold a reputation after
+// all or if the requests are denied, which penalizes it; withClient, it
+// always decides.
+func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, withClient bool, reqs []Request, res []Result) (granted bool, score float64, decided bool) {
+	var psBuf [maxBatch]pending
+	var ps []pending
+	if len(reqs) > maxBatch {
+		ps = make([]pending, len(reqs))
+	} else {
+		ps = psBuf[:len(reqs)]
+	}
 	var idxBuf [maxBatch + 1]uint32
 	idx := idxBuf[:0]
-	var shardBuf [maxBatch]uint32
-	shardIdx := shardBuf[:0]
-	if len(reqs) > maxBatch {
-		shardIdx = make([]uint32, 0, len(reqs))
-	}
 	for i := range reqs {
 		si := shardOf(reqs[i].Key)
-		shardIdx = append(shardIdx, si)
+		ps[i].shard = si
 		idx = insertSorted(idx, si)
 	}
-	if client != 0 {
+	if withClient {
 		idx = insertSorted(idx, shardOf(client))
 	}
 	for _, i := range idx {
 		e.shards[i].mu.Lock()
 	}
-	// The overflow shard is always locked last, after any regular shard, so
-	// the lock order is the same for every caller.
-	var overflowBuf, existedBuf [maxBatch]bool
-	var oldBuf [maxBatch]slot
-	overflow, existed, old := overflowBuf[:0], existedBuf[:0], oldBuf[:0]
+	if client != 0 && !withClient && e.reps.mayHold(client) { // read under the locks: see reputations
+		e.unlockShards(idx)
+		return false, 0, false
+	}
 	usesOverflow := false
 	for i := range reqs {
-		of, ok := false, false
-		var v slot
+		p := &ps[i]
 		if reqs[i].Limit.Algorithm != Concurrency {
-			s := &e.shards[shardIdx[i]]
-			v, ok = s.entries[reqs[i].Key]
-			of = !ok && !e.makeRoom(s, now, reqs[i].Network)
+			s := &e.shards[p.shard]
+			p.old, p.existed = s.entries[reqs[i].Key]
+			p.overflow = !p.existed && !e.makeRoom(s, now, reqs[i].Network)
+			usesOverflow = usesOverflow || p.overflow
 		}
-		overflow, existed, old = append(overflow, of), append(existed, ok), append(old, v)
-		usesOverflow = usesOverflow || of
 	}
-	var okeyBuf [maxBatch]Key
-	okeys := okeyBuf[:0]
-	if len(reqs) > maxBatch {
-		okeys = make([]Key, len(reqs))
-	} else {
-		okeys = okeyBuf[:len(reqs)]
-	}
+	// The overflow shard is always locked last, after any regular shard, so
+	// the lock order is the same for every caller.
 	if usesOverflow {
 		e.overflow.mu.Lock()
 		for i := range reqs {
-			if overflow[i] {
-				okeys[i] = e.overflowKey(&reqs[i])
+			if ps[i].overflow {
+				ps[i].okey = e.overflowKey(&reqs[i])
 			}
 		}
 	}
 
 	score, factor := FullScore, 1.0
 	var clientEntry entry
-	if client != 0 {
+	if withClient {
 		clientEntry = e.shards[shardOf(client)].entries[client].entry
 		score = rep.score(clientEntry, now)
 		factor = rep.Factor(score)
 	}
 
-	var nextBuf [maxBatch]entry
-	var viaGrantBuf [maxBatch]bool
-	next, viaGrant := nextBuf[:0], viaGrantBuf[:0]
 	all := true
 	for i := range reqs {
-		req := &reqs[i]
-		s := &e.shards[shardIdx[i]]
+		req, p := &reqs[i], &ps[i]
+		s := &e.shards[p.shard]
 		if req.Limit.Algorithm == Concurrency {
 			res[i] = e.checkLease(s, now, req)
-			next, viaGrant = append(next, entry{}), append(viaGrant, false)
 			all = all && res[i].Allowed
 			continue
 		}
-		cur := old[i].entry // read once, above
-		if overflow[i] {
-			cur = e.overflow.entries[okeys[i]].entry
-			e.overflowed.Add(1)
+		cur := p.old.entry // read once, above
+		if p.overflow {
+			cur = e.overflow.entries[p.okey].entry
 		}
 		for j := range i { // an earlier request in this batch on the same counter
-			if sameCounter(reqs, overflow, okeys, i, j) {
-				cur = next[j]
+			if sameCounter(reqs, ps, i, j) {
+				cur = ps[j].next
 			}
 		}
 		limit := req.Limit
@@ -197,50 +236,63 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 			limit = limit.Scale(factor)
 		}
 		n, r := limit.apply(cur, now, req.cost())
-		grant := false
 		if !r.Allowed {
 			n = cur
-			if g, ok := s.grants[req.Key]; ok && !overflow[i] {
+			if g, ok := s.grants[req.Key]; ok && !p.overflow {
 				if r2 := g.spend(now, req.cost(), r, false, nil, 0); r2.Allowed {
-					r, grant = r2, true
+					r, p.viaGrant = r2, true
 				}
 			}
 			if !r.Allowed && req.MaxDelay > 0 {
 				n, r = limit.book(cur, now, req.cost(), int64(req.MaxDelay), r)
 			}
 		}
-		next, viaGrant = append(next, n), append(viaGrant, grant)
+		p.next = n
 		res[i] = r
 		all = all && r.Allowed
 	}
+	if !all && client != 0 && !withClient { // a denial penalizes: again, with the client's shard
+		if usesOverflow {
+			e.overflow.mu.Unlock()
+		}
+		e.unlockShards(idx)
+		return false, 0, false
+	}
+	if usesOverflow {
+		for i := range reqs {
+			if ps[i].overflow {
+				e.overflowed.Add(1)
+			}
+		}
+	}
 	if all {
 		for i := range reqs {
-			req := &reqs[i]
-			s := &e.shards[shardIdx[i]]
+			req, p := &reqs[i], &ps[i]
+			s := &e.shards[p.shard]
 			switch {
 			case req.Limit.Algorithm == Concurrency:
 				e.claimLease(s, now, req)
-			case viaGrant[i]:
+			case p.viaGrant:
 				g := s.grants[req.Key]
 				g.spend(now, req.cost(), Result{}, true, s, req.Key)
-			case overflow[i]:
-				e.overflow.entries[okeys[i]] = slot{entry: next[i]}
+			case p.overflow:
+				e.overflow.entries[p.okey] = slot{entry: p.next}
 			default:
-				s.put(req.Key, next[i], old[i], !existed[i], req.Network, res[i].Remaining == 0)
+				s.put(req.Key, p.next, p.old, !p.existed, req.Network, res[i].Remaining == 0)
 			}
 		}
 	} else {
 		// A counter that denied its request is exhausted: mark it so the
 		// key table keeps it until its state expires.
 		for i := range reqs {
-			req := &reqs[i]
-			if res[i].Allowed || overflow[i] || req.Limit.Algorithm == Concurrency {
+			req, p := &reqs[i], &ps[i]
+			if res[i].Allowed || p.overflow || req.Limit.Algorithm == Concurrency {
 				continue
 			}
-			if existed[i] && old[i].note&exhaustedBit == 0 {
-				v := old[i]
+			if p.existed && p.old.note&exhaustedBit == 0 {
+				v := p.old
 				v.note |= exhaustedBit
-				e.shards[shardIdx[i]].entries[req.Key] = v
+				e.shards[p.shard].entries[req.Key] = v
 			}
 		}
 		// Nothing was spent: the allowed ones still have their units.
@@ -249,11 +301,11 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 				res[i].Remaining += reqs[i].cost()
 			}
 		}
-		if client != 0 {
+		if client != 0 { // withClient: see above
 			s := &e.shards[shardOf(client)]
 			if v, ok := s.entries[client]; ok || e.makeRoom(s, now, 0) {
 				pen := rep.penalize(clientEntry, now)
-				s.put(client, pen, v, !ok, 0, false)
+				e.putReputation(s, client, pen, v, !ok)
 				score = rep.score(pen, now)
 			}
 		}
@@ -265,15 +317,24 @@ func (e *Engine) takeMany(now int64, rep *ReputationPolicy, client Key, reqs []R
 	for _, i := range idx {
 		e.shards[i].mu.Unlock()
 	}
-	return all, score
+	return all, score, true
 }
 
-func sameCounter(reqs []Request, overflow []bool, okeys []Key, i, j int) bool {
-	if overflow[i] != overflow[j] {
+// unlockShards unlocks the shards idx lists.
+func (e *Engine) unlockShards(idx []uint32) {
+	for _, i := range idx {
+		e.shards[i].mu.Unlock()
+	}
+}
+
+// sameCounter reports whether requests i and j of a batch count on one
+// counter.
+func sameCounter(reqs []Request, ps []pending, i, j int) bool {
+	if ps[i].overflow != ps[j].overflow {
 		return false
 	}
-	if overflow[i] {
-		return okeys[i] == okeys[j]
+	if ps[i].overflow {
+		return ps[i].okey == ps[j].okey
 	}
 	return reqs[i].Key == reqs[j].Key
 }

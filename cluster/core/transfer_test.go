@@ -20,11 +20,7 @@ func TestARunsCounterAndAReplicaOfItAreCountedOnce(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			h := newHandNet(t, "n0", "n1", "n2")
-			k := h.keyOwnedBy("n0", "n1")
-			load := newHandLoad(h, k, 30)
-			for range 9 {
-				load.spend("n0")
-			}
+			k, load := h.spentKey("n0", "n1", 9)
 			n0 := h.cores["n0"]
 			// The counter as a run gone since counted it.
 			counter := n0.engine.ExtractKeys(h.now, []limiter.Key{k})
@@ -63,13 +59,12 @@ func TestARunsCounterAndAReplicaOfItAreCountedOnce(t *testing.T) {
 // the node still holds or handed over itself: it changes nothing.
 func TestAReplicaOfTheReceiversOwnRunChangesNothing(t *testing.T) {
 	h := newHandNet(t, "n0", "n1", "n2")
-	k := h.keyOwnedBy("n0", "n1")
-	load := newHandLoad(h, k, 30)
-	for range 5 {
-		load.spend("n0")
-	}
+	k, load := h.spentKey("n0", "n1", 5)
 	n0 := h.cores["n0"]
 	copies := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	if got := windowCount(copies); load.admitted != 5 || got != 5 {
+		t.Fatalf("admitted %d, n0 counts %d; want 5 and 5", load.admitted, got)
+	}
 	n0.engine.ExtractKeys(h.now, []limiter.Key{k}) // handed over, say, and counted elsewhere
 	n0.handleTransfer(h.now, h.cores["n1"].self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeNewer, ReplicaOf: n0.self, States: copies}, true)
 	if got := h.count("n0", k); got != 0 {
@@ -83,14 +78,10 @@ func TestAReplicaOfTheReceiversOwnRunChangesNothing(t *testing.T) {
 // dead. Dropped with the leaving node, the owner's counts would be lost.
 func TestALeavingSuccessorPassesItsReplicasOn(t *testing.T) {
 	h := newHandNet(t, "n0", "n1", "n2", "n3")
-	k := h.keyOwnedBy("n0", "n1")
-	load := newHandLoad(h, k, 30)
-	for range 7 {
-		load.spend("n0")
-	}
+	k, load := h.spentKey("n0", "n1", 7)
 	h.advance(20 * time.Millisecond) // replicated to n1
-	if st, ok := h.cores["n1"].ReplicaOf(k); !ok || windowCount([]limiter.State{st}) != 7 {
-		t.Fatalf("n1's replica of the key: %v %v; want 7", st, ok)
+	if st, ok := h.cores["n1"].ReplicaOf(k); load.admitted != 7 || !ok || windowCount([]limiter.State{st}) != 7 {
+		t.Fatalf("admitted %d; n1's replica of the key: %v %v; want 7", load.admitted, st, ok)
 	}
 
 	h.down["n0"] = true // dies; nobody knows yet
@@ -127,11 +118,7 @@ func TestALeavingSuccessorPassesItsReplicasOn(t *testing.T) {
 // replica's counts, so it raises the count as a copy and is not added.
 func TestAnEvictedCounterForAnEarlierRunThatRestoredTheKeyIsACopy(t *testing.T) {
 	h := newHandNet(t, "n0", "n1", "n2")
-	k := h.keyOwnedBy("n0", "n1")
-	load := newHandLoad(h, k, 30)
-	for range 7 {
-		load.spend("n0")
-	}
+	k, load := h.spentKey("n0", "n1", 7)
 	h.advance(20 * time.Millisecond) // replicated to n1
 	evicted := h.cores["n0"].engine.StatesOf(h.now, []limiter.Key{k})
 
@@ -171,4 +158,15 @@ func TestAnEvictedCounterForAnEarlierRunThatRestoredTheKeyIsACopy(t *testing.T) 
 	if got := h.count("n1", k) + h.count("n2", k); got != 8 {
 		t.Errorf("the cluster counts %d; 8 were admitted", got)
 	}
+}
+
+// spentKey returns a key owned by owner with successor second, of limit
+// 30, and the load that spent n of it through owner.
+func (h *handNet) spentKey(owner, second string, n int) (limiter.Key, *handLoad) {
+	k := h.keyOwnedBy(owner, second)
+	load := newHandLoad(h, k, 30)
+	for range n {
+		load.spend(owner)
+	}
+	return k, load
 }

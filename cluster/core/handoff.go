@@ -330,8 +330,11 @@ func (h *handoffState) expect(v *view, self string, states []limiter.State) {
 // settleLocked marks mk settled and returns the counter it gathered, if
 // any: its newest copy with the additions (this node's own counter among
 // them) on top. h.mu is held.
-func settleLocked(mk *moving, now time.Time, into *settled) {
+func settleLocked(k limiter.Key, mk *moving, now time.Time, into *settled) {
 	mk.settled = true
+	if !mk.counter {
+		into.counterless = append(into.counterless, k)
+	}
 	if mk.hasOwn {
 		if mk.hasAdds {
 			mk.adds = limiter.AddState(now, mk.adds, mk.own)
@@ -366,10 +369,12 @@ func settleLocked(mk *moving, now time.Time, into *settled) {
 }
 
 // settled is what keys just settled gathered: their counters, and the
-// units given back meanwhile.
+// units given back meanwhile; and the keys none of whose counters came
+// (what came was only what others admitted in fallback, or nothing).
 type settled struct {
-	states  []limiter.State
-	refunds []limiter.Request
+	states      []limiter.State
+	refunds     []limiter.Request
+	counterless []limiter.Key
 }
 
 // settle settles keys and counts what they gathered.
@@ -378,7 +383,7 @@ func (c *Core) settle(now time.Time, keys []limiter.Key) {
 	var done settled
 	c.handoff.mu.Lock()
 	for _, k := range keys {
-		settleLocked(c.handoff.entry(v, c.self.Name, k), now, &done)
+		settleLocked(k, c.handoff.entry(v, c.self.Name, k), now, &done)
 	}
 	// Counted before the lock goes: a take that finds a key settled finds
 	// its counts in the engine too, never the engine without them.
@@ -393,6 +398,7 @@ func (c *Core) settle(now time.Time, keys []limiter.Key) {
 // takes run beside the core's other entry points, and one that finds a
 // key settled (under that lock) must find what it gathered counted.
 func (c *Core) countSettled(now time.Time, done settled) {
+	c.replicas.noteCounterless(c.mono(now), done.counterless)
 	c.debugCounts("keys settled: what arrived for them joins the engine", done.states)
 	if len(done.states) > 0 {
 		c.engine.Merge(now, sortStates(done.states))
@@ -439,7 +445,7 @@ func (c *Core) requestKeys(now time.Time, v *view, keys []limiter.Key) {
 		}
 		if mk.source == c.self.Name {
 			var done settled
-			settleLocked(mk, now, &done) // nothing can come from here: nothing gathered either
+			settleLocked(k, mk, now, &done) // nothing can come from here: nothing gathered either
 			continue
 		}
 		mk.pulling = true
@@ -946,9 +952,9 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 			mk.base, mk.hasBase = s, true
 		}
 	}
-	for _, mk := range h.keys {
+	for k, mk := range h.keys {
 		if !mk.settled {
-			settleLocked(mk, now, &done)
+			settleLocked(k, mk, now, &done)
 		}
 	}
 	c.countSettled(now, done) // before the lock goes, as in settle

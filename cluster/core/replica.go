@@ -36,6 +36,9 @@ type replicaStore struct {
 	appliedBy map[Peer]map[Applied]int64  // owner run → transfers it applied → mono when heard
 	promoted  map[limiter.Key][]promotion // per key, the dead runs' counts the cluster holds (one entry a run)
 	restored  map[limiter.Key]int64       // keys this run restored counters of, kept by an earlier run → mono when
+	// counterless: keys that settled here without any counter of theirs
+	// (a dead owner's, whose replica may come later) → mono when.
+	counterless map[limiter.Key]int64
 }
 
 // promotion is a key started from the replica of a dead owner run (or
@@ -106,6 +109,31 @@ func (r *replicaStore) noteRestored(m int64, states []limiter.State) {
 	for _, s := range states {
 		r.restored[s.Key] = m
 	}
+}
+
+// noteCounterless records keys that settled here without a counter.
+func (r *replicaStore) noteCounterless(m int64, keys []limiter.Key) {
+	if len(keys) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.counterless == nil {
+		r.counterless = map[limiter.Key]int64{}
+	}
+	for _, k := range keys {
+		r.counterless[k] = m
+	}
+}
+
+// takeCounterless reports whether k settled here without a counter, and
+// forgets it: the first counter that comes for it is the one it lacked.
+func (r *replicaStore) takeCounterless(k limiter.Key) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.counterless[k]
+	delete(r.counterless, k)
+	return ok
 }
 
 // wasRestored reports whether this run restored a counter of k that an
@@ -222,6 +250,11 @@ func (r *replicaStore) forgetApplied(m int64) {
 			delete(r.promoted, k)
 		} else {
 			r.promoted[k] = list
+		}
+	}
+	for k, at := range r.counterless {
+		if m-at > int64(appliedKeep) {
+			delete(r.counterless, k)
 		}
 	}
 	for k, at := range r.restored {

@@ -861,7 +861,11 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		if c.debugOn() {
 			c.debugCounts("counts join the engine", []limiter.State{s}, "mode", mode.String())
 		}
-		if mode == ModeNewer || mode == ModeCopy {
+		if mode == ModeNewer && like.ReplicaOf.Name != "" && c.replicas.takeCounterless(s.Key) {
+			// The key settled here without its counter: this replica of
+			// its dead owner's holds counts nothing here does.
+			c.engine.Merge(now, []limiter.State{s})
+		} else if mode == ModeNewer || mode == ModeCopy {
 			c.engine.MergeNewer(now, []limiter.State{s})
 		} else {
 			c.engine.Merge(now, []limiter.State{s})

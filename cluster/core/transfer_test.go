@@ -170,3 +170,33 @@ func (h *handNet) spentKey(owner, second string, n int) (limiter.Key, *handLoad)
 	}
 	return k, load
 }
+
+// A key settles at its new owner with nothing but what others admitted in
+// fallback (its dead owner's counter was nowhere the hand-off looked); the
+// dead owner's replica, sent on by the node that kept it, comes after: it
+// holds counts nothing here does, so it is added, once. For a key that
+// settled with its counter, a replica is a copy of counts held: the newer
+// stands.
+func TestAReplicaForAKeySettledWithoutItsCounterIsAdded(t *testing.T) {
+	for _, counterless := range []bool{true, false} {
+		h := newHandNet(t, "n0", "n1", "n2")
+		k, load := h.spentKey("n0", "n1", 3) // what fallback admitted, say
+		n0 := h.cores["n0"]
+		replica := n0.engine.StatesOf(h.now, []limiter.Key{k})
+		if got := windowCount(replica); load.admitted != 3 || got != 3 {
+			t.Fatalf("admitted %d, n0 counts %d; want 3 and 3", load.admitted, got)
+		}
+		want := int64(3)
+		if counterless {
+			n0.replicas.noteCounterless(n0.mono(h.now), []limiter.Key{k})
+			want = 6
+		}
+		gone := Peer{Name: "n9", Inc: 7}
+		for seq := range uint64(2) { // the second time sent on by another path
+			n0.handleTransfer(h.now, h.cores["n1"].self, Transfer{Seq: seq + 1, To: n0.self.Inc, Mode: ModeNewer, ReplicaOf: gone, States: replica}, true)
+			if got := h.count("n0", k); got != want {
+				t.Errorf("settled without its counter %v: n0 counts %d after the replica came %d times; want %d", counterless, got, seq+1, want)
+			}
+		}
+	}
+}

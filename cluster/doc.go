@@ -42,7 +42,10 @@
 // everything over, and answers requests that still reach it with the new
 // owner's name. In the short time before all nodes have heard of a change,
 // a node that has not may still send a moved key to its old owner, which
-// answers "moved to" the new one.
+// answers "moved to" the new one. A pull names the run it asks: a node
+// restarted since refuses it, rather than answer "nothing here" for what
+// its earlier run held (that lives on in the run's replicas)
+// (TestAPullAnsweredByAnotherRunOfItsSourceSettlesNothing).
 //
 // Slow owners. A slow owner's answer is the decision, however late. A call
 // has a deadline (twice the peer timeout: an owner may hold a take item

@@ -969,6 +969,20 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 			mk.base, mk.hasBase = s, true
 		}
 	}
+	if !forced && len(plan.deadInc) > 1 {
+		// Keys whose dead owner's successor died too have no counter here
+		// unless one came: fallback decides them until one does (see
+		// outOfReach). Noted before they settle: none is counted from
+		// what arrived meanwhile.
+		var found []limiter.Key
+		for k, mk := range h.keys {
+			if mk.counter || mk.hasBase || mk.hasCopy {
+				found = append(found, k)
+			}
+		}
+		c.unreached.add(v.stable, plan, plan.since+int64(c.cfg.HandoffWindow), found)
+		c.log.Info("hand-off of members that died together: keys both held are decided by fallback until a counter of theirs comes", "node", c.self.Name, "dead", len(plan.deadInc))
+	}
 	for k, mk := range h.keys {
 		if !mk.settled {
 			settleLocked(k, mk, now, &done)

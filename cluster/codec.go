@@ -49,6 +49,7 @@ func encodeMessage(e *encoder, msg core.Message) {
 		e.u64(m.Seq)
 		e.flag(m.Refused)
 	case core.Pull:
+		e.u64(m.To)
 		encodeKeys(e, m.Keys)
 	case core.PullReply:
 		e.u32(uint32(len(m.Given)))
@@ -87,7 +88,7 @@ func decodeRequest(kind byte, d *decoder) (core.Message, error) {
 	case msgAck:
 		msg = core.Ack{Seq: d.u64(), Refused: d.flag()}
 	case msgPull:
-		msg = core.Pull{Keys: decodeKeys(d)}
+		msg = core.Pull{To: d.u64(), Keys: decodeKeys(d)}
 	case msgSeal:
 		msg = core.SealQuery{Ring: d.str()}
 	case msgPing:

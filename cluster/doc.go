@@ -42,7 +42,10 @@
 // everything over, and answers requests that still reach it with the new
 // owner's name. In the short time before all nodes have heard of a change,
 // a node that has not may still send a moved key to its old owner, which
-// answers "moved to" the new one.
+// answers "moved to" the new one. A pull names the run it asks: a node
+// restarted since refuses it, rather than answer "nothing here" for what
+// its earlier run held (that lives on in the run's replicas)
+// (TestAPullAnsweredByAnotherRunOfItsSourceSettlesNothing).
 //
 // Slow owners. A slow owner's answer is the decision, however late. A call
 // has a deadline (twice the peer timeout: an owner may hold a take item
@@ -134,7 +137,16 @@
 // (TestCrashedOwnersCountsSurviveAtTheSuccessor asserts at most 45). A
 // replica is used only when the owner died: a node that leaves gracefully
 // hands its counters over instead, and the replica is not added to them. A
-// single node, or a one-member ring, replicates nothing.
+// single node, or a one-member ring, replicates nothing. A key whose owner
+// and successor were both declared dead (two crashes, or a crash and a
+// split that put the successor on the other side) has no replica where it
+// is taken over, and its counter may come back when the split heals: its
+// new owner decides it by fallback until a counter of it arrives (the
+// successor, back, sends its replica on), until both runs are known gone
+// (restarted), or for at most HandoffWindow, rather than count it from
+// what the others admitted in fallback
+// (TestAKeyWhoseOwnerAndSuccessorDiedIsDecidedByFallbackUntilItsCounterComes:
+// 16 admitted of 10 by owners before).
 //
 // The bound, under faults. For each key and window with limit L, the
 // requests admitted across the cluster are at most

@@ -43,6 +43,7 @@ type Core struct {
 	lent       *lentKeys     // keys given to a node that owns them by a newer ring
 	fallback   *fallback     // decides for owners that cannot be reached
 	replicas   *replicaStore // counters kept for the owners this node succeeds
+	unreached  outOfReach    // keys taken over whose counters are out of reach
 	dirty      dirtyKeys     // keys changed here since the last replication
 	appliedLog appliedLog    // transfers applied here since the last replication
 	gate       *gate         // in its own ring or not, and why
@@ -271,6 +272,9 @@ func (c *Core) Tick(now time.Time) {
 		c.replicate(now, m)
 	}
 	c.tickGate(now)
+	if c.unreached.expire(m) {
+		c.foldFallback(now, c.view.Load(), nil) // their keys count what they hold now
+	}
 	if c.regained.Swap(false) {
 		c.viewMu.Lock()
 		if v := c.view.Load(); c.majority(v) {

@@ -46,9 +46,9 @@ type handoffPlan struct {
 
 // moving is a key that moves here, while it is not settled.
 type moving struct {
-	source   string // node to pull it from; "" for a dead owner's key
-	pulling  bool   // a pull is in flight
-	retryAt  int64  // mono: no pull before
+	source   Peer  // the run to pull it from; none for a dead owner's key
+	pulling  bool  // a pull is in flight
+	retryAt  int64 // mono: no pull before
 	settled  bool
 	base     limiter.State // newest copy received (ModeNewer, a replica)
 	hasBase  bool
@@ -189,18 +189,18 @@ func (c *Core) planHandoff(now time.Time, old *view, stable, ring *Ring) *handof
 	return p
 }
 
-// stableSource returns the node k comes from in plan: its owner in the
-// stable ring, "" if that node died (its replica and the seals settle it),
+// stableSource returns the run k comes from in plan: its owner in the
+// stable ring, none if that run died (its replica and the seals settle it),
 // and whether k moves here at all.
-func stableSource(v *view, self string, k limiter.Key) (string, bool) {
+func stableSource(v *view, self string, k limiter.Key) (Peer, bool) {
 	owner, ok := v.stable.Owner(k.Route())
 	if !ok || owner.Name == self {
-		return "", false
+		return Peer{}, false
 	}
 	if _, dead := v.ho.dead[owner.Name]; dead {
-		return "", true
+		return Peer{}, true
 	}
-	return owner.Name, true
+	return owner.Peer(), true
 }
 
 // incoming reports whether k, which this node owns by v's ring, may still
@@ -215,7 +215,7 @@ func (h *handoffState) incoming(v *view, self string, k limiter.Key) bool {
 	if mk := h.keys[k]; mk != nil {
 		return !mk.settled
 	}
-	return src == "" || v.ho.joined || !h.sealed[src]
+	return src.Name == "" || v.ho.joined || !h.sealed[src.Name]
 }
 
 // unsealedAll reports whether ok holds for every source of plan that has
@@ -440,16 +440,24 @@ func (c *Core) requestKeys(now time.Time, v *view, keys []limiter.Key) {
 	c.handoff.mu.Lock()
 	for _, k := range keys {
 		mk := c.handoff.entry(v, c.self.Name, k)
-		if mk.settled || mk.pulling || mk.source == "" || m < mk.retryAt {
+		if mk.settled || mk.pulling || mk.source.Name == "" || m < mk.retryAt {
 			continue
 		}
-		if mk.source == c.self.Name {
+		if mk.source.Name == c.self.Name {
 			var done settled
 			settleLocked(k, mk, now, &done) // nothing can come from here: nothing gathered either
 			continue
 		}
+		if p := c.peers.get(mk.source.Name); p != nil && p.peer != mk.source {
+			// The run it comes from is gone: another run of the name never
+			// held what that one did. What it held comes with the
+			// hand-off: from the replicas of it if it died, or handed over
+			// before it went.
+			mk.source = Peer{}
+			continue
+		}
 		mk.pulling = true
-		bySource[mk.source] = append(bySource[mk.source], k)
+		bySource[mk.source.Name] = append(bySource[mk.source.Name], k)
 	}
 	c.handoff.mu.Unlock()
 	for _, name := range sortedKeys(bySource) {
@@ -461,7 +469,7 @@ func (c *Core) requestKeys(now time.Time, v *view, keys []limiter.Key) {
 		ks := bySource[name]
 		slices.Sort(ks)
 		c.stats.PullCalls.Add(1)
-		c.out.request(p.peer, Pull{Keys: ks}, m, nil)
+		c.out.request(p.peer, Pull{To: p.peer.Inc, Keys: ks}, m, nil)
 	}
 	c.notifyOutbox()
 }
@@ -531,8 +539,8 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			// it elsewhere: pull it from there. Sources that disagree
 			// about where it is (their rings differ for a moment) send the
 			// pull around: past a few hops it waits a retry between them.
-			if c.peers.get(to) != nil {
-				mk.source = to
+			if p := c.peers.get(to); p != nil {
+				mk.source = p.peer
 			}
 			if mk.hops++; mk.hops > maxPullHops {
 				mk.hops, mk.retryAt = 0, c.mono(now)+c.pullRetry()
@@ -548,7 +556,7 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			// may be only what others admitted in fallback): a node leaving
 			// that would have owned it may still hold it, or be sending it
 			// (to a run of this node that died).
-			if l := c.leaverFor(v, k, mk.leavers); l != "" {
+			if l := c.leaverFor(v, k, mk.leavers); l.Name != "" {
 				mk.leavers++
 				mk.source = l
 				again = append(again, k)
@@ -565,10 +573,10 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 }
 
 // leaverFor returns the next node still leaving, from the plan's i-th on,
-// that would own k, or "".
-func (c *Core) leaverFor(v *view, k limiter.Key, i int) string {
+// that would own k, or none.
+func (c *Core) leaverFor(v *view, k limiter.Key, i int) Peer {
 	if v.ho == nil {
-		return ""
+		return Peer{}
 	}
 	leaving := c.known.Load().leaving
 	for ; i < len(v.ho.leavers); i++ {
@@ -577,17 +585,26 @@ func (c *Core) leaverFor(v *view, k limiter.Key, i int) string {
 			continue
 		}
 		if slices.ContainsFunc(leaving, func(m Member) bool { return m.Name == o.Name && m.Inc == o.Inc }) {
-			return o.Name
+			return o.Peer()
 		}
 		// Gone since: it handed everything over before it went.
 	}
-	return ""
+	return Peer{}
 }
 
 // handlePull answers a pull of keys by from, which owns them now: what this
 // node holds of them goes to it, in transfers it acknowledges, and from now
 // on this node sends requests for them there.
 func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
+	if p.To != c.self.Inc {
+		// Another run of this node was asked: what it held is not here
+		// (it lives on in its replicas), and "nothing here" would have the
+		// asker count the keys from nothing.
+		if c.debugOn() {
+			c.log.Debug("pull refused: meant for another run", "node", c.self.Name, "peer", from.Name, "run", p.To)
+		}
+		return PullReply{Refused: true}
+	}
 	c.viewMu.Lock()
 	v := c.view.Load()
 	dead := c.runDied(from)
@@ -822,7 +839,7 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 	for k, mk := range h.keys {
 		// A joining node's keys wait for every seal (see planHandoff):
 		// the source it guessed sealing says nothing of the others.
-		if !mk.settled && mk.source == r.to.Name && !h.plan.joined {
+		if !mk.settled && mk.source == r.to && !h.plan.joined {
 			done = append(done, k)
 		}
 	}
@@ -951,6 +968,20 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		} else {
 			mk.base, mk.hasBase = s, true
 		}
+	}
+	if !forced && len(plan.deadInc) > 1 {
+		// Keys whose dead owner's successor died too have no counter here
+		// unless one came: fallback decides them until one does (see
+		// outOfReach). Noted before they settle: none is counted from
+		// what arrived meanwhile.
+		var found []limiter.Key
+		for k, mk := range h.keys {
+			if mk.counter || mk.hasBase || mk.hasCopy {
+				found = append(found, k)
+			}
+		}
+		c.unreached.add(v.stable, plan, plan.since+int64(c.cfg.HandoffWindow), found)
+		c.log.Info("hand-off of members that died together: keys both held are decided by fallback until a counter of theirs comes", "node", c.self.Name, "dead", len(plan.deadInc))
 	}
 	for k, mk := range h.keys {
 		if !mk.settled {

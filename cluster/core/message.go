@@ -204,7 +204,12 @@ type Ack struct {
 
 // Pull asks the node that may hold keys which moved to the asker for
 // their counts: the asker owns them now.
-type Pull struct{ Keys []limiter.Key }
+type Pull struct {
+	// To is the incarnation of the run asked: another run of the same name
+	// (the node restarted) never held what that run did, and refuses it.
+	To   uint64
+	Keys []limiter.Key
+}
 
 // PullReply answers a Pull. Keys in neither list were held by nobody here:
 // the asker counts them from nothing.
@@ -216,7 +221,8 @@ type PullReply struct {
 	// finds them.
 	Moved []KeyOwner
 	// Refused: this node counts the asker dead (it may send what it holds
-	// elsewhere), so it gives it nothing now; the asker asks again later.
+	// elsewhere), or is not the run asked, so it gives it nothing now; the
+	// asker asks again later, where its membership then says.
 	Refused bool
 }
 

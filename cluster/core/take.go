@@ -144,11 +144,12 @@ func (c *Core) counting(v *view, k limiter.Key, m int64) bool {
 type keyState uint8
 
 const (
-	keyCounting  keyState = iota // this node owns it and counts it
-	keyElsewhere                 // another node owns it
-	keyLent                      // this node owns it by its ring, but gave it to a node that owns it by a newer one
-	keyWaiting                   // its counts may still be on their way here, or its successor's lease ran out
-	keyNoQuorum                  // this node owns it, but its ring lacks a majority: fallback decides
+	keyCounting   keyState = iota // this node owns it and counts it
+	keyElsewhere                  // another node owns it
+	keyLent                       // this node owns it by its ring, but gave it to a node that owns it by a newer one
+	keyWaiting                    // its counts may still be on their way here, or its successor's lease ran out
+	keyNoQuorum                   // this node owns it, but its ring lacks a majority: fallback decides
+	keyOutOfReach                 // this node owns it, but its counter is out of reach (see outOfReach): fallback decides
 )
 
 // keyState returns what this node can do with k at m, and for keyWaiting
@@ -163,6 +164,9 @@ func (c *Core) keyState(v *view, m int64, k limiter.Key) (keyState, int) {
 	}
 	if !c.majority(v) {
 		return keyNoQuorum, -1
+	}
+	if c.lacksCounter(k, m) {
+		return keyOutOfReach, -1
 	}
 	if c.lent.count() > 0 {
 		if _, lent := c.lent.get(k); lent {
@@ -360,7 +364,7 @@ func (c *Core) stepOwn(now time.Time, v *view, m int64, op *TakeOp, g *takeGroup
 		}
 		c.redirect(now, v, m, op, g, to)
 		return Action{}, false
-	case keyNoQuorum:
+	case keyNoQuorum, keyOutOfReach:
 		c.decideByFallback(now, v, op, g)
 		return Action{}, false
 	}
@@ -405,7 +409,7 @@ func (c *Core) groupState(v *view, m int64, g *takeGroup) (keyState, int) {
 	worst, succ := keyCounting, -1
 	check := func(k limiter.Key) bool {
 		st, s := c.keyState(v, m, k)
-		if st == keyElsewhere || st == keyLent || st == keyNoQuorum {
+		if st == keyElsewhere || st == keyLent || st == keyNoQuorum || st == keyOutOfReach {
 			worst = st
 			return false
 		}
@@ -812,7 +816,7 @@ func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Res
 			return ItemReply{}, true
 		}
 		return ItemReply{Outcome: NotYetMine}, false
-	case keyNoQuorum:
+	case keyNoQuorum, keyOutOfReach:
 		return ItemReply{Outcome: NotYetMine}, false
 	}
 	if item.Op == OpPeek {

@@ -613,6 +613,9 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 	if t.Mode.carriesCounts() || t.Mode.settles() {
 		c.noteApplied(from, t)
 	}
+	if t.carriesCounter() {
+		defer c.reachedCounters(now, t.States) // once they are counted
+	}
 	switch t.Mode {
 	case ModeAdd:
 		c.stats.Received.Add(uint64(len(t.States)))
@@ -861,9 +864,10 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		if c.debugOn() {
 			c.debugCounts("counts join the engine", []limiter.State{s}, "mode", mode.String())
 		}
-		if mode == ModeNewer && like.ReplicaOf.Name != "" && c.replicas.takeCounterless(s.Key) {
-			// The key settled here without its counter: this replica of
-			// its dead owner's holds counts nothing here does.
+		if mode == ModeNewer && like.ReplicaOf.Name != "" && (c.replicas.takeCounterless(s.Key) || c.lacksCounter(s.Key, c.mono(now))) {
+			// The key settled here without its counter, or its counter was
+			// out of reach: this replica of its dead owner's holds counts
+			// nothing here does.
 			c.engine.Merge(now, []limiter.State{s})
 		} else if mode == ModeNewer || mode == ModeCopy {
 			c.engine.MergeNewer(now, []limiter.State{s})

@@ -648,7 +648,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// copy to the key's owner), the counter may hold the replica's
 		// counts, so this one raises the count as a copy, never adds.
 		earlier := t.WasTo.Name == c.self.Name && t.WasTo.Inc < c.self.Inc
-		var adds, copies []limiter.State
+		var adds, counters, copies []limiter.State
 		onward := map[string][]limiter.State{}
 		for _, s := range t.States {
 			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s, true); ok {
@@ -668,14 +668,25 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 					continue
 				}
 			}
-			adds = append(adds, s)
+			counters = append(counters, s)
 		}
 		for _, name := range sortedKeys(onward) {
 			i, _ := v.ring.index(name)
 			t := c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name]}, purposeForward, c.mono(now), false)
 			c.debugTransfer("transfer made: evicted counters sent on", v.ring.member(i).Peer(), t, purposeForward)
 		}
-		c.place(now, ModeAdd, purposeForward, adds)
+		// The run's counters counted here whole hold its counts from now
+		// on, as a replica this node started their keys from would: a
+		// replica of them that comes later (the node that kept it sends
+		// it on) adds only what it holds beyond them.
+		var here []limiter.State
+		for _, s := range counters {
+			if _, self, ok := c.placeOf(v, s.Key); self || !ok {
+				here = append(here, s)
+			}
+		}
+		c.notePromotedHere(now, run, here)
+		c.place(now, ModeAdd, purposeForward, append(adds, counters...))
 		c.place(now, ModeCopy, purposeForward, copies)
 	case ModeCopy:
 		// A snapshot read back holds what an earlier run of the sender

@@ -553,7 +553,15 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		c.debugTransfer("transfer received again: applied before", from, t, 0)
 		return Ack{Seq: t.Seq}
 	}
-	if c.gate.isLeaving() && (t.Mode.carriesCounts() || t.Mode == ModeReplica) {
+	if c.gate.isLeaving() && (t.Mode.carriesCounts() && t.Mode != ModeEvicted || t.Mode == ModeReplica) {
+		// A node leaving has handed its counters over, and counts nothing
+		// more. A run declared dead sends its counters to the node that
+		// kept its replicas, though, which alone knows which of them the
+		// cluster holds (it started keys from them): leaving, it weighs
+		// them all the same and sends on what they hold beyond, and waits
+		// for that to be acknowledged before it goes (Drained). Refused,
+		// they would go to a node that knows nothing of those replicas,
+		// and be added whole.
 		c.debugTransfer("transfer refused: leaving", from, t, 0)
 		return Ack{Seq: t.Seq, Refused: true}
 	}

@@ -1015,7 +1015,9 @@ func (c *Core) replaceRefused(now time.Time) {
 // the clocks' drift. Their counts then go to the keys' owners now, as
 // transfers that name the one they replace: the new owner, which took the
 // dead receiver's keys over, skips those the dead receiver applied and
-// replicated before it died, so a count is neither lost nor counted twice.
+// replicated before it died, so a count is neither lost nor counted twice
+// (counts to add for a key a later run of the receiver owns again go to
+// the node that took the dead run's keys over instead: see retarget).
 // Refunds go the same way. Replicas are dropped: the successor gets a
 // fresh replica.
 //
@@ -1115,6 +1117,14 @@ func (c *Core) retargetDue(now time.Time) {
 
 // retarget sends the states (or refunds) of an abandoned transfer to where
 // they belong now, each part naming the transfer it replaces.
+//
+// Counts to add go to the node that took the dead receiver's keys over,
+// which alone knows, by the replicas, whether the dead receiver applied
+// them: the key's owner now, or, where a later run of the receiver owns
+// the key again, the key's owner without it (the later run took nothing
+// over: it got the key from the replicas of the dead run, which hold what
+// that run applied). That node skips what the dead run applied, and
+// places the rest where the key is counted.
 func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.State, reqs []limiter.Request) {
 	v := c.view.Load()
 	was := Applied{From: c.self, Seq: pt.t.Seq}
@@ -1124,10 +1134,19 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		reqs   []limiter.Request
 	}
 	parts := map[string]*part{}
-	var here []limiter.State
+	var here, kept []limiter.State
 	var hereReqs []limiter.Request
 	add := func(k limiter.Key, s *limiter.State, r *limiter.Request) {
 		to, self, ok := c.placeOf(v, k)
+		if s != nil && pt.t.Mode == ModeAdd && ok && !self && to.Name == pt.to.Name && to.Inc > pt.to.Inc {
+			if o, in := v.ring.OwnerWithout(k.Route(), pt.to.Name); in {
+				if o.Name == c.self.Name {
+					kept = append(kept, *s) // weighed here, counted at the owner
+					return
+				}
+				to = o
+			}
+		}
 		if self || !ok {
 			if s != nil {
 				here = append(here, *s)
@@ -1160,6 +1179,7 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		c.notePromotedHere(now, pt.t.ReplicaOf, here)
 		c.placeHere(now, v, pt.t, here)
 		c.applySettle(now, pt.t, hereReqs)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self)}, purposeForward, kept)
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]

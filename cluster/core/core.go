@@ -105,10 +105,14 @@ type Stats struct {
 // view is the membership a core routes by. A view is immutable: a change
 // builds a new one.
 type view struct {
-	ring       *Ring
-	self       int          // index of this node in ring, -1 if not a member
-	peers      []*peerState // aligned with ring's members; nil at self
-	stable     *Ring        // the ring of the last completed hand-off
+	ring   *Ring
+	self   int          // index of this node in ring, -1 if not a member
+	peers  []*peerState // aligned with ring's members; nil at self
+	stable *Ring        // the ring of the last completed hand-off
+	// owned is the latest ring before this one whose hand-off completed
+	// with this node a member: the keys it owned there it held every count
+	// of, or nil.
+	owned      *Ring
 	ho         *handoffPlan // nil when no hand-off is under way
 	standalone bool         // a ring of this node alone, never networked
 	shareOf    int          // nodes that may count a key in fallback: members less its owner, at least 1
@@ -627,6 +631,12 @@ func (c *Core) rerouteLocked(now time.Time) {
 		ho = c.planHandoff(now, old, stable, ring) // before the peers of dead members are dropped
 	}
 	v := &view{ring: ring, self: selfIdx, stable: stable, ho: ho}
+	if old != nil {
+		v.owned = old.owned
+		if old.stable.Has(c.self.Name) {
+			v.owned = old.stable
+		}
+	}
 	v.quorum, v.voters = c.quorumLocked(ring)
 	v.peers = c.peers.match(ring, known.others(), c.self.Name, m)
 	c.downDead(known, m)

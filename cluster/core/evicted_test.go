@@ -191,3 +191,62 @@ func TestANodeNotYetJoinedAgainRefusesCountsHandedToIt(t *testing.T) {
 	load.resume()
 	wantExactAfterHeal(t, h, k, load, quota)
 }
+
+// A node takes a dead owner's key over from the replica it kept, counts
+// on, and leaves; the owner, which was only cut off, comes back while it
+// is leaving, learns it was declared dead and sends its counter to the
+// node that kept its replicas. That node alone knows the cluster holds
+// the replica's counts: it weighs the counter against them, leaving or
+// not. Refused, the counter waited for the leaving node to go and then
+// went to the key's owner, which knew nothing of the replica and added it
+// whole (seeds 2179 and 4902 of the simulator).
+func TestALeavingNodeWeighsTheCounterOfARunWhoseKeysItTookOver(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k, load := h.spentKey("n0", "n1", 7)
+	h.advance(20 * time.Millisecond) // replicated to n1
+
+	// n0 is cut off; the others declare it dead, and n1 takes its key
+	// over from the replica and counts on.
+	h.down["n0"] = true
+	for _, name := range []string{"n1", "n2", "n3"} {
+		h.setMembership(name, []string{"n0"})
+	}
+	h.advance(time.Second, "n1", "n2", "n3")
+	load.spend("n1")
+	if got := h.count("n1", k); got != 8 || load.admitted != 8 {
+		t.Fatalf("n1 counts %d after taking over; %d admitted; want 8 and 8", got, load.admitted)
+	}
+
+	// n1 leaves: the key goes to n2 or n3. The cut heals meanwhile: n0
+	// hears it was declared dead and sends its counter to n1.
+	member := func(name string) Member { return Member{Name: name, Inc: h.incs[name], PeerAddr: name} }
+	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
+	h.cores["n1"].Leave(h.now)
+	h.cores["n2"].SetMembership(h.now, Membership{Members: []Member{member("n3")}, Leaving: []Member{member("n1")}, Dead: dead})
+	h.cores["n3"].SetMembership(h.now, Membership{Members: []Member{member("n2")}, Leaving: []Member{member("n1")}, Dead: dead})
+	h.pump()
+	h.down["n0"] = false
+	h.advance(200 * time.Millisecond)
+	if h.cores["n0"].gate.joinEpoch() < 2 {
+		t.Fatal("n0 was not told that it was declared dead")
+	}
+
+	// n1 is gone, and n0 joins again.
+	h.down["n1"] = true
+	h.cores["n2"].SetMembership(h.now, Membership{Members: []Member{member("n3")}, Dead: dead})
+	h.cores["n3"].SetMembership(h.now, Membership{Members: []Member{member("n2")}, Dead: dead})
+	h.cores["n0"].SetMembership(h.now, Membership{Members: []Member{member("n2"), member("n3")}})
+	h.pump()
+	h.advance(3*time.Second, "n0", "n2", "n3")
+	load.resume()
+	var held int64
+	by := map[string]int64{}
+	for _, name := range []string{"n0", "n2", "n3"} {
+		c := h.cores[name]
+		by[name] = h.count(name, k) + windowCount(c.fallback.engine.StatesOf(h.now, []limiter.Key{k}))
+		held += by[name]
+	}
+	if held != int64(load.admitted) {
+		t.Errorf("the cluster holds %d of the key (%v); %d were admitted (%v)", held, by, load.admitted, load.by)
+	}
+}

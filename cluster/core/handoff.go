@@ -639,10 +639,17 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	// ring without the asker) is there, or on its way there: the asker
 	// guessed this node from a ring this node no longer shares (it was
 	// declared dead and saw the others go one by one). Saying "nothing
-	// here" would have it counted from nothing.
+	// here" would have it counted from nothing. But where this node held
+	// every count of the key (it owned it by the ring of its last
+	// completed hand-off) and its ring names the asker the owner since,
+	// the asker guessed right: what this node had of it went, or goes,
+	// to the asker, and nothing here means there was nothing.
 	var elsewhere []limiter.Key
 	for _, k := range take {
 		if heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
+			continue
+		}
+		if c.passedTo(v, k, from) {
 			continue
 		}
 		if o, ok := v.ring.OwnerWithout(k.Route(), from.Name); ok && o.Name != c.self.Name {
@@ -686,6 +693,21 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		}
 	}
 	return PullReply{Given: given, Moved: moved}
+}
+
+// passedTo reports whether this node owned k, holding every count of it,
+// by the latest ring of v's past whose hand-off completed here, and v's
+// ring names to its owner since.
+func (c *Core) passedTo(v *view, k limiter.Key, to Peer) bool {
+	if v.owned == nil {
+		return false
+	}
+	was, ok := v.owned.Owner(k.Route())
+	if !ok || was.Name != c.self.Name {
+		return false
+	}
+	now, ok := v.ring.Owner(k.Route())
+	return ok && now.Name == to.Name && now.Inc == to.Inc
 }
 
 // heldIn reports whether states hold a counter of k.

@@ -553,7 +553,15 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		c.debugTransfer("transfer received again: applied before", from, t, 0)
 		return Ack{Seq: t.Seq}
 	}
-	if c.gate.isLeaving() && (t.Mode.carriesCounts() || t.Mode == ModeReplica) {
+	if c.gate.isLeaving() && (t.Mode.carriesCounts() && t.Mode != ModeEvicted || t.Mode == ModeReplica) {
+		// A node leaving has handed its counters over, and counts nothing
+		// more. A run declared dead sends its counters to the node that
+		// kept its replicas, though, which alone knows which of them the
+		// cluster holds (it started keys from them): leaving, it weighs
+		// them all the same and sends on what they hold beyond, and waits
+		// for that to be acknowledged before it goes (Drained). Refused,
+		// they would go to a node that knows nothing of those replicas,
+		// and be added whole.
 		c.debugTransfer("transfer refused: leaving", from, t, 0)
 		return Ack{Seq: t.Seq, Refused: true}
 	}
@@ -651,7 +659,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// copy to the key's owner), the counter may hold the replica's
 		// counts, so this one raises the count as a copy, never adds.
 		earlier := t.WasTo.Name == c.self.Name && t.WasTo.Inc < c.self.Inc
-		var adds, copies []limiter.State
+		var adds, counters, copies []limiter.State
 		onward := map[string][]limiter.State{}
 		for _, s := range t.States {
 			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s, true); ok {
@@ -671,14 +679,25 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 					continue
 				}
 			}
-			adds = append(adds, s)
+			counters = append(counters, s)
 		}
 		for _, name := range sortedKeys(onward) {
 			i, _ := v.ring.index(name)
 			t := c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name]}, purposeForward, c.mono(now), false)
 			c.debugTransfer("transfer made: evicted counters sent on", v.ring.member(i).Peer(), t, purposeForward)
 		}
-		c.place(now, ModeAdd, purposeForward, adds)
+		// The run's counters counted here whole hold its counts from now
+		// on, as a replica this node started their keys from would: a
+		// replica of them that comes later (the node that kept it sends
+		// it on) adds only what it holds beyond them.
+		var here []limiter.State
+		for _, s := range counters {
+			if _, self, ok := c.placeOf(v, s.Key); self || !ok {
+				here = append(here, s)
+			}
+		}
+		c.notePromotedHere(now, run, here)
+		c.place(now, ModeAdd, purposeForward, append(adds, counters...))
 		c.place(now, ModeCopy, purposeForward, copies)
 	case ModeCopy:
 		// A snapshot read back holds what an earlier run of the sender
@@ -1000,7 +1019,9 @@ func (c *Core) replaceRefused(now time.Time) {
 // the clocks' drift. Their counts then go to the keys' owners now, as
 // transfers that name the one they replace: the new owner, which took the
 // dead receiver's keys over, skips those the dead receiver applied and
-// replicated before it died, so a count is neither lost nor counted twice.
+// replicated before it died, so a count is neither lost nor counted twice
+// (counts to add for a key a later run of the receiver owns again go to
+// the node that took the dead run's keys over instead: see retarget).
 // Refunds go the same way. Replicas are dropped: the successor gets a
 // fresh replica.
 //
@@ -1100,6 +1121,14 @@ func (c *Core) retargetDue(now time.Time) {
 
 // retarget sends the states (or refunds) of an abandoned transfer to where
 // they belong now, each part naming the transfer it replaces.
+//
+// Counts to add go to the node that took the dead receiver's keys over,
+// which alone knows, by the replicas, whether the dead receiver applied
+// them: the key's owner now, or, where a later run of the receiver owns
+// the key again, the key's owner without it (the later run took nothing
+// over: it got the key from the replicas of the dead run, which hold what
+// that run applied). That node skips what the dead run applied, and
+// places the rest where the key is counted.
 func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.State, reqs []limiter.Request) {
 	v := c.view.Load()
 	was := Applied{From: c.self, Seq: pt.t.Seq}
@@ -1109,10 +1138,19 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		reqs   []limiter.Request
 	}
 	parts := map[string]*part{}
-	var here []limiter.State
+	var here, kept []limiter.State
 	var hereReqs []limiter.Request
 	add := func(k limiter.Key, s *limiter.State, r *limiter.Request) {
 		to, self, ok := c.placeOf(v, k)
+		if s != nil && pt.t.Mode == ModeAdd && ok && !self && to.Name == pt.to.Name && to.Inc > pt.to.Inc {
+			if o, in := v.ring.OwnerWithout(k.Route(), pt.to.Name); in {
+				if o.Name == c.self.Name {
+					kept = append(kept, *s) // weighed here, counted at the owner
+					return
+				}
+				to = o
+			}
+		}
 		if self || !ok {
 			if s != nil {
 				here = append(here, *s)
@@ -1145,6 +1183,7 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		c.notePromotedHere(now, pt.t.ReplicaOf, here)
 		c.placeHere(now, v, pt.t, here)
 		c.applySettle(now, pt.t, hereReqs)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self)}, purposeForward, kept)
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]

@@ -200,3 +200,76 @@ func TestAReplicaForAKeySettledWithoutItsCounterIsAdded(t *testing.T) {
 		}
 	}
 }
+
+// A run declared dead sends the counter it held of a key (ModeEvicted) to
+// a node that did not start the key from the run's replica, and the node
+// that kept that replica sends it on to the same node: two copies of the
+// same counts. Whichever comes first, they are counted once: where the
+// key is counted already, where it had settled with none of its counters
+// (a replica that comes first to such a key is the counter it lacked; one
+// that comes after the run's own counter is a copy of it), and where it
+// is still moving here. Seeds 4212 and 5866 of the simulator: the evicted
+// counter was added, then the replica laid under the additions as their
+// base, or added as the counter the key lacked.
+func TestADeadRunsCounterAndItsReplicaAreCountedOnce(t *testing.T) {
+	for _, where := range []string{"counted", "settled without a counter", "moving"} {
+		for _, replicaFirst := range []bool{false, true} {
+			name := where + ", counter first"
+			if replicaFirst {
+				name = where + ", replica first"
+			}
+			t.Run(name, func(t *testing.T) {
+				h := newHandNet(t, "n0", "n1", "n2")
+				owner, second := "n0", "n1"
+				if where == "moving" {
+					owner, second = "n1", "n0"
+				}
+				k, load := h.spentKey(owner, second, 9)
+				// The counter as the dead run counted it.
+				counter := h.cores[owner].engine.ExtractKeys(h.now, []limiter.Key{k})
+				if got := windowCount(counter); load.admitted != 9 || got != 9 {
+					t.Fatalf("admitted %d, counter holds %d; want 9 and 9", load.admitted, got)
+				}
+				n0 := h.cores["n0"]
+				switch where {
+				case "settled without a counter":
+					n0.replicas.noteCounterless(n0.mono(h.now), []limiter.Key{k})
+				case "moving":
+					// n1, which owned the key and replicated none of it,
+					// dies: the key moves to n0 and settles there once n2
+					// sealed and n1's lease ran out.
+					h.down["n1"] = true
+					h.setMembership("n0", []string{"n1"})
+					h.setMembership("n2", []string{"n1"})
+					if !n0.HandoffUnderway() {
+						t.Fatal("no hand-off under way at n0")
+					}
+				}
+				dead := Peer{Name: "n9", Inc: 7}
+				evicted := func() {
+					n0.handleTransfer(h.now, h.cores["n2"].self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeEvicted, Evicted: dead, States: counter}, true)
+				}
+				replica := func() {
+					n0.handleTransfer(h.now, h.cores["n2"].self, Transfer{Seq: 2, To: n0.self.Inc, Mode: ModeNewer, ReplicaOf: dead, States: counter}, true)
+				}
+				if replicaFirst {
+					replica()
+					evicted()
+				} else {
+					evicted()
+					replica()
+				}
+				h.pump()
+				if where == "moving" {
+					h.advance(time.Second, "n0", "n2")
+					if n0.HandoffUnderway() {
+						t.Fatal("n0 has not taken n1's keys over")
+					}
+				}
+				if got := h.count("n0", k); got != 9 {
+					t.Errorf("n0 counts %d; 9 were admitted", got)
+				}
+			})
+		}
+	}
+}

@@ -21,8 +21,9 @@ import (
 // time of its result, and calendar windows. Version 5 says in a ping
 // whether the asker counts keys (a node declared dead and joining again
 // does not). Version 6 names, in a transfer of counters handed over, the
-// run whose counters they are, also where they are passed on.
-const ProtocolVersion = 6
+// run whose counters they are, also where they are passed on. Version 7
+// names, with counters, the other runs' counts they hold.
+const ProtocolVersion = 7
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is
 // [kind|replyBit][call ID][status][body]. A take frame carries many take

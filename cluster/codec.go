@@ -248,6 +248,13 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 	encodePeer(e, t.WasTo)
 	e.flag(t.Own)
 	encodePeer(e, t.CountersOf)
+	held := make([]limiter.State, len(t.Holds))
+	e.u32(uint32(len(t.Holds)))
+	for i := range t.Holds {
+		encodePeer(e, t.Holds[i].Run)
+		held[i] = t.Holds[i].State
+	}
+	encodeStates(e, held)
 	encodePeer(e, t.ReplicaOf)
 	encodePeer(e, t.Evicted)
 	e.u32(uint32(len(t.Applied)))
@@ -278,6 +285,21 @@ func decodeTransfer(d *decoder) core.Transfer {
 	t.WasTo = decodePeer(d)
 	t.Own = d.flag()
 	t.CountersOf = decodePeer(d)
+	var runs []core.Peer
+	if n := d.count32(maxList, 9); n > 0 {
+		runs = make([]core.Peer, n)
+		for i := range runs {
+			runs[i] = decodePeer(d)
+		}
+	}
+	if held := decodeStates(d); d.err == nil && len(held) != len(runs) {
+		d.err = fmt.Errorf("%d counts held for %d runs", len(held), len(runs))
+	} else if len(runs) > 0 {
+		t.Holds = make([]core.Held, len(runs))
+		for i := range runs {
+			t.Holds[i] = core.Held{Run: runs[i], State: held[i]}
+		}
+	}
 	t.ReplicaOf = decodePeer(d)
 	t.Evicted = decodePeer(d)
 	if n := d.count32(maxList, 9+8); n > 0 {

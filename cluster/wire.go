@@ -22,7 +22,8 @@ import (
 // whether the asker counts keys (a node declared dead and joining again
 // does not). Version 6 names, in a transfer of counters handed over, the
 // run whose counters they are, also where they are passed on. Version 7
-// names, in a pull, the run asked.
+// names, in a pull, the run asked, and with counters the other runs'
+// counts they hold.
 const ProtocolVersion = 7
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is

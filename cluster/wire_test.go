@@ -37,7 +37,8 @@ func TestCodecRoundTrips(t *testing.T) {
 	states := []limiter.State{{Key: 9, Kind: limiter.KindLeases, Cur: 3, Leases: []limiter.Lease{{ID: 5, Expires: 7}}}}
 	reqs := []limiter.Request{{Key: 2, Zone: 1, Cost: 1, Limit: limiter.Limit{Quota: 10, Window: 1e9}}}
 	transfer := core.Transfer{Seq: 4, Floor: 2, To: 8, Epoch: 3, Mode: core.ModeCancel, States: states, Reqs: reqs, Take: 11, Was: 1,
-		WasTo: core.Peer{Name: "b", Inc: 2}, Own: true, CountersOf: core.Peer{Name: "e", Inc: 5}, ReplicaOf: core.Peer{Name: "c", Inc: 3}, Evicted: core.Peer{Name: "d", Inc: 4},
+		WasTo: core.Peer{Name: "b", Inc: 2}, Own: true, CountersOf: core.Peer{Name: "e", Inc: 5},
+		Holds: []core.Held{{Run: core.Peer{Name: "f", Inc: 6}, State: limiter.State{Key: 9, Cur: 4, Stamp: 1, Expires: 3}}}, ReplicaOf: core.Peer{Name: "c", Inc: 3}, Evicted: core.Peer{Name: "d", Inc: 4},
 		Applied: []core.Applied{{From: core.Peer{Name: "e", Inc: 5}, Seq: 6}}}
 	for _, tc := range []struct {
 		kind  byte

@@ -415,11 +415,40 @@ func (c *Core) rePlace(now time.Time, a arrived) {
 	c.debugCounts("arrived for keys not settled, placed anew: additions", a.adds)
 	c.debugCounts("arrived for keys not settled, placed anew: own counters", a.owns)
 	c.debugCounts("arrived for keys not settled, placed anew: whole copies", a.copies)
-	c.place(now, ModeNewer, purposeForward, a.bases)
+	c.placeBases(now, a)
 	c.place(now, ModeAdd, purposeForward, a.adds)
 	c.placeAs(now, Transfer{Mode: ModeAdd, Own: true}, purposeHandoff, a.owns)
 	c.place(now, ModeCopy, purposeForward, a.copies)
+	c.placeArrivals(now, a.counters)
 	c.refund(now, a.refunds)
+}
+
+// placeBases places anew the newest copies that arrived for keys not
+// settled, with the runs' counts this node holds for the keys (they are
+// in the copies: see noteHeld), which go with them. A copy may be of
+// several counters (a replica, this node's own counter refused): it names
+// none.
+func (c *Core) placeBases(now time.Time, a arrived) {
+	if len(a.bases) == 0 {
+		return
+	}
+	c.placeAs(now, Transfer{Mode: ModeNewer, Holds: c.replicas.takeHeld(keysOf(a.bases))}, purposeForward, a.bases)
+}
+
+// placeArrivals places anew counters that came naming their runs, or the
+// other runs' counts they hold, as they came: where they are counted,
+// they are weighed against what is held there of those runs.
+func (c *Core) placeArrivals(now time.Time, counters []arrival) {
+	for _, a := range counters {
+		if c.debugOn() {
+			c.debugCounts("arrived for keys not settled, placed anew: a counter as it came", []limiter.State{a.state}, "counters_of", a.of.Name, "holds", len(a.holds), "own", a.own)
+		}
+		if a.own {
+			c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: a.holds}, purposeHandoff, []limiter.State{a.state})
+			continue
+		}
+		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds}, purposeForward, []limiter.State{a.state})
+	}
 }
 
 // Membership is what the driver knows of the other nodes.

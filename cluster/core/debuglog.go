@@ -114,6 +114,13 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 	if t.ReplicaOf.Name != "" {
 		args = append(args, "replica_of", t.ReplicaOf.Name)
 	}
+	if len(t.Holds) > 0 {
+		held := make([]string, len(t.Holds))
+		for i, h := range t.Holds {
+			held[i] = fmt.Sprintf("%s:%016x=%d", h.Run.Name, uint64(h.State.Key), h.State.Cur)
+		}
+		args = append(args, "holds", held)
+	}
 	c.log.Debug(msg, append(args, extra...)...)
 }
 

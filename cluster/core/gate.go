@@ -267,6 +267,8 @@ func (c *Core) evict(now time.Time, by string) {
 	g.epoch.Add(1)
 	c.out.retag()
 	held := c.engine.Extract(now, func(limiter.Key) bool { return true }, 0)
+	c.replicas.gaveAway(c.mono(now), keysOf(held))
+	holds := c.replicas.takeHeld(keysOf(held))
 	// Its own counters it was handing over, and that their receivers
 	// refused (so never applied), are counters it holds like the others;
 	// so are the counters of its engine in flight now (not the counts it
@@ -277,13 +279,14 @@ func (c *Core) evict(now time.Time, by string) {
 		return (pt.purpose == purposeHandoff || pt.purpose == purposePull) && pt.t.Mode.carriesCounts() && pt.t.ReplicaOf.Name == ""
 	}) {
 		held = append(held, pt.t.States...)
+		holds = append(holds, pt.t.Holds...)
 	}
 	c.out.markHeldIfRefused(func(pt *pendingTransfer) bool {
 		return pt.purpose == purposeHandoff && pt.t.Mode == ModeAdd && pt.t.Own
 	})
 	c.rerouteLocked(now)
 	c.debugCounts("declared dead: the counters held here go out", held)
-	c.sendEvicted(now, held)
+	c.sendEvicted(now, held, holds)
 	c.viewMu.Unlock()
 	c.log.Warn("declared dead by a peer: counting nothing until joined again", "node", c.self.Name, "by", by)
 	if f := c.cfg.Hooks.Member; f != nil {

@@ -27,8 +27,9 @@ import (
 // dead member's keys settle when all have sealed and the dead member's
 // lease has run out (it may have been paused rather than dead). Counts that
 // reach a node before their key is settled wait beside its engine (copies
-// and additions apart, see Mode) and join it when the key settles. Past
-// HandoffWindow the hand-off ends anyway, and what has not arrived is
+// and additions apart, see Mode, and counters that name whose counts they
+// hold as they came, see Transfer.Holds) and join it when the key settles.
+// Past HandoffWindow the hand-off ends anyway, and what has not arrived is
 // counted from nothing.
 
 // handoffPlan is what a view's hand-off waits for. It is immutable.
@@ -46,18 +47,23 @@ type handoffPlan struct {
 
 // moving is a key that moves here, while it is not settled.
 type moving struct {
-	source   Peer  // the run to pull it from; none for a dead owner's key
-	pulling  bool  // a pull is in flight
-	retryAt  int64 // mono: no pull before
-	settled  bool
-	base     limiter.State // newest copy received (ModeNewer, a replica)
-	hasBase  bool
-	copy     limiter.State // newest whole copy received (ModeCopy): raises the settled count
-	hasCopy  bool
-	adds     limiter.State // counts received to add (ModeAdd)
-	hasAdds  bool
-	own      limiter.State // this node's own counter, handed over and come back (see arrive)
-	hasOwn   bool
+	source  Peer  // the run to pull it from; none for a dead owner's key
+	pulling bool  // a pull is in flight
+	retryAt int64 // mono: no pull before
+	settled bool
+	base    limiter.State // newest copy received (ModeNewer, a replica)
+	hasBase bool
+	copy    limiter.State // newest whole copy received (ModeCopy): raises the settled count
+	hasCopy bool
+	adds    limiter.State // counts received to add (ModeAdd)
+	hasAdds bool
+	own     limiter.State // this node's own counter, handed over and come back (see arrive)
+	hasOwn  bool
+	// counters are counters that came naming their run, or the other
+	// runs' counts they hold, as they came: weighed against what this
+	// node holds of those runs when the key settles (see weighHere), sent
+	// on as they came if it moves on first.
+	counters []arrival
 	from     string // the node whose pull settled it (for stats)
 	received bool   // something arrived for it
 	// counter: a counter of it arrived (a hand-off, a copy), not only what
@@ -72,6 +78,15 @@ type moving struct {
 	// refunds are units given back before the key settled: they are
 	// given back from its counter once it has one.
 	refunds []limiter.Request
+}
+
+// arrival is a counter that came for a key moving here, with what it
+// says of whose counts it holds.
+type arrival struct {
+	state limiter.State
+	of    Peer   // the run whose counter it is, if named
+	holds []Held // other runs' counts it holds
+	own   bool   // this node's own counter, come back
 }
 
 // handoffState is the progress of the view's hand-off: sources sealed, and
@@ -252,13 +267,16 @@ func (h *handoffState) entry(v *view, self string, k limiter.Key) *moving {
 	return mk
 }
 
-// arrive keeps a counter received for k while k is not settled here, and
-// reports whether it did (false: count it at once). own: s is this node's
-// own counter (ModeAdd), handed over and come back (its receiver gone); it
-// is kept apart from what others sent: added like them when k settles,
-// but if k moves on first, sent as this node's hand-off, not as counts
-// passed on for others (see rePlace).
-func (h *handoffState) arrive(v *view, self string, mode Mode, own, counter bool, s limiter.State, now time.Time) bool {
+// arrive keeps a counter received for its key while the key is not
+// settled here, and reports whether it did (false: count it at once).
+// own: it is this node's own counter (ModeAdd), handed over and come back
+// (its receiver gone); it is kept apart from what others sent: added like
+// them when the key settles, but if the key moves on first, sent as this
+// node's hand-off, not as counts passed on for others (see rePlace). A
+// counter that names its run or the other runs' counts it holds (a) is
+// kept apart too, as it came.
+func (h *handoffState) arrive(v *view, self string, mode Mode, own, counter bool, a arrival, now time.Time) bool {
+	s := a.state
 	if !ownedBy(v, self, s.Key) || !h.incoming(v, self, s.Key) {
 		return false
 	}
@@ -270,6 +288,11 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, own, counter bool
 	}
 	mk.received, mk.expected = true, false
 	mk.counter = mk.counter || counter
+	if mode == ModeAdd && (a.of.Name != "" || len(a.holds) > 0) {
+		a.own = own
+		mk.counters = append(mk.counters, a)
+		return true
+	}
 	if mode == ModeCopy {
 		if mk.hasCopy {
 			mk.copy = limiter.NewerState(mk.copy, s)
@@ -329,12 +352,25 @@ func (h *handoffState) expect(v *view, self string, states []limiter.State) {
 
 // settleLocked marks mk settled and returns the counter it gathered, if
 // any: its newest copy with the additions (this node's own counter among
-// them) on top. h.mu is held.
-func settleLocked(k limiter.Key, mk *moving, now time.Time, into *settled) {
+// them, and what the counters that named their runs add to what this node
+// holds) on top. h.mu is held.
+func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *settled) {
 	mk.settled = true
 	if !mk.counter {
 		into.counterless = append(into.counterless, k)
 	}
+	for _, a := range mk.counters {
+		d, ok := c.replicas.weighHere(now, c.mono(now), c.self, a.of, a.state, a.holds)
+		if !ok {
+			continue
+		}
+		if mk.hasAdds {
+			mk.adds = limiter.AddState(now, mk.adds, d)
+		} else {
+			mk.adds, mk.hasAdds = d, true
+		}
+	}
+	mk.counters = nil
 	if mk.hasOwn {
 		if mk.hasAdds {
 			mk.adds = limiter.AddState(now, mk.adds, mk.own)
@@ -383,7 +419,7 @@ func (c *Core) settle(now time.Time, keys []limiter.Key) {
 	var done settled
 	c.handoff.mu.Lock()
 	for _, k := range keys {
-		settleLocked(k, c.handoff.entry(v, c.self.Name, k), now, &done)
+		c.settleLocked(k, c.handoff.entry(v, c.self.Name, k), now, &done)
 	}
 	// Counted before the lock goes: a take that finds a key settled finds
 	// its counts in the engine too, never the engine without them.
@@ -445,7 +481,7 @@ func (c *Core) requestKeys(now time.Time, v *view, keys []limiter.Key) {
 		}
 		if mk.source.Name == c.self.Name {
 			var done settled
-			settleLocked(k, mk, now, &done) // nothing can come from here: nothing gathered either
+			c.settleLocked(k, mk, now, &done) // nothing can come from here: nothing gathered either
 			continue
 		}
 		if p := c.peers.get(mk.source.Name); p != nil && p.peer != mk.source {
@@ -625,16 +661,24 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		take = append(take, k)
 	}
 	states := c.engine.ExtractKeys(now, take)
+	m := c.mono(now)
+	c.replicas.gaveAway(m, keysOf(states))
+	ownHeld := c.replicas.takeHeld(keysOf(states)) // the other runs' counts its counters hold
 	moving := c.handoff.extract(take)
 	bases, adds := moving.bases, moving.adds
 	states = append(states, moving.owns...) // its own counters, come back
 	// Replicas this node keeps of the puller's earlier run, of keys nobody
 	// handed over here: the puller restarted without a hand-off (it
 	// crashed), and those keys' counts live in the replicas.
-	bases = append(bases, c.replicas.take(now, func(owner Peer, k limiter.Key) bool {
+	earlier := c.replicas.takeOwned(now, func(owner Peer, k limiter.Key) bool {
 		return owner.Name == from.Name && owner.Inc < from.Inc && slices.Contains(p.Keys, k) &&
 			!slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == k })
-	})...)
+	})
+	for _, t := range earlier {
+		bases = append(bases, t.state)
+	}
+	// The copies go with the counts of other runs they hold (see noteHeld).
+	baseHeld := append(c.replicas.takeHeld(keysOf(moving.bases)), holdsOfTaken(earlier)...)
 	// A key held nowhere here that this node counts elsewhere (by its
 	// ring without the asker) is there, or on its way there: the asker
 	// guessed this node from a ring this node no longer shares (it was
@@ -646,7 +690,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	// to the asker, and nothing here means there was nothing.
 	var elsewhere []limiter.Key
 	for _, k := range take {
-		if heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
+		if heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.counters, func(a arrival) bool { return a.state.Key == k }) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
 			continue
 		}
 		if c.passedTo(v, k, from) {
@@ -657,19 +701,26 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 			elsewhere = append(elsewhere, k)
 		}
 	}
-	m := c.mono(now)
 	held := len(given)
 	// This node's own counters go as its own (the asker weighs a replica of
-	// them it may get later against them); what others sent here for the
-	// keys goes as additions.
+	// them it may get later against them), with the other runs' counts
+	// they hold; what others sent here for the keys goes as additions, and
+	// counters that named their runs as they came.
 	for _, part := range SplitStates(sortStates(states), TransferBytes) {
-		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, Own: true, States: part}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, Own: true, Holds: holdsOf(ownHeld, part), States: part}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+	}
+	for _, a := range moving.counters {
+		t := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds, States: []limiter.State{a.state}}
+		if a.own {
+			t.Own, t.CountersOf = true, Peer{}
+		}
+		given = append(given, c.out.transfer(from, t, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	for _, part := range SplitStates(sortStates(adds), TransferBytes) {
 		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, States: part}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	if len(bases) > 0 {
-		given = append(given, c.out.transfer(from, Transfer{Mode: ModeNewer, States: sortStates(bases)}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+		given = append(given, c.out.transfer(from, Transfer{Mode: ModeNewer, States: sortStates(bases), Holds: baseHeld}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	if len(moving.copies) > 0 {
 		given = append(given, c.out.transfer(from, Transfer{Mode: ModeCopy, States: moving.copies}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
@@ -710,6 +761,15 @@ func (c *Core) passedTo(v *view, k limiter.Key, to Peer) bool {
 	return ok && now.Name == to.Name && now.Inc == to.Inc
 }
 
+// keysOf returns the keys of states.
+func keysOf(states []limiter.State) []limiter.Key {
+	keys := make([]limiter.Key, len(states))
+	for i, s := range states {
+		keys[i] = s.Key
+	}
+	return keys
+}
+
 // heldIn reports whether states hold a counter of k.
 func heldIn(states []limiter.State, k limiter.Key) bool {
 	return slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == k })
@@ -743,9 +803,10 @@ func (h *handoffState) takeArrived() (a arrived) {
 
 // arrived is what came for keys not settled, taken out to be placed anew:
 // owns are this node's own counters that came back, adds what it passes
-// on for others.
+// on for others, counters those that named their runs (see moving).
 type arrived struct {
 	bases, adds, owns, copies []limiter.State
+	counters                  []arrival
 	refunds                   []limiter.Request
 }
 
@@ -763,8 +824,9 @@ func (a *arrived) takeLocked(mk *moving) {
 	if mk.hasCopy {
 		a.copies = append(a.copies, mk.copy)
 	}
+	a.counters = append(a.counters, mk.counters...)
 	a.refunds = append(a.refunds, mk.refunds...)
-	mk.hasBase, mk.hasAdds, mk.hasOwn, mk.hasCopy, mk.refunds = false, false, false, false, nil
+	mk.hasBase, mk.hasAdds, mk.hasOwn, mk.hasCopy, mk.counters, mk.refunds = false, false, false, false, nil, nil
 }
 
 // sort orders a by key: what is sent does not depend on a map walk.
@@ -773,6 +835,7 @@ func (a *arrived) sort() {
 	sortStates(a.adds)
 	sortStates(a.owns)
 	sortStates(a.copies)
+	slices.SortStableFunc(a.counters, func(x, y arrival) int { return cmpUint(uint64(x.state.Key), uint64(y.state.Key)) })
 	slices.SortFunc(a.refunds, func(x, y limiter.Request) int { return cmpUint(uint64(x.Key), uint64(y.Key)) })
 }
 
@@ -958,7 +1021,6 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		o, ok := v.ring.Owner(k.Route())
 		return ok && o.Name == c.self.Name
 	})
-	c.replicas.notePromoted(c.mono(now), taken)
 	reps := make([]limiter.State, len(taken))
 	for i, t := range taken {
 		reps[i] = t.state
@@ -970,15 +1032,18 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	}
 	// A key lent meanwhile to a node that owns it by a newer ring: its
 	// replica goes there, as a copy.
-	var lent []takenReplica
+	var lent, kept []takenReplica
 	reps = reps[:0]
 	for _, t := range taken {
 		if _, self, _ := c.placeOf(v, t.state.Key); !self {
 			lent = append(lent, t)
 		} else {
+			kept = append(kept, t)
 			reps = append(reps, t.state)
 		}
 	}
+	c.replicas.notePromoted(c.mono(now), kept)
+	c.replicas.noteHeld(c.mono(now), holdsOfTaken(kept))
 
 	var done settled
 	h := c.handoff
@@ -1007,7 +1072,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	}
 	for k, mk := range h.keys {
 		if !mk.settled {
-			settleLocked(k, mk, now, &done)
+			c.settleLocked(k, mk, now, &done)
 		}
 	}
 	c.countSettled(now, done) // before the lock goes, as in settle
@@ -1057,9 +1122,6 @@ func (c *Core) handOverReplicas(now time.Time, v *view) {
 		o, ok := v.ring.Owner(k.Route())
 		return ok && o.Name != self && c.runDied(owner)
 	})
-	// The dead owner's counts of them are in the cluster now, as in a
-	// promotion here: if it comes back, it adds only what it counted since.
-	c.replicas.notePromoted(c.mono(now), taken)
 	c.sendReplicasOn(now, taken)
 }
 
@@ -1076,7 +1138,9 @@ func (c *Core) passReplicasOn(now time.Time, v *view) {
 	}
 	byDest := map[dest][]limiter.State{}
 	members := map[string]Member{}
-	for _, t := range c.replicas.takeOwned(now, func(Peer, limiter.Key) bool { return true }) {
+	taken := c.replicas.takeOwned(now, func(Peer, limiter.Key) bool { return true })
+	held := holdsOfTaken(taken)
+	for _, t := range taken {
 		to, ok := v.ring.OwnerWithout(t.state.Key.Route(), t.owner.Name)
 		if !ok || to.Name == c.self.Name {
 			continue
@@ -1094,7 +1158,7 @@ func (c *Core) passReplicasOn(now time.Time, v *view) {
 	})
 	for _, d := range dests {
 		for _, part := range SplitStates(byDest[d], TransferBytes) {
-			c.sendTransfer(now, members[d.to].Peer(), Transfer{Mode: ModeReplica, ReplicaOf: d.owner, States: part}, purposeReplica)
+			c.sendTransfer(now, members[d.to].Peer(), Transfer{Mode: ModeReplica, ReplicaOf: d.owner, States: part, Holds: holdsOf(held, part)}, purposeReplica)
 		}
 	}
 }
@@ -1110,8 +1174,9 @@ func (c *Core) sendReplicasOn(now time.Time, taken []takenReplica) {
 		}
 		byRun[t.owner] = append(byRun[t.owner], t.state)
 	}
+	held := holdsOfTaken(taken)
 	for _, run := range runs {
-		c.placeAs(now, Transfer{Mode: ModeNewer, ReplicaOf: run}, purposeHandoff, byRun[run])
+		c.placeAs(now, Transfer{Mode: ModeNewer, ReplicaOf: run, Holds: holdsOf(held, byRun[run])}, purposeHandoff, byRun[run])
 	}
 }
 
@@ -1177,19 +1242,22 @@ func (c *Core) pushStray(now time.Time) {
 // when this node came back, adds them (ModeEvicted). Its grants and leases
 // go as copies.
 func (c *Core) sendAway(now time.Time, states []limiter.State) {
+	c.replicas.gaveAway(c.mono(now), keysOf(states))
+	holds := c.replicas.takeHeld(keysOf(states))
 	if c.gate.evicted() {
-		c.sendEvicted(now, states)
+		c.sendEvicted(now, states, holds)
 		return
 	}
-	c.placeAs(now, Transfer{Mode: ModeAdd, Own: true}, purposeHandoff, sortStates(states))
+	sortStates(states)
+	c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: holds}, purposeHandoff, states)
 }
 
 // sendEvicted sends the states a node declared dead held: grants and
 // leases to their owners as copies, counters to the node that kept their
 // replicas (see replicaHolder), which alone knows whether it started them
-// from those replicas. Counters without one go to their owners now.
-// viewMu is held.
-func (c *Core) sendEvicted(now time.Time, states []limiter.State) {
+// from those replicas. Counters without one go to their owners now. The
+// other runs' counts they hold (holds) go with them. viewMu is held.
+func (c *Core) sendEvicted(now time.Time, states []limiter.State, holds []Held) {
 	var counters, copies []limiter.State
 	for _, s := range states {
 		if s.Kind >= limiter.KindGrant {
@@ -1202,7 +1270,7 @@ func (c *Core) sendEvicted(now time.Time, states []limiter.State) {
 		c.log.Warn("declared dead: counting nothing; the counters this node held go to the nodes that kept their replicas", "node", c.self.Name, "counters", len(counters))
 	}
 	c.place(now, ModeNewer, purposeHeld, sortStates(copies))
-	like := Transfer{Mode: ModeEvicted, Evicted: c.self}
+	like := Transfer{Mode: ModeEvicted, Evicted: c.self, Holds: holds}
 	bySucc := map[string][]limiter.State{}
 	succs := map[string]Member{}
 	var rest []limiter.State
@@ -1218,7 +1286,7 @@ func (c *Core) sendEvicted(now time.Time, states []limiter.State) {
 	for _, name := range sortedKeys(bySucc) {
 		for _, part := range SplitStates(bySucc[name], TransferBytes) {
 			t := like
-			t.States = part
+			t.States, t.Holds = part, holdsOf(holds, part)
 			c.sendTransfer(now, succs[name].Peer(), t, purposeHeld)
 		}
 	}

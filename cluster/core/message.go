@@ -88,11 +88,12 @@ const (
 	// receiver's count, once that count is settled, where it shows more.
 	ModeCopy
 	// ModeEvicted carries the counters of a node declared dead, sent as it
-	// stops counting to the node that kept their replicas: if the cluster
-	// holds a replica's counts (the receiver started the key from it, or
-	// sent it on to the key's owner), the receiver adds what the counter
-	// holds beyond it; if not (its takeover had not completed when the
-	// sender came back), it adds the counter and drops the replica.
+	// stops counting to the node that kept their replicas: if the
+	// receiver's counter of a key holds a replica's counts (it started the
+	// key from it), it adds what the counter holds beyond it; if not (the
+	// key's counter went on elsewhere, or its takeover had not completed
+	// when the sender came back), it drops the replica and passes the
+	// counter on naming its run, to be weighed where the key is counted.
 	ModeEvicted
 	// ModeCharge spends the units of Reqs once more at the receiver: a
 	// request's cost settled after it was served (see Core.Settle).
@@ -159,6 +160,16 @@ type Transfer struct {
 	// replica of the run's counter is a copy of the same counts: where
 	// both arrive, the later adds only what it holds beyond the earlier.
 	CountersOf Peer
+	// Holds (ModeAdd, ModeNewer, ModeCopy, ModeReplica, ModeEvicted): the
+	// counters carried hold other runs' counts, each run's up to its State
+	// (a replica of its counter the sender started the key from, or its
+	// counter handed over to the sender, or the counts such a counter
+	// held). Where the counters are counted, the receiver keeps that
+	// record with them: a copy of the same run's counter that arrives too
+	// adds only what it holds beyond, and counters that are added add only
+	// what the receiver does not hold of the run already. A replica keeps
+	// it for the keys it starts from the replica.
+	Holds []Held
 	// ReplicaOf (ModeNewer): these are replicas of that dead run's
 	// counters, which the receiver starts the keys from: if the run comes
 	// back (ModeEvicted), the receiver knows the cluster holds them.
@@ -185,6 +196,27 @@ func (t Transfer) countersOf(sender Peer) Peer {
 // copy), not only counts others admitted in fallback.
 func (t Transfer) carriesCounter() bool {
 	return t.Mode.carriesCounts() && (t.Mode != ModeAdd || t.Own || t.CountersOf.Name != "")
+}
+
+// Held says that a counter holds counts of a run: that run's counter of
+// the key (State.Key) as it was when the counter took its counts in.
+type Held struct {
+	Run   Peer
+	State limiter.State
+}
+
+// holdsOf returns, of holds, those of the keys of states.
+func holdsOf(holds []Held, states []limiter.State) []Held {
+	if len(holds) == 0 {
+		return nil
+	}
+	var out []Held
+	for _, h := range holds {
+		if heldIn(states, h.State.Key) {
+			out = append(out, h)
+		}
+	}
+	return out
 }
 
 // Applied names a transfer a node applied: its sender's run and number.

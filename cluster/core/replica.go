@@ -2,6 +2,7 @@ package core
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,10 +20,12 @@ import (
 // replicated: one interval's, and a batch in flight. A single node, or a
 // one-member ring, replicates nothing and pays nothing.
 
-// replica is a counter kept for the owner run that sent it.
+// replica is a counter kept for the owner run that sent it, and the other
+// runs' counts the counter holds (see Transfer.Holds).
 type replica struct {
 	state limiter.State
 	owner Peer
+	holds []Held
 }
 
 // replicaStore holds the counters this node keeps as a successor, and the
@@ -34,23 +37,29 @@ type replicaStore struct {
 	states    map[limiter.Key]replica
 	max       int
 	appliedBy map[Peer]map[Applied]int64  // owner run → transfers it applied → mono when heard
-	promoted  map[limiter.Key][]promotion // per key, the dead runs' counts the cluster holds (one entry a run)
+	promoted  map[limiter.Key][]promotion // per key, the runs' counts this node's counter of it holds (one entry a run)
 	restored  map[limiter.Key]int64       // keys this run restored counters of, kept by an earlier run → mono when
 	// counterless: keys that settled here without any counter of theirs
 	// (a dead owner's, whose replica may come later) → mono when.
 	counterless map[limiter.Key]int64
+	// gave: keys whose counter this run sent away (handed over, pulled,
+	// sent as a node declared dead) → mono when. Until it does, the
+	// counts of this run that a counter holds (a replica of this run's
+	// counter another node started the key from) are in its own counter
+	// already (see weighHere).
+	gave map[limiter.Key]int64
 }
 
-// promotion is a key started from the replica of a dead owner run (or
-// whose replica was sent on to its owner): the cluster holds that
-// replica's counts.
+// promotion records counts of a run that this node's counter of a key
+// holds (counted here, or waiting to be): a replica of the run's counter
+// the key was started from, the run's counter that came, or such counts
+// that a counter or a copy that came held. The records go where the
+// counter goes (see takeHeld): a copy of the same run's counter that
+// meets the counter there adds only what it holds beyond them.
 type promotion struct {
 	owner Peer
-	state limiter.State // the replica, or the newest copy weighed against it
+	state limiter.State // the run's counter as far as held, the newest weighed
 	at    int64         // mono
-	// returned: the key's counter went back to owner since (its hand-off
-	// or pull), holding these counts there, not here.
-	returned bool
 }
 
 // appliedKeep is how long a successor remembers what its owners applied:
@@ -61,8 +70,8 @@ func newReplicaStore(max int) *replicaStore {
 	return &replicaStore{states: make(map[limiter.Key]replica), max: max, appliedBy: map[Peer]map[Applied]int64{}}
 }
 
-// notePromoted records the replicas of dead owner runs whose counts the
-// cluster holds now.
+// notePromoted records the replicas of dead owner runs this node's
+// counters start from.
 func (r *replicaStore) notePromoted(m int64, taken []takenReplica) {
 	if len(taken) == 0 {
 		return
@@ -72,6 +81,133 @@ func (r *replicaStore) notePromoted(m int64, taken []takenReplica) {
 	for _, t := range taken {
 		r.setPromotionLocked(t.state.Key, promotion{owner: t.owner, state: t.state, at: m})
 	}
+}
+
+// takeHeld returns, for the counters of keys that leave this node, the
+// runs' counts they hold (see promotion), sorted by key and run, and
+// forgets them here: they go with the counters.
+func (r *replicaStore) takeHeld(keys []limiter.Key) []Held {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Held
+	for _, k := range keys {
+		for _, p := range r.promoted[k] {
+			out = append(out, Held{Run: p.owner, State: p.state})
+		}
+		delete(r.promoted, k)
+	}
+	slices.SortFunc(out, func(a, b Held) int {
+		if c := cmpUint(uint64(a.State.Key), uint64(b.State.Key)); c != 0 {
+			return c
+		}
+		if a.Run.Name != b.Run.Name {
+			return strings.Compare(a.Run.Name, b.Run.Name)
+		}
+		return cmpUint(a.Run.Inc, b.Run.Inc)
+	})
+	return out
+}
+
+// noteHeld records that this node's counters hold the runs' counts holds
+// names: a copy of a counter that holds them is kept here (the newer of
+// each run's counts stands).
+func (r *replicaStore) noteHeld(m int64, holds []Held) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range holds {
+		p, _, found := r.promotionLocked(h.State.Key, h.Run)
+		if found {
+			p.state = limiter.NewerState(p.state, h.State)
+		} else {
+			p = promotion{owner: h.Run, state: h.State}
+		}
+		p.at = m
+		r.setPromotionLocked(h.State.Key, p)
+	}
+}
+
+// gaveAway records that this run's counters of keys leave it.
+func (r *replicaStore) gaveAway(m int64, keys []limiter.Key) {
+	if len(keys) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gave == nil {
+		r.gave = map[limiter.Key]int64{}
+	}
+	for _, k := range keys {
+		r.gave[k] = m
+	}
+}
+
+// weighHere returns what s, a counter of its key that arrives to be
+// counted here, adds to what this node counts of the key (ok false:
+// nothing): s is the counter of the run of (if named), and holds the
+// counts of the other runs that holds names. Where this node's counter
+// holds counts of one of those runs too (a record of them: a replica it
+// started the key from, a counter of the run that came before, itself or
+// inside another), both hold that run's counts up to the older of the
+// two; s adds what it counted beyond the largest such share, and from now
+// on this node holds the newer of each. The largest, not the sum: the
+// runs' counts a counter holds nest (a counter started from a replica of
+// one that was started from another's), and counts held twice are only
+// ever those of one counter. Counts of this run (self) a counter holds
+// are in this run's own counter of the key, unless it sent that away
+// since (gaveAway): then they are weighed like any run's.
+func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limiter.State, holds []Held) (delta limiter.State, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := s.Key
+	var shared limiter.State
+	hasShared := false
+	share := func(x limiter.State) {
+		if hasShared {
+			shared = limiter.NewerState(shared, x)
+		} else {
+			shared, hasShared = x, true
+		}
+	}
+	weigh := func(run Peer, x limiter.State) {
+		p, _, found := r.promotionLocked(k, run)
+		if !found {
+			r.setPromotionLocked(k, promotion{owner: run, state: x, at: m})
+			return
+		}
+		share(olderState(now, x, p.state))
+		p.state, p.at = limiter.NewerState(p.state, x), m
+		r.setPromotionLocked(k, p)
+	}
+	if of.Name != "" {
+		weigh(of, s)
+	}
+	for _, h := range holds {
+		if h.State.Key != k || h.Run == of {
+			continue
+		}
+		if _, gave := r.gave[k]; h.Run == self && !gave {
+			share(h.State)
+			continue
+		}
+		weigh(h.Run, h.State)
+	}
+	if !hasShared {
+		return s, true
+	}
+	return limiter.SubState(now, s, shared)
+}
+
+// olderState returns what two copies of one run's counter, possibly of
+// different ages, both hold: the older, window by window.
+func olderState(now time.Time, a, b limiter.State) limiter.State {
+	beyond, ok := limiter.SubState(now, a, b)
+	if !ok {
+		return a // a holds nothing b does not
+	}
+	if older, ok := limiter.SubState(now, a, beyond); ok {
+		return older
+	}
+	return limiter.State{Key: a.Key, Kind: a.Kind, Stamp: a.Stamp, Expires: a.Expires}
 }
 
 // promotionLocked returns the record of run's counts of k, if any, and
@@ -164,54 +300,41 @@ func (r *replicaStore) absorbCopy(from Peer, states []limiter.State) (rest []lim
 	return rest
 }
 
-// takenReplica is a replica taken out of the store, and its owner.
+// takenReplica is a replica taken out of the store, its owner, and the
+// other runs' counts it holds.
 type takenReplica struct {
 	owner Peer
 	state limiter.State
+	holds []Held
+}
+
+// holdsOfTaken returns the counts the replicas of taken hold.
+func holdsOfTaken(taken []takenReplica) []Held {
+	var out []Held
+	for _, t := range taken {
+		out = append(out, t.holds...)
+	}
+	return out
 }
 
 // beyondPromoted returns what s, a copy of owner's counter of its key,
-// counted beyond the replica of owner's that this node started the key
-// from (ok false: the key was not started here from owner's replica).
-// The cluster holds s's counts from then on: a later copy adds only what
-// it counted beyond s, so two copies of the same counts (the run's own
-// counter, and a replica of it another node sent on) are not both added.
-//
-// own: s is owner's own counter (it was declared dead), not a replica of
-// it. A counter that went back to owner since (returnedTo) holds what
-// this node had counted of the key: all of it is new here.
-func (r *replicaStore) beyondPromoted(now time.Time, k limiter.Key, owner Peer, s limiter.State, own bool) (delta limiter.State, more, ok bool) {
+// counted beyond the counts of owner's that this node's counter of the
+// key holds (ok false: it holds none on record: see promotion). This
+// node's counter holds s's counts from then on: a later copy adds only
+// what it counted beyond s, so two copies of the same counts (the run's
+// own counter, and a replica of it another node sent on) are not both
+// added.
+func (r *replicaStore) beyondPromoted(now time.Time, k limiter.Key, owner Peer, s limiter.State) (delta limiter.State, more, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, _, ok := r.promotionLocked(k, owner)
 	if !ok {
 		return limiter.State{}, false, false
 	}
-	if own && p.returned {
-		delta, more = s, true
-		p.returned = false
-	} else {
-		delta, more = limiter.SubState(now, s, p.state)
-	}
+	delta, more = limiter.SubState(now, s, p.state)
 	p.state = limiter.NewerState(p.state, s)
 	r.setPromotionLocked(k, p)
 	return delta, more, true
-}
-
-// returnedTo notes that the counters of states, keys started here from a
-// replica of to's, go back to that node: they hold the replica's counts
-// there, not here. Were it declared dead again, the counters it sends are
-// all it holds (see beyondPromoted).
-func (r *replicaStore) returnedTo(to string, states []limiter.State) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, s := range states {
-		for i, p := range r.promoted[s.Key] {
-			if p.owner.Name == to {
-				r.promoted[s.Key][i].returned = true
-			}
-		}
-	}
 }
 
 // noteApplied records transfers owner applied.
@@ -257,6 +380,11 @@ func (r *replicaStore) forgetApplied(m int64) {
 			delete(r.counterless, k)
 		}
 	}
+	for k, at := range r.gave {
+		if m-at > int64(appliedKeep) {
+			delete(r.gave, k)
+		}
+	}
 	for k, at := range r.restored {
 		if m-at > int64(appliedKeep) {
 			delete(r.restored, k)
@@ -274,9 +402,10 @@ func (r *replicaStore) forgetApplied(m int64) {
 	}
 }
 
-// put keeps owner's states, replacing older ones of the same keys. A full
-// store drops expired replicas first, then refuses new keys.
-func (r *replicaStore) put(now time.Time, owner Peer, states []limiter.State) {
+// put keeps owner's states, and the counts they hold of other runs,
+// replacing older ones of the same keys. A full store drops expired
+// replicas first, then refuses new keys.
+func (r *replicaStore) put(now time.Time, owner Peer, states []limiter.State, holds []Held) {
 	ns := now.UnixNano()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -287,26 +416,56 @@ func (r *replicaStore) put(now time.Time, owner Peer, states []limiter.State) {
 				continue
 			}
 		}
-		r.states[s.Key] = replica{state: s, owner: owner}
+		r.states[s.Key] = replica{state: s, owner: owner, holds: holdsOf(holds, []limiter.State{s})}
 	}
 }
 
 // putPassed keeps states of owner that another node kept and passed on:
 // each where this node keeps no replica of its key, or an older one of
 // the same run. A full store refuses new keys.
-func (r *replicaStore) putPassed(owner Peer, states []limiter.State) {
+func (r *replicaStore) putPassed(owner Peer, states []limiter.State, holds []Held) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range states {
 		rep, ok := r.states[s.Key]
+		held := holdsOf(holds, []limiter.State{s})
 		switch {
 		case !ok && len(r.states) < r.max:
-			r.states[s.Key] = replica{state: s, owner: owner}
+			r.states[s.Key] = replica{state: s, owner: owner, holds: held}
 		case ok && rep.owner == owner:
 			rep.state = limiter.NewerState(rep.state, s)
+			rep.holds = newerHolds(rep.holds, held)
 			r.states[s.Key] = rep
 		}
 	}
+}
+
+// newerHolds merges two lists of counts held: of each run, the newer.
+func newerHolds(a, b []Held) []Held {
+	out := slices.Clone(a)
+	for _, h := range b {
+		if i := slices.IndexFunc(out, func(x Held) bool { return x.Run == h.Run && x.State.Key == h.State.Key }); i >= 0 {
+			out[i].State = limiter.NewerState(out[i].State, h.State)
+		} else {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// heldOf returns, for the counters of keys, the runs' counts they hold
+// (see takeHeld), which stay here: a replica of the counters holds them
+// too.
+func (r *replicaStore) heldOf(keys []limiter.Key) []Held {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Held
+	for _, k := range keys {
+		for _, p := range r.promoted[k] {
+			out = append(out, Held{Run: p.owner, State: p.state})
+		}
+	}
+	return out
 }
 
 // take removes and returns, sorted by key, the live replicas pick chooses.
@@ -330,7 +489,7 @@ func (r *replicaStore) takeOwned(now time.Time, pick func(owner Peer, k limiter.
 		}
 		delete(r.states, k)
 		if rep.state.Expires > ns {
-			out = append(out, takenReplica{owner: rep.owner, state: rep.state})
+			out = append(out, takenReplica{owner: rep.owner, state: rep.state, holds: rep.holds})
 		}
 	}
 	r.mu.Unlock()
@@ -406,6 +565,7 @@ func (c *Core) replicate(now time.Time, m int64) {
 	}
 	slices.Sort(keys)
 	states := c.engine.StatesOf(now, keys)
+	held := c.replicas.heldOf(keysOf(states)) // the replicas hold them too
 	bySucc := map[string][]limiter.State{}
 	succs := map[string]Member{}
 	for _, s := range states {
@@ -442,7 +602,7 @@ func (c *Core) replicate(now time.Time, m int64) {
 		}
 		for i, part := range parts {
 			c.stats.ReplicaStates.Add(uint64(len(part)))
-			t := c.out.transfer(succs[name].Peer(), Transfer{Mode: ModeReplica, States: part}, purposeReplica, m, false)
+			t := c.out.transfer(succs[name].Peer(), Transfer{Mode: ModeReplica, States: part, Holds: holdsOf(held, part)}, purposeReplica, m, false)
 			if c.majority(v) {
 				c.out.tagRing(t.Seq, v.ring) // a ring without a majority promotes nothing
 			}

@@ -602,7 +602,10 @@ func (s *sim) heldBy(n *simNode, k limiter.Key) int64 {
 		if mk.hasOwn {
 			total += windowCount([]limiter.State{mk.own})
 		}
-		if mk.hasCopy && !mk.hasBase && !mk.hasAdds && !mk.hasOwn {
+		for _, a := range mk.counters {
+			total += windowCount([]limiter.State{a.state})
+		}
+		if mk.hasCopy && !mk.hasBase && !mk.hasAdds && !mk.hasOwn && len(mk.counters) == 0 {
 			total += windowCount([]limiter.State{mk.copy})
 		}
 	}

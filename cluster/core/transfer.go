@@ -565,13 +565,14 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		c.debugTransfer("transfer refused: leaving", from, t, 0)
 		return Ack{Seq: t.Seq, Refused: true}
 	}
-	if t.Mode == ModeAdd && t.Own && !pulled && !c.Member() {
+	if t.Mode == ModeAdd && t.carriesCounter() && !pulled && !c.Member() {
 		// Outside its ring (declared dead, joining again) this node counts
-		// nothing: a key's counter handed to it could only be sent on to
-		// whoever it takes for the owner, who may be the sender, and back
-		// and forth. Refused, it stays with the sender until this node is
-		// a member again. Other adds (what nodes admitted in fallback) are
-		// taken as before: refusing them too lost counts in the simulator.
+		// nothing: a key's counter handed to it (or passed on, naming its
+		// run) could only be sent on to whoever it takes for the owner, who
+		// may be the sender, and back and forth. Refused, it stays with the
+		// sender until this node is a member again. Other adds (what nodes
+		// admitted in fallback) are taken as before: refusing them too lost
+		// counts in the simulator.
 		c.debugTransfer("transfer refused: not a member", from, t, 0)
 		return Ack{Seq: t.Seq, Refused: true}
 	}
@@ -627,22 +628,26 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 	switch t.Mode {
 	case ModeAdd:
 		c.stats.Received.Add(uint64(len(t.States)))
+		// A run's own counters, handed over: the replica this node keeps of
+		// them is stale. Where they are counted, they are weighed against
+		// what is held there of the run and of the runs they hold counts of
+		// (see placeHere); passed on, they go as they came.
 		of := t.countersOf(from)
-		states := t.States
 		if of.Name != "" {
-			states = c.weighCounters(now, of, states)
+			for _, s := range t.States {
+				c.replicas.dropOf(s.Key, of)
+			}
 		}
-		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: of}, purposeForward, states)
+		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: of, Holds: t.Holds}, purposeForward, t.States)
 	case ModeEvicted:
 		c.stats.Received.Add(uint64(len(t.States)))
-		// Counters of keys this node started from the sender's replicas
-		// (or sent on to their owner) are copies of what those replicas
-		// hold: the newer stands, not the sum. A replica of the sender's
-		// not taken yet never will be: the counters themselves came.
-		// This node kept the run's replicas of them: it knows whether the
-		// cluster holds those replicas' counts (it started the keys from
-		// them, or sent them on), and sends on what the run counted beyond
-		// them, to be added wherever the keys are counted now.
+		// Counters of keys whose counters here hold the run's counts (this
+		// node started them from the run's replicas) are copies of those
+		// counts: what the run counted beyond them is added, wherever the
+		// keys are counted now. A replica of the run's not taken yet never
+		// will be: the counters themselves came. The others go on naming
+		// their run: where their keys are counted, the counters there hold
+		// the records of the run's counts they hold (see Transfer.Holds).
 		//
 		// The run chose this node by the rings it replicated under, which
 		// may not be the ring the others took its keys over by (it may
@@ -662,7 +667,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		var adds, counters, copies []limiter.State
 		onward := map[string][]limiter.State{}
 		for _, s := range t.States {
-			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s, true); ok {
+			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s); ok {
 				if more {
 					adds = append(adds, d)
 				}
@@ -683,21 +688,15 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		}
 		for _, name := range sortedKeys(onward) {
 			i, _ := v.ring.index(name)
-			t := c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name]}, purposeForward, c.mono(now), false)
+			t := c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name], Holds: holdsOf(t.Holds, onward[name])}, purposeForward, c.mono(now), false)
 			c.debugTransfer("transfer made: evicted counters sent on", v.ring.member(i).Peer(), t, purposeForward)
 		}
-		// The run's counters counted here whole hold its counts from now
-		// on, as a replica this node started their keys from would: a
-		// replica of them that comes later (the node that kept it sends
-		// it on) adds only what it holds beyond them.
-		var here []limiter.State
-		for _, s := range counters {
-			if _, self, ok := c.placeOf(v, s.Key); self || !ok {
-				here = append(here, s)
-			}
-		}
-		c.notePromotedHere(now, run, here)
-		c.place(now, ModeAdd, purposeForward, append(adds, counters...))
+		c.place(now, ModeAdd, purposeForward, adds)
+		// The run's counters that this node holds no record of go on as
+		// the run's: where they are counted, they are weighed against what
+		// is held there of the run (a replica of it, inside another
+		// counter that was started from it).
+		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Holds: holdsOf(t.Holds, counters)}, purposeForward, counters)
 		c.place(now, ModeCopy, purposeForward, copies)
 	case ModeCopy:
 		// A snapshot read back holds what an earlier run of the sender
@@ -705,12 +704,12 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// counted, both are copies of one counter, and the newer stands
 		// in the replica, which moves with the run's other replicas.
 		rest := c.replicas.absorbCopy(from, t.States)
-		c.placeAs(now, Transfer{Mode: t.Mode}, purposeForward, rest)
+		c.placeAs(now, Transfer{Mode: t.Mode, Holds: holdsOf(t.Holds, rest)}, purposeForward, rest)
 	case ModeNewer:
-		// A replica of a dead run sent on, of a key this node started from
-		// that run's replica: the cluster counts what that replica held
-		// already (in this node's counter, wherever it went since); only
-		// what this copy counted beyond it is new, and is added.
+		// A replica of a dead run sent on, of a key whose counter here holds
+		// that run's counts (this node started it from the run's replica,
+		// or a counter that held them came): only what this copy counted
+		// beyond them is new, and is added.
 		states, adds := t.States, []limiter.State(nil)
 		if t.ReplicaOf == c.self {
 			// Copies of this run's own counters: it holds their counts, or
@@ -721,7 +720,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if t.ReplicaOf.Name != "" {
 			states = nil
 			for _, s := range t.States {
-				if d, more, ok := c.replicas.beyondPromoted(now, s.Key, t.ReplicaOf, s, false); ok {
+				if d, more, ok := c.replicas.beyondPromoted(now, s.Key, t.ReplicaOf, s); ok {
 					if more {
 						adds = append(adds, d)
 					}
@@ -730,7 +729,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 				states = append(states, s)
 			}
 		}
-		c.placeAs(now, Transfer{Mode: t.Mode, ReplicaOf: t.ReplicaOf}, purposeForward, states)
+		c.placeAs(now, Transfer{Mode: t.Mode, ReplicaOf: t.ReplicaOf, Holds: holdsOf(t.Holds, states)}, purposeForward, states)
 		c.place(now, ModeAdd, purposeForward, adds)
 	case ModeReplica:
 		if t.ReplicaOf.Name != "" {
@@ -738,14 +737,14 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			// owner's successor without it: kept where this node keeps
 			// none of the key newer, unless the owner left too.
 			if !c.runLeft(t.ReplicaOf) {
-				c.replicas.putPassed(t.ReplicaOf, t.States)
+				c.replicas.putPassed(t.ReplicaOf, t.States, t.Holds)
 			}
 			return
 		}
 		if r, ok := c.known.Load().run(from); ok && r.leaving {
 			return // it hands its counters over instead: a replica now is stale
 		}
-		c.replicas.put(now, from, t.States)
+		c.replicas.put(now, from, t.States, t.Holds)
 		c.replicas.noteApplied(c.mono(now), from, t.Applied)
 	case ModeRefund, ModeCharge:
 		c.applySettle(now, t, t.Reqs)
@@ -755,31 +754,6 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			c.refund(now, t.Reqs)
 		}
 	}
-}
-
-// weighCounters returns, of states (run's own counters, handed over), what
-// the cluster does not hold yet as far as this node knows: where this node
-// started a key from a replica of run's (or had its counter pass through
-// before), only what the counter holds beyond that. From now on the
-// cluster holds the counters, wherever they go from here: a replica of
-// them that comes later adds only what it holds beyond them (see
-// beyondPromoted), and the replica this node keeps of them is stale.
-func (c *Core) weighCounters(now time.Time, run Peer, states []limiter.State) []limiter.State {
-	var out []limiter.State
-	var noted []takenReplica
-	for _, s := range states {
-		c.replicas.dropOf(s.Key, run)
-		if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s, true); ok {
-			if more {
-				out = append(out, d)
-			}
-			continue
-		}
-		noted = append(noted, takenReplica{owner: run, state: s})
-		out = append(out, s)
-	}
-	c.replicas.notePromoted(c.mono(now), noted)
-	return out
 }
 
 // notePromotedHere records that replicas of the dead run owner are
@@ -845,7 +819,7 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 	for _, name := range names {
 		for _, part := range SplitStates(byOwner[name], TransferBytes) {
 			t := like
-			t.States = part
+			t.States, t.Holds = part, holdsOf(like.Holds, part)
 			c.sendTransfer(now, owners[name].Peer(), t, p)
 		}
 	}
@@ -863,13 +837,37 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			c.engine.Merge(now, []limiter.State{s}) // grants and leases are not counted twice by merging
 			continue
 		}
-		if v.ho != nil && c.handoff.arrive(v, c.self.Name, mode, own, own || like.carriesCounter(), s, now) {
+		named := mode == ModeAdd && (!own && like.CountersOf.Name != "" || len(like.Holds) > 0)
+		if !named && len(like.Holds) > 0 {
+			c.replicas.noteHeld(c.mono(now), holdsOf(like.Holds, []limiter.State{s})) // a copy: the newer stands
+		}
+		a := arrival{state: s}
+		if named {
+			a.holds = holdsOf(like.Holds, []limiter.State{s})
+			if !own {
+				a.of = like.CountersOf
+			}
+		}
+		if v.ho != nil && c.handoff.arrive(v, c.self.Name, mode, own, own || like.carriesCounter(), a, now) {
 			if c.debugOn() {
 				c.debugCounts("counts kept until their key settles here", []limiter.State{s}, "mode", mode.String())
 			}
 			continue // moving here: settled with the rest of its counts
 		}
+		if named {
+			// What this node holds of the runs the counter names is not
+			// added again.
+			d, ok := c.replicas.weighHere(now, c.mono(now), c.self, a.of, s, a.holds)
+			if !ok {
+				c.debugCounts("counts held here already: nothing added", []limiter.State{s}, "counters_of", a.of.Name, "holds", len(a.holds))
+				continue
+			}
+			s = d
+		}
 		if mode == ModeAdd && !c.majority(v) && v.self >= 0 {
+			if named {
+				c.replicas.takeHeld([]limiter.Key{s.Key}) // they leave with the fallback counts, as additions
+			}
 			// Without a majority this node counts nothing as an owner: what
 			// is added here waits with its fallback counts for the key's
 			// owner on the larger side, and is sent there as an addition.
@@ -908,7 +906,9 @@ func (c *Core) pushKeys(now time.Time, keys []limiter.Key) {
 		}
 	}
 	if len(away) > 0 {
-		c.placeAs(now, Transfer{Mode: ModeAdd, Own: true}, purposeHandoff, sortStates(c.engine.ExtractKeys(now, away)))
+		states := sortStates(c.engine.ExtractKeys(now, away))
+		c.replicas.gaveAway(c.mono(now), keysOf(states))
+		c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: c.replicas.takeHeld(keysOf(states))}, purposeHandoff, states)
 	}
 }
 
@@ -957,7 +957,7 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 		if pt, ok := c.out.takeIfHeld(r.seq); ok {
 			c.debugTransfer("refused transfer: its counters go as a node declared dead sends them", pt.to, pt.t, pt.purpose)
 			c.viewMu.Lock()
-			c.sendEvicted(now, pt.t.States)
+			c.sendEvicted(now, pt.t.States, pt.t.Holds)
 			c.viewMu.Unlock()
 			c.notifySettled()
 			return
@@ -970,9 +970,6 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 		c.debugTransfer("transfer acknowledged", pt.to, pt.t, pt.purpose)
 		if pt.purpose == purposeReplica && pt.ring != nil {
 			c.noteReplicaRing(pt.ring)
-		}
-		if pt.t.Mode == ModeAdd && (pt.t.Own || pt.purpose == purposePull) || pt.t.Mode == ModeNewer || pt.t.Mode == ModeEvicted {
-			c.replicas.returnedTo(pt.to.Name, pt.t.States) // applied there: its counters hold what this node counted
 		}
 		c.notifySettled()
 	}
@@ -1005,7 +1002,7 @@ func (c *Core) replaceRefused(now time.Time) {
 		if c.debugOn() {
 			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose, "as", mode.String())
 		}
-		c.placeAs(now, Transfer{Mode: mode, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self)}, pt.purpose, pt.t.States)
+		c.placeAs(now, Transfer{Mode: mode, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: pt.t.Holds}, pt.purpose, pt.t.States)
 	}
 	if len(gone) > 0 {
 		c.notifySettled()
@@ -1187,7 +1184,7 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
-		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self)}, pt.purpose, c.mono(now), false)
+		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states)}, pt.purpose, c.mono(now), false)
 		c.out.retargeted(t.Seq, was.Seq, pt.to, c.mono(now))
 		t.Was, t.WasTo = was.Seq, pt.to
 		c.debugTransfer("transfer sent in place of one to a gone receiver", p.to.Peer(), t, pt.purpose)

@@ -273,3 +273,126 @@ func TestADeadRunsCounterAndItsReplicaAreCountedOnce(t *testing.T) {
 		}
 	}
 }
+
+// A node starts a dead run's key from the run's replica and counts on;
+// the key's counter then goes to a node that holds the run's own counter
+// already (the run handed it over there, across a split, before it was
+// taken for dead). The counter says whose counts it holds: whichever comes
+// first, the receiver counts the run's counts once, and what the other
+// node counted beyond them on top.
+func TestACounterStartedFromAReplicaSaysWhoseCountsItHolds(t *testing.T) {
+	for _, handedFirst := range []bool{true, false} {
+		name := "the run's counter first"
+		if !handedFirst {
+			name = "the counter started from its replica first"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newHandNet(t, "n0", "n1", "n2")
+			k, load := h.spentKey("n0", "n1", 6)
+			n0, n1 := h.cores["n0"], h.cores["n1"]
+			counter := n0.engine.ExtractKeys(h.now, []limiter.Key{k})
+			if got := windowCount(counter); load.admitted != 6 || got != 6 {
+				t.Fatalf("admitted %d, counter holds %d; want 6 and 6", load.admitted, got)
+			}
+			gone := Peer{Name: "n9", Inc: 7}
+			handed := func() {
+				n0.handleTransfer(h.now, h.cores["n2"].self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeAdd, CountersOf: gone, States: counter}, true)
+			}
+			if handedFirst {
+				handed()
+			}
+			// n1 started the key from the run's replica (as a hand-off that
+			// takes a dead member over does) and counted 2 more; the key is
+			// n0's by n1's ring, so n1 sends its counter there.
+			more := counter[0]
+			more.Cur = 2
+			n1.engine.Merge(h.now, []limiter.State{counter[0], more})
+			n1.replicas.notePromoted(n1.mono(h.now), []takenReplica{{owner: gone, state: counter[0]}})
+			n1.pushKeys(h.now, []limiter.Key{k})
+			h.pump()
+			if !handedFirst {
+				handed()
+			}
+			if got := h.count("n1", k); got != 0 {
+				t.Errorf("n1 still counts %d", got)
+			}
+			if got := h.count("n0", k); got != 8 {
+				t.Errorf("n0 counts %d; the run counted 6 and n1 2 more", got)
+			}
+		})
+	}
+}
+
+// A run's counter, passed on naming its run, waits at a node for a key
+// moving there; the node's view changes before the key settles, and the
+// counter goes on to the key's owner as it came, naming its run. The owner
+// started the key from that run's replica: it counts the run's counts
+// once. Sent on as plain additions, they were added to the replica's.
+func TestACounterWaitingForItsKeyGoesOnNamingItsRun(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n2", 6)
+	n0, n2 := h.cores["n0"], h.cores["n2"]
+	counter := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	if got := windowCount(counter); load.admitted != 6 || got != 6 {
+		t.Fatalf("admitted %d, n0 counts %d; want 6 and 6", load.admitted, got)
+	}
+	// n0 started the key from the replica of a run gone since.
+	gone := Peer{Name: "n9", Inc: 7}
+	n0.replicas.notePromoted(n0.mono(h.now), []takenReplica{{owner: gone, state: counter[0]}})
+
+	// n2 takes n0 for dead: the key moves to n2, and waits there for the
+	// seals and n0's lease. The run's counter reaches n2 meanwhile.
+	h.cores["n2"].SetMembership(h.now, Membership{Members: []Member{{Name: "n1", Inc: h.incs["n1"], PeerAddr: "n1"}}, Dead: []Peer{{Name: "n0", Inc: h.incs["n0"]}}})
+	if !n2.HandoffUnderway() {
+		t.Fatal("no hand-off under way at n2")
+	}
+	n2.handleTransfer(h.now, h.cores["n1"].self, Transfer{Seq: 1, To: n2.self.Inc, Mode: ModeAdd, CountersOf: gone, States: counter}, true)
+	if got := h.count("n2", k); got != 0 {
+		t.Fatalf("n2 counts %d before the key settled", got)
+	}
+
+	// n0 answers again: the key is n0's, and what waited at n2 goes there.
+	h.setMembership("n2", nil)
+	h.pump()
+	if got := h.count("n0", k); got != 6 {
+		t.Errorf("n0 counts %d; the run's 6 are the replica's it started from", got)
+	}
+}
+
+// A node starts a key from a dead run's replica, counts on, and
+// replicates it to the key's successor; then it dies too, and its
+// successor takes the key over from that replica. The replica says whose
+// counts its counter holds: when the first run's own counter reaches the
+// successor after all, its counts are not added again.
+func TestAReplicaSaysWhoseCountsItsCounterHolds(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n1", "n2", 6)
+	n1, n2 := h.cores["n1"], h.cores["n2"]
+	counter := n1.engine.StatesOf(h.now, []limiter.Key{k})
+	if got := windowCount(counter); load.admitted != 6 || got != 6 {
+		t.Fatalf("admitted %d, n1 counts %d; want 6 and 6", load.admitted, got)
+	}
+	// n1 started the key from the replica of a run gone since, as its
+	// counter stood then.
+	gone := Peer{Name: "n9", Inc: 7}
+	first := counter[0]
+	first.Cur = 4
+	n1.replicas.notePromoted(n1.mono(h.now), []takenReplica{{owner: gone, state: first}})
+	h.advance(20 * time.Millisecond) // replicated to n2
+
+	// n1 dies; n0 and n2 take it for dead, and n2 takes the key over.
+	h.down["n1"] = true
+	h.setMembership("n0", []string{"n1"})
+	h.setMembership("n2", []string{"n1"})
+	h.advance(time.Second, "n0", "n2")
+	if n2.HandoffUnderway() || h.count("n2", k) != 6 {
+		t.Fatalf("n2 has not taken the key over from n1's replica (hand-off under way %v, counts %d)", n2.HandoffUnderway(), h.count("n2", k))
+	}
+
+	// The gone run's counter, as it stood when n1 started from it,
+	// reaches n2.
+	n2.handleTransfer(h.now, h.cores["n0"].self, Transfer{Seq: 1, To: n2.self.Inc, Mode: ModeAdd, CountersOf: gone, States: []limiter.State{first}}, true)
+	if got := h.count("n2", k); got != 6 {
+		t.Errorf("n2 counts %d; 6 were admitted", got)
+	}
+}

@@ -40,9 +40,15 @@
 // its new owner is what was admitted of it, and no request under its limit
 // was denied). A node that leaves gracefully first announces it, hands
 // everything over, and answers requests that still reach it with the new
-// owner's name. In the short time before all nodes have heard of a change,
-// a node that has not may still send a moved key to its old owner, which
-// answers "moved to" the new one. A pull names the run it asks: a node
+// owner's name. One cut off from the others as it leaves may be declared
+// dead by them and its keys taken over; told so once it reaches them
+// again, it sends what it holds as a node declared dead does, under a new
+// epoch, and leaves once that is acknowledged
+// (TestALeavingNodeDeclaredDeadStillHandsOverWhatItHolds: before, its pings
+// were told Dead for as long as it ran, and what it had admitted in
+// fallback left with it). In the short time before all nodes have heard
+// of a change, a node that has not may still send a moved key to its old
+// owner, which answers "moved to" the new one. A pull names the run it asks: a node
 // restarted since refuses it, rather than answer "nothing here" for what
 // its earlier run held (that lives on in the run's replicas)
 // (TestAPullAnsweredByAnotherRunOfItsSourceSettlesNothing).

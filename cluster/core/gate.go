@@ -33,7 +33,13 @@ import (
 // to the owners as copies and joins again under a new join epoch. A node
 // that took over a dead node's keys answers its pings with Dead until it
 // pings with an epoch later than the one it had then, and hands keys to it
-// as copies, since it may still hold older counts of them.
+// as copies, since it may still hold older counts of them. A leaving node
+// told so does the same but for joining again: it may have been cut off
+// while it left, and the others, which never heard it leave, took its keys
+// over; under the new epoch they answer its pings again, and what it still
+// holds (what it admitted in fallback among it) reaches them before it
+// goes. Ignored, every ping of its run would be told Dead, the peers would
+// stay down to it, and it would leave with those counts.
 
 // gate holds the node's standing in its own ring. It is safe for
 // concurrent use.
@@ -253,12 +259,12 @@ func (c *Core) Drained() bool {
 }
 
 // evict stops this node counting, because by told it that it was declared
-// dead: everything it holds goes to the owners as copies, and it joins
-// again under a new epoch.
+// dead: everything it holds goes to the owners as copies, and it pings
+// under a new epoch, joining again unless it is leaving.
 func (c *Core) evict(now time.Time, by string) {
 	g := c.gate
 	c.viewMu.Lock()
-	if !g.isMember.Load() || g.leaving.Load() {
+	if !g.isMember.Load() {
 		c.viewMu.Unlock()
 		return
 	}

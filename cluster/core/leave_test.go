@@ -46,3 +46,57 @@ func TestAPullFromANodeLeavingAnswersNothingForAKeyItHeldNothingOf(t *testing.T)
 		t.Errorf("n1 counts %d of the key; 1 was admitted", got)
 	}
 }
+
+// A node cut off from the others admits a key in fallback, then leaves;
+// the others, which never heard it leave, declare it dead and take its keys
+// over. Once the split heals they list it as leaving, and answer its pings
+// with Dead: it must still hand over what it holds, its fallback counts of
+// the key among them, or they are lost when it goes. Told it was declared
+// dead, a leaving node does what any node does then (it counts nothing,
+// sends its own counters as a node declared dead sends them, and pings
+// under a new epoch), only it does not join again.
+func TestALeavingNodeDeclaredDeadStillHandsOverWhatItHolds(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n1", 3)
+
+	h.cut["n2"] = true
+	h.advance(100 * time.Millisecond)
+	for range 2 {
+		load.spend("n2")
+	}
+	load.resume()
+	if load.admitted != 5 || load.by[SourceFallback] != 2 {
+		t.Fatalf("admitted %d (%v); want 5, 2 of them by fallback", load.admitted, load.by)
+	}
+
+	n2 := h.cores["n2"]
+	n2.Leave(h.now)
+	h.setMembership("n0", []string{"n2"})
+	h.setMembership("n1", []string{"n2"})
+	h.advance(2 * time.Second) // the takeover of n2's keys completes
+
+	h.cut["n2"] = false
+	leaving := Membership{Leaving: []Member{{Name: "n2", Inc: h.incs["n2"], PeerAddr: "n2"}}}
+	for _, name := range []string{"n0", "n1"} {
+		m := leaving
+		for _, x := range []string{"n0", "n1"} {
+			if x != name {
+				m.Members = append(m.Members, Member{Name: x, Inc: h.incs[x], PeerAddr: x})
+			}
+		}
+		h.cores[name].SetMembership(h.now, m)
+	}
+	n2.SetMembership(h.now, Membership{Members: []Member{
+		{Name: "n0", Inc: h.incs["n0"], PeerAddr: "n0"},
+		{Name: "n1", Inc: h.incs["n1"], PeerAddr: "n1"},
+	}})
+	h.pump()
+	h.advance(2 * time.Second)
+
+	if got := h.count("n0", k); got != int64(load.admitted) {
+		t.Errorf("the owner counts %d; %d were admitted", got, load.admitted)
+	}
+	if !n2.Drained() {
+		t.Errorf("the leaving node has not handed everything over")
+	}
+}

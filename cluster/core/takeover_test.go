@@ -13,7 +13,8 @@ import (
 
 // A few cores wired by hand: every message delivered at once, in order,
 // with time passed in by the test. Nodes marked down lose every message to
-// and from them.
+// and from them, and stand still. Nodes marked cut run on, on the far side
+// of a split: every message between them and the nodes not cut is lost.
 type handNet struct {
 	t     testing.TB
 	now   time.Time
@@ -21,8 +22,14 @@ type handNet struct {
 	cores map[string]*Core
 	incs  map[string]uint64
 	down  map[string]bool
+	cut   map[string]bool
 	hash  keyhash.Hasher
 	cfg   Config // timings and ratios of every core
+}
+
+// lost reports whether a message between from and to is lost.
+func (h *handNet) lost(from, to string) bool {
+	return h.down[from] || h.down[to] || h.cut[from] != h.cut[to]
 }
 
 // handLog prints the cores' events (debugging a hand-wired test).
@@ -46,7 +53,7 @@ func newHandNet(t testing.TB, names ...string) *handNet {
 
 // newHandNetWith is newHandNet with cfg's timings and ratios.
 func newHandNetWith(t testing.TB, cfg Config, names ...string) *handNet {
-	h := &handNet{t: t, now: simEpoch, names: names, cores: map[string]*Core{}, incs: map[string]uint64{}, down: map[string]bool{}, cfg: cfg}
+	h := &handNet{t: t, now: simEpoch, names: names, cores: map[string]*Core{}, incs: map[string]uint64{}, down: map[string]bool{}, cut: map[string]bool{}, cfg: cfg}
 	h.hash = keyhash.New([]byte("hand secret"), "ring")
 	for _, name := range names {
 		h.start(name, false)
@@ -133,7 +140,7 @@ func (h *handNet) deliver(from string, o Outgoing) {
 		h.t.Logf("%s -> %s: %T %+v", from, o.To.Name, o.Msg, o.Msg)
 	}
 	src := h.cores[from]
-	lost := h.down[from] || h.down[o.To.Name]
+	lost := h.lost(from, o.To.Name)
 	dest := h.cores[o.To.Name]
 	switch msg := o.Msg.(type) {
 	case Ack:
@@ -192,7 +199,7 @@ func (h *handNet) drive(tk *handTake) {
 			tk.until = a.Until
 			return
 		case ActCall:
-			if h.down[a.To.Name] {
+			if h.lost(tk.node, a.To.Name) {
 				c.CallFailed(h.now, &tk.op, false)
 				break
 			}

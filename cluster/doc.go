@@ -46,11 +46,13 @@
 // epoch, and leaves once that is acknowledged
 // (TestALeavingNodeDeclaredDeadStillHandsOverWhatItHolds: before, its pings
 // were told Dead for as long as it ran, and what it had admitted in
-// fallback left with it). In the short time before all nodes have heard
-// of a change, a node that has not may still send a moved key to its old
-// owner, which answers "moved to" the new one. A pull names the run it asks: a node
-// restarted since refuses it, rather than answer "nothing here" for what
-// its earlier run held (that lives on in the run's replicas)
+// fallback left with it). One whose leave timeout runs out while it is
+// still cut off takes what it holds with it, as a crash does (C below). In
+// the short time before all nodes have heard of a change, a node that has
+// not may still send a moved key to its old owner, which answers "moved
+// to" the new one. A pull names the run it asks: a node restarted since
+// refuses it, rather than answer "nothing here" for what its earlier run
+// held (that lives on in the run's replicas)
 // (TestAPullAnsweredByAnotherRunOfItsSourceSettlesNothing).
 //
 // Slow owners. A slow owner's answer is the decision, however late. A call
@@ -166,7 +168,8 @@
 // 2×ReplicateEvery before it crashed until it was gone (the last
 // replication interval and a batch in flight), or, if more, what its
 // successor's replica lacked (a replicator held up on a starved machine);
-// and S is, for each split (a
+// and, for each node whose leave timed out while it was cut off, what it
+// still held; and S is, for each split (a
 // partition, a frozen node, or links slow or lossy enough for memberlist
 // to declare nodes dead) from its start, and for each membership change (a
 // node leaving or joining) from its start, until every node routes by the

@@ -8,7 +8,10 @@ package core
 //	    lacked, and what the crashed node held in flight;
 //	(b) conservation: once faults heal and transfers finish, the count
 //	    the cluster holds for each key lies between admitted − C and
-//	    admitted: nothing doubled, nothing lost beyond C;
+//	    admitted: nothing doubled, nothing lost beyond C (a leaving node
+//	    whose leave times out while it is cut off, by a partition or a
+//	    network slower than a caller's patience, takes what it still
+//	    holds with it, as a crash does: C counts that too);
 //	(c) no false denials: an owner denies a key only once the admissions
 //	    decided before (with grants still to be given back) reach its
 //	    limit; a known denial repeats an owner's; and in a schedule of
@@ -676,6 +679,33 @@ func (s *sim) noteCrash(n *simNode) {
 		if lost > 0 {
 			s.hist.loss[k] += lost
 			s.logf("crash of %s may lose %d of key %d", n.name, lost, slices.IndexFunc(s.keys, func(x simKey) bool { return x.key == k }))
+		}
+	}
+}
+
+// cutOff reports whether no call of n can be answered now: a partition
+// separates it from every other running node, or every message takes so
+// long that no answer comes within a caller's patience.
+func (s *sim) cutOff(n *simNode) bool {
+	if 2*(simTiming.netMin+s.net.extraDelay) >= simTiming.callPatience {
+		return true
+	}
+	for _, name := range s.names {
+		if x := s.current[name]; x != nil && x != n && !x.gone && s.canTalk(n.name, name) {
+			return false
+		}
+	}
+	return true
+}
+
+// noteLeftCutOff adds to C what a leaving node takes with it when its
+// leave times out while it is cut off (it could hand nothing over, as a
+// node that crashes): all it holds.
+func (s *sim) noteLeftCutOff(n *simNode) {
+	for z, key := range s.keys {
+		if lost := s.engineCount(n.engine, key.key) + s.heldBy(n, key.key); lost > 0 {
+			s.hist.loss[key.key] += lost
+			s.logf("%s left cut off: may lose %d of key %d", n.name, lost, z)
 		}
 	}
 }

@@ -489,11 +489,14 @@ func (s *sim) leave(n *simNode) {
 
 // stop ends a leaving node's run.
 func (s *sim) stop(n *simNode) {
-	n.gone = true
-	n.leftAt = s.now
 	if !n.core.Drained() {
 		s.logf("%s left before it drained", n.name)
+		if s.cutOff(n) {
+			s.noteLeftCutOff(n)
+		}
 	}
+	n.gone = true
+	n.leftAt = s.now
 	s.truth[n.name].status = obsLeft
 	s.gossip(n.name)
 	s.logf("%s left", n.name)

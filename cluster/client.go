@@ -262,8 +262,17 @@ func (p *peerClient) close() {
 // send queues c, due by deadline (zero: no deadline, for calls whose
 // outcome nobody reads). A call that cannot be queued fails at once.
 func (p *peerClient) send(c *call, deadline time.Time) {
+	var now time.Time
 	if !deadline.IsZero() {
-		now := monoNanos(time.Now())
+		now = time.Now()
+	}
+	p.sendAt(c, now, deadline)
+}
+
+// sendAt is send for a caller that read the clock as it sent c, at now.
+func (p *peerClient) sendAt(c *call, sent, deadline time.Time) {
+	if !deadline.IsZero() {
+		now := monoNanos(sent)
 		c.due = monoNanos(deadline)
 		c.pat = patience{sent: now, timeout: c.due - now, base: p.d.stalled(now), last: c.due + 10*int64(p.d.silence)}
 	}

@@ -288,48 +288,52 @@ func (n *Node) drive(c *core.Core, now time.Time, op *core.TakeOp) Decision {
 				t.Stop()
 			}
 		case core.ActCall:
-			reply, busy, err := n.call(a.To, a.Msg)
+			reply, at, busy, err := n.call(a.To, a.Msg)
 			n.coreMu.RLock()
 			if err != nil {
-				c.CallFailed(time.Now(), op, busy)
+				c.CallFailed(at, op, busy)
 			} else {
-				c.Replied(time.Now(), op, reply)
+				c.Replied(at, op, reply)
 			}
 			n.coreMu.RUnlock()
+			now = at // the clock read as the answer came serves the next step
+			continue
 		}
 		now = time.Now()
 	}
 }
 
-// call makes a take op's call to a peer and waits for its answer. busy: the
-// call was never sent (the peer's queue was full).
-func (n *Node) call(to core.Peer, msg core.Message) (core.Message, bool, error) {
+// call makes a take op's call to a peer and waits for its answer; at is
+// when the answer (or the failure) came. busy: the call was never sent
+// (the peer's queue was full).
+func (n *Node) call(to core.Peer, msg core.Message) (reply core.Message, at time.Time, busy bool, err error) {
 	p := n.peers.get(to.Name)
 	if p == nil {
-		return nil, false, fmt.Errorf("%w: %s", ErrUnreachable, to.Name)
+		return nil, time.Now(), false, fmt.Errorf("%w: %s", ErrUnreachable, to.Name)
 	}
-	sent := time.Now()
 	switch m := msg.(type) {
 	case core.TakeItem:
 		cl := newTakeCall(&m, nil)
-		p.send(cl, sent.Add(n.patience()))
+		sent := time.Now()
+		p.sendAt(cl, sent, sent.Add(n.patience()))
 		err := cl.wait()
-		n.cfg.Observer.PeerCall(time.Since(sent), err == nil)
+		at := time.Now()
+		n.cfg.Observer.PeerCall(at.Sub(sent), err == nil)
 		if err != nil {
-			return nil, err == errBusy, err
+			return nil, at, err == errBusy, err
 		}
-		return cl.item, false, nil
+		return cl.item, at, false, nil
 	case core.ScoreQuery:
 		e := &encoder{}
 		encodeMessage(e, m)
 		repl, err := n.roundTrip(p, msgScore, e.b, n.patience())
 		if err != nil {
-			return nil, false, err
+			return nil, time.Now(), false, err
 		}
 		reply, err := decodeReply(msgScore, &decoder{b: repl})
-		return reply, false, err
+		return reply, time.Now(), false, err
 	}
-	return nil, false, fmt.Errorf("a take op cannot send %T", msg)
+	return nil, time.Now(), false, fmt.Errorf("a take op cannot send %T", msg)
 }
 
 // settleSignal wakes the requests waiting for keys to settle. A waiter

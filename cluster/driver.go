@@ -257,28 +257,41 @@ func (n *Node) decide(now time.Time, kind core.Op, client limiter.Key, reqs []li
 	op := takeOps.Get().(*core.TakeOp)
 	n.coreMu.RLock() // a membership change is applied whole before a key is counted by it
 	d, done := c.Take(now, op, kind, client, reqs, res)
-	n.coreMu.RUnlock()
-	if !done {
-		d = n.drive(c, now, op)
+	if done {
+		n.coreMu.RUnlock()
+	} else {
+		settled := n.settled.channel() // before the step: a wake-up after it is not missed
+		a := c.Step(now, op)           // under the lock Take took
+		n.coreMu.RUnlock()
+		d = n.drive(c, op, a, settled)
 	}
 	*op = core.TakeOp{}
 	takeOps.Put(op)
 	return d
 }
 
-// drive advances op until it is decided: each call is made and its answer
-// (or its failure) reported, each wait waited, until the core says it is
-// done.
-func (n *Node) drive(c *core.Core, now time.Time, op *core.TakeOp) Decision {
+// drive advances op from its next action a until it is decided: each call
+// is made and its answer (or its failure) reported, each wait waited,
+// until the core says it is done. settled is the channel of wake-ups
+// taken before the step that returned a. The answer to a call and the
+// step after it are taken under one hold of the core's lock.
+func (n *Node) drive(c *core.Core, op *core.TakeOp, a core.Action, settled <-chan struct{}) Decision {
 	for {
-		settled := n.settled.channel() // before the step: a wake-up after it is not missed
-		n.coreMu.RLock()
-		a := c.Step(now, op)
-		n.coreMu.RUnlock()
+		var now time.Time
 		switch a.Kind {
 		case core.ActDone:
 			return op.Decision()
-		case core.ActWait:
+		case core.ActCall:
+			reply, at, busy, err := n.call(a.To, a.Msg)
+			now = at // the clock read as the answer came serves the next step
+			settled = n.settled.channel()
+			n.coreMu.RLock()
+			if err != nil {
+				c.CallFailed(now, op, busy)
+			} else {
+				c.Replied(now, op, reply)
+			}
+		default: // core.ActWait
 			if d := time.Until(a.Until); d > 0 {
 				t := time.NewTimer(d)
 				select {
@@ -287,19 +300,12 @@ func (n *Node) drive(c *core.Core, now time.Time, op *core.TakeOp) Decision {
 				}
 				t.Stop()
 			}
-		case core.ActCall:
-			reply, at, busy, err := n.call(a.To, a.Msg)
+			now = time.Now()
+			settled = n.settled.channel()
 			n.coreMu.RLock()
-			if err != nil {
-				c.CallFailed(at, op, busy)
-			} else {
-				c.Replied(at, op, reply)
-			}
-			n.coreMu.RUnlock()
-			now = at // the clock read as the answer came serves the next step
-			continue
 		}
-		now = time.Now()
+		a = c.Step(now, op)
+		n.coreMu.RUnlock()
 	}
 }
 
@@ -344,7 +350,7 @@ type settleSignal struct {
 }
 
 // channel returns the channel the next wake-up closes.
-func (s *settleSignal) channel() chan struct{} {
+func (s *settleSignal) channel() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ch == nil {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/cluster/core"
@@ -343,28 +344,29 @@ func (n *Node) call(to core.Peer, msg core.Message) (reply core.Message, at time
 }
 
 // settleSignal wakes the requests waiting for keys to settle. A waiter
-// takes the channel before it steps; a wake-up closes it.
+// takes the channel before it steps; a wake-up closes it. Every step of a
+// forwarded check takes the channel: taking it is an atomic load, not a
+// lock that callers on every core would share.
 type settleSignal struct {
-	mu sync.Mutex
-	ch chan struct{}
+	ch atomic.Pointer[chan struct{}]
 }
 
 // channel returns the channel the next wake-up closes.
 func (s *settleSignal) channel() <-chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch == nil {
-		s.ch = make(chan struct{})
+	for {
+		if ch := s.ch.Load(); ch != nil {
+			return *ch
+		}
+		ch := make(chan struct{})
+		if s.ch.CompareAndSwap(nil, &ch) {
+			return ch
+		}
 	}
-	return s.ch
 }
 
 // wake wakes every waiter.
 func (s *settleSignal) wake() {
-	s.mu.Lock()
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
+	if ch := s.ch.Swap(nil); ch != nil {
+		close(*ch)
 	}
-	s.mu.Unlock()
 }

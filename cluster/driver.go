@@ -329,7 +329,7 @@ func (n *Node) call(to core.Peer, msg core.Message) (reply core.Message, at time
 		if err != nil {
 			return nil, at, err == errBusy, err
 		}
-		return cl.item, at, false, nil
+		return &cl.item, at, false, nil // the core reads it where it was decoded
 	case core.ScoreQuery:
 		e := &encoder{}
 		encodeMessage(e, m)

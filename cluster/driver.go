@@ -247,15 +247,24 @@ func (n *Node) joined() {
 	n.core().Joined(time.Now())
 }
 
-// takeOps recycles the state of requests the core cannot decide at once.
-var takeOps = sync.Pool{New: func() any { return new(core.TakeOp) }}
+// takeState is what a request the core cannot decide at once needs: the
+// core's op, and the call the driver makes for it, used again for each of
+// its take items (and, through takeStates, by later requests).
+type takeState struct {
+	op   core.TakeOp
+	call call
+}
+
+// takeStates recycles the state of requests the core cannot decide at once.
+var takeStates = sync.Pool{New: func() any { return new(takeState) }}
 
 // decide decides reqs for client: at once when this node owns every key
 // (no allocation, no call), else by driving the core's take op through
 // its calls and waits, on the caller's goroutine.
 func (n *Node) decide(now time.Time, kind core.Op, client limiter.Key, reqs []limiter.Request, res []limiter.Result) Decision {
 	c := n.core()
-	op := takeOps.Get().(*core.TakeOp)
+	st := takeStates.Get().(*takeState)
+	op := &st.op
 	n.coreMu.RLock() // a membership change is applied whole before a key is counted by it
 	d, done := c.Take(now, op, kind, client, reqs, res)
 	if done {
@@ -264,10 +273,10 @@ func (n *Node) decide(now time.Time, kind core.Op, client limiter.Key, reqs []li
 		settled := n.settled.channel() // before the step: a wake-up after it is not missed
 		a := c.Step(now, op)           // under the lock Take took
 		n.coreMu.RUnlock()
-		d = n.drive(c, op, a, settled)
+		d = n.drive(c, st, a, settled)
 	}
 	*op = core.TakeOp{}
-	takeOps.Put(op)
+	takeStates.Put(st)
 	return d
 }
 
@@ -276,14 +285,15 @@ func (n *Node) decide(now time.Time, kind core.Op, client limiter.Key, reqs []li
 // until the core says it is done. settled is the channel of wake-ups
 // taken before the step that returned a. The answer to a call and the
 // step after it are taken under one hold of the core's lock.
-func (n *Node) drive(c *core.Core, op *core.TakeOp, a core.Action, settled <-chan struct{}) Decision {
+func (n *Node) drive(c *core.Core, st *takeState, a core.Action, settled <-chan struct{}) Decision {
+	op := &st.op
 	for {
 		var now time.Time
 		switch a.Kind {
 		case core.ActDone:
 			return op.Decision()
 		case core.ActCall:
-			reply, at, busy, err := n.call(a.To, a.Msg)
+			reply, at, busy, err := n.call(&st.call, a.To, a.Msg)
 			now = at // the clock read as the answer came serves the next step
 			settled = n.settled.channel()
 			n.coreMu.RLock()
@@ -312,15 +322,16 @@ func (n *Node) drive(c *core.Core, op *core.TakeOp, a core.Action, settled <-cha
 
 // call makes a take op's call to a peer and waits for its answer; at is
 // when the answer (or the failure) came. busy: the call was never sent
-// (the peer's queue was full).
-func (n *Node) call(to core.Peer, msg core.Message) (reply core.Message, at time.Time, busy bool, err error) {
+// (the peer's queue was full). A take item goes out as cl's next use; the
+// answer is read from cl until its next use.
+func (n *Node) call(cl *call, to core.Peer, msg core.Message) (reply core.Message, at time.Time, busy bool, err error) {
 	p := n.peers.get(to.Name)
 	if p == nil {
 		return nil, time.Now(), false, fmt.Errorf("%w: %s", ErrUnreachable, to.Name)
 	}
 	switch m := msg.(type) {
 	case core.TakeItem:
-		cl := newTakeCall(&m, nil)
+		cl.takeAgain(&m)
 		sent := time.Now()
 		p.sendAt(cl, sent, sent.Add(n.patience()))
 		err := cl.wait()

@@ -779,27 +779,28 @@ func errString(err error) string {
 
 // peerSet holds the node's clients of its peers, one per node gossip
 // knows (members, and nodes joining, leaving or declared dead: the core
-// talks to all of them). A peerSet is safe for concurrent use.
+// talks to all of them). Every forwarded check looks its owner's client
+// up, so the set is read without a lock: a change builds a new map and
+// swaps it in whole. A peerSet is safe for concurrent use.
 type peerSet struct {
-	mu    sync.RWMutex
-	peers map[string]*peerClient
+	mu    sync.Mutex // serializes changes
+	peers atomic.Pointer[map[string]*peerClient]
 }
 
-func newPeerSet() *peerSet { return &peerSet{peers: make(map[string]*peerClient)} }
+func newPeerSet() *peerSet {
+	s := &peerSet{}
+	s.peers.Store(&map[string]*peerClient{})
+	return s
+}
 
 // get returns the client of the node called name, or nil.
-func (s *peerSet) get(name string) *peerClient {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.peers[name]
-}
+func (s *peerSet) get(name string) *peerClient { return (*s.peers.Load())[name] }
 
 // all returns every client.
 func (s *peerSet) all() []*peerClient {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*peerClient, 0, len(s.peers))
-	for _, p := range s.peers {
+	peers := *s.peers.Load()
+	out := make([]*peerClient, 0, len(peers))
+	for _, p := range peers {
 		out = append(out, p)
 	}
 	return out
@@ -812,21 +813,25 @@ func (s *peerSet) all() []*peerClient {
 func (s *peerSet) match(addrs map[string]string, open func(name, addr string) *peerClient) []*peerClient {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	old := *s.peers.Load()
+	peers := make(map[string]*peerClient, len(addrs))
 	var gone []*peerClient
 	for name, addr := range addrs {
-		if p, ok := s.peers[name]; !ok || p.addr != addr {
+		p, ok := old[name]
+		if !ok || p.addr != addr {
 			if ok {
 				gone = append(gone, p)
 			}
-			s.peers[name] = open(name, addr)
+			p = open(name, addr)
 		}
+		peers[name] = p
 	}
-	for name, p := range s.peers {
+	for name, p := range old {
 		if _, ok := addrs[name]; !ok {
 			gone = append(gone, p)
-			delete(s.peers, name)
 		}
 	}
+	s.peers.Store(&peers)
 	return gone
 }
 
@@ -834,10 +839,7 @@ func (s *peerSet) match(addrs map[string]string, open func(name, addr string) *p
 func (s *peerSet) takeAll() []*peerClient {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*peerClient, 0, len(s.peers))
-	for name, p := range s.peers {
-		out = append(out, p)
-		delete(s.peers, name)
-	}
+	out := s.all()
+	s.peers.Store(&map[string]*peerClient{})
 	return out
 }

@@ -29,26 +29,29 @@ var (
 
 // call is one request to a peer: a take item (batched with others) or a
 // message of its own. Exactly one outcome settles it: its reply, its
-// failure or its deadline, whichever comes first.
+// failure or its deadline, whichever comes first. A take driver uses its
+// call again for its next take item once it is settled (takeAgain): each
+// use has a number, and a peer client holds a call as one use of it
+// (inFlight), so one that holds an earlier use (a call that timed out
+// stays in its queue or frame a while) finds that use settled and leaves
+// the call alone.
 type call struct {
 	kind byte
 	body []byte                             // the encoded item (take) or message
 	buf  [takeItemHead + 2*zoneReqSize]byte // body's storage for items of up to two zones
 	res  []limiter.Result                   // where a take reply's results go
 	rbuf [2]limiter.Result                  // res's storage for up to two zones
-	pat  patience                           // when the watcher gives up on it
-	due  int64                              // deadline, monotonic ns since epoch; 0 for none
 	item core.ItemReply                     // a take item's reply
 	repl []byte                             // another kind's reply body
 	err  error                              // why it failed
 	done func(*call)                        // called once it is settled; nil: a waiter waits on wg
 	wg   sync.WaitGroup                     // released when settled, for a waiter
-	st   atomic.Int32                       // callPending, callFilling or callDone
+	st   atomic.Uint64                      // the use's number<<2 | callPending, callFilling or callDone
 	_    [0]func()                          // not comparable
 }
 
 const (
-	callPending int32 = iota
+	callPending uint64 = iota
 	callFilling
 	callDone
 )
@@ -73,6 +76,23 @@ func newCall(kind byte, done func(*call)) *call {
 // may reuse the item's memory as soon as the call returns.
 func newTakeCall(it *core.TakeItem, done func(*call)) *call {
 	c := newCall(msgTake, done)
+	c.carry(it)
+	return c
+}
+
+// takeAgain makes c the call of the take item it, waited for, as its next
+// use: c is new (its zero value) or a call its waiter saw settled, and
+// whoever still holds an earlier use finds that use settled.
+func (c *call) takeAgain(it *core.TakeItem) {
+	c.st.Store((c.st.Load()>>2+1)<<2 | callPending)
+	c.kind, c.done, c.err, c.item = msgTake, nil, nil, core.ItemReply{}
+	c.wg.Add(1)
+	c.carry(it)
+}
+
+// carry encodes the take item it as c's body, now: the caller may reuse
+// the item's memory as soon as the call returns.
+func (c *call) carry(it *core.TakeItem) {
 	e := encoder{b: c.buf[:0]}
 	encodeTakeItem(&e, it)
 	c.body = e.b
@@ -81,16 +101,12 @@ func newTakeCall(it *core.TakeItem, done func(*call)) *call {
 	} else {
 		c.res = make([]limiter.Result, len(it.Reqs))
 	}
-	return c
 }
 
-// claim takes c for its outcome; only the one that claims it writes to it,
-// and then calls settle.
-func (c *call) claim() bool { return c.st.CompareAndSwap(callPending, callFilling) }
-
-// settle releases whoever waits for c.
+// settle releases whoever waits for c; only the one that claimed its use
+// calls it.
 func (c *call) settle() {
-	c.st.Store(callDone)
+	c.st.Add(callDone - callFilling)
 	if c.done != nil {
 		c.done(c)
 	} else {
@@ -98,11 +114,32 @@ func (c *call) settle() {
 	}
 }
 
-// fail settles c with err unless it is settled already.
-func (c *call) fail(err error) {
-	if c.claim() {
-		c.err = err
-		c.settle()
+// inFlight is one use of a call as a peer client holds it, from its queue
+// to its answer, with when the watcher gives up on it. Only the one that
+// claims the use reads or writes the call, and then settles it; the
+// others look at its state alone.
+type inFlight struct {
+	c    *call
+	use  uint64
+	kind byte
+	due  int64    // deadline, monotonic ns since epoch; 0 for none
+	pat  patience // when the watcher gives up on it
+}
+
+// pending reports whether the use is neither settled nor being settled.
+func (f *inFlight) pending() bool { return f.c.st.Load() == f.use<<2|callPending }
+
+// claim takes the use for its outcome; only the one that claims it writes
+// to the call, and then calls settle.
+func (f *inFlight) claim() bool {
+	return f.c.st.CompareAndSwap(f.use<<2|callPending, f.use<<2|callFilling)
+}
+
+// fail settles the use with err unless it is settled already.
+func (f *inFlight) fail(err error) {
+	if f.claim() {
+		f.c.err = err
+		f.c.settle()
 	}
 }
 
@@ -188,7 +225,7 @@ type peerClient struct {
 	addr string
 
 	qmu     sync.Mutex
-	queued  []*call
+	queued  []inFlight
 	qclosed bool
 	wake    chan struct{} // the writer has calls to look at
 	kick    chan struct{} // the watcher has an earlier deadline to watch
@@ -217,7 +254,7 @@ type peerClient struct {
 
 // frameCalls are the calls one frame carried, until each is answered.
 type frameCalls struct {
-	calls    []*call
+	calls    []inFlight
 	left     int
 	answered bool // a first reply came
 	take     bool
@@ -262,32 +299,41 @@ func (p *peerClient) close() {
 // send queues c, due by deadline (zero: no deadline, for calls whose
 // outcome nobody reads). A call that cannot be queued fails at once.
 func (p *peerClient) send(c *call, deadline time.Time) {
+	var now time.Time
 	if !deadline.IsZero() {
-		now := monoNanos(time.Now())
-		c.due = monoNanos(deadline)
-		c.pat = patience{sent: now, timeout: c.due - now, base: p.d.stalled(now), last: c.due + 10*int64(p.d.silence)}
+		now = time.Now()
 	}
-	due := c.due // the writer may settle c once it is queued
+	p.sendAt(c, now, deadline)
+}
+
+// sendAt is send for a caller that read the clock as it sent c, at now.
+func (p *peerClient) sendAt(c *call, sent, deadline time.Time) {
+	f := inFlight{c: c, use: c.st.Load() >> 2, kind: c.kind}
+	if !deadline.IsZero() {
+		now := monoNanos(sent)
+		f.due = monoNanos(deadline)
+		f.pat = patience{sent: now, timeout: f.due - now, base: p.d.stalled(now), last: f.due + 10*int64(p.d.silence)}
+	}
 	p.qmu.Lock()
 	if p.qclosed {
 		p.qmu.Unlock()
-		c.fail(errClosed)
+		f.fail(errClosed)
 		return
 	}
 	if len(p.queued) >= queueDepth {
 		p.qmu.Unlock()
-		c.fail(errBusy)
+		f.fail(errBusy)
 		return
 	}
-	p.queued = append(p.queued, c)
+	p.queued = append(p.queued, f)
 	n := len(p.queued)
 	p.qmu.Unlock()
 	// The writer needs waking for a first call, a full batch, or a call
 	// that is not a take (it goes at once, after the takes before it).
-	if n == 1 || n == maxBatch || c.kind != msgTake {
+	if n == 1 || n == maxBatch || f.kind != msgTake {
 		signal(p.wake)
 	}
-	if due != 0 {
+	if due := f.due; due != 0 {
 		if at := p.wakeAt.Load(); at <= 0 || due < at {
 			signal(p.kick)
 		}
@@ -331,31 +377,31 @@ func (p *peerClient) watch() {
 // the others, or 0.
 func (p *peerClient) expire(now int64) (next int64) {
 	st := p.d.stalled(now)
-	check := func(c *call) {
-		if c.due == 0 || c.st.Load() != callPending {
+	check := func(f *inFlight) {
+		if f.due == 0 || !f.pending() {
 			return
 		}
-		if c.due <= now {
-			due, ok := c.pat.extend(now, st, p.heard.Load(), p.heardStalled.Load(), int64(p.d.silence))
+		if f.due <= now {
+			due, ok := f.pat.extend(now, st, p.heard.Load(), p.heardStalled.Load(), int64(p.d.silence))
 			if !ok {
-				c.fail(errTimeout)
+				f.fail(errTimeout)
 				return
 			}
-			c.due = due
+			f.due = due
 		}
-		if next == 0 || c.due < next {
-			next = c.due
+		if next == 0 || f.due < next {
+			next = f.due
 		}
 	}
 	p.qmu.Lock()
-	for _, c := range p.queued {
-		check(c)
+	for i := range p.queued {
+		check(&p.queued[i])
 	}
 	p.qmu.Unlock()
 	p.mu.Lock()
-	for _, f := range p.pending {
-		for _, c := range f.calls {
-			check(c)
+	for _, fr := range p.pending {
+		for i := range fr.calls {
+			check(&fr.calls[i])
 		}
 	}
 	p.mu.Unlock()
@@ -483,8 +529,8 @@ func (p *peerClient) write(conn *secureConn, readerDone <-chan error) error {
 	defer linger.Stop()
 	lingering, lingered := false, false
 	for {
-		kind, id, batch, waiting := p.nextFrame(lingered)
-		if batch == nil {
+		kind, items, waiting := p.nextFrame(enc, lingered)
+		if items == 0 {
 			if waiting && !lingering {
 				linger.Reset(batchLinger)
 				lingering = true
@@ -501,24 +547,15 @@ func (p *peerClient) write(conn *secureConn, readerDone <-chan error) error {
 			}
 			continue
 		}
-		enc.b = enc.b[:0]
-		enc.u8(kind)
-		enc.u32(id)
 		if kind == msgTake {
 			if lingering {
 				linger.Stop()
 				lingering = false
 			}
 			lingered = false
-			enc.u16(len(batch))
-			for _, c := range batch {
-				enc.b = append(enc.b, c.body...)
-			}
 			p.frames.Add(1)
-			p.items.Add(uint64(len(batch)))
-			p.d.observer.Batch(len(batch))
-		} else {
-			enc.b = append(enc.b, batch[0].body...)
+			p.items.Add(uint64(items))
+			p.d.observer.Batch(items)
 		}
 		p.bytes.Add(uint64(len(enc.b)))
 		if err := conn.writeFrame(enc.b, time.Now().Add(writeTimeout)); err != nil {
@@ -527,17 +564,19 @@ func (p *peerClient) write(conn *secureConn, readerDone <-chan error) error {
 	}
 }
 
-// nextFrame takes from the queue the calls of the next frame to send and,
-// unless it is an Ack (which gets no reply), moves them to pending under a
-// new frame ID. It returns a nil batch when there is none to send now;
-// waiting then says that takes wait for the frame in flight (or for
-// lingered, which sends them anyway). Calls settled already (they timed
-// out) are dropped.
-func (p *peerClient) nextFrame(lingered bool) (kind byte, id uint32, batch []*call, waiting bool) {
+// nextFrame takes from the queue the calls of the next frame to send,
+// writes the frame into enc and, unless it is an Ack (which gets no
+// reply), moves them to pending under a new frame ID. It returns no items
+// when there is none to send now; waiting then says that takes wait for
+// the frame in flight (or for lingered, which sends them anyway). Calls
+// settled already (they timed out) are dropped. The calls' bodies are
+// copied while the locks hold them: the watcher fails a call only under
+// the lock of where it is, and a call failed may be used again at once.
+func (p *peerClient) nextFrame(enc *encoder, lingered bool) (kind byte, items int, waiting bool) {
 	p.qmu.Lock()
 	defer p.qmu.Unlock()
 	skip := 0
-	for skip < len(p.queued) && p.queued[skip].st.Load() != callPending {
+	for skip < len(p.queued) && !p.queued[skip].pending() {
 		skip++
 	}
 	if skip > 0 {
@@ -547,7 +586,7 @@ func (p *peerClient) nextFrame(lingered bool) (kind byte, id uint32, batch []*ca
 	}
 	q := p.queued
 	if len(q) == 0 {
-		return 0, 0, nil, false
+		return 0, 0, false
 	}
 	var n int
 	if q[0].kind != msgTake {
@@ -559,40 +598,48 @@ func (p *peerClient) nextFrame(lingered bool) (kind byte, id uint32, batch []*ca
 		}
 		full := takes == maxBatch || takes < len(q) // a full batch, or a call waits behind
 		if !full && !lingered && p.takesInFlight.Load() >= maxTakeFramesInFlight {
-			return 0, 0, nil, true
+			return 0, 0, true
 		}
 		kind, n = msgTake, takes
 	}
-	batch = make([]*call, 0, n)
-	for _, c := range q[:n] {
-		if c.st.Load() == callPending {
-			batch = append(batch, c)
+	batch := make([]inFlight, 0, n)
+	for i := range q[:n] {
+		if q[i].pending() {
+			batch = append(batch, q[i])
 		}
 	}
 	rest := copy(p.queued, q[n:])
 	clear(p.queued[rest:])
 	p.queued = p.queued[:rest]
 	if len(batch) == 0 {
-		return 0, 0, nil, false
+		return 0, 0, false
 	}
 	if kind == msgTake {
 		p.takesInFlight.Add(1)
 	}
 	p.mu.Lock()
 	p.nextID++
-	id = p.nextID
+	enc.b = enc.b[:0]
+	enc.u8(kind)
+	enc.u32(p.nextID)
+	if kind == msgTake {
+		enc.u16(len(batch))
+	}
+	for i := range batch {
+		enc.b = append(enc.b, batch[i].c.body...)
+	}
 	if kind != msgAck {
-		p.pending[id] = &frameCalls{calls: batch, left: len(batch), take: kind == msgTake}
+		p.pending[p.nextID] = &frameCalls{calls: batch, left: len(batch), take: kind == msgTake}
 	}
 	p.mu.Unlock()
 	if kind == msgAck {
-		for _, c := range batch {
-			if c.claim() {
-				c.settle() // sent: an Ack's outcome is its sending
+		for i := range batch {
+			if batch[i].claim() {
+				batch[i].c.settle() // sent: an Ack's outcome is its sending
 			}
 		}
 	}
-	return kind, id, batch, false
+	return kind, len(batch), false
 }
 
 // read delivers replies until the connection fails.
@@ -630,16 +677,16 @@ func (p *peerClient) read(conn *secureConn) error {
 		if status != statusOK {
 			err := fmt.Errorf("peer %s: %s", p.name, d.str())
 			p.finishFrame(id, f, len(f.calls))
-			for _, c := range f.calls {
-				c.fail(err)
+			for i := range f.calls {
+				f.calls[i].fail(err)
 			}
 			continue
 		}
 		if kind != msgTake {
 			p.finishFrame(id, f, 1)
-			if c := f.calls[0]; c.claim() {
-				c.repl = append([]byte(nil), d.b...)
-				c.settle()
+			if fc := &f.calls[0]; fc.claim() {
+				fc.c.repl = append([]byte(nil), d.b...)
+				fc.c.settle()
 			}
 			continue
 		}
@@ -650,8 +697,8 @@ func (p *peerClient) read(conn *secureConn) error {
 			if d.err != nil || i >= len(f.calls) {
 				return fmt.Errorf("reply to item %d of a frame of %d", i, len(f.calls))
 			}
-			c := f.calls[i]
-			if !c.claim() {
+			fc := &f.calls[i]
+			if !fc.claim() {
 				// Its caller gave up on it and decided it by fallback; the
 				// core sent the owner a cancel, which gives an admission
 				// back. Read past it.
@@ -661,6 +708,7 @@ func (p *peerClient) read(conn *secureConn) error {
 				answered++
 				continue
 			}
+			c := fc.c
 			r, err := decodeItemReply(d, c.res)
 			if err != nil {
 				c.err = err
@@ -693,8 +741,8 @@ func (p *peerClient) failSent(err error) {
 	p.pending = make(map[uint32]*frameCalls)
 	p.mu.Unlock()
 	for _, f := range pending {
-		for _, c := range f.calls {
-			c.fail(err)
+		for i := range f.calls {
+			f.calls[i].fail(err)
 		}
 	}
 }
@@ -708,8 +756,8 @@ func (p *peerClient) failPending(err error, final bool) {
 	p.queued = nil
 	p.qclosed = p.qclosed || final
 	p.qmu.Unlock()
-	for _, c := range queued {
-		c.fail(err)
+	for i := range queued {
+		queued[i].fail(err)
 	}
 }
 
@@ -731,27 +779,28 @@ func errString(err error) string {
 
 // peerSet holds the node's clients of its peers, one per node gossip
 // knows (members, and nodes joining, leaving or declared dead: the core
-// talks to all of them). A peerSet is safe for concurrent use.
+// talks to all of them). Every forwarded check looks its owner's client
+// up, so the set is read without a lock: a change builds a new map and
+// swaps it in whole. A peerSet is safe for concurrent use.
 type peerSet struct {
-	mu    sync.RWMutex
-	peers map[string]*peerClient
+	mu    sync.Mutex // serializes changes
+	peers atomic.Pointer[map[string]*peerClient]
 }
 
-func newPeerSet() *peerSet { return &peerSet{peers: make(map[string]*peerClient)} }
+func newPeerSet() *peerSet {
+	s := &peerSet{}
+	s.peers.Store(&map[string]*peerClient{})
+	return s
+}
 
 // get returns the client of the node called name, or nil.
-func (s *peerSet) get(name string) *peerClient {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.peers[name]
-}
+func (s *peerSet) get(name string) *peerClient { return (*s.peers.Load())[name] }
 
 // all returns every client.
 func (s *peerSet) all() []*peerClient {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*peerClient, 0, len(s.peers))
-	for _, p := range s.peers {
+	peers := *s.peers.Load()
+	out := make([]*peerClient, 0, len(peers))
+	for _, p := range peers {
 		out = append(out, p)
 	}
 	return out
@@ -764,21 +813,25 @@ func (s *peerSet) all() []*peerClient {
 func (s *peerSet) match(addrs map[string]string, open func(name, addr string) *peerClient) []*peerClient {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	old := *s.peers.Load()
+	peers := make(map[string]*peerClient, len(addrs))
 	var gone []*peerClient
 	for name, addr := range addrs {
-		if p, ok := s.peers[name]; !ok || p.addr != addr {
+		p, ok := old[name]
+		if !ok || p.addr != addr {
 			if ok {
 				gone = append(gone, p)
 			}
-			s.peers[name] = open(name, addr)
+			p = open(name, addr)
 		}
+		peers[name] = p
 	}
-	for name, p := range s.peers {
+	for name, p := range old {
 		if _, ok := addrs[name]; !ok {
 			gone = append(gone, p)
-			delete(s.peers, name)
 		}
 	}
+	s.peers.Store(&peers)
 	return gone
 }
 
@@ -786,10 +839,7 @@ func (s *peerSet) match(addrs map[string]string, open func(name, addr string) *p
 func (s *peerSet) takeAll() []*peerClient {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*peerClient, 0, len(s.peers))
-	for name, p := range s.peers {
-		out = append(out, p)
-		delete(s.peers, name)
-	}
+	out := s.all()
+	s.peers.Store(&map[string]*peerClient{})
 	return out
 }

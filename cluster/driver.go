@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/cluster/core"
@@ -246,39 +247,62 @@ func (n *Node) joined() {
 	n.core().Joined(time.Now())
 }
 
-// takeOps recycles the state of requests the core cannot decide at once.
-var takeOps = sync.Pool{New: func() any { return new(core.TakeOp) }}
+// takeState is what a request the core cannot decide at once needs: the
+// core's op, and the call the driver makes for it, used again for each of
+// its take items (and, through takeStates, by later requests).
+type takeState struct {
+	op   core.TakeOp
+	call call
+}
+
+// takeStates recycles the state of requests the core cannot decide at once.
+var takeStates = sync.Pool{New: func() any { return new(takeState) }}
 
 // decide decides reqs for client: at once when this node owns every key
 // (no allocation, no call), else by driving the core's take op through
 // its calls and waits, on the caller's goroutine.
 func (n *Node) decide(now time.Time, kind core.Op, client limiter.Key, reqs []limiter.Request, res []limiter.Result) Decision {
 	c := n.core()
-	op := takeOps.Get().(*core.TakeOp)
+	st := takeStates.Get().(*takeState)
+	op := &st.op
 	n.coreMu.RLock() // a membership change is applied whole before a key is counted by it
 	d, done := c.Take(now, op, kind, client, reqs, res)
-	n.coreMu.RUnlock()
-	if !done {
-		d = n.drive(c, now, op)
+	if done {
+		n.coreMu.RUnlock()
+	} else {
+		settled := n.settled.channel() // before the step: a wake-up after it is not missed
+		a := c.Step(now, op)           // under the lock Take took
+		n.coreMu.RUnlock()
+		d = n.drive(c, st, a, settled)
 	}
 	*op = core.TakeOp{}
-	takeOps.Put(op)
+	takeStates.Put(st)
 	return d
 }
 
-// drive advances op until it is decided: each call is made and its answer
-// (or its failure) reported, each wait waited, until the core says it is
-// done.
-func (n *Node) drive(c *core.Core, now time.Time, op *core.TakeOp) Decision {
+// drive advances op from its next action a until it is decided: each call
+// is made and its answer (or its failure) reported, each wait waited,
+// until the core says it is done. settled is the channel of wake-ups
+// taken before the step that returned a. The answer to a call and the
+// step after it are taken under one hold of the core's lock.
+func (n *Node) drive(c *core.Core, st *takeState, a core.Action, settled <-chan struct{}) Decision {
+	op := &st.op
 	for {
-		settled := n.settled.channel() // before the step: a wake-up after it is not missed
-		n.coreMu.RLock()
-		a := c.Step(now, op)
-		n.coreMu.RUnlock()
+		var now time.Time
 		switch a.Kind {
 		case core.ActDone:
 			return op.Decision()
-		case core.ActWait:
+		case core.ActCall:
+			reply, at, busy, err := n.call(&st.call, a.To, a.Msg)
+			now = at // the clock read as the answer came serves the next step
+			settled = n.settled.channel()
+			n.coreMu.RLock()
+			if err != nil {
+				c.CallFailed(now, op, busy)
+			} else {
+				c.Replied(now, op, reply)
+			}
+		default: // core.ActWait
 			if d := time.Until(a.Until); d > 0 {
 				t := time.NewTimer(d)
 				select {
@@ -287,74 +311,73 @@ func (n *Node) drive(c *core.Core, now time.Time, op *core.TakeOp) Decision {
 				}
 				t.Stop()
 			}
-		case core.ActCall:
-			reply, busy, err := n.call(a.To, a.Msg)
+			now = time.Now()
+			settled = n.settled.channel()
 			n.coreMu.RLock()
-			if err != nil {
-				c.CallFailed(time.Now(), op, busy)
-			} else {
-				c.Replied(time.Now(), op, reply)
-			}
-			n.coreMu.RUnlock()
 		}
-		now = time.Now()
+		a = c.Step(now, op)
+		n.coreMu.RUnlock()
 	}
 }
 
-// call makes a take op's call to a peer and waits for its answer. busy: the
-// call was never sent (the peer's queue was full).
-func (n *Node) call(to core.Peer, msg core.Message) (core.Message, bool, error) {
+// call makes a take op's call to a peer and waits for its answer; at is
+// when the answer (or the failure) came. busy: the call was never sent
+// (the peer's queue was full). A take item goes out as cl's next use; the
+// answer is read from cl until its next use.
+func (n *Node) call(cl *call, to core.Peer, msg core.Message) (reply core.Message, at time.Time, busy bool, err error) {
 	p := n.peers.get(to.Name)
 	if p == nil {
-		return nil, false, fmt.Errorf("%w: %s", ErrUnreachable, to.Name)
+		return nil, time.Now(), false, fmt.Errorf("%w: %s", ErrUnreachable, to.Name)
 	}
-	sent := time.Now()
 	switch m := msg.(type) {
 	case core.TakeItem:
-		cl := newTakeCall(&m, nil)
-		p.send(cl, sent.Add(n.patience()))
+		cl.takeAgain(&m)
+		sent := time.Now()
+		p.sendAt(cl, sent, sent.Add(n.patience()))
 		err := cl.wait()
-		n.cfg.Observer.PeerCall(time.Since(sent), err == nil)
+		at := time.Now()
+		n.cfg.Observer.PeerCall(at.Sub(sent), err == nil)
 		if err != nil {
-			return nil, err == errBusy, err
+			return nil, at, err == errBusy, err
 		}
-		return cl.item, false, nil
+		return &cl.item, at, false, nil // the core reads it where it was decoded
 	case core.ScoreQuery:
 		e := &encoder{}
 		encodeMessage(e, m)
 		repl, err := n.roundTrip(p, msgScore, e.b, n.patience())
 		if err != nil {
-			return nil, false, err
+			return nil, time.Now(), false, err
 		}
 		reply, err := decodeReply(msgScore, &decoder{b: repl})
-		return reply, false, err
+		return reply, time.Now(), false, err
 	}
-	return nil, false, fmt.Errorf("a take op cannot send %T", msg)
+	return nil, time.Now(), false, fmt.Errorf("a take op cannot send %T", msg)
 }
 
 // settleSignal wakes the requests waiting for keys to settle. A waiter
-// takes the channel before it steps; a wake-up closes it.
+// takes the channel before it steps; a wake-up closes it. Every step of a
+// forwarded check takes the channel: taking it is an atomic load, not a
+// lock that callers on every core would share.
 type settleSignal struct {
-	mu sync.Mutex
-	ch chan struct{}
+	ch atomic.Pointer[chan struct{}]
 }
 
 // channel returns the channel the next wake-up closes.
-func (s *settleSignal) channel() chan struct{} {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ch == nil {
-		s.ch = make(chan struct{})
+func (s *settleSignal) channel() <-chan struct{} {
+	for {
+		if ch := s.ch.Load(); ch != nil {
+			return *ch
+		}
+		ch := make(chan struct{})
+		if s.ch.CompareAndSwap(nil, &ch) {
+			return ch
+		}
 	}
-	return s.ch
 }
 
 // wake wakes every waiter.
 func (s *settleSignal) wake() {
-	s.mu.Lock()
-	if s.ch != nil {
-		close(s.ch)
-		s.ch = nil
+	if ch := s.ch.Swap(nil); ch != nil {
+		close(*ch)
 	}
-	s.mu.Unlock()
 }

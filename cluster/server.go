@@ -162,15 +162,17 @@ func (n *Node) serveTakes(sc *serverConn, id uint32, d *decoder, enc *encoder) (
 	answered := 0
 	now := time.Now()
 	hold := now.Add(n.cfg.CallTimeout)
+	// The frame's items are served under one hold of the core's lock: each
+	// is still served whole by one membership.
+	n.coreMu.RLock()
+	defer n.coreMu.RUnlock()
 	for i := range count {
 		item, err := decodeTakeItem(d, sc.reqs[:0])
 		if err != nil {
 			return true, err
 		}
 		res := sc.res[:len(item.Reqs)]
-		n.coreMu.RLock()
 		r, wait := c.Serve(now, sc.from, &item, res, hold)
-		n.coreMu.RUnlock()
 		if wait {
 			item.Reqs = slices.Clone(item.Reqs)
 			n.held.add(&heldItem{sc: sc, id: id, index: i, item: item, res: make([]limiter.Result, len(item.Reqs)), hold: hold})

@@ -569,7 +569,9 @@ func (c *Core) next(now time.Time, op *TakeOp) bool {
 	return true
 }
 
-// Replied takes the answer to the call op made.
+// Replied takes the answer to the call op made. The answer to a take item
+// may come as an *ItemReply, read only during the call: a driver passes
+// the reply where it decoded it, without boxing a copy.
 func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
 	c.noteHeard(op.to.Name, now)
 	if op.scoreStep {
@@ -581,6 +583,9 @@ func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
 		return
 	}
 	r, ok := reply.(ItemReply)
+	if p, isPtr := reply.(*ItemReply); isPtr && p != nil {
+		r, ok = *p, true
+	}
 	if !ok || op.cur >= len(op.groups) {
 		return
 	}

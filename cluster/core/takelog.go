@@ -84,6 +84,16 @@ func (c *callerLog) put(seq, v uint64) {
 // forgotten reports whether seq is too old to be known.
 func (c *callerLog) forgotten(seq uint64) bool { return seq+takeLogSize <= c.hi }
 
+// outcome returns what was recorded for seq: nothing for a number above
+// the highest recorded, whose slot still holds the item takeLogSize below
+// it until set clears it.
+func (c *callerLog) outcome(seq uint64) uint64 {
+	if seq > c.hi {
+		return itemUnseen
+	}
+	return c.get(seq)
+}
+
 // served says how decide went.
 type served uint8
 
@@ -103,7 +113,7 @@ func (l *takeLog) decide(caller Peer, seq uint64, take func() bool) (served, boo
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.forgotten(seq) {
-		switch c.get(seq) {
+		switch c.outcome(seq) {
 		case itemCancelled:
 			return servedCancelled, false
 		case itemAdmitted:
@@ -132,7 +142,7 @@ func (l *takeLog) cancel(caller Peer, seq uint64) (refund bool) {
 	if c.forgotten(seq) {
 		return true
 	}
-	prev := c.get(seq)
+	prev := c.outcome(seq)
 	c.set(seq, itemCancelled)
 	return prev == itemAdmitted
 }

@@ -153,7 +153,7 @@ func (x *Identifier) Identify(r *http.Request, clientIP, ja4 string, now time.Ti
 	}
 	if id.Cookie.Usable() {
 		id.Kind = KindSession
-		id.Reissue = id.Cookie == CookieOldSecret || now.Sub(id.Session.Issued) > x.cfg.CookieMaxAge/2
+		id.Reissue = id.Cookie == CookieOldSecret || sessionAge(now, id.Session.Issued) > x.cfg.CookieMaxAge/2
 		return id // the session says who it is: no need to look further
 	}
 	id.Fingerprint = fingerprintOf(x.signals, r, ja4)

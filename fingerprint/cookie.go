@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
-	"encoding/hex"
 	"fmt"
 	"hash"
 	"sync"
@@ -37,18 +36,27 @@ func NewSession(now time.Time) (Session, error) {
 	return s, nil
 }
 
-// AppendID appends the session ID in UUID form.
+// AppendID appends the session ID in UUID form: lowercase hex, as
+// encoding/hex writes it, with dashes after the 4th, 6th, 8th and 10th
+// bytes. It is written on every request with a session (the client ID is
+// hashed from it), so eight digits at a time (see hexDigits8).
 func (s Session) AppendID(b []byte) []byte {
+	id := &s.ID
+	h0 := hexDigits8(binary.BigEndian.Uint32(id[0:4]))
+	h1 := hexDigits8(binary.BigEndian.Uint32(id[4:8]))
+	h2 := hexDigits8(binary.BigEndian.Uint32(id[8:12]))
+	h3 := hexDigits8(binary.BigEndian.Uint32(id[12:16]))
 	var buf [36]byte
-	hex.Encode(buf[0:8], s.ID[0:4])
+	binary.BigEndian.PutUint64(buf[0:8], h0)
 	buf[8] = '-'
-	hex.Encode(buf[9:13], s.ID[4:6])
+	binary.BigEndian.PutUint32(buf[9:13], uint32(h1>>32))
 	buf[13] = '-'
-	hex.Encode(buf[14:18], s.ID[6:8])
+	binary.BigEndian.PutUint32(buf[14:18], uint32(h1))
 	buf[18] = '-'
-	hex.Encode(buf[19:23], s.ID[8:10])
+	binary.BigEndian.PutUint32(buf[19:23], uint32(h2>>32))
 	buf[23] = '-'
-	hex.Encode(buf[24:36], s.ID[10:16])
+	binary.BigEndian.PutUint32(buf[24:28], uint32(h2))
+	binary.BigEndian.PutUint64(buf[28:36], h3)
 	return append(b, buf[:]...)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"math"
 	"strings"
 	"testing"
@@ -254,6 +255,22 @@ func TestSessionAgeIsSub(t *testing.T) {
 			if got, want := sessionAge(now, issued), now.Sub(issued); got != want {
 				t.Errorf("now %v, issued at %d s: age %v, want %v", now, sec, got, want)
 			}
+		}
+	}
+}
+
+// TestSessionAppendIDIsHex checks the session ID's text against the UUID
+// form written with encoding/hex, for IDs of every byte value.
+func TestSessionAppendIDIsHex(t *testing.T) {
+	for v := range 256 {
+		var s Session
+		for i := range s.ID {
+			s.ID[i] = byte(v + 37*i)
+		}
+		h := hex.EncodeToString(s.ID[:])
+		want := h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+		if got := string(s.AppendID([]byte("s:"))); got != "s:"+want {
+			t.Fatalf("ID % x: %q, want %q", s.ID, got, "s:"+want)
 		}
 	}
 }

@@ -15,11 +15,11 @@
 # case whose clients visit once each (10,000 of them) is counted on their
 # second and third visits: (I(3N) - I(N)) / 2N.
 #
-#   bench/serve_instructions.sh [cases=plain,vars,tollgate,tollgate_cookieless,tollgate_cookieless_refused,tollgate_cookieless_one] [N=10000]
+#   bench/serve_instructions.sh [cases=plain,pass,vars,tollgate,tollgate_cookieless,tollgate_cookieless_refused,tollgate_cookieless_one] [N=10000]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cases=${1:-plain,vars,tollgate,tollgate_cookieless,tollgate_cookieless_refused,tollgate_cookieless_one}
+cases=${1:-plain,pass,vars,tollgate,tollgate_cookieless,tollgate_cookieless_refused,tollgate_cookieless_one}
 n=${2:-10000}
 out=bench/out
 mkdir -p "$out"

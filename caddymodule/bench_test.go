@@ -24,11 +24,13 @@ import (
 // of the hour, offered a new session), the same once each of them has had
 // every session it may start this hour (refused: the steady state); one
 // client that never keeps a cookie, on one address (wrk, curl, a script);
-// and, for reference, behind `vars` (about the cheapest Caddy middleware). The ratio
+// and, for reference, behind a middleware that only calls the next handler
+// (pass: the floor of any middleware in Tollgate's place) and behind `vars`
+// (about the cheapest middleware Caddy ships). The ratio
 // of plain to tollgate is the share of Caddy's throughput Tollgate keeps
 // before any network cost; bench/load.sh measures it with the network.
 func BenchmarkServe(b *testing.B) {
-	plainPort, gatedPort, varsPort := freePort(b), freePort(b), freePort(b)
+	plainPort, gatedPort, varsPort, passPort := freePort(b), freePort(b), freePort(b), freePort(b)
 	startCaddy(b, "", `respond "ok"`) // admin, storage and logs
 	cfg := adapt(b, fmt.Sprintf(`{
 	admin off
@@ -53,7 +55,11 @@ http://127.0.0.1:%d {
 	vars x y
 	respond "ok"
 }
-`, plainPort, gatedPort, varsPort))
+http://127.0.0.1:%d {
+	tollgate_test_pass
+	respond "ok"
+}
+`, plainPort, gatedPort, varsPort, passPort))
 	servers, identifier := loadInProcess(b, cfg)
 	for _, run := range []struct {
 		name    string
@@ -63,6 +69,7 @@ http://127.0.0.1:%d {
 		refused bool // each client has had every session it may start this hour
 	}{
 		{"plain", plainPort, false, benchClients, false},
+		{"pass", passPort, false, benchClients, false},
 		{"vars", varsPort, false, benchClients, false},
 		{"tollgate", gatedPort, true, benchClients, false},
 		{"tollgate_cookieless", gatedPort, false, benchClients, false},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -467,6 +468,31 @@ func TestNullZoneInJSONIsRefusedWithoutPanicking(t *testing.T) {
 		}()
 		if err == nil || !strings.Contains(err.Error(), "empty zone") {
 			t.Errorf("zones %v: got %v, want an error about an empty zone", zones, err)
+		}
+	}
+}
+
+// The RateLimit header's counts are written as strconv writes them.
+func TestAppendCountIsAppendInt(t *testing.T) {
+	counts := []int64{math.MinInt64, -100, -1, math.MaxInt64, 1<<53 + 1, 999_999_999, 1_000_000_000}
+	for n := int64(0); n < 1_000; n++ {
+		counts = append(counts, n)
+	}
+	for p := int64(10); p > 0 && p < math.MaxInt64/10; p *= 10 {
+		counts = append(counts, p-1, p, p+1, 3*p+7)
+	}
+	x := uint64(0x9e3779b97f4a7c15)
+	for range 20000 { // every number of digits, each digit in every place
+		x = x*6364136223846793005 + 1442695040888963407
+		counts = append(counts, int64(x>>(1+x%63)))
+	}
+	for _, n := range counts {
+		want := string(strconv.AppendInt([]byte("r="), n, 10))
+		if got := string(appendCount([]byte("r="), n)); got != want { // no spare capacity
+			t.Errorf("appendCount(%d) = %q, want %q", n, got, want)
+		}
+		if got := string(appendCount(append(make([]byte, 0, 32), "r="...), n)); got != want {
+			t.Errorf("appendCount(%d), with room = %q, want %q", n, got, want)
 		}
 	}
 }

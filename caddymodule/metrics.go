@@ -136,13 +136,15 @@ func (c *decisionCounters) inc(decision string, src cluster.Source) {
 }
 
 // cookieCounters are the cookie status counters, one per status, looked up
-// once.
-var cookieCounters = sync.OnceValue(func() (c [fingerprint.NumCookieStatuses]prometheus.Counter) {
+// once. It returns them by pointer: every request counts one, and a copy
+// of the array (seven interfaces) cost more than the count.
+var cookieCounters = sync.OnceValue(func() *[fingerprint.NumCookieStatuses]prometheus.Counter {
 	initMetrics()
+	var c [fingerprint.NumCookieStatuses]prometheus.Counter
 	for i := range c {
 		c[i] = metrics.cookies.WithLabelValues(fingerprint.CookieStatus(i).String())
 	}
-	return c
+	return &c
 })
 
 // ringNumber turns a ring fingerprint (hex) into a gauge value: its first

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -223,6 +225,52 @@ func TestVerifiedCacheKeepsASetsWays(t *testing.T) {
 	for i, v := range values[1:] {
 		if _, _, ok := c.get(v); !ok {
 			t.Errorf("value %d was pushed out; only the oldest should be", i+1)
+		}
+	}
+}
+
+// TestSessionAgeIsSub checks the session's age against Time.Sub, which it
+// replaces: for issue times as a cookie carries them (whole seconds, from
+// time.Unix), now with and without a monotonic reading, differences around
+// the clock skew and the max age to the nanosecond, and ones too large for
+// a Duration.
+func TestSessionAgeIsSub(t *testing.T) {
+	wall := time.Now()
+	nows := []time.Time{wall, wall.Round(0), t0, time.Unix(0, 0), time.Unix(1<<40, 999_999_999)}
+	var diffs []time.Duration
+	for _, d := range []time.Duration{0, MaxClockSkew, DefaultCookieMaxAge / 2, DefaultCookieMaxAge, 24 * time.Hour, 100 * 365 * 24 * time.Hour} {
+		for _, e := range []time.Duration{-time.Second, -1, 0, 1, time.Second} {
+			diffs = append(diffs, d+e, -d+e)
+		}
+	}
+	for _, now := range nows {
+		for _, d := range diffs {
+			issued := time.Unix(now.Add(-d).Unix(), 0)
+			if got, want := sessionAge(now, issued), now.Sub(issued); got != want {
+				t.Errorf("now %v, issued %v: age %v, want %v", now, issued, got, want)
+			}
+		}
+		for _, sec := range []int64{math.MinInt64, -1 << 40, -1 << 32, 1 << 32, 1 << 40, math.MaxInt64} {
+			issued := time.Unix(sec, 0)
+			if got, want := sessionAge(now, issued), now.Sub(issued); got != want {
+				t.Errorf("now %v, issued at %d s: age %v, want %v", now, sec, got, want)
+			}
+		}
+	}
+}
+
+// TestSessionAppendIDIsHex checks the session ID's text against the UUID
+// form written with encoding/hex, for IDs of every byte value.
+func TestSessionAppendIDIsHex(t *testing.T) {
+	for v := range 256 {
+		var s Session
+		for i := range s.ID {
+			s.ID[i] = byte(v + 37*i)
+		}
+		h := hex.EncodeToString(s.ID[:])
+		want := h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+		if got := string(s.AppendID([]byte("s:"))); got != "s:"+want {
+			t.Fatalf("ID % x: %q, want %q", s.ID, got, "s:"+want)
 		}
 	}
 }

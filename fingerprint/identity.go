@@ -1,6 +1,7 @@
 package fingerprint
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -82,17 +83,26 @@ func (id Identity) AppendID(b []byte) []byte {
 	if id.Kind == KindSession {
 		return id.Session.AppendID(append(b, "s:"...))
 	}
-	var d [16]byte
-	for i := range 8 {
-		c := byte(id.Digest >> (56 - 8*i))
-		d[2*i], d[2*i+1] = hexDigits[c>>4], hexDigits[c&15]
-	}
-	return append(append(b, "f:"...), d[:]...)
+	var d [18]byte
+	d[0], d[1] = 'f', ':'
+	binary.BigEndian.PutUint64(d[2:10], hexDigits8(uint32(id.Digest>>32)))
+	binary.BigEndian.PutUint64(d[10:18], hexDigits8(uint32(id.Digest)))
+	return append(b, d[:]...)
 }
 
-// hexDigits are the digits of a fingerprint ID, as encoding/hex writes
-// them.
-const hexDigits = "0123456789abcdef"
+// hexDigits8 returns the 8 hex digits of x, lowercase, as encoding/hex
+// writes its 4 big-endian bytes: the first digit in the top byte, so that
+// storing the result big-endian writes the text. The nibbles are spread
+// one a byte, and each becomes '0'+n, or 'a'+n-10 from 10 up (n+6 carries
+// into the byte's fifth bit exactly then), all eight at once.
+func hexDigits8(x uint32) uint64 {
+	v := uint64(x)
+	v = (v | v<<16) & 0x0000ffff0000ffff
+	v = (v | v<<8) & 0x00ff00ff00ff00ff
+	v = (v | v<<4) & 0x0f0f0f0f0f0f0f0f
+	letters := (v + 0x0606060606060606) >> 4 & 0x0101010101010101
+	return v + 0x3030303030303030 + letters*('a'-'0'-10)
+}
 
 // ID returns the client ID as a string.
 func (id Identity) ID() string { return string(id.AppendID(make([]byte, 0, IDLen))) }
@@ -153,7 +163,7 @@ func (x *Identifier) Identify(r *http.Request, clientIP, ja4 string, now time.Ti
 	}
 	if id.Cookie.Usable() {
 		id.Kind = KindSession
-		id.Reissue = id.Cookie == CookieOldSecret || now.Sub(id.Session.Issued) > x.cfg.CookieMaxAge/2
+		id.Reissue = id.Cookie == CookieOldSecret || sessionAge(now, id.Session.Issued) > x.cfg.CookieMaxAge/2
 		return id // the session says who it is: no need to look further
 	}
 	id.Fingerprint = fingerprintOf(x.signals, r, ja4)

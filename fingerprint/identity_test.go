@@ -275,9 +275,15 @@ func TestSetCookieIsTheCookieRendered(t *testing.T) {
 }
 
 // A fingerprint's client ID is "f:" and the 16 hex digits of its digest,
-// as encoding/hex writes them.
+// as encoding/hex writes them: every digit in every position.
 func TestFingerprintIDIsTheDigestInHex(t *testing.T) {
-	for _, d := range []uint64{0, 1, 0xdeadbeef, 0x0123456789abcdef, ^uint64(0)} {
+	digests := []uint64{0, 1, 0xdeadbeef, 0x0123456789abcdef, 0xfedcba9876543210, ^uint64(0)}
+	for n := range uint64(16) {
+		for pos := range 16 {
+			digests = append(digests, n<<(4*pos), n<<(4*pos)|0x9999999999999999&^(15<<(4*pos)))
+		}
+	}
+	for _, d := range digests {
 		id := Identity{Kind: KindFingerprint, Digest: d}
 		if got, want := id.ID(), fmt.Sprintf("f:%016x", d); got != want {
 			t.Errorf("ID of digest %x: %q; want %q", d, got, want)

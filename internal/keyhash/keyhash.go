@@ -94,19 +94,40 @@ func sum[T string | []byte](k0, k1 uint64, s T) uint64 {
 		v0 ^= m
 		s = s[8:]
 	}
+	// The last block: the 0 to 7 bytes left, little-endian, under the
+	// length. Read as two loads that may overlap (a byte both set is set
+	// alike), not byte by byte.
 	m := uint64(n) << 56
-	for i := len(s) - 1; i >= 0; i-- {
-		m |= uint64(s[i]) << (8 * uint(i))
+	switch r := len(s); {
+	case r >= 4:
+		m |= uint64(le32(s, 0)) | uint64(le32(s, r-4))<<(8*(r-4))
+	case r >= 2:
+		m |= uint64(le16(s, 0)) | uint64(le16(s, r-2))<<(8*(r-2))
+	case r == 1:
+		m |= uint64(s[0])
 	}
 	v3 ^= m
 	v0, v1, v2, v3 = round(v0, v1, v2, v3)
 	v0, v1, v2, v3 = round(v0, v1, v2, v3)
 	v0 ^= m
 	v2 ^= 0xff
-	for range 4 {
-		v0, v1, v2, v3 = round(v0, v1, v2, v3)
-	}
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
 	return v0 ^ v1 ^ v2 ^ v3
+}
+
+// le32 reads the 4 bytes of s at i, little-endian.
+func le32[T string | []byte](s T, i int) uint32 {
+	s = s[i : i+4]
+	return uint32(s[0]) | uint32(s[1])<<8 | uint32(s[2])<<16 | uint32(s[3])<<24
+}
+
+// le16 reads the 2 bytes of s at i, little-endian.
+func le16[T string | []byte](s T, i int) uint16 {
+	s = s[i : i+2]
+	return uint16(s[0]) | uint16(s[1])<<8
 }
 
 func round(v0, v1, v2, v3 uint64) (uint64, uint64, uint64, uint64) {

@@ -76,3 +76,54 @@ func BenchmarkString(b *testing.B) {
 		_ = h.String("2001:db8:1234:5678::1")
 	}
 }
+
+// TestLastBlockIsReadByteByByte checks the last block's overlapping loads
+// against SipHash's definition, the bytes left read one by one, for every
+// length up to 64 and bytes of every value in every position.
+func TestLastBlockIsReadByteByByte(t *testing.T) {
+	h := New([]byte("secret"), "last block")
+	for n := range 65 {
+		for seed := range 8 {
+			msg := make([]byte, n)
+			for i := range msg {
+				msg[i] = byte(0x9e*seed + 0x3b*i + 0x80)
+			}
+			want := referenceSum(h, msg)
+			if got := h.Bytes(msg); got != want {
+				t.Errorf("Bytes(% x) = %#x, want %#x", msg, got, want)
+			}
+			if got := h.String(string(msg)); got != want {
+				t.Errorf("String(% x) = %#x, want %#x", msg, got, want)
+			}
+		}
+	}
+}
+
+// referenceSum is SipHash-2-4 as its paper writes it.
+func referenceSum(h Hasher, s []byte) uint64 {
+	v0 := h.k0 ^ 0x736f6d6570736575
+	v1 := h.k1 ^ 0x646f72616e646f6d
+	v2 := h.k0 ^ 0x6c7967656e657261
+	v3 := h.k1 ^ 0x7465646279746573
+	n := len(s)
+	for ; len(s) >= 8; s = s[8:] {
+		m := binary.LittleEndian.Uint64(s)
+		v3 ^= m
+		v0, v1, v2, v3 = round(v0, v1, v2, v3)
+		v0, v1, v2, v3 = round(v0, v1, v2, v3)
+		v0 ^= m
+	}
+	m := uint64(n) << 56
+	for i := range s {
+		m |= uint64(s[i]) << (8 * i)
+	}
+	v3 ^= m
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	v0 ^= m
+	v2 ^= 0xff
+	for range 4 {
+		v0, v1, v2, v3 = round(v0, v1, v2, v3)
+	}
+	return v0 ^ v1 ^ v2 ^ v3
+}

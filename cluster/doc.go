@@ -59,7 +59,12 @@
 // owner that answers other calls is alive but behind. If a call was given
 // up on after all, the caller decides the request by fallback and sends
 // the owner a cancel for the item, so a late admission there is given
-// back: the request counts once. Tested with processes:
+// back: the request counts once. What the caller admitted in fallback
+// reaches that owner with the cancels of its keys the owner has not
+// acknowledged yet, in the same transfer, so it never arrives without them
+// (TestAFallbackCountReachesTheOwnerWithTheCancelsOfItsKeys: before, a
+// caller whose cancel was lost, and that crashed after its fallback count
+// arrived, left the owner holding the request twice). Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the
 // owner for up to 40 ms, the others for up to 150 ms; 300 requests at

@@ -22,8 +22,10 @@ import (
 // whether the asker counts keys (a node declared dead and joining again
 // does not). Version 6 names, in a transfer of counters handed over, the
 // run whose counters they are, also where they are passed on. Version 7
-// names, in a pull, the run asked.
-const ProtocolVersion = 7
+// names, in a pull, the run asked. Version 8 repeats, in a transfer of
+// what a node admitted in fallback, the cancels of take items it has not
+// had acknowledged.
+const ProtocolVersion = 8
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is
 // [kind|replyBit][call ID][status][body]. A take frame carries many take

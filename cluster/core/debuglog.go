@@ -114,6 +114,13 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 	if t.ReplicaOf.Name != "" {
 		args = append(args, "replica_of", t.ReplicaOf.Name)
 	}
+	if len(t.Cancels) > 0 {
+		takes := make([]uint64, len(t.Cancels))
+		for i, x := range t.Cancels {
+			takes[i] = x.Take
+		}
+		args = append(args, "cancels", takes)
+	}
 	c.log.Debug(msg, append(args, extra...)...)
 }
 

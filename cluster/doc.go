@@ -182,6 +182,17 @@
 // every key against this bound; every kind of fault holds it: delays,
 // loss, freezes, partitions, crashes, restarts with or without a snapshot.
 //
+// What the cluster holds. Once faults heal, the count the cluster holds of
+// each key is what was admitted, less at most C, but for the units of take
+// items a caller gave up on (and decided elsewhere) that no cancel gives
+// back: the owner crashed (its successor's replica holds the admission,
+// where no cancel reaches), or the caller crashed before the owner
+// acknowledged the cancel, and had not admitted the request by its
+// fallback (its fallback denied it, or another owner decided it; an
+// admission by its fallback left a fallback count, which carries the
+// cancel, and died with the caller). Those units count once more than was
+// admitted, and the key is denied that much early.
+//
 // Restarts. A node configured with seeds counts no key as its owner until
 // it has joined: its ring holds the other members it knows, not itself, so
 // it forwards what has a reachable owner and decides the rest by fallback

@@ -239,10 +239,7 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 	e.u64(t.Epoch)
 	e.u8(byte(t.Mode))
 	encodeStates(e, t.States)
-	e.u32(uint32(len(t.Reqs)))
-	for i := range t.Reqs {
-		encodeZoneReq(e, &t.Reqs[i])
-	}
+	encodeReqList(e, t.Reqs)
 	e.u64(t.Take)
 	e.u64(t.Was)
 	encodePeer(e, t.WasTo)
@@ -263,6 +260,36 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 		e.u64(a.Seq)
 	}
 	e.u64(uint64(t.At))
+	e.u32(uint32(len(t.Cancels)))
+	for i := range t.Cancels {
+		e.u64(t.Cancels[i].Take)
+		encodeReqList(e, t.Cancels[i].Reqs)
+	}
+}
+
+// A list of zone requests: the units a transfer gives back or spends, or
+// a cancelled take item asked for.
+func encodeReqList(e *encoder, reqs []limiter.Request) {
+	e.u32(uint32(len(reqs)))
+	for i := range reqs {
+		encodeZoneReq(e, &reqs[i])
+	}
+}
+
+func decodeReqList(d *decoder) []limiter.Request {
+	n := d.count32(maxList, zoneReqSize)
+	if n == 0 {
+		return nil
+	}
+	reqs := make([]limiter.Request, n)
+	for i := range reqs {
+		r, err := decodeZoneReq(d)
+		if err != nil && d.err == nil {
+			d.err = err
+		}
+		reqs[i] = r
+	}
+	return reqs
 }
 
 func decodeTransfer(d *decoder) core.Transfer {
@@ -271,16 +298,7 @@ func decodeTransfer(d *decoder) core.Transfer {
 		d.err = fmt.Errorf("unknown transfer mode %d", t.Mode)
 	}
 	t.States = decodeStates(d)
-	if n := d.count32(maxList, zoneReqSize); n > 0 {
-		t.Reqs = make([]limiter.Request, n)
-		for i := range t.Reqs {
-			r, err := decodeZoneReq(d)
-			if err != nil && d.err == nil {
-				d.err = err
-			}
-			t.Reqs[i] = r
-		}
-	}
+	t.Reqs = decodeReqList(d)
 	t.Take, t.Was = d.u64(), d.u64()
 	t.WasTo = decodePeer(d)
 	t.Own = d.flag()
@@ -309,5 +327,11 @@ func decodeTransfer(d *decoder) core.Transfer {
 		}
 	}
 	t.At = int64(d.u64())
+	if n := d.count32(maxList, 8+4); n > 0 {
+		t.Cancels = make([]core.Cancel, n)
+		for i := range t.Cancels {
+			t.Cancels[i] = core.Cancel{Take: d.u64(), Reqs: decodeReqList(d)}
+		}
+	}
 	return t
 }

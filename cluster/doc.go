@@ -67,7 +67,12 @@
 // owner that answers other calls is alive but behind. If a call was given
 // up on after all, the caller decides the request by fallback and sends
 // the owner a cancel for the item, so a late admission there is given
-// back: the request counts once. Tested with processes:
+// back: the request counts once. What the caller admitted in fallback
+// reaches that owner with the cancels of its keys the owner has not
+// acknowledged yet, in the same transfer, so it never arrives without them
+// (TestAFallbackCountReachesTheOwnerWithTheCancelsOfItsKeys: before, a
+// caller whose cancel was lost, and that crashed after its fallback count
+// arrived, left the owner holding the request twice). Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the
 // owner for up to 40 ms, the others for up to 150 ms; 300 requests at
@@ -185,6 +190,17 @@
 // random schedules of these faults on three or four nodes and checks
 // every key against this bound; every kind of fault holds it: delays,
 // loss, freezes, partitions, crashes, restarts with or without a snapshot.
+//
+// What the cluster holds. Once faults heal, the count the cluster holds of
+// each key is what was admitted, less at most C, but for the units of take
+// items a caller gave up on (and decided elsewhere) that no cancel gives
+// back: the owner crashed (its successor's replica holds the admission,
+// where no cancel reaches), or the caller crashed before the owner
+// acknowledged the cancel, and had not admitted the request by its
+// fallback (its fallback denied it, or another owner decided it; an
+// admission by its fallback left a fallback count, which carries the
+// cancel, and died with the caller). Those units count once more than was
+// admitted, and the key is denied that much early.
 //
 // Restarts. A node configured with seeds counts no key as its owner until
 // it has joined: its ring holds the other members it knows, not itself, so

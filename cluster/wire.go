@@ -23,7 +23,8 @@ import (
 // does not). Version 6 names, in a transfer of counters handed over, the
 // run whose counters they are, also where they are passed on. Version 7
 // names, in a pull, the run asked, and with counters the other runs'
-// counts they hold.
+// counts they hold; it repeats, in a transfer of what a node admitted in
+// fallback, the cancels of take items it has not had acknowledged.
 const ProtocolVersion = 7
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is

@@ -121,6 +121,13 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 		}
 		args = append(args, "holds", held)
 	}
+	if len(t.Cancels) > 0 {
+		takes := make([]uint64, len(t.Cancels))
+		for i, x := range t.Cancels {
+			takes[i] = x.Take
+		}
+		args = append(args, "cancels", takes)
+	}
 	c.log.Debug(msg, append(args, extra...)...)
 }
 

@@ -21,8 +21,10 @@ import (
 // node admitted and sent on is taken off it, so a node admits at most its
 // share in all the outages of a window together. What a node admits in
 // fallback is sent to the key's owner, in transfers (ModeAdd), as soon as
-// that owner answers and counts the key; a fallback denial never touches
-// the client's reputation.
+// that owner answers and counts the key, with the cancels of the take
+// items of those keys this node sent the owner and gave up on, if the
+// owner has not acknowledged them yet; a fallback denial never touches the
+// client's reputation.
 
 // fallback is a node's fallback engine and the shares it counts against.
 // It is safe for concurrent use.
@@ -242,7 +244,10 @@ func (c *Core) decideFallback(now time.Time, op Op, reqs []limiter.Request, none
 // reconcile sends what this node admitted in fallback to the owners that
 // count the keys now: peers that answer get transfers (acknowledged before
 // the counts leave this node's books), and the keys this node owns and can
-// count join its engine.
+// count join its engine. A transfer to an owner repeats the cancels this
+// node has not had acknowledged for items it sent that owner, of the same
+// keys (see Transfer.Cancels): the counts may hold the requests those
+// items asked for.
 func (c *Core) reconcile(now time.Time, v *view) {
 	if c.fallback.empty() {
 		return
@@ -288,7 +293,7 @@ func (c *Core) reconcileTo(now time.Time, v *view, to Peer) bool {
 		c.debugCounts("fallback counts go to the owner that asked for a seal or answers again", states, "to", to.Name)
 	}
 	for _, part := range SplitStates(sortStates(states), TransferBytes) {
-		c.sendTransfer(now, to, Transfer{Mode: ModeAdd, States: part}, purposeReconcile)
+		c.sendTransfer(now, to, Transfer{Mode: ModeAdd, States: part, Cancels: c.out.cancelsFor(to, part)}, purposeReconcile)
 	}
 	return true
 }

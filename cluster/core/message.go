@@ -181,6 +181,22 @@ type Transfer struct {
 	// last replica to this successor: if the owner dies, the successor
 	// knows which of them its replicas hold already.
 	Applied []Applied
+	// Cancels (ModeAdd, what the sender admitted in fallback) repeats the
+	// cancels the sender made for take items it sent this receiver and
+	// has not had acknowledged, for the keys of States: the requests those
+	// items asked for were decided by fallback, and may be counted in
+	// States. The receiver applies them first, as it applies a ModeCancel
+	// (once per item), so the counts never arrive without them: a sender
+	// that crashes while a cancel is on its way leaves the receiver holding
+	// the item's admission alone, or the cancel and the fallback count.
+	Cancels []Cancel
+}
+
+// Cancel names a take item its sender gave up on, and the units it asked
+// for.
+type Cancel struct {
+	Take uint64
+	Reqs []limiter.Request
 }
 
 // countersOf returns the run whose own counters t carries, sent by sender:

@@ -71,8 +71,12 @@ type simHistory struct {
 	// while they ran: a cancel cannot reach their replicas, so an item
 	// they admitted and their caller decided by fallback may count twice.
 	lostRuns map[Peer]bool
-	faulty   bool // a fault happened (not only graceful changes)
-	seals    map[[2]string]sealNote
+	// cancelsLost are the items whose callers crashed with their cancels
+	// unacknowledged: the owner may never hear that the caller decided
+	// them elsewhere, so an item it admitted may count twice too.
+	cancelsLost map[servedKey]bool
+	faulty      bool // a fault happened (not only graceful changes)
+	seals       map[[2]string]sealNote
 }
 
 // sealNote is a node's last seal to another, and what it had decided by
@@ -647,6 +651,7 @@ func (s *sim) replicaOf(k limiter.Key, owner string) int64 {
 // the replica, and all it held in flight.
 func (s *sim) noteCrash(n *simNode) {
 	s.noteLostRun(n.peer())
+	s.noteCancelsLost(n)
 	for _, key := range s.keys {
 		k := key.key
 		lost := max(0, s.engineCount(n.engine, k)-s.replicaOf(k, n.name)) + s.heldBy(n, k)
@@ -718,17 +723,65 @@ func (s *sim) noteLostRun(p Peer) {
 	s.hist.lostRuns[p] = true
 }
 
-// cancelledAtLostRuns counts, per key, the units runs that crashed (or
-// were taken over) granted to items their callers then decided by
-// fallback: the cancel that gives them back cannot reach a replica.
-func (s *sim) cancelledAtLostRuns() map[limiter.Key]int64 {
+// noteCancelsLost records the cancels a crashing caller had not had
+// acknowledged.
+func (s *sim) noteCancelsLost(n *simNode) {
+	n.core.out.mu.Lock()
+	defer n.core.out.mu.Unlock()
+	for _, pt := range n.core.out.transfers {
+		if pt.t.Mode != ModeCancel {
+			continue
+		}
+		if s.hist.cancelsLost == nil {
+			s.hist.cancelsLost = map[servedKey]bool{}
+		}
+		s.hist.cancelsLost[servedKey{pt.to.Name, pt.to.Inc, n.inc, n.name, pt.t.Take}] = true
+	}
+}
+
+// mayCountTwice counts, per key, the units owners granted to items their
+// callers gave up on (and decided elsewhere) that no cancel may ever give
+// back: the owner run crashed (or was taken over), and the cancel cannot
+// reach its replica; or the caller crashed before its cancel was
+// acknowledged, and the request was not admitted by the caller's fallback
+// (a fallback count reaches the owner only with the cancels of its key:
+// it died with the caller, and the owner's admission is the request's one
+// count).
+func (s *sim) mayCountTwice() map[limiter.Key]int64 {
 	out := map[limiter.Key]int64{}
-	if len(s.hist.lostRuns) == 0 {
+	if len(s.hist.lostRuns) == 0 && len(s.hist.cancelsLost) == 0 {
 		return out
+	}
+	type callerItem struct {
+		caller Peer
+		seq    uint64
+	}
+	byFallback := map[callerItem][]limiter.Key{} // the keys a request its caller admitted by fallback
+	if len(s.hist.cancelsLost) > 0 {
+		for _, r := range s.hist.reqs {
+			if !r.done || !r.d.Allowed {
+				continue
+			}
+			var keys []limiter.Key
+			for i, z := range r.zones {
+				if r.zoneBy[i] == SourceFallback {
+					keys = append(keys, s.keys[z].key)
+				}
+			}
+			for _, seq := range r.items {
+				byFallback[callerItem{r.node.peer(), seq}] = keys
+			}
+		}
 	}
 	used := s.usedDecisions()
 	for _, d := range s.hist.decisions {
-		if d.allowed && s.hist.lostRuns[Peer{Name: d.node, Inc: d.nodeInc}] && !used[servedKey{d.node, d.nodeInc, d.caller.Inc, d.caller.Name, d.seq}] {
+		item := servedKey{d.node, d.nodeInc, d.caller.Inc, d.caller.Name, d.seq}
+		if !d.allowed || used[item] {
+			continue
+		}
+		lostRun := s.hist.lostRuns[Peer{Name: d.node, Inc: d.nodeInc}]
+		lostCancel := s.hist.cancelsLost[item] && !slices.Contains(byFallback[callerItem{d.caller, d.seq}], d.key)
+		if lostRun || lostCancel {
 			out[d.key]++
 		}
 	}
@@ -881,7 +934,7 @@ func (s *sim) orphans() map[limiter.Key]int64 {
 // checkConservation is (b): nothing doubled, nothing lost beyond C.
 func (s *sim) checkConservation() {
 	orphans := s.orphans()
-	twice := s.cancelledAtLostRuns()
+	twice := s.mayCountTwice()
 	for z, key := range s.keys {
 		got, _ := s.admitted(z)
 		got += orphans[key.key]
@@ -918,10 +971,10 @@ func (s *sim) topUp() {
 // checkBound is (a).
 func (s *sim) checkBound() {
 	orphans := s.orphans()
-	// Units an owner that crashed may have counted for requests its
-	// callers then decided by fallback count twice (see checkConservation):
-	// topping up, the key is denied that much early.
-	twice := s.cancelledAtLostRuns()
+	// Units an owner granted to items no cancel may give back (the owner
+	// or the caller crashed: see mayCountTwice) count twice: topping up,
+	// the key is denied that much early.
+	twice := s.mayCountTwice()
 	for z, key := range s.keys {
 		got, fb := s.admitted(z)
 		bound := key.limit + fb + s.hist.loss[key.key]

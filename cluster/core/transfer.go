@@ -70,6 +70,7 @@ type pendingRequest struct {
 type outbox struct {
 	epoch     func() uint64 // the sender's join epoch now
 	held      atomic.Int64  // len(holding), read without the lock
+	cancels   atomic.Int64  // the cancels among transfers, read without the lock
 	mu        sync.Mutex
 	seq       uint64 // the last transfer number used
 	id        uint64 // the last message ID used
@@ -138,6 +139,9 @@ func (o *outbox) transfer(to Peer, t Transfer, p purpose, m int64, queue bool) T
 	states := t.States
 	pt := &pendingTransfer{t: t, to: to, purpose: p}
 	o.transfers[t.Seq] = pt
+	if t.Mode == ModeCancel {
+		o.cancels.Add(1)
+	}
 	if p == purposeHandoff || p == purposeForward || p == purposePull || p == purposeHeld {
 		for _, s := range states {
 			o.holding[s.Key] = append(o.holding[s.Key], t.Seq)
@@ -215,6 +219,9 @@ func (o *outbox) tagRing(seq uint64, ring *Ring) {
 // forgetLocked drops transfer seq and what it holds.
 func (o *outbox) forgetLocked(seq uint64, pt *pendingTransfer) {
 	delete(o.transfers, seq)
+	if pt.t.Mode == ModeCancel {
+		o.cancels.Add(-1)
+	}
 	for _, s := range pt.t.States {
 		if seqs := slices.DeleteFunc(o.holding[s.Key], func(x uint64) bool { return x == seq }); len(seqs) > 0 {
 			o.holding[s.Key] = seqs
@@ -332,6 +339,43 @@ func (o *outbox) pendingFor(name string, purposes ...purpose) int {
 		}
 	}
 	return n
+}
+
+// cancelsFor returns the cancels not acknowledged yet that this node made
+// for take items it sent the run to, of a key of states.
+func (o *outbox) cancelsFor(to Peer, states []limiter.State) []Cancel {
+	if o.cancels.Load() == 0 {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var seqs []uint64
+	for seq, pt := range o.transfers {
+		if pt.t.Mode == ModeCancel && pt.to == to && slices.ContainsFunc(pt.t.Reqs, func(r limiter.Request) bool {
+			return slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == r.Key })
+		}) {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	out := make([]Cancel, 0, len(seqs))
+	for _, seq := range seqs {
+		t := o.transfers[seq].t
+		out = append(out, Cancel{Take: t.Take, Reqs: t.Reqs})
+	}
+	return out
+}
+
+// settleCancels forgets the cancels to the run to of the take items
+// cancels names: a transfer that repeated them was acknowledged.
+func (o *outbox) settleCancels(to Peer, cancels []Cancel) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for seq, pt := range o.transfers {
+		if pt.t.Mode == ModeCancel && pt.to == to && slices.ContainsFunc(cancels, func(x Cancel) bool { return x.Take == pt.t.Take }) {
+			o.forgetLocked(seq, pt)
+		}
+	}
 }
 
 // moving counts the unsettled transfers to the node called name (any, if
@@ -627,6 +671,9 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 	}
 	switch t.Mode {
 	case ModeAdd:
+		for _, x := range t.Cancels {
+			c.cancel(now, from, x)
+		}
 		c.stats.Received.Add(uint64(len(t.States)))
 		// A run's own counters, handed over: the replica this node keeps of
 		// them is stale. Where they are counted, they are weighed against
@@ -749,10 +796,16 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 	case ModeRefund, ModeCharge:
 		c.applySettle(now, t, t.Reqs)
 	case ModeCancel:
-		c.stats.Cancelled.Add(1)
-		if c.takes.cancel(from, t.Take) {
-			c.refund(now, t.Reqs)
-		}
+		c.cancel(now, from, Cancel{Take: t.Take, Reqs: t.Reqs})
+	}
+}
+
+// cancel applies the cancel of take item x of the caller from: if this
+// node admitted it, its units are given back.
+func (c *Core) cancel(now time.Time, from Peer, x Cancel) {
+	c.stats.Cancelled.Add(1)
+	if c.takes.cancel(from, x.Take) {
+		c.refund(now, x.Reqs)
 	}
 }
 
@@ -820,6 +873,9 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 		for _, part := range SplitStates(byOwner[name], TransferBytes) {
 			t := like
 			t.States, t.Holds = part, holdsOf(like.Holds, part)
+			if p == purposeReconcile {
+				t.Cancels = c.out.cancelsFor(owners[name].Peer(), part)
+			}
 			c.sendTransfer(now, owners[name].Peer(), t, p)
 		}
 	}
@@ -971,6 +1027,9 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 		if pt.purpose == purposeReplica && pt.ring != nil {
 			c.noteReplicaRing(pt.ring)
 		}
+		if len(pt.t.Cancels) > 0 {
+			c.out.settleCancels(pt.to, pt.t.Cancels) // applied with it
+		}
 		c.notifySettled()
 	}
 }
@@ -1028,7 +1087,11 @@ func (c *Core) replaceRefused(now time.Time) {
 // once the split heals), and is dropped only once a later run of the node
 // is seen or the node is forgotten. A dead owner's count of a cancelled
 // item died with it, but for its replica, which the cancel cannot reach:
-// the one count a crash may double.
+// one count a crash may double. The other is the caller's: one that
+// crashes before its cancel is acknowledged leaves the item's admission
+// at the owner, one more than was admitted unless the caller's fallback
+// admitted the request (its fallback count, which carries the cancel to
+// the owner, died with it: see Transfer.Cancels).
 func (c *Core) deadReceivers(now time.Time, heard func(Peer) (int64, bool)) {
 	m := c.mono(now)
 	v := c.view.Load()

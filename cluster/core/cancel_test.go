@@ -1,0 +1,61 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// A caller gives up on a take item its owner admitted (the answer was
+// lost), decides the request by fallback, and sends the owner a cancel,
+// which is lost too. When the owner answers a ping again, the caller sends
+// it what it admitted in fallback; if that fallback count reached the owner
+// without the cancel, a caller that crashed before it sent the cancel again
+// would leave the owner holding the request twice: its own admission of
+// the item and the fallback count. The fallback count carries the cancel:
+// the caller crashes as soon as its fallback count reached the owner, and
+// the owner holds the request once.
+func TestAFallbackCountReachesTheOwnerWithTheCancelsOfItsKeys(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	const quota = 10
+	k := h.keyOwnedBy("n1", "n2")
+	c0 := h.cores["n0"]
+
+	tk := &handTake{node: "n0", res: make([]limiter.Result, 1)}
+	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: time.Hour}}}
+	if _, done := c0.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
+		t.Fatal("n0 decided n1's key itself")
+	}
+	a := c0.Step(h.now, &tk.op)
+	item, ok := a.Msg.(TakeItem)
+	if a.Kind != ActCall || a.To.Name != "n1" || !ok {
+		t.Fatalf("n0's first step: %+v; want a take item for n1", a)
+	}
+	// n1 admits the item; its answer is lost, and so is n0's cancel.
+	if reply, _ := h.cores["n1"].Serve(h.now, c0.Self(), &item, make([]limiter.Result, 1), h.now); !reply.Allowed {
+		t.Fatalf("n1 did not admit the item: %+v", reply)
+	}
+	h.down["n1"] = true
+	c0.CallFailed(h.now, &tk.op, false)
+	h.pump()
+	h.drive(tk)
+	h.down["n1"] = false
+	if !tk.done || !tk.d.Allowed || tk.d.Source != SourceFallback {
+		t.Fatalf("the request given up on: %+v; want admitted by fallback", tk.d)
+	}
+
+	// n1 answers n0's pings again; n0 crashes as soon as its fallback
+	// count of the request has left it.
+	for i := 0; i < 200 && !c0.fallback.empty(); i++ {
+		h.advance(10 * time.Millisecond)
+	}
+	if !c0.fallback.empty() {
+		t.Fatal("n0's fallback count never reached n1")
+	}
+	h.down["n0"] = true
+	h.advance(time.Second, "n1", "n2")
+	if got := h.count("n1", k); got != 1 {
+		t.Errorf("n1 holds %d of the key; 1 request was admitted", got)
+	}
+}

@@ -1051,17 +1051,16 @@ func (c *Core) replaceRefused(now time.Time) {
 		return false
 	})
 	for _, pt := range gone {
-		// A counter handed over and refused is this node's count of the
-		// key as it was: where copies of the same count arrive (a node that
-		// was declared dead sends its own), the newer stands, not the sum.
-		mode := pt.t.Mode
-		if pt.purpose == purposeHandoff || pt.purpose == purposePull {
-			mode = ModeNewer
-		}
+		// A counter handed over and refused goes as it came: it names its
+		// run (this node's own, or the run it passes on) and the other runs'
+		// counts it holds, so wherever it is counted now it is weighed
+		// against what is held there of them. As a copy (the newer of it
+		// and the receiver's count), it would lose whichever admissions
+		// the receiver counted on its own meanwhile.
 		if c.debugOn() {
-			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose, "as", mode.String())
+			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose)
 		}
-		c.placeAs(now, Transfer{Mode: mode, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: pt.t.Holds}, pt.purpose, pt.t.States)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds}, pt.purpose, pt.t.States)
 	}
 	if len(gone) > 0 {
 		c.notifySettled()

@@ -396,3 +396,41 @@ func TestAReplicaSaysWhoseCountsItsCounterHolds(t *testing.T) {
 		t.Errorf("n2 counts %d; 6 were admitted", got)
 	}
 }
+
+// A node hands its counter of a key to the node that owns the key by its
+// ring, which refuses it (it is leaving); by the node's next ring the key
+// belongs to a third node, which counts admissions of its own. The counter
+// placed anew is the node's own, handed over: its new receiver adds it
+// (weighed, like any run's counter, against a replica of the run it may
+// have started the key from). Sent as a copy, the newer of the two would
+// stand, and the smaller count of the two would be lost.
+func TestARefusedHandoffPlacedAnewAddsToTheNewOwnersCount(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n2", "n1") // n1 owns it by a ring without n2
+	load := newHandLoad(h, k, 30)
+	for range 4 {
+		load.spend("n2")
+	}
+	n0 := h.cores["n0"]
+	// n0 counted 5 of the key as its owner, by a ring of its own.
+	reqs := []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 30, Window: time.Hour}}}
+	for range 5 {
+		if ok := n0.engine.Take(h.now, reqs, make([]limiter.Result, 1)); !ok {
+			t.Fatal("n0 denied a take under its limit")
+		}
+	}
+
+	h.cores["n1"].Leave(h.now)
+	member := func(name string) Member { return Member{Name: name, Inc: h.incs[name], PeerAddr: name} }
+	n0.SetMembership(h.now, Membership{Members: []Member{member("n1")}}) // n2 unknown to it
+	h.pump()
+	if got := h.count("n0", k); got != 0 {
+		t.Fatalf("n0 still counts %d of the key it handed over", got)
+	}
+	n0.SetMembership(h.now, Membership{Members: []Member{member("n2")}, Leaving: []Member{member("n1")}})
+	h.pump()
+	h.advance(100 * time.Millisecond)
+	if got := h.count("n2", k); got != 9 {
+		t.Errorf("the owner counts %d; 4 were admitted there and 5 at n0", got)
+	}
+}

@@ -852,7 +852,9 @@ func (s *sim) clusterCount(k limiter.Key) int64 {
 
 // orphans counts, per key, the units owners granted to requests whose
 // caller died before it could answer its client: they were spent, though
-// no answer says so.
+// no answer says so. The caller may be the owner of some of the request's
+// zones: what it counted of them before it died is in its counters (a
+// snapshot, a replica) as any other owner's grant is.
 func (s *sim) orphans() map[limiter.Key]int64 {
 	type item struct {
 		caller Peer
@@ -873,6 +875,32 @@ func (s *sim) orphans() map[limiter.Key]int64 {
 		}
 		if n := s.current[d.caller.Name]; n == nil || n.inc != d.caller.Inc {
 			out[d.key]++
+		}
+	}
+	for _, g := range s.grantsOfLostCallers() {
+		out[g.key]++
+	}
+	return out
+}
+
+// ownGrant is a unit a caller counted as the owner of a zone, and when.
+type ownGrant struct {
+	key limiter.Key
+	at  time.Time
+}
+
+// grantsOfLostCallers returns the units callers counted as the owners of
+// zones of requests they died before deciding.
+func (s *sim) grantsOfLostCallers() []ownGrant {
+	var out []ownGrant
+	for _, r := range s.hist.reqs {
+		if r.done || s.current[r.node.name] == r.node {
+			continue
+		}
+		for i, z := range r.zones {
+			if !r.zoneAt[i].IsZero() && r.zoneOK[i] && r.zoneBy[i] == SourceOwner {
+				out = append(out, ownGrant{key: s.keys[z].key, at: r.zoneAt[i]})
+			}
 		}
 	}
 	return out
@@ -956,6 +984,9 @@ func (s *sim) checkDenials() {
 		if d.allowed && !used[servedKey{d.node, d.nodeInc, d.caller.Inc, d.caller.Name, d.seq}] {
 			held[d.key] = append(held[d.key], d.at)
 		}
+	}
+	for _, g := range s.grantsOfLostCallers() {
+		held[g.key] = append(held[g.key], g.at)
 	}
 	for k := range held {
 		slices.SortFunc(held[k], func(a, b time.Time) int { return a.Compare(b) })

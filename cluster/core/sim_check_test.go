@@ -255,7 +255,7 @@ func runScheduleTraced(sc simSchedule, trace int) *sim {
 		s.after(0, nil, snap)
 	}
 	for i := range sc.nodes {
-		n := s.start(s.names[i], i > 0, nil)
+		n := s.start(s.names[i], i > 0, Kept{})
 		n.core.completing = s.takeoverHook(n)
 	}
 	// Let the cluster form.
@@ -388,7 +388,7 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 			}
 			snap := s.crash(n)
 			if f.kind == faultCrash {
-				snap = nil
+				snap = Kept{}
 			}
 			// One restart in two (by the drawn duration, so the schedule
 			// draws nothing more) has its driver list the members only
@@ -403,7 +403,7 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 			defer done()
 			for _, x := range s.names[sc.nodes:] {
 				if s.current[x] == nil {
-					n := s.start(x, true, nil)
+					n := s.start(x, true, Kept{})
 					n.core.completing = s.takeoverHook(n)
 					return
 				}
@@ -450,11 +450,11 @@ func (s *sim) running() int {
 }
 
 // restart starts a crashed node's name again.
-func (s *sim) restart(name string, snap []limiter.State) { s.restartWith(name, snap, false) }
+func (s *sim) restart(name string, snap Kept) { s.restartWith(name, snap, false) }
 
 // restartWith is restart; lateView: its driver lists the members only
 // after it said a seed answered.
-func (s *sim) restartWith(name string, snap []limiter.State, lateView bool) {
+func (s *sim) restartWith(name string, snap Kept, lateView bool) {
 	if n := s.current[name]; n != nil && !n.gone {
 		return
 	}
@@ -482,7 +482,7 @@ func (s *sim) leaveThenRestart(name string, pause time.Duration, done func()) {
 			s.after(20*time.Millisecond, nil, wait)
 			return
 		}
-		s.after(pause, nil, func() { s.restart(name, nil); done() })
+		s.after(pause, nil, func() { s.restart(name, Kept{}); done() })
 	}
 	s.after(20*time.Millisecond, nil, wait)
 }

@@ -259,9 +259,11 @@ func TestProcessClusterRollingRestartWithKillsStaysNearTheLimit(t *testing.T) {
 // A node killed (kill -9) after writing periodic snapshots, while the
 // others go on counting its keys from their replicas, restores its last
 // snapshot when it starts again: an older copy of counts the cluster holds
-// and has added to since. Restored, it must not be added to them (the
-// newer wins): with limit 10, 4 spent before the snapshot and 2 after the
-// kill, exactly 4 more pass for every key.
+// and has added to since. Restored, it must not be added to them: the
+// snapshot names the run that wrote it, and the owners hold that run's
+// counts already (the replicas they started its keys from). With limit 10,
+// 4 spent before the snapshot and 2 after the kill, exactly 4 more pass
+// for every key.
 func TestProcessClusterKilledNodeRestoresItsSnapshotWithoutSumming(t *testing.T) {
 	procs := startClusterWith(t, 3, 10, func(p *proc) { p.snapshotEvery = "1s" })
 	keys := ownedKeys(t, procs, "snap-kill")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io/fs"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/caddyserver/certmagic"
 	"go.uber.org/zap"
 
+	"github.com/tollgate/tollgate/cluster"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -21,15 +23,138 @@ import (
 // leases: keyed hashes and numbers, nothing else) to Caddy's storage every
 // snapshot interval and when it stops, and reads it back when it starts, so
 // a restart does not hand an abuser a clean slate. In a cluster, a
-// restarted node keeps what it reads back until it has joined, then sends
-// the counters of keys it owns or keeps replicas of to their owners, which
-// keep the newer of theirs and the snapshot's, never the sum (the others
-// handed the keys over, or counted them from replicas, meanwhile).
+// snapshot names the run of the node that wrote it, and the other runs'
+// counts its counters hold; a restarted node keeps what it reads back
+// until it has joined, then sends the counters of keys it owns or keeps
+// replicas of to their owners, which count them once against what they
+// hold of that run (they handed the keys over, or counted them from its
+// replicas, meanwhile) and add them to the rest (what others admitted in
+// fallback while it was gone). A snapshot of the first format names no
+// run: its counters are restored as before, the newer of the owner's and
+// the snapshot's standing, never the sum.
 
 const defaultSnapshotInterval = time.Minute
 
-// snapshotMagic starts a snapshot, with the format's version.
-const snapshotMagic = "TGSN1"
+// snapshotMagic starts a snapshot, with the format's version: the run that
+// wrote it (name, incarnation), when, the states, and the runs whose
+// counts the counters hold with those counts (see encodeSnapshot).
+// snapshotMagicV1 starts one of the first format: the states alone.
+const (
+	snapshotMagic   = "TGSN2"
+	snapshotMagicV1 = "TGSN1"
+)
+
+// maxRunName bounds the length of a run's name read from a snapshot.
+const maxRunName = 1024
+
+// encodeSnapshot returns k in the snapshot format: the magic; the run
+// (name as a length and bytes, incarnation); when it was kept (Unix ns);
+// the states; the number of runs held, each run's name and incarnation,
+// and the counts held of them as states, in the same order. Numbers are
+// little-endian, lengths and counts 32 bits.
+func encodeSnapshot(k cluster.Kept) []byte {
+	b := []byte(snapshotMagic)
+	b = appendRun(b, k.Run)
+	b = binary.LittleEndian.AppendUint64(b, uint64(k.At))
+	b = limiter.AppendStates(b, k.States)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(k.Holds)))
+	held := make([]limiter.State, len(k.Holds))
+	for i, h := range k.Holds {
+		b = appendRun(b, h.Run)
+		held[i] = h.State
+	}
+	return limiter.AppendStates(b, held)
+}
+
+// appendRun appends a run: its name's length and bytes, its incarnation.
+func appendRun(b []byte, p cluster.Peer) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(p.Name)))
+	b = append(b, p.Name...)
+	return binary.LittleEndian.AppendUint64(b, p.Inc)
+}
+
+// decodeSnapshot reads a snapshot of either format. What it allocates is
+// bounded by the input's size.
+func decodeSnapshot(b []byte) (cluster.Kept, error) {
+	var k cluster.Kept
+	switch {
+	case strings.HasPrefix(string(b), snapshotMagic):
+		b = b[len(snapshotMagic):]
+	case strings.HasPrefix(string(b), snapshotMagicV1):
+		states, err := decodeStates(b[len(snapshotMagicV1):])
+		k.States = states
+		return k, err
+	default:
+		return k, errors.New("not a snapshot")
+	}
+	var err error
+	if k.Run, b, err = readRun(b); err != nil {
+		return k, err
+	}
+	if len(b) < 8 {
+		return k, limiter.ErrTruncated
+	}
+	k.At = int64(binary.LittleEndian.Uint64(b))
+	b = b[8:]
+	if len(b) < 4 {
+		return k, limiter.ErrTruncated
+	}
+	if k.States, b, err = limiter.DecodeStates(b, int(binary.LittleEndian.Uint32(b))); err != nil {
+		return k, err
+	}
+	if len(b) < 4 {
+		return k, limiter.ErrTruncated
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	if n > len(b)/12 { // a run takes 12 bytes at least
+		return k, fmt.Errorf("%d runs held: more than the input holds", n)
+	}
+	runs := make([]cluster.Peer, n)
+	for i := range runs {
+		if runs[i], b, err = readRun(b); err != nil {
+			return k, err
+		}
+	}
+	if len(b) < 4 {
+		return k, limiter.ErrTruncated
+	}
+	held, rest, err := limiter.DecodeStates(b, n)
+	if err != nil {
+		return k, err
+	}
+	if len(held) != n || len(rest) != 0 {
+		return k, fmt.Errorf("%d counts held for %d runs, %d bytes left over", len(held), n, len(rest))
+	}
+	for i := range runs {
+		k.Holds = append(k.Holds, cluster.Held{Run: runs[i], State: held[i]})
+	}
+	return k, nil
+}
+
+// decodeStates reads states alone (the first format).
+func decodeStates(raw []byte) ([]limiter.State, error) {
+	if len(raw) < 4 {
+		return nil, limiter.ErrTruncated
+	}
+	// The count is bounded by the input's size, so is what decoding takes.
+	states, _, err := limiter.DecodeStates(raw, int(binary.LittleEndian.Uint32(raw)))
+	return states, err
+}
+
+// readRun reads a run that appendRun wrote, and returns what follows it.
+func readRun(b []byte) (cluster.Peer, []byte, error) {
+	if len(b) < 4 {
+		return cluster.Peer{}, b, limiter.ErrTruncated
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	if n > maxRunName || len(b) < n+8 {
+		return cluster.Peer{}, b, fmt.Errorf("a run's name of %d bytes: longer than %d or than the input holds", n, maxRunName)
+	}
+	p := cluster.Peer{Name: string(b[:n]), Inc: binary.LittleEndian.Uint64(b[n:])}
+	return p, b[n+8:], nil
+}
 
 // storageRef holds Caddy's storage, which may change with the config.
 type storageRef struct{ certmagic.Storage }
@@ -63,10 +188,16 @@ const (
 )
 
 // writeSnapshot writes the engine's live state to storage.
-func (s *state) writeSnapshot() { s.writeSnapshotAt(s.snapshotKey()) }
+func (s *state) writeSnapshot() {
+	s.mu.Lock()
+	node := s.node
+	s.mu.Unlock()
+	s.writeSnapshotAt(s.snapshotKey(), node)
+}
 
-// writeSnapshotAt writes the engine's live state to storage under key.
-func (s *state) writeSnapshotAt(key string) {
+// writeSnapshotAt writes the engine's live state to storage under key,
+// naming node's run, if any, as the run that counted it.
+func (s *state) writeSnapshotAt(key string, node *cluster.Node) {
 	ref := s.storage.Load()
 	if ref == nil {
 		return
@@ -76,7 +207,11 @@ func (s *state) writeSnapshotAt(key string) {
 		states = append(states, st)
 		return true
 	})
-	b := limiter.AppendStates([]byte(snapshotMagic), states)
+	kept := cluster.Kept{States: states}
+	if node != nil {
+		kept = node.Keep(states)
+	}
+	b := encodeSnapshot(kept)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := ref.Store(ctx, key, b); err != nil {
@@ -102,39 +237,35 @@ func (s *state) restoreSnapshot(ctx context.Context, logger *zap.Logger) {
 	if errors.Is(err, fs.ErrNotExist) {
 		return
 	}
-	if err != nil || !strings.HasPrefix(string(b), snapshotMagic) {
-		logger.Error("reading snapshot; starting without it", zap.String("storage_key", key), zap.Error(err))
-		return
-	}
-	raw := b[len(snapshotMagic):]
-	if len(raw) < 4 {
-		logger.Error("reading snapshot; starting without it", zap.String("storage_key", key), zap.Error(limiter.ErrTruncated))
-		return
-	}
-	// The count is bounded by the input's size, so is what decoding takes.
-	states, _, err := limiter.DecodeStates(raw, int(binary.LittleEndian.Uint32(raw)))
 	if err != nil {
 		logger.Error("reading snapshot; starting without it", zap.String("storage_key", key), zap.Error(err))
 		return
 	}
+	snap, err := decodeSnapshot(b)
+	if err != nil {
+		logger.Error("reading snapshot; starting without it", zap.String("storage_key", key), zap.Error(err))
+		return
+	}
+	states := snap.States
 	es := s.engine.Stats()
-	kept := s.fitSnapshot(states, es.MaxKeys-es.Keys)
+	snap.States = s.fitSnapshot(states, es.MaxKeys-es.Keys)
 	s.mu.Lock()
 	node := s.node
 	s.mu.Unlock()
 	if node != nil {
 		// In a cluster, the snapshot may be an older copy of counts its
-		// owners hold and added to since: the newer wins, at their owners,
-		// once this node has joined.
-		node.RestoreCounters(kept)
+		// owners hold and added to since: they weigh it by the run that
+		// wrote it (the newer of theirs and its if it names none), once
+		// this node has joined.
+		node.RestoreCounters(snap)
 	} else {
-		s.engine.Merge(time.Now(), kept)
+		s.engine.Merge(time.Now(), snap.States)
 	}
-	if len(kept) < len(states) {
+	if len(snap.States) < len(states) {
 		logger.Warn("the snapshot holds more than max_keys allows; restored what fits, the keys this node owns first",
-			zap.Int("states", len(states)), zap.Int("restored", len(kept)), zap.Int("max_keys", es.MaxKeys))
+			zap.Int("states", len(states)), zap.Int("restored", len(snap.States)), zap.Int("max_keys", es.MaxKeys))
 	}
-	logger.Info("restored counters, reputations, grants and leases from the snapshot", zap.Int("states", len(kept)), zap.String("storage_key", key))
+	logger.Info("restored counters, reputations, grants and leases from the snapshot", zap.Int("states", len(snap.States)), zap.String("storage_key", key), zap.String("run", snap.Run.Name))
 }
 
 // fitSnapshot returns at most room of states: those of keys this node owns

@@ -3,6 +3,7 @@ package caddymodule
 import (
 	"context"
 	"net/http"
+	"reflect"
 	"testing"
 	"time"
 
@@ -70,7 +71,7 @@ func TestOversizedSnapshotRestoresWhatFits(t *testing.T) {
 	for i := range 25 {
 		states = append(states, limiter.State{Key: limiter.Key(i + 1), Stamp: now.UnixNano(), Expires: now.Add(time.Hour).UnixNano(), Cur: 3})
 	}
-	b := limiter.AppendStates([]byte(snapshotMagic), states)
+	b := encodeSnapshot(cluster.Kept{States: states})
 	if err := s.storage.Load().Store(context.Background(), s.snapshotKey(), b); err != nil {
 		t.Fatal(err)
 	}
@@ -79,5 +80,43 @@ func TestOversizedSnapshotRestoresWhatFits(t *testing.T) {
 	// less than max_keys; but never nothing, and never more.
 	if k := s.engine.Stats().Keys; k < 5 || k > 10 {
 		t.Errorf("%d keys restored from a snapshot of 25 with max_keys 10; want what fits, 5 to 10", k)
+	}
+}
+
+// A snapshot names the run that wrote it and the other runs' counts its
+// counters hold, and reads back as it was written; one of the first
+// format (the states alone) still reads back, naming no run.
+func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
+	now := time.Now()
+	state := func(k limiter.Key, cur uint32) limiter.State {
+		return limiter.State{Key: k, Stamp: now.UnixNano(), Expires: now.Add(time.Hour).UnixNano(), Cur: cur}
+	}
+	kept := cluster.Kept{
+		Run:    cluster.Peer{Name: "node-a:7946", Inc: 42},
+		At:     now.UnixNano(),
+		States: []limiter.State{state(1, 3), state(2, 5)},
+		Holds:  []cluster.Held{{Run: cluster.Peer{Name: "node-b:7946", Inc: 7}, State: state(2, 4)}},
+	}
+	got, err := decodeSnapshot(encodeSnapshot(kept))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, kept) {
+		t.Errorf("read back %+v; wrote %+v", got, kept)
+	}
+
+	old, err := decodeSnapshot(limiter.AppendStates([]byte(snapshotMagicV1), kept.States))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.Run != (cluster.Peer{}) || len(old.Holds) != 0 || !reflect.DeepEqual(old.States, kept.States) {
+		t.Errorf("a snapshot of the first format read back as %+v; want its states, naming no run", old)
+	}
+
+	b := encodeSnapshot(kept)
+	for n := range len(b) {
+		if _, err := decodeSnapshot(b[:n]); err == nil {
+			t.Errorf("a snapshot cut to %d of %d bytes read back without an error", n, len(b))
+		}
 	}
 }

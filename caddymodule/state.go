@@ -134,6 +134,7 @@ func (s *state) Destruct() error {
 	<-s.done
 	key := s.snapshotKey() // under the node's name, known until it retires
 	s.mu.Lock()
+	node := s.node // the run the snapshot names
 	if s.replaced != nil {
 		s.replaced.Leave(cluster.DefaultLeaveTimeout)
 		s.replaced, s.replacedCfg = nil, nil
@@ -141,7 +142,7 @@ func (s *state) Destruct() error {
 	s.retire()
 	s.mu.Unlock()
 	if s.snapshotEvery.Load() >= 0 {
-		s.writeSnapshotAt(key) // after the hand-off: what this node still holds
+		s.writeSnapshotAt(key, node) // after the hand-off: what this node still holds
 	}
 	return nil
 }

@@ -209,9 +209,18 @@
 // says it is joining, so the others route nothing to it. Once a seed has
 // answered (or JoinWait has passed, and it counts alone), it sends what it
 // read back from a snapshot (Node.RestoreCounters: only keys it owns or
-// keeps replicas of) to the keys' owners, which keep the newer of theirs
-// and these, never the sum; then it enters its ring and the others', and
-// pulls the keys that move to it like any joining node. A new owner never
+// keeps replicas of) to the keys' owners. The snapshot names the run that
+// wrote it (Node.Keep) and the other runs' counts its counters hold: each
+// owner counts it once against what it holds of those runs (the replicas
+// it started the keys from, their counters handed over) and adds it to
+// the rest, what the others admitted in fallback meanwhile
+// (TestASnapshotReadBackAddsToWhatOthersAdmittedMeanwhile: before, the
+// newer of the owner's count and the snapshot's stood, and the snapshot's
+// 3 were lost under 4 fallback admissions). A snapshot of the first
+// format, or one written longer ago than the owners remember whose counts
+// their counters hold, names no run: the newer of the owner's count and
+// its stands, never the sum. Then the node enters its ring and the
+// others', and pulls the keys that move to it like any joining node. A new owner never
 // counts a key it could not pull: it decides it by fallback, counted in its
 // own engine so the share is not given twice; and a node whose key was
 // pulled away routes it to the puller until its own ring changes. So a

@@ -345,6 +345,7 @@ type faultSlot struct {
 	gossip     string
 	peer       string
 	node       *Node           // nil while dead
+	last       *Node           // the run that ran last, once stopped
 	ready      bool            // takes checks: it has joined, or early restarts are tested
 	engine     *limiter.Engine // the counters of the node running, or last run
 	generation int
@@ -460,7 +461,7 @@ func (c *faultCluster) kill(name string) {
 	s := c.slot(name)
 	c.mu.Lock()
 	n := s.node
-	s.node, s.ready = nil, false
+	s.node, s.ready, s.last = nil, false, n
 	c.mu.Unlock()
 	n.Close()
 }
@@ -470,7 +471,7 @@ func (c *faultCluster) leave(name string) {
 	s := c.slot(name)
 	c.mu.Lock()
 	n := s.node
-	s.node, s.ready = nil, false
+	s.node, s.ready, s.last = nil, false, n
 	c.mu.Unlock()
 	n.Leave(2 * time.Second)
 }
@@ -487,12 +488,17 @@ func (c *faultCluster) restart(name string, keep, early bool) error {
 	}
 	// A snapshot taken at the instant it stopped: what the node held
 	// then, restored as Caddy restores its snapshot.
-	var snapshot []limiter.State
+	var snapshot Kept
 	if keep {
+		var states []limiter.State
 		s.engine.Range(time.Now(), func(st limiter.State) bool {
-			snapshot = append(snapshot, st)
+			states = append(states, st)
 			return true
 		})
+		snapshot = Kept{States: states}
+		if s.last != nil {
+			snapshot = s.last.Keep(states)
+		}
 	}
 	s.engine = limiter.New(limiter.Config{})
 	cfg := faultConfig(c.net, s.name, s.gossip, s.peer)

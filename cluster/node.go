@@ -75,7 +75,7 @@ type Node struct {
 	// Settings made before Start, carried into the core it builds.
 	reputation atomic.Pointer[limiter.ReputationPolicy]
 	restoreMu  sync.Mutex
-	restored   []limiter.State
+	restored   []core.Kept
 
 	dialer   *dialer
 	peers    *peerSet
@@ -224,7 +224,9 @@ func (n *Node) startCore(now time.Time) {
 	n.restored = nil
 	n.c.Store(c)
 	n.restoreMu.Unlock()
-	c.RestoreCounters(now, held)
+	for _, k := range held {
+		c.RestoreCounters(now, k)
+	}
 }
 
 // Start binds the node's listeners, starts gossip and begins joining the
@@ -347,29 +349,58 @@ func (n *Node) SetReputation(p *limiter.ReputationPolicy) {
 // keys, scores, remaining counts.
 func (n *Node) Forget(keys ...limiter.Key) { n.core().Forget(keys...) }
 
-// RestoreCounters takes counters this node kept before it started (a
-// snapshot): they may be older copies of counts the cluster holds now. A
+// Kept is what a run of a node kept of its counters (and reputations,
+// grants, leases) for a later run to read back when it starts: a snapshot
+// (see core.Kept).
+type Kept = core.Kept
+
+// Held says that a counter holds counts of another run (see core.Held).
+type Held = core.Held
+
+// Peer is a run of a node: its name and incarnation (see core.Peer).
+type Peer = core.Peer
+
+// Keep returns what this run keeps of states, read from its engine for a
+// snapshot: naming the run that counted them, and the other runs' counts
+// the counters hold, so that the run that reads them back has them
+// weighed by run at their owners (see RestoreCounters). A standalone node,
+// or one not started, names no run.
+func (n *Node) Keep(states []limiter.State) Kept {
+	if n.standalone || !n.running.Load() {
+		return Kept{States: states}
+	}
+	n.coreMu.RLock()
+	defer n.coreMu.RUnlock()
+	return n.core().Keep(time.Now(), states)
+}
+
+// RestoreCounters takes what an earlier run of this node kept (a
+// snapshot): copies, possibly older, of counts the cluster may hold now. A
 // standalone node merges them. A node in a cluster sends those of keys it
-// owns or keeps replicas of to their owners once it has joined, which keep
-// the newer of theirs and these, never the sum.
-func (n *Node) RestoreCounters(states []limiter.State) {
-	if len(states) == 0 {
+// owns or keeps replicas of to their owners once it has joined. Where they
+// name the run that counted them (see Keep), the owners count them once
+// against what they hold of that run, and add them to other counts (what
+// others admitted in fallback meanwhile); where they do not (a snapshot
+// of an earlier format), they keep the newer of theirs and these, never
+// the sum.
+func (n *Node) RestoreCounters(k Kept) {
+	if len(k.States) == 0 {
 		return
 	}
 	if n.standalone {
-		n.engine.Merge(time.Now(), states)
+		n.engine.Merge(time.Now(), k.States)
 		return
 	}
 	n.restoreMu.Lock()
 	if !n.running.Load() {
-		n.restored = append(n.restored, states...)
+		n.restored = append(n.restored, k)
 		n.restoreMu.Unlock()
 		return
 	}
 	n.restoreMu.Unlock()
 	n.coreMu.RLock()
 	defer n.coreMu.RUnlock()
-	n.core().RestoreCounters(time.Now(), states)
+	n.core().RestoreCounters(time.Now(), k)
 }
 
 // Reset drops the counters of keys at their owners, what any node counted

@@ -447,7 +447,11 @@ func (c *Core) placeArrivals(now time.Time, counters []arrival) {
 			c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: a.holds}, purposeHandoff, []limiter.State{a.state})
 			continue
 		}
-		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds}, purposeForward, []limiter.State{a.state})
+		mode := ModeAdd
+		if a.copy {
+			mode = ModeCopy
+		}
+		c.placeAs(now, Transfer{Mode: mode, CountersOf: a.of, Holds: a.holds}, purposeForward, []limiter.State{a.state})
 	}
 }
 

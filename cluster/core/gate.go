@@ -17,9 +17,10 @@ import (
 // Once a seed answered (Joined) and it knows a member (or a probe interval
 // passed without one), it sends the counters it kept from before (a
 // snapshot read back: RestoreCounters) to their owners as copies
-// (ModeCopy: the owners keep the newer of theirs and these, never the
-// sum), and once all are acknowledged it enters its ring. The keys that move to
-// it then come through the hand-off like any joining node's; a node that
+// (ModeCopy, naming the run that counted them: each owner counts them once
+// against what it holds of that run, never two copies of its counts), and
+// once all are acknowledged it enters its ring. The keys that move to it
+// then come through the hand-off like any joining node's; a node that
 // entered alone takes the keys it owns from the members it then learns of
 // (see joinedLate).
 //
@@ -50,9 +51,9 @@ type gate struct {
 	epoch    atomic.Uint64 // join epoch, sent in pings
 
 	mu      sync.Mutex
-	ready   bool            // it may join: a seed answered, or it has none
-	readyAt int64           // mono: when Joined was called
-	held    []limiter.State // copies to send to their owners before joining
+	ready   bool   // it may join: a seed answered, or it has none
+	readyAt int64  // mono: when Joined was called
+	held    []Kept // what earlier runs kept, to send to their owners before joining
 	took    map[string]tookRecord
 }
 
@@ -157,46 +158,100 @@ func (c *Core) mayJoinLocked(now time.Time) bool {
 	return !c.cfg.Joining || len(c.known.Load().members) > 0 || c.mono(now) >= g.readyAt+int64(c.cfg.ProbeInterval)
 }
 
-// RestoreCounters takes counters this node kept before it started (a
+// Kept is what a run of a node kept of its counters (and reputations,
+// grants, leases) for a later run of the node to read back when it
+// starts: a snapshot.
+type Kept struct {
+	// Run is the run that counted them. None (a snapshot of a format that
+	// did not name it): its counters are copies, possibly older, of counts
+	// the cluster may hold and have added to since, which nothing tells
+	// apart from other counts of the key: their owners keep the newer of
+	// theirs and these, never the sum.
+	Run Peer
+	// At is when the run kept them, in Unix ns.
+	At int64
+	// States are the counters, reputations, grants and leases kept.
+	States []limiter.State
+	// Holds are the other runs' counts the counters hold (see
+	// Transfer.Holds).
+	Holds []Held
+}
+
+// keptNamedWithin is how long after a run kept its counters a later run
+// sends them naming that run: while every record of that run's counts
+// that the cluster's counters may hold (taken from its replicas, or from
+// its counters handed over or sent on, all after it kept them) is still
+// remembered (appliedKeep), with room for their delivery. Past it they go
+// as copies that name no run: the newer stands.
+const keptNamedWithin = appliedKeep / 2
+
+// Keep returns what this run keeps of states, counters of its engine read
+// for a snapshot at now: naming this run and the other runs' counts the
+// counters hold.
+func (c *Core) Keep(now time.Time, states []limiter.State) Kept {
+	var keys []limiter.Key
+	for _, s := range states {
+		if s.Kind < limiter.KindGrant {
+			keys = append(keys, s.Key)
+		}
+	}
+	return Kept{Run: c.self, At: now.UnixNano(), States: states, Holds: c.replicas.heldOf(keys)}
+}
+
+// RestoreCounters takes counters an earlier run of this node kept (a
 // snapshot): copies, possibly older, of counts the cluster may hold now.
-// Before the node joins they wait; after, they go to their owners at once,
-// which keep the newer of theirs and these.
-func (c *Core) RestoreCounters(now time.Time, states []limiter.State) {
-	if len(states) == 0 {
+// Before the node joins they wait; after, they go to their owners at once.
+// Where they name the run that counted them, each owner weighs them like
+// any counter that names its run (see Transfer.CountersOf): counted once
+// against what it holds of that run and of the runs they hold counts of,
+// added to other counts (what others admitted in fallback meanwhile).
+// Where they do not, the owner keeps the newer of its count and theirs.
+func (c *Core) RestoreCounters(now time.Time, k Kept) {
+	if len(k.States) == 0 {
 		return
 	}
-	c.replicas.noteRestored(c.mono(now), states)
+	c.replicas.noteRestored(c.mono(now), k.States)
 	g := c.gate
 	g.mu.Lock()
 	if !c.mayJoinLocked(now) {
-		g.held = append(g.held, states...)
+		g.held = append(g.held, k)
 		g.mu.Unlock()
 		return
 	}
 	g.mu.Unlock()
-	c.deliverHeld(now, states)
+	c.deliverHeld(now, []Kept{k})
 }
 
-// deliverHeld sends copies to their owners, those of keys this node would
-// own or succeed (the others' owners and successors hold them already).
-func (c *Core) deliverHeld(now time.Time, held []limiter.State) {
-	if len(held) == 0 {
-		return
-	}
+// deliverHeld sends what earlier runs kept to the owners, those of keys
+// this node would own or succeed (the others' owners and successors hold
+// them already), as copies (ModeCopy) naming the run that kept them while
+// that is recent enough to be weighed (see keptNamedWithin).
+func (c *Core) deliverHeld(now time.Time, held []Kept) {
 	v := c.view.Load()
 	with := v.ring
 	if v.self < 0 {
 		with = NewRing(c.cfg.Hasher, append(v.ring.Members(), c.cfg.Self))
 	}
-	var keep []limiter.State
-	for _, s := range held {
-		owner, second := with.top2(s.Key.Route())
-		if with.member(owner).Name == c.self.Name || second >= 0 && with.member(second).Name == c.self.Name {
-			keep = append(keep, s)
+	for _, k := range held {
+		var keep []limiter.State
+		for _, s := range k.States {
+			owner, second := with.top2(s.Key.Route())
+			if with.member(owner).Name == c.self.Name || second >= 0 && with.member(second).Name == c.self.Name {
+				keep = append(keep, s)
+			}
+		}
+		like := Transfer{Mode: ModeCopy}
+		named := k.Run.Name != "" && now.UnixNano()-k.At <= int64(keptNamedWithin)
+		if named {
+			like.CountersOf, like.Holds = k.Run, holdsOf(k.Holds, keep)
+		}
+		c.placeAs(now, like, purposeHeld, sortStates(keep))
+		if named {
+			c.log.Info("restoring counters kept from before: weighed at their owners by the run that counted them", "node", c.self.Name, "run", k.Run.Name, "run_inc", k.Run.Inc, "counters", len(keep), "not_ours", len(k.States)-len(keep))
+		} else {
+			c.log.Info("restoring counters kept from before: the newer of each at its owner", "node", c.self.Name, "counters", len(keep), "not_ours", len(k.States)-len(keep))
 		}
 	}
-	c.place(now, ModeCopy, purposeHeld, sortStates(keep))
-	c.log.Info("restoring counters kept from before: the newer of each at its owner", "node", c.self.Name, "counters", len(keep), "not_ours", len(held)-len(keep))
 }
 
 // tickGate enters the ring once the node may join and every copy it sent
@@ -208,7 +263,7 @@ func (c *Core) tickGate(now time.Time) {
 	}
 	g.mu.Lock()
 	ready := c.mayJoinLocked(now)
-	var held []limiter.State
+	var held []Kept
 	if ready {
 		held, g.held = g.held, nil
 	}

@@ -87,6 +87,10 @@ type arrival struct {
 	of    Peer   // the run whose counter it is, if named
 	holds []Held // other runs' counts it holds
 	own   bool   // this node's own counter, come back
+	// copy: it came as a copy of its run's counter, possibly older than
+	// a replica of it (a snapshot read back, ModeCopy), and goes on as one:
+	// a replica of the run is not stale for it.
+	copy bool
 }
 
 // handoffState is the progress of the view's hand-off: sources sealed, and
@@ -288,7 +292,7 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, own, counter bool
 	}
 	mk.received, mk.expected = true, false
 	mk.counter = mk.counter || counter
-	if mode == ModeAdd && (a.of.Name != "" || len(a.holds) > 0) {
+	if mode == ModeAdd && (a.of.Name != "" || len(a.holds) > 0) || mode == ModeCopy && a.of.Name != "" {
 		a.own = own
 		mk.counters = append(mk.counters, a)
 		return true
@@ -711,6 +715,9 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	}
 	for _, a := range moving.counters {
 		t := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds, States: []limiter.State{a.state}}
+		if a.copy {
+			t.Mode = ModeCopy
+		}
 		if a.own {
 			t.Own, t.CountersOf = true, Peer{}
 		}

@@ -67,9 +67,9 @@ const (
 	// pull, what a node admitted in fallback.
 	ModeAdd Mode = iota + 1
 	// ModeNewer carries copies that may be older than the receiver's own
-	// counts of the same admissions (a snapshot read back, what a node held
-	// before it was declared dead, a transfer whose receiver died before it
-	// acknowledged it): the receiver keeps the newer, never the sum.
+	// counts of the same admissions (what a node held before it was
+	// declared dead, a transfer whose receiver died before it acknowledged
+	// it): the receiver keeps the newer, never the sum.
 	ModeNewer
 	// ModeReplica carries an owner's current counters to the node that
 	// takes its keys over if it dies (their successor), which keeps them
@@ -82,10 +82,18 @@ const (
 	// fallback): if the receiver admitted it, it gives the units back; if
 	// it has not seen it yet, it never will count it.
 	ModeCancel
-	// ModeCopy carries a copy, possibly older, of a node's whole count of
-	// keys (a snapshot read back): it may include additions the receiver
-	// also got another way, so it never adds; it only raises the
-	// receiver's count, once that count is settled, where it shows more.
+	// ModeCopy carries a copy, possibly older, of a run's counters of keys
+	// (a snapshot read back by a later run of its node). Naming the run
+	// (CountersOf), it is weighed where its keys are counted like any
+	// counter naming its run: counted once against what the receiver holds
+	// of that run (a replica of it, that run's counter come another way)
+	// and of the runs it holds counts of (Holds), and added to other
+	// counts (what others admitted in fallback meanwhile); a replica of
+	// the run that the receiver keeps, not yet counted, takes the newer of
+	// the two instead, and is not stale for it. Naming none (a snapshot of
+	// an earlier format), it may include additions the receiver also got
+	// another way, so it never adds; it only raises the receiver's count,
+	// once that count is settled, where it shows more.
 	ModeCopy
 	// ModeEvicted carries the counters of a node declared dead, sent as it
 	// stops counting to the node that kept their replicas: if the
@@ -155,10 +163,12 @@ type Transfer struct {
 	// handed over; a replica of them the receiver keeps for the sender is
 	// stale from now on.
 	Own bool
-	// CountersOf (ModeAdd): these are that run's own counters, handed over
-	// by it (Own) and passed on by the nodes they reached on the way. A
-	// replica of the run's counter is a copy of the same counts: where
-	// both arrive, the later adds only what it holds beyond the earlier.
+	// CountersOf (ModeAdd, ModeCopy): these are that run's own counters,
+	// handed over by it (Own) or kept by it and read back by a later run
+	// of its node (ModeCopy), and passed on by the nodes they reached on
+	// the way. A replica of the run's counter is a copy of the same
+	// counts: where both arrive, the later adds only what it holds beyond
+	// the earlier.
 	CountersOf Peer
 	// Holds (ModeAdd, ModeNewer, ModeCopy, ModeReplica, ModeEvicted): the
 	// counters carried hold other runs' counts, each run's up to its State

@@ -282,19 +282,26 @@ func (r *replicaStore) wasRestored(k limiter.Key) bool {
 }
 
 // absorbCopy keeps, of states copied from a snapshot that a later run of
-// their node sent, the newer of each and the replica an earlier run of
-// that node sent here, where there is one; it returns the states that
-// have none.
-func (r *replicaStore) absorbCopy(from Peer, states []limiter.State) (rest []limiter.State) {
+// their node sent (from) or sent on (naming the run of, if it did), the
+// newer of each and the replica that run (or, naming none, an earlier run
+// of from) sent here, where there is one, with the newer of the other
+// runs' counts each holds (holds); it returns the states that have none.
+func (r *replicaStore) absorbCopy(from, of Peer, states []limiter.State, holds []Held) (rest []limiter.State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range states {
 		rep, ok := r.states[s.Key]
-		if !ok || rep.owner.Name != from.Name || rep.owner.Inc >= from.Inc {
+		if of.Name != "" {
+			ok = ok && rep.owner == of
+		} else {
+			ok = ok && rep.owner.Name == from.Name && rep.owner.Inc < from.Inc
+		}
+		if !ok {
 			rest = append(rest, s)
 			continue
 		}
 		rep.state = limiter.NewerState(rep.state, s)
+		rep.holds = newerHolds(rep.holds, holdsOf(holds, []limiter.State{s}))
 		r.states[s.Key] = rep
 	}
 	return rest

@@ -19,7 +19,7 @@ func settleSim(t *testing.T, seed uint64) (*sim, []*simNode, limiter.Key) {
 	s.hist.loss = map[limiter.Key]int64{}
 	var nodes []*simNode
 	for i := range 3 {
-		nodes = append(nodes, s.start(s.names[i], i > 0, nil))
+		nodes = append(nodes, s.start(s.names[i], i > 0, Kept{}))
 	}
 	s.runUntil(s.now.Add(2 * time.Second))
 	if !s.waitQuiet(20 * time.Second) {

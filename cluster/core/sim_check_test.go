@@ -259,7 +259,7 @@ func runScheduleTraced(sc simSchedule, trace int) *sim {
 		s.after(0, nil, snap)
 	}
 	for i := range sc.nodes {
-		n := s.start(s.names[i], i > 0, nil)
+		n := s.start(s.names[i], i > 0, Kept{})
 		n.core.completing = s.takeoverHook(n)
 	}
 	// Let the cluster form.
@@ -392,7 +392,7 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 			}
 			snap := s.crash(n)
 			if f.kind == faultCrash {
-				snap = nil
+				snap = Kept{}
 			}
 			// One restart in two (by the drawn duration, so the schedule
 			// draws nothing more) has its driver list the members only
@@ -407,7 +407,7 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 			defer done()
 			for _, x := range s.names[sc.nodes:] {
 				if s.current[x] == nil {
-					n := s.start(x, true, nil)
+					n := s.start(x, true, Kept{})
 					n.core.completing = s.takeoverHook(n)
 					return
 				}
@@ -454,11 +454,11 @@ func (s *sim) running() int {
 }
 
 // restart starts a crashed node's name again.
-func (s *sim) restart(name string, snap []limiter.State) { s.restartWith(name, snap, false) }
+func (s *sim) restart(name string, snap Kept) { s.restartWith(name, snap, false) }
 
 // restartWith is restart; lateView: its driver lists the members only
 // after it said a seed answered.
-func (s *sim) restartWith(name string, snap []limiter.State, lateView bool) {
+func (s *sim) restartWith(name string, snap Kept, lateView bool) {
 	if n := s.current[name]; n != nil && !n.gone {
 		return
 	}
@@ -486,7 +486,7 @@ func (s *sim) leaveThenRestart(name string, pause time.Duration, done func()) {
 			s.after(20*time.Millisecond, nil, wait)
 			return
 		}
-		s.after(pause, nil, func() { s.restart(name, nil); done() })
+		s.after(pause, nil, func() { s.restart(name, Kept{}); done() })
 	}
 	s.after(20*time.Millisecond, nil, wait)
 }
@@ -905,7 +905,9 @@ func (s *sim) clusterCount(k limiter.Key) int64 {
 
 // orphans counts, per key, the units owners granted to requests whose
 // caller died before it could answer its client: they were spent, though
-// no answer says so.
+// no answer says so. The caller may be the owner of some of the request's
+// zones: what it counted of them before it died is in its counters (a
+// snapshot, a replica) as any other owner's grant is.
 func (s *sim) orphans() map[limiter.Key]int64 {
 	type item struct {
 		caller Peer
@@ -926,6 +928,32 @@ func (s *sim) orphans() map[limiter.Key]int64 {
 		}
 		if n := s.current[d.caller.Name]; n == nil || n.inc != d.caller.Inc {
 			out[d.key]++
+		}
+	}
+	for _, g := range s.grantsOfLostCallers() {
+		out[g.key]++
+	}
+	return out
+}
+
+// ownGrant is a unit a caller counted as the owner of a zone, and when.
+type ownGrant struct {
+	key limiter.Key
+	at  time.Time
+}
+
+// grantsOfLostCallers returns the units callers counted as the owners of
+// zones of requests they died before deciding.
+func (s *sim) grantsOfLostCallers() []ownGrant {
+	var out []ownGrant
+	for _, r := range s.hist.reqs {
+		if r.done || s.current[r.node.name] == r.node {
+			continue
+		}
+		for i, z := range r.zones {
+			if !r.zoneAt[i].IsZero() && r.zoneOK[i] && r.zoneBy[i] == SourceOwner {
+				out = append(out, ownGrant{key: s.keys[z].key, at: r.zoneAt[i]})
+			}
 		}
 	}
 	return out
@@ -1009,6 +1037,9 @@ func (s *sim) checkDenials() {
 		if d.allowed && !used[servedKey{d.node, d.nodeInc, d.caller.Inc, d.caller.Name, d.seq}] {
 			held[d.key] = append(held[d.key], d.at)
 		}
+	}
+	for _, g := range s.grantsOfLostCallers() {
+		held[g.key] = append(held[g.key], g.at)
 	}
 	for k := range held {
 		slices.SortFunc(held[k], func(a, b time.Time) int { return a.Compare(b) })

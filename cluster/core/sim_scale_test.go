@@ -31,7 +31,7 @@ func TestSimulationFiguresAt100Nodes(t *testing.T) {
 		s.keys = append(s.keys, simKey{key: limiter.ZoneKey(h, 1), limit: 1000})
 	}
 	for i := range nodes {
-		s.start(s.names[i], i > 0, nil)
+		s.start(s.names[i], i > 0, Kept{})
 	}
 	s.runUntil(s.now.Add(2 * time.Second))
 	if !s.waitQuiet(30 * time.Second) {
@@ -52,7 +52,7 @@ func TestSimulationFiguresAt100Nodes(t *testing.T) {
 
 	// One node joins.
 	began := s.now
-	joiner := s.start(s.names[nodes], true, nil)
+	joiner := s.start(s.names[nodes], true, Kept{})
 	s.runUntil(s.now.Add(50 * time.Millisecond))
 	if !s.waitQuiet(30 * time.Second) {
 		t.Fatalf("the cluster did not settle after a join:\n%s", s.describe())

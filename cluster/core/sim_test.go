@@ -348,7 +348,7 @@ type obsEntry struct {
 }
 
 // start starts a new run of name; seeds says whether it joins others.
-func (s *sim) start(name string, seeds bool, snapshot []limiter.State) *simNode {
+func (s *sim) start(name string, seeds bool, snapshot Kept) *simNode {
 	s.nextInc++
 	n := &simNode{name: name, inc: s.nextInc, index: slices.Index(s.names, name), view: map[string]*obsEntry{}}
 	n.engine = limiter.New(limiter.Config{MaxKeys: 4096})
@@ -380,7 +380,7 @@ func (s *sim) start(name string, seeds bool, snapshot []limiter.State) *simNode 
 		n.joined = true
 	}
 	s.truth[name] = &simTruth{inc: n.inc, status: status}
-	if len(snapshot) > 0 {
+	if len(snapshot.States) > 0 {
 		n.core.RestoreCounters(s.now, snapshot)
 	}
 	s.scheduleTick(n)
@@ -389,7 +389,7 @@ func (s *sim) start(name string, seeds bool, snapshot []limiter.State) *simNode 
 	if seeds {
 		s.after(s.between(5*time.Millisecond, 30*time.Millisecond), n, func() { s.tryJoin(n, s.now) })
 	}
-	s.logf("start %s inc %d seeds=%v restored=%d", name, n.inc, seeds, len(snapshot))
+	s.logf("start %s inc %d seeds=%v restored=%d", name, n.inc, seeds, len(snapshot.States))
 	return n
 }
 
@@ -503,17 +503,18 @@ func (s *sim) stop(n *simNode) {
 }
 
 // crash ends a run at once; it returns what a snapshot taken then holds.
-func (s *sim) crash(n *simNode) []limiter.State {
+func (s *sim) crash(n *simNode) Kept {
 	var snap []limiter.State
 	n.engine.Range(s.now, func(st limiter.State) bool {
 		snap = append(snap, st)
 		return true
 	})
+	kept := n.core.Keep(s.now, sortStates(snap))
 	s.noteCrash(n)
 	n.gone = true
 	s.truth[n.name].status = obsCrashed
 	s.logf("%s crashed", n.name)
-	return sortStates(snap)
+	return kept
 }
 
 func (s *sim) freeze(n *simNode) {

@@ -746,12 +746,15 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Holds: holdsOf(t.Holds, counters)}, purposeForward, counters)
 		c.place(now, ModeCopy, purposeForward, copies)
 	case ModeCopy:
-		// A snapshot read back holds what an earlier run of the sender
-		// counted: where this node keeps that run's replica, not yet
-		// counted, both are copies of one counter, and the newer stands
-		// in the replica, which moves with the run's other replicas.
-		rest := c.replicas.absorbCopy(from, t.States)
-		c.placeAs(now, Transfer{Mode: t.Mode, Holds: holdsOf(t.Holds, rest)}, purposeForward, rest)
+		// A snapshot read back holds what an earlier run of its node
+		// counted (the run CountersOf names, or one before the sender):
+		// where this node keeps that run's replica, not yet counted, both
+		// are copies of one counter, and the newer stands in the replica,
+		// which moves with the run's other replicas. Elsewhere a copy that
+		// names its run is weighed where the key is counted, like any
+		// counter naming its run.
+		rest := c.replicas.absorbCopy(from, t.CountersOf, t.States, t.Holds)
+		c.placeAs(now, Transfer{Mode: t.Mode, CountersOf: t.CountersOf, Holds: holdsOf(t.Holds, rest)}, purposeForward, rest)
 	case ModeNewer:
 		// A replica of a dead run sent on, of a key whose counter here holds
 		// that run's counts (this node started it from the run's replica,
@@ -888,16 +891,20 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 // they go as this node's hand-off.
 func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter.State) {
 	mode, own := like.Mode, like.Mode == ModeAdd && like.Own
+	// A copy that names its run (a snapshot read back) is weighed like a
+	// counter handed over: what it holds beyond the counts of its runs
+	// held here is added, to whatever else is counted.
+	namedCopy := mode == ModeCopy && like.CountersOf.Name != ""
 	for _, s := range states {
 		if s.Kind >= limiter.KindGrant {
 			c.engine.Merge(now, []limiter.State{s}) // grants and leases are not counted twice by merging
 			continue
 		}
-		named := mode == ModeAdd && (!own && like.CountersOf.Name != "" || len(like.Holds) > 0)
+		named := mode == ModeAdd && (!own && like.CountersOf.Name != "" || len(like.Holds) > 0) || namedCopy
 		if !named && len(like.Holds) > 0 {
 			c.replicas.noteHeld(c.mono(now), holdsOf(like.Holds, []limiter.State{s})) // a copy: the newer stands
 		}
-		a := arrival{state: s}
+		a := arrival{state: s, copy: namedCopy}
 		if named {
 			a.holds = holdsOf(like.Holds, []limiter.State{s})
 			if !own {
@@ -920,7 +927,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			}
 			s = d
 		}
-		if mode == ModeAdd && !c.majority(v) && v.self >= 0 {
+		if (mode == ModeAdd || namedCopy) && !c.majority(v) && v.self >= 0 {
 			if named {
 				c.replicas.takeHeld([]limiter.Key{s.Key}) // they leave with the fallback counts, as additions
 			}
@@ -942,7 +949,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			// out of reach: this replica of its dead owner's holds counts
 			// nothing here does.
 			c.engine.Merge(now, []limiter.State{s})
-		} else if mode == ModeNewer || mode == ModeCopy {
+		} else if mode == ModeNewer || mode == ModeCopy && !namedCopy {
 			c.engine.MergeNewer(now, []limiter.State{s})
 		} else {
 			c.engine.Merge(now, []limiter.State{s})

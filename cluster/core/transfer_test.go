@@ -135,7 +135,7 @@ func TestAnEvictedCounterForAnEarlierRunThatRestoredTheKeyIsACopy(t *testing.T) 
 	}
 
 	// n1 crashes and its next run restores its counters.
-	snapshot := h.cores["n1"].engine.StatesOf(h.now, []limiter.Key{k})
+	snapshot := h.cores["n1"].Keep(h.now, h.cores["n1"].engine.StatesOf(h.now, []limiter.Key{k}))
 	earlier := h.cores["n1"].self
 	n1 := h.start("n1", true)
 	n1.RestoreCounters(h.now, snapshot)

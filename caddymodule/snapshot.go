@@ -36,8 +36,10 @@ import (
 const defaultSnapshotInterval = time.Minute
 
 // snapshotMagic starts a snapshot, with the format's version: the run that
-// wrote it (name, incarnation), when, the states, and the runs whose
-// counts the counters hold with those counts (see encodeSnapshot).
+// wrote it (name, incarnation), when, the states, the runs whose counts
+// the counters hold with those counts, and the transfers the run applied
+// to them whose senders may not have had them acknowledged (see
+// encodeSnapshot).
 // snapshotMagicV1 starts one of the first format: the states alone.
 const (
 	snapshotMagic   = "TGSN2"
@@ -50,7 +52,9 @@ const maxRunName = 1024
 // encodeSnapshot returns k in the snapshot format: the magic; the run
 // (name as a length and bytes, incarnation); when it was kept (Unix ns);
 // the states; the number of runs held, each run's name and incarnation,
-// and the counts held of them as states, in the same order. Numbers are
+// and the counts held of them as states, in the same order; the number of
+// transfers applied, each its sender's run, its number (64 bits) and the
+// number of its keys and the keys (64 bits each). Numbers are
 // little-endian, lengths and counts 32 bits.
 func encodeSnapshot(k cluster.Kept) []byte {
 	b := []byte(snapshotMagic)
@@ -63,7 +67,17 @@ func encodeSnapshot(k cluster.Kept) []byte {
 		b = appendRun(b, h.Run)
 		held[i] = h.State
 	}
-	return limiter.AppendStates(b, held)
+	b = limiter.AppendStates(b, held)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(k.Applied)))
+	for _, a := range k.Applied {
+		b = appendRun(b, a.From)
+		b = binary.LittleEndian.AppendUint64(b, a.Seq)
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(a.Keys)))
+		for _, key := range a.Keys {
+			b = binary.LittleEndian.AppendUint64(b, uint64(key))
+		}
+	}
+	return b
 }
 
 // appendRun appends a run: its name's length and bytes, its incarnation.
@@ -119,17 +133,60 @@ func decodeSnapshot(b []byte) (cluster.Kept, error) {
 	if len(b) < 4 {
 		return k, limiter.ErrTruncated
 	}
-	held, rest, err := limiter.DecodeStates(b, n)
+	held, b, err := limiter.DecodeStates(b, n)
 	if err != nil {
 		return k, err
 	}
-	if len(held) != n || len(rest) != 0 {
-		return k, fmt.Errorf("%d counts held for %d runs, %d bytes left over", len(held), n, len(rest))
+	if len(held) != n {
+		return k, fmt.Errorf("%d counts held for %d runs", len(held), n)
 	}
 	for i := range runs {
 		k.Holds = append(k.Holds, cluster.Held{Run: runs[i], State: held[i]})
 	}
+	if k.Applied, b, err = readApplied(b); err != nil {
+		return k, err
+	}
+	if len(b) != 0 {
+		return k, fmt.Errorf("%d bytes left over", len(b))
+	}
 	return k, nil
+}
+
+// readApplied reads the transfers applied that encodeSnapshot wrote, and
+// returns what follows them.
+func readApplied(b []byte) ([]cluster.KeptApplied, []byte, error) {
+	if len(b) < 4 {
+		return nil, b, limiter.ErrTruncated
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	if n > len(b)/24 { // a transfer takes 24 bytes at least
+		return nil, b, fmt.Errorf("%d transfers applied: more than the input holds", n)
+	}
+	var out []cluster.KeptApplied
+	for range n {
+		from, rest, err := readRun(b)
+		if err != nil {
+			return nil, rest, err
+		}
+		b = rest
+		if len(b) < 12 {
+			return nil, b, limiter.ErrTruncated
+		}
+		a := cluster.KeptApplied{From: from, Seq: binary.LittleEndian.Uint64(b)}
+		keys := int(binary.LittleEndian.Uint32(b[8:]))
+		b = b[12:]
+		if keys > len(b)/8 {
+			return nil, b, fmt.Errorf("a transfer applied with %d keys: more than the input holds", keys)
+		}
+		a.Keys = make([]limiter.Key, keys)
+		for i := range a.Keys {
+			a.Keys[i] = limiter.Key(binary.LittleEndian.Uint64(b[8*i:]))
+		}
+		b = b[8*keys:]
+		out = append(out, a)
+	}
+	return out, b, nil
 }
 
 // decodeStates reads states alone (the first format).

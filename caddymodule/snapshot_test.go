@@ -83,9 +83,10 @@ func TestOversizedSnapshotRestoresWhatFits(t *testing.T) {
 	}
 }
 
-// A snapshot names the run that wrote it and the other runs' counts its
-// counters hold, and reads back as it was written; one of the first
-// format (the states alone) still reads back, naming no run.
+// A snapshot names the run that wrote it, the other runs' counts its
+// counters hold and the transfers the run applied to them, and reads back
+// as it was written; one of the first format (the states alone) still
+// reads back, naming no run.
 func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 	now := time.Now()
 	state := func(k limiter.Key, cur uint32) limiter.State {
@@ -96,6 +97,10 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 		At:     now.UnixNano(),
 		States: []limiter.State{state(1, 3), state(2, 5)},
 		Holds:  []cluster.Held{{Run: cluster.Peer{Name: "node-b:7946", Inc: 7}, State: state(2, 4)}},
+		Applied: []cluster.KeptApplied{
+			{From: cluster.Peer{Name: "node-c:7946", Inc: 3}, Seq: 12, Keys: []limiter.Key{1, 2}},
+			{From: cluster.Peer{Name: "node-b:7946", Inc: 7}, Seq: 40, Keys: []limiter.Key{2}},
+		},
 	}
 	got, err := decodeSnapshot(encodeSnapshot(kept))
 	if err != nil {
@@ -109,7 +114,7 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if old.Run != (cluster.Peer{}) || len(old.Holds) != 0 || !reflect.DeepEqual(old.States, kept.States) {
+	if old.Run != (cluster.Peer{}) || len(old.Holds) != 0 || len(old.Applied) != 0 || !reflect.DeepEqual(old.States, kept.States) {
 		t.Errorf("a snapshot of the first format read back as %+v; want its states, naming no run", old)
 	}
 

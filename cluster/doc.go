@@ -219,7 +219,14 @@
 // 3 were lost under 4 fallback admissions). A snapshot of the first
 // format, or one written longer ago than the owners remember whose counts
 // their counters hold, names no run: the newer of the owner's count and
-// its stands, never the sum. Then the node enters its ring and the
+// its stands, never the sum. The snapshot also lists the transfers of what
+// others admitted that the run had applied to its counters, whose senders
+// may not have had them acknowledged: a sender that gives one up, the run
+// gone, sends its counts in place of it to the node that took the run's
+// keys over, where the copies of the snapshot go too, and there they count
+// once, whichever comes first (the later transfer is skipped, or its counts
+// taken out of the copy: TestASnapshotAndATransferItsRunAppliedAreCountedOnce).
+// Then the node enters its ring and the
 // others', and pulls the keys that move to it like any joining node. A new owner never
 // counts a key it could not pull: it decides it by fallback, counted in its
 // own engine so the share is not given twice; and a node whose key was

@@ -357,14 +357,20 @@ type Kept = core.Kept
 // Held says that a counter holds counts of another run (see core.Held).
 type Held = core.Held
 
+// KeptApplied is a transfer a run applied to the counters it kept (see
+// core.KeptApplied).
+type KeptApplied = core.KeptApplied
+
 // Peer is a run of a node: its name and incarnation (see core.Peer).
 type Peer = core.Peer
 
 // Keep returns what this run keeps of states, read from its engine for a
-// snapshot: naming the run that counted them, and the other runs' counts
-// the counters hold, so that the run that reads them back has them
-// weighed by run at their owners (see RestoreCounters). A standalone node,
-// or one not started, names no run.
+// snapshot just before: naming the run that counted them, the other runs'
+// counts the counters hold, and the transfers of what others admitted
+// applied to them whose senders may not have had them acknowledged, so
+// that the run that reads them back has them weighed by run at their
+// owners, and those transfers counted once (see RestoreCounters). A
+// standalone node, or one not started, names no run.
 func (n *Node) Keep(states []limiter.State) Kept {
 	if n.standalone || !n.running.Load() {
 		return Kept{States: states}

@@ -24,7 +24,8 @@ import (
 // run whose counters they are, also where they are passed on. Version 7
 // names, in a pull, the run asked, and with counters the other runs'
 // counts they hold; it repeats, in a transfer of what a node admitted in
-// fallback, the cancels of take items it has not had acknowledged.
+// fallback, the cancels of take items it has not had acknowledged; and it
+// lists, with a snapshot's copies, the transfers their run had applied.
 const ProtocolVersion = 7
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is

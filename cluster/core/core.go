@@ -447,11 +447,11 @@ func (c *Core) placeArrivals(now time.Time, counters []arrival) {
 			c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: a.holds}, purposeHandoff, []limiter.State{a.state})
 			continue
 		}
-		mode := ModeAdd
+		like := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds}
 		if a.copy {
-			mode = ModeCopy
+			like.Mode, like.Applied = ModeCopy, a.applied
 		}
-		c.placeAs(now, Transfer{Mode: mode, CountersOf: a.of, Holds: a.holds}, purposeForward, []limiter.State{a.state})
+		c.placeAs(now, like, purposeForward, []limiter.State{a.state})
 	}
 }
 

@@ -121,6 +121,9 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 		}
 		args = append(args, "holds", held)
 	}
+	if len(t.Applied) > 0 {
+		args = append(args, "applied", len(t.Applied))
+	}
 	if len(t.Cancels) > 0 {
 		takes := make([]uint64, len(t.Cancels))
 		for i, x := range t.Cancels {

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -175,6 +177,21 @@ type Kept struct {
 	// Holds are the other runs' counts the counters hold (see
 	// Transfer.Holds).
 	Holds []Held
+	// Applied are the transfers of what other nodes admitted that the run
+	// had applied to these counters and whose senders may not have had
+	// them acknowledged: a sender that gives one up, the run gone, sends
+	// its counts on in place of it, and the copies of these counters must
+	// not add them again (see Transfer.Applied).
+	Applied []KeptApplied
+}
+
+// KeptApplied is a transfer a run applied whose counts all joined the
+// counters it kept: its sender's run and number, and the keys of its
+// counts.
+type KeptApplied struct {
+	From Peer
+	Seq  uint64
+	Keys []limiter.Key
 }
 
 // keptNamedWithin is how long after a run kept its counters a later run
@@ -186,16 +203,74 @@ type Kept struct {
 const keptNamedWithin = appliedKeep / 2
 
 // Keep returns what this run keeps of states, counters of its engine read
-// for a snapshot at now: naming this run and the other runs' counts the
-// counters hold.
+// for a snapshot at now: naming this run, the other runs' counts the
+// counters hold, and the transfers applied to them whose senders may not
+// have had them acknowledged (those of keys states all hold). The counters
+// of those transfers' keys are read again: one applied after the driver
+// read states is in them too.
 func (c *Core) Keep(now time.Time, states []limiter.State) Kept {
+	var applied []KeptApplied
+	if counted := c.in.counted(); len(counted) > 0 {
+		in := keySet(states)
+		again := map[limiter.Key]bool{}
+		for _, a := range counted {
+			if allIn(a.Keys, in) {
+				applied = append(applied, a)
+				for _, k := range a.Keys {
+					again[k] = true
+				}
+			}
+		}
+		if len(again) > 0 {
+			states = readAgain(states, again, c.engine.StatesOf(now, slices.Sorted(maps.Keys(again))))
+		}
+	}
 	var keys []limiter.Key
 	for _, s := range states {
 		if s.Kind < limiter.KindGrant {
 			keys = append(keys, s.Key)
 		}
 	}
-	return Kept{Run: c.self, At: now.UnixNano(), States: states, Holds: c.replicas.heldOf(keys)}
+	return Kept{Run: c.self, At: now.UnixNano(), States: states, Holds: c.replicas.heldOf(keys), Applied: applied}
+}
+
+// readAgain returns states with the counters of the keys again replaced by
+// those read again (now), where the engine still holds them.
+func readAgain(states []limiter.State, again map[limiter.Key]bool, now []limiter.State) []limiter.State {
+	cur := make(map[limiter.Key]limiter.State, len(now))
+	for _, s := range now {
+		if s.Kind < limiter.KindGrant {
+			cur[s.Key] = s
+		}
+	}
+	out := slices.Clone(states)
+	for i, s := range out {
+		if n, ok := cur[s.Key]; ok && again[s.Key] && s.Kind < limiter.KindGrant {
+			out[i] = n
+		}
+	}
+	return out
+}
+
+// keySet returns the keys of the counters among states.
+func keySet(states []limiter.State) map[limiter.Key]bool {
+	set := make(map[limiter.Key]bool, len(states))
+	for _, s := range states {
+		if s.Kind < limiter.KindGrant {
+			set[s.Key] = true
+		}
+	}
+	return set
+}
+
+// allIn reports whether keys, not empty, are all in set.
+func allIn(keys []limiter.Key, set map[limiter.Key]bool) bool {
+	for _, k := range keys {
+		if !set[k] {
+			return false
+		}
+	}
+	return len(keys) > 0
 }
 
 // RestoreCounters takes counters an earlier run of this node kept (a
@@ -243,7 +318,7 @@ func (c *Core) deliverHeld(now time.Time, held []Kept) {
 		like := Transfer{Mode: ModeCopy}
 		named := k.Run.Name != "" && now.UnixNano()-k.At <= int64(keptNamedWithin)
 		if named {
-			like.CountersOf, like.Holds = k.Run, holdsOf(k.Holds, keep)
+			like.CountersOf, like.Holds, like.Applied = k.Run, holdsOf(k.Holds, keep), appliedIn(k.Applied, keep)
 		}
 		c.placeAs(now, like, purposeHeld, sortStates(keep))
 		if named {
@@ -252,6 +327,22 @@ func (c *Core) deliverHeld(now time.Time, held []Kept) {
 			c.log.Info("restoring counters kept from before: the newer of each at its owner", "node", c.self.Name, "counters", len(keep), "not_ours", len(k.States)-len(keep))
 		}
 	}
+}
+
+// appliedIn returns, of applied, the transfers all of whose keys states
+// hold: the copies sent carry their counts.
+func appliedIn(applied []KeptApplied, states []limiter.State) []Applied {
+	if len(applied) == 0 {
+		return nil
+	}
+	in := keySet(states)
+	var out []Applied
+	for _, a := range applied {
+		if allIn(a.Keys, in) {
+			out = append(out, Applied{From: a.From, Seq: a.Seq})
+		}
+	}
+	return out
 }
 
 // tickGate enters the ring once the node may join and every copy it sent

@@ -91,6 +91,9 @@ type arrival struct {
 	// a replica of it (a snapshot read back, ModeCopy), and goes on as one:
 	// a replica of the run is not stale for it.
 	copy bool
+	// applied: for a copy, the transfers its run applied, which go with
+	// it (see Transfer.Applied).
+	applied []Applied
 }
 
 // handoffState is the progress of the view's hand-off: sources sealed, and
@@ -716,7 +719,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	for _, a := range moving.counters {
 		t := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds, States: []limiter.State{a.state}}
 		if a.copy {
-			t.Mode = ModeCopy
+			t.Mode, t.Applied = ModeCopy, a.applied
 		}
 		if a.own {
 			t.Own, t.CountersOf = true, Peer{}

@@ -189,7 +189,13 @@ type Transfer struct {
 	Evicted Peer
 	// Applied (ModeReplica) lists the transfers the owner applied since its
 	// last replica to this successor: if the owner dies, the successor
-	// knows which of them its replicas hold already.
+	// knows which of them its replicas hold already. With ModeCopy naming
+	// its run (a snapshot read back), it lists the transfers of what other
+	// nodes admitted that the run had applied to the counters it kept, and
+	// whose senders may not have had them acknowledged: the receiver skips
+	// a transfer sent to it later in place of one of them (Was, WasTo), and
+	// takes the counts of one it added before out of the copy, so that the
+	// counts count once whichever arrives first.
 	Applied []Applied
 	// Cancels (ModeAdd, what the sender admitted in fallback) repeats the
 	// cancels the sender made for take items it sent this receiver and

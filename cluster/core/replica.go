@@ -48,6 +48,18 @@ type replicaStore struct {
 	// counter another node started the key from) are in its own counter
 	// already (see weighHere).
 	gave map[limiter.Key]int64
+	// resent: counts added here that were sent in place of a transfer to
+	// a dead run (Transfer.Was), by that run and transfer: a copy of the
+	// run's counters that comes later saying the run applied it holds
+	// them already (see lessResent).
+	resent map[Peer]map[Applied]resentCounts
+}
+
+// resentCounts are the counts of a transfer sent in place of one to a
+// dead run, added here, and when.
+type resentCounts struct {
+	states []limiter.State
+	at     int64 // mono
 }
 
 // promotion records counts of a run that this node's counter of a key
@@ -361,8 +373,76 @@ func (r *replicaStore) noteApplied(m int64, owner Peer, list []Applied) {
 	}
 }
 
+// noteResent records that the counts states, sent in place of transfer a
+// to the dead run, were added here.
+func (r *replicaStore) noteResent(m int64, run Peer, a Applied, states []limiter.State) {
+	if len(states) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.resent == nil {
+		r.resent = map[Peer]map[Applied]resentCounts{}
+	}
+	set := r.resent[run]
+	if set == nil {
+		set = map[Applied]resentCounts{}
+		r.resent[run] = set
+	}
+	rec := set[a]
+	rec.states, rec.at = append(rec.states, states...), m
+	set[a] = rec
+}
+
+// lessResent returns states, copies of run's counters (a snapshot read
+// back) that hold the counts of the transfers applied lists, less the
+// counts added here that were sent in place of those transfers (see
+// noteResent), and what it took out. A copy that holds nothing more is
+// left out. The records stay: the same copy may come again by another
+// path. Windows subtract exactly; a bucket's debt, by no more than the
+// counts added.
+func (r *replicaStore) lessResent(now time.Time, run Peer, applied []Applied, states []limiter.State) (rest, less []limiter.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.resent[run]
+	if len(set) == 0 {
+		return states, nil
+	}
+	rest = slices.Clone(states)
+	drop := make([]bool, len(rest))
+	for _, a := range applied {
+		rec, ok := set[a]
+		if !ok {
+			continue
+		}
+		for _, x := range rec.states {
+			if x.Kind >= limiter.KindGrant {
+				continue
+			}
+			for i := range rest {
+				if drop[i] || rest[i].Key != x.Key || rest[i].Kind >= limiter.KindGrant {
+					continue
+				}
+				less = append(less, x)
+				if d, ok := limiter.SubState(now, rest[i], x); ok {
+					rest[i] = d
+				} else {
+					drop[i] = true
+				}
+			}
+		}
+	}
+	out := rest[:0]
+	for i, s := range rest {
+		if !drop[i] {
+			out = append(out, s)
+		}
+	}
+	return out, less
+}
+
 // applied reports whether owner applied transfer a, by what it replicated
-// here.
+// here, or by what a copy of its counters read back from a snapshot said.
 func (r *replicaStore) applied(owner Peer, a Applied) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -395,6 +475,16 @@ func (r *replicaStore) forgetApplied(m int64) {
 	for k, at := range r.restored {
 		if m-at > int64(appliedKeep) {
 			delete(r.restored, k)
+		}
+	}
+	for run, set := range r.resent {
+		for a, rec := range set {
+			if m-rec.at > int64(appliedKeep) {
+				delete(set, a)
+			}
+		}
+		if len(set) == 0 {
+			delete(r.resent, run)
 		}
 	}
 	for owner, set := range r.appliedBy {

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -89,5 +90,121 @@ func TestASnapshotReadBackAddsToWhatOthersAdmittedMeanwhile(t *testing.T) {
 	h.advance(6 * time.Second)
 	if got := total(); got != 9 {
 		t.Errorf("once the split healed, the cluster counts %d (n0 %d, n1 %d); 9 were admitted", got, h.count("n0", k), h.count("n1", k))
+	}
+}
+
+// A key's owner applies a transfer of what another node admitted in
+// fallback, keeps a snapshot holding it, and crashes before its
+// acknowledgement reaches the sender, and before it replicated the
+// transfer: its successor's replica does not hold it, nor knows it was
+// applied. The sender gives the transfer up and sends its counts, naming
+// the one they replace, to the node that took the dead run's keys over;
+// the owner's next run sends the snapshot there too, naming the run that
+// kept it. Both hold the transfer's count: whichever arrives first, it is
+// counted once (seed 2054 of the simulator: the resent count arrived
+// first, and the snapshot added it again).
+func TestASnapshotAndATransferItsRunAppliedAreCountedOnce(t *testing.T) {
+	for _, snapshotFirst := range []bool{true, false} {
+		name := "transfer first"
+		if snapshotFirst {
+			name = "snapshot first"
+		}
+		t.Run(name, func(t *testing.T) {
+			h := newHandNet(t, "n0", "n1", "n2")
+			k, load := h.spentKey("n1", "n2", 5)
+			h.advance(20 * time.Millisecond) // replicated to n2
+			n0, n1 := h.cores["n0"], h.cores["n1"]
+
+			// n0 sends 1 it admitted in fallback; n1 applies it, and the
+			// acknowledgement is lost. n1 keeps a snapshot and crashes
+			// before it replicates the transfer.
+			one := n1.engine.StatesOf(h.now, []limiter.Key{k})[0]
+			one.Cur = 1
+			n0.sendTransfer(h.now, n1.self, Transfer{Mode: ModeAdd, States: []limiter.State{one}}, purposeReconcile)
+			for _, o := range n0.Outbox() {
+				n1.Handle(h.now, n0.Self(), o.Msg)
+				n0.Failed(h.now, o.ID)
+			}
+			load.admitted++
+			snapshot := n1.Keep(h.now, n1.engine.StatesOf(h.now, []limiter.Key{k}))
+			if got := windowCount(snapshot.States); got != 6 {
+				t.Fatalf("the snapshot holds %d; want 6", got)
+			}
+			h.down["n1"] = true
+			if st, ok := h.cores["n2"].ReplicaOf(k); !ok || windowCount([]limiter.State{st}) != 5 {
+				t.Fatalf("n2's replica of the key: %v %v; want 5", st, ok)
+			}
+
+			// The next run reads the snapshot back and joins: the others
+			// hear of it as joining, then as a member.
+			restart := func(dead []Peer) {
+				n1 = h.start("n1", true)
+				n1.RestoreCounters(h.now, snapshot)
+				n1.Joined(h.now)
+				for _, pair := range [][2]string{{"n0", "n2"}, {"n2", "n0"}} {
+					h.cores[pair[0]].SetMembership(h.now, Membership{Members: []Member{h.member(pair[1])}, Joining: []Member{h.member("n1")}, Dead: dead})
+					h.pump()
+				}
+				h.setMembership("n1", nil)
+				h.advance(100 * time.Millisecond)
+				h.setMembership("n0", nil)
+				h.setMembership("n2", nil)
+			}
+			if snapshotFirst {
+				// The next run starts at once, before the death was
+				// noticed: its snapshot reaches n2, which keeps the dead
+				// run's replicas, while n0 still holds on to its transfer
+				// (the dead run's lease).
+				restart(nil)
+			} else {
+				// n0 and n2 declare n1 dead; n2 takes its keys over from
+				// the replica, and n0 gives its transfer up, sending the
+				// count to n2. Then the next run starts.
+				h.setMembership("n0", []string{"n1"})
+				h.setMembership("n2", []string{"n1"})
+				h.advance(2*time.Second, "n0", "n2")
+				restart([]Peer{{Name: "n1", Inc: h.incs["n1"]}})
+			}
+			h.advance(3 * time.Second)
+			if !n1.Member() || n1.HandoffUnderway() {
+				t.Fatalf("the new run of n1: member %v, hand-off under way %v", n1.Member(), n1.HandoffUnderway())
+			}
+			var held int64
+			by := map[string]int64{}
+			for _, name := range h.names {
+				by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
+				held += by[name]
+			}
+			if held != int64(load.admitted) {
+				t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
+			}
+		})
+	}
+}
+
+// A snapshot lists the transfers of what others admitted that its run
+// applied and may not have acknowledged, and holds their counts, also one
+// applied after the driver read the counters.
+func TestASnapshotHoldsTheCountsOfTheTransfersItLists(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, _ := h.spentKey("n1", "n2", 5)
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+	read := n1.engine.StatesOf(h.now, []limiter.Key{k}) // the driver reads the counters
+	one := read[0]
+	one.Cur = 1
+	n0.sendTransfer(h.now, n1.self, Transfer{Mode: ModeAdd, States: []limiter.State{one}}, purposeReconcile)
+	var seq uint64
+	for _, o := range n0.Outbox() {
+		seq = o.Msg.(Transfer).Seq
+		n1.Handle(h.now, n0.Self(), o.Msg)
+		n0.Failed(h.now, o.ID)
+	}
+	kept := n1.Keep(h.now, read)
+	if got := windowCount(kept.States); got != 6 {
+		t.Errorf("the snapshot holds %d; want 6", got)
+	}
+	want := []KeptApplied{{From: n0.self, Seq: seq, Keys: []limiter.Key{k}}}
+	if !reflect.DeepEqual(kept.Applied, want) {
+		t.Errorf("the snapshot lists %+v; want %+v", kept.Applied, want)
 	}
 }

@@ -2,6 +2,7 @@ package core
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -474,8 +475,9 @@ func cmpUint(a, b uint64) int {
 }
 
 // inbox remembers, for every sender run, the transfers it applied: the
-// sender's floor (every number below it settled) and the numbers above it.
-// An inbox is safe for concurrent use.
+// sender's floor (every number below it settled) and the numbers above it,
+// whose acknowledgements the sender may not have received. An inbox is
+// safe for concurrent use.
 type inbox struct {
 	mu   sync.Mutex
 	from map[Peer]*applied
@@ -484,8 +486,11 @@ type inbox struct {
 type applied struct {
 	mu    sync.Mutex
 	floor uint64
-	seqs  map[uint64]struct{}
-	used  int64 // mono of the last transfer from it
+	// seqs are the numbers applied above floor, each with the keys of the
+	// counts it added if every one of them joined this run's counters
+	// (see Core.Keep), else nil.
+	seqs map[uint64][]limiter.Key
+	used int64 // mono of the last transfer from it
 }
 
 func newInbox() *inbox { return &inbox{from: make(map[Peer]*applied)} }
@@ -496,10 +501,44 @@ func (in *inbox) sender(from Peer) *applied {
 	defer in.mu.Unlock()
 	a := in.from[from]
 	if a == nil {
-		a = &applied{seqs: make(map[uint64]struct{})}
+		a = &applied{seqs: make(map[uint64][]limiter.Key)}
 		in.from[from] = a
 	}
 	return a
+}
+
+// counted returns, sorted by sender and number, the transfers applied here
+// whose senders may not have had them acknowledged, and whose counts all
+// joined this run's counters, with the keys of those counts.
+func (in *inbox) counted() []KeptApplied {
+	in.mu.Lock()
+	froms := make([]Peer, 0, len(in.from))
+	recs := make(map[Peer]*applied, len(in.from))
+	for p, a := range in.from {
+		froms = append(froms, p)
+		recs[p] = a
+	}
+	in.mu.Unlock()
+	slices.SortFunc(froms, func(a, b Peer) int {
+		if a.Name != b.Name {
+			return strings.Compare(a.Name, b.Name)
+		}
+		return cmpUint(a.Inc, b.Inc)
+	})
+	var out []KeptApplied
+	for _, p := range froms {
+		a := recs[p]
+		a.mu.Lock()
+		start := len(out)
+		for seq, keys := range a.seqs {
+			if keys != nil {
+				out = append(out, KeptApplied{From: p, Seq: seq, Keys: slices.Clone(keys)})
+			}
+		}
+		a.mu.Unlock()
+		slices.SortFunc(out[start:], func(x, y KeptApplied) int { return cmpUint(x.Seq, y.Seq) })
+	}
+	return out
 }
 
 // has reports whether transfer seq of from was applied here.
@@ -518,8 +557,10 @@ func (in *inbox) has(from Peer, seq uint64) bool {
 
 // once runs apply for transfer seq of from unless it ran already, and
 // reports whether it ran. apply runs under the sender's record lock: a
-// transfer delivered twice at once is applied once.
-func (in *inbox) once(from Peer, seq, floor uint64, m int64, apply func()) bool {
+// transfer delivered twice at once is applied once. It returns the keys of
+// the counts the transfer added if every one of them joined this run's
+// counters (see counted), else nil.
+func (in *inbox) once(from Peer, seq, floor uint64, m int64, apply func() []limiter.Key) bool {
 	a := in.sender(from)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -538,8 +579,7 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, apply func()) bool 
 	if _, ok := a.seqs[seq]; ok {
 		return false
 	}
-	apply()
-	a.seqs[seq] = struct{}{}
+	a.seqs[seq] = apply()
 	return true
 }
 
@@ -643,15 +683,24 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			return Ack{Seq: t.Seq, Refused: true}
 		}
 	}
-	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), func() {
+	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), func() []limiter.Key {
 		if t.Was != 0 && c.replicas.applied(t.WasTo, Applied{From: from, Seq: t.Was}) {
+			// The dead receiver applied it, and its replicas here, or its
+			// counters read back from a snapshot, hold it.
 			c.debugTransfer("transfer skipped: its dead receiver applied it", from, t, 0)
-			return // the dead receiver applied it, and its replicas here hold it
+			return nil
 		}
 		if c.debugOn() {
 			c.debugTransfer("transfer applied", from, t, 0, "pulled", pulled)
 		}
+		if t.Was != 0 && t.Mode == ModeAdd && !t.carriesCounter() {
+			// Counts the dead receiver may have applied: a snapshot of its
+			// that comes later, and holds them, adds them no more.
+			c.replicas.noteResent(c.mono(now), t.WasTo, Applied{From: from, Seq: t.Was}, t.States)
+		}
+		counted := c.countedHere(t)
 		c.apply(now, from, t)
+		return counted
 	})
 	if !ran {
 		c.stats.Duplicates.Add(1)
@@ -659,6 +708,34 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	}
 	c.notifyOutbox()
 	return Ack{Seq: t.Seq}
+}
+
+// countedHere returns, for a transfer about to be applied that adds what
+// other nodes admitted (ModeAdd, carrying no counter), the keys of its
+// counts if every one of them joins this run's counters at once: keys this
+// node owns and counts now (not still moving here, not kept in fallback
+// for want of a majority). Else it returns nil. A snapshot of the counters
+// lists such transfers (see Keep): the counts of any other may not be in
+// it.
+func (c *Core) countedHere(t Transfer) []limiter.Key {
+	if t.Mode != ModeAdd || t.carriesCounter() || len(t.States) == 0 {
+		return nil
+	}
+	v := c.view.Load()
+	if v.self < 0 || !c.majority(v) {
+		return nil
+	}
+	keys := make([]limiter.Key, 0, len(t.States))
+	for _, s := range t.States {
+		if _, self, ok := c.placeOf(v, s.Key); !ok || !self {
+			return nil
+		}
+		if v.ho != nil && c.handoff.incoming(v, c.self.Name, s.Key) {
+			return nil
+		}
+		keys = append(keys, s.Key)
+	}
+	return keys
 }
 
 // apply applies a transfer from from.
@@ -753,8 +830,20 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// which moves with the run's other replicas. Elsewhere a copy that
 		// names its run is weighed where the key is counted, like any
 		// counter naming its run.
-		rest := c.replicas.absorbCopy(from, t.CountersOf, t.States, t.Holds)
-		c.placeAs(now, Transfer{Mode: t.Mode, CountersOf: t.CountersOf, Holds: holdsOf(t.Holds, rest)}, purposeForward, rest)
+		//
+		// The transfers the run applied (Applied) are in the copy: one of
+		// them sent here later in place of the one to the dead run is
+		// skipped, and the counts of one sent here before are taken out of
+		// the copy, so that each counts once, whichever comes first.
+		states := t.States
+		if t.CountersOf.Name != "" && len(t.Applied) > 0 {
+			c.replicas.noteApplied(c.mono(now), t.CountersOf, t.Applied)
+			var less []limiter.State
+			states, less = c.replicas.lessResent(now, t.CountersOf, t.Applied, states)
+			c.debugCounts("copy: counts sent here in place of transfers its run applied are not added again", less, "counters_of", t.CountersOf.Name)
+		}
+		rest := c.replicas.absorbCopy(from, t.CountersOf, states, t.Holds)
+		c.placeAs(now, Transfer{Mode: t.Mode, CountersOf: t.CountersOf, Holds: holdsOf(t.Holds, rest), Applied: t.Applied}, purposeForward, rest)
 	case ModeNewer:
 		// A replica of a dead run sent on, of a key whose counter here holds
 		// that run's counts (this node started it from the run's replica,
@@ -905,6 +994,9 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			c.replicas.noteHeld(c.mono(now), holdsOf(like.Holds, []limiter.State{s})) // a copy: the newer stands
 		}
 		a := arrival{state: s, copy: namedCopy}
+		if namedCopy {
+			a.applied = like.Applied
+		}
 		if named {
 			a.holds = holdsOf(like.Holds, []limiter.State{s})
 			if !own {
@@ -1067,7 +1159,7 @@ func (c *Core) replaceRefused(now time.Time) {
 		if c.debugOn() {
 			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose)
 		}
-		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds}, pt.purpose, pt.t.States)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t)}, pt.purpose, pt.t.States)
 	}
 	if len(gone) > 0 {
 		c.notifySettled()
@@ -1246,6 +1338,9 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		c.debugTransfer("transfer given up on: its receiver is gone", pt.to, pt.t, pt.purpose, "here", len(here)+len(hereReqs), "applied_there", c.replicas.applied(pt.to, was))
 	}
 	if !c.replicas.applied(pt.to, was) {
+		if pt.t.Mode == ModeAdd && !pt.t.carriesCounter() {
+			c.replicas.noteResent(c.mono(now), pt.to, was, here) // see handleTransfer
+		}
 		c.notePromotedHere(now, pt.t.ReplicaOf, here)
 		c.placeHere(now, v, pt.t, here)
 		c.applySettle(now, pt.t, hereReqs)
@@ -1253,12 +1348,21 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
-		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states)}, pt.purpose, c.mono(now), false)
+		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t)}, pt.purpose, c.mono(now), false)
 		c.out.retargeted(t.Seq, was.Seq, pt.to, c.mono(now))
 		t.Was, t.WasTo = was.Seq, pt.to
 		c.debugTransfer("transfer sent in place of one to a gone receiver", p.to.Peer(), t, pt.purpose)
 	}
 	c.notifyOutbox()
+}
+
+// copyApplied returns, for a copy (ModeCopy) placed anew, the transfers
+// its run applied, which go with it; nil for other transfers.
+func copyApplied(t Transfer) []Applied {
+	if t.Mode != ModeCopy {
+		return nil
+	}
+	return t.Applied
 }
 
 // sortStates sorts states by key, so what is sent does not depend on the

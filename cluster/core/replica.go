@@ -38,16 +38,16 @@ type replicaStore struct {
 	max       int
 	appliedBy map[Peer]map[Applied]int64  // owner run → transfers it applied → mono when heard
 	promoted  map[limiter.Key][]promotion // per key, the runs' counts this node's counter of it holds (one entry a run)
-	restored  map[limiter.Key]int64       // keys this run restored counters of, kept by an earlier run → mono when
+	restored  keyMarks                    // keys this run restored counters of, kept by an earlier run
 	// counterless: keys that settled here without any counter of theirs
-	// (a dead owner's, whose replica may come later) → mono when.
-	counterless map[limiter.Key]int64
+	// (a dead owner's, whose replica may come later).
+	counterless keyMarks
 	// gave: keys whose counter this run sent away (handed over, pulled,
-	// sent as a node declared dead) → mono when. Until it does, the
+	// sent as a node declared dead). Until it does, the
 	// counts of this run that a counter holds (a replica of this run's
 	// counter another node started the key from) are in its own counter
 	// already (see weighHere).
-	gave map[limiter.Key]int64
+	gave keyMarks
 	// resent: counts added here that were sent in place of a transfer to
 	// a dead run (Transfer.Was), by that run and transfer: a copy of the
 	// run's counters that comes later saying the run applied it holds
@@ -145,12 +145,7 @@ func (r *replicaStore) gaveAway(m int64, keys []limiter.Key) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.gave == nil {
-		r.gave = map[limiter.Key]int64{}
-	}
-	for _, k := range keys {
-		r.gave[k] = m
-	}
+	r.gave.mark(m, keys...)
 }
 
 // weighHere returns what s, a counter of its key that arrives to be
@@ -197,7 +192,7 @@ func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limite
 		if h.State.Key != k || h.Run == of {
 			continue
 		}
-		if _, gave := r.gave[k]; h.Run == self && !gave {
+		if h.Run == self && !r.gave.has(k) {
 			share(h.State)
 			continue
 		}
@@ -251,11 +246,8 @@ func (r *replicaStore) setPromotionLocked(k limiter.Key, p promotion) {
 func (r *replicaStore) noteRestored(m int64, states []limiter.State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.restored == nil {
-		r.restored = map[limiter.Key]int64{}
-	}
 	for _, s := range states {
-		r.restored[s.Key] = m
+		r.restored.mark(m, s.Key)
 	}
 }
 
@@ -266,12 +258,7 @@ func (r *replicaStore) noteCounterless(m int64, keys []limiter.Key) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.counterless == nil {
-		r.counterless = map[limiter.Key]int64{}
-	}
-	for _, k := range keys {
-		r.counterless[k] = m
-	}
+	r.counterless.mark(m, keys...)
 }
 
 // takeCounterless reports whether k settled here without a counter, and
@@ -279,9 +266,7 @@ func (r *replicaStore) noteCounterless(m int64, keys []limiter.Key) {
 func (r *replicaStore) takeCounterless(k limiter.Key) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.counterless[k]
-	delete(r.counterless, k)
-	return ok
+	return r.counterless.take(k)
 }
 
 // wasRestored reports whether this run restored a counter of k that an
@@ -289,8 +274,7 @@ func (r *replicaStore) takeCounterless(k limiter.Key) bool {
 func (r *replicaStore) wasRestored(k limiter.Key) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	_, ok := r.restored[k]
-	return ok
+	return r.restored.has(k)
 }
 
 // absorbCopy keeps, of states copied from a snapshot that a later run of
@@ -462,20 +446,8 @@ func (r *replicaStore) forgetApplied(m int64) {
 			r.promoted[k] = list
 		}
 	}
-	for k, at := range r.counterless {
-		if m-at > int64(appliedKeep) {
-			delete(r.counterless, k)
-		}
-	}
-	for k, at := range r.gave {
-		if m-at > int64(appliedKeep) {
-			delete(r.gave, k)
-		}
-	}
-	for k, at := range r.restored {
-		if m-at > int64(appliedKeep) {
-			delete(r.restored, k)
-		}
+	for _, marks := range []keyMarks{r.counterless, r.gave, r.restored} {
+		marks.forgetBefore(m - int64(appliedKeep))
 	}
 	for run, set := range r.resent {
 		for a, rec := range set {
@@ -809,4 +781,44 @@ func (c *Core) resync(now time.Time, prev, ring *Ring) {
 		return true
 	})
 	c.dirty.noteKeys(keys)
+}
+
+// keyMarks records keys, each with the instant (mono) it was last marked,
+// until they are forgotten as too old. The zero value is empty and ready:
+// its map is made on the first mark. Its owner's lock guards it.
+type keyMarks map[limiter.Key]int64
+
+// mark records keys at m.
+func (s *keyMarks) mark(m int64, keys ...limiter.Key) {
+	if len(keys) == 0 {
+		return
+	}
+	if *s == nil {
+		*s = keyMarks{}
+	}
+	for _, k := range keys {
+		(*s)[k] = m
+	}
+}
+
+// has reports whether k is marked.
+func (s keyMarks) has(k limiter.Key) bool {
+	_, ok := s[k]
+	return ok
+}
+
+// take reports whether k is marked, and forgets it.
+func (s keyMarks) take(k limiter.Key) bool {
+	_, ok := s[k]
+	delete(s, k)
+	return ok
+}
+
+// forgetBefore forgets the keys last marked before cut.
+func (s keyMarks) forgetBefore(cut int64) {
+	for k, at := range s {
+		if at < cut {
+			delete(s, k)
+		}
+	}
 }

@@ -1099,9 +1099,11 @@ var (
 // TestSimulation plays fault schedules on simulated clusters of 3 to 60
 // nodes (and some of 100) and checks every key from both sides (see the
 // top of this file). By default it plays a fixed set of 200 seeds (40 with
-// -short or the race detector), the same every run. TOLLGATE_SIM=n plays
-// n schedules: the first 100 fixed, fresh seeds after them (with
-// TOLLGATE_SIM_FRESH=0, seeds 1 to n). A failure names its seed: replay it
+// -short or the race detector), the same every run: the regression seeds
+// (fresh seeds that once violated, regressionSeedsFile), then seeds 1, 2,
+// …. TOLLGATE_SIM=n plays n schedules: the first 100 fixed, fresh seeds
+// after them (with TOLLGATE_SIM_FRESH=0, all n fixed). A failure names its
+// seed: replay it
 // with
 // `go test -run '^TestSimulation$' ./cluster/core -sim-seed N -sim-log`.
 func TestSimulation(t *testing.T) {
@@ -1129,7 +1131,7 @@ func TestSimulation(t *testing.T) {
 			kinds = append(kinds, faultKind(k))
 		}
 	}
-	var seeds []uint64
+	var seeds, regressions []uint64
 	seed := *simSeedFlag
 	if v := os.Getenv("TOLLGATE_SIM_SEED"); seed == 0 && v != "" {
 		seed, _ = strconv.ParseUint(v, 10, 64)
@@ -1139,7 +1141,14 @@ func TestSimulation(t *testing.T) {
 	} else {
 		// A fixed set first, so every run covers the same ground, then
 		// fresh seeds: each failure names its own.
-		for i := range fixed {
+		// The fixed set is the regression seeds, then seeds 1, 2, … up
+		// to its size.
+		if *simNodesFlag == 0 && *simKindsFlag == "" {
+			regressions = regressionSeeds(t)
+			regressions = regressions[:min(len(regressions), fixed)]
+		}
+		seeds = append(seeds, regressions...)
+		for i := range fixed - len(regressions) {
 			seeds = append(seeds, uint64(i+1))
 		}
 		base := uint64(time.Now().UnixNano())
@@ -1178,7 +1187,7 @@ func TestSimulation(t *testing.T) {
 	// violations.
 	var known map[uint64]string
 	if seed == 0 && *simNodesFlag == 0 && *simKindsFlag == "" {
-		known = knownViolations(t, uint64(fixed))
+		known = knownViolations(t, uint64(fixed-len(regressions)), regressions)
 	}
 	var schedules, violations, maxNodes int
 	var failedSeeds, knownSeeds []uint64
@@ -1228,8 +1237,9 @@ func TestSimulation(t *testing.T) {
 // violations in, one per line: the seed, then what kind.
 const knownViolationsFile = "testdata/simulation-known-violations.txt"
 
-// knownViolations reads the listed seeds up to the last fixed seed.
-func knownViolations(t *testing.T, last uint64) map[uint64]string {
+// knownViolations reads the listed seeds up to the last fixed seed, and
+// those of more, the regression seeds played with them.
+func knownViolations(t *testing.T, last uint64, more []uint64) map[uint64]string {
 	t.Helper()
 	data, err := os.ReadFile(knownViolationsFile)
 	if err != nil {
@@ -1246,9 +1256,37 @@ func knownViolations(t *testing.T, last uint64) map[uint64]string {
 		if err != nil || strings.TrimSpace(why) == "" {
 			t.Fatalf("%s:%d: %q: want a seed and what it violates", knownViolationsFile, i+1, line)
 		}
-		if seed <= last {
+		if seed <= last || slices.Contains(more, seed) {
 			known[seed] = strings.TrimSpace(why)
 		}
 	}
 	return known
+}
+
+// regressionSeedsFile lists fresh seeds that once violated, played with
+// the fixed ones on every run so that what they found stays found: one a
+// line, a comment after it.
+const regressionSeedsFile = "testdata/simulation-regression-seeds.txt"
+
+// regressionSeeds reads the seeds of regressionSeedsFile.
+func regressionSeeds(t *testing.T) []uint64 {
+	t.Helper()
+	data, err := os.ReadFile(regressionSeedsFile)
+	if err != nil {
+		t.Fatalf("the list of regression seeds: %v", err)
+	}
+	var seeds []uint64
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		text, _, _ := strings.Cut(line, " ")
+		seed, err := strconv.ParseUint(text, 10, 64)
+		if err != nil || seed == 0 {
+			t.Fatalf("%s:%d: %q: want a seed, then a comment", regressionSeedsFile, i+1, line)
+		}
+		seeds = append(seeds, seed)
+	}
+	return seeds
 }

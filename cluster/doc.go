@@ -190,6 +190,14 @@
 // random schedules of these faults on three or four nodes and checks
 // every key against this bound; every kind of fault holds it: delays,
 // loss, freezes, partitions, crashes, restarts with or without a snapshot.
+// The simulator (package core) holds it, and what the cluster holds
+// below, in seeds 1 to 10,000; its fresh seeds still find schedules that
+// break one or the other, about one in 400, all but one combining two
+// faults (a key's whole count lost to a crash or a partition beside a
+// leave or a restart, admitting its limit twice, at worst): the kept
+// ones are listed in core/testdata/simulation-known-violations.txt and
+// docs/cluster.md. So the bound is what the protocol is built to hold
+// and what the fixed schedules check, not yet proved for every schedule.
 //
 // What the cluster holds. Once faults heal, the count the cluster holds of
 // each key is what was admitted, less at most C, but for the units of take

@@ -9,7 +9,7 @@ import (
 // transfer given in a pull's reply gets no answer (nil). Take items go to
 // Serve.
 func (c *Core) Handle(now time.Time, from Peer, msg Message) Message {
-	c.noteHeard(from.Name, now)
+	c.noteHeard(from, now)
 	defer c.notifyOutbox()
 	switch m := msg.(type) {
 	case Transfer:
@@ -49,7 +49,7 @@ func (c *Core) Answered(now time.Time, id uint64, reply Message) {
 	if r == nil {
 		return
 	}
-	c.noteHeard(r.to.Name, now)
+	c.noteHeard(r.to, now)
 	defer c.notifyOutbox()
 	switch r.msg.(type) {
 	case Transfer:

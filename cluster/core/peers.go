@@ -314,9 +314,13 @@ func (h heardMap) of(p Peer) (int64, bool) {
 	return at, ok
 }
 
-// noteHeard records a message from the node called name.
-func (c *Core) noteHeard(name string, now time.Time) {
-	if p := c.peers.get(name); p != nil {
+// noteHeard records a message from the run from. A message from another
+// run of the node (a later run, started before this node heard of it)
+// says nothing of the run the peer state is of: counted for it, it would
+// keep a dead run's lease alive, and with it the transfers waiting for
+// that run (see deadReceivers) and the takeover of its keys.
+func (c *Core) noteHeard(from Peer, now time.Time) {
+	if p := c.peers.get(from.Name); p != nil && p.peer.Inc == from.Inc {
 		p.noteHeard(c.mono(now))
 	}
 }

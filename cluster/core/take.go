@@ -573,7 +573,7 @@ func (c *Core) next(now time.Time, op *TakeOp) bool {
 // may come as an *ItemReply, read only during the call: a driver passes
 // the reply where it decoded it, without boxing a copy.
 func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
-	c.noteHeard(op.to.Name, now)
+	c.noteHeard(op.to, now)
 	if op.scoreStep {
 		op.scoreStep = false
 		if r, ok := reply.(ScoreReply); ok {
@@ -779,7 +779,7 @@ func (c *Core) scaleFor(score float64, reqs []limiter.Request) []limiter.Request
 // hold has not passed, it reports wait: the driver holds the item, waits
 // for keys to settle (Hooks.Settled) or for hold, and serves it again.
 func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Result, hold time.Time) (reply ItemReply, wait bool) {
-	c.noteHeard(from.Name, now)
+	c.noteHeard(from, now)
 	v := c.view.Load()
 	m := c.mono(now)
 	if item.Op == OpPenalize {

@@ -159,7 +159,15 @@
 // (restarted), or for at most HandoffWindow, rather than count it from
 // what the others admitted in fallback
 // (TestAKeyWhoseOwnerAndSuccessorDiedIsDecidedByFallbackUntilItsCounterComes:
-// 16 admitted of 10 by owners before).
+// 16 admitted of 10 by owners before). A successor sends a dead run's
+// replica on as that run's counter, weighed by run where the key is
+// counted: added to what the owner counted without it, but for what its
+// counter holds of the run already
+// (TestADeadRunsReplicaSentOnAddsToWhatTheOwnerCountedWithoutIt: sent as a
+// copy whose newer stood, it lost what the owner had counted meanwhile, or
+// what the dead run had), and one that another run's replica of the key
+// displaces before it went goes on then
+// (TestAReplicaDisplacedByAnotherRunsIsSentOn: before, it was dropped).
 //
 // The bound, under faults. For each key and window with limit L, the
 // requests admitted across the cluster are at most

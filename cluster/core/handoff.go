@@ -1173,21 +1173,87 @@ func (c *Core) passReplicasOn(now time.Time, v *view) {
 	}
 }
 
-// sendReplicasOn sends replicas of dead runs to their keys' owners, as
-// copies that name the run.
+// sendReplicasOn sends replicas of dead runs to their keys' owners (see
+// sendDeadReplicas).
 func (c *Core) sendReplicasOn(now time.Time, taken []takenReplica) {
-	byRun := map[Peer][]limiter.State{}
-	var runs []Peer
-	for _, t := range taken {
-		if _, ok := byRun[t.owner]; !ok {
-			runs = append(runs, t.owner)
+	c.sendDeadReplicas(now, taken, func(like Transfer, p purpose, states []limiter.State) { c.placeAs(now, like, p, states) })
+}
+
+// sendDisplaced sends on the replicas of dead runs that a replica from
+// the run from replaced, to from (see sendDeadReplicas): this node kept
+// them as the dead runs' successor and had not sent them on yet (it was
+// cut off from the majority, or has not heard of from, a later run of the
+// dead owner), and from, which counts the keys now, may well have started
+// them without them, and counted others since. Dropped, their counts were
+// nowhere. Replicas of runs that are alive or left gracefully are stale:
+// their counters were handed over.
+func (c *Core) sendDisplaced(now time.Time, from Peer, displaced []takenReplica) {
+	var dead []takenReplica
+	for _, d := range displaced {
+		if c.runDied(d.owner) || d.owner.Name == from.Name && d.owner.Inc < from.Inc {
+			dead = append(dead, d)
 		}
-		byRun[t.owner] = append(byRun[t.owner], t.state)
 	}
-	held := holdsOfTaken(taken)
-	for _, run := range runs {
-		c.placeAs(now, Transfer{Mode: ModeNewer, ReplicaOf: run, Holds: holdsOf(held, byRun[run])}, purposeHandoff, byRun[run])
+	if c.debugOn() && len(dead) > 0 {
+		c.debugCounts("replicas of dead runs displaced by another run's: sent on to it", statesOfTaken(dead), "to", from.Name)
 	}
+	c.sendDeadReplicas(now, dead, func(like Transfer, p purpose, states []limiter.State) {
+		for _, part := range SplitStates(states, TransferBytes) {
+			t := like
+			t.States, t.Holds = part, holdsOf(like.Holds, part)
+			c.sendTransfer(now, from, t, p)
+		}
+	})
+}
+
+// sendDeadReplicas sends replicas of dead runs on, by send, run by run.
+// One that came recently (within keptNamedWithin) goes as that run's
+// counter (ModeAdd naming it), weighed where its key is counted like any
+// counter that names its run: what the counter there holds of the run is
+// not added again (a record of it, see promotion, lives longer than that),
+// the rest is, to whatever else was counted meanwhile. As a copy that the
+// newer of it and the count there replaces (ModeNewer), it lost either
+// what the dead run counted or what the key's owner counted without it
+// (a key that settled at its new owner from others' fallback counts, its
+// counter out of reach, and moved on since). Older ones, and those a
+// leaving node passed on (whose age is not known), go as such copies:
+// what records of their counts the counters may hold may be forgotten.
+func (c *Core) sendDeadReplicas(now time.Time, taken []takenReplica, send func(like Transfer, p purpose, states []limiter.State)) {
+	if len(taken) == 0 {
+		return
+	}
+	m := c.mono(now)
+	type group struct {
+		run   Peer
+		named bool
+	}
+	byGroup := map[group][]takenReplica{}
+	var groups []group
+	for _, t := range taken {
+		g := group{run: t.owner, named: !t.passed && m-t.at <= int64(keptNamedWithin)}
+		if _, ok := byGroup[g]; !ok {
+			groups = append(groups, g)
+		}
+		byGroup[g] = append(byGroup[g], t)
+	}
+	for _, g := range groups {
+		part := byGroup[g]
+		states, held := statesOfTaken(part), holdsOfTaken(part)
+		if g.named {
+			send(Transfer{Mode: ModeAdd, CountersOf: g.run, Holds: holdsOf(held, states)}, purposeForward, states)
+		} else {
+			send(Transfer{Mode: ModeNewer, ReplicaOf: g.run, Holds: holdsOf(held, states)}, purposeHandoff, states)
+		}
+	}
+}
+
+// statesOfTaken returns the counters of taken.
+func statesOfTaken(taken []takenReplica) []limiter.State {
+	out := make([]limiter.State, len(taken))
+	for i, t := range taken {
+		out[i] = t.state
+	}
+	return out
 }
 
 // runDied reports whether the owner run died by what is known: declared

@@ -164,9 +164,10 @@ type Transfer struct {
 	// stale from now on.
 	Own bool
 	// CountersOf (ModeAdd, ModeCopy): these are that run's own counters,
-	// handed over by it (Own) or kept by it and read back by a later run
-	// of its node (ModeCopy), and passed on by the nodes they reached on
-	// the way. A replica of the run's counter is a copy of the same
+	// handed over by it (Own), kept by it and read back by a later run of
+	// its node (ModeCopy), or kept as its replicas by its successor and
+	// sent on once it died, and passed on by the nodes they reached on the
+	// way. A replica of the run's counter is a copy of the same
 	// counts: where both arrive, the later adds only what it holds beyond
 	// the earlier.
 	CountersOf Peer

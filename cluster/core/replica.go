@@ -20,12 +20,14 @@ import (
 // replicated: one interval's, and a batch in flight. A single node, or a
 // one-member ring, replicates nothing and pays nothing.
 
-// replica is a counter kept for the owner run that sent it, and the other
-// runs' counts the counter holds (see Transfer.Holds).
+// replica is a counter kept for the owner run that sent it, the other
+// runs' counts the counter holds (see Transfer.Holds), and when it came.
 type replica struct {
-	state limiter.State
-	owner Peer
-	holds []Held
+	state  limiter.State
+	owner  Peer
+	holds  []Held
+	at     int64 // mono
+	passed bool  // a leaving node passed it on: when its owner sent it is not known
 }
 
 // replicaStore holds the counters this node keeps as a successor, and the
@@ -303,12 +305,14 @@ func (r *replicaStore) absorbCopy(from, of Peer, states []limiter.State, holds [
 	return rest
 }
 
-// takenReplica is a replica taken out of the store, its owner, and the
-// other runs' counts it holds.
+// takenReplica is a replica taken out of the store, its owner, the
+// other runs' counts it holds, and when it came (see replica).
 type takenReplica struct {
-	owner Peer
-	state limiter.State
-	holds []Held
+	owner  Peer
+	state  limiter.State
+	holds  []Held
+	at     int64
+	passed bool
 }
 
 // holdsOfTaken returns the counts the replicas of taken hold.
@@ -473,26 +477,33 @@ func (r *replicaStore) forgetApplied(m int64) {
 
 // put keeps owner's states, and the counts they hold of other runs,
 // replacing older ones of the same keys. A full store drops expired
-// replicas first, then refuses new keys.
-func (r *replicaStore) put(now time.Time, owner Peer, states []limiter.State, holds []Held) {
+// replicas first, then refuses new keys. It returns the live replicas of
+// other runs that owner's replaced, sorted by key: they may hold counts
+// that owner's counters do not (see Core.sendDisplaced).
+func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.State, holds []Held) (displaced []takenReplica) {
 	ns := now.UnixNano()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range states {
-		if _, ok := r.states[s.Key]; !ok && len(r.states) >= r.max {
+		old, ok := r.states[s.Key]
+		if !ok && len(r.states) >= r.max {
 			r.sweepLocked(ns)
 			if len(r.states) >= r.max {
 				continue
 			}
 		}
-		r.states[s.Key] = replica{state: s, owner: owner, holds: holdsOf(holds, []limiter.State{s})}
+		if ok && old.owner != owner && old.state.Expires > ns {
+			displaced = append(displaced, takenReplica{owner: old.owner, state: old.state, holds: old.holds, at: old.at, passed: old.passed})
+		}
+		r.states[s.Key] = replica{state: s, owner: owner, holds: holdsOf(holds, []limiter.State{s}), at: m}
 	}
+	return displaced
 }
 
 // putPassed keeps states of owner that another node kept and passed on:
 // each where this node keeps no replica of its key, or an older one of
 // the same run. A full store refuses new keys.
-func (r *replicaStore) putPassed(owner Peer, states []limiter.State, holds []Held) {
+func (r *replicaStore) putPassed(m int64, owner Peer, states []limiter.State, holds []Held) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range states {
@@ -500,7 +511,7 @@ func (r *replicaStore) putPassed(owner Peer, states []limiter.State, holds []Hel
 		held := holdsOf(holds, []limiter.State{s})
 		switch {
 		case !ok && len(r.states) < r.max:
-			r.states[s.Key] = replica{state: s, owner: owner, holds: held}
+			r.states[s.Key] = replica{state: s, owner: owner, holds: held, at: m, passed: true}
 		case ok && rep.owner == owner:
 			rep.state = limiter.NewerState(rep.state, s)
 			rep.holds = newerHolds(rep.holds, held)
@@ -558,7 +569,7 @@ func (r *replicaStore) takeOwned(now time.Time, pick func(owner Peer, k limiter.
 		}
 		delete(r.states, k)
 		if rep.state.Expires > ns {
-			out = append(out, takenReplica{owner: rep.owner, state: rep.state, holds: rep.holds})
+			out = append(out, takenReplica{owner: rep.owner, state: rep.state, holds: rep.holds, at: rep.at, passed: rep.passed})
 		}
 	}
 	r.mu.Unlock()

@@ -876,14 +876,14 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			// owner's successor without it: kept where this node keeps
 			// none of the key newer, unless the owner left too.
 			if !c.runLeft(t.ReplicaOf) {
-				c.replicas.putPassed(t.ReplicaOf, t.States, t.Holds)
+				c.replicas.putPassed(c.mono(now), t.ReplicaOf, t.States, t.Holds)
 			}
 			return
 		}
 		if r, ok := c.known.Load().run(from); ok && r.leaving {
 			return // it hands its counters over instead: a replica now is stale
 		}
-		c.replicas.put(now, from, t.States, t.Holds)
+		c.sendDisplaced(now, from, c.replicas.put(now, c.mono(now), from, t.States, t.Holds))
 		c.replicas.noteApplied(c.mono(now), from, t.Applied)
 	case ModeRefund, ModeCharge:
 		c.applySettle(now, t, t.Reqs)

@@ -1041,17 +1041,29 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		c.tookOver(Member{Name: name, Inc: inc}) // its pings are told so from now on
 	}
 	// A key lent meanwhile to a node that owns it by a newer ring: its
-	// replica goes there, as a copy.
+	// replica goes there, as a copy. A replica of a key whose counter here
+	// holds the dead run's counts already (the run handed the counter
+	// over, and a node that kept the run's replica of it, stale since,
+	// passed that on) is a copy of counts counted here: only what it holds
+	// beyond them is added.
 	var lent, kept []takenReplica
+	var beyond []limiter.State
 	reps = reps[:0]
 	for _, t := range taken {
 		if _, self, _ := c.placeOf(v, t.state.Key); !self {
 			lent = append(lent, t)
-		} else {
-			kept = append(kept, t)
-			reps = append(reps, t.state)
+			continue
 		}
+		if d, more, held := c.replicas.beyondPromoted(now, t.state.Key, t.owner, t.state); held {
+			if more {
+				beyond = append(beyond, d)
+			}
+			continue
+		}
+		kept = append(kept, t)
+		reps = append(reps, t.state)
 	}
+	c.debugCounts("hand-off completing: replicas of counts held here add what they hold beyond them", beyond)
 	c.replicas.notePromoted(c.mono(now), kept)
 	c.replicas.noteHeld(c.mono(now), holdsOfTaken(kept))
 
@@ -1064,6 +1076,14 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 			mk.base = limiter.NewerState(mk.base, s)
 		} else {
 			mk.base, mk.hasBase = s, true
+		}
+	}
+	for _, s := range beyond {
+		mk := h.entry(v, c.self.Name, s.Key)
+		if mk.hasAdds {
+			mk.adds = limiter.AddState(now, mk.adds, s)
+		} else {
+			mk.adds, mk.hasAdds = s, true
 		}
 	}
 	if !forced && len(plan.deadInc) > 1 {

@@ -976,6 +976,9 @@ func (s *sim) serve(dest *simNode, srv *simServe) bool {
 	if reply.Outcome == Decided && srv.item.Op == OpTake {
 		s.hist.served[servedKey{dest.name, dest.inc, srv.from.Inc, srv.from.Name, srv.item.Seq}] = s.now
 		for _, rq := range srv.item.Reqs {
+			if s.trace != 0 && rq.Key == s.trace {
+				s.logf("TRACE %s decides take item %d of %s: allowed=%v", dest.name, srv.item.Seq, srv.from.Name, reply.Allowed)
+			}
 			s.hist.decisions = append(s.hist.decisions, simDecision{key: rq.Key, at: s.now, node: dest.name, nodeInc: dest.inc, allowed: reply.Allowed, seq: srv.item.Seq, caller: srv.from})
 		}
 	}
@@ -1005,7 +1008,11 @@ func (s *sim) wakeAll(n *simNode) {
 
 func (s *sim) finish(r *simReq, d Decision) {
 	for i, z := range r.zones {
-		if r.zoneBy[i] == SourceFallback || !d.Allowed {
+		if r.zoneBy[i] == SourceFallback || !d.Allowed || s.trace != 0 && s.keys[z].key == s.trace {
+			if s.trace != 0 && s.keys[z].key == s.trace {
+				s.logf("request %d key %d via %s: %s allowed=%v items=%v", r.id, z, r.node.name, r.zoneBy[i], d.Allowed, r.items)
+				continue
+			}
 			s.logf("request %d key %d via %s: %s allowed=%v", r.id, z, r.node.name, r.zoneBy[i], d.Allowed)
 		}
 	}
@@ -1079,6 +1086,12 @@ func (s *sim) traceMsg(from, to string, m Message) {
 					s.traced = map[string]bool{}
 				}
 				s.traced[to+">"+from+fmt.Sprint(x.Seq)] = true
+			}
+		}
+	case TakeItem:
+		for _, r := range x.Reqs {
+			if r.Key == s.trace {
+				s.logf("TRACE %s -> %s take item %d op %d", from, to, x.Seq, x.Op)
 			}
 		}
 	case Pull:

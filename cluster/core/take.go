@@ -812,17 +812,17 @@ func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Res
 			}
 		}
 		if !ok || to.Name == c.self.Name {
-			return ItemReply{Outcome: NotYetMine}, false
+			return c.undecided(now, from, item, res, client, ItemReply{Outcome: NotYetMine}), false
 		}
-		return ItemReply{Outcome: MovedTo, Owner: to.Name}, false
+		return c.undecided(now, from, item, res, client, ItemReply{Outcome: MovedTo, Owner: to.Name}), false
 	case keyWaiting:
 		if m < c.mono(hold) {
 			c.wake(now, v, m, &g, succ)
 			return ItemReply{}, true
 		}
-		return ItemReply{Outcome: NotYetMine}, false
+		return c.undecided(now, from, item, res, client, ItemReply{Outcome: NotYetMine}), false
 	case keyNoQuorum, keyOutOfReach:
-		return ItemReply{Outcome: NotYetMine}, false
+		return c.undecided(now, from, item, res, client, ItemReply{Outcome: NotYetMine}), false
 	}
 	if item.Op == OpPeek {
 		for i := range item.Reqs {
@@ -840,15 +840,37 @@ func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Res
 	case servedCancelled:
 		return ItemReply{Outcome: NotYetMine}, false // its caller decided it elsewhere
 	case servedBefore:
-		// The same item again: its decision stands, nothing is spent twice.
-		for i := range item.Reqs {
-			res[i] = c.engine.Peek(now, item.Reqs[i])
-			res[i].Allowed = res[i].Allowed || ok
-		}
-		return ItemReply{Outcome: Decided, Allowed: ok, Score: c.engine.Reputation(now, client), Results: res}, false
+		return c.decidedBefore(now, item, res, client, ok), false
 	}
 	c.noteChanged(v, item.Reqs, client)
 	return ItemReply{Outcome: Decided, Allowed: allowed, Score: score, Results: res}, false
+}
+
+// decidedBefore answers a take item that came again with the decision its
+// first copy got: nothing is spent twice.
+func (c *Core) decidedBefore(now time.Time, item *TakeItem, res []limiter.Result, client limiter.Key, allowed bool) ItemReply {
+	for i := range item.Reqs {
+		res[i] = c.engine.Peek(now, item.Reqs[i])
+		res[i].Allowed = res[i].Allowed || allowed
+	}
+	return ItemReply{Outcome: Decided, Allowed: allowed, Score: c.engine.Reputation(now, client), Results: res}
+}
+
+// undecided returns reply, an answer that decides nothing (NotYetMine,
+// MovedTo), for a take item from from, and records it: the caller decides
+// the request elsewhere, and a later copy of the item (the network may
+// deliver one twice) must not be counted here too. A copy of an item
+// decided before gets that decision instead: answered NotYetMine, its
+// caller would decide it by fallback beside the admission that stands
+// here. Every copy of an item gets the answer the first one got.
+func (c *Core) undecided(now time.Time, from Peer, item *TakeItem, res []limiter.Result, client limiter.Key, reply ItemReply) ItemReply {
+	if item.Op != OpTake {
+		return reply
+	}
+	if how, ok := c.takes.undecided(from, item.Seq); how == servedBefore {
+		return c.decidedBefore(now, item, res, client, ok)
+	}
+	return reply
 }
 
 // blockedAnswer fills res and reports true if one of reqs' keys is known to

@@ -131,6 +131,29 @@ func (l *takeLog) decide(caller Peer, seq uint64, take func() bool) (served, boo
 	return servedNow, ok
 }
 
+// undecided records that item seq of caller was answered without a
+// decision (NotYetMine, MovedTo): its caller decides it elsewhere, so no
+// later copy of it is counted here (see Core.Serve). An item decided
+// before keeps its decision: undecided reports servedBefore and whether it
+// was admitted, and the copy is answered with that decision; else
+// servedCancelled.
+func (l *takeLog) undecided(caller Peer, seq uint64) (served, bool) {
+	c := l.caller(caller)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.forgotten(seq) {
+		return servedCancelled, false
+	}
+	switch c.outcome(seq) {
+	case itemAdmitted:
+		return servedBefore, true
+	case itemDenied:
+		return servedBefore, false
+	}
+	c.set(seq, itemCancelled)
+	return servedCancelled, false
+}
+
 // cancel records that the caller gave up on item seq and reports whether
 // its units must be given back: it was admitted, or it is too old to tell
 // (most items are admitted; a refund too many lets one request more pass,

@@ -896,7 +896,11 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 // node admitted it, its units are given back.
 func (c *Core) cancel(now time.Time, from Peer, x Cancel) {
 	c.stats.Cancelled.Add(1)
-	if c.takes.cancel(from, x.Take) {
+	refund := c.takes.cancel(from, x.Take)
+	if c.debugOn() {
+		c.log.Debug("take item cancelled by its caller", "node", c.self.Name, "peer", from.Name, "take", x.Take, "refund", refund, "reqs", debugReqs(x.Reqs))
+	}
+	if refund {
 		c.refund(now, x.Reqs)
 	}
 }
@@ -1080,6 +1084,9 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 	for _, r := range reqs {
 		to, self, ok := c.placeOf(v, r.Key)
 		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
+			if c.debugOn() {
+				c.log.Debug("units given back here", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
+			}
 			c.engine.Refund(now, r)
 			c.dirty.noteKey(r.Key) // its successor's replica must not keep the units
 			continue
@@ -1190,12 +1197,23 @@ func (c *Core) replaceRefused(now time.Time) {
 // at the owner, one more than was admitted unless the caller's fallback
 // admitted the request (its fallback count, which carries the cancel to
 // the owner, died with it: see Transfer.Cancels).
+//
+// A node without a majority gives up on nothing: it takes no dead
+// member's keys over, and the node that does, on the larger side, alone
+// knows by its replicas whether the receiver applied what it was sent.
+// Given up on here, the counts would wait here, for keys this node owns
+// by its smaller ring, and reach the receiver again as counts it never
+// had if it was alive all along (a split): counted twice. Kept, the
+// transfer goes to the receiver again once it answers, and is applied
+// once; or, if the larger side took the receiver's keys over, it is given
+// up on once this node has a majority again, and goes where they went.
 func (c *Core) deadReceivers(now time.Time, heard func(Peer) (int64, bool)) {
 	m := c.mono(now)
 	v := c.view.Load()
+	majority := c.majority(v)
 	c.out.toLimbo(func(pt *pendingTransfer) (int64, bool) {
 		to := pt.to
-		if c.aliveLocked(v.ring, to) || !c.goneLocked(to) {
+		if !majority || c.aliveLocked(v.ring, to) || !c.goneLocked(to) {
 			return 0, false
 		}
 		if pt.t.Mode == ModeCancel && !c.replacedLocked(to) {

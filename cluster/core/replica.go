@@ -161,9 +161,10 @@ func (r *replicaStore) gaveAway(m int64, keys []limiter.Key) {
 // on this node holds the newer of each. The largest, not the sum: the
 // runs' counts a counter holds nest (a counter started from a replica of
 // one that was started from another's), and counts held twice are only
-// ever those of one counter. Counts of this run (self) a counter holds
-// are in this run's own counter of the key, unless it sent that away
-// since (gaveAway): then they are weighed like any run's.
+// ever those of one counter. Counts of this run (self) a counter holds,
+// or that s holds as this run's own counter (of is self), are in this
+// run's own counter of the key, unless it sent that away since
+// (gaveAway): then they are weighed like any run's.
 func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limiter.State, holds []Held) (delta limiter.State, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -187,7 +188,14 @@ func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limite
 		p.state, p.at = limiter.NewerState(p.state, x), m
 		r.setPromotionLocked(k, p)
 	}
-	if of.Name != "" {
+	switch {
+	case of.Name == "":
+	case of == self && !r.gave.has(k):
+		// This run's own counter, come back (a replica of it sent on by a
+		// node that took this run for dead): its counts are in the
+		// counter here.
+		share(s)
+	default:
 		weigh(of, s)
 	}
 	for _, h := range holds {
@@ -587,6 +595,25 @@ func (r *replicaStore) dropOf(k limiter.Key, owner Peer) bool {
 		return true
 	}
 	return false
+}
+
+// takeNewerOf takes out the replicas owner keeps of the keys of states,
+// copies of the same counters as states, and returns, key by key, the
+// newer of the two, and the newer of the other runs' counts both hold.
+func (r *replicaStore) takeNewerOf(owner Peer, states []limiter.State, holds []Held) ([]limiter.State, []Held) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := slices.Clone(states)
+	for i, s := range out {
+		rep, ok := r.states[s.Key]
+		if !ok || rep.owner != owner {
+			continue
+		}
+		delete(r.states, s.Key)
+		out[i] = limiter.NewerState(rep.state, s)
+		holds = newerHolds(holds, rep.holds)
+	}
+	return out, holds
 }
 
 // get returns the replica of k and its owner.

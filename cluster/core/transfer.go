@@ -752,17 +752,25 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			c.cancel(now, from, x)
 		}
 		c.stats.Received.Add(uint64(len(t.States)))
-		// A run's own counters, handed over: the replica this node keeps of
-		// them is stale. Where they are counted, they are weighed against
-		// what is held there of the run and of the runs they hold counts of
-		// (see placeHere); passed on, they go as they came.
+		// A run's own counters, handed over by it: the replica this node
+		// keeps of them is stale. Passed on by others, they may be a
+		// replica of the run sent on once it was taken for dead, and the
+		// replica here a newer copy of the same counter (a snapshot of the
+		// run read back and sent here): the newer of the two goes on.
+		// Where they are counted, they are weighed against what is held
+		// there of the run and of the runs they hold counts of (see
+		// placeHere); passed on, they go as they came.
 		of := t.countersOf(from)
-		if of.Name != "" {
+		states, holds := t.States, t.Holds
+		switch {
+		case t.Own:
 			for _, s := range t.States {
 				c.replicas.dropOf(s.Key, of)
 			}
+		case of.Name != "":
+			states, holds = c.replicas.takeNewerOf(of, t.States, t.Holds)
 		}
-		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: of, Holds: t.Holds}, purposeForward, t.States)
+		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds}, purposeForward, states)
 	case ModeEvicted:
 		c.stats.Received.Add(uint64(len(t.States)))
 		// Counters of keys whose counters here hold the run's counts (this

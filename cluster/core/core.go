@@ -48,6 +48,7 @@ type Core struct {
 	appliedLog appliedLog    // transfers applied here since the last replication
 	gate       *gate         // in its own ring or not, and why
 	settling   heldSettles   // settlements waiting for their keys' counters
+	unrefunded heldRefunds   // units given back without a majority, waiting for one
 
 	blocked *slotCache[blockedEntry] // keys owners denied, until they may pass
 	told    *slotCache[int64]        // remaining counts owners reported
@@ -266,6 +267,7 @@ func (c *Core) Tick(now time.Time) {
 	c.tickTransfers(now, m)
 	c.tickHandoff(now, m)
 	c.tickSettles(now)
+	c.tickRefunds(now)
 	if stray {
 		c.pushStray(now)
 	}

@@ -1089,9 +1089,25 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 	reqs = c.handoff.refundLater(v, c.self.Name, reqs) // keys not settled here wait for their counter
 	var away map[string][]limiter.Request
 	owners := map[string]Member{}
+	minority := v.self >= 0 && !c.majority(v)
 	for _, r := range reqs {
 		to, self, ok := c.placeOf(v, r.Key)
 		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
+			if r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) && c.fallback.engine.Has(now, r.Key) {
+				// The key's counter waits in the fallback counts (it came
+				// while this node had no majority): they join the engine,
+				// or go to the key's owner, as additions.
+				if c.debugOn() {
+					c.log.Debug("units given back from the fallback counts", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
+				}
+				c.fallback.engine.Refund(now, r)
+				c.fallback.wrote()
+				continue
+			}
+			if minority && r.Limit.Algorithm != limiter.Concurrency && (self || c.engine.Has(now, r.Key)) {
+				c.holdRefund(r)
+				continue
+			}
 			if c.debugOn() {
 				c.log.Debug("units given back here", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
 			}
@@ -1108,6 +1124,63 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 	for _, name := range sortedKeys(away) {
 		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeRefund, Reqs: away[name]}, purposeRefund)
 	}
+}
+
+// holdRefund keeps r's units, given back on a node without a majority
+// while its engine counts the key (or nothing holds it here), until the
+// node has a majority again or is out of its ring (see tickRefunds). It
+// counts nothing as an owner meanwhile, and the larger side may have taken
+// its keys over from their replicas, which hold the units: given back from
+// this node's counter, they would be lost where the two meet, weighed as
+// copies of one count (the larger stands). Nor may they come off its
+// fallback counts, which hold only what it admitted in fallback (and what
+// arrived meanwhile), not the units its engine admitted: a count cannot
+// go below nothing, and the rest would be kept. Given back once the node
+// knows where the key is counted, they come off that counter: here, or in
+// a refund to the node that counts it.
+func (c *Core) holdRefund(r limiter.Request) {
+	if c.debugOn() {
+		c.log.Debug("units given back wait for a majority", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
+	}
+	c.unrefunded.hold(r)
+}
+
+// tickRefunds gives back the units that waited for a majority, once this
+// node has one or is out of its ring.
+func (c *Core) tickRefunds(now time.Time) {
+	if !c.unrefunded.waiting() {
+		return
+	}
+	if v := c.view.Load(); v.self >= 0 && !c.majority(v) {
+		return
+	}
+	c.refund(now, c.unrefunded.take())
+}
+
+// heldRefunds are units given back that wait for this node to have a
+// majority (see holdRefund). It is safe for concurrent use.
+type heldRefunds struct {
+	mu   sync.Mutex
+	n    atomic.Int64
+	reqs []limiter.Request
+}
+
+func (h *heldRefunds) hold(r limiter.Request) {
+	h.mu.Lock()
+	h.reqs = append(h.reqs, r)
+	h.n.Store(int64(len(h.reqs)))
+	h.mu.Unlock()
+}
+
+func (h *heldRefunds) waiting() bool { return h.n.Load() > 0 }
+
+func (h *heldRefunds) take() []limiter.Request {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := h.reqs
+	h.reqs = nil
+	h.n.Store(0)
+	return out
 }
 
 // acked records the answer to a transfer. A transfer the receiver refused

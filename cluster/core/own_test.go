@@ -40,16 +40,23 @@ func TestAnOwnCounterThatCameBackGoesOutAgainAsAHandoff(t *testing.T) {
 	h.setMembership("n0", nil)
 	h.advance(20*time.Millisecond, "n0")
 	// n2 goes silent too, and n0 declares n1 dead: the key moves back to
-	// n0, whose takeover waits for n2's seal; the hand-off to n1 is given
-	// up on once n1's lease from n0 ran out.
+	// n0, whose takeover waits for n2's seal. Without a majority, n0 keeps
+	// its hand-off to n1 (n1 may be alive on the larger side of a split,
+	// and get it there); once n2 answers again, n0 has one and gives the
+	// hand-off up (n1's lease from n0 ran out).
 	h.down["n2"] = true
 	h.setMembership("n0", []string{"n1"})
 	h.advance(time.Second, "n0")
 	if !n0.HandoffUnderway() {
 		t.Fatal("n0 completed its takeover without n2's seal")
 	}
+	if n0.out.moving("n1") == 0 {
+		t.Fatal("n0 gave up on its hand-off to n1 without a majority")
+	}
+	h.down["n2"] = false
+	h.advance(time.Second, "n0", "n2")
 	if n0.out.moving("n1") != 0 {
-		t.Fatal("n0 still holds its hand-off to n1")
+		t.Fatal("n0 still holds its hand-off to n1 with a majority")
 	}
 
 	// n1 is listed again: the counter goes to it as n0's own.

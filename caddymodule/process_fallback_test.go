@@ -18,8 +18,8 @@ import (
 
 // settle waits out the hand-off window that follows the cluster's forming.
 // In it, a new owner that cannot pull a key from the node that owned it
-// before (stopped, here) decides the key by fallback caps: a documented gap
-// (cluster/doc.go, "Known gaps"). These tests are about a settled cluster.
+// before (stopped, here) decides the key by fallback caps (cluster/doc.go,
+// "Membership changes"). These tests are about a settled cluster.
 func settle() { time.Sleep(cluster.DefaultHandoffWindow) }
 
 // These tests check, with real Caddy processes, that an owner that is slow,

@@ -114,6 +114,9 @@ http://127.0.0.1:%d {
 		%s
 	}
 	respond "%s"
+	handle_errors 429 {
+		respond "{http.tollgate.source} {http.tollgate.remaining}" 429
+	}
 }
 `, p.admin, filepath.Join(p.dir, "storage"), filepath.Join(p.dir, "caddy.log"), processLogLevel(), processSecret, reputation,
 		p.gossip, p.peer, joinLine, p.http, p.limit, apiPaths, credits, respond)

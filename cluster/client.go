@@ -165,6 +165,22 @@ type dialer struct {
 	network  network // nil: the host's network
 	log      *slog.Logger
 	observer Observer
+	// redialFirst and redialMost bound the wait between dials after a
+	// failure: it starts at redialFirst and doubles up to redialMost
+	// (zero: 20 ms and a second).
+	redialFirst, redialMost time.Duration
+}
+
+// redialBackoff returns the first and the longest wait between dials.
+func (d *dialer) redialBackoff() (first, most time.Duration) {
+	first, most = d.redialFirst, d.redialMost
+	if first == 0 {
+		first = 20 * time.Millisecond
+	}
+	if most == 0 {
+		most = time.Second
+	}
+	return first, max(first, most)
 }
 
 // stalled returns how long, up to now, this process was seen not running.
@@ -223,6 +239,7 @@ type peerClient struct {
 	d    *dialer
 	name string
 	addr string
+	inc  uint64 // the peer's run the client was last matched to (peerSet.mu)
 
 	qmu     sync.Mutex
 	queued  []inFlight
@@ -247,6 +264,9 @@ type peerClient struct {
 	takesInFlight atomic.Int32  // take frames whose first reply has not come
 	replied       chan struct{} // a take reply arrived
 
+	redial   chan struct{} // the peer started a new run: dial it now
+	redialed atomic.Bool   // a redial cut the last wait short
+
 	stop        chan struct{}
 	done        chan struct{}
 	watcherDone chan struct{}
@@ -264,9 +284,10 @@ type frameCalls struct {
 // fails at once, as busy (it says nothing of the peer's health).
 const queueDepth = 4096
 
-func newPeerClient(d *dialer, name, addr string) *peerClient {
+func newPeerClient(d *dialer, name, addr string, inc uint64) *peerClient {
 	p := &peerClient{
-		d: d, name: name, addr: addr,
+		d: d, name: name, addr: addr, inc: inc,
+		redial:      make(chan struct{}, 1),
 		pending:     make(map[uint32]*frameCalls),
 		wake:        make(chan struct{}, 1),
 		kick:        make(chan struct{}, 1),
@@ -409,11 +430,14 @@ func (p *peerClient) expire(now int64) (next int64) {
 }
 
 // run keeps a connection to the peer, redialling after failures with a
-// backoff that grows to a second.
+// backoff that grows to a second. A new run of the peer (it restarted)
+// is dialled at once: the backoff grew while the last run was away, and
+// waiting it out would decide the new run's keys by fallback meanwhile.
 func (p *peerClient) run() {
 	defer close(p.done)
 	labelGoroutine(p.d.self.Name, "peer-writer")
-	backoff := 20 * time.Millisecond
+	first, most := p.d.redialBackoff()
+	backoff := first
 	for {
 		if p.stopped() {
 			p.failPending(errClosed, true)
@@ -426,10 +450,13 @@ func (p *peerClient) run() {
 				p.failPending(errClosed, true)
 				return
 			}
-			backoff = min(2*backoff, time.Second)
+			backoff = min(2*backoff, most)
+			if p.redialed.Swap(false) {
+				backoff = first
+			}
 			continue
 		}
-		backoff = 20 * time.Millisecond
+		backoff = first
 		p.mu.Lock()
 		p.conn = conn
 		p.mu.Unlock()
@@ -496,15 +523,30 @@ func (p *peerClient) dial() (*secureConn, error) {
 	return conn, nil
 }
 
+// sleep waits d, or until the peer starts a new run (see newRun), and
+// reports false if the client stops meanwhile.
 func (p *peerClient) sleep(d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return true
+	case <-p.redial:
+		p.redialed.Store(true)
+		return true
 	case <-p.stop:
 		return false
 	}
+}
+
+// newRun tells the client that its peer started run inc: a wait between
+// dials ends at once. peerSet.mu is held.
+func (p *peerClient) newRun(inc uint64) {
+	if inc == p.inc {
+		return
+	}
+	p.inc = inc
+	signal(p.redial)
 }
 
 // Batching. A take call goes out at once when no take frame is awaiting
@@ -806,28 +848,30 @@ func (s *peerSet) all() []*peerClient {
 	return out
 }
 
-// match keeps one client for each name in addrs (name → peer address),
-// made by open, replacing those whose address changed, and drops the
-// others. It returns the clients dropped or replaced, for the caller to
-// close outside the lock.
-func (s *peerSet) match(addrs map[string]string, open func(name, addr string) *peerClient) []*peerClient {
+// match keeps one client for each node in nodes (by name), made by open,
+// replacing those whose peer address changed, and drops the others. A
+// client whose node started a new run at the same address is kept, and
+// dials it at once (see peerClient.newRun). It returns the clients
+// dropped or replaced, for the caller to close outside the lock.
+func (s *peerSet) match(nodes map[string]core.Member, open func(core.Member) *peerClient) []*peerClient {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := *s.peers.Load()
-	peers := make(map[string]*peerClient, len(addrs))
+	peers := make(map[string]*peerClient, len(nodes))
 	var gone []*peerClient
-	for name, addr := range addrs {
+	for name, m := range nodes {
 		p, ok := old[name]
-		if !ok || p.addr != addr {
+		if !ok || p.addr != m.PeerAddr {
 			if ok {
 				gone = append(gone, p)
 			}
-			p = open(name, addr)
+			p = open(m)
 		}
+		p.newRun(m.Inc)
 		peers[name] = p
 	}
 	for name, p := range old {
-		if _, ok := addrs[name]; !ok {
+		if _, ok := nodes[name]; !ok {
 			gone = append(gone, p)
 		}
 	}

@@ -264,20 +264,29 @@
 // above such a pause is a crash (C). A shorter pause is a frozen node as
 // above.
 //
-// Known gaps, measured from outside with three processes on the node as it
-// was before the protocol core, and not measured again since: a pause of 1
-// to 2 seconds, about as long as failure detection, let two nodes count a
-// key as its owner for about 100 ms (105 to 141 of 100); in the seconds
-// after a membership change, nodes stopped for up to 200 ms at random
-// during a burst of 300 requests at concurrency 60 let 3 to 4 rounds in 18
-// admit 148 to 174 of 100 (the owner counting its own requests while the
-// others, unable to reach it, counted theirs in fallback: within L + F).
-// Both are within the bound above and outside the exactness stated. After a
-// split longer than failure detection, each side has declared the other
-// dead, and memberlist talks only to members it believes alive: a node with
-// seeds that knows fewer members than it once did joins its seeds again
-// every ten probe intervals (10 s by default), so the sides meet again
-// within that after the split heals
+// Known gap, measured again from outside with three processes on the node
+// as it is now (docs/cluster.md has the numbers): within the bound above
+// and outside the exactness stated. An owner stopped about as long as
+// failure detection (0.8 to 2.5 seconds) comes back counting from its own
+// count, and the others' fallback counts reach it one node at a time,
+// each after that node's next ping: requests that waited at the owner,
+// and calls from the first node to reach it, are decided without the rest
+// (105 to 152 of 100 admitted, each excess within F;
+// TestProcessClusterOwnerFrozenNearDetectionStaysWithinTheBound). Two
+// owners at once, measured before the protocol core, was not seen. Closed
+// since: a node that left gracefully and came back found the others'
+// clients of it in a redial backoff, and its keys were decided by fallback
+// for up to a second (TestAClientDialsANewRunOfItsPeerAtOnce); and a node
+// that left, which memberlist reports as dead, counted among the voters of
+// a majority, so the last node of a graceful scale-in to one decided by
+// fallback for 30 seconds
+// (TestNodesThatLeftDoNotCountForAMajorityThoughReportedDead).
+//
+// After a split longer than failure detection, each side has declared the
+// other dead, and memberlist talks only to members it believes alive: a
+// node with seeds that knows fewer members than it once did joins its seeds
+// again every ten probe intervals (10 s by default), so the sides meet
+// again within that after the split heals
 // (TestSplitLongerThanDetectionHealsByItself; TestFaults also joins them
 // at once after each split, to keep its schedules short).
 //

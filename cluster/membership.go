@@ -157,8 +157,9 @@ func (t *memberTable) note(m *memberlist.Node, alive bool, now time.Time) {
 }
 
 // membership returns the core's lists for this node (called self), the
-// peers' addresses, and a string that changes when the lists do.
-func (t *memberTable) membership(self string, check func(meta) error, now time.Time) (core.Membership, map[string]string, string) {
+// nodes in them by name (each with its run and peer address), and a
+// string that changes when the lists do.
+func (t *memberTable) membership(self string, check func(meta) error, now time.Time) (core.Membership, map[string]core.Member, string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	names := make([]string, 0, len(t.members))
@@ -171,7 +172,7 @@ func (t *memberTable) membership(self string, check func(meta) error, now time.T
 	}
 	slices.Sort(names)
 	var m core.Membership
-	addrs := make(map[string]string, len(names))
+	nodes := make(map[string]core.Member, len(names))
 	var key strings.Builder
 	for _, name := range names {
 		e := t.members[name]
@@ -179,7 +180,7 @@ func (t *memberTable) membership(self string, check func(meta) error, now time.T
 			continue
 		}
 		mem := core.Member{Name: name, Inc: e.meta.inc, PeerAddr: e.meta.peerAddr}
-		addrs[name] = mem.PeerAddr
+		nodes[name] = mem
 		state := "m"
 		switch {
 		case !e.dead.IsZero():
@@ -193,7 +194,7 @@ func (t *memberTable) membership(self string, check func(meta) error, now time.T
 		}
 		fmt.Fprintf(&key, "%s/%d/%s/%s ", name, mem.Inc, mem.PeerAddr, state)
 	}
-	return m, addrs, key.String()
+	return m, nodes, key.String()
 }
 
 // state returns what the table says of the node called name.
@@ -313,13 +314,13 @@ func (d delegate) NotifyAlive(peer *memberlist.Node) error {
 func (n *Node) updateMembership(now time.Time) {
 	n.memberMu.Lock()
 	defer n.memberMu.Unlock()
-	m, addrs, key := n.members.membership(n.Name(), n.compatible, now)
+	m, nodes, key := n.members.membership(n.Name(), n.compatible, now)
 	if key == n.lastMembers {
 		return
 	}
 	n.lastMembers = key
 	n.changedAt.Store(now.UnixNano())
-	for _, p := range n.peers.match(addrs, func(name, addr string) *peerClient { return newPeerClient(n.dialer, name, addr) }) {
+	for _, p := range n.peers.match(nodes, func(m core.Member) *peerClient { return newPeerClient(n.dialer, m.Name, m.PeerAddr, m.Inc) }) {
 		go p.close()
 	}
 	n.coreMu.Lock()

@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"errors"
+	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/memberlist"
+	"github.com/tollgate/tollgate/cluster/core"
 	"github.com/tollgate/tollgate/internal/testutil"
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -19,7 +22,7 @@ func silentPeer(t *testing.T) *peerClient {
 		t.Fatal(err)
 	}
 	addr, _ := silentServer(t, n)
-	p := newPeerClient(testDialer(n), "silent", addr)
+	p := newPeerClient(testDialer(n), "silent", addr, 1)
 	t.Cleanup(p.close)
 	eventually(t, 2*time.Second, "connected", p.connected.Load)
 	return p
@@ -160,7 +163,7 @@ func TestEveryCallWakesTheWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newPeerClient(testDialer(n), server.Name(), server.PeerAddr())
+	p := newPeerClient(testDialer(n), server.Name(), server.PeerAddr(), 1)
 	defer p.close()
 	eventually(t, 2*time.Second, "connected", p.connected.Load)
 	lim := limiter.Limit{Quota: 1 << 30, Window: time.Hour}
@@ -301,4 +304,67 @@ func TestAStalledCallerWaitsOnItsCalls(t *testing.T) {
 			return false
 		}
 	})
+}
+
+// gatedNetwork dials peers on the host's network once it is open, and
+// refuses every dial before; it counts the dials.
+type gatedNetwork struct {
+	mu    sync.Mutex
+	open  bool
+	dials int
+}
+
+func (g *gatedNetwork) dialPeer(from, to, addr string, timeout time.Duration) (net.Conn, error) {
+	g.mu.Lock()
+	g.dials++
+	open := g.open
+	g.mu.Unlock()
+	if !open {
+		return nil, errors.New("connection refused")
+	}
+	return net.DialTimeout("tcp", addr, timeout)
+}
+
+func (g *gatedNetwork) gossip(string, *memberlist.NetTransportConfig) (memberlist.Transport, error) {
+	return nil, errors.New("gatedNetwork carries no gossip")
+}
+
+func (g *gatedNetwork) dialed() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.dials
+}
+
+// A peer that restarts comes back at its address as a new run, while
+// this node's client of it waits between dials with a backoff that grew
+// while it was away (up to a second: its keys decided by fallback
+// meanwhile, and a graceful rolling restart refusing clients under their
+// limits). Told of the new run, the client dials it at once, and stays
+// the same client: calls queued for the node wait for it.
+func TestAClientDialsANewRunOfItsPeerAtOnce(t *testing.T) {
+	n, err := New(testConfig(), limiter.New(limiter.Config{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := silentServer(t, n)
+	gate := &gatedNetwork{}
+	d := testDialer(n)
+	d.network, d.redialFirst = gate, time.Hour // once refused, it would wait an hour
+	set := newPeerSet()
+	open := func(m core.Member) *peerClient { return newPeerClient(d, m.Name, m.PeerAddr, m.Inc) }
+	run := func(inc uint64) map[string]core.Member {
+		return map[string]core.Member{"restarting": {Name: "restarting", Inc: inc, PeerAddr: addr}}
+	}
+	set.match(run(1), open)
+	p := set.get("restarting")
+	t.Cleanup(p.close)
+	eventually(t, 10*time.Second, "a first dial, refused", func() bool { return gate.dialed() > 0 })
+
+	gate.mu.Lock()
+	gate.open = true
+	gate.mu.Unlock()
+	if gone := set.match(run(2), open); len(gone) != 0 || set.get("restarting") != p {
+		t.Fatalf("a new run at the same address replaced the client (%d dropped)", len(gone))
+	}
+	eventually(t, 10*time.Second, "connected to the new run", p.connected.Load)
 }

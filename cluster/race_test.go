@@ -89,7 +89,7 @@ func TestAbandonedCallsNeverSendReusedMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr, seen := silentServer(t, n)
-	p := newPeerClient(testDialer(n), "silent", addr)
+	p := newPeerClient(testDialer(n), "silent", addr, 1)
 	defer p.close()
 	eventually(t, 2*time.Second, "connected", p.connected.Load)
 
@@ -195,7 +195,7 @@ func TestACallUsedAgainGetsOnlyItsOwnAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := newPeerClient(testDialer(n), "late", lateServer(t, n))
+	p := newPeerClient(testDialer(n), "late", lateServer(t, n), 1)
 	defer p.close()
 	eventually(t, 2*time.Second, "connected", p.connected.Load)
 

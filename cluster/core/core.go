@@ -359,13 +359,19 @@ func (c *Core) updateAnswering() {
 // quorumLocked reports whether ring holds a majority of the nodes this
 // node knows of: its members and the dead ones (the driver forgets a dead
 // node after a while, and then it no longer counts). Nodes leaving or
-// joining do not count. viewMu is held.
+// joining do not count, nor does a dead node that announced it was
+// leaving: it counts nothing on any side of a split, and memberlist
+// reports a node that left gracefully as one that died
+// (TestNodesThatLeftDoNotCountForAMajorityThoughReportedDead). viewMu is
+// held.
 func (c *Core) quorumLocked(ring *Ring) (quorum bool, voters int) {
 	voters = ring.Len()
-	for _, d := range c.known.Load().dead {
-		if !ring.Has(d.Name) {
-			voters++
+	known := c.known.Load()
+	for _, d := range known.dead {
+		if r, ok := known.run(d); ring.Has(d.Name) || ok && r.leaving {
+			continue
 		}
+		voters++
 	}
 	return 2*ring.Len() > voters, voters
 }

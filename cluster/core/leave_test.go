@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -180,5 +181,67 @@ func TestAMessageFromALaterRunDoesNotKeepTheEarlierRunAlive(t *testing.T) {
 	h.pump()
 	if got := h.pendingTo("n0", dead); got != 0 {
 		t.Errorf("%d transfers still wait for the dead run of n1, silent for longer than its lease", got)
+	}
+}
+
+// Nodes leave one by one, gracefully, until one is left: a scale-in from
+// three nodes to one. memberlist (v0.7.0) reports a node that left as one
+// that died (the node it hands to NotifyLeave says alive:
+// hashicorp/memberlist#293), so the driver lists each, after its leave,
+// among the dead for a while. A node that announced it was leaving counts
+// nothing on any side of any split: it is no voter. Counted as one, the
+// last node, one of three, had no majority and decided every key by
+// fallback for as long as the driver remembers the dead (40 of 100 in a
+// process test).
+func TestNodesThatLeftDoNotCountForAMajorityThoughReportedDead(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	n0 := h.cores["n0"]
+	k := h.keyOwnedBy("n1", "n2")
+	leave := func(name string, left ...string) {
+		h.cores[name].Leave(h.now)
+		for _, x := range h.names {
+			if x == name || h.down[x] {
+				continue
+			}
+			var m Membership
+			for _, y := range h.names {
+				switch {
+				case y == x:
+				case y == name:
+					m.Leaving = append(m.Leaving, h.member(y))
+				case slices.Contains(left, y):
+					m.Dead = append(m.Dead, h.member(y).Peer())
+				default:
+					m.Members = append(m.Members, h.member(y))
+				}
+			}
+			h.cores[x].SetMembership(h.now, m)
+		}
+		h.pump()
+		h.advance(time.Second)
+		if !h.cores[name].Drained() {
+			t.Fatalf("%s has not handed everything over", name)
+		}
+		h.down[name] = true // it exits; its leave reaches the others as a death
+	}
+	leave("n2")
+	leave("n1", "n2")
+	n0.SetMembership(h.now, Membership{Dead: []Peer{h.member("n1").Peer(), h.member("n2").Peer()}})
+	h.pump()
+	h.advance(time.Second, "n0")
+
+	admitted := 0
+	for range 12 {
+		tk := h.take("n0", k, 10)
+		h.finish(tk)
+		if tk.d.Source != SourceOwner {
+			t.Fatalf("the last node decided a request by %v; want by itself as the owner", tk.d.Source)
+		}
+		if tk.d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("the last node admitted %d of 12 against a limit of 10; want exactly 10", admitted)
 	}
 }

@@ -71,6 +71,10 @@ func encodeMessage(e *encoder, msg core.Message) {
 		e.flag(m.Counting)
 	case core.Pong:
 		e.flag(m.Dead)
+		e.u32(uint32(len(m.Owed)))
+		for _, seq := range m.Owed {
+			e.u64(seq)
+		}
 	case core.ScoreQuery:
 		e.u64(uint64(m.Client))
 	case core.ScoreReply:
@@ -122,7 +126,12 @@ func decodeReply(kind byte, d *decoder) (core.Message, error) {
 	case msgSeal:
 		msg = core.SealReply{Sealed: d.flag()}
 	case msgPing:
-		msg = core.Pong{Dead: d.flag()}
+		pong := core.Pong{Dead: d.flag()}
+		n := d.count32(maxList, 8)
+		for range n {
+			pong.Owed = append(pong.Owed, d.u64())
+		}
+		msg = pong
 	case msgScore:
 		msg = core.ScoreReply{Score: d.f64()}
 	default:

@@ -48,6 +48,7 @@ type Core struct {
 	appliedLog appliedLog    // transfers applied here since the last replication
 	gate       *gate         // in its own ring or not, and why
 	settling   heldSettles   // settlements waiting for their keys' counters
+	stood      standstill    // its own pauses, and what it waits for after one
 	unrefunded heldRefunds   // units given back without a majority, waiting for one
 
 	blocked *slotCache[blockedEntry] // keys owners denied, until they may pass
@@ -150,6 +151,7 @@ func New(cfg Config, now time.Time) *Core {
 		scores:   newSlotCache[float64](cfg.CacheSlots),
 	}
 	c.out.epoch = c.gate.joinEpoch
+	c.stood.after = int64(cfg.CallTimeout)
 	c.known.Store(&membershipState{})
 	c.viewMu.Lock()
 	c.rerouteLocked(now)
@@ -263,6 +265,7 @@ func (c *Core) Tick(now time.Time) {
 	if v.standalone {
 		return
 	}
+	c.tickStandstill(now, m)
 	c.tickPeers(now, m, v)
 	c.tickTransfers(now, m)
 	c.tickHandoff(now, m)

@@ -13,7 +13,11 @@ func (c *Core) Handle(now time.Time, from Peer, msg Message) Message {
 	defer c.notifyOutbox()
 	switch m := msg.(type) {
 	case Transfer:
-		return c.handleTransfer(now, from, m, false)
+		ack := c.handleTransfer(now, from, m, false)
+		if !ack.Refused && c.stood.applied(from, ack.Seq) {
+			c.notifySettled()
+		}
+		return ack
 	case Pull:
 		return c.handlePull(now, from, m)
 	case SealQuery:
@@ -29,12 +33,25 @@ func (c *Core) Handle(now time.Time, from Peer, msg Message) Message {
 }
 
 // handlePing answers a ping: whether this node took over the pinger's keys
-// (the pinger must stop counting them), and notes its join epoch.
+// (the pinger must stop counting them), and the transfers it owes the
+// pinger, and notes its join epoch. A pinger whose calls failed runs:
+// it is recovering, as if it had answered this node's ping, and what this
+// node holds for its keys goes to it now (a node that stood still waits
+// for it before it counts them: see standstill).
 func (c *Core) handlePing(now time.Time, from Peer, p Ping) Pong {
-	if ps := c.peers.get(from.Name); ps != nil && ps.peer.Inc == from.Inc {
-		ps.epoch.Store(p.Epoch)
+	ps := c.peers.get(from.Name)
+	if ps == nil || ps.peer.Inc != from.Inc {
+		return Pong{Dead: c.gate.saysDead(from, p.Epoch, p.Counting)}
 	}
-	return Pong{Dead: c.gate.saysDead(from, p.Epoch, p.Counting)}
+	ps.epoch.Store(p.Epoch)
+	if c.gate.saysDead(from, p.Epoch, p.Counting) {
+		return Pong{Dead: true}
+	}
+	if ps.reach.CompareAndSwap(int32(down), int32(recovering)) {
+		c.updateAnswering()
+		c.recover(now, c.view.Load(), ps)
+	}
+	return Pong{Owed: c.out.owedTo(from, purposeReconcile, purposeForward, purposeCancel, purposeRefund)}
 }
 
 // ackedGiven records the acknowledgement of a transfer given in a pull's

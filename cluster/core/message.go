@@ -322,6 +322,12 @@ type Pong struct {
 	// Dead: this node has declared the asker dead, and may have started
 	// its keys from their replicas: the asker must not count them.
 	Dead bool
+	// Owed are the transfers this node has sent the asker and not seen
+	// acknowledged, that carry what it admitted for the asker's keys in
+	// fallback (its fallback counts, and the counts it passes on), refunds
+	// and cancels: a node that stood still waits for them before it counts
+	// its keys (see standstill).
+	Owed []uint64
 }
 
 // ScoreQuery asks the owner of a client's reputation for its score.

@@ -207,6 +207,7 @@ func (c *Core) pinged(now time.Time, p *peerState, sent int64, pong Pong) {
 	p.mu.Unlock()
 	p.noteHeard(m)
 	if pong.Dead {
+		c.stood.unreached(p.peer)
 		c.evict(now, p.peer.Name)
 		return
 	}
@@ -216,6 +217,7 @@ func (c *Core) pinged(now time.Time, p *peerState, sent int64, pong Pong) {
 		c.updateAnswering()
 		c.recover(now, c.view.Load(), p)
 	}
+	c.stood.answered(p.peer, sent, pong.Owed, func(seq uint64) bool { return c.in.has(p.peer, seq) })
 	c.notifySettled()
 }
 
@@ -228,6 +230,9 @@ func (c *Core) pingFailed(now time.Time, p *peerState) {
 	p.nextPing = m + int64(c.cfg.CallTimeout)
 	p.mu.Unlock()
 	c.peerFailed(p)
+	if c.stood.unreached(p.peer) {
+		c.notifySettled()
+	}
 }
 
 // peerFailed records that a call to p got no answer: its keys go to

@@ -150,7 +150,12 @@ const (
 	keyWaiting                    // its counts may still be on their way here, or its successor's lease ran out
 	keyNoQuorum                   // this node owns it, but its ring lacks a majority: fallback decides
 	keyOutOfReach                 // this node owns it, but its counter is out of reach (see outOfReach): fallback decides
+	keyStood                      // this node counts it, but stood still: a request waits for the others' counts if it can (see standstill)
 )
+
+// mine reports whether this node counts the key, at once or after the
+// wait that follows a pause: its reputation and penalties are kept here.
+func (st keyState) mine() bool { return st == keyCounting || st == keyStood }
 
 // keyState returns what this node can do with k at m, and for keyWaiting
 // the index of the successor whose lease ran out (-1 if that is not why).
@@ -181,6 +186,9 @@ func (c *Core) keyState(v *view, m int64, k limiter.Key) (keyState, int) {
 	}
 	if c.out.holds(k) {
 		return keyWaiting, -1 // its counter is on its way to another node, or back
+	}
+	if c.stood.holds(m) {
+		return keyStood, -1 // what others admitted meanwhile comes first
 	}
 	return keyCounting, -1
 }
@@ -242,7 +250,7 @@ func (c *Core) startTake(now time.Time, v *view, op *TakeOp, kind Op, client lim
 	// No zone lives with the client's reputation: its score comes from
 	// here, from what its owner said lately, or from its owner.
 	switch st, _ := c.keyState(v, c.mono(now), client); {
-	case st == keyCounting:
+	case st.mine():
 		op.decision.Score, op.decision.ScoreKnown = c.engine.Reputation(now, client), true
 	default:
 		if s, ok := c.scores.get(client, now.UnixNano()); ok {
@@ -323,6 +331,20 @@ func (c *Core) Step(now time.Time, op *TakeOp) Action {
 				c.redirect(now, v, m, op, g, "")
 				continue
 			}
+			if p.reachState() == recovering && m < op.deadline {
+				// The owner answers again, and what this node admitted
+				// for its keys in fallback is on its way to it: the
+				// request waits for that (a round trip, a call timeout at
+				// most) and is decided by the owner, rather than by a
+				// share of the limit beside the owner's decisions.
+				if !g.waited {
+					g.waited = true
+					g.until = min(m+int64(c.cfg.CallTimeout), op.deadline)
+				}
+				if m < g.until {
+					return Action{Kind: ActWait, Until: c.epoch.Add(time.Duration(g.until))}
+				}
+			}
 			c.decideByFallback(now, v, op, g)
 			continue
 		}
@@ -340,6 +362,15 @@ func (c *Core) Step(now time.Time, op *TakeOp) Action {
 func (c *Core) stepOwn(now time.Time, v *view, m int64, op *TakeOp, g *takeGroup) (Action, bool) {
 	st, succ := c.groupState(v, m, g)
 	switch st {
+	case keyStood:
+		if until := c.stood.waitUntil(m); m < op.deadline {
+			// This node stood still: the request waits for what the
+			// others admitted meanwhile, as long as that wait lasts
+			// (standstillHold), and the key is counted here then.
+			g.until = min(until, op.deadline)
+			return Action{Kind: ActWait, Until: c.epoch.Add(time.Duration(g.until))}, true
+		}
+		fallthrough
 	case keyCounting:
 		if op.op == OpPeek {
 			for i := range g.reqs {
@@ -418,6 +449,9 @@ func (c *Core) groupState(v *view, m int64, g *takeGroup) (keyState, int) {
 			if s >= 0 {
 				succ = s
 			}
+		}
+		if st == keyStood && worst == keyCounting {
+			worst = keyStood
 		}
 		return true
 	}
@@ -741,7 +775,7 @@ func (c *Core) penalize(now time.Time, op *TakeOp) {
 		return
 	}
 	v := c.view.Load()
-	if st, _ := c.keyState(v, c.mono(now), op.client); st == keyCounting {
+	if st, _ := c.keyState(v, c.mono(now), op.client); st.mine() {
 		op.decision.Score, op.decision.ScoreKnown = c.engine.Penalize(now, op.client), true
 		c.noteChanged(v, nil, op.client)
 		return
@@ -784,7 +818,7 @@ func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Res
 	m := c.mono(now)
 	if item.Op == OpPenalize {
 		switch st, succ := c.keyState(v, m, item.Client); st {
-		case keyCounting:
+		case keyCounting, keyStood:
 			c.engine.Penalize(now, item.Client)
 			c.noteChanged(v, nil, item.Client)
 		case keyWaiting:
@@ -823,6 +857,10 @@ func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Res
 		return c.undecided(now, from, item, res, client, ItemReply{Outcome: NotYetMine}), false
 	case keyNoQuorum, keyOutOfReach:
 		return c.undecided(now, from, item, res, client, ItemReply{Outcome: NotYetMine}), false
+	case keyStood:
+		if m < c.mono(hold) {
+			return ItemReply{}, true // held while the others' counts come (see standstill)
+		}
 	}
 	if item.Op == OpPeek {
 		for i := range item.Reqs {

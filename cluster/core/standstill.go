@@ -1,0 +1,213 @@
+package core
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Standing still. A node that does not run for longer than a call timeout
+// (stopped, not scheduled, a long pause of its process) has had its
+// callers give up on it: they decided its keys by fallback meanwhile, each
+// within its share of what it last told them remained, and hold what they
+// admitted until it answers their pings again. When it runs again, the
+// requests that waited for it come first; decided from its own count
+// alone, they admit the limit again beside what fallback admitted (110 of
+// 100 with three real processes). So a node that stood still asks before
+// it counts its keys again: it pings every peer at once, and its keys wait
+// until each has answered a ping sent after the pause, saying which
+// transfers it owes it (Pong.Owed: what it admitted for its keys in
+// fallback, refunds, cancels), and until those are applied here; or until
+// standstillHold has passed, when it counts with what came (a peer that
+// does not answer is down: what it holds arrives later, within the
+// bound's F). A peer that gets a ping from a node whose calls failed takes
+// it for alive again at once, as if its own ping had been answered, and
+// sends it what it holds for it (see handlePing).
+//
+// The pause is told by the core's ticks: the driver ticks every few
+// milliseconds, so a gap of a call timeout between two ticks is a pause.
+// A request that comes after such a gap, before the first tick after it,
+// waits for that tick.
+
+// standstillHold bounds how long a node that stood still waits for its
+// peers' answers before it counts its keys: twice a call timeout, a ping's
+// round trip and a refused transfer sent again.
+func (c *Core) standstillHold() int64 { return 2 * int64(c.cfg.CallTimeout) }
+
+// standstill is what a core knows of its own pauses. It is safe for
+// concurrent use; holds is read on every owned check, without a lock.
+type standstill struct {
+	lastTick atomic.Int64 // mono of the last tick, or of the core's start before the first
+	until    atomic.Int64 // mono: its keys wait until then at most; 0: not waiting
+	after    int64        // mono: a pause longer than this between ticks is one
+
+	mu       sync.Mutex
+	since    int64          // mono: the pause ended (its first tick after it)
+	awaiting map[Peer]*owed // the peers whose answer it waits for
+}
+
+// owed is what one peer's answer left to wait for.
+type owed struct {
+	answered bool
+	seqs     []uint64 // transfers it owes, not applied here yet
+}
+
+// holds reports whether this node's keys wait at m: it stood still and
+// has not heard from its peers yet, or m comes after a pause no tick has
+// seen yet.
+func (s *standstill) holds(m int64) bool {
+	if s.until.Load() > m {
+		return true
+	}
+	return m-s.lastTick.Load() > s.after
+}
+
+// waitUntil returns until when a request waits at m: the end of the wait
+// after a pause, or, for a pause no tick has seen yet, a pause's length
+// (the first tick after it starts the wait, and wakes the request).
+func (s *standstill) waitUntil(m int64) int64 {
+	if u := s.until.Load(); u > m {
+		return u
+	}
+	return m + s.after
+}
+
+// tick records a tick at m and reports whether it ends a pause, in which
+// case the peers given start to be waited for (until m+hold at most).
+func (s *standstill) tick(m, hold int64, peers []Peer) bool {
+	if last := s.lastTick.Swap(m); m-last <= s.after {
+		if u := s.until.Load(); u != 0 && m >= u {
+			s.end()
+		}
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.since = m
+	s.awaiting = make(map[Peer]*owed, len(peers))
+	for _, p := range peers {
+		s.awaiting[p] = &owed{}
+	}
+	if len(s.awaiting) == 0 {
+		s.until.Store(0)
+		return true
+	}
+	s.until.Store(m + hold)
+	return true
+}
+
+// end stops waiting.
+func (s *standstill) end() {
+	s.mu.Lock()
+	s.awaiting = nil
+	s.until.Store(0)
+	s.mu.Unlock()
+}
+
+// answered records peer p's answer to a ping sent at sent, and the
+// transfers it owes; applied tells those applied here already. It reports
+// whether the wait ended.
+func (s *standstill) answered(p Peer, sent int64, seqs []uint64, applied func(uint64) bool) bool {
+	if s.until.Load() == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.awaiting[p]
+	if o == nil || sent < s.since {
+		return false // not waited for, or a ping sent before the pause ended
+	}
+	o.answered = true
+	o.seqs = slices.DeleteFunc(slices.Clone(seqs), applied)
+	return s.settledLocked()
+}
+
+// applied records that transfer seq from p was applied here, and reports
+// whether the wait ended.
+func (s *standstill) applied(p Peer, seq uint64) bool {
+	if s.until.Load() == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o := s.awaiting[p]
+	if o == nil {
+		return false
+	}
+	o.seqs = slices.DeleteFunc(o.seqs, func(x uint64) bool { return x == seq })
+	return s.settledLocked()
+}
+
+// unreached records that p did not answer: it is not waited for. It
+// reports whether the wait ended.
+func (s *standstill) unreached(p Peer) bool {
+	if s.until.Load() == 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.awaiting[p]; !ok {
+		return false
+	}
+	delete(s.awaiting, p)
+	return s.settledLocked()
+}
+
+// settledLocked ends the wait if every peer waited for answered and
+// nothing it owes is missing. s.mu is held.
+func (s *standstill) settledLocked() bool {
+	for _, o := range s.awaiting {
+		if !o.answered || len(o.seqs) > 0 {
+			return false
+		}
+	}
+	s.awaiting = nil
+	s.until.Store(0)
+	return true
+}
+
+// tickStandstill records the tick at m; after a pause, it pings every
+// peer that calls reach, and this node's keys wait for their answers.
+func (c *Core) tickStandstill(now time.Time, m int64) {
+	var peers []*peerState
+	for _, p := range c.peers.all() {
+		if p.reachState() != down {
+			peers = append(peers, p)
+		}
+	}
+	runs := make([]Peer, len(peers))
+	for i, p := range peers {
+		runs[i] = p.peer
+	}
+	if !c.stood.tick(m, c.standstillHold(), runs) {
+		return
+	}
+	c.log.Info("this node stood still: its keys wait for what the others admitted meanwhile", "node", c.self.Name, "peers", len(runs))
+	c.notifySettled() // requests that came before this tick wait for the answers now
+	for _, p := range peers {
+		p.mu.Lock()
+		p.pinging = true
+		p.nextPing = m + int64(c.cfg.ProbeInterval)
+		p.mu.Unlock()
+		c.out.request(p.peer, c.ping(), m, nil)
+	}
+	if len(peers) == 0 {
+		c.notifySettled()
+	}
+}
+
+// owedTo returns the numbers of the transfers to the run to, of the
+// purposes given, not acknowledged yet, in order.
+func (o *outbox) owedTo(to Peer, purposes ...purpose) []uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var seqs []uint64
+	for seq, pt := range o.transfers {
+		if pt.to == to && slices.Contains(purposes, pt.purpose) {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	return seqs
+}

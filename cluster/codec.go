@@ -75,6 +75,7 @@ func encodeMessage(e *encoder, msg core.Message) {
 		for _, seq := range m.Owed {
 			e.u64(seq)
 		}
+		e.flag(m.Recovering)
 	case core.ScoreQuery:
 		e.u64(uint64(m.Client))
 	case core.ScoreReply:
@@ -131,6 +132,7 @@ func decodeReply(kind byte, d *decoder) (core.Message, error) {
 		for range n {
 			pong.Owed = append(pong.Owed, d.u64())
 		}
+		pong.Recovering = d.flag()
 		msg = pong
 	case msgScore:
 		msg = core.ScoreReply{Score: d.f64()}

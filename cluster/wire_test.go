@@ -52,7 +52,7 @@ func TestCodecRoundTrips(t *testing.T) {
 		{msgPull, core.Pull{To: 3, Keys: []limiter.Key{1, 2}}, core.PullReply{Given: []core.Transfer{transfer}, Moved: []core.KeyOwner{{Key: 3, Owner: "x"}}, Refused: true}},
 		{msgSeal, core.SealQuery{Ring: "abc"}, core.SealReply{Sealed: true}},
 		{msgPing, core.Ping{Epoch: 7, Counting: true}, core.Pong{Dead: true}},
-		{msgPing, core.Ping{Epoch: 8}, core.Pong{Owed: []uint64{3, 9}}},
+		{msgPing, core.Ping{Epoch: 8}, core.Pong{Owed: []uint64{3, 9}, Recovering: true}},
 		{msgScore, core.ScoreQuery{Client: 12}, core.ScoreReply{Score: 42.5}},
 	} {
 		e := &encoder{}

@@ -33,11 +33,12 @@ func (c *Core) Handle(now time.Time, from Peer, msg Message) Message {
 }
 
 // handlePing answers a ping: whether this node took over the pinger's keys
-// (the pinger must stop counting them), and the transfers it owes the
-// pinger, and notes its join epoch. A pinger whose calls failed runs:
-// it is recovering, as if it had answered this node's ping, and what this
-// node holds for its keys goes to it now (a node that stood still waits
-// for it before it counts them: see standstill).
+// (the pinger must stop counting them), what it has sent the pinger and
+// not seen acknowledged, and whether it still holds counts for the
+// pinger's keys that it will send (its calls do not reach the pinger yet:
+// once its next probe of the pinger is answered, they go); and notes the
+// pinger's join epoch. A node that stood still waits for those before it
+// counts its keys (see standstill).
 func (c *Core) handlePing(now time.Time, from Peer, p Ping) Pong {
 	ps := c.peers.get(from.Name)
 	if ps == nil || ps.peer.Inc != from.Inc {
@@ -47,11 +48,9 @@ func (c *Core) handlePing(now time.Time, from Peer, p Ping) Pong {
 	if c.gate.saysDead(from, p.Epoch, p.Counting) {
 		return Pong{Dead: true}
 	}
-	if ps.reach.CompareAndSwap(int32(down), int32(recovering)) {
-		c.updateAnswering()
-		c.recover(now, c.view.Load(), ps)
-	}
-	return Pong{Owed: c.out.owedTo(from, purposeReconcile, purposeForward, purposeCancel, purposeRefund)}
+	pong := Pong{Owed: c.out.owedTo(from, purposeReconcile, purposeForward, purposeCancel, purposeRefund)}
+	pong.Recovering = ps.reachState() != reachable
+	return pong
 }
 
 // ackedGiven records the acknowledgement of a transfer given in a pull's

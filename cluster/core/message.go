@@ -328,6 +328,10 @@ type Pong struct {
 	// and cancels: a node that stood still waits for them before it counts
 	// its keys (see standstill).
 	Owed []uint64
+	// Recovering: this node's calls do not reach the asker yet, and what
+	// it holds for the asker's keys goes to it once they do: a node that
+	// stood still asks again.
+	Recovering bool
 }
 
 // ScoreQuery asks the owner of a client's reputation for its score.

@@ -217,7 +217,7 @@ func (c *Core) pinged(now time.Time, p *peerState, sent int64, pong Pong) {
 		c.updateAnswering()
 		c.recover(now, c.view.Load(), p)
 	}
-	c.stood.answered(p.peer, sent, pong.Owed, func(seq uint64) bool { return c.in.has(p.peer, seq) })
+	c.stood.answered(p.peer, sent, pong, func(seq uint64) bool { return c.in.has(p.peer, seq) })
 	c.notifySettled()
 }
 

@@ -21,9 +21,14 @@ import (
 // fallback, refunds, cancels), and until those are applied here; or until
 // standstillHold has passed, when it counts with what came (a peer that
 // does not answer is down: what it holds arrives later, within the
-// bound's F). A peer that gets a ping from a node whose calls failed takes
-// it for alive again at once, as if its own ping had been answered, and
-// sends it what it holds for it (see handlePing).
+// bound's F). A peer whose calls to the node failed says so in its answer
+// (Pong.Recovering): once its next probe of the node is answered (a call
+// timeout at most), it sends what it holds for the node's keys, as after
+// any outage, and the node, which asks again each tick meanwhile, waits
+// for that too (see handlePing). Taking the ping itself for the answer
+// instead, and sending at once, doubled counts under delays in the
+// simulator; probing the node at once let a key admit one over its bound
+// under loss.
 //
 // The pause is told by the core's ticks: the driver ticks every few
 // milliseconds, so a gap of a call timeout between two ticks is a pause.
@@ -105,10 +110,11 @@ func (s *standstill) end() {
 	s.mu.Unlock()
 }
 
-// answered records peer p's answer to a ping sent at sent, and the
-// transfers it owes; applied tells those applied here already. It reports
-// whether the wait ended.
-func (s *standstill) answered(p Peer, sent int64, seqs []uint64, applied func(uint64) bool) bool {
+// answered records peer p's answer to a ping sent at sent: the transfers
+// it owes (applied tells those applied here already), or that it holds
+// more it will send (it is asked again). It reports whether the wait
+// ended.
+func (s *standstill) answered(p Peer, sent int64, pong Pong, applied func(uint64) bool) bool {
 	if s.until.Load() == 0 {
 		return false
 	}
@@ -118,8 +124,8 @@ func (s *standstill) answered(p Peer, sent int64, seqs []uint64, applied func(ui
 	if o == nil || sent < s.since {
 		return false // not waited for, or a ping sent before the pause ended
 	}
-	o.answered = true
-	o.seqs = slices.DeleteFunc(slices.Clone(seqs), applied)
+	o.answered = !pong.Recovering
+	o.seqs = slices.DeleteFunc(slices.Clone(pong.Owed), applied)
 	return s.settledLocked()
 }
 
@@ -167,9 +173,32 @@ func (s *standstill) settledLocked() bool {
 	return true
 }
 
+// unanswered returns the peers waited for whose last answer said they
+// hold more to send, or that have not answered.
+func (s *standstill) unanswered() []Peer {
+	if s.until.Load() == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Peer
+	for p, o := range s.awaiting {
+		if !o.answered {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // tickStandstill records the tick at m; after a pause, it pings every
-// peer that calls reach, and this node's keys wait for their answers.
+// peer that calls reach, and this node's keys wait for their answers. A
+// peer that answered it holds more to send is asked again.
 func (c *Core) tickStandstill(now time.Time, m int64) {
+	for _, run := range c.stood.unanswered() {
+		if p := c.peers.get(run.Name); p != nil && p.peer == run {
+			c.pingNow(p, m)
+		}
+	}
 	var peers []*peerState
 	for _, p := range c.peers.all() {
 		if p.reachState() != down {

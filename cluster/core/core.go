@@ -565,11 +565,12 @@ func (c *Core) joinedStable(old *view) *Ring {
 
 // joinedLate returns the ring this node's keys come from when it entered
 // its ring before it heard of anyone (its driver said a seed answered
-// before it listed the members, or no seed answered in time) and now
-// learns members it never saw join: they were counting every key without
-// it, those it owns now among them, so it joins them, and those keys come
-// through its hand-off like any joining node's. Without such members it
-// returns stable.
+// before it listed the members, or no seed answered in time, or it joined
+// again after it was declared dead while it took every other node for
+// dead) and now learns members it never saw join: they were counting
+// every key without it, those it owns now among them, so it joins them,
+// and those keys come through its hand-off like any joining node's.
+// Without such members it returns stable.
 func (c *Core) joinedLate(known *membershipState, stable, ring *Ring) *Ring {
 	var there []Member
 	for _, x := range ring.members {
@@ -666,7 +667,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 			}
 		}
 	}
-	if selfIdx >= 0 && c.cfg.Joining && stable.Len() == 1 && stable.Has(c.self.Name) {
+	if selfIdx >= 0 && c.gate.enteredLate() && stable.Len() == 1 && stable.Has(c.self.Name) {
 		stable = c.joinedLate(known, stable, ring)
 	}
 	heard := heardMap(c.peers.heardAll()) // before the peers that are gone are dropped

@@ -250,3 +250,66 @@ func TestALeavingNodeWeighsTheCounterOfARunWhoseKeysItTookOver(t *testing.T) {
 		t.Errorf("the cluster holds %d of the key (%v); %d were admitted (%v)", held, by, load.admitted, load.by)
 	}
 }
+
+// A member cut off for longer than failure detection declares every other
+// node dead, and they declare it dead and take its keys over from their
+// replicas. When the cut heals and it hears it was declared dead, it
+// joins again knowing no member: a ring of its own, owner of every key,
+// with nobody to take its keys from. It must not count them from nothing
+// once it learns the others again: they counted every key without it, its
+// own among them, and those come to it through a hand-off like a joining
+// node's (seed 1795772262449711122 of the simulator: 17 admitted for a
+// limit of 13 and 3 in fallback).
+func TestANodeDeclaredDeadThatJoinsAgainAloneTakesItsKeysFromTheOthers(t *testing.T) {
+	h, k, load := evictionNet(t)
+	const quota = evictionQuota
+	for range quota {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n2
+
+	// n0 is cut off: the others declare it dead and n2 takes its key over;
+	// n0 declares both of them dead.
+	h.down["n0"] = true
+	h.advance(100 * time.Millisecond)
+	h.setMembership("n1", []string{"n0"})
+	h.setMembership("n2", []string{"n0"})
+	h.setMembership("n0", []string{"n1", "n2"})
+	h.advance(time.Second, "n1", "n2")
+	if h.count("n2", k) != quota {
+		t.Fatalf("n2 did not take the key over from its replica: count %d", h.count("n2", k))
+	}
+
+	// The cut heals: n0 hears it was declared dead and joins again alone.
+	h.down["n0"] = false
+	for range 300 {
+		h.advance(10 * time.Millisecond)
+		if h.cores["n0"].Member() && h.cores["n0"].gate.joinEpoch() > 1 {
+			break
+		}
+	}
+	if !h.cores["n0"].Member() || h.cores["n0"].gate.joinEpoch() < 2 {
+		t.Fatalf("n0 did not join again after it was declared dead (member %v, epoch %d)", h.cores["n0"].Member(), h.cores["n0"].gate.joinEpoch())
+	}
+	// n0 learns the others again, and spends at once.
+	h.setMembership("n0", nil)
+	for range quota {
+		load.spend("n0")
+	}
+	h.setMembership("n1", nil)
+	h.setMembership("n2", nil)
+	for range quota {
+		load.spend("n0")
+		load.spend("n1")
+		load.spend("n2")
+	}
+	h.advance(2 * time.Second)
+	load.resume()
+	if n := load.by[SourceOwner] + load.by[SourcePeer]; n > quota {
+		t.Errorf("owners admitted %d of limit %d (%v): n0 counted its key from nothing before it had the count of the node that took it over", n, quota, load.by)
+	}
+	if load.by[SourceFallback] > 3 {
+		t.Errorf("fallback admitted %d: more than a tenth of the limit on each of three nodes", load.by[SourceFallback])
+	}
+	wantExactAfterHeal(t, h, k, load, quota)
+}

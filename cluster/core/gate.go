@@ -33,7 +33,10 @@ import (
 // Declared dead. A node that hears from a peer that the peer declared it
 // dead (a Pong with Dead) stops counting at once: the peer may start, or
 // have started, its keys from their replicas. It sends everything it holds
-// to the owners as copies and joins again under a new join epoch. A node
+// to the owners as copies and joins again under a new join epoch; if it
+// then knows no member (it took every other node for dead), it takes the
+// keys it owns from the members it learns of again, like a node that
+// entered alone (see joinedLate). A node
 // that took over a dead node's keys answers its pings with Dead until it
 // pings with an epoch later than the one it had then, and hands keys to it
 // as copies, since it may still hold older counts of them. A leaving node
@@ -50,6 +53,7 @@ type gate struct {
 	isMember atomic.Bool
 	leaving  atomic.Bool
 	wasOut   atomic.Bool   // declared dead: what it held went out as copies
+	entered  atomic.Bool   // it entered its ring through the gate: joining, or again after it was declared dead
 	epoch    atomic.Uint64 // join epoch, sent in pings
 
 	mu      sync.Mutex
@@ -77,6 +81,7 @@ func newGate(member bool) *gate {
 func (g *gate) member() bool      { return g.isMember.Load() && !g.leaving.Load() }
 func (g *gate) isLeaving() bool   { return g.leaving.Load() }
 func (g *gate) evicted() bool     { return g.wasOut.Load() }
+func (g *gate) enteredLate() bool { return g.entered.Load() }
 func (g *gate) joinEpoch() uint64 { return g.epoch.Load() }
 
 // tookOver records that this node takes over x's keys as of x's epoch.
@@ -370,6 +375,7 @@ func (c *Core) tickGate(now time.Time) {
 	}
 	g.isMember.Store(true)
 	g.wasOut.Store(false)
+	g.entered.Store(true)
 	c.rerouteLocked(now)
 	c.viewMu.Unlock()
 	c.log.Info("joined: counting the keys this node owns", "node", c.self.Name, "members", c.view.Load().ring.Len(), "epoch", g.joinEpoch())

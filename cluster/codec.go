@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tollgate/tollgate/cluster/core"
 	"github.com/tollgate/tollgate/limiter"
@@ -62,10 +63,12 @@ func encodeMessage(e *encoder, msg core.Message) {
 			e.str(ko.Owner)
 		}
 		e.flag(m.Refused)
+		encodeUnreached(e, m.Unreached)
 	case core.SealQuery:
 		e.str(m.Ring)
 	case core.SealReply:
 		e.flag(m.Sealed)
+		encodeUnreached(e, m.Unreached)
 	case core.Ping:
 		e.u64(m.Epoch)
 		e.flag(m.Counting)
@@ -123,9 +126,12 @@ func decodeReply(kind byte, d *decoder) (core.Message, error) {
 			r.Moved = append(r.Moved, core.KeyOwner{Key: limiter.Key(d.u64()), Owner: d.str()})
 		}
 		r.Refused = d.flag()
+		r.Unreached = decodeUnreached(d)
 		msg = r
 	case msgSeal:
-		msg = core.SealReply{Sealed: d.flag()}
+		r := core.SealReply{Sealed: d.flag()}
+		r.Unreached = decodeUnreached(d)
+		msg = r
 	case msgPing:
 		pong := core.Pong{Dead: d.flag()}
 		n := d.count32(maxList, 8)
@@ -140,6 +146,47 @@ func decodeReply(kind byte, d *decoder) (core.Message, error) {
 		return nil, errUnknownKind
 	}
 	return msg, d.err
+}
+
+// Unreached gaps: count u32, then each: ring runs (count u32, name str |
+// inc u64), dead runs (likewise), within i64 ns.
+func encodeUnreached(e *encoder, us []core.Unreached) {
+	e.u32(uint32(len(us)))
+	for _, u := range us {
+		encodePeers(e, u.Ring)
+		encodePeers(e, u.Dead)
+		e.u64(uint64(u.Within))
+	}
+}
+
+func encodePeers(e *encoder, ps []core.Peer) {
+	e.u32(uint32(len(ps)))
+	for _, p := range ps {
+		e.str(p.Name)
+		e.u64(p.Inc)
+	}
+}
+
+func decodeUnreached(d *decoder) []core.Unreached {
+	n := d.count32(maxList, 4+4+8)
+	var us []core.Unreached
+	for range n {
+		u := core.Unreached{Ring: decodePeers(d), Dead: decodePeers(d), Within: time.Duration(d.u64())}
+		if d.err != nil {
+			return nil
+		}
+		us = append(us, u)
+	}
+	return us
+}
+
+func decodePeers(d *decoder) []core.Peer {
+	n := d.count32(maxList, 1+8)
+	var ps []core.Peer
+	for range n {
+		ps = append(ps, core.Peer{Name: d.str(), Inc: d.u64()})
+	}
+	return ps
 }
 
 // A take item: seq u64 | op u8 | client u64 | zones u8 | zone requests.

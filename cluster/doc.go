@@ -159,7 +159,10 @@
 // (restarted), or for at most HandoffWindow, rather than count it from
 // what the others admitted in fallback
 // (TestAKeyWhoseOwnerAndSuccessorDiedIsDecidedByFallbackUntilItsCounterComes:
-// 16 admitted of 10 by owners before). A successor sends a dead run's
+// 16 admitted of 10 by owners before); a node the key moves to meanwhile
+// (a new run of its owner joining) learns so from the node it pulls it
+// from, or that seals to it, and does the same
+// (TestAKeyOutOfReachStaysSoAtTheNodeItMovesTo). A successor sends a dead run's
 // replica on as that run's counter, weighed by run where the key is
 // counted: added to what the owner counted without it, but for what its
 // counter holds of the run already

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"testing"
+	"time"
 
 	"github.com/tollgate/tollgate/cluster/core"
 	"github.com/tollgate/tollgate/limiter"
@@ -51,6 +52,11 @@ func TestCodecRoundTrips(t *testing.T) {
 			Applied: []core.Applied{{From: core.Peer{Name: "f", Inc: 6}, Seq: 12}, {From: core.Peer{Name: "g", Inc: 1}, Seq: 3}}}, core.Ack{Seq: 5}},
 		{msgPull, core.Pull{To: 3, Keys: []limiter.Key{1, 2}}, core.PullReply{Given: []core.Transfer{transfer}, Moved: []core.KeyOwner{{Key: 3, Owner: "x"}}, Refused: true}},
 		{msgSeal, core.SealQuery{Ring: "abc"}, core.SealReply{Sealed: true}},
+		// Keys out of reach are passed on with a pull's reply or a seal.
+		{msgSeal, core.SealQuery{Ring: "abc"}, core.SealReply{Sealed: true, Unreached: []core.Unreached{{
+			Ring: []core.Peer{{Name: "a", Inc: 1}, {Name: "b", Inc: 2}, {Name: "c", Inc: 3}}, Dead: []core.Peer{{Name: "a", Inc: 1}, {Name: "b", Inc: 2}}, Within: 4 * time.Second}}}},
+		{msgPull, core.Pull{To: 3, Keys: []limiter.Key{1}}, core.PullReply{Unreached: []core.Unreached{{
+			Ring: []core.Peer{{Name: "a", Inc: 1}, {Name: "b", Inc: 2}}, Dead: []core.Peer{{Name: "a", Inc: 1}, {Name: "b", Inc: 2}}, Within: time.Second}}}},
 		{msgPing, core.Ping{Epoch: 7, Counting: true}, core.Pong{Dead: true}},
 		{msgPing, core.Ping{Epoch: 8}, core.Pong{Owed: []uint64{3, 9}, Recovering: true}},
 		{msgScore, core.ScoreQuery{Client: 12}, core.ScoreReply{Score: 42.5}},

@@ -546,6 +546,7 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 		c.pullFailed(now, asked)
 		return
 	}
+	c.takeUnreached(now, reply.Unreached) // before what was given counts
 	refused, given, counters := map[limiter.Key]bool{}, map[limiter.Key]bool{}, map[limiter.Key]bool{}
 	for _, t := range reply.Given {
 		ack := c.handleTransfer(now, r.to, t, true)
@@ -753,7 +754,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 			c.lent.set(k, from) // this node would count it: send it there instead
 		}
 	}
-	return PullReply{Given: given, Moved: moved}
+	return PullReply{Given: given, Moved: moved, Unreached: c.passUnreached(now)}
 }
 
 // passedTo reports whether this node owned k, holding every count of it,
@@ -882,7 +883,7 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 	if c.debugOn() {
 		c.log.Debug("sealed: nothing more here for the asker's keys", "node", c.self.Name, "peer", from.Name, "ring", q.Ring)
 	}
-	return SealReply{Sealed: true}
+	return SealReply{Sealed: true, Unreached: c.passUnreached(now)}
 }
 
 // sealsGiven remembers, for each node this node sealed to, the ring it
@@ -914,6 +915,7 @@ func (s *sealsGiven) gave(name, ring string) bool {
 // sealReplied records a source's answer to a seal query.
 func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 	q := r.msg.(SealQuery)
+	c.takeUnreached(now, reply.Unreached)
 	h := c.handoff
 	h.mu.Lock()
 	if h.plan == nil || h.plan.ring != q.Ring {

@@ -1,6 +1,10 @@
 package core
 
-import "github.com/tollgate/tollgate/limiter"
+import (
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
 
 // The protocol's vocabulary: what one core asks of another and what it is
 // told back. Every message that moves counts is a Transfer, numbered by its
@@ -289,6 +293,21 @@ type PullReply struct {
 	// elsewhere), or is not the run asked, so it gives it nothing now; the
 	// asker asks again later, where its membership then says.
 	Refused bool
+	// Unreached are the keys whose counters are out of this node's reach
+	// (see Unreached): the asker decides those it owns by fallback too.
+	Unreached []Unreached
+}
+
+// Unreached names keys that a node took over from dead members without a
+// counter: those whose owner and successor, in the ring of Ring's runs,
+// were both among Dead. One of those runs may come back with the counter;
+// until one comes, or for Within from the reply, the node that owns such
+// a key decides it by fallback, and a node it passes the key to through a
+// hand-off does the same (see outOfReach).
+type Unreached struct {
+	Ring   []Peer
+	Dead   []Peer
+	Within time.Duration
 }
 
 // KeyOwner says which node holds a key.
@@ -303,7 +322,12 @@ type KeyOwner struct {
 type SealQuery struct{ Ring string }
 
 // SealReply answers a SealQuery.
-type SealReply struct{ Sealed bool }
+type SealReply struct {
+	Sealed bool
+	// Unreached are the keys whose counters are out of this node's reach,
+	// as in PullReply.
+	Unreached []Unreached
+}
 
 // Ping asks whether the node is there, and renews the asker's lease on the
 // keys the node would take over if the asker died.

@@ -1,10 +1,14 @@
 package core
 
 import (
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/keyhash"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -23,7 +27,11 @@ import (
 // one (both were replaced by later runs: they crashed, and their counts are
 // lost as a crash loses them), or until the hand-off window has passed since
 // the hand-off began: then it counts what it has, as a hand-off ended by the
-// window does.
+// window does. Such a key may move on meanwhile (a new run of its owner
+// joins and owns it again, and finds nothing of it where it pulls it): a
+// node answers pulls and seal queries with the gaps it knows (Unreached),
+// and the asker decides the keys it owns in them by fallback too, for
+// what is left of the window.
 
 // reachGap is what one hand-off took over from dead members: the keys whose
 // owner and successor, in the ring the hand-off started from, both died.
@@ -35,15 +43,15 @@ type reachGap struct {
 
 // lacks reports whether g leaves k without a reachable counter at self:
 // k's owner and successor in g's ring both died, self is not the
-// successor, and one of the two runs may still come back (gone: a later
-// run replaced it).
-func (g *reachGap) lacks(k limiter.Key, self string, gone func(Peer) bool) bool {
+// successor's run (a later run of it holds no replica), and one of the two
+// runs may still come back (gone: a later run replaced it).
+func (g *reachGap) lacks(k limiter.Key, self Peer, gone func(Peer) bool) bool {
 	first, second := g.ring.top2(k.Route())
 	if first < 0 || second < 0 {
 		return false
 	}
 	o, s := g.ring.member(first), g.ring.member(second)
-	if s.Name == self || g.dead[o.Name] != o.Inc || g.dead[s.Name] != s.Inc {
+	if s.Peer() == self || g.dead[o.Name] != o.Inc || g.dead[s.Name] != s.Inc {
 		return false
 	}
 	return !gone(o.Peer()) || !gone(s.Peer())
@@ -69,9 +77,68 @@ func (r *outOfReach) add(stable *Ring, plan *handoffPlan, until int64, found []l
 	r.foundLocked(found)
 }
 
+// export returns the gaps whose windows last at m, to pass on.
+func (r *outOfReach) export(m int64) []Unreached {
+	if r.n.Load() == 0 {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Unreached
+	for _, g := range r.gaps {
+		if m >= g.until {
+			continue
+		}
+		u := Unreached{Within: time.Duration(g.until - m)}
+		for _, x := range g.ring.members {
+			u.Ring = append(u.Ring, x.Peer())
+		}
+		for name, inc := range g.dead {
+			u.Dead = append(u.Dead, Peer{Name: name, Inc: inc})
+		}
+		slices.SortFunc(u.Dead, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
+		out = append(out, u)
+	}
+	return out
+}
+
+// takeGaps records the gaps another node passed on, from m; found are the
+// keys whose counters this node holds already. A gap it knows already
+// keeps its window. It returns how many it added.
+func (r *outOfReach) takeGaps(hasher keyhash.Hasher, us []Unreached, m int64, found []limiter.Key) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	added := 0
+	for _, u := range us {
+		if u.Within <= 0 || len(u.Dead) < 2 {
+			continue
+		}
+		ms := make([]Member, len(u.Ring))
+		for i, x := range u.Ring {
+			ms[i] = Member{Name: x.Name, Inc: x.Inc}
+		}
+		g := reachGap{ring: NewRing(hasher, ms), dead: make(map[string]uint64, len(u.Dead)), until: m + int64(u.Within)}
+		for _, d := range u.Dead {
+			g.dead[d.Name] = d.Inc
+		}
+		if slices.ContainsFunc(r.gaps, func(x reachGap) bool {
+			return x.ring.Fingerprint() == g.ring.Fingerprint() && maps.Equal(x.dead, g.dead)
+		}) {
+			continue
+		}
+		r.gaps = append(r.gaps, g)
+		added++
+	}
+	r.n.Store(int32(len(r.gaps)))
+	if added > 0 {
+		r.foundLocked(found)
+	}
+	return added
+}
+
 // lacks reports whether k, which self owns, lacks a reachable counter at
 // m.
-func (r *outOfReach) lacks(k limiter.Key, self string, m int64, gone func(Peer) bool) bool {
+func (r *outOfReach) lacks(k limiter.Key, self Peer, m int64, gone func(Peer) bool) bool {
 	if r.n.Load() == 0 {
 		return false
 	}
@@ -142,10 +209,39 @@ func (r *outOfReach) foundLocked(keys []limiter.Key) {
 	}
 }
 
+// passUnreached returns the gaps this node knows, to pass on in a reply.
+func (c *Core) passUnreached(now time.Time) []Unreached {
+	if c.unreached.n.Load() == 0 {
+		return nil
+	}
+	return c.unreached.export(c.mono(now))
+}
+
+// takeUnreached records the gaps a node passed on to this one: the keys
+// this node owns in them are decided by fallback until their counters
+// come, but those whose counters arrived here already.
+func (c *Core) takeUnreached(now time.Time, us []Unreached) {
+	if len(us) == 0 {
+		return
+	}
+	h := c.handoff
+	h.mu.Lock()
+	var found []limiter.Key
+	for k, mk := range h.keys {
+		if mk.counter || mk.hasBase || mk.hasCopy {
+			found = append(found, k)
+		}
+	}
+	h.mu.Unlock()
+	if n := c.unreached.takeGaps(c.cfg.Hasher, us, c.mono(now), found); n > 0 {
+		c.log.Info("keys out of reach where they come from: decided by fallback until a counter of theirs comes", "node", c.self.Name, "gaps", n)
+	}
+}
+
 // lacksCounter reports whether k, which this node owns, lacks a reachable
 // counter at m: fallback decides it (see outOfReach).
 func (c *Core) lacksCounter(k limiter.Key, m int64) bool {
-	return c.unreached.n.Load() > 0 && c.unreached.lacks(k, c.self.Name, m, c.replaced)
+	return c.unreached.n.Load() > 0 && c.unreached.lacks(k, c.self, m, c.replaced)
 }
 
 // replaced reports whether a later run of p's node was seen: p is gone,

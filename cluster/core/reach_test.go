@@ -69,3 +69,70 @@ func TestAKeyWhoseOwnerAndSuccessorDiedIsDecidedByFallbackUntilItsCounterComes(t
 		t.Errorf("after the cut healed, the key's owner %s holds %d; %d were admitted (%v)", owner.Name, got, load.admitted, load.by)
 	}
 }
+
+// A key's successor, which keeps its replica, stands still, and its owner
+// crashes a moment later with 6 of 10 spent. The third node declares both
+// dead: the key is out of reach there, decided by fallback until its
+// counter comes. The owner comes back under a new run and owns the key
+// again: the hand-off that brings it its keys brings nothing of this one,
+// and counted from nothing it admits its whole limit again (seed
+// 1795772210534183949 of the simulator: 38 admitted of 26, with 1 in
+// fallback and 8 lost to the crash). The node that seals to it tells it
+// which keys are out of reach, so that it decides them by fallback too
+// until the counter comes.
+func TestAKeyOutOfReachStaysSoAtTheNodeItMovesTo(t *testing.T) {
+	cfg := handTiming
+	cfg.FallbackRatio = 0.1
+	h := newHandNetWith(t, cfg, "n0", "n1", "n2")
+	const quota = 10
+	k := h.keyOwnedBy("n1", "n0")
+	load := newHandLoad(h, k, quota)
+	for range 6 {
+		load.spend("n1")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n0
+
+	// n0 stands still and n1 crashes; n2 declares both dead.
+	h.down["n0"], h.down["n1"] = true, true
+	h.advance(100 * time.Millisecond)
+	h.setMembership("n2", []string{"n0", "n1"})
+	h.advance(time.Second, "n2")
+
+	// n1 comes back under a new run and joins n2, n0 still dead to both;
+	// n2, a majority again, takes the dead members' keys over.
+	n1 := h.start("n1", true)
+	n1.Joined(h.now)
+	h.setMembership("n1", []string{"n0"})
+	h.setMembership("n2", []string{"n0"})
+	h.advance(500*time.Millisecond, "n1", "n2")
+	if !n1.Member() || n1.HandoffUnderway() || h.cores["n2"].HandoffUnderway() {
+		t.Fatalf("the new run of n1 did not join: member %v, hand-offs under way at n1 %v, at n2 %v", n1.Member(), n1.HandoffUnderway(), h.cores["n2"].HandoffUnderway())
+	}
+	if owner, _ := n1.Ring().Owner(k.Route()); owner.Name != "n1" {
+		t.Fatalf("the key's owner is %s; want n1", owner.Name)
+	}
+	for range 2 * quota {
+		load.spend("n1")
+		load.spend("n2")
+	}
+	h.advance(200*time.Millisecond, "n1", "n2")
+	load.resume()
+	if byOwners := load.admitted - load.by[SourceFallback]; byOwners > quota {
+		t.Errorf("%d admitted by owners of limit %d (%v): the new run of n1 counted the key from nothing while its counter lived on at n0", byOwners, quota, load.by)
+	}
+
+	// n0 moves again: it hears it was declared dead, joins again, and
+	// sends the replica it kept on to the key's owner.
+	h.down["n0"] = false
+	h.setMembership("n0", nil)
+	h.advance(2 * time.Second)
+	for _, name := range []string{"n0", "n1", "n2"} {
+		h.setMembership(name, nil)
+	}
+	h.advance(time.Second)
+	load.resume()
+	owner, _ := h.cores["n2"].Ring().Owner(k.Route())
+	if got := h.count(owner.Name, k); got != int64(load.admitted) {
+		t.Errorf("after n0 moved again, the key's owner %s holds %d; %d were admitted (%v)", owner.Name, got, load.admitted, load.by)
+	}
+}

@@ -245,3 +245,67 @@ func TestNodesThatLeftDoNotCountForAMajorityThoughReportedDead(t *testing.T) {
 		t.Errorf("the last node admitted %d of 12 against a limit of 10; want exactly 10", admitted)
 	}
 }
+
+// A caller gives up on a take item its owner admitted (the answer was
+// lost), decides the request by fallback, and sends the owner a cancel,
+// which cannot reach it yet. The owner leaves meanwhile, and hands its
+// counter, which holds the item's admission, to the key's next owner. Had
+// it gone once its hand-off was acknowledged, the cancel would never have
+// been applied: the next owner would hold the request twice, the item's
+// admission in the counter and the caller's fallback count (seed
+// 1795772210534185782 of the simulator: 13 held, 12 admitted). A leaving
+// node is not drained until each caller it admitted items for has told it
+// (Pong.Owed) that it owes it nothing, in answer to a ping sent once that
+// caller can no longer be waiting on one of them.
+func TestALeavingOwnerWaitsForTheCancelsOfItsCallers(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n1", "n2")
+	c0, n1 := h.cores["n0"], h.cores["n1"]
+
+	tk := &handTake{node: "n0", res: make([]limiter.Result, 1)}
+	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 10, Window: time.Hour}}}
+	if _, done := c0.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
+		t.Fatal("n0 decided n1's key itself")
+	}
+	a := c0.Step(h.now, &tk.op)
+	item, ok := a.Msg.(TakeItem)
+	if a.Kind != ActCall || a.To.Name != "n1" || !ok {
+		t.Fatalf("n0's first step: %+v; want a take item for n1", a)
+	}
+	if reply, _ := n1.Serve(h.now, c0.Self(), &item, make([]limiter.Result, 1), h.now); !reply.Allowed {
+		t.Fatalf("n1 did not admit the item: %+v", reply)
+	}
+	// The answer is lost, and so is everything between n0 and the others
+	// for a while: the cancel too.
+	h.cut["n0"] = true
+	c0.CallFailed(h.now, &tk.op, false)
+	h.pump()
+	h.drive(tk)
+	if !tk.done || !tk.d.Allowed || tk.d.Source != SourceFallback {
+		t.Fatalf("the request given up on: %+v; want admitted by fallback", tk.d)
+	}
+
+	n1.Leave(h.now)
+	leaving := []Member{h.member("n1")}
+	h.cores["n2"].SetMembership(h.now, Membership{Members: []Member{h.member("n0")}, Leaving: leaving})
+	h.pump()
+	h.advance(time.Second)
+	if n1.Drained() {
+		t.Fatalf("the leaving owner says it handed everything over while a cancel of an item it admitted may be on its way")
+	}
+
+	h.cut["n0"] = false
+	c0.SetMembership(h.now, Membership{Members: []Member{h.member("n2")}, Leaving: leaving})
+	h.pump()
+	for i := 0; i < 300 && !n1.Drained(); i++ {
+		h.advance(10 * time.Millisecond)
+	}
+	if !n1.Drained() {
+		t.Fatal("the leaving owner never handed everything over")
+	}
+	h.down["n1"] = true
+	h.advance(2 * time.Second)
+	if got := h.count("n2", k) + h.count("n0", k); got != 1 {
+		t.Errorf("the cluster holds %d of the key (n2 %d, n0 %d); 1 request was admitted", got, h.count("n2", k), h.count("n0", k))
+	}
+}

@@ -256,7 +256,8 @@ func TestNodesThatLeftDoNotCountForAMajorityThoughReportedDead(t *testing.T) {
 // 1795772210534185782 of the simulator: 13 held, 12 admitted). A leaving
 // node is not drained until each caller it admitted items for has told it
 // (Pong.Owed) that it owes it nothing, in answer to a ping sent once that
-// caller can no longer be waiting on one of them.
+// caller can no longer be waiting on one of them (unless its calls keep
+// failing: see callersSettled).
 func TestALeavingOwnerWaitsForTheCancelsOfItsCallers(t *testing.T) {
 	h := newHandNet(t, "n0", "n1", "n2")
 	k := h.keyOwnedBy("n1", "n2")
@@ -289,7 +290,7 @@ func TestALeavingOwnerWaitsForTheCancelsOfItsCallers(t *testing.T) {
 	leaving := []Member{h.member("n1")}
 	h.cores["n2"].SetMembership(h.now, Membership{Members: []Member{h.member("n0")}, Leaving: leaving})
 	h.pump()
-	h.advance(time.Second)
+	h.advance(100 * time.Millisecond)
 	if n1.Drained() {
 		t.Fatalf("the leaving owner says it handed everything over while a cancel of an item it admitted may be on its way")
 	}

@@ -262,10 +262,13 @@ func (c *Core) noteAdmittedFor(from Peer, m int64) {
 // that before it goes: its counters, handed over, hold what it admitted,
 // and a cancel only it can apply (it alone knows whether it counted the
 // item) would otherwise never be, beside the caller's fallback count of
-// the same request.
+// the same request. A caller whose calls failed silentFailures times in a
+// row is not waited for: stopped or cut off, its cancel would come after
+// the leave timed out, and waiting for it only holds the leave (and a
+// new run of this node) back.
 func (c *Core) callersSettled() bool {
 	for _, p := range c.peers.all() {
-		if p.owesNothing.Load() < p.mayCancel.Load() {
+		if p.owesNothing.Load() < p.mayCancel.Load() && !p.silent() {
 			return false
 		}
 	}
@@ -386,3 +389,15 @@ func (c *Core) Reachable(name string) bool {
 	p := c.peers.get(name)
 	return p != nil && p.calls()
 }
+
+// silent reports whether calls to the peer have failed silentFailures
+// times in a row: it may be stopped or cut off for long.
+func (p *peerState) silent() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failures >= silentFailures
+}
+
+// silentFailures is how many calls in a row a peer fails before a
+// leaving node stops waiting for its cancels.
+const silentFailures = 3

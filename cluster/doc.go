@@ -72,7 +72,12 @@
 // acknowledged yet, in the same transfer, so it never arrives without them
 // (TestAFallbackCountReachesTheOwnerWithTheCancelsOfItsKeys: before, a
 // caller whose cancel was lost, and that crashed after its fallback count
-// arrived, left the owner holding the request twice). Tested with processes:
+// arrived, left the owner holding the request twice). An owner that leaves
+// goes only once each caller it admitted items for has told it, in answer
+// to a ping sent after that caller could have given up on them, that no
+// cancel to it is still on its way (Pong.Owed), or its calls kept failing:
+// its counters, handed over, hold the admissions, and only it can apply
+// the cancels (TestALeavingOwnerWaitsForTheCancelsOfItsCallers). Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the
 // owner for up to 40 ms, the others for up to 150 ms; 300 requests at

@@ -52,6 +52,14 @@ type peerState struct {
 	heard atomic.Int64  // mono ns of the last message from it
 	epoch atomic.Uint64 // its join epoch, from its last ping
 
+	// mayCancel: the mono ns until which it may give up on a take item
+	// this node admitted for it, and send a cancel (0: none admitted);
+	// owesNothing: the mono ns a ping was sent that it answered owing
+	// nothing not applied here. A leaving node waits for the second to
+	// pass the first (see Core.callersSettled).
+	mayCancel   atomic.Int64
+	owesNothing atomic.Int64
+
 	mu       sync.Mutex
 	pinging  bool  // a ping is in flight
 	nextPing int64 // mono ns
@@ -218,7 +226,53 @@ func (c *Core) pinged(now time.Time, p *peerState, sent int64, pong Pong) {
 		c.recover(now, c.view.Load(), p)
 	}
 	c.stood.answered(p.peer, sent, pong, func(seq uint64) bool { return c.in.has(p.peer, seq) })
+	if !slices.ContainsFunc(pong.Owed, func(seq uint64) bool { return !c.in.has(p.peer, seq) }) {
+		raise(&p.owesNothing, sent)
+	}
 	c.notifySettled()
+}
+
+// raise sets a to v if v is later.
+func raise(a *atomic.Int64, v int64) {
+	for {
+		x := a.Load()
+		if x >= v || a.CompareAndSwap(x, v) {
+			return
+		}
+	}
+}
+
+// callerPatience bounds how long a caller waits for the answer to a take
+// item before it gives up on it, decides the request by fallback and
+// cancels the item (ten call timeouts: see takeLogSize).
+func (c *Core) callerPatience() int64 { return 10 * int64(c.cfg.CallTimeout) }
+
+// noteAdmittedFor records that this node admitted a take item for the
+// run from at m.
+func (c *Core) noteAdmittedFor(from Peer, m int64) {
+	if p := c.peers.get(from.Name); p != nil && p.peer.Inc == from.Inc {
+		raise(&p.mayCancel, m+c.callerPatience())
+	}
+}
+
+// callersSettled reports whether every peer this node admitted take items
+// for has answered a ping, sent once it could no longer be waiting on one
+// of them, owing this node nothing it has not applied: no cancel of an
+// item this node counted is still on its way. A leaving node waits for
+// that before it goes: its counters, handed over, hold what it admitted,
+// and a cancel only it can apply (it alone knows whether it counted the
+// item) would otherwise never be, beside the caller's fallback count of
+// the same request. A caller whose calls failed silentFailures times in a
+// row is not waited for: stopped or cut off, its cancel would come after
+// the leave timed out, and waiting for it only holds the leave (and a
+// new run of this node) back.
+func (c *Core) callersSettled() bool {
+	for _, p := range c.peers.all() {
+		if p.owesNothing.Load() < p.mayCancel.Load() && !p.silent() {
+			return false
+		}
+	}
+	return true
 }
 
 // pingFailed records a ping that got no answer; the next goes out a call
@@ -335,3 +389,15 @@ func (c *Core) Reachable(name string) bool {
 	p := c.peers.get(name)
 	return p != nil && p.calls()
 }
+
+// silent reports whether calls to the peer have failed silentFailures
+// times in a row: it may be stopped or cut off for long.
+func (p *peerState) silent() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failures >= silentFailures
+}
+
+// silentFailures is how many calls in a row a peer fails before a
+// leaving node stops waiting for its cancels.
+const silentFailures = 3

@@ -880,6 +880,9 @@ func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Res
 	case servedBefore:
 		return c.decidedBefore(now, item, res, client, ok), false
 	}
+	if allowed && item.Op == OpTake {
+		c.noteAdmittedFor(from, m)
+	}
 	c.noteChanged(v, item.Reqs, client)
 	return ItemReply{Outcome: Decided, Allowed: allowed, Score: score, Results: res}, false
 }

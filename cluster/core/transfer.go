@@ -1287,11 +1287,17 @@ func (c *Core) replaceRefused(now time.Time) {
 // had if it was alive all along (a split): counted twice. Kept, the
 // transfer goes to the receiver again once it answers, and is applied
 // once; or, if the larger side took the receiver's keys over, it is given
-// up on once this node has a majority again, and goes where they went.
+// up on once this node has a majority again, and goes where they went. A
+// leaving node cannot wait for a majority: what it kept would leave with
+// it when its leave times out, a whole count lost. It gives up as a node
+// with a majority does, and the counts go to the keys' owners by its ring
+// (counted twice only if the receiver was alive across a split all along
+// and applied them: a bounded excess, where keeping them lost them
+// whenever the receiver had died).
 func (c *Core) deadReceivers(now time.Time, heard func(Peer) (int64, bool)) {
 	m := c.mono(now)
 	v := c.view.Load()
-	majority := c.majority(v)
+	majority := c.majority(v) || c.gate.isLeaving()
 	c.out.toLimbo(func(pt *pendingTransfer) (int64, bool) {
 		to := pt.to
 		if !majority || c.aliveLocked(v.ring, to) || !c.goneLocked(to) {

@@ -773,7 +773,7 @@ func (s *sim) mayCountTwice() map[limiter.Key]int64 {
 			}
 		}
 	}
-	used := s.usedDecisions()
+	used := s.usedDecisions(false)
 	for _, d := range s.hist.decisions {
 		item := servedKey{d.node, d.nodeInc, d.caller.Inc, d.caller.Name, d.seq}
 		if !d.allowed || used[item] {
@@ -789,10 +789,15 @@ func (s *sim) mayCountTwice() map[limiter.Key]int64 {
 }
 
 // usedDecisions returns the owner decisions a caller used: the others it
-// gave up on (and cancelled, or died).
-func (s *sim) usedDecisions() map[servedKey]bool {
+// gave up on (and cancelled, or died). With finished, only those of the
+// requests it finished: a caller that died with a request unfinished used
+// none of its decisions.
+func (s *sim) usedDecisions(finished bool) map[servedKey]bool {
 	used := map[servedKey]bool{}
 	for _, r := range s.hist.reqs {
+		if finished && !r.done {
+			continue
+		}
 		for gi := range r.op.groups {
 			g := &r.op.groups[gi]
 			if g.src == SourcePeer {
@@ -1018,8 +1023,10 @@ func (s *sim) checkBound() {
 // checkDenials is (c).
 func (s *sim) checkDenials() {
 	// Owner decisions whose caller gave up on them: an admission counted at
-	// the owner until the caller's cancel reaches it.
-	used := s.usedDecisions()
+	// the owner until the caller's cancel reaches it. A decision that
+	// reached a caller which died before it finished the request is spent
+	// too (an orphan, see orphans): nothing gives it back.
+	used := s.usedDecisions(true)
 	held := map[limiter.Key][]time.Time{} // decision times of units counted at owners
 	for _, r := range s.hist.reqs {
 		if !r.done {

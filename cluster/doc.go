@@ -219,7 +219,9 @@
 // each key is what was admitted, less at most C, but for the units of take
 // items a caller gave up on (and decided elsewhere) that no cancel gives
 // back: the owner crashed (its successor's replica holds the admission,
-// where no cancel reaches), or the caller crashed before the owner
+// where no cancel reaches; so does it when the owner applied the give-back,
+// a refund or a cancel, after its last replication and crashed before the
+// next: the mirror of C), or the caller crashed before the owner
 // acknowledged the cancel, and had not admitted the request by its
 // fallback (its fallback denied it, or another owner decided it; an
 // admission by its fallback left a fallback count, which carries the

@@ -75,8 +75,12 @@ type simHistory struct {
 	// unacknowledged: the owner may never hear that the caller decided
 	// them elsewhere, so an item it admitted may count twice too.
 	cancelsLost map[servedKey]bool
-	faulty      bool // a fault happened (not only graceful changes)
-	seals       map[[2]string]sealNote
+	// givenBackLost counts, per key, the units crashed owners gave back
+	// (refunds, cancels, a request's other zone denied) after their last
+	// replication: the successor's replica still holds them.
+	givenBackLost map[limiter.Key]int64
+	faulty        bool // a fault happened (not only graceful changes)
+	seals         map[[2]string]sealNote
 }
 
 // sealNote is a node's last seal to another, and what it had decided by
@@ -655,6 +659,15 @@ func (s *sim) noteCrash(n *simNode) {
 	for _, key := range s.keys {
 		k := key.key
 		lost := max(0, s.engineCount(n.engine, k)-s.replicaOf(k, n.name)) + s.heldBy(n, k)
+		if o, ok := n.core.view.Load().ring.Owner(k.Route()); ok && o.Name == n.name {
+			if back := s.replicaOf(k, n.name) - s.engineCount(n.engine, k); back > 0 {
+				if s.hist.givenBackLost == nil {
+					s.hist.givenBackLost = map[limiter.Key]int64{}
+				}
+				s.hist.givenBackLost[k] += back
+				s.logf("crash of %s may count %d of key %d twice: given back since its last replication", n.name, back, slices.IndexFunc(s.keys, func(x simKey) bool { return x.key == k }))
+			}
+		}
 		// A replica it kept of an owner that died before it: the only
 		// copy of that owner's count.
 		if st, owner, ok := n.core.replicas.get(k); ok {
@@ -746,9 +759,13 @@ func (s *sim) noteCancelsLost(n *simNode) {
 // acknowledged, and the request was not admitted by the caller's fallback
 // (a fallback count reaches the owner only with the cancels of its key:
 // it died with the caller, and the owner's admission is the request's one
-// count).
+// count). And the units a crashed owner gave back after its last
+// replication: its successor's replica holds them.
 func (s *sim) mayCountTwice() map[limiter.Key]int64 {
 	out := map[limiter.Key]int64{}
+	for k, n := range s.hist.givenBackLost {
+		out[k] += n
+	}
 	if len(s.hist.lostRuns) == 0 && len(s.hist.cancelsLost) == 0 {
 		return out
 	}

@@ -682,11 +682,8 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		return owner.Name == from.Name && owner.Inc < from.Inc && slices.Contains(p.Keys, k) &&
 			!slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == k })
 	})
-	for _, t := range earlier {
-		bases = append(bases, t.state)
-	}
 	// The copies go with the counts of other runs they hold (see noteHeld).
-	baseHeld := append(c.replicas.takeHeld(keysOf(moving.bases)), holdsOfTaken(earlier)...)
+	baseHeld := c.replicas.takeHeld(keysOf(moving.bases))
 	// A key held nowhere here that this node counts elsewhere (by its
 	// ring without the asker) is there, or on its way there: the asker
 	// guessed this node from a ring this node no longer shares (it was
@@ -698,7 +695,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	// to the asker, and nothing here means there was nothing.
 	var elsewhere []limiter.Key
 	for _, k := range take {
-		if heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.counters, func(a arrival) bool { return a.state.Key == k }) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
+		if heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(statesOfTaken(earlier), k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.counters, func(a arrival) bool { return a.state.Key == k }) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
 			continue
 		}
 		if c.passedTo(v, k, from) {
@@ -735,6 +732,14 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	}
 	if len(moving.copies) > 0 {
 		given = append(given, c.out.transfer(from, Transfer{Mode: ModeCopy, States: moving.copies}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+	}
+	// The replicas of the asker's earlier runs go naming their run, run by
+	// run: another copy of the same counter (an older replica another node
+	// kept, sent on naming the run) is weighed against them there, not
+	// added to them.
+	for _, g := range takenByRun(earlier) {
+		states := statesOfTaken(g)
+		given = append(given, c.out.transfer(from, Transfer{Mode: ModeNewer, ReplicaOf: g[0].owner, States: sortStates(states), Holds: holdsOf(holdsOfTaken(g), states)}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	for i, t := range given {
 		msg := "transfer given in a pull's reply"
@@ -1267,6 +1272,24 @@ func (c *Core) sendDeadReplicas(now time.Time, taken []takenReplica, send func(l
 			send(Transfer{Mode: ModeNewer, ReplicaOf: g.run, Holds: holdsOf(held, states)}, purposeHandoff, states)
 		}
 	}
+}
+
+// takenByRun groups taken by the run that owned them, in order of run.
+func takenByRun(taken []takenReplica) [][]takenReplica {
+	byRun := map[Peer][]takenReplica{}
+	var runs []Peer
+	for _, t := range taken {
+		if _, ok := byRun[t.owner]; !ok {
+			runs = append(runs, t.owner)
+		}
+		byRun[t.owner] = append(byRun[t.owner], t)
+	}
+	slices.SortFunc(runs, func(a, b Peer) int { return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Inc, b.Inc)) })
+	out := make([][]takenReplica, len(runs))
+	for i, r := range runs {
+		out[i] = byRun[r]
+	}
+	return out
 }
 
 // statesOfTaken returns the counters of taken.

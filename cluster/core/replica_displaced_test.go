@@ -3,6 +3,8 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // An owner crashes; its successor, which keeps the key's replica, is cut
@@ -133,5 +135,60 @@ func TestADeadRunsReplicaSentOnAddsToWhatTheOwnerCountedWithoutIt(t *testing.T) 
 	}
 	if got := h.count("n0", k); got != int64(load.admitted) {
 		t.Errorf("the key's owner counts %d; %d were admitted (%v)", got, load.admitted, load.by)
+	}
+}
+
+// An owner's run crashes and its next run joins before anyone declared it
+// dead: it pulls the key from its successor, which gives the replica it
+// keeps of the crashed run. Another node kept an older replica of the
+// same run (it was the successor before) and sends it on, naming the run,
+// once it hears the run is gone. Both are copies of one counter: the new
+// run counts the crashed run's counts once (seed 1795774506489072683 of
+// the simulator: the pulled replica went unnamed, and the older one was
+// added to it, 16 held of 11 admitted).
+func TestAPulledReplicaOfTheAskersEarlierRunSaysWhoseCountsItHolds(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n1", 5)
+	h.advance(20 * time.Millisecond)
+	older := h.cores["n0"].engine.StatesOf(h.now, []limiter.Key{k}) // a replica of 5, kept elsewhere
+	for range 3 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond) // n1 keeps a replica of 8
+	if st, owner, ok := h.cores["n1"].replicas.get(k); !ok || owner.Name != "n0" || windowCount([]limiter.State{st}) != 8 {
+		t.Fatalf("n1 keeps no replica of 8 of the key")
+	}
+	crashed := Peer{Name: "n0", Inc: h.incs["n0"]}
+
+	// n0 crashes and its next run joins at once. It pulls the key from
+	// n1 (a request for it comes) before n1 hears of the new run: its
+	// other messages are on their way.
+	h.down["n0"] = true
+	n0 := h.start("n0", true)
+	n0.SetMembership(h.now, Membership{Members: []Member{h.member("n1"), h.member("n2")}})
+	n0.Joined(h.now)
+	slow := n0.Outbox()
+	load.spend("n0")
+	for _, o := range n0.Outbox() {
+		if _, pull := o.Msg.(Pull); pull {
+			h.deliver("n0", o)
+		} else {
+			slow = append(slow, o)
+		}
+	}
+	h.pump()
+	for _, o := range slow {
+		h.deliver("n0", o)
+	}
+	h.setMembership("n1", nil)
+	h.setMembership("n2", nil)
+	h.advance(100 * time.Millisecond)
+
+	// The older replica of the crashed run comes, sent on by n2.
+	n0.handleTransfer(h.now, h.cores["n2"].self, Transfer{Seq: 100, To: n0.self.Inc, Mode: ModeAdd, CountersOf: crashed, States: older}, true)
+	h.advance(time.Second)
+	load.resume()
+	if got := h.count("n0", k); got != int64(load.admitted) {
+		t.Errorf("the key's owner counts %d; %d were admitted", got, load.admitted)
 	}
 }

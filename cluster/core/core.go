@@ -501,6 +501,7 @@ type seenRun struct {
 	member  bool
 	leaving bool
 	joining bool // it was seen joining: it joined this node's cluster, not the other way round
+	dead    bool // it was declared dead: its keys here start from its replicas, though it is said to have left since
 }
 
 // noteSeen records the runs the lists name.
@@ -508,36 +509,37 @@ func (k *membershipState) noteSeen() {
 	if k.seen == nil {
 		k.seen = map[string][]seenRun{}
 	}
-	note := func(name string, inc uint64, member, leaving, joining bool) {
+	note := func(name string, inc uint64, member, leaving, joining, dead bool) {
 		runs := k.seen[name]
 		for i := range runs {
 			if runs[i].inc == inc {
 				runs[i].member = runs[i].member || member
 				runs[i].leaving = runs[i].leaving || leaving
 				runs[i].joining = runs[i].joining || joining
+				runs[i].dead = runs[i].dead || dead
 				return
 			}
 		}
 		if n := len(runs); n > 0 && runs[n-1].inc > inc {
 			return // older than what is known
 		}
-		runs = append(runs, seenRun{inc: inc, member: member, leaving: leaving, joining: joining})
+		runs = append(runs, seenRun{inc: inc, member: member, leaving: leaving, joining: joining, dead: dead})
 		if len(runs) > 2 {
 			runs = runs[len(runs)-2:]
 		}
 		k.seen[name] = runs
 	}
 	for _, m := range k.members {
-		note(m.Name, m.Inc, true, false, false)
+		note(m.Name, m.Inc, true, false, false, false)
 	}
 	for _, m := range k.leaving {
-		note(m.Name, m.Inc, true, true, false)
+		note(m.Name, m.Inc, true, true, false, false)
 	}
 	for _, m := range k.joining {
-		note(m.Name, m.Inc, false, false, true)
+		note(m.Name, m.Inc, false, false, true, false)
 	}
 	for _, d := range k.dead {
-		note(d.Name, d.Inc, false, false, false)
+		note(d.Name, d.Inc, false, false, false, true)
 	}
 }
 

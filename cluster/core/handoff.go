@@ -1308,10 +1308,17 @@ func (c *Core) runDied(owner Peer) bool {
 }
 
 // runLeft reports whether the owner run is leaving, or left, gracefully:
-// announced leaving, or gone without being declared dead or replaced.
+// announced leaving, or gone without being declared dead or replaced. A
+// run this node declared dead did not, whatever it is said to have done
+// since: this node took its keys for those of a dead run (its hand-off
+// waits for none of their counters), and the counters it handed over, if
+// they come, name their run and are weighed against its replicas.
 // viewMu is held.
 func (c *Core) runLeft(owner Peer) bool {
 	if c.runDied(owner) {
+		return false
+	}
+	if r, ok := c.known.Load().run(owner); ok && r.dead {
 		return false
 	}
 	for _, m := range c.known.Load().members {

@@ -501,7 +501,6 @@ type seenRun struct {
 	member  bool
 	leaving bool
 	joining bool // it was seen joining: it joined this node's cluster, not the other way round
-	dead    bool // it was declared dead: its keys here start from its replicas, though it is said to have left since
 }
 
 // noteSeen records the runs the lists name.
@@ -509,37 +508,36 @@ func (k *membershipState) noteSeen() {
 	if k.seen == nil {
 		k.seen = map[string][]seenRun{}
 	}
-	note := func(name string, inc uint64, member, leaving, joining, dead bool) {
+	note := func(name string, inc uint64, member, leaving, joining bool) {
 		runs := k.seen[name]
 		for i := range runs {
 			if runs[i].inc == inc {
 				runs[i].member = runs[i].member || member
 				runs[i].leaving = runs[i].leaving || leaving
 				runs[i].joining = runs[i].joining || joining
-				runs[i].dead = runs[i].dead || dead
 				return
 			}
 		}
 		if n := len(runs); n > 0 && runs[n-1].inc > inc {
 			return // older than what is known
 		}
-		runs = append(runs, seenRun{inc: inc, member: member, leaving: leaving, joining: joining, dead: dead})
+		runs = append(runs, seenRun{inc: inc, member: member, leaving: leaving, joining: joining})
 		if len(runs) > 2 {
 			runs = runs[len(runs)-2:]
 		}
 		k.seen[name] = runs
 	}
 	for _, m := range k.members {
-		note(m.Name, m.Inc, true, false, false, false)
+		note(m.Name, m.Inc, true, false, false)
 	}
 	for _, m := range k.leaving {
-		note(m.Name, m.Inc, true, true, false, false)
+		note(m.Name, m.Inc, true, true, false)
 	}
 	for _, m := range k.joining {
-		note(m.Name, m.Inc, false, false, true, false)
+		note(m.Name, m.Inc, false, false, true)
 	}
 	for _, d := range k.dead {
-		note(d.Name, d.Inc, false, false, false, true)
+		note(d.Name, d.Inc, false, false, false)
 	}
 }
 

@@ -1309,17 +1309,18 @@ func (c *Core) runDied(owner Peer) bool {
 
 // runLeft reports whether the owner run is leaving, or left, gracefully:
 // announced leaving, or gone without being declared dead or replaced. A
-// run this node declared dead did not, whatever it is said to have done
-// since: this node took its keys for those of a dead run (its hand-off
-// waits for none of their counters), and the counters it handed over, if
-// they come, name their run and are weighed against its replicas.
+// run the hand-off under way takes for dead did not, whatever it is said
+// to have done since: that hand-off waits for none of its keys' counters,
+// they start from its replicas when it completes.
 // viewMu is held.
 func (c *Core) runLeft(owner Peer) bool {
 	if c.runDied(owner) {
 		return false
 	}
-	if r, ok := c.known.Load().run(owner); ok && r.dead {
-		return false
+	if v := c.view.Load(); v != nil && v.ho != nil {
+		if inc, dead := v.ho.deadInc[owner.Name]; dead && inc == owner.Inc {
+			return false
+		}
 	}
 	for _, m := range c.known.Load().members {
 		if m.Name == owner.Name && m.Inc == owner.Inc {

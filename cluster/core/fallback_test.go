@@ -137,3 +137,43 @@ func TestFallbackEmptySeesEveryWrite(t *testing.T) {
 		t.Fatalf("every counter sent on, %d left: want empty", f.engine.Stats().Keys)
 	}
 }
+
+// An owner without a majority keeps what is added to its keys meanwhile
+// (a leaving node's hand-off) with its fallback counts. When a peer
+// answers again, its majority comes back at once, and what it kept joins
+// its engine at its next tick: a request it counts before then counts
+// those counts too (seed 1795774402844467607 of the simulator: a hand-off
+// of 6 kept so, the owner admitted 2 more of a limit of 6 before it
+// ticked).
+func TestAnOwnerThatRegainsItsMajorityCountsWhatItKeptInFallback(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n1", "n0", 6)
+	n1 := h.cores["n1"]
+	counter := n1.engine.ExtractKeys(h.now, []limiter.Key{k}) // handed over, say, and coming back
+	h.down["n0"], h.down["n2"] = true, true
+	h.advance(time.Second, "n1")
+	if n1.majority(n1.view.Load()) {
+		t.Fatal("n1 has a majority with both others down")
+	}
+	n1.handleTransfer(h.now, h.cores["n2"].self, Transfer{Seq: 1, To: n1.self.Inc, Mode: ModeAdd, States: counter}, true)
+	if !n1.fallback.engine.Has(h.now, k) {
+		t.Fatal("n1 without a majority counts what was added as an owner")
+	}
+	// n0 answers a ping of n1's, between two of n1's ticks.
+	h.down["n0"] = false
+	for _, p := range n1.view.Load().peers {
+		if p != nil && p.peer.Name == "n0" {
+			n1.pingNow(p, n1.mono(h.now))
+		}
+	}
+	h.pump()
+	if !n1.majority(n1.view.Load()) {
+		t.Fatal("n1 has no majority with n0 answering")
+	}
+	for range 30 {
+		load.spend("n1")
+	}
+	if load.admitted > 30 {
+		t.Errorf("%d admitted of a limit of 30", load.admitted)
+	}
+}

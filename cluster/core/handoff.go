@@ -1331,11 +1331,19 @@ func (c *Core) runDied(owner Peer) bool {
 }
 
 // runLeft reports whether the owner run is leaving, or left, gracefully:
-// announced leaving, or gone without being declared dead or replaced.
+// announced leaving, or gone without being declared dead or replaced. A
+// run the hand-off under way takes for dead did not, whatever it is said
+// to have done since: that hand-off waits for none of its keys' counters,
+// they start from its replicas when it completes.
 // viewMu is held.
 func (c *Core) runLeft(owner Peer) bool {
 	if c.runDied(owner) {
 		return false
+	}
+	if v := c.view.Load(); v != nil && v.ho != nil {
+		if inc, dead := v.ho.deadInc[owner.Name]; dead && inc == owner.Inc {
+			return false
+		}
 	}
 	for _, m := range c.known.Load().members {
 		if m.Name == owner.Name && m.Inc == owner.Inc {

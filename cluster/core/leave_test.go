@@ -356,3 +356,59 @@ func TestALeavingNodeWithoutAMajorityGivesUpItsHandoffToADeadReceiver(t *testing
 		t.Errorf("the cluster holds %d of the key; %d were admitted", got, load.admitted)
 	}
 }
+
+// An owner is declared dead across a split, and leaves on its side of it:
+// its hand-off cannot reach its successor, which takes the owner's keys
+// over from its replicas. That the owner left, heard while the split
+// lasts, does not make those replicas stale: their counters never came.
+// The successor starts the keys from them, and the hand-off, when it
+// comes, adds nothing it holds already (seed 1795774402844468305 of the
+// simulator: the news that the owner left let the successor regain a
+// majority, it dropped the replica as stale, counted the key from
+// nothing, then the hand-off came: 21 admitted of a limit of 16).
+func TestAnOwnerDeclaredDeadThatLeftStillHasItsKeysStartFromItsReplicas(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k, load := h.spentKey("n0", "n1", 6)
+	h.advance(50 * time.Millisecond)
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+
+	// n0 and n3 on the far side of a split; n0 leaves there.
+	h.cut["n0"], h.cut["n3"] = true, true
+	h.advance(time.Second)
+	n0.Leave(h.now)
+	h.pump()
+	h.setMembership("n1", []string{"n0"})
+	h.setMembership("n2", []string{"n0"})
+	h.advance(100 * time.Millisecond)
+	// n0 left: no list names it any more.
+	others := func(name string) []Member {
+		var out []Member
+		for _, x := range []string{"n1", "n2", "n3"} {
+			if x != name {
+				out = append(out, h.member(x))
+			}
+		}
+		return out
+	}
+	h.list("n1", others("n1"), nil)
+	h.list("n2", others("n2"), nil)
+	h.advance(100 * time.Millisecond)
+	// n3 is declared dead too.
+	dead := []Peer{h.member("n3").Peer()}
+	h.list("n1", []Member{h.member("n2")}, dead)
+	h.list("n2", []Member{h.member("n1")}, dead)
+	h.advance(2 * time.Second)
+	if n1.HandoffUnderway() {
+		t.Fatal("n1 has not taken n0's keys over")
+	}
+	if got := h.count("n1", k); got != int64(load.admitted) {
+		t.Errorf("n1 counts %d of the key it took over; %d were admitted", got, load.admitted)
+	}
+
+	// The split heals: n0's hand-off comes.
+	h.cut["n0"], h.cut["n3"] = false, false
+	h.advance(time.Second)
+	if got := h.count("n1", k) + h.count("n2", k); got != int64(load.admitted) {
+		t.Errorf("the cluster counts %d of the key; %d were admitted", got, load.admitted)
+	}
+}

@@ -209,12 +209,32 @@ func (r *outOfReach) foundLocked(keys []limiter.Key) {
 	}
 }
 
-// passUnreached returns the gaps this node knows, to pass on in a reply.
+// passUnreached returns the gaps this node knows, to pass on in a reply,
+// and the one its hand-off under way leaves once it completes: a node
+// whose hand-off from members that died together has not completed seals
+// the keys an asker owns all the same, and the asker, settling them on
+// that seal, would count from nothing a key whose owner and successor are
+// both among those dead.
 func (c *Core) passUnreached(now time.Time) []Unreached {
-	if c.unreached.n.Load() == 0 {
-		return nil
+	m := c.mono(now)
+	var out []Unreached
+	if v := c.view.Load(); v != nil && v.ho != nil && len(v.ho.deadInc) > 1 && v.stable != nil {
+		if within := v.ho.since + int64(c.cfg.HandoffWindow) - m; within > 0 {
+			u := Unreached{Within: time.Duration(within)}
+			for _, x := range v.stable.members {
+				u.Ring = append(u.Ring, x.Peer())
+			}
+			for name, inc := range v.ho.deadInc {
+				u.Dead = append(u.Dead, Peer{Name: name, Inc: inc})
+			}
+			slices.SortFunc(u.Dead, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
+			out = append(out, u)
+		}
 	}
-	return c.unreached.export(c.mono(now))
+	if c.unreached.n.Load() == 0 {
+		return out
+	}
+	return append(out, c.unreached.export(m)...)
 }
 
 // takeUnreached records the gaps a node passed on to this one: the keys

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/keyhash"
+
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -134,5 +136,68 @@ func TestAKeyOutOfReachStaysSoAtTheNodeItMovesTo(t *testing.T) {
 	owner, _ := h.cores["n2"].Ring().Owner(k.Route())
 	if got := h.count(owner.Name, k); got != int64(load.admitted) {
 		t.Errorf("after n0 moved again, the key's owner %s holds %d; %d were admitted (%v)", owner.Name, got, load.admitted, load.by)
+	}
+}
+
+// A key's owner and successor die together (a freeze and a crash), and a
+// new run of the successor joins while the others' hand-off from the two
+// has not completed: the node that owns the key by the ring the joiner
+// takes its keys from seals all the same. Its seal names the gap its
+// hand-off leaves, or the joiner settles the key on it and counts it from
+// nothing while the key's counter may come back (seed
+// 1795772262449710108 of the simulator: 31 admitted of a limit of 29).
+func TestASealDuringAHandoffFromMembersThatDiedTogetherNamesItsGap(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	var k limiter.Key
+	for i := range 10000 {
+		c := limiter.ZoneKey(keyhash.New([]byte("keys"), "k").String(string(rune('a'+i%26))+string(rune(i))), 1)
+		all := h.cores["n0"].Ring()
+		o, _ := all.Owner(c.Route())
+		s, _ := all.Successor(c.Route())
+		later := NewRing(h.hash, []Member{{Name: "n1", Inc: h.incs["n1"] + 1}, h.member("n2"), h.member("n3")})
+		lo, _ := later.Owner(c.Route())
+		if o.Name == "n0" && s.Name == "n1" && lo.Name == "n1" {
+			k = c
+			break
+		}
+	}
+	if k == 0 {
+		t.Fatal("no key owned by n0 then n1")
+	}
+	load := newHandLoad(h, k, 5)
+	for range 5 {
+		load.spend("n0")
+	}
+	h.advance(50 * time.Millisecond)
+	h.down["n0"], h.down["n1"] = true, true
+	h.setMembership("n2", []string{"n0", "n1"})
+	h.setMembership("n3", []string{"n0", "n1"})
+	if !h.cores["n2"].HandoffUnderway() || !h.cores["n3"].HandoffUnderway() {
+		t.Fatal("no hand-off under way")
+	}
+
+	// A new run of n1 joins n2 and n3 before their hand-off completes.
+	n1 := h.start("n1", true)
+	n1.Joined(h.now)
+	h.list("n1", []Member{h.member("n2"), h.member("n3")}, nil)
+	for _, x := range []string{"n2", "n3"} {
+		others := []Member{h.member("n1")}
+		for _, y := range []string{"n2", "n3"} {
+			if y != x {
+				others = append(others, h.member(y))
+			}
+		}
+		h.list(x, others, []Peer{{Name: "n0", Inc: h.incs["n0"]}, {Name: "n1", Inc: h.incs["n1"] - 1}})
+	}
+	h.advance(100*time.Millisecond, "n1", "n2", "n3")
+	if n1.HandoffUnderway() {
+		t.Fatal("n1 has not taken its keys")
+	}
+	for range 5 {
+		tk := h.take("n1", k, 5)
+		h.finish(tk)
+		if tk.d.Allowed && tk.d.Source == SourceOwner {
+			t.Fatalf("n1 counts the key as its owner from nothing: %+v", tk.d)
+		}
 	}
 }

@@ -109,6 +109,7 @@ func (c *Core) Take(now time.Time, op *TakeOp, kind Op, client limiter.Key, reqs
 		client = 0
 	}
 	if v.standalone || c.countsAll(v, c.mono(now), reqs, client) {
+		c.foldKept(now, v, reqs, client)
 		if kind == OpPeek {
 			for i := range reqs {
 				res[i] = c.engine.Peek(now, reqs[i])
@@ -372,6 +373,7 @@ func (c *Core) stepOwn(now time.Time, v *view, m int64, op *TakeOp, g *takeGroup
 		}
 		fallthrough
 	case keyCounting:
+		c.foldKept(now, v, g.reqs, g.client)
 		if op.op == OpPeek {
 			for i := range g.reqs {
 				g.res[i] = c.engine.Peek(now, g.reqs[i])
@@ -419,6 +421,31 @@ func (c *Core) stepOwn(now time.Time, v *view, m int64, op *TakeOp, g *takeGroup
 	}
 	c.decideByFallback(now, v, op, g)
 	return Action{}, false
+}
+
+// foldKept counts, before this node counts keys as their owner (reqs' and
+// the client's),
+// what it kept of them with its fallback counts: what it admitted in
+// fallback, and what was added to them while it had no majority. Those
+// join its engine at its next tick once its majority is back; the
+// majority comes back as soon as a peer answers, and a request counted
+// here before that tick would not count them.
+func (c *Core) foldKept(now time.Time, v *view, reqs []limiter.Request, client limiter.Key) {
+	if c.fallback.empty() {
+		return
+	}
+	var keys []limiter.Key
+	for i := range reqs {
+		if c.fallback.engine.Has(now, reqs[i].Key) {
+			keys = append(keys, reqs[i].Key)
+		}
+	}
+	if client != 0 && c.fallback.engine.Has(now, client) {
+		keys = append(keys, client)
+	}
+	if len(keys) > 0 {
+		c.foldFallback(now, v, keys)
+	}
 }
 
 // handoffAnswering reports whether a hand-off is under way with no dead
@@ -862,6 +889,7 @@ func (c *Core) Serve(now time.Time, from Peer, item *TakeItem, res []limiter.Res
 			return ItemReply{}, true // held while the others' counts come (see standstill)
 		}
 	}
+	c.foldKept(now, v, item.Reqs, client)
 	if item.Op == OpPeek {
 		for i := range item.Reqs {
 			res[i] = c.engine.Peek(now, item.Reqs[i])

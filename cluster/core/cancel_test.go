@@ -3,8 +3,6 @@ package core
 import (
 	"testing"
 	"time"
-
-	"github.com/tollgate/tollgate/limiter"
 )
 
 // A caller gives up on a take item its owner admitted (the answer was
@@ -22,20 +20,8 @@ func TestAFallbackCountReachesTheOwnerWithTheCancelsOfItsKeys(t *testing.T) {
 	k := h.keyOwnedBy("n1", "n2")
 	c0 := h.cores["n0"]
 
-	tk := &handTake{node: "n0", res: make([]limiter.Result, 1)}
-	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: time.Hour}}}
-	if _, done := c0.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
-		t.Fatal("n0 decided n1's key itself")
-	}
-	a := c0.Step(h.now, &tk.op)
-	item, ok := a.Msg.(TakeItem)
-	if a.Kind != ActCall || a.To.Name != "n1" || !ok {
-		t.Fatalf("n0's first step: %+v; want a take item for n1", a)
-	}
 	// n1 admits the item; its answer is lost, and so is n0's cancel.
-	if reply, _ := h.cores["n1"].Serve(h.now, c0.Self(), &item, make([]limiter.Result, 1), h.now); !reply.Allowed {
-		t.Fatalf("n1 did not admit the item: %+v", reply)
-	}
+	tk := h.admitUnanswered("n0", "n1", k, quota)
 	h.down["n1"] = true
 	c0.CallFailed(h.now, &tk.op, false)
 	h.pump()

@@ -233,19 +233,7 @@ func TestUnitsGivenBackWithoutAMajorityAreNotLostInACopy(t *testing.T) {
 
 	// n4's request: n0 admits its item, the answer is lost, and n4
 	// decides it by fallback. Its cancel is on its way.
-	tk := &handTake{node: "n4", res: make([]limiter.Result, 1)}
-	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 30, Window: time.Hour}}}
-	if _, done := n4.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
-		t.Fatal("n4 decided n0's key itself")
-	}
-	a := n4.Step(h.now, &tk.op)
-	item, ok := a.Msg.(TakeItem)
-	if a.Kind != ActCall || a.To.Name != "n0" || !ok {
-		t.Fatalf("n4's first step: %+v; want a take item for n0", a)
-	}
-	if reply, _ := n0.Serve(h.now, n4.Self(), &item, make([]limiter.Result, 1), h.now); !reply.Allowed {
-		t.Fatalf("n0 did not admit the item: %+v", reply)
-	}
+	tk := h.admitUnanswered("n4", "n0", k, 30)
 	h.advance(20 * time.Millisecond) // replicated to n1: 4
 	h.cut["n0"], h.cut["n4"] = true, true
 	n4.CallFailed(h.now, &tk.op, false)
@@ -329,19 +317,7 @@ func TestUnitsGivenBackWithoutAMajorityComeOffTheCounterThatHoldsThem(t *testing
 	// decides them by fallback. Their cancels are on their way.
 	var items []*handTake
 	for range 2 {
-		tk := &handTake{node: "n4", res: make([]limiter.Result, 1)}
-		tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 30, Window: time.Hour}}}
-		if _, done := n4.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
-			t.Fatal("n4 decided n0's key itself")
-		}
-		a := n4.Step(h.now, &tk.op)
-		item, ok := a.Msg.(TakeItem)
-		if a.Kind != ActCall || a.To.Name != "n0" || !ok {
-			t.Fatalf("n4's first step: %+v; want a take item for n0", a)
-		}
-		if reply, _ := n0.Serve(h.now, n4.Self(), &item, make([]limiter.Result, 1), h.now); !reply.Allowed {
-			t.Fatalf("n0 did not admit the item: %+v", reply)
-		}
+		tk := h.admitUnanswered("n4", "n0", k, 30)
 		items = append(items, tk)
 	}
 	h.advance(20 * time.Millisecond) // replicated to n1: 5

@@ -263,19 +263,7 @@ func TestALeavingOwnerWaitsForTheCancelsOfItsCallers(t *testing.T) {
 	k := h.keyOwnedBy("n1", "n2")
 	c0, n1 := h.cores["n0"], h.cores["n1"]
 
-	tk := &handTake{node: "n0", res: make([]limiter.Result, 1)}
-	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 10, Window: time.Hour}}}
-	if _, done := c0.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
-		t.Fatal("n0 decided n1's key itself")
-	}
-	a := c0.Step(h.now, &tk.op)
-	item, ok := a.Msg.(TakeItem)
-	if a.Kind != ActCall || a.To.Name != "n1" || !ok {
-		t.Fatalf("n0's first step: %+v; want a take item for n1", a)
-	}
-	if reply, _ := n1.Serve(h.now, c0.Self(), &item, make([]limiter.Result, 1), h.now); !reply.Allowed {
-		t.Fatalf("n1 did not admit the item: %+v", reply)
-	}
+	tk := h.admitUnanswered("n0", "n1", k, 10)
 	// The answer is lost, and so is everything between n0 and the others
 	// for a while: the cancel too.
 	h.cut["n0"] = true

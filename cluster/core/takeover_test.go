@@ -217,6 +217,28 @@ func (h *handNet) drive(tk *handTake) {
 	}
 }
 
+// admitUnanswered starts a request for k (limit quota an hour) through
+// caller, whose first step calls owner, and has owner admit the item; the
+// answer is not delivered: the test decides what becomes of it.
+func (h *handNet) admitUnanswered(caller, owner string, k limiter.Key, quota int64) *handTake {
+	h.t.Helper()
+	c := h.cores[caller]
+	tk := &handTake{node: caller, res: make([]limiter.Result, 1)}
+	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: time.Hour}}}
+	if _, done := c.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
+		h.t.Fatalf("%s decided %s's key itself", caller, owner)
+	}
+	a := c.Step(h.now, &tk.op)
+	item, ok := a.Msg.(TakeItem)
+	if a.Kind != ActCall || a.To.Name != owner || !ok {
+		h.t.Fatalf("%s's first step: %+v; want a take item for %s", caller, a, owner)
+	}
+	if reply, _ := h.cores[owner].Serve(h.now, c.Self(), &item, make([]limiter.Result, 1), h.now); !reply.Allowed {
+		h.t.Fatalf("%s did not admit the item: %+v", owner, reply)
+	}
+	return tk
+}
+
 // keyOwnedBy returns a key whose owner is first and whose successor is
 // second, by the ring of every node, other than the keys not.
 func (h *handNet) keyOwnedBy(first, second string, not ...limiter.Key) limiter.Key {

@@ -424,14 +424,14 @@ func (c *Core) stepOwn(now time.Time, v *view, m int64, op *TakeOp, g *takeGroup
 }
 
 // foldKept counts, before this node counts keys as their owner (reqs' and
-// the client's),
-// what it kept of them with its fallback counts: what it admitted in
-// fallback, and what was added to them while it had no majority. Those
+// the client's), what it kept of them with its fallback counts: what it
+// admitted in fallback, and what was added to them while it had no
+// majority (a standalone node keeps none). Those
 // join its engine at its next tick once its majority is back; the
 // majority comes back as soon as a peer answers, and a request counted
 // here before that tick would not count them.
 func (c *Core) foldKept(now time.Time, v *view, reqs []limiter.Request, client limiter.Key) {
-	if c.fallback.empty() {
+	if v.standalone || c.fallback.empty() {
 		return
 	}
 	var keys []limiter.Key

@@ -78,15 +78,21 @@ func (s *standstill) waitUntil(m int64) int64 {
 	return m + s.after
 }
 
-// tick records a tick at m and reports whether it ends a pause, in which
-// case the peers given start to be waited for (until m+hold at most).
-func (s *standstill) tick(m, hold int64, peers []Peer) bool {
-	if last := s.lastTick.Swap(m); m-last <= s.after {
-		if u := s.until.Load(); u != 0 && m >= u {
-			s.end()
-		}
-		return false
+// tick records a tick at m and reports whether it ends a pause (see
+// start). A wait whose time ran out ends.
+func (s *standstill) tick(m int64) (paused bool) {
+	if last := s.lastTick.Swap(m); m-last > s.after {
+		return true
 	}
+	if u := s.until.Load(); u != 0 && m >= u {
+		s.end()
+	}
+	return false
+}
+
+// start waits, after a pause that ended at m, for the peers given, until
+// m+hold at most.
+func (s *standstill) start(m, hold int64, peers []Peer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.since = m
@@ -96,10 +102,9 @@ func (s *standstill) tick(m, hold int64, peers []Peer) bool {
 	}
 	if len(s.awaiting) == 0 {
 		s.until.Store(0)
-		return true
+		return
 	}
 	s.until.Store(m + hold)
-	return true
 }
 
 // end stops waiting.
@@ -199,30 +204,26 @@ func (c *Core) tickStandstill(now time.Time, m int64) {
 			c.pingNow(p, m)
 		}
 	}
+	if !c.stood.tick(m) {
+		return
+	}
 	var peers []*peerState
+	var runs []Peer
 	for _, p := range c.peers.all() {
 		if p.reachState() != down {
 			peers = append(peers, p)
+			runs = append(runs, p.peer)
 		}
 	}
-	runs := make([]Peer, len(peers))
-	for i, p := range peers {
-		runs[i] = p.peer
-	}
-	if !c.stood.tick(m, c.standstillHold(), runs) {
-		return
-	}
+	c.stood.start(m, c.standstillHold(), runs)
 	c.log.Info("this node stood still: its keys wait for what the others admitted meanwhile", "node", c.self.Name, "peers", len(runs))
-	c.notifySettled() // requests that came before this tick wait for the answers now
+	c.notifySettled() // requests that came before this tick wait for the answers now, or count
 	for _, p := range peers {
 		p.mu.Lock()
 		p.pinging = true
 		p.nextPing = m + int64(c.cfg.ProbeInterval)
 		p.mu.Unlock()
 		c.out.request(p.peer, c.ping(), m, nil)
-	}
-	if len(peers) == 0 {
-		c.notifySettled()
 	}
 }
 

@@ -854,6 +854,16 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 					s.hist.loss[k] += lost
 					s.logf("%s takes over key from %s (alive): may lose %d", n.name, dead, lost)
 				}
+				// A pause this long is a crash (see cluster/doc.go): what
+				// the paused owner gave back after its last replication
+				// is in the replica the key starts from, the mirror of C.
+				if back := rep - s.engineCount(x.engine, k); back > 0 {
+					if s.hist.givenBackLost == nil {
+						s.hist.givenBackLost = map[limiter.Key]int64{}
+					}
+					s.hist.givenBackLost[k] += back
+					s.logf("%s takes over key from %s (alive): may count %d twice: given back since its last replication", n.name, dead, back)
+				}
 			}
 		}
 	}

@@ -676,13 +676,14 @@ func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
 		c.redirect(now, c.view.Load(), c.mono(now), op, g, r.Owner)
 	default: // NotYetMine: the owner is alive but cannot count these keys yet
 		v, m := c.view.Load(), c.mono(now)
-		if c.sealsGiven.gave(op.to.Name, v.ring.Fingerprint()) {
+		if c.sealedToOwner(v, op.to, g) {
 			if g.resealed < maxResealWaits && m+int64(c.cfg.CallTimeout) <= op.deadline {
 				// This node told the owner it holds nothing more for its
 				// keys, and the owner may start counting them as soon as
 				// the others told it so too: what this node admitted in
 				// fallback now would reach it only after. The owner is
-				// asked again a call timeout later instead.
+				// asked again a call timeout later instead, by this
+				// node's view then.
 				g.resealed++
 				g.pause = m + int64(c.cfg.CallTimeout)
 				return
@@ -691,6 +692,20 @@ func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
 		}
 		c.decideByFallback(now, v, op, g)
 	}
+}
+
+// sealedToOwner reports whether this node sealed, by view v, to the node
+// that answered g's call (to) or to the node its own ring gives g's keys:
+// a peer with an older view may have sent the group on to a node that
+// cannot count the keys yet, while the owner this node sealed to is about
+// to start counting them.
+func (c *Core) sealedToOwner(v *view, to Peer, g *takeGroup) bool {
+	fp := v.ring.Fingerprint()
+	if c.sealsGiven.gave(to.Name, fp) {
+		return true
+	}
+	o, _, ok := c.placeOf(v, g.reqs[0].Key)
+	return ok && o.Name != to.Name && c.sealsGiven.gave(o.Name, fp)
 }
 
 // maxResealWaits bounds how often one zone group waits for an owner this

@@ -509,3 +509,62 @@ func maxTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// A survivor sealed to the node its ring gives a dead member's key; a
+// peer with an older view sends its request for the key on to another
+// node, which cannot count it (NotYetMine). The survivor must not decide
+// it by fallback then: the owner it sealed to may start counting the key
+// before that fallback count reaches it. It asks again, a call timeout
+// later, the owner by its own view.
+func TestASurvivorSentOnByAnOlderViewWaitsForTheOwnerItSealedTo(t *testing.T) {
+	h := newHandNet(t, "n1", "n2", "n3")
+	a, b, c := "n1", "n2", "n3"
+	k := h.keyOwnedBy(a, b)
+	h.take(c, k, 10)
+	h.advance(20 * time.Millisecond)
+	h.down[a] = true
+	h.advance(100 * time.Millisecond)
+	for _, n := range []string{b, c} {
+		h.setMembership(n, []string{a})
+	}
+	h.advance(50 * time.Millisecond)
+	cc := h.cores[c]
+	if !cc.sealsGiven.gave(b, cc.view.Load().ring.Fingerprint()) {
+		t.Fatalf("%s did not seal to %s", c, b)
+	}
+	if !h.cores[b].HandoffUnderway() {
+		t.Fatalf("%s already counts %s's keys", b, a)
+	}
+
+	// a comes back, a new run not yet in c's ring: it cannot count the
+	// key.
+	h.start(a, true)
+	cc.SetMembership(h.now, Membership{Members: []Member{h.member(b)}, Joining: []Member{h.member(a)}})
+	h.pump()
+	d := a
+	if p := cc.peers.get(d); p == nil || !p.calls() || p.peer.Inc != h.incs[a] {
+		t.Fatalf("%s does not call %s's new run: %+v", c, a, p)
+	}
+
+	tk := &handTake{node: c, res: make([]limiter.Result, 1)}
+	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 10, Window: time.Hour}}}
+	if _, done := cc.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
+		t.Fatalf("%s decided the key at once", c)
+	}
+	if a := cc.Step(h.now, &tk.op); a.Kind != ActCall || a.To.Name != b {
+		t.Fatalf("%s's first step: %+v; want a call to %s", c, a, b)
+	}
+	cc.Replied(h.now, &tk.op, ItemReply{Outcome: MovedTo, Owner: d}) // an older view
+	if a := cc.Step(h.now, &tk.op); a.Kind != ActCall || a.To.Name != d {
+		t.Fatalf("%s's step after the redirect: %+v; want a call to %s", c, a, d)
+	}
+	cc.Replied(h.now, &tk.op, ItemReply{Outcome: NotYetMine})
+	a1 := cc.Step(h.now, &tk.op)
+	if a1.Kind != ActWait {
+		t.Fatalf("%s's step after %s's NotYetMine: %+v (decided by %v); want a wait for %s, which it sealed to", c, d, a1, tk.op.Decision().Source, b)
+	}
+	h.now = a1.Until
+	if a := cc.Step(h.now, &tk.op); a.Kind != ActCall || a.To.Name != b {
+		t.Fatalf("%s's step after the wait: %+v; want a call to %s", c, a, b)
+	}
+}

@@ -974,7 +974,11 @@ func (s *sim) serve(dest *simNode, srv *simServe) bool {
 	}
 	srv.done = true
 	if reply.Outcome == Decided && srv.item.Op == OpTake {
-		s.hist.served[servedKey{dest.name, dest.inc, srv.from.Inc, srv.from.Name, srv.item.Seq}] = s.now
+		// A duplicate of the item is answered as the item was: the owner
+		// decided it when it first served it.
+		if sk := (servedKey{dest.name, dest.inc, srv.from.Inc, srv.from.Name, srv.item.Seq}); s.hist.served[sk].IsZero() {
+			s.hist.served[sk] = s.now
+		}
 		for _, rq := range srv.item.Reqs {
 			if s.trace != 0 && rq.Key == s.trace {
 				s.logf("TRACE %s decides take item %d of %s: allowed=%v", dest.name, srv.item.Seq, srv.from.Name, reply.Allowed)

@@ -1269,7 +1269,7 @@ func (c *Core) replaceRefused(now time.Time) {
 		if c.debugOn() {
 			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose)
 		}
-		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t)}, pt.purpose, pt.t.States)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t), Was: pt.t.Was, WasTo: pt.t.WasTo}, pt.purpose, pt.t.States)
 	}
 	if len(gone) > 0 {
 		c.notifySettled()

@@ -226,8 +226,12 @@
 // acknowledged the cancel, and had not admitted the request by its
 // fallback (its fallback denied it, or another owner decided it; an
 // admission by its fallback left a fallback count, which carries the
-// cancel, and died with the caller). Those units count once more than was
-// admitted, and the key is denied that much early.
+// cancel, and died with the caller); or the caller, its request denied
+// by another key, crashed before the owner acknowledged the refund of the
+// item's unit (an owner applies a refund only from a run it holds a lease
+// from, so a refund sent just after the caller started may wait, and die
+// with it). Those units count once more than was admitted, and the key is
+// denied that much early.
 //
 // Restarts. A node configured with seeds counts no key as its owner until
 // it has joined: its ring holds the other members it knows, not itself, so

@@ -324,6 +324,10 @@ func (c *Core) deliverHeld(now time.Time, held []Kept) {
 		named := k.Run.Name != "" && now.UnixNano()-k.At <= int64(keptNamedWithin)
 		if named {
 			like.CountersOf, like.Holds, like.Applied = k.Run, holdsOf(k.Holds, keep), appliedIn(k.Applied, keep)
+			// A transfer the earlier run applied, sent again to this run
+			// in place of it (its acknowledgement was lost), is in these
+			// copies: skipped here, it counts once.
+			c.replicas.noteApplied(c.mono(now), k.Run, like.Applied)
 		}
 		c.placeAs(now, like, purposeHeld, sortStates(keep))
 		if named {

@@ -235,6 +235,20 @@ func (t Transfer) carriesCounter() bool {
 	return t.Mode.carriesCounts() && (t.Mode != ModeAdd || t.Own || t.CountersOf.Name != "")
 }
 
+// namesRuns reports whether t carries counters weighed by the runs they
+// name (placeHere): a counter passed on naming its run, one that names
+// the other runs' counts it holds, or a copy read back that names its
+// run.
+func (t Transfer) namesRuns() bool {
+	switch t.Mode {
+	case ModeAdd:
+		return !t.Own && t.CountersOf.Name != "" || len(t.Holds) > 0
+	case ModeCopy:
+		return t.CountersOf.Name != ""
+	}
+	return false
+}
+
 // Held says that a counter holds counts of a run: that run's counter of
 // the key (State.Key) as it was when the counter took its counts in.
 type Held struct {

@@ -75,6 +75,9 @@ type simHistory struct {
 	// unacknowledged: the owner may never hear that the caller decided
 	// them elsewhere, so an item it admitted may count twice too.
 	cancelsLost map[servedKey]bool
+	// refundsLost counts, per key, the units crashed callers were giving
+	// back by refunds not yet acknowledged: the owner may never apply them.
+	refundsLost map[limiter.Key]int64
 	// givenBackLost counts, per key, the units crashed owners gave back
 	// (refunds, cancels, a request's other zone denied) after their last
 	// replication: the successor's replica still holds them.
@@ -736,12 +739,21 @@ func (s *sim) noteLostRun(p Peer) {
 	s.hist.lostRuns[p] = true
 }
 
-// noteCancelsLost records the cancels a crashing caller had not had
-// acknowledged.
+// noteCancelsLost records the cancels and refunds a crashing caller had
+// not had acknowledged.
 func (s *sim) noteCancelsLost(n *simNode) {
 	n.core.out.mu.Lock()
 	defer n.core.out.mu.Unlock()
 	for _, pt := range n.core.out.transfers {
+		if pt.t.Mode == ModeRefund {
+			for _, r := range pt.t.Reqs {
+				if s.hist.refundsLost == nil {
+					s.hist.refundsLost = map[limiter.Key]int64{}
+				}
+				s.hist.refundsLost[r.Key] += max(r.Cost, 1)
+			}
+			continue
+		}
 		if pt.t.Mode != ModeCancel {
 			continue
 		}
@@ -760,10 +772,14 @@ func (s *sim) noteCancelsLost(n *simNode) {
 // (a fallback count reaches the owner only with the cancels of its key:
 // it died with the caller, and the owner's admission is the request's one
 // count). And the units a crashed owner gave back after its last
-// replication: its successor's replica holds them.
+// replication: its successor's replica holds them. And the units a
+// crashed caller was giving back by a refund not yet acknowledged.
 func (s *sim) mayCountTwice() map[limiter.Key]int64 {
 	out := map[limiter.Key]int64{}
 	for k, n := range s.hist.givenBackLost {
+		out[k] += n
+	}
+	for k, n := range s.hist.refundsLost {
 		out[k] += n
 	}
 	if len(s.hist.lostRuns) == 0 && len(s.hist.cancelsLost) == 0 {

@@ -976,10 +976,20 @@ func (s *sim) serve(dest *simNode, srv *simServe) bool {
 	if reply.Outcome == Decided && srv.item.Op == OpTake {
 		// A duplicate of the item is answered as the item was: the owner
 		// decided it when it first served it.
-		if sk := (servedKey{dest.name, dest.inc, srv.from.Inc, srv.from.Name, srv.item.Seq}); s.hist.served[sk].IsZero() {
+		sk := servedKey{dest.name, dest.inc, srv.from.Inc, srv.from.Name, srv.item.Seq}
+		_, again := s.hist.served[sk]
+		if !again {
 			s.hist.served[sk] = s.now
 		}
 		for _, rq := range srv.item.Reqs {
+			if again && slices.ContainsFunc(s.hist.decisions, func(d simDecision) bool {
+				return d.key == rq.Key && d.node == dest.name && d.nodeInc == dest.inc && d.caller == srv.from && d.seq == srv.item.Seq && d.allowed == reply.Allowed
+			}) {
+				// The item came again (a duplicate, or sent again after
+				// its answer was lost), and the owner answered it as
+				// before: one decision, not two.
+				continue
+			}
 			if s.trace != 0 && rq.Key == s.trace {
 				s.logf("TRACE %s decides take item %d of %s: allowed=%v", dest.name, srv.item.Seq, srv.from.Name, reply.Allowed)
 			}

@@ -649,16 +649,38 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		c.debugTransfer("transfer refused: leaving", from, t, 0)
 		return Ack{Seq: t.Seq, Refused: true}
 	}
-	if t.Mode == ModeAdd && t.carriesCounter() && !pulled && !c.Member() {
+	if (t.Mode == ModeAdd || t.Mode == ModeCopy) && t.carriesCounter() && !pulled && !c.Member() {
 		// Outside its ring (declared dead, joining again) this node counts
 		// nothing: a key's counter handed to it (or passed on, naming its
-		// run) could only be sent on to whoever it takes for the owner, who
-		// may be the sender, and back and forth. Refused, it stays with the
+		// run), or a copy of one, could only be sent on to whoever it takes
+		// for the owner, who may be the sender, and back and forth (a copy
+		// an owner without a majority refused, and took once it had one,
+		// went back and forth so). Refused, it stays with the
 		// sender until this node is a member again. Other adds (what nodes
 		// admitted in fallback) are taken as before: refusing them too lost
 		// counts in the simulator.
 		c.debugTransfer("transfer refused: not a member", from, t, 0)
 		return Ack{Seq: t.Seq, Refused: true}
+	}
+	if t.namesRuns() && t.countersOf(from) != from && !pulled && c.Member() {
+		if v := c.view.Load(); !c.majority(v) && v.self >= 0 {
+			if r, ok := c.known.Load().run(from); !ok || !r.leaving {
+				// Without a majority this node counts nothing as an owner:
+				// what it takes in waits with its fallback counts, as bare
+				// additions. A counter of another run (passed on, or a
+				// snapshot read back) would lose there the names of the
+				// runs whose counts it holds, and another copy of the same
+				// counter (a replica of it sent on, the snapshot's run's
+				// own hand-off) would be added again wherever the two
+				// meet. Refused, it stays whole with its sender until this
+				// node has a majority again, or goes where the key's owner
+				// is then. The sender's own counter, and what a leaving
+				// sender hands over, are taken as before: the sender has
+				// nowhere else to keep them.
+				c.debugTransfer("transfer refused: another run's counter, and no majority", from, t, 0)
+				return Ack{Seq: t.Seq, Refused: true}
+			}
+		}
 	}
 	if t.Mode.carriesCounts() || t.Mode.settles() {
 		// Counts come only from a sender this node holds a lease from: one
@@ -1247,7 +1269,7 @@ func (c *Core) replaceRefused(now time.Time) {
 		if c.debugOn() {
 			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose)
 		}
-		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t)}, pt.purpose, pt.t.States)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t), Was: pt.t.Was, WasTo: pt.t.WasTo}, pt.purpose, pt.t.States)
 	}
 	if len(gone) > 0 {
 		c.notifySettled()

@@ -208,10 +208,10 @@
 // loss, freezes, partitions, crashes, restarts with or without a snapshot.
 // The simulator (package core) holds it, and what the cluster holds
 // below, in seeds 1 to 10,000; its fresh seeds still find schedules that
-// break what the cluster holds, about one in 1,300, most combining two
-// faults (a unit counted once too often or lost beside a rolling restart
-// by kill, a leave or a join), none over the bound in the last 8,800: the
-// kept ones are listed in
+// break one or the other, about one in 3,000, each combining two faults
+// (a unit counted once too often or lost beside a partition, a leave or a
+// join; one admitted over the bound, a partition during a rolling
+// restart): the kept ones are listed in
 // core/testdata/simulation-known-violations.txt and docs/cluster.md. So
 // the bound is what the protocol is built to hold
 // and what the fixed schedules check, not yet proved for every schedule.

@@ -720,7 +720,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			// that comes later, and holds them, adds them no more.
 			c.replicas.noteResent(c.mono(now), t.WasTo, Applied{From: from, Seq: t.Was}, t.States)
 		}
-		counted := c.countedHere(t)
+		counted := c.countedHere(now, t)
 		c.apply(now, from, t)
 		return counted
 	})
@@ -733,29 +733,45 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 }
 
 // countedHere returns, for a transfer about to be applied that adds what
-// other nodes admitted (ModeAdd, carrying no counter), the keys of its
-// counts if every one of them joins this run's counters at once: keys this
-// node owns and counts now (not still moving here, not kept in fallback
-// for want of a majority). Else it returns nil. A snapshot of the counters
-// lists such transfers (see Keep): the counts of any other may not be in
-// it.
-func (c *Core) countedHere(t Transfer) []limiter.Key {
-	if t.Mode != ModeAdd || t.carriesCounter() || len(t.States) == 0 {
+// other nodes admitted (ModeAdd, carrying no counter) or gives units back
+// (ModeRefund), the keys of its counts if every one of them joins this
+// run's counters at once: keys this node owns and counts now (not still
+// moving here, not kept in fallback for want of a majority; for a refund,
+// a counter this run holds). Else it returns nil. A snapshot of the
+// counters lists such transfers (see Keep): the counts of any other may not
+// be in it. A refund sent again in place of one the snapshot lists comes
+// off the counter once.
+func (c *Core) countedHere(now time.Time, t Transfer) []limiter.Key {
+	var keys []limiter.Key
+	switch {
+	case t.Mode == ModeAdd && !t.carriesCounter():
+		for _, s := range t.States {
+			keys = append(keys, s.Key)
+		}
+	case t.Mode == ModeRefund:
+		// Units given back come off this run's counters only where they
+		// are counted here already: else they wait, or go on.
+		for _, r := range t.Reqs {
+			if r.Limit.Algorithm == limiter.Concurrency || !c.engine.Has(now, r.Key) {
+				return nil
+			}
+			keys = append(keys, r.Key)
+		}
+	}
+	if len(keys) == 0 {
 		return nil
 	}
 	v := c.view.Load()
 	if v.self < 0 || !c.majority(v) {
 		return nil
 	}
-	keys := make([]limiter.Key, 0, len(t.States))
-	for _, s := range t.States {
-		if _, self, ok := c.placeOf(v, s.Key); !ok || !self {
+	for _, k := range keys {
+		if _, self, ok := c.placeOf(v, k); !ok || !self {
 			return nil
 		}
-		if v.ho != nil && c.handoff.incoming(v, c.self.Name, s.Key) {
+		if v.ho != nil && c.handoff.incoming(v, c.self.Name, k) {
 			return nil
 		}
-		keys = append(keys, s.Key)
 	}
 	return keys
 }

@@ -47,7 +47,9 @@
 // (TestALeavingNodeDeclaredDeadStillHandsOverWhatItHolds: before, its pings
 // were told Dead for as long as it ran, and what it had admitted in
 // fallback left with it). One whose leave timeout runs out while it is
-// still cut off takes what it holds with it, as a crash does (C below). In
+// still cut off, or so soon after its links came back that none of its
+// calls could be answered since, takes what it holds with it, as a crash
+// does (C below). In
 // the short time before all nodes have heard of a change, a node that has
 // not may still send a moved key to its old owner, which answers "moved
 // to" the new one. A pull names the run it asks: a node restarted since

@@ -69,6 +69,11 @@ func encodeMessage(e *encoder, msg core.Message) {
 	case core.SealReply:
 		e.flag(m.Sealed)
 		encodeUnreached(e, m.Unreached)
+		e.u32(uint32(len(m.Moved)))
+		for _, ko := range m.Moved {
+			e.u64(uint64(ko.Key))
+			e.str(ko.Owner)
+		}
 	case core.Ping:
 		e.u64(m.Epoch)
 		e.flag(m.Counting)
@@ -131,6 +136,10 @@ func decodeReply(kind byte, d *decoder) (core.Message, error) {
 	case msgSeal:
 		r := core.SealReply{Sealed: d.flag()}
 		r.Unreached = decodeUnreached(d)
+		n := d.count32(maxList, 9)
+		for range n {
+			r.Moved = append(r.Moved, core.KeyOwner{Key: limiter.Key(d.u64()), Owner: d.str()})
+		}
 		msg = r
 	case msgPing:
 		pong := core.Pong{Dead: d.flag()}

@@ -47,13 +47,22 @@
 // (TestALeavingNodeDeclaredDeadStillHandsOverWhatItHolds: before, its pings
 // were told Dead for as long as it ran, and what it had admitted in
 // fallback left with it). One whose leave timeout runs out while it is
-// still cut off takes what it holds with it, as a crash does (C below). In
+// still cut off, or so soon after its links came back that none of its
+// calls could be answered since, takes what it holds with it, as a crash
+// does (C below). In
 // the short time before all nodes have heard of a change, a node that has
 // not may still send a moved key to its old owner, which answers "moved
 // to" the new one. A pull names the run it asks: a node restarted since
 // refuses it, rather than answer "nothing here" for what its earlier run
 // held (that lives on in the run's replicas)
-// (TestAPullAnsweredByAnotherRunOfItsSourceSettlesNothing).
+// (TestAPullAnsweredByAnotherRunOfItsSourceSettlesNothing). A node
+// remembers where it handed each counter: one that handed a key to a
+// node by a ring the asker never had (it left on one side of a split,
+// whose ring gave the key to another node there) names that node in its
+// seal and its pull answers, and the asker's hand-off waits for that
+// node's answer before it counts the key
+// (TestAKeyHandedElsewhereByALeaverIsPulledFromThereBeforeItCounts:
+// before, the seal settled it with nothing, 31 admitted of 25).
 //
 // Slow owners. A slow owner's answer is the decision, however late. A call
 // has a deadline (twice the peer timeout: an owner may hold a take item

@@ -41,6 +41,7 @@ type Core struct {
 	handoff    *handoffState // keys moving here, while a hand-off is under way
 	sealsGiven sealsGiven    // the nodes this node sealed to, and under which ring
 	lent       *lentKeys     // keys given to a node that owns them by a newer ring
+	handed     *handedKeys   // keys whose counters went to another node, and where
 	fallback   *fallback     // decides for owners that cannot be reached
 	replicas   *replicaStore // counters kept for the owners this node succeeds
 	unreached  outOfReach    // keys taken over whose counters are out of reach
@@ -143,6 +144,7 @@ func New(cfg Config, now time.Time) *Core {
 		takes:    newTakeLog(),
 		handoff:  newHandoffState(),
 		lent:     newLentKeys(cfg.Engine.Stats().MaxKeys),
+		handed:   newHandedKeys(cfg.Engine.Stats().MaxKeys),
 		fallback: newFallback(cfg.Engine.Stats().MaxKeys, cfg.Fallback, cfg.FallbackRatio),
 		replicas: newReplicaStore(cfg.Engine.Stats().MaxKeys),
 		gate:     newGate(!cfg.Joining),
@@ -695,6 +697,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 	c.updateAnswering()
 	if old != nil {
 		c.lent.keepOwned(ring, c.self.Name, c.goneLocked)
+		c.handed.keepOwned(ring, c.self.Name, func(to Peer) bool { return c.runDied(to) || c.replacedLocked(to) })
 		c.deadReceivers(now, heard.of)
 		c.replaceRefused(now)
 		c.rePlace(now, moving)

@@ -73,8 +73,12 @@ type moving struct {
 	// held no lease from its sender yet): a pull that finds nothing does
 	// not settle it before they arrive.
 	expected bool
-	leavers  int // how many of the plan's leavers were asked for it
-	hops     int // sources that sent its pull on, in a row
+	// away: a source sealed saying it handed the key's counter to
+	// another node (source now): the hand-off does not end before that
+	// node answers a pull of it.
+	away    bool
+	leavers int // how many of the plan's leavers were asked for it
+	hops    int // sources that sent its pull on, in a row
 	// refunds are units given back before the key settled: they are
 	// given back from its counter once it has one.
 	refunds []limiter.Request
@@ -698,6 +702,19 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		if heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(statesOfTaken(earlier), k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.counters, func(a arrival) bool { return a.state.Key == k }) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
 			continue
 		}
+		if to, ok := c.handed.get(k); ok && to.Name != c.self.Name {
+			// Its counter went from here to a node: the asker has it, or
+			// finds it there (it went by a ring the asker's did not
+			// follow).
+			if to.Name != from.Name {
+				moved = append(moved, KeyOwner{Key: k, Owner: to.Name})
+				elsewhere = append(elsewhere, k)
+				continue
+			}
+			if to == from {
+				continue
+			}
+		}
 		if c.passedTo(v, k, from) {
 			continue
 		}
@@ -888,7 +905,7 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 	if c.debugOn() {
 		c.log.Debug("sealed: nothing more here for the asker's keys", "node", c.self.Name, "peer", from.Name, "ring", q.Ring)
 	}
-	return SealReply{Sealed: true, Unreached: c.passUnreached(now)}
+	return SealReply{Sealed: true, Unreached: c.passUnreached(now), Moved: c.handed.awayFrom(v.ring, from.Name)}
 }
 
 // sealsGiven remembers, for each node this node sealed to, the ring it
@@ -935,7 +952,23 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 	}
 	h.sealed[r.to.Name] = true
 	if c.debugOn() {
-		c.log.Debug("hand-off source sealed", "node", c.self.Name, "peer", r.to.Name, "ring", q.Ring)
+		c.log.Debug("hand-off source sealed", "node", c.self.Name, "peer", r.to.Name, "ring", q.Ring, "moved", len(reply.Moved))
+	}
+	v := c.view.Load()
+	var away []limiter.Key
+	for _, ko := range reply.Moved {
+		// Its counter went elsewhere: the seal says nothing of it.
+		p := c.peers.get(ko.Owner)
+		if p == nil || v.ho == nil || !ownedBy(v, c.self.Name, ko.Key) {
+			continue
+		}
+		if _, moves := stableSource(v, c.self.Name, ko.Key); !moves {
+			continue
+		}
+		if mk := h.entry(v, c.self.Name, ko.Key); !mk.settled {
+			mk.source, mk.away, mk.hops = p.peer, true, 0
+			away = append(away, ko.Key)
+		}
 	}
 	var done []limiter.Key
 	for k, mk := range h.keys {
@@ -948,6 +981,10 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 	h.mu.Unlock()
 	slices.Sort(done)
 	c.settle(now, done)
+	if len(away) > 0 {
+		slices.Sort(away)
+		c.requestKeys(now, v, away)
+	}
 	c.tickHandoff(now, c.mono(now))
 }
 
@@ -987,7 +1024,20 @@ func (c *Core) tickHandoff(now time.Time, m int64) {
 			ask = append(ask, src)
 		}
 	}
+	// Keys a source sealed without, their counters handed elsewhere, wait
+	// for the node they went to.
+	var away []limiter.Key
+	for k, mk := range h.keys {
+		if mk.away && !mk.settled {
+			all = false
+			away = append(away, k)
+		}
+	}
 	h.mu.Unlock()
+	if len(away) > 0 {
+		slices.Sort(away)
+		c.requestKeys(now, v, away)
+	}
 	for _, src := range ask {
 		if p := c.peers.get(src); p != nil {
 			c.out.request(p.peer, SealQuery{Ring: plan.ring}, m, nil)
@@ -1482,4 +1532,77 @@ func (l *lentKeys) keepOwned(ring *Ring, self string, gone func(Peer) bool) {
 		}
 	}
 	l.n.Store(int64(len(l.keys)))
+}
+
+// handedKeys are keys whose counters this node handed to another node (a
+// hand-off, a pull's answer, a counter passed on), acknowledged: the node
+// they went to, as of the last one. A node that owns a key by a ring this
+// node's hand-off did not follow (the key went to another node by a ring
+// of one side of a split) asks this node for it, and is told where it went
+// (see handlePull, handleSeal) rather than that nothing is here. It is safe
+// for concurrent use, and cheap to ask when empty.
+type handedKeys struct {
+	mu   sync.RWMutex
+	keys map[limiter.Key]Peer
+	n    atomic.Int64
+	max  int
+}
+
+func newHandedKeys(max int) *handedKeys {
+	return &handedKeys{keys: map[limiter.Key]Peer{}, max: max}
+}
+
+// get returns the node k's counter was handed to.
+func (h *handedKeys) get(k limiter.Key) (Peer, bool) {
+	if h.n.Load() == 0 {
+		return Peer{}, false
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	to, ok := h.keys[k]
+	return to, ok
+}
+
+// set records that the counters of states went to to. A full table
+// records no new key.
+func (h *handedKeys) set(states []limiter.State, to Peer) {
+	h.mu.Lock()
+	for _, s := range states {
+		if _, ok := h.keys[s.Key]; ok || len(h.keys) < h.max {
+			h.keys[s.Key] = to
+		}
+	}
+	h.n.Store(int64(len(h.keys)))
+	h.mu.Unlock()
+}
+
+// awayFrom returns the keys ring gives to asker that went to another node.
+func (h *handedKeys) awayFrom(ring *Ring, asker string) []KeyOwner {
+	if h.n.Load() == 0 {
+		return nil
+	}
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	var out []KeyOwner
+	for k, to := range h.keys {
+		if o, ok := ring.Owner(k.Route()); ok && o.Name == asker && to.Name != asker {
+			out = append(out, KeyOwner{Key: k, Owner: to.Name})
+		}
+	}
+	slices.SortFunc(out, func(a, b KeyOwner) int { return cmp.Compare(a.Key, b.Key) })
+	return out
+}
+
+// keepOwned drops the keys ring gives to self (their counters come back
+// here with its hand-off), and those whose holder is gone (what it held
+// went on with its own hand-off, or lives in its replicas).
+func (h *handedKeys) keepOwned(ring *Ring, self string, gone func(Peer) bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k, to := range h.keys {
+		if o, ok := ring.Owner(k.Route()); !ok || o.Name == self || gone(to) {
+			delete(h.keys, k)
+		}
+	}
+	h.n.Store(int64(len(h.keys)))
 }

@@ -341,6 +341,10 @@ type SealReply struct {
 	// Unreached are the keys whose counters are out of this node's reach,
 	// as in PullReply.
 	Unreached []Unreached
+	// Moved lists keys the asker owns whose counters this node handed to
+	// another node (by a ring the asker's hand-off did not follow): the
+	// asker pulls them there before it counts them.
+	Moved []KeyOwner
 }
 
 // Ping asks whether the node is there, and renews the asker's lease on the

@@ -362,7 +362,7 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 	done := func() { s.open-- }
 	window := func(set, unset func()) {
 		s.at(at, nil, set)
-		s.at(at.Add(f.dur), nil, func() { unset(); done() })
+		s.at(at.Add(f.dur), nil, func() { s.noteCutOff(); unset(); done() })
 	}
 	switch f.kind {
 	case faultDelay:
@@ -717,6 +717,25 @@ func (s *sim) cutOff(n *simNode) bool {
 		}
 	}
 	return true
+}
+
+// noteCutOff records, as links that may have cut nodes off come back,
+// which nodes were cut off until now.
+func (s *sim) noteCutOff() {
+	for _, name := range s.names {
+		if n := s.current[name]; n != nil && !n.gone && s.cutOff(n) {
+			n.cutUntil = s.now
+		}
+	}
+}
+
+// cutOffLately reports whether n is cut off, or was until too short a
+// while ago to hand anything over since: a ping it sent while cut off
+// fails only after the caller's patience, the peer is probed again
+// within a probe interval, and only a ping answered sends its transfers
+// again.
+func (s *sim) cutOffLately(n *simNode) bool {
+	return s.cutOff(n) || !n.cutUntil.IsZero() && s.now.Sub(n.cutUntil) < simTiming.callPatience+simTiming.probe
 }
 
 // noteLeftCutOff adds to C what a leaving node takes with it when its

@@ -321,6 +321,7 @@ type simNode struct {
 	lateView    bool   // its driver says a seed answered before it lists the members
 	leaving     bool
 	leaveBy     time.Time
+	cutUntil    time.Time // when links that cut it off last came back (see cutOffLately)
 
 	waiting []*simReq   // take ops waiting
 	holding []*simServe // items held for keys on their way
@@ -491,7 +492,7 @@ func (s *sim) leave(n *simNode) {
 func (s *sim) stop(n *simNode) {
 	if !n.core.Drained() {
 		s.logf("%s left before it drained", n.name)
-		if s.cutOff(n) {
+		if s.cutOffLately(n) {
 			s.noteLeftCutOff(n)
 		}
 	}

@@ -1252,6 +1252,12 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 		if pt.purpose == purposeReplica && pt.ring != nil {
 			c.noteReplicaRing(pt.ring)
 		}
+		switch pt.purpose {
+		case purposeHandoff, purposeForward, purposePull, purposeHeld:
+			if pt.t.carriesCounter() {
+				c.handed.set(pt.t.States, pt.to)
+			}
+		}
 		if len(pt.t.Cancels) > 0 {
 			c.out.settleCancels(pt.to, pt.t.Cancels) // applied with it
 		}

@@ -77,7 +77,12 @@
 // to a ping sent after that caller could have given up on them, that no
 // cancel to it is still on its way (Pong.Owed), or its calls kept failing:
 // its counters, handed over, hold the admissions, and only it can apply
-// the cancels (TestALeavingOwnerWaitsForTheCancelsOfItsCallers). Tested with processes:
+// the cancels (TestALeavingOwnerWaitsForTheCancelsOfItsCallers). A caller
+// whose calls kept failing is not waited for: the hand-off names the items
+// the owner admitted that their callers may still cancel (Transfer.Taken),
+// and a cancel whose receiver left goes to the keys' owner naming the run
+// it was meant for, which gives the units back if that run admitted the
+// item (TestACancelForAnOwnerThatLeftReachesItsCounter). Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the
 // owner for up to 40 ms, the others for up to 150 ms; 300 requests at

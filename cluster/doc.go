@@ -262,6 +262,12 @@
 // keys over, where the copies of the snapshot go too, and there they count
 // once, whichever comes first (the later transfer is skipped, or its counts
 // taken out of the copy: TestASnapshotAndATransferItsRunAppliedAreCountedOnce).
+// The counters a node declared dead sends to the node that kept their
+// replicas list the same transfers: counts sent there in place of one of
+// them, added to a counter started from the run's replica, are the run's
+// counts too, and the record of the run's counts that counter holds grows
+// by them, so that no copy of the run's counter adds them again
+// (TestEvictedCountersDoNotAddATransferSentAgainInPlaceOfOneTheirRunApplied).
 // Then the node enters its ring and the
 // others', and pulls the keys that move to it like any joining node. A new owner never
 // counts a key it could not pull: it decides it by fallback, counted in its

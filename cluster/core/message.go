@@ -203,7 +203,9 @@ type Transfer struct {
 	// whose senders may not have had them acknowledged: the receiver skips
 	// a transfer sent to it later in place of one of them (Was, WasTo), and
 	// takes the counts of one it added before out of the copy, so that the
-	// counts count once whichever arrives first.
+	// counts count once whichever arrives first. With ModeEvicted, it lists
+	// the same of the transfers the evicted run applied to the counters
+	// carried, weighed the same way.
 	Applied []Applied
 	// Cancels (ModeAdd, what the sender admitted in fallback) repeats the
 	// cancels the sender made for take items it sent this receiver and

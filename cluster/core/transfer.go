@@ -815,6 +815,10 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// from. Added here, it would count twice what that replica held.
 		run := t.Evicted
 		v := c.view.Load()
+		states := t.States
+		if len(t.Applied) > 0 {
+			states = c.evictedApplied(now, run, t.Applied, states)
+		}
 		// Meant for an earlier run of this node, which kept the run's
 		// replicas and may have started keys from them: where this run
 		// restored that earlier run's counter of a key (and sent it as a
@@ -823,7 +827,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		earlier := t.WasTo.Name == c.self.Name && t.WasTo.Inc < c.self.Inc
 		var adds, counters, copies []limiter.State
 		onward := map[string][]limiter.State{}
-		for _, s := range t.States {
+		for _, s := range states {
 			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s); ok {
 				if more {
 					adds = append(adds, d)
@@ -959,6 +963,57 @@ func (c *Core) cancellable() []Taken {
 	}
 	slices.SortFunc(out, func(a, b Taken) int { return strings.Compare(a.Caller.Name, b.Caller.Name) })
 	return out
+}
+
+// evictedApplied weighs the transfers the evicted run applied (Applied)
+// against states, its counters: one sent here later in place of the one
+// to the run is skipped; the counts of one sent here before were added to
+// this node's counter of their key where the run's replica did not hold
+// them, and are the run's counts too. The record of the run's counts that
+// counter holds grows by them (where the counter is here, counted or
+// kept until its key settles), so that every copy of the run's counter,
+// this one and those that come another way (its replica sent on), adds
+// only what it holds beyond; where the counter is not here, they are
+// taken out of this copy. It returns states, less what was taken out.
+func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, states []limiter.State) []limiter.State {
+	c.replicas.noteApplied(c.mono(now), run, applied)
+	var less []limiter.State
+	for _, x := range c.replicas.takeResent(run, applied, states) {
+		if x.Kind >= limiter.KindGrant {
+			continue
+		}
+		if c.replicas.raisePromoted(now, run, x) || c.handoff.raiseHeld(now, run, x) {
+			c.debugCounts("evicted counters: counts sent here in place of a transfer their run applied are its counts", []limiter.State{x}, "evicted", run.Name)
+			continue
+		}
+		less = append(less, x)
+	}
+	if len(less) == 0 {
+		return states
+	}
+	c.debugCounts("evicted counters: counts sent here in place of transfers their run applied are not added again", less, "evicted", run.Name)
+	out := slices.Clone(states)
+	drop := make([]bool, len(out))
+	for _, x := range less {
+		for i := range out {
+			if drop[i] || out[i].Key != x.Key || out[i].Kind >= limiter.KindGrant {
+				continue
+			}
+			if d, ok := limiter.SubState(now, out[i], x); ok {
+				out[i] = d
+			} else {
+				drop[i] = true
+			}
+			break
+		}
+	}
+	kept := out[:0]
+	for i, s := range out {
+		if !drop[i] {
+			kept = append(kept, s)
+		}
+	}
+	return kept
 }
 
 // cancel applies the cancel of take item x of the caller from: if this

@@ -332,6 +332,14 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 		e.u64(t.Cancels[i].Take)
 		encodeReqList(e, t.Cancels[i].Reqs)
 	}
+	e.u32(uint32(len(t.Taken)))
+	for i := range t.Taken {
+		encodePeer(e, t.Taken[i].Caller)
+		e.u32(uint32(len(t.Taken[i].Seqs)))
+		for _, s := range t.Taken[i].Seqs {
+			e.u64(s)
+		}
+	}
 }
 
 // A list of zone requests: the units a transfer gives back or spends, or
@@ -398,6 +406,18 @@ func decodeTransfer(d *decoder) core.Transfer {
 		t.Cancels = make([]core.Cancel, n)
 		for i := range t.Cancels {
 			t.Cancels[i] = core.Cancel{Take: d.u64(), Reqs: decodeReqList(d)}
+		}
+	}
+	if n := d.count32(maxList, 9+4); n > 0 {
+		t.Taken = make([]core.Taken, n)
+		for i := range t.Taken {
+			t.Taken[i].Caller = decodePeer(d)
+			if m := d.count32(maxList, 8); m > 0 {
+				t.Taken[i].Seqs = make([]uint64, m)
+				for j := range t.Taken[i].Seqs {
+					t.Taken[i].Seqs[j] = d.u64()
+				}
+			}
 		}
 	}
 	return t

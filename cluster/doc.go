@@ -86,7 +86,12 @@
 // to a ping sent after that caller could have given up on them, that no
 // cancel to it is still on its way (Pong.Owed), or its calls kept failing:
 // its counters, handed over, hold the admissions, and only it can apply
-// the cancels (TestALeavingOwnerWaitsForTheCancelsOfItsCallers). Tested with processes:
+// the cancels (TestALeavingOwnerWaitsForTheCancelsOfItsCallers). A caller
+// whose calls kept failing is not waited for: the hand-off names the items
+// the owner admitted that their callers may still cancel (Transfer.Taken),
+// and a cancel whose receiver left goes to the keys' owner naming the run
+// it was meant for, which gives the units back if that run admitted the
+// item (TestACancelForAnOwnerThatLeftReachesItsCounter). Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the
 // owner for up to 40 ms, the others for up to 150 ms; 300 requests at
@@ -266,6 +271,12 @@
 // keys over, where the copies of the snapshot go too, and there they count
 // once, whichever comes first (the later transfer is skipped, or its counts
 // taken out of the copy: TestASnapshotAndATransferItsRunAppliedAreCountedOnce).
+// The counters a node declared dead sends to the node that kept their
+// replicas list the same transfers: counts sent there in place of one of
+// them, added to a counter started from the run's replica, are the run's
+// counts too, and the record of the run's counts that counter holds grows
+// by them, so that no copy of the run's counter adds them again
+// (TestEvictedCountersDoNotAddATransferSentAgainInPlaceOfOneTheirRunApplied).
 // Then the node enters its ring and the
 // others', and pulls the keys that move to it like any joining node. A new owner never
 // counts a key it could not pull: it decides it by fallback, counted in its

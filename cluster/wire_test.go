@@ -40,7 +40,8 @@ func TestCodecRoundTrips(t *testing.T) {
 	transfer := core.Transfer{Seq: 4, Floor: 2, To: 8, Epoch: 3, Mode: core.ModeCancel, States: states, Reqs: reqs, Take: 11, Was: 1,
 		WasTo: core.Peer{Name: "b", Inc: 2}, Own: true, CountersOf: core.Peer{Name: "e", Inc: 5},
 		Holds: []core.Held{{Run: core.Peer{Name: "f", Inc: 6}, State: limiter.State{Key: 9, Cur: 4, Stamp: 1, Expires: 3}}}, ReplicaOf: core.Peer{Name: "c", Inc: 3}, Evicted: core.Peer{Name: "d", Inc: 4},
-		Applied: []core.Applied{{From: core.Peer{Name: "e", Inc: 5}, Seq: 6}}, Cancels: []core.Cancel{{Take: 12, Reqs: reqs}, {Take: 13}}}
+		Applied: []core.Applied{{From: core.Peer{Name: "e", Inc: 5}, Seq: 6}}, Cancels: []core.Cancel{{Take: 12, Reqs: reqs}, {Take: 13}},
+		Taken: []core.Taken{{Caller: core.Peer{Name: "g", Inc: 7}, Seqs: []uint64{3, 5, 8}}, {Caller: core.Peer{Name: "h", Inc: 1}}}}
 	for _, tc := range []struct {
 		kind  byte
 		req   core.Message

@@ -297,6 +297,7 @@ func (c *Core) Tick(now time.Time) {
 		c.fallback.sweep(now)
 		c.replicas.sweep(now)
 		c.replicas.forgetApplied(m)
+		c.takes.forgetAdopted(m - int64(appliedKeep))
 		c.in.sweep(m, c.peers)
 	}
 	c.notifyOutbox()

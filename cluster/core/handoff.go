@@ -336,6 +336,33 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, own, counter bool
 	return true
 }
 
+// raiseHeld adds x to the record of run's counts held by a counter of
+// x's key kept here until the key settles (this node's own counter
+// first), and reports whether there is one.
+func (h *handoffState) raiseHeld(now time.Time, run Peer, x limiter.State) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	mk := h.keys[x.Key]
+	if mk == nil || mk.settled {
+		return false
+	}
+	for _, own := range []bool{true, false} {
+		for i := range mk.counters {
+			a := &mk.counters[i]
+			if a.own != own || a.of == run {
+				continue
+			}
+			for j := range a.holds {
+				if a.holds[j].Run == run && a.holds[j].State.Key == x.Key {
+					a.holds[j].State = limiter.AddState(now, a.holds[j].State, x)
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
 // ownedBy reports whether self owns k by v's ring: the keys whose counts
 // may be moving here.
 func ownedBy(v *view, self string, k limiter.Key) bool {
@@ -1462,14 +1489,29 @@ func (c *Core) sendEvicted(now time.Time, states []limiter.State, holds []Held) 
 		bySucc[succ.Name] = append(bySucc[succ.Name], s)
 		succs[succ.Name] = succ
 	}
+	counted := c.in.counted()
 	for _, name := range sortedKeys(bySucc) {
 		for _, part := range SplitStates(bySucc[name], TransferBytes) {
 			t := like
 			t.States, t.Holds = part, holdsOf(holds, part)
+			t.Applied = appliedTo(counted, part)
 			c.sendTransfer(now, succs[name].Peer(), t, purposeHeld)
 		}
 	}
 	c.placeAs(now, like, purposeHeld, rest)
+}
+
+// appliedTo returns, of the transfers counted (applied here, their
+// senders perhaps not told), those whose counts joined the counters of
+// states.
+func appliedTo(counted []KeptApplied, states []limiter.State) []Applied {
+	var out []Applied
+	for _, a := range counted {
+		if slices.ContainsFunc(a.Keys, func(k limiter.Key) bool { return heldIn(states, k) }) {
+			out = append(out, Applied{From: a.From, Seq: a.Seq})
+		}
+	}
+	return out
 }
 
 // tookOver records that this node takes over the keys of x, declared dead

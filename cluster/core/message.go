@@ -160,7 +160,10 @@ type Transfer struct {
 	// Was and WasTo: this transfer carries counts of the sender's transfer
 	// Was to WasTo, which died before it acknowledged it. The receiver,
 	// which took WasTo's keys over, skips it if WasTo applied it and
-	// replicated that (see Applied).
+	// replicated that (see Applied). A cancel naming them was meant for
+	// WasTo, which left before it got it: the receiver, where WasTo's
+	// counters went, applies it as WasTo would have, by what WasTo said
+	// it admitted (Taken).
 	Was   uint64
 	WasTo Peer
 	// Own (ModeAdd): these are the sender's own counters of the keys,
@@ -200,7 +203,9 @@ type Transfer struct {
 	// whose senders may not have had them acknowledged: the receiver skips
 	// a transfer sent to it later in place of one of them (Was, WasTo), and
 	// takes the counts of one it added before out of the copy, so that the
-	// counts count once whichever arrives first.
+	// counts count once whichever arrives first. With ModeEvicted, it lists
+	// the same of the transfers the evicted run applied to the counters
+	// carried, weighed the same way.
 	Applied []Applied
 	// Cancels (ModeAdd, what the sender admitted in fallback) repeats the
 	// cancels the sender made for take items it sent this receiver and
@@ -211,6 +216,18 @@ type Transfer struct {
 	// that crashes while a cancel is on its way leaves the receiver holding
 	// the item's admission alone, or the cancel and the fallback count.
 	Cancels []Cancel
+	// Taken (ModeAdd, a leaving node's own counters handed over, and the
+	// same counters passed on) lists the take items the leaving run
+	// admitted whose callers may still cancel them: a cancel of one that
+	// reaches the node counting the keys after the run is gone (naming it
+	// as WasTo) gives the item's units back there, as the run would have.
+	Taken []Taken
+}
+
+// Taken lists take items of one caller run that a node admitted.
+type Taken struct {
+	Caller Peer
+	Seqs   []uint64
 }
 
 // Cancel names a take item its sender gave up on, and the units it asked

@@ -437,6 +437,56 @@ func (r *replicaStore) lessResent(now time.Time, run Peer, applied []Applied, st
 	return out, less
 }
 
+// takeResent returns the counts of the keys of states added here that
+// were sent in place of the transfers of applied to run (see noteResent),
+// and forgets them: run applied those transfers, so its counters hold the
+// counts too.
+func (r *replicaStore) takeResent(run Peer, applied []Applied, states []limiter.State) []limiter.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.resent[run]
+	var out []limiter.State
+	for _, a := range applied {
+		rec, ok := set[a]
+		if !ok {
+			continue
+		}
+		rest := rec.states[:0:0]
+		for _, x := range rec.states {
+			if heldIn(states, x.Key) {
+				out = append(out, x)
+			} else {
+				rest = append(rest, x)
+			}
+		}
+		if len(rest) == 0 {
+			delete(set, a)
+		} else {
+			rec.states = rest
+			set[a] = rec
+		}
+	}
+	if len(set) == 0 {
+		delete(r.resent, run)
+	}
+	return out
+}
+
+// raisePromoted adds x to the record of run's counts that this node's
+// counter of x's key holds, and reports whether there is one (the counter
+// is here).
+func (r *replicaStore) raisePromoted(now time.Time, run Peer, x limiter.State) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, _, ok := r.promotionLocked(x.Key, run)
+	if !ok {
+		return false
+	}
+	p.state = limiter.AddState(now, p.state, x)
+	r.setPromotionLocked(x.Key, p)
+	return true
+}
+
 // applied reports whether owner applied transfer a, by what it replicated
 // here, or by what a copy of its counters read back from a snapshot said.
 func (r *replicaStore) applied(owner Peer, a Applied) bool {

@@ -133,3 +133,61 @@ func TestARefundAnEarlierRunAppliedIsSkippedByTheRunThatReadItsSnapshotBack(t *t
 		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
 	}
 }
+
+// A key's owner applies a transfer of what another node admitted in
+// fallback, and is cut off before the acknowledgement reaches the sender
+// and before it replicates the count to its successor. Declared dead, its
+// keys go to the successor, which starts them from its replica; the
+// sender gives the transfer up and sends its counts there, naming the one
+// they replace, and the successor adds them: its replica did not hold
+// them. The split heals, and the owner, told it was declared dead, sends
+// its counter to the successor (ModeEvicted), which adds what the counter
+// holds beyond the replica: the transfer's counts among it, added once
+// already (seed 1795778134734374776 of the simulator: 30 held, 29
+// admitted). The evicted counters name the transfers their run applied,
+// as a snapshot read back does, and the record of the run's counts that
+// the successor's counter holds grows by the counts sent in place of one
+// of them: every copy of the run's counter, the evicted one and one that
+// comes another way, then adds only what it holds beyond.
+func TestEvictedCountersDoNotAddATransferSentAgainInPlaceOfOneTheirRunApplied(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n1", "n2", 5)
+	h.advance(20 * time.Millisecond) // replicated to n2
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+
+	h.cut["n1"] = true
+	one := n1.engine.StatesOf(h.now, []limiter.Key{k})[0]
+	one.Cur = 1
+	n0.sendTransfer(h.now, n1.self, Transfer{Mode: ModeAdd, States: []limiter.State{one}}, purposeReconcile)
+	for _, o := range n0.Outbox() {
+		n1.Handle(h.now, n0.Self(), o.Msg) // applied; the acknowledgement is lost
+		n0.Failed(h.now, o.ID)
+	}
+	load.admitted++
+	h.advance(50 * time.Millisecond) // replicas to n2 lost
+
+	h.setMembership("n0", []string{"n1"})
+	h.setMembership("n2", []string{"n1"})
+	h.advance(2 * time.Second)
+	if got := h.count("n2", k); got != int64(load.admitted) {
+		t.Fatalf("n2, which took n1's key over, counts %d; %d were admitted", got, load.admitted)
+	}
+
+	counter := n1.engine.StatesOf(h.now, []limiter.Key{k})
+	h.cut["n1"] = false
+	h.advance(2 * time.Second)
+	// A copy of n1's counter comes another way too (a replica of it a
+	// node passed on): it holds the transfer's counts like the counter.
+	h.cores["n2"].handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: h.incs["n2"], Mode: ModeAdd, CountersOf: n1.self, States: counter}, true)
+	h.pump()
+	h.advance(time.Second)
+	var held int64
+	by := map[string]int64{}
+	for _, name := range h.names {
+		by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
+		held += by[name]
+	}
+	if held != int64(load.admitted) {
+		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
+	}
+}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"sync"
 )
 
@@ -25,7 +26,22 @@ const (
 type takeLog struct {
 	mu      sync.Mutex
 	callers map[Peer]*callerLog
+	// adopted holds, by the leaving run that admitted them and their
+	// caller run, the take items whose admissions came here in that run's
+	// counters (Transfer.Taken): a cancel of one, meant for the run and
+	// sent here once it left, gives the units back here.
+	adopted map[adoptedOf]*adoptedItems
 }
+
+// adoptedItems are the numbers of the items one run admitted for one
+// caller, and when the last list of them came (mono).
+type adoptedItems struct {
+	seqs map[uint64]struct{}
+	at   int64
+}
+
+// adoptedOf names the items one run admitted for one caller run.
+type adoptedOf struct{ by, caller Peer }
 
 // callerLog is one caller's recent items: a ring of two-bit outcomes
 // indexed by item number, holding the numbers above hi − takeLogSize.
@@ -35,7 +51,9 @@ type callerLog struct {
 	bits []uint64
 }
 
-func newTakeLog() *takeLog { return &takeLog{callers: make(map[Peer]*callerLog)} }
+func newTakeLog() *takeLog {
+	return &takeLog{callers: make(map[Peer]*callerLog), adopted: make(map[adoptedOf]*adoptedItems)}
+}
 
 func (l *takeLog) caller(p Peer) *callerLog {
 	l.mu.Lock()
@@ -48,6 +66,11 @@ func (l *takeLog) caller(p Peer) *callerLog {
 		for q := range l.callers {
 			if q.Name == p.Name && q.Inc < p.Inc {
 				delete(l.callers, q)
+			}
+		}
+		for a := range l.adopted {
+			if a.caller.Name == p.Name && a.caller.Inc < p.Inc {
+				delete(l.adopted, a)
 			}
 		}
 	}
@@ -168,4 +191,83 @@ func (l *takeLog) cancel(caller Peer, seq uint64) (refund bool) {
 	prev := c.outcome(seq)
 	c.set(seq, itemCancelled)
 	return prev == itemAdmitted
+}
+
+// TakenMaxSeqs bounds the items of one caller a hand-off names as
+// admitted (Transfer.Taken): the latest ones, those whose cancels may
+// still be to come.
+const TakenMaxSeqs = 8192
+
+// admitted returns the numbers of caller's items this node admitted that
+// it still knows of (not cancelled since), in order: the latest
+// TakenMaxSeqs.
+func (l *takeLog) admitted(caller Peer) []uint64 {
+	l.mu.Lock()
+	c := l.callers[caller]
+	l.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []uint64
+	for s := c.hi; s > 0 && !c.forgotten(s) && len(out) < TakenMaxSeqs; s-- {
+		if c.get(s) == itemAdmitted {
+			out = append(out, s)
+		}
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// adopt records, at m, that the counters of the run by, which admitted
+// the items of taken, are here (or passed on from here).
+func (l *takeLog) adopt(m int64, by Peer, taken []Taken) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, t := range taken {
+		a := adoptedOf{by: by, caller: t.Caller}
+		items := l.adopted[a]
+		if items == nil {
+			items = &adoptedItems{seqs: make(map[uint64]struct{}, len(t.Seqs))}
+			l.adopted[a] = items
+		}
+		items.at = m
+		for _, s := range t.Seqs {
+			items.seqs[s] = struct{}{}
+		}
+	}
+}
+
+// cancelAdopted applies the cancel of item seq of caller, meant for the
+// run by, whose counters came here: it reports whether by admitted it
+// (its units are then given back here, once).
+func (l *takeLog) cancelAdopted(by, caller Peer, seq uint64) (refund bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a := adoptedOf{by: by, caller: caller}
+	items := l.adopted[a]
+	if items == nil {
+		return false
+	}
+	if _, ok := items.seqs[seq]; !ok {
+		return false
+	}
+	delete(items.seqs, seq)
+	if len(items.seqs) == 0 {
+		delete(l.adopted, a)
+	}
+	return true
+}
+
+// forgetAdopted drops the items of runs whose counters came before
+// cutoff (mono): their callers' cancels came long before.
+func (l *takeLog) forgetAdopted(cutoff int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for a, items := range l.adopted {
+		if items.at < cutoff {
+			delete(l.adopted, a)
+		}
+	}
 }

@@ -352,7 +352,7 @@ func (o *outbox) cancelsFor(to Peer, states []limiter.State) []Cancel {
 	defer o.mu.Unlock()
 	var seqs []uint64
 	for seq, pt := range o.transfers {
-		if pt.t.Mode == ModeCancel && pt.to == to && slices.ContainsFunc(pt.t.Reqs, func(r limiter.Request) bool {
+		if pt.t.Mode == ModeCancel && pt.to == to && pt.t.WasTo.Name == "" && slices.ContainsFunc(pt.t.Reqs, func(r limiter.Request) bool {
 			return slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == r.Key })
 		}) {
 			seqs = append(seqs, seq)
@@ -373,7 +373,7 @@ func (o *outbox) settleCancels(to Peer, cancels []Cancel) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for seq, pt := range o.transfers {
-		if pt.t.Mode == ModeCancel && pt.to == to && slices.ContainsFunc(cancels, func(x Cancel) bool { return x.Take == pt.t.Take }) {
+		if pt.t.Mode == ModeCancel && pt.to == to && pt.t.WasTo.Name == "" && slices.ContainsFunc(cancels, func(x Cancel) bool { return x.Take == pt.t.Take }) {
 			o.forgetLocked(seq, pt)
 		}
 	}
@@ -808,7 +808,10 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		case of.Name != "":
 			states, holds = c.replicas.takeNewerOf(of, t.States, t.Holds)
 		}
-		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds}, purposeForward, states)
+		if len(t.Taken) > 0 {
+			c.takes.adopt(c.mono(now), of, t.Taken)
+		}
+		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, Taken: t.Taken}, purposeForward, states)
 	case ModeEvicted:
 		c.stats.Received.Add(uint64(len(t.States)))
 		// Counters of keys whose counters here hold the run's counts (this
@@ -828,6 +831,10 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// from. Added here, it would count twice what that replica held.
 		run := t.Evicted
 		v := c.view.Load()
+		states := t.States
+		if len(t.Applied) > 0 {
+			states = c.evictedApplied(now, run, t.Applied, states)
+		}
 		// Meant for an earlier run of this node, which kept the run's
 		// replicas and may have started keys from them: where this run
 		// restored that earlier run's counter of a key (and sent it as a
@@ -836,7 +843,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		earlier := t.WasTo.Name == c.self.Name && t.WasTo.Inc < c.self.Inc
 		var adds, counters, copies []limiter.State
 		onward := map[string][]limiter.State{}
-		for _, s := range t.States {
+		for _, s := range states {
 			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s); ok {
 				if more {
 					adds = append(adds, d)
@@ -934,8 +941,95 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 	case ModeRefund, ModeCharge:
 		c.applySettle(now, t, t.Reqs)
 	case ModeCancel:
+		if t.WasTo.Name != "" {
+			c.cancelFor(now, t.WasTo, from, Cancel{Take: t.Take, Reqs: t.Reqs})
+			return
+		}
 		c.cancel(now, from, Cancel{Take: t.Take, Reqs: t.Reqs})
 	}
+}
+
+// cancelFor applies the cancel of take item x of the caller from, meant
+// for the run by, which left before it got it: if by admitted the item
+// (its counters, handed over, named it: Transfer.Taken), its units are
+// given back where they are counted now.
+func (c *Core) cancelFor(now time.Time, by, from Peer, x Cancel) {
+	c.stats.Cancelled.Add(1)
+	refund := c.takes.cancelAdopted(by, from, x.Take)
+	if c.debugOn() {
+		c.log.Debug("take item cancelled by its caller, for the run that left", "node", c.self.Name, "peer", from.Name, "for", by.Name, "take", x.Take, "refund", refund, "reqs", debugReqs(x.Reqs))
+	}
+	if refund {
+		c.refund(now, x.Reqs)
+	}
+}
+
+// cancellable returns the take items this node admitted whose callers may
+// still cancel them: those that have not told it since that they owe it
+// no cancel (see callersSettled).
+func (c *Core) cancellable() []Taken {
+	var out []Taken
+	for _, p := range c.peers.all() {
+		if p.owesNothing.Load() >= p.mayCancel.Load() {
+			continue
+		}
+		if seqs := c.takes.admitted(p.peer); len(seqs) > 0 {
+			out = append(out, Taken{Caller: p.peer, Seqs: seqs})
+		}
+	}
+	slices.SortFunc(out, func(a, b Taken) int { return strings.Compare(a.Caller.Name, b.Caller.Name) })
+	return out
+}
+
+// evictedApplied weighs the transfers the evicted run applied (Applied)
+// against states, its counters: one sent here later in place of the one
+// to the run is skipped; the counts of one sent here before were added to
+// this node's counter of their key where the run's replica did not hold
+// them, and are the run's counts too. The record of the run's counts that
+// counter holds grows by them (where the counter is here, counted or
+// kept until its key settles), so that every copy of the run's counter,
+// this one and those that come another way (its replica sent on), adds
+// only what it holds beyond; where the counter is not here, they are
+// taken out of this copy. It returns states, less what was taken out.
+func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, states []limiter.State) []limiter.State {
+	c.replicas.noteApplied(c.mono(now), run, applied)
+	var less []limiter.State
+	for _, x := range c.replicas.takeResent(run, applied, states) {
+		if x.Kind >= limiter.KindGrant {
+			continue
+		}
+		if c.replicas.raisePromoted(now, run, x) || c.handoff.raiseHeld(now, run, x) {
+			c.debugCounts("evicted counters: counts sent here in place of a transfer their run applied are its counts", []limiter.State{x}, "evicted", run.Name)
+			continue
+		}
+		less = append(less, x)
+	}
+	if len(less) == 0 {
+		return states
+	}
+	c.debugCounts("evicted counters: counts sent here in place of transfers their run applied are not added again", less, "evicted", run.Name)
+	out := slices.Clone(states)
+	drop := make([]bool, len(out))
+	for _, x := range less {
+		for i := range out {
+			if drop[i] || out[i].Key != x.Key || out[i].Kind >= limiter.KindGrant {
+				continue
+			}
+			if d, ok := limiter.SubState(now, out[i], x); ok {
+				out[i] = d
+			} else {
+				drop[i] = true
+			}
+			break
+		}
+	}
+	kept := out[:0]
+	for i, s := range out {
+		if !drop[i] {
+			kept = append(kept, s)
+		}
+	}
+	return kept
 }
 
 // cancel applies the cancel of take item x of the caller from: if this
@@ -1011,6 +1105,11 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 		names = append(names, name)
 	}
 	slices.Sort(names)
+	if len(names) > 0 && like.Mode == ModeAdd && like.Own && p == purposeHandoff && c.gate.isLeaving() {
+		// A leaving node's counters hold the items it admitted: a cancel
+		// of one that comes once it is gone is applied where they go.
+		like.Taken = c.cancellable()
+	}
 	for _, name := range names {
 		for _, part := range SplitStates(byOwner[name], TransferBytes) {
 			t := like
@@ -1291,7 +1390,7 @@ func (c *Core) replaceRefused(now time.Time) {
 		if c.debugOn() {
 			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose)
 		}
-		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t), Was: pt.t.Was, WasTo: pt.t.WasTo}, pt.purpose, pt.t.States)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t), Was: pt.t.Was, WasTo: pt.t.WasTo, Taken: pt.t.Taken}, pt.purpose, pt.t.States)
 	}
 	if len(gone) > 0 {
 		c.notifySettled()
@@ -1422,8 +1521,38 @@ func (c *Core) retargetDue(now time.Time) {
 			c.retarget(now, pt, pt.t.States, nil)
 		case ModeRefund, ModeCharge:
 			c.retarget(now, pt, nil, pt.t.Reqs)
+		case ModeCancel:
+			c.retargetCancel(now, pt)
 		}
 	}
+}
+
+// retargetCancel sends a cancel whose receiver left before it got it to
+// the owner of its keys now, naming the run it was meant for: the run's
+// counters, handed over as it left, went there with the items it
+// admitted (Transfer.Taken), and the owner gives back the units of the
+// item if the run admitted it. A receiver that died took its count of
+// the item with it, but for its replica, which no cancel reaches (see
+// deadReceivers).
+func (c *Core) retargetCancel(now time.Time, pt *pendingTransfer) {
+	if pt.t.WasTo.Name != "" || len(pt.t.Reqs) == 0 || c.runDied(pt.to) {
+		return
+	}
+	v := c.view.Load()
+	to, self, ok := c.placeOf(v, pt.t.Reqs[0].Key)
+	if !ok {
+		return
+	}
+	x := Cancel{Take: pt.t.Take, Reqs: pt.t.Reqs}
+	if self {
+		c.cancelFor(now, pt.to, c.self, x)
+		return
+	}
+	t := c.out.transfer(to.Peer(), Transfer{Mode: ModeCancel, Reqs: x.Reqs, Take: x.Take}, purposeCancel, c.mono(now), false)
+	c.out.retargeted(t.Seq, pt.t.Seq, pt.to, c.mono(now))
+	t.Was, t.WasTo = pt.t.Seq, pt.to
+	c.debugTransfer("cancel sent to the owner in place of the run that left", to.Peer(), t, purposeCancel)
+	c.notifyOutbox()
 }
 
 // retarget sends the states (or refunds) of an abandoned transfer to where
@@ -1497,7 +1626,7 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
-		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t)}, pt.purpose, c.mono(now), false)
+		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t), Taken: pt.t.Taken}, pt.purpose, c.mono(now), false)
 		c.out.retargeted(t.Seq, was.Seq, pt.to, c.mono(now))
 		t.Was, t.WasTo = was.Seq, pt.to
 		c.debugTransfer("transfer sent in place of one to a gone receiver", p.to.Peer(), t, pt.purpose)

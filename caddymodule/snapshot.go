@@ -37,12 +37,16 @@ const defaultSnapshotInterval = time.Minute
 
 // snapshotMagic starts a snapshot, with the format's version: the run that
 // wrote it (name, incarnation), when, the states, the runs whose counts
-// the counters hold with those counts, and the transfers the run applied
-// to them whose senders may not have had them acknowledged (see
+// the counters hold (each with the generation of its counter, see
+// cluster.Held) with those counts, and the transfers the run applied to
+// them whose senders may not have had them acknowledged (see
 // encodeSnapshot).
+// snapshotMagicV2 starts one of the second format: the same, without the
+// generations (each the run's first counter of its key).
 // snapshotMagicV1 starts one of the first format: the states alone.
 const (
-	snapshotMagic   = "TGSN2"
+	snapshotMagic   = "TGSN3"
+	snapshotMagicV2 = "TGSN2"
 	snapshotMagicV1 = "TGSN1"
 )
 
@@ -51,8 +55,9 @@ const maxRunName = 1024
 
 // encodeSnapshot returns k in the snapshot format: the magic; the run
 // (name as a length and bytes, incarnation); when it was kept (Unix ns);
-// the states; the number of runs held, each run's name and incarnation,
-// and the counts held of them as states, in the same order; the number of
+// the states; the number of runs held, each run's name, incarnation and
+// generation (32 bits), and the counts held of them as states, in the
+// same order; the number of
 // transfers applied, each its sender's run, its number (64 bits) and the
 // number of its keys and the keys (64 bits each). Numbers are
 // little-endian, lengths and counts 32 bits.
@@ -65,6 +70,7 @@ func encodeSnapshot(k cluster.Kept) []byte {
 	held := make([]limiter.State, len(k.Holds))
 	for i, h := range k.Holds {
 		b = appendRun(b, h.Run)
+		b = binary.LittleEndian.AppendUint32(b, h.Gen)
 		held[i] = h.State
 	}
 	b = limiter.AppendStates(b, held)
@@ -91,9 +97,12 @@ func appendRun(b []byte, p cluster.Peer) []byte {
 // bounded by the input's size.
 func decodeSnapshot(b []byte) (cluster.Kept, error) {
 	var k cluster.Kept
+	gens := true
 	switch {
 	case strings.HasPrefix(string(b), snapshotMagic):
 		b = b[len(snapshotMagic):]
+	case strings.HasPrefix(string(b), snapshotMagicV2):
+		b, gens = b[len(snapshotMagicV2):], false
 	case strings.HasPrefix(string(b), snapshotMagicV1):
 		states, err := decodeStates(b[len(snapshotMagicV1):])
 		k.States = states
@@ -124,10 +133,16 @@ func decodeSnapshot(b []byte) (cluster.Kept, error) {
 	if n > len(b)/12 { // a run takes 12 bytes at least
 		return k, fmt.Errorf("%d runs held: more than the input holds", n)
 	}
-	runs := make([]cluster.Peer, n)
+	runs, runGens := make([]cluster.Peer, n), make([]uint32, n)
 	for i := range runs {
 		if runs[i], b, err = readRun(b); err != nil {
 			return k, err
+		}
+		if gens {
+			if len(b) < 4 {
+				return k, limiter.ErrTruncated
+			}
+			runGens[i], b = binary.LittleEndian.Uint32(b), b[4:]
 		}
 	}
 	if len(b) < 4 {
@@ -141,7 +156,7 @@ func decodeSnapshot(b []byte) (cluster.Kept, error) {
 		return k, fmt.Errorf("%d counts held for %d runs", len(held), n)
 	}
 	for i := range runs {
-		k.Holds = append(k.Holds, cluster.Held{Run: runs[i], State: held[i]})
+		k.Holds = append(k.Holds, cluster.Held{Run: runs[i], Gen: runGens[i], State: held[i]})
 	}
 	if k.Applied, b, err = readApplied(b); err != nil {
 		return k, err

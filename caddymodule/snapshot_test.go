@@ -2,8 +2,10 @@ package caddymodule
 
 import (
 	"context"
+	"encoding/binary"
 	"net/http"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -84,9 +86,11 @@ func TestOversizedSnapshotRestoresWhatFits(t *testing.T) {
 }
 
 // A snapshot names the run that wrote it, the other runs' counts its
-// counters hold and the transfers the run applied to them, and reads back
-// as it was written; one of the first format (the states alone) still
-// reads back, naming no run.
+// counters hold (and of which of their counters) and the transfers the run
+// applied to them, and reads back as it was written; one of the second
+// format (no generations) reads back naming the runs' first counters, and
+// one of the first format (the states alone) still reads back, naming no
+// run.
 func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 	now := time.Now()
 	state := func(k limiter.Key, cur uint32) limiter.State {
@@ -96,7 +100,7 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 		Run:    cluster.Peer{Name: "node-a:7946", Inc: 42},
 		At:     now.UnixNano(),
 		States: []limiter.State{state(1, 3), state(2, 5)},
-		Holds:  []cluster.Held{{Run: cluster.Peer{Name: "node-b:7946", Inc: 7}, State: state(2, 4)}},
+		Holds:  []cluster.Held{{Run: cluster.Peer{Name: "node-b:7946", Inc: 7}, State: state(2, 4)}, {Run: cluster.Peer{Name: "node-a:7946", Inc: 42}, Gen: 2, State: state(2, 5)}},
 		Applied: []cluster.KeptApplied{
 			{From: cluster.Peer{Name: "node-c:7946", Inc: 3}, Seq: 12, Keys: []limiter.Key{1, 2}},
 			{From: cluster.Peer{Name: "node-b:7946", Inc: 7}, Seq: 40, Keys: []limiter.Key{2}},
@@ -108,6 +112,30 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, kept) {
 		t.Errorf("read back %+v; wrote %+v", got, kept)
+	}
+
+	v2 := appendRun([]byte(snapshotMagicV2), kept.Run)
+	v2 = binary.LittleEndian.AppendUint64(v2, uint64(kept.At))
+	v2 = limiter.AppendStates(v2, kept.States)
+	v2 = binary.LittleEndian.AppendUint32(v2, uint32(len(kept.Holds)))
+	var held []limiter.State
+	for _, h := range kept.Holds {
+		v2 = appendRun(v2, h.Run)
+		held = append(held, h.State)
+	}
+	v2 = limiter.AppendStates(v2, held)
+	v2 = append(v2, encodeSnapshot(cluster.Kept{Applied: kept.Applied})[len(encodeSnapshot(cluster.Kept{}))-4:]...)
+	second, err := decodeSnapshot(v2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := kept
+	want.Holds = slices.Clone(kept.Holds)
+	for i := range want.Holds {
+		want.Holds[i].Gen = 0
+	}
+	if !reflect.DeepEqual(second, want) {
+		t.Errorf("a snapshot of the second format read back as %+v; want %+v", second, want)
 	}
 
 	old, err := decodeSnapshot(limiter.AppendStates([]byte(snapshotMagicV1), kept.States))

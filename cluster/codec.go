@@ -316,6 +316,7 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 	e.u32(uint32(len(t.Holds)))
 	for i := range t.Holds {
 		encodePeer(e, t.Holds[i].Run)
+		e.u32(t.Holds[i].Gen)
 		held[i] = t.Holds[i].State
 	}
 	encodeStates(e, held)
@@ -379,10 +380,12 @@ func decodeTransfer(d *decoder) core.Transfer {
 	t.Own = d.flag()
 	t.CountersOf = decodePeer(d)
 	var runs []core.Peer
-	if n := d.count32(maxList, 9); n > 0 {
-		runs = make([]core.Peer, n)
+	var gens []uint32
+	if n := d.count32(maxList, 9+4); n > 0 {
+		runs, gens = make([]core.Peer, n), make([]uint32, n)
 		for i := range runs {
 			runs[i] = decodePeer(d)
+			gens[i] = d.u32()
 		}
 	}
 	if held := decodeStates(d); d.err == nil && len(held) != len(runs) {
@@ -390,7 +393,7 @@ func decodeTransfer(d *decoder) core.Transfer {
 	} else if len(runs) > 0 {
 		t.Holds = make([]core.Held, len(runs))
 		for i := range runs {
-			t.Holds[i] = core.Held{Run: runs[i], State: held[i]}
+			t.Holds[i] = core.Held{Run: runs[i], Gen: gens[i], State: held[i]}
 		}
 	}
 	t.ReplicaOf = decodePeer(d)

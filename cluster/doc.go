@@ -190,6 +190,11 @@
 // what the dead run had), and one that another run's replica of the key
 // displaces before it went goes on then
 // (TestAReplicaDisplacedByAnotherRunsIsSentOn: before, it was dropped).
+// Counters are named by run and generation: a run that gave its counter of
+// a key away and counts the key again counts it in a new counter, and
+// where the two meet both are added, while copies of one counter (it, a
+// replica of it) count once (TestTwoCountersOfOneRunAreBothCounted: taken
+// for copies, the newer stood and the older's admissions were lost).
 //
 // The bound, under faults. For each key and window with limit L, the
 // requests admitted across the cluster are at most

@@ -118,6 +118,9 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 		held := make([]string, len(t.Holds))
 		for i, h := range t.Holds {
 			held[i] = fmt.Sprintf("%s:%016x=%d", h.Run.Name, uint64(h.State.Key), h.State.Cur)
+			if h.Gen > 0 {
+				held[i] = fmt.Sprintf("%s#%d:%016x=%d", h.Run.Name, h.Gen, uint64(h.State.Key), h.State.Cur)
+			}
 		}
 		args = append(args, "holds", held)
 	}

@@ -236,7 +236,8 @@ func (c *Core) Keep(now time.Time, states []limiter.State) Kept {
 			keys = append(keys, s.Key)
 		}
 	}
-	return Kept{Run: c.self, At: now.UnixNano(), States: states, Holds: c.replicas.heldOf(keys), Applied: applied}
+	holds := sortHolds(append(c.replicas.heldOf(keys), c.replicas.ownHeld(c.self, states)...))
+	return Kept{Run: c.self, At: now.UnixNano(), States: states, Holds: holds, Applied: applied}
 }
 
 // readAgain returns states with the counters of the keys again replaced by
@@ -436,8 +437,8 @@ func (c *Core) evict(now time.Time, by string) {
 	g.epoch.Add(1)
 	c.out.retag()
 	held := c.engine.Extract(now, func(limiter.Key) bool { return true }, 0)
-	c.replicas.gaveAway(c.mono(now), keysOf(held))
-	holds := c.replicas.takeHeld(keysOf(held))
+	named := c.replicas.gaveAway(c.mono(now), c.self, held)
+	holds := sortHolds(append(c.replicas.takeHeld(keysOf(held)), named...))
 	// Its own counters it was handing over, and that their receivers
 	// refused (so never applied), are counters it holds like the others;
 	// so are the counters of its engine in flight now (not the counts it

@@ -336,10 +336,11 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, own, counter bool
 	return true
 }
 
-// raiseHeld adds x to the record of run's counts held by a counter of
-// x's key kept here until the key settles (this node's own counter
-// first), and reports whether there is one.
-func (h *handoffState) raiseHeld(now time.Time, run Peer, x limiter.State) bool {
+// raiseHeld adds x to the record of the counts of run's counter (of
+// generation gen) held by a counter of x's key kept here until the key
+// settles (this node's own counter first), and reports whether there is
+// one.
+func (h *handoffState) raiseHeld(now time.Time, run Peer, gen uint32, x limiter.State) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	mk := h.keys[x.Key]
@@ -353,7 +354,7 @@ func (h *handoffState) raiseHeld(now time.Time, run Peer, x limiter.State) bool 
 				continue
 			}
 			for j := range a.holds {
-				if a.holds[j].Run == run && a.holds[j].State.Key == x.Key {
+				if a.holds[j].Run == run && a.holds[j].Gen == gen && a.holds[j].State.Key == x.Key {
 					a.holds[j].State = limiter.AddState(now, a.holds[j].State, x)
 					return true
 				}
@@ -701,8 +702,8 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	}
 	states := c.engine.ExtractKeys(now, take)
 	m := c.mono(now)
-	c.replicas.gaveAway(m, keysOf(states))
-	ownHeld := c.replicas.takeHeld(keysOf(states)) // the other runs' counts its counters hold
+	named := c.replicas.gaveAway(m, c.self, states)
+	ownHeld := sortHolds(append(c.replicas.takeHeld(keysOf(states)), named...)) // the other runs' counts its counters hold, and their generations
 	moving := c.handoff.extract(take)
 	bases, adds := moving.bases, moving.adds
 	states = append(states, moving.owns...) // its own counters, come back
@@ -1138,7 +1139,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 			lent = append(lent, t)
 			continue
 		}
-		if d, more, held := c.replicas.beyondPromoted(now, t.state.Key, t.owner, t.state); held {
+		if d, more, held := c.replicas.beyondPromoted(now, t.state.Key, t.owner, genIn(t.holds, t.state.Key, t.owner), t.state); held {
 			if more {
 				beyond = append(beyond, d)
 			}
@@ -1448,8 +1449,8 @@ func (c *Core) pushStray(now time.Time) {
 // when this node came back, adds them (ModeEvicted). Its grants and leases
 // go as copies.
 func (c *Core) sendAway(now time.Time, states []limiter.State) {
-	c.replicas.gaveAway(c.mono(now), keysOf(states))
-	holds := c.replicas.takeHeld(keysOf(states))
+	named := c.replicas.gaveAway(c.mono(now), c.self, states)
+	holds := sortHolds(append(c.replicas.takeHeld(keysOf(states)), named...))
 	if c.gate.evicted() {
 		c.sendEvicted(now, states, holds)
 		return

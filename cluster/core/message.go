@@ -1,6 +1,8 @@
 package core
 
 import (
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/limiter"
@@ -269,8 +271,48 @@ func (t Transfer) namesRuns() bool {
 // Held says that a counter holds counts of a run: that run's counter of
 // the key (State.Key) as it was when the counter took its counts in.
 type Held struct {
-	Run   Peer
+	Run Peer
+	// Gen numbers the run's counters of the key: a run that gave its
+	// counter of a key away (handed over, pulled, sent as a node declared
+	// dead) and counts the key again later counts it in a new counter,
+	// numbered one more. Two counters of one run are different counts,
+	// both added where they meet; two copies of one counter (the counter,
+	// a replica of it) are the same counts, the newer standing. A run's
+	// counter of a later generation names itself among the counts it
+	// holds (Run its run, Gen its number, State itself as sent): the
+	// counter that names no generation of its run is its first.
+	Gen   uint32
 	State limiter.State
+}
+
+// genIn returns the generation of run's counter of k that holds, the
+// counts held by a counter of run's (or by a copy of one), names: the
+// latest it holds of run's; 0, the first, if none.
+func genIn(holds []Held, k limiter.Key, run Peer) uint32 {
+	var gen uint32
+	for _, h := range holds {
+		if h.Run == run && h.State.Key == k {
+			gen = max(gen, h.Gen)
+		}
+	}
+	return gen
+}
+
+// sortHolds sorts holds by key, run and generation.
+func sortHolds(holds []Held) []Held {
+	slices.SortFunc(holds, func(a, b Held) int {
+		if c := cmpUint(uint64(a.State.Key), uint64(b.State.Key)); c != 0 {
+			return c
+		}
+		if a.Run.Name != b.Run.Name {
+			return strings.Compare(a.Run.Name, b.Run.Name)
+		}
+		if c := cmpUint(a.Run.Inc, b.Run.Inc); c != 0 {
+			return c
+		}
+		return cmpUint(uint64(a.Gen), uint64(b.Gen))
+	})
+	return holds
 }
 
 // holdsOf returns, of holds, those of the keys of states.

@@ -2,7 +2,6 @@ package core
 
 import (
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -44,17 +43,25 @@ type replicaStore struct {
 	// counterless: keys that settled here without any counter of theirs
 	// (a dead owner's, whose replica may come later).
 	counterless keyMarks
-	// gave: keys whose counter this run sent away (handed over, pulled,
-	// sent as a node declared dead). Until it does, the
-	// counts of this run that a counter holds (a replica of this run's
+	// gens: keys whose counter this run sent away (handed over, pulled,
+	// sent as a node declared dead), with the generation of the counter
+	// it counts them in since (see Held.Gen). The counts of this run that
+	// a counter holds of its current generation (a replica of this run's
 	// counter another node started the key from) are in its own counter
-	// already (see weighHere).
-	gave keyMarks
+	// already; those of an earlier one are not (see weighHere).
+	gens map[limiter.Key]keyGen
 	// resent: counts added here that were sent in place of a transfer to
 	// a dead run (Transfer.Was), by that run and transfer: a copy of the
 	// run's counters that comes later saying the run applied it holds
 	// them already (see lessResent).
 	resent map[Peer]map[Applied]resentCounts
+}
+
+// keyGen is the generation of this run's counter of a key, and when the
+// run last gave one away (mono).
+type keyGen struct {
+	gen uint32
+	at  int64
 }
 
 // resentCounts are the counts of a transfer sent in place of one to a
@@ -72,6 +79,7 @@ type resentCounts struct {
 // meets the counter there adds only what it holds beyond them.
 type promotion struct {
 	owner Peer
+	gen   uint32        // which of the run's counters of the key (see Held.Gen)
 	state limiter.State // the run's counter as far as held, the newest weighed
 	at    int64         // mono
 }
@@ -93,7 +101,7 @@ func (r *replicaStore) notePromoted(m int64, taken []takenReplica) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, t := range taken {
-		r.setPromotionLocked(t.state.Key, promotion{owner: t.owner, state: t.state, at: m})
+		r.setPromotionLocked(t.state.Key, promotion{owner: t.owner, gen: genIn(t.holds, t.state.Key, t.owner), state: t.state, at: m})
 	}
 }
 
@@ -106,20 +114,11 @@ func (r *replicaStore) takeHeld(keys []limiter.Key) []Held {
 	var out []Held
 	for _, k := range keys {
 		for _, p := range r.promoted[k] {
-			out = append(out, Held{Run: p.owner, State: p.state})
+			out = append(out, Held{Run: p.owner, Gen: p.gen, State: p.state})
 		}
 		delete(r.promoted, k)
 	}
-	slices.SortFunc(out, func(a, b Held) int {
-		if c := cmpUint(uint64(a.State.Key), uint64(b.State.Key)); c != 0 {
-			return c
-		}
-		if a.Run.Name != b.Run.Name {
-			return strings.Compare(a.Run.Name, b.Run.Name)
-		}
-		return cmpUint(a.Run.Inc, b.Run.Inc)
-	})
-	return out
+	return sortHolds(out)
 }
 
 // noteHeld records that this node's counters hold the runs' counts holds
@@ -129,42 +128,81 @@ func (r *replicaStore) noteHeld(m int64, holds []Held) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, h := range holds {
-		p, _, found := r.promotionLocked(h.State.Key, h.Run)
+		p, _, found := r.promotionLocked(h.State.Key, h.Run, h.Gen)
 		if found {
 			p.state = limiter.NewerState(p.state, h.State)
 		} else {
-			p = promotion{owner: h.Run, state: h.State}
+			p = promotion{owner: h.Run, gen: h.Gen, state: h.State}
 		}
 		p.at = m
 		r.setPromotionLocked(h.State.Key, p)
 	}
 }
 
-// gaveAway records that this run's counters of keys leave it.
-func (r *replicaStore) gaveAway(m int64, keys []limiter.Key) {
-	if len(keys) == 0 {
-		return
+// gaveAway records that this run's counters states, of self, leave it:
+// the run counts their keys in new counters from now on, a generation
+// later. It returns the records that name the generations of those that
+// are not the first (see Held.Gen), which go with them.
+func (r *replicaStore) gaveAway(m int64, self Peer, states []limiter.State) []Held {
+	if len(states) == 0 {
+		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.gave.mark(m, keys...)
+	named := r.ownHeldLocked(self, states)
+	if r.gens == nil {
+		r.gens = map[limiter.Key]keyGen{}
+	}
+	bumped := map[limiter.Key]bool{}
+	for _, s := range states {
+		if s.Kind >= limiter.KindGrant || bumped[s.Key] {
+			continue
+		}
+		bumped[s.Key] = true
+		g := r.gens[s.Key]
+		g.gen, g.at = g.gen+1, m
+		r.gens[s.Key] = g
+	}
+	return named
+}
+
+// ownHeld returns the records that name the generations of this run's
+// (self's) counters states, where they are not the first (see Held.Gen):
+// they go with the counters, and with copies of them.
+func (r *replicaStore) ownHeld(self Peer, states []limiter.State) []Held {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.ownHeldLocked(self, states)
+}
+
+func (r *replicaStore) ownHeldLocked(self Peer, states []limiter.State) []Held {
+	var out []Held
+	for _, s := range states {
+		if g := r.gens[s.Key].gen; g > 0 && s.Kind < limiter.KindGrant {
+			out = append(out, Held{Run: self, Gen: g, State: s})
+		}
+	}
+	return out
 }
 
 // weighHere returns what s, a counter of its key that arrives to be
 // counted here, adds to what this node counts of the key (ok false:
-// nothing): s is the counter of the run of (if named), and holds the
-// counts of the other runs that holds names. Where this node's counter
-// holds counts of one of those runs too (a record of them: a replica it
-// started the key from, a counter of the run that came before, itself or
-// inside another), both hold that run's counts up to the older of the
-// two; s adds what it counted beyond the largest such share, and from now
-// on this node holds the newer of each. The largest, not the sum: the
-// runs' counts a counter holds nest (a counter started from a replica of
-// one that was started from another's), and counts held twice are only
-// ever those of one counter. Counts of this run (self) a counter holds,
-// or that s holds as this run's own counter (of is self), are in this
-// run's own counter of the key, unless it sent that away since
-// (gaveAway): then they are weighed like any run's.
+// nothing): s is the counter of the run of (if named), of the generation
+// holds names (see Held.Gen), and holds the counts of the other counters
+// that holds names. Where this node's counter holds counts of one of
+// those counters too (a record of them: a replica it started the key
+// from, the counter that came before, itself or inside another), both
+// hold that counter's counts up to the older of the two; s adds what it
+// counted beyond the largest such share, and from now on this node holds
+// the newer of each. The largest, not the sum: the counts a counter holds
+// nest (a counter started from a replica of one that was started from
+// another's), and counts held twice are only ever those of one counter.
+// Two counters of one run are two counters: neither shares the other's
+// counts. Counts of this run (self) a counter holds, or that s holds as
+// this run's own counter (of is self), are in this run's own counter of
+// the key if they are of its current generation; of an earlier one (it
+// sent that counter away since, see gaveAway), they are weighed like any
+// run's.
 func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limiter.State, holds []Held) (delta limiter.State, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -178,35 +216,37 @@ func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limite
 			shared, hasShared = x, true
 		}
 	}
-	weigh := func(run Peer, x limiter.State) {
-		p, _, found := r.promotionLocked(k, run)
+	weigh := func(run Peer, gen uint32, x limiter.State) {
+		p, _, found := r.promotionLocked(k, run, gen)
 		if !found {
-			r.setPromotionLocked(k, promotion{owner: run, state: x, at: m})
+			r.setPromotionLocked(k, promotion{owner: run, gen: gen, state: x, at: m})
 			return
 		}
 		share(olderState(now, x, p.state))
 		p.state, p.at = limiter.NewerState(p.state, x), m
 		r.setPromotionLocked(k, p)
 	}
+	cur := r.gens[k].gen // of this run's counter of k
+	gen := genIn(holds, k, of)
 	switch {
 	case of.Name == "":
-	case of == self && !r.gave.has(k):
+	case of == self && gen == cur:
 		// This run's own counter, come back (a replica of it sent on by a
 		// node that took this run for dead): its counts are in the
 		// counter here.
 		share(s)
 	default:
-		weigh(of, s)
+		weigh(of, gen, s)
 	}
 	for _, h := range holds {
-		if h.State.Key != k || h.Run == of {
-			continue
+		if h.State.Key != k || h.Run == of && h.Gen == gen {
+			continue // s itself
 		}
-		if h.Run == self && !r.gave.has(k) {
+		if h.Run == self && h.Gen == cur {
 			share(h.State)
 			continue
 		}
-		weigh(h.Run, h.State)
+		weigh(h.Run, h.Gen, h.State)
 	}
 	if !hasShared {
 		return s, true
@@ -227,11 +267,12 @@ func olderState(now time.Time, a, b limiter.State) limiter.State {
 	return limiter.State{Key: a.Key, Kind: a.Kind, Stamp: a.Stamp, Expires: a.Expires}
 }
 
-// promotionLocked returns the record of run's counts of k, if any, and
-// where it is in the key's list. r.mu is held.
-func (r *replicaStore) promotionLocked(k limiter.Key, run Peer) (promotion, int, bool) {
+// promotionLocked returns the record of the counts of run's counter of k
+// of generation gen, if any, and where it is in the key's list. r.mu is
+// held.
+func (r *replicaStore) promotionLocked(k limiter.Key, run Peer, gen uint32) (promotion, int, bool) {
 	for i, p := range r.promoted[k] {
-		if p.owner == run {
+		if p.owner == run && p.gen == gen {
 			return p, i, true
 		}
 	}
@@ -239,12 +280,12 @@ func (r *replicaStore) promotionLocked(k limiter.Key, run Peer) (promotion, int,
 }
 
 // setPromotionLocked records p for k, in place of the record of the same
-// run. r.mu is held.
+// counter (run and generation). r.mu is held.
 func (r *replicaStore) setPromotionLocked(k limiter.Key, p promotion) {
 	if r.promoted == nil {
 		r.promoted = map[limiter.Key][]promotion{}
 	}
-	if _, i, ok := r.promotionLocked(k, p.owner); ok {
+	if _, i, ok := r.promotionLocked(k, p.owner, p.gen); ok {
 		r.promoted[k][i] = p
 		return
 	}
@@ -298,7 +339,7 @@ func (r *replicaStore) absorbCopy(from, of Peer, states []limiter.State, holds [
 	for _, s := range states {
 		rep, ok := r.states[s.Key]
 		if of.Name != "" {
-			ok = ok && rep.owner == of
+			ok = ok && rep.owner == of && genIn(rep.holds, s.Key, of) == genIn(holds, s.Key, of)
 		} else {
 			ok = ok && rep.owner.Name == from.Name && rep.owner.Inc < from.Inc
 		}
@@ -332,17 +373,18 @@ func holdsOfTaken(taken []takenReplica) []Held {
 	return out
 }
 
-// beyondPromoted returns what s, a copy of owner's counter of its key,
-// counted beyond the counts of owner's that this node's counter of the
-// key holds (ok false: it holds none on record: see promotion). This
+// beyondPromoted returns what s, a copy of owner's counter of its key of
+// generation gen, counted beyond the counts of that counter that this
+// node's counter of the key holds (ok false: it holds none on record: see
+// promotion). This
 // node's counter holds s's counts from then on: a later copy adds only
 // what it counted beyond s, so two copies of the same counts (the run's
 // own counter, and a replica of it another node sent on) are not both
 // added.
-func (r *replicaStore) beyondPromoted(now time.Time, k limiter.Key, owner Peer, s limiter.State) (delta limiter.State, more, ok bool) {
+func (r *replicaStore) beyondPromoted(now time.Time, k limiter.Key, owner Peer, gen uint32, s limiter.State) (delta limiter.State, more, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, _, ok := r.promotionLocked(k, owner)
+	p, _, ok := r.promotionLocked(k, owner, gen)
 	if !ok {
 		return limiter.State{}, false, false
 	}
@@ -472,13 +514,13 @@ func (r *replicaStore) takeResent(run Peer, applied []Applied, states []limiter.
 	return out
 }
 
-// raisePromoted adds x to the record of run's counts that this node's
-// counter of x's key holds, and reports whether there is one (the counter
-// is here).
-func (r *replicaStore) raisePromoted(now time.Time, run Peer, x limiter.State) bool {
+// raisePromoted adds x to the record of the counts of run's counter (of
+// generation gen) that this node's counter of x's key holds, and reports
+// whether there is one (the counter is here).
+func (r *replicaStore) raisePromoted(now time.Time, run Peer, gen uint32, x limiter.State) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, _, ok := r.promotionLocked(x.Key, run)
+	p, _, ok := r.promotionLocked(x.Key, run, gen)
 	if !ok {
 		return false
 	}
@@ -508,8 +550,13 @@ func (r *replicaStore) forgetApplied(m int64) {
 			r.promoted[k] = list
 		}
 	}
-	for _, marks := range []keyMarks{r.counterless, r.gave, r.restored} {
+	for _, marks := range []keyMarks{r.counterless, r.restored} {
 		marks.forgetBefore(m - int64(appliedKeep))
+	}
+	for k, g := range r.gens {
+		if m-g.at > int64(appliedKeep) {
+			delete(r.gens, k)
+		}
 	}
 	for run, set := range r.resent {
 		for a, rec := range set {
@@ -570,7 +617,7 @@ func (r *replicaStore) putPassed(m int64, owner Peer, states []limiter.State, ho
 		switch {
 		case !ok && len(r.states) < r.max:
 			r.states[s.Key] = replica{state: s, owner: owner, holds: held, at: m, passed: true}
-		case ok && rep.owner == owner:
+		case ok && rep.owner == owner && genIn(rep.holds, s.Key, owner) == genIn(held, s.Key, owner):
 			rep.state = limiter.NewerState(rep.state, s)
 			rep.holds = newerHolds(rep.holds, held)
 			r.states[s.Key] = rep
@@ -578,11 +625,12 @@ func (r *replicaStore) putPassed(m int64, owner Peer, states []limiter.State, ho
 	}
 }
 
-// newerHolds merges two lists of counts held: of each run, the newer.
+// newerHolds merges two lists of counts held: of each counter (run and
+// generation), the newer.
 func newerHolds(a, b []Held) []Held {
 	out := slices.Clone(a)
 	for _, h := range b {
-		if i := slices.IndexFunc(out, func(x Held) bool { return x.Run == h.Run && x.State.Key == h.State.Key }); i >= 0 {
+		if i := slices.IndexFunc(out, func(x Held) bool { return x.Run == h.Run && x.Gen == h.Gen && x.State.Key == h.State.Key }); i >= 0 {
 			out[i].State = limiter.NewerState(out[i].State, h.State)
 		} else {
 			out = append(out, h)
@@ -600,7 +648,7 @@ func (r *replicaStore) heldOf(keys []limiter.Key) []Held {
 	var out []Held
 	for _, k := range keys {
 		for _, p := range r.promoted[k] {
-			out = append(out, Held{Run: p.owner, State: p.state})
+			out = append(out, Held{Run: p.owner, Gen: p.gen, State: p.state})
 		}
 	}
 	return out
@@ -656,8 +704,8 @@ func (r *replicaStore) takeNewerOf(owner Peer, states []limiter.State, holds []H
 	out := slices.Clone(states)
 	for i, s := range out {
 		rep, ok := r.states[s.Key]
-		if !ok || rep.owner != owner {
-			continue
+		if !ok || rep.owner != owner || genIn(rep.holds, s.Key, owner) != genIn(holds, s.Key, owner) {
+			continue // another counter of the run's, if any: not a copy
 		}
 		delete(r.states, s.Key)
 		out[i] = limiter.NewerState(rep.state, s)
@@ -722,7 +770,7 @@ func (c *Core) replicate(now time.Time, m int64) {
 	}
 	slices.Sort(keys)
 	states := c.engine.StatesOf(now, keys)
-	held := c.replicas.heldOf(keysOf(states)) // the replicas hold them too
+	held := append(c.replicas.heldOf(keysOf(states)), c.replicas.ownHeld(c.self, states)...) // the replicas hold them too, and name their counters' generations
 	bySucc := map[string][]limiter.State{}
 	succs := map[string]Member{}
 	for _, s := range states {

@@ -833,7 +833,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		v := c.view.Load()
 		states := t.States
 		if len(t.Applied) > 0 {
-			states = c.evictedApplied(now, run, t.Applied, states)
+			states = c.evictedApplied(now, run, t.Applied, t.Holds, states)
 		}
 		// Meant for an earlier run of this node, which kept the run's
 		// replicas and may have started keys from them: where this run
@@ -844,7 +844,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		var adds, counters, copies []limiter.State
 		onward := map[string][]limiter.State{}
 		for _, s := range states {
-			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, s); ok {
+			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, genIn(t.Holds, s.Key, run), s); ok {
 				if more {
 					adds = append(adds, d)
 				}
@@ -912,7 +912,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if t.ReplicaOf.Name != "" {
 			states = nil
 			for _, s := range t.States {
-				if d, more, ok := c.replicas.beyondPromoted(now, s.Key, t.ReplicaOf, s); ok {
+				if d, more, ok := c.replicas.beyondPromoted(now, s.Key, t.ReplicaOf, genIn(t.Holds, s.Key, t.ReplicaOf), s); ok {
 					if more {
 						adds = append(adds, d)
 					}
@@ -990,15 +990,16 @@ func (c *Core) cancellable() []Taken {
 // kept until its key settles), so that every copy of the run's counter,
 // this one and those that come another way (its replica sent on), adds
 // only what it holds beyond; where the counter is not here, they are
-// taken out of this copy. It returns states, less what was taken out.
-func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, states []limiter.State) []limiter.State {
+// taken out of this copy. holds names the generation of each of the run's
+// counters. It returns states, less what was taken out.
+func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds []Held, states []limiter.State) []limiter.State {
 	c.replicas.noteApplied(c.mono(now), run, applied)
 	var less []limiter.State
 	for _, x := range c.replicas.takeResent(run, applied, states) {
 		if x.Kind >= limiter.KindGrant {
 			continue
 		}
-		if c.replicas.raisePromoted(now, run, x) || c.handoff.raiseHeld(now, run, x) {
+		if gen := genIn(holds, x.Key, run); c.replicas.raisePromoted(now, run, gen, x) || c.handoff.raiseHeld(now, run, gen, x) {
 			c.debugCounts("evicted counters: counts sent here in place of a transfer their run applied are its counts", []limiter.State{x}, "evicted", run.Name)
 			continue
 		}
@@ -1046,14 +1047,15 @@ func (c *Core) cancel(now time.Time, from Peer, x Cancel) {
 }
 
 // notePromotedHere records that replicas of the dead run owner are
-// counted here: the cluster holds their counts from now on.
-func (c *Core) notePromotedHere(now time.Time, owner Peer, states []limiter.State) {
+// counted here: the cluster holds their counts from now on. holds name
+// the generations of owner's counters (see Held.Gen).
+func (c *Core) notePromotedHere(now time.Time, owner Peer, states []limiter.State, holds []Held) {
 	if owner.Name == "" || len(states) == 0 {
 		return
 	}
 	here := make([]takenReplica, len(states))
 	for i, s := range states {
-		here[i] = takenReplica{owner: owner, state: s}
+		here[i] = takenReplica{owner: owner, state: s, holds: holdsOf(holds, []limiter.State{s})}
 	}
 	c.replicas.notePromoted(c.mono(now), here)
 }
@@ -1098,7 +1100,7 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 		byOwner[to.Name] = append(byOwner[to.Name], s)
 		owners[to.Name] = to
 	}
-	c.notePromotedHere(now, like.ReplicaOf, local)
+	c.notePromotedHere(now, like.ReplicaOf, local, like.Holds)
 	c.placeHere(now, v, like, local)
 	names := make([]string, 0, len(byOwner))
 	for name := range byOwner {
@@ -1211,8 +1213,8 @@ func (c *Core) pushKeys(now time.Time, keys []limiter.Key) {
 	}
 	if len(away) > 0 {
 		states := sortStates(c.engine.ExtractKeys(now, away))
-		c.replicas.gaveAway(c.mono(now), keysOf(states))
-		c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: c.replicas.takeHeld(keysOf(states))}, purposeHandoff, states)
+		named := c.replicas.gaveAway(c.mono(now), c.self, states)
+		c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: sortHolds(append(c.replicas.takeHeld(keysOf(states)), named...))}, purposeHandoff, states)
 	}
 }
 
@@ -1619,10 +1621,10 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		if pt.t.Mode == ModeAdd && !pt.t.carriesCounter() {
 			c.replicas.noteResent(c.mono(now), pt.to, was, here) // see handleTransfer
 		}
-		c.notePromotedHere(now, pt.t.ReplicaOf, here)
+		c.notePromotedHere(now, pt.t.ReplicaOf, here, pt.t.Holds)
 		c.placeHere(now, v, pt.t, here)
 		c.applySettle(now, pt.t, hereReqs)
-		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self)}, purposeForward, kept)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, kept)}, purposeForward, kept)
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]

@@ -64,6 +64,7 @@ func encodeMessage(e *encoder, msg core.Message) {
 		}
 		e.flag(m.Refused)
 		encodeUnreached(e, m.Unreached)
+		encodeKeys(e, m.Sending)
 	case core.SealQuery:
 		e.str(m.Ring)
 	case core.SealReply:
@@ -132,6 +133,7 @@ func decodeReply(kind byte, d *decoder) (core.Message, error) {
 		}
 		r.Refused = d.flag()
 		r.Unreached = decodeUnreached(d)
+		r.Sending = decodeKeys(d)
 		msg = r
 	case msgSeal:
 		r := core.SealReply{Sealed: d.flag()}

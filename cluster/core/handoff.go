@@ -610,6 +610,12 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			continue
 		}
 		mk.pulling = false
+		if slices.Contains(reply.Sending, k) {
+			// On its way to another node, not acknowledged yet: asked
+			// here again, which then names where it went.
+			mk.retryAt = retry
+			continue
+		}
 		if to, ok := moved[k]; ok && to != c.self.Name {
 			// It is there now, or the source holds nothing of it and counts
 			// it elsewhere: pull it from there. Sources that disagree
@@ -688,10 +694,11 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	if dead {
 		return PullReply{Refused: true}
 	}
-	given, moved := c.out.holdingFor(p.Keys, from)
+	given, sending := c.out.holdingFor(p.Keys, from)
 	var take []limiter.Key
+	var moved []KeyOwner
 	for _, k := range p.Keys {
-		if slices.ContainsFunc(moved, func(ko KeyOwner) bool { return ko.Key == k }) || c.heldFor(given, k) {
+		if slices.Contains(sending, k) || c.heldFor(given, k) {
 			continue
 		}
 		if to, lent := c.lent.get(k); lent && to.Name != from.Name {
@@ -804,7 +811,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 			c.lent.set(k, from) // this node would count it: send it there instead
 		}
 	}
-	return PullReply{Given: given, Moved: moved, Unreached: c.passUnreached(now)}
+	return PullReply{Given: given, Moved: moved, Unreached: c.passUnreached(now), Sending: sending}
 }
 
 // passedTo reports whether this node owned k, holding every count of it,

@@ -369,6 +369,13 @@ type PullReply struct {
 	// Unreached are the keys whose counters are out of this node's reach
 	// (see Unreached): the asker decides those it owns by fallback too.
 	Unreached []Unreached
+	// Sending lists keys whose counts this node sent to another node in
+	// transfers not yet acknowledged: where they end up is not known yet
+	// (the receiver may never apply them, and has nothing to give until
+	// it does), so the asker neither counts them from what it holds nor
+	// looks for them there, but asks this node again. Once the receiver
+	// acknowledged them, this node names it (Moved).
+	Sending []limiter.Key
 }
 
 // Unreached names keys that a node took over from dead members without a

@@ -395,7 +395,7 @@ func (o *outbox) moving(name string) int {
 
 // holdingFor returns the unsettled transfers carrying the counters of keys,
 // sorted by number, and the keys they carry to nodes other than to.
-func (o *outbox) holdingFor(keys []limiter.Key, to Peer) (mine []Transfer, elsewhere []KeyOwner) {
+func (o *outbox) holdingFor(keys []limiter.Key, to Peer) (mine []Transfer, elsewhere []limiter.Key) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var seqs []uint64
@@ -405,7 +405,7 @@ func (o *outbox) holdingFor(keys []limiter.Key, to Peer) (mine []Transfer, elsew
 			pt := o.transfers[seq]
 			if pt.to.Name != to.Name {
 				if !told {
-					elsewhere = append(elsewhere, KeyOwner{Key: k, Owner: pt.to.Name})
+					elsewhere = append(elsewhere, k)
 					told = true
 				}
 				continue

@@ -310,6 +310,7 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 	encodeStates(e, t.States)
 	encodeReqList(e, t.Reqs)
 	e.u64(t.Take)
+	encodePeer(e, t.Caller)
 	e.u64(t.Was)
 	encodePeer(e, t.WasTo)
 	e.flag(t.Own)
@@ -334,6 +335,7 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 	for i := range t.Cancels {
 		e.u64(t.Cancels[i].Take)
 		encodeReqList(e, t.Cancels[i].Reqs)
+		encodePeer(e, t.Cancels[i].To)
 	}
 	e.u32(uint32(len(t.Taken)))
 	for i := range t.Taken {
@@ -377,7 +379,9 @@ func decodeTransfer(d *decoder) core.Transfer {
 	}
 	t.States = decodeStates(d)
 	t.Reqs = decodeReqList(d)
-	t.Take, t.Was = d.u64(), d.u64()
+	t.Take = d.u64()
+	t.Caller = decodePeer(d)
+	t.Was = d.u64()
 	t.WasTo = decodePeer(d)
 	t.Own = d.flag()
 	t.CountersOf = decodePeer(d)
@@ -407,10 +411,10 @@ func decodeTransfer(d *decoder) core.Transfer {
 		}
 	}
 	t.At = int64(d.u64())
-	if n := d.count32(maxList, 8+4); n > 0 {
+	if n := d.count32(maxList, 8+4+9); n > 0 {
 		t.Cancels = make([]core.Cancel, n)
 		for i := range t.Cancels {
-			t.Cancels[i] = core.Cancel{Take: d.u64(), Reqs: decodeReqList(d)}
+			t.Cancels[i] = core.Cancel{Take: d.u64(), Reqs: decodeReqList(d), To: decodePeer(d)}
 		}
 	}
 	if n := d.count32(maxList, 9+4); n > 0 {

@@ -81,13 +81,19 @@
 // acknowledged yet, in the same transfer, so it never arrives without them
 // (TestAFallbackCountReachesTheOwnerWithTheCancelsOfItsKeys: before, a
 // caller whose cancel was lost, and that crashed after its fallback count
-// arrived, left the owner holding the request twice). An owner that leaves
-// goes only once each caller it admitted items for has told it, in answer
-// to a ping sent after that caller could have given up on them, that no
-// cancel to it is still on its way (Pong.Owed), or its calls kept failing:
-// its counters, handed over, hold the admissions, and only it can apply
-// the cancels (TestALeavingOwnerWaitsForTheCancelsOfItsCallers). A caller
-// whose calls kept failing is not waited for: the hand-off names the items
+// arrived, left the owner holding the request twice). A caller that took
+// the owner for dead sends its fallback count to the key's owner by its
+// ring instead; the count carries the cancels meant for the owner it took
+// for dead, naming it, and the receiver sends them on to it: an owner
+// alive across a split gives the item's units back when it answers again,
+// though the caller left or crashed meanwhile
+// (TestAFallbackCountSentElsewhereCarriesTheCancelOnToItsOwner). An owner
+// that leaves goes only once each caller it admitted items for has told it,
+// in answer to a ping sent after that caller could have given up on them,
+// that no cancel to it is still on its way (Pong.Owed), or its calls kept
+// failing: its counters, handed over, hold the admissions, and only it can
+// apply the cancels (TestALeavingOwnerWaitsForTheCancelsOfItsCallers). A
+// caller whose calls kept failing is not waited for: the hand-off names the items
 // the owner admitted that their callers may still cancel (Transfer.Taken),
 // and a cancel whose receiver left goes to the keys' owner naming the run
 // it was meant for, which gives the units back if that run admitted the

@@ -108,6 +108,9 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 	if t.Was != 0 {
 		args = append(args, "was", t.Was, "was_to", t.WasTo.Name)
 	}
+	if t.Caller.Name != "" {
+		args = append(args, "caller", t.Caller.Name)
+	}
 	if t.CountersOf.Name != "" {
 		args = append(args, "counters_of", t.CountersOf.Name)
 	}
@@ -128,9 +131,12 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 		args = append(args, "applied", len(t.Applied))
 	}
 	if len(t.Cancels) > 0 {
-		takes := make([]uint64, len(t.Cancels))
+		takes := make([]string, len(t.Cancels))
 		for i, x := range t.Cancels {
-			takes[i] = x.Take
+			takes[i] = fmt.Sprint(x.Take)
+			if x.To.Name != "" {
+				takes[i] += "@" + x.To.Name
+			}
 		}
 		args = append(args, "cancels", takes)
 	}

@@ -293,7 +293,7 @@ func (c *Core) reconcileTo(now time.Time, v *view, to Peer) bool {
 		c.debugCounts("fallback counts go to the owner that asked for a seal or answers again", states, "to", to.Name)
 	}
 	for _, part := range SplitStates(sortStates(states), TransferBytes) {
-		c.sendTransfer(now, to, Transfer{Mode: ModeAdd, States: part, Cancels: c.out.cancelsFor(to, part)}, purposeReconcile)
+		c.sendTransfer(now, to, Transfer{Mode: ModeAdd, States: part, Cancels: c.out.cancelsFor(to, part, c.runDied)}, purposeReconcile)
 	}
 	return true
 }

@@ -159,6 +159,10 @@ type Transfer struct {
 	// ns: they come out of that instant's window. Zero: when applied.
 	At   int64
 	Take uint64 // ModeCancel: the Seq of the take item given up on
+	// Caller (ModeCancel) is the run that gave the take item up, when not
+	// the sender: a cancel carried on by the node that run's fallback
+	// count went to (see Cancel.To).
+	Caller Peer
 	// Was and WasTo: this transfer carries counts of the sender's transfer
 	// Was to WasTo, which died before it acknowledged it. The receiver,
 	// which took WasTo's keys over, skips it if WasTo applied it and
@@ -210,13 +214,18 @@ type Transfer struct {
 	// carried, weighed the same way.
 	Applied []Applied
 	// Cancels (ModeAdd, what the sender admitted in fallback) repeats the
-	// cancels the sender made for take items it sent this receiver and
-	// has not had acknowledged, for the keys of States: the requests those
-	// items asked for were decided by fallback, and may be counted in
-	// States. The receiver applies them first, as it applies a ModeCancel
+	// cancels the sender made for take items of the keys of States and
+	// has not had acknowledged: the requests those items asked for were
+	// decided by fallback, and may be counted in States. The receiver
+	// applies those of items sent to it first, as it applies a ModeCancel
 	// (once per item), so the counts never arrive without them: a sender
 	// that crashes while a cancel is on its way leaves the receiver holding
 	// the item's admission alone, or the cancel and the fallback count.
+	// Those of items sent to another run (Cancel.To: an owner the sender
+	// took for dead, whose keys it counts elsewhere now) it sends on to
+	// that run, naming the sender as their caller (Transfer.Caller): the
+	// counts went elsewhere, and the item's admission is with that run,
+	// which may be alive across a split and count the keys again.
 	Cancels []Cancel
 	// Taken (ModeAdd, a leaving node's own counters handed over, and the
 	// same counters passed on) lists the take items the leaving run
@@ -237,6 +246,9 @@ type Taken struct {
 type Cancel struct {
 	Take uint64
 	Reqs []limiter.Request
+	// To is the run the item was sent to, when not the receiver of the
+	// transfer that carries the cancel.
+	To Peer
 }
 
 // countersOf returns the run whose own counters t carries, sent by sender:

@@ -343,8 +343,12 @@ func (o *outbox) pendingFor(name string, purposes ...purpose) int {
 }
 
 // cancelsFor returns the cancels not acknowledged yet that this node made
-// for take items it sent the run to, of a key of states.
-func (o *outbox) cancelsFor(to Peer, states []limiter.State) []Cancel {
+// for take items of a key of states, for a transfer to the run to: those
+// of items it sent to, and those of items it sent to a run it takes for
+// dead (died), naming that run (Cancel.To). A cancel for a run that left
+// is not carried: the run's counters went with the items it admitted, and
+// the cancel follows them where they went (retargetCancel).
+func (o *outbox) cancelsFor(to Peer, states []limiter.State, died func(Peer) bool) []Cancel {
 	if o.cancels.Load() == 0 {
 		return nil
 	}
@@ -352,7 +356,7 @@ func (o *outbox) cancelsFor(to Peer, states []limiter.State) []Cancel {
 	defer o.mu.Unlock()
 	var seqs []uint64
 	for seq, pt := range o.transfers {
-		if pt.t.Mode == ModeCancel && pt.to == to && pt.t.WasTo.Name == "" && slices.ContainsFunc(pt.t.Reqs, func(r limiter.Request) bool {
+		if pt.t.Mode == ModeCancel && pt.t.WasTo.Name == "" && pt.t.Caller.Name == "" && (pt.to == to || died(pt.to)) && slices.ContainsFunc(pt.t.Reqs, func(r limiter.Request) bool {
 			return slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == r.Key })
 		}) {
 			seqs = append(seqs, seq)
@@ -361,19 +365,25 @@ func (o *outbox) cancelsFor(to Peer, states []limiter.State) []Cancel {
 	slices.Sort(seqs)
 	out := make([]Cancel, 0, len(seqs))
 	for _, seq := range seqs {
-		t := o.transfers[seq].t
-		out = append(out, Cancel{Take: t.Take, Reqs: t.Reqs})
+		pt := o.transfers[seq]
+		x := Cancel{Take: pt.t.Take, Reqs: pt.t.Reqs}
+		if pt.to != to {
+			x.To = pt.to
+		}
+		out = append(out, x)
 	}
 	return out
 }
 
 // settleCancels forgets the cancels to the run to of the take items
-// cancels names: a transfer that repeated them was acknowledged.
+// cancels names: a transfer that repeated them was acknowledged. Those
+// of items sent to another run (Cancel.To) stay: the receiver sends them
+// on, and this node does too, while it can.
 func (o *outbox) settleCancels(to Peer, cancels []Cancel) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for seq, pt := range o.transfers {
-		if pt.t.Mode == ModeCancel && pt.to == to && pt.t.WasTo.Name == "" && slices.ContainsFunc(cancels, func(x Cancel) bool { return x.Take == pt.t.Take }) {
+		if pt.t.Mode == ModeCancel && pt.to == to && pt.t.WasTo.Name == "" && pt.t.Caller.Name == "" && slices.ContainsFunc(cancels, func(x Cancel) bool { return x.To.Name == "" && x.Take == pt.t.Take }) {
 			o.forgetLocked(seq, pt)
 		}
 	}
@@ -787,7 +797,11 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 	switch t.Mode {
 	case ModeAdd:
 		for _, x := range t.Cancels {
-			c.cancel(now, from, x)
+			if x.To.Name == "" || x.To == c.self {
+				c.cancel(now, from, x)
+			} else if x.To.Name != c.self.Name {
+				c.passCancel(now, from, x)
+			}
 		}
 		c.stats.Received.Add(uint64(len(t.States)))
 		// A run's own counters, handed over by it: the replica this node
@@ -941,12 +955,27 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 	case ModeRefund, ModeCharge:
 		c.applySettle(now, t, t.Reqs)
 	case ModeCancel:
+		caller := from
+		if t.Caller.Name != "" {
+			caller = t.Caller
+		}
 		if t.WasTo.Name != "" {
-			c.cancelFor(now, t.WasTo, from, Cancel{Take: t.Take, Reqs: t.Reqs})
+			c.cancelFor(now, t.WasTo, caller, Cancel{Take: t.Take, Reqs: t.Reqs})
 			return
 		}
-		c.cancel(now, from, Cancel{Take: t.Take, Reqs: t.Reqs})
+		c.cancel(now, caller, Cancel{Take: t.Take, Reqs: t.Reqs})
 	}
+}
+
+// passCancel sends on the cancel x of the caller from, carried by the
+// caller's fallback count of its keys, to the run x.To the item was sent
+// to: the item's admission is there, and the caller, which took that run
+// for dead, may never reach it (see Transfer.Cancels).
+func (c *Core) passCancel(now time.Time, from Peer, x Cancel) {
+	if len(x.Reqs) == 0 {
+		return
+	}
+	c.sendTransfer(now, x.To, Transfer{Mode: ModeCancel, Reqs: x.Reqs, Take: x.Take, Caller: from}, purposeCancel)
 }
 
 // cancelFor applies the cancel of take item x of the caller from, meant
@@ -1117,7 +1146,7 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 			t := like
 			t.States, t.Holds = part, holdsOf(like.Holds, part)
 			if p == purposeReconcile {
-				t.Cancels = c.out.cancelsFor(owners[name].Peer(), part)
+				t.Cancels = c.out.cancelsFor(owners[name].Peer(), part, c.runDied)
 			}
 			c.sendTransfer(now, owners[name].Peer(), t, p)
 		}
@@ -1547,10 +1576,14 @@ func (c *Core) retargetCancel(now time.Time, pt *pendingTransfer) {
 	}
 	x := Cancel{Take: pt.t.Take, Reqs: pt.t.Reqs}
 	if self {
-		c.cancelFor(now, pt.to, c.self, x)
+		caller := c.self
+		if pt.t.Caller.Name != "" {
+			caller = pt.t.Caller
+		}
+		c.cancelFor(now, pt.to, caller, x)
 		return
 	}
-	t := c.out.transfer(to.Peer(), Transfer{Mode: ModeCancel, Reqs: x.Reqs, Take: x.Take}, purposeCancel, c.mono(now), false)
+	t := c.out.transfer(to.Peer(), Transfer{Mode: ModeCancel, Reqs: x.Reqs, Take: x.Take, Caller: pt.t.Caller}, purposeCancel, c.mono(now), false)
 	c.out.retargeted(t.Seq, pt.t.Seq, pt.to, c.mono(now))
 	t.Was, t.WasTo = pt.t.Seq, pt.to
 	c.debugTransfer("cancel sent to the owner in place of the run that left", to.Peer(), t, purposeCancel)

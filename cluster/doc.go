@@ -200,7 +200,13 @@
 // a key away and counts the key again counts it in a new counter, and
 // where the two meet both are added, while copies of one counter (it, a
 // replica of it) count once (TestTwoCountersOfOneRunAreBothCounted: taken
-// for copies, the newer stood and the older's admissions were lost).
+// for copies, the newer stood and the older's admissions were lost). A
+// counter handed over that comes back unapplied (its transfer given up on,
+// or placed anew at its run) is that earlier counter still, weighed as one
+// where it joins the run's new one, so a copy of it met later is not added
+// on top (TestAHandoffThatCameBackIsNotAddedOnTopOfItsReplica: merged as
+// plain counts, it went on under the next counter's name, and its replica
+// was counted twice).
 //
 // The bound, under faults. For each key and window with limit L, the
 // requests admitted across the cluster are at most

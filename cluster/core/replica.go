@@ -166,6 +166,13 @@ func (r *replicaStore) gaveAway(m int64, self Peer, states []limiter.State) []He
 	return named
 }
 
+// genOf returns the generation of this run's counter of k (see Held.Gen).
+func (r *replicaStore) genOf(k limiter.Key) uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.gens[k].gen
+}
+
 // ownHeld returns the records that name the generations of this run's
 // (self's) counters states, where they are not the first (see Held.Gen):
 // they go with the counters, and with copies of them.

@@ -1153,6 +1153,27 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 	}
 }
 
+// cameBack returns the counts held by s, this run's own counter of its key
+// handed over and come back unapplied (given up on, or placed anew here),
+// given holds, those its transfer names. The run counts the key in a new
+// counter since it gave s away (see gaveAway): s is another counter of
+// the run's, weighed like any (see weighHere), so that what is held here
+// of it from now on goes with the key's counter wherever it goes, and a
+// copy of s (its replica, a counter started from that) is not added on
+// top of it. A later counter names itself among the counts it holds; the
+// first names none, so it is named here. Added as plain counts, it went
+// on with the run's next counter under that counter's name, and was
+// added again where its replica had been counted.
+func (c *Core) cameBack(s limiter.State, holds []Held) []Held {
+	if s.Kind >= limiter.KindGrant || c.replicas.genOf(s.Key) == 0 {
+		return holds
+	}
+	if slices.ContainsFunc(holds, func(h Held) bool { return h.Run == c.self && h.State.Key == s.Key }) {
+		return holds // it names itself
+	}
+	return append(slices.Clone(holds), Held{Run: c.self, State: s})
+}
+
 // placeHere keeps states of keys this node owns (or that nobody owns yet),
 // as transfers like carry them. Own adds are this node's own counters,
 // handed over and come back; while their keys wait to settle here they
@@ -1169,16 +1190,20 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			c.engine.Merge(now, []limiter.State{s}) // grants and leases are not counted twice by merging
 			continue
 		}
-		named := mode == ModeAdd && (!own && like.CountersOf.Name != "" || len(like.Holds) > 0) || namedCopy
-		if !named && len(like.Holds) > 0 {
-			c.replicas.noteHeld(c.mono(now), holdsOf(like.Holds, []limiter.State{s})) // a copy: the newer stands
+		holds := holdsOf(like.Holds, []limiter.State{s})
+		if own {
+			holds = c.cameBack(s, holds)
+		}
+		named := mode == ModeAdd && (!own && like.CountersOf.Name != "" || len(holds) > 0) || namedCopy
+		if !named && len(holds) > 0 {
+			c.replicas.noteHeld(c.mono(now), holds) // a copy: the newer stands
 		}
 		a := arrival{state: s, copy: namedCopy}
 		if namedCopy {
 			a.applied = like.Applied
 		}
 		if named {
-			a.holds = holdsOf(like.Holds, []limiter.State{s})
+			a.holds = holds
 			if !own {
 				a.of = like.CountersOf
 			}

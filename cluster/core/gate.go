@@ -156,13 +156,17 @@ func (c *Core) Joined(now time.Time) {
 // driver says a seed answered as soon as it did, and lists the members it
 // learnt a moment later. Sending its copies meanwhile, it would keep them
 // all, as the owner of every key; entering its ring alone, it would count
-// every key from nothing while the others count them too. g.mu is held.
+// every key from nothing while the others count them too. The wait counts
+// only time the node ran: one that stood still meanwhile (its driver's
+// member list queued behind the pause) waits a probe interval again from
+// the pause's end. g.mu is held.
 func (c *Core) mayJoinLocked(now time.Time) bool {
 	g := c.gate
 	if !g.ready {
 		return false
 	}
-	return !c.cfg.Joining || len(c.known.Load().members) > 0 || c.mono(now) >= g.readyAt+int64(c.cfg.ProbeInterval)
+	from := max(g.readyAt, c.stood.resumed.Load())
+	return !c.cfg.Joining || len(c.known.Load().members) > 0 || c.mono(now) >= from+int64(c.cfg.ProbeInterval)
 }
 
 // Kept is what a run of a node kept of its counters (and reputations,

@@ -1,6 +1,9 @@
 package core
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // A node took over x's keys before it heard x's epoch. x, told by another
 // node that it was declared dead, joins again under its next epoch and
@@ -39,5 +42,39 @@ func TestSaysDeadToTheRunTakenOverOnly(t *testing.T) {
 	g.tookOver(x, 1)
 	if g.saysDead(Peer{Name: "x", Inc: 4}, 1, true) {
 		t.Error("a later run was told it is dead")
+	}
+}
+
+// A node starts again with seeds, a seed answers, and the node stands
+// still (a stopped process) before its driver lists the members the seed
+// gave: the list waits behind the pause. Longer than a probe interval
+// later it runs again, and its first tick must not take the silence for
+// "nobody else": entering its ring alone, it would own every key and
+// count each from its own counters (seed 1795783418819288948 of the
+// simulator: a restarted node frozen right after joining admitted a key
+// its owner had spent, 6 of 5). The wait counts only time it ran.
+func TestAJoiningNodeThatStoodStillWaitsForItsMembersAgain(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	_, load := h.spentKey("n0", "n1", 30) // the whole quota
+	h.advance(50 * time.Millisecond)
+
+	h.down["n2"] = true
+	n2 := h.start("n2", true)
+	n2.Joined(h.now)
+	h.advance(h.cfg.ProbeInterval+time.Second, "n0", "n1") // n2 stands still
+	n2.Tick(h.now)
+	if n2.Member() {
+		t.Fatalf("n2 entered its ring on its first tick after a pause, knowing no member")
+	}
+
+	// The member list comes after the pause: n2 joins with the others and
+	// the key stays spent.
+	h.setMembership("n2", nil)
+	h.advance(time.Second)
+	if !n2.Member() {
+		t.Fatalf("n2 is no member a second after it learnt the others")
+	}
+	if tk := load.spend("n2"); tk.done && tk.d.Allowed {
+		t.Errorf("the key, spent at its owner, was admitted through n2 (%d of %d admitted)", load.admitted, load.quota)
 	}
 }

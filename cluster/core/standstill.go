@@ -44,6 +44,7 @@ func (c *Core) standstillHold() int64 { return 2 * int64(c.cfg.CallTimeout) }
 // concurrent use; holds is read on every owned check, without a lock.
 type standstill struct {
 	lastTick atomic.Int64 // mono of the last tick, or of the core's start before the first
+	resumed  atomic.Int64 // mono of the first tick after the last pause; 0: none yet
 	until    atomic.Int64 // mono: its keys wait until then at most; 0: not waiting
 	after    int64        // mono: a pause longer than this between ticks is one
 
@@ -82,6 +83,7 @@ func (s *standstill) waitUntil(m int64) int64 {
 // start). A wait whose time ran out ends.
 func (s *standstill) tick(m int64) (paused bool) {
 	if last := s.lastTick.Swap(m); m-last > s.after {
+		s.resumed.Store(m)
 		return true
 	}
 	if u := s.until.Load(); u != 0 && m >= u {

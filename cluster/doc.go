@@ -97,13 +97,7 @@
 // the owner admitted that their callers may still cancel (Transfer.Taken),
 // and a cancel whose receiver left goes to the keys' owner naming the run
 // it was meant for, which gives the units back if that run admitted the
-// item (TestACancelForAnOwnerThatLeftReachesItsCounter). A cancel that
-// reaches the leaving owner once it handed its counters over gives the
-// units back where they went, in a refund naming the item (Transfer.Take):
-// there the item's units come back once, by that refund or by a cancel of
-// the item meant for the run that comes once it left, its acknowledgement
-// lost, whichever comes first
-// (TestARefundOfALeavingOwnerSpendsTheItemItsCounterNamed). Tested with processes:
+// item (TestACancelForAnOwnerThatLeftReachesItsCounter). Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the
 // owner for up to 40 ms, the others for up to 150 ms; 300 requests at

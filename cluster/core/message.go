@@ -157,18 +157,11 @@ type Transfer struct {
 	Reqs   []limiter.Request // ModeRefund, ModeCancel: the units to give back; ModeCharge: to spend
 	// At (ModeRefund) is when the units given back were counted, in Unix
 	// ns: they come out of that instant's window. Zero: when applied.
-	At int64
-	// Take (ModeCancel) is the Seq of the take item given up on. With
-	// ModeRefund, it names the item whose units a leaving run gives back,
-	// cancelled by its caller once the run had handed its counters over
-	// (naming the item among those it admitted: Taken): where they went,
-	// the item's units are given back once, by this refund or by a cancel
-	// of the item meant for the run that comes there once it left.
-	Take uint64
+	At   int64
+	Take uint64 // ModeCancel: the Seq of the take item given up on
 	// Caller (ModeCancel) is the run that gave the take item up, when not
 	// the sender: a cancel carried on by the node that run's fallback
-	// count went to (see Cancel.To). With ModeRefund naming an item
-	// (Take), it is the run that gave the item up.
+	// count went to (see Cancel.To).
 	Caller Peer
 	// Was and WasTo: this transfer carries counts of the sender's transfer
 	// Was to WasTo, which died before it acknowledged it. The receiver,

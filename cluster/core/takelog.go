@@ -34,25 +34,10 @@ type takeLog struct {
 }
 
 // adoptedItems are the numbers of the items one run admitted for one
-// caller, those whose units were given back here already (spent: by a
-// cancel meant for the run, or by the run's own refund of the item), and
-// when the last list of them came (mono).
+// caller, and when the last list of them came (mono).
 type adoptedItems struct {
-	seqs  map[uint64]struct{}
-	spent map[uint64]struct{}
-	at    int64
-}
-
-// items returns the record of the items by admitted for caller, made at
-// m if there is none. l.mu is held.
-func (l *takeLog) items(m int64, by, caller Peer) *adoptedItems {
-	a := adoptedOf{by: by, caller: caller}
-	items := l.adopted[a]
-	if items == nil {
-		items = &adoptedItems{seqs: map[uint64]struct{}{}, spent: map[uint64]struct{}{}, at: m}
-		l.adopted[a] = items
-	}
-	return items
+	seqs map[uint64]struct{}
+	at   int64
 }
 
 // adoptedOf names the items one run admitted for one caller run.
@@ -236,18 +221,20 @@ func (l *takeLog) admitted(caller Peer) []uint64 {
 }
 
 // adopt records, at m, that the counters of the run by, which admitted
-// the items of taken, are here (or passed on from here). An item whose
-// units were given back here already stays spent.
+// the items of taken, are here (or passed on from here).
 func (l *takeLog) adopt(m int64, by Peer, taken []Taken) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, t := range taken {
-		items := l.items(m, by, t.Caller)
+		a := adoptedOf{by: by, caller: t.Caller}
+		items := l.adopted[a]
+		if items == nil {
+			items = &adoptedItems{seqs: make(map[uint64]struct{}, len(t.Seqs))}
+			l.adopted[a] = items
+		}
 		items.at = m
 		for _, s := range t.Seqs {
-			if _, ok := items.spent[s]; !ok {
-				items.seqs[s] = struct{}{}
-			}
+			items.seqs[s] = struct{}{}
 		}
 	}
 }
@@ -258,7 +245,8 @@ func (l *takeLog) adopt(m int64, by Peer, taken []Taken) {
 func (l *takeLog) cancelAdopted(by, caller Peer, seq uint64) (refund bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	items := l.adopted[adoptedOf{by: by, caller: caller}]
+	a := adoptedOf{by: by, caller: caller}
+	items := l.adopted[a]
 	if items == nil {
 		return false
 	}
@@ -266,25 +254,9 @@ func (l *takeLog) cancelAdopted(by, caller Peer, seq uint64) (refund bool) {
 		return false
 	}
 	delete(items.seqs, seq)
-	items.spent[seq] = struct{}{}
-	return true
-}
-
-// refundAdopted records, at m, that the run by gave back the units of the
-// item seq of caller it admitted, in a refund sent here, where its
-// counters came (Transfer.Take): a cancel of the item meant for the run
-// gives nothing back here from now on. It reports whether the refund is
-// still to be applied: false if such a cancel gave the units back here
-// already.
-func (l *takeLog) refundAdopted(m int64, by, caller Peer, seq uint64) (refund bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	items := l.items(m, by, caller)
-	if _, ok := items.spent[seq]; ok {
-		return false
+	if len(items.seqs) == 0 {
+		delete(l.adopted, a)
 	}
-	delete(items.seqs, seq)
-	items.spent[seq] = struct{}{}
 	return true
 }
 

@@ -953,12 +953,6 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		c.sendDisplaced(now, from, c.replicas.put(now, c.mono(now), from, t.States, t.Holds))
 		c.replicas.noteApplied(c.mono(now), from, t.Applied)
 	case ModeRefund, ModeCharge:
-		if t.Mode == ModeRefund && t.Take != 0 && !c.takes.refundAdopted(c.mono(now), from, t.Caller, t.Take) {
-			// The units of an item of a run that left, given back here
-			// already by a cancel meant for the run (see cancelFor).
-			c.debugTransfer("refund dropped: its item's units were given back here already", from, t, 0)
-			return
-		}
 		c.applySettle(now, t, t.Reqs)
 	case ModeCancel:
 		caller := from
@@ -1076,18 +1070,9 @@ func (c *Core) cancel(now time.Time, from Peer, x Cancel) {
 	if c.debugOn() {
 		c.log.Debug("take item cancelled by its caller", "node", c.self.Name, "peer", from.Name, "take", x.Take, "refund", refund, "reqs", debugReqs(x.Reqs))
 	}
-	if !refund {
-		return
+	if refund {
+		c.refund(now, x.Reqs)
 	}
-	if c.gate.isLeaving() {
-		// Its counters, handed over, name the items it admitted (Taken):
-		// where they went, a cancel of this one meant for this run, sent
-		// there once it left (its acknowledgement lost), would give the
-		// units back a second time. The refund names the item.
-		c.refundAs(now, Transfer{Mode: ModeRefund, Take: x.Take, Caller: from}, x.Reqs)
-		return
-	}
-	c.refund(now, x.Reqs)
 }
 
 // notePromotedHere records that replicas of the dead run owner are
@@ -1290,12 +1275,6 @@ func (c *Core) pushKeys(now time.Time, keys []limiter.Key) {
 // refund gives back the units of reqs, where their counters are: here, or
 // passed on to the node they moved to.
 func (c *Core) refund(now time.Time, reqs []limiter.Request) {
-	c.refundAs(now, Transfer{Mode: ModeRefund}, reqs)
-}
-
-// refundAs is refund, the transfers to other nodes made like like (the
-// take item the units were admitted for, if named).
-func (c *Core) refundAs(now time.Time, like Transfer, reqs []limiter.Request) {
 	if len(reqs) == 0 {
 		return
 	}
@@ -1336,9 +1315,7 @@ func (c *Core) refundAs(now time.Time, like Transfer, reqs []limiter.Request) {
 		owners[to.Name] = to
 	}
 	for _, name := range sortedKeys(away) {
-		t := like
-		t.Reqs = away[name]
-		c.sendTransfer(now, owners[name].Peer(), t, purposeRefund)
+		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeRefund, Reqs: away[name]}, purposeRefund)
 	}
 }
 
@@ -1709,7 +1686,7 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
-		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Take: pt.t.Take, Caller: pt.t.Caller, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t), Taken: pt.t.Taken}, pt.purpose, c.mono(now), false)
+		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t), Taken: pt.t.Taken}, pt.purpose, c.mono(now), false)
 		c.out.retargeted(t.Seq, was.Seq, pt.to, c.mono(now))
 		t.Was, t.WasTo = was.Seq, pt.to
 		c.debugTransfer("transfer sent in place of one to a gone receiver", p.to.Peer(), t, pt.purpose)

@@ -344,6 +344,7 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 		for _, s := range t.Taken[i].Seqs {
 			e.u64(s)
 		}
+		encodePeer(e, t.Taken[i].By)
 	}
 }
 
@@ -417,7 +418,7 @@ func decodeTransfer(d *decoder) core.Transfer {
 			t.Cancels[i] = core.Cancel{Take: d.u64(), Reqs: decodeReqList(d), To: decodePeer(d)}
 		}
 	}
-	if n := d.count32(maxList, 9+4); n > 0 {
+	if n := d.count32(maxList, 9+4+9); n > 0 {
 		t.Taken = make([]core.Taken, n)
 		for i := range t.Taken {
 			t.Taken[i].Caller = decodePeer(d)
@@ -427,6 +428,7 @@ func decodeTransfer(d *decoder) core.Transfer {
 					t.Taken[i].Seqs[j] = d.u64()
 				}
 			}
+			t.Taken[i].By = decodePeer(d)
 		}
 	}
 	return t

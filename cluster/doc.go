@@ -97,7 +97,20 @@
 // the owner admitted that their callers may still cancel (Transfer.Taken),
 // and a cancel whose receiver left goes to the keys' owner naming the run
 // it was meant for, which gives the units back if that run admitted the
-// item (TestACancelForAnOwnerThatLeftReachesItsCounter). Tested with processes:
+// item (TestACancelForAnOwnerThatLeftReachesItsCounter). The list goes on
+// with the counters of its keys at every later hand-off, naming the run
+// (Taken.By), and gives back only where a counter of one of the item's
+// keys came with it; a caller sends such a cancel on even when it took
+// the receiver for dead or knows a later run of its node, since across a
+// split the run may have left, handing its counters on
+// (TestACancelForAnOwnerThatLeftFollowsItsCounterOnward). A leaving owner
+// that gets a cancel of an item it admitted once its hand-off went out
+// gives the units back through the keys' owner, as a cancel naming itself
+// as the run that admitted it: the list there forgets the item, so the
+// caller's copy of the cancel, sent there again once the owner is gone
+// (its acknowledgement lost), gives nothing back a second time
+// (TestACancelALeavingOwnerAppliedItselfIsNotAppliedAgainByItsList).
+// Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the
 // owner for up to 40 ms, the others for up to 150 ms; 300 requests at

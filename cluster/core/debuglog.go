@@ -130,6 +130,16 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 	if len(t.Applied) > 0 {
 		args = append(args, "applied", len(t.Applied))
 	}
+	if len(t.Taken) > 0 {
+		taken := make([]string, len(t.Taken))
+		for i, x := range t.Taken {
+			taken[i] = fmt.Sprintf("%s:%d", x.Caller.Name, len(x.Seqs))
+			if x.By.Name != "" {
+				taken[i] += "@" + x.By.Name
+			}
+		}
+		args = append(args, "taken", taken)
+	}
 	if len(t.Cancels) > 0 {
 		takes := make([]string, len(t.Cancels))
 		for i, x := range t.Cancels {

@@ -764,7 +764,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	// they hold; what others sent here for the keys goes as additions, and
 	// counters that named their runs as they came.
 	for _, part := range SplitStates(sortStates(states), TransferBytes) {
-		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, Own: true, Holds: holdsOf(ownHeld, part), States: part}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, Own: true, Holds: holdsOf(ownHeld, part), States: part, Taken: c.handedTaken(part)}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	for _, a := range moving.counters {
 		t := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds, States: []limiter.State{a.state}}

@@ -169,7 +169,10 @@ type Transfer struct {
 	// replicated that (see Applied). A cancel naming them was meant for
 	// WasTo, which left before it got it: the receiver, where WasTo's
 	// counters went, applies it as WasTo would have, by what WasTo said
-	// it admitted (Taken).
+	// it admitted (Taken). A cancel naming its sender as WasTo is one the
+	// sender, leaving, applied itself to an item it admitted: the receiver
+	// gives the units back, and no list of the sender's items names the
+	// item from then on.
 	Was   uint64
 	WasTo Peer
 	// Own (ModeAdd): these are the sender's own counters of the keys,
@@ -232,6 +235,8 @@ type Transfer struct {
 	// admitted whose callers may still cancel them: a cancel of one that
 	// reaches the node counting the keys after the run is gone (naming it
 	// as WasTo) gives the item's units back there, as the run would have.
+	// Any later hand-off of those keys' counters lists them again, naming
+	// the run (Taken.By): the admissions go where the counters go.
 	Taken []Taken
 }
 
@@ -239,6 +244,13 @@ type Transfer struct {
 type Taken struct {
 	Caller Peer
 	Seqs   []uint64
+	// By is the run that admitted the items, when not the run whose
+	// counters the transfer carries: an earlier run that left, whose
+	// counters, with this list, came to the sender before. The list goes
+	// on with the counters that hold the items' admissions, wherever the
+	// keys are counted next: a cancel meant for that run is sent to the
+	// keys' owner, which gives the units back only by this list.
+	By Peer
 }
 
 // Cancel names a take item its sender gave up on, and the units it asked

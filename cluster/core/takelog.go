@@ -2,7 +2,10 @@ package core
 
 import (
 	"slices"
+	"strings"
 	"sync"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // takeLogSize is how many of a caller's most recent take items an owner
@@ -33,11 +36,30 @@ type takeLog struct {
 	adopted map[adoptedOf]*adoptedItems
 }
 
-// adoptedItems are the numbers of the items one run admitted for one
-// caller, and when the last list of them came (mono).
+// adoptedItems are the lists of the items one run admitted for one
+// caller that came here, and when the last came (mono). cancelled are
+// the items whose cancels came here for the run: a list of its items
+// that comes later (another copy, or one still on its way when the run
+// gave an item's units back itself) names them no more.
 type adoptedItems struct {
+	lists     []adoptedList
+	cancelled map[uint64]struct{}
+	at        int64
+}
+
+// adoptedList is one list of items (Transfer.Taken) and the keys whose
+// counters came with it. A list goes with every part of a hand-off, but
+// holds the admissions of an item only where a counter of one of the
+// item's keys came with it: a copy that came with other keys' counters
+// gives nothing back.
+type adoptedList struct {
 	seqs map[uint64]struct{}
-	at   int64
+	keys map[limiter.Key]struct{}
+}
+
+// covers reports whether a counter of one of keys came with the list.
+func (x adoptedList) covers(keys []limiter.Key) bool {
+	return slices.ContainsFunc(keys, func(k limiter.Key) bool { _, ok := x.keys[k]; return ok })
 }
 
 // adoptedOf names the items one run admitted for one caller run.
@@ -220,44 +242,103 @@ func (l *takeLog) admitted(caller Peer) []uint64 {
 	return out
 }
 
-// adopt records, at m, that the counters of the run by, which admitted
-// the items of taken, are here (or passed on from here).
-func (l *takeLog) adopt(m int64, by Peer, taken []Taken) {
+// adopt records, at m, that the counters of keys, of the run by, which
+// admitted the items of taken (of the run an entry names, if it names
+// one: see Taken.By), are here (or passed on from here).
+func (l *takeLog) adopt(m int64, by Peer, taken []Taken, keys []limiter.Key) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, t := range taken {
 		a := adoptedOf{by: by, caller: t.Caller}
-		items := l.adopted[a]
-		if items == nil {
-			items = &adoptedItems{seqs: make(map[uint64]struct{}, len(t.Seqs))}
-			l.adopted[a] = items
+		if t.By.Name != "" {
+			a.by = t.By
 		}
-		items.at = m
+		items := l.adoptedLocked(a, m)
+		x := adoptedList{seqs: make(map[uint64]struct{}, len(t.Seqs)), keys: make(map[limiter.Key]struct{}, len(keys))}
 		for _, s := range t.Seqs {
-			items.seqs[s] = struct{}{}
+			if _, gone := items.cancelled[s]; !gone {
+				x.seqs[s] = struct{}{}
+			}
 		}
+		if len(x.seqs) == 0 {
+			continue
+		}
+		for _, k := range keys {
+			x.keys[k] = struct{}{}
+		}
+		items.lists = append(items.lists, x)
 	}
 }
 
-// cancelAdopted applies the cancel of item seq of caller, meant for the
-// run by, whose counters came here: it reports whether by admitted it
-// (its units are then given back here, once).
-func (l *takeLog) cancelAdopted(by, caller Peer, seq uint64) (refund bool) {
+// adoptedTaken returns the items of other runs this node adopted and
+// still knows of, each list naming the run that admitted them (Taken.By),
+// for a hand-off of this node's counters of keys: those lists that came
+// with counters of one of keys. The counters hold those admissions, and a
+// cancel of one goes to where the keys are counted.
+func (l *takeLog) adoptedTaken(keys []limiter.Key) []Taken {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	a := adoptedOf{by: by, caller: caller}
+	var out []Taken
+	for a, items := range l.adopted {
+		var seqs []uint64
+		for _, x := range items.lists {
+			if !x.covers(keys) {
+				continue
+			}
+			for s := range x.seqs {
+				seqs = append(seqs, s)
+			}
+		}
+		if len(seqs) == 0 {
+			continue
+		}
+		slices.Sort(seqs)
+		out = append(out, Taken{Caller: a.caller, Seqs: slices.Compact(seqs), By: a.by})
+	}
+	slices.SortFunc(out, func(a, b Taken) int {
+		if c := strings.Compare(a.By.Name, b.By.Name); c != 0 {
+			return c
+		}
+		if c := cmpUint(a.By.Inc, b.By.Inc); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Caller.Name, b.Caller.Name); c != 0 {
+			return c
+		}
+		return cmpUint(a.Caller.Inc, b.Caller.Inc)
+	})
+	return out
+}
+
+// adoptedLocked returns the items of a, made if there are none, as of m.
+// l.mu is held.
+func (l *takeLog) adoptedLocked(a adoptedOf, m int64) *adoptedItems {
 	items := l.adopted[a]
 	if items == nil {
-		return false
+		items = &adoptedItems{cancelled: make(map[uint64]struct{})}
+		l.adopted[a] = items
 	}
-	if _, ok := items.seqs[seq]; !ok {
-		return false
+	items.at = m
+	return items
+}
+
+// cancelAdopted applies, at m, the cancel of item seq of caller for
+// keys, meant for the run by, whose counters came here: it reports
+// whether a list of by's items that came with a counter of one of keys
+// names it (its units are then given back here, once). No list names it
+// from now on, nor one that comes later.
+func (l *takeLog) cancelAdopted(m int64, by, caller Peer, seq uint64, keys []limiter.Key) (refund bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	items := l.adoptedLocked(adoptedOf{by: by, caller: caller}, m)
+	items.cancelled[seq] = struct{}{}
+	for _, x := range items.lists {
+		if _, ok := x.seqs[seq]; ok {
+			refund = refund || x.covers(keys)
+			delete(x.seqs, seq)
+		}
 	}
-	delete(items.seqs, seq)
-	if len(items.seqs) == 0 {
-		delete(l.adopted, a)
-	}
-	return true
+	return refund
 }
 
 // forgetAdopted drops the items of runs whose counters came before
@@ -270,4 +351,13 @@ func (l *takeLog) forgetAdopted(cutoff int64) {
 			delete(l.adopted, a)
 		}
 	}
+}
+
+// reqKeys returns the keys of reqs.
+func reqKeys(reqs []limiter.Request) []limiter.Key {
+	out := make([]limiter.Key, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.Key
+	}
+	return out
 }

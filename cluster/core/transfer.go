@@ -823,7 +823,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			states, holds = c.replicas.takeNewerOf(of, t.States, t.Holds)
 		}
 		if len(t.Taken) > 0 {
-			c.takes.adopt(c.mono(now), of, t.Taken)
+			c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
 		}
 		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, Taken: t.Taken}, purposeForward, states)
 	case ModeEvicted:
@@ -960,7 +960,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			caller = t.Caller
 		}
 		if t.WasTo.Name != "" {
-			c.cancelFor(now, t.WasTo, caller, Cancel{Take: t.Take, Reqs: t.Reqs})
+			c.cancelFor(now, t.WasTo, caller, Cancel{Take: t.Take, Reqs: t.Reqs}, t.WasTo == from)
 			return
 		}
 		c.cancel(now, caller, Cancel{Take: t.Take, Reqs: t.Reqs})
@@ -981,16 +981,32 @@ func (c *Core) passCancel(now time.Time, from Peer, x Cancel) {
 // cancelFor applies the cancel of take item x of the caller from, meant
 // for the run by, which left before it got it: if by admitted the item
 // (its counters, handed over, named it: Transfer.Taken), its units are
-// given back where they are counted now.
-func (c *Core) cancelFor(now time.Time, by, from Peer, x Cancel) {
+// given back where they are counted now. admitted: by itself sends it,
+// leaving, and admitted the item (see cancelAsListed).
+func (c *Core) cancelFor(now time.Time, by, from Peer, x Cancel, admitted bool) {
 	c.stats.Cancelled.Add(1)
-	refund := c.takes.cancelAdopted(by, from, x.Take)
+	refund := c.takes.cancelAdopted(c.mono(now), by, from, x.Take, reqKeys(x.Reqs)) || admitted
 	if c.debugOn() {
 		c.log.Debug("take item cancelled by its caller, for the run that left", "node", c.self.Name, "peer", from.Name, "for", by.Name, "take", x.Take, "refund", refund, "reqs", debugReqs(x.Reqs))
 	}
 	if refund {
 		c.refund(now, x.Reqs)
 	}
+}
+
+// handedTaken returns the take items a hand-off of this node's own
+// counters of states names (Transfer.Taken): those that runs which left
+// admitted and whose counters of those keys came here, and, if this node
+// is leaving, those it admitted itself. The counters hold their
+// admissions: a cancel of one that comes once the run that admitted it is
+// gone goes to the keys' owner, and is applied there, wherever the
+// counters went since.
+func (c *Core) handedTaken(states []limiter.State) []Taken {
+	var taken []Taken
+	if c.gate.isLeaving() {
+		taken = c.cancellable()
+	}
+	return append(taken, c.takes.adoptedTaken(keysOf(states))...)
 }
 
 // cancellable returns the take items this node admitted whose callers may
@@ -1070,9 +1086,43 @@ func (c *Core) cancel(now time.Time, from Peer, x Cancel) {
 	if c.debugOn() {
 		c.log.Debug("take item cancelled by its caller", "node", c.self.Name, "peer", from.Name, "take", x.Take, "refund", refund, "reqs", debugReqs(x.Reqs))
 	}
-	if refund {
+	if refund && !(c.gate.isLeaving() && c.cancelAsListed(now, from, x)) {
 		c.refund(now, x.Reqs)
 	}
+}
+
+// cancelAsListed gives back the units of take item x of the caller from,
+// which this leaving node admitted, as a cancel meant for this run sent
+// to the keys' owners (WasTo naming this run: it admitted the item), and
+// reports whether it could (the keys have owners). This node's hand-off
+// may have named the item among those it admitted (Transfer.Taken), and
+// the caller, whose cancel may not have had its acknowledgement, sends it
+// again to the keys' owner once this node is gone (retargetCancel): given
+// back here by a refund of its own, the units would be given back there
+// a second time by the list, or not at all if the refund was lost while
+// the list forgot the item. The owner gives them back once, and its list
+// names the item no more.
+func (c *Core) cancelAsListed(now time.Time, from Peer, x Cancel) bool {
+	v := c.view.Load()
+	byOwner := map[string][]limiter.Request{}
+	owners := map[string]Member{}
+	for _, r := range x.Reqs {
+		to, self, ok := c.placeOf(v, r.Key)
+		if !ok || self {
+			return false
+		}
+		byOwner[to.Name] = append(byOwner[to.Name], r)
+		owners[to.Name] = to
+	}
+	names := make([]string, 0, len(byOwner))
+	for name := range byOwner {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeCancel, Reqs: byOwner[name], Take: x.Take, Caller: from, WasTo: c.self}, purposeCancel)
+	}
+	return len(names) > 0
 }
 
 // notePromotedHere records that replicas of the dead run owner are
@@ -1136,15 +1186,14 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	if len(names) > 0 && like.Mode == ModeAdd && like.Own && p == purposeHandoff && c.gate.isLeaving() {
-		// A leaving node's counters hold the items it admitted: a cancel
-		// of one that comes once it is gone is applied where they go.
-		like.Taken = c.cancellable()
-	}
+	handing := like.Mode == ModeAdd && like.Own && p == purposeHandoff
 	for _, name := range names {
 		for _, part := range SplitStates(byOwner[name], TransferBytes) {
 			t := like
 			t.States, t.Holds = part, holdsOf(like.Holds, part)
+			if handing {
+				t.Taken = c.handedTaken(part)
+			}
 			if p == purposeReconcile {
 				t.Cancels = c.out.cancelsFor(owners[name].Peer(), part, c.runDied)
 			}
@@ -1586,12 +1635,16 @@ func (c *Core) retargetDue(now time.Time) {
 // retargetCancel sends a cancel whose receiver left before it got it to
 // the owner of its keys now, naming the run it was meant for: the run's
 // counters, handed over as it left, went there with the items it
-// admitted (Transfer.Taken), and the owner gives back the units of the
-// item if the run admitted it. A receiver that died took its count of
-// the item with it, but for its replica, which no cancel reaches (see
-// deadReceivers).
+// admitted (Transfer.Taken, passed on with the counters by every
+// hand-off since), and the owner gives back the units of the item if the
+// run admitted it. A receiver this node takes for dead, or whose node
+// runs again, is no exception: across a split, it may have left
+// gracefully meanwhile, handing its counters on. One that died took its
+// count of the item with it, but for its replica, which no cancel
+// reaches (see deadReceivers): no list names the item, and the owner
+// gives nothing back.
 func (c *Core) retargetCancel(now time.Time, pt *pendingTransfer) {
-	if pt.t.WasTo.Name != "" || len(pt.t.Reqs) == 0 || c.runDied(pt.to) {
+	if pt.t.WasTo.Name != "" || len(pt.t.Reqs) == 0 {
 		return
 	}
 	v := c.view.Load()
@@ -1605,7 +1658,7 @@ func (c *Core) retargetCancel(now time.Time, pt *pendingTransfer) {
 		if pt.t.Caller.Name != "" {
 			caller = pt.t.Caller
 		}
-		c.cancelFor(now, pt.to, caller, x)
+		c.cancelFor(now, pt.to, caller, x, false)
 		return
 	}
 	t := c.out.transfer(to.Peer(), Transfer{Mode: ModeCancel, Reqs: x.Reqs, Take: x.Take, Caller: pt.t.Caller}, purposeCancel, c.mono(now), false)

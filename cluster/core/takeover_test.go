@@ -23,8 +23,11 @@ type handNet struct {
 	incs  map[string]uint64
 	down  map[string]bool
 	cut   map[string]bool
-	hash  keyhash.Hasher
-	cfg   Config // timings and ratios of every core
+	// unacked: the transfers a node sends another (from, to) are applied
+	// there, but their acknowledgements are lost.
+	unacked map[[2]string]bool
+	hash    keyhash.Hasher
+	cfg     Config // timings and ratios of every core
 }
 
 // lost reports whether a message between from and to is lost.
@@ -53,7 +56,7 @@ func newHandNet(t testing.TB, names ...string) *handNet {
 
 // newHandNetWith is newHandNet with cfg's timings and ratios.
 func newHandNetWith(t testing.TB, cfg Config, names ...string) *handNet {
-	h := &handNet{t: t, now: simEpoch, names: names, cores: map[string]*Core{}, incs: map[string]uint64{}, down: map[string]bool{}, cut: map[string]bool{}, cfg: cfg}
+	h := &handNet{t: t, now: simEpoch, names: names, cores: map[string]*Core{}, incs: map[string]uint64{}, down: map[string]bool{}, cut: map[string]bool{}, unacked: map[[2]string]bool{}, cfg: cfg}
 	h.hash = keyhash.New([]byte("hand secret"), "ring")
 	for _, name := range names {
 		h.start(name, false)
@@ -158,7 +161,12 @@ func (h *handNet) deliver(from string, o Outgoing) {
 		src.Failed(h.now, o.ID)
 		return
 	}
-	src.Answered(h.now, o.ID, dest.Handle(h.now, src.Self(), o.Msg))
+	reply := dest.Handle(h.now, src.Self(), o.Msg)
+	if _, ok := o.Msg.(Transfer); ok && h.unacked[[2]string{from, o.To.Name}] {
+		src.Failed(h.now, o.ID)
+		return
+	}
+	src.Answered(h.now, o.ID, reply)
 }
 
 // handTake is one request for one key through one node.

@@ -55,7 +55,12 @@
 // to" the new one. A pull names the run it asks: a node restarted since
 // refuses it, rather than answer "nothing here" for what its earlier run
 // held (that lives on in the run's replicas)
-// (TestAPullAnsweredByAnotherRunOfItsSourceSettlesNothing). A node
+// (TestAPullAnsweredByAnotherRunOfItsSourceSettlesNothing). A node that
+// keeps a dead run's replica of a key it does not own (a successor that
+// left passed it on, and the hand-off of the dead run's keys waits for a
+// majority) gives it in its answer to a pull of the key, naming the run
+// (TestAPullGivesTheReplicaOfADeadRunItsSourceKeeps: before, a restarted
+// node that joined through it counted the key from nothing). A node
 // remembers where it handed each counter: one that handed a key to a
 // node by a ring the asker never had (it left on one side of a split,
 // whose ring gave the key to another node there) names that node in its
@@ -200,7 +205,16 @@
 // 16 admitted of 10 by owners before); a node the key moves to meanwhile
 // (a new run of its owner joining) learns so from the node it pulls it
 // from, or that seals to it, and does the same
-// (TestAKeyOutOfReachStaysSoAtTheNodeItMovesTo). A successor sends a dead run's
+// (TestAKeyOutOfReachStaysSoAtTheNodeItMovesTo). So is a key whose owner,
+// declared dead by the others while it took its successor for dead, sent
+// its counter to that successor as it learned so, and gave the transfer
+// up: the successor may have started the key from its replica and counted
+// on. The owner's own counter, back, does not end that (it is a copy of
+// counts the successor's counter holds); a counter of the key from
+// anywhere else does
+// (TestAnEvictedCounterWhoseSuccessorIsOutOfReachIsNotTheKeysCounter:
+// before, the owner joined again and counted from its own counter, 17
+// admitted of 10 by owners). A successor sends a dead run's
 // replica on as that run's counter, weighed by run where the key is
 // counted: added to what the owner counted without it, but for what its
 // counter holds of the run already

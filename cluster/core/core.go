@@ -338,6 +338,20 @@ func (c *Core) replicaHolder(k limiter.Key) (Member, bool) {
 	return Member{}, false
 }
 
+// replicaRingOf returns the latest ring this node owned k by and
+// replicated by whose successor of k is to.
+func (c *Core) replicaRingOf(k limiter.Key, to Peer) (*Ring, bool) {
+	c.replicaRingsMu.Lock()
+	defer c.replicaRingsMu.Unlock()
+	for _, r := range c.replicaRings {
+		owner, second := r.top2(k.Route())
+		if owner >= 0 && second >= 0 && r.member(owner).Name == c.self.Name && r.member(second).Peer() == to {
+			return r, true
+		}
+	}
+	return nil, false
+}
+
 // updateAnswering works out whether a majority of the nodes this node
 // knows of (its ring's members and the dead not yet forgotten) answer it:
 // itself and the members whose calls do not fail. A ring can look like a

@@ -313,3 +313,82 @@ func TestANodeDeclaredDeadThatJoinsAgainAloneTakesItsKeysFromTheOthers(t *testin
 	}
 	wantExactAfterHeal(t, h, k, load, quota)
 }
+
+// As above, but the successor that took the key over counts it on, and
+// stands still (frozen) before the cut owner comes back: the owner, told
+// it was declared dead, sends its counter to the successor that kept its
+// replica, which it took for dead itself; it gives the transfer up and
+// sends it in its place to the node that owns the key by its ring, and
+// the counter comes back to it once it joined again. That counter is a
+// copy of counts the frozen successor's counter holds, beside what the
+// successor admitted since: counted from it, the key admitted its limit
+// again (seed 1795783418819281632 of the simulator: 48 admitted of a
+// bound of 46). The key is out of reach until a counter of it other than
+// the owner's own comes (the successor's, or its replica once the others
+// declare it dead), or a hand-off window passes.
+func TestAnEvictedCounterWhoseSuccessorIsOutOfReachIsNotTheKeysCounter(t *testing.T) {
+	cfg := handTiming
+	cfg.FallbackRatio = 0.1
+	h := newHandNetWith(t, cfg, "n0", "n1", "n2", "n3")
+	k := h.keyOwnedBy("n0", "n2")
+	const quota = evictionQuota
+	load := newHandLoad(h, k, quota)
+	for range 3 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n2
+	// n0 is cut off: the others declare it dead, and n2 takes its keys
+	// over; n0 has declared n2 dead.
+	h.down["n0"] = true
+	h.advance(100 * time.Millisecond)
+	for _, name := range []string{"n1", "n2", "n3"} {
+		h.setMembership(name, []string{"n0"})
+	}
+	h.setMembership("n0", []string{"n2"})
+	h.advance(time.Second, "n1", "n2", "n3")
+	if h.count("n2", k) != 3 {
+		t.Fatalf("n2 did not take the key over from its replica: count %d", h.count("n2", k))
+	}
+	for range quota {
+		load.spend("n2")
+	}
+	load.resume()
+	h.advance(20 * time.Millisecond) // replicated to n1
+	if load.admitted != quota {
+		t.Fatalf("admitted %d before n2 froze; want %d (%v)", load.admitted, quota, load.by)
+	}
+
+	// n2 stands still; the cut heals: n0 hears from n1 that it was
+	// declared dead, sends its counter toward n2, and joins again.
+	h.down["n2"] = true
+	h.down["n0"] = false
+	for range 300 {
+		h.advance(10 * time.Millisecond)
+		if h.cores["n0"].gate.joinEpoch() > 1 {
+			break
+		}
+	}
+	// n1 and n3 list n0 again, and take n2 for dead.
+	h.setMembership("n1", []string{"n2"})
+	h.setMembership("n3", []string{"n2"})
+	for range 300 {
+		h.advance(10*time.Millisecond, "n0", "n1", "n3")
+		if h.cores["n0"].Member() {
+			break
+		}
+	}
+	if !h.cores["n0"].Member() || h.cores["n0"].gate.joinEpoch() < 2 {
+		t.Fatalf("n0 did not join again after it was declared dead (member %v, epoch %d)", h.cores["n0"].Member(), h.cores["n0"].gate.joinEpoch())
+	}
+	for range quota {
+		load.spend("n0")
+		load.spend("n1")
+		load.spend("n3")
+	}
+	h.advance(200*time.Millisecond, "n0", "n1", "n3")
+	load.resume()
+	t.Logf("admitted %d (%v); counts n0 %d n1 %d n2 %d n3 %d", load.admitted, load.by, h.count("n0", k), h.count("n1", k), h.count("n2", k), h.count("n3", k))
+	if n := load.by[SourceOwner] + load.by[SourcePeer]; n > quota {
+		t.Errorf("owners admitted %d of limit %d (%v): n0 counted the key from its own counter while the successor's was out of reach", n, quota, load.by)
+	}
+}

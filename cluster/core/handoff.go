@@ -716,11 +716,18 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	states = append(states, moving.owns...) // its own counters, come back
 	// Replicas this node keeps of the puller's earlier run, of keys nobody
 	// handed over here: the puller restarted without a hand-off (it
-	// crashed), and those keys' counts live in the replicas.
+	// crashed), and those keys' counts live in the replicas. So do those
+	// of any run that died by what this node knows, which no hand-off
+	// here took over (yet: this node is without a majority, or its
+	// hand-off waits for others): the replica is the key's counter, and
+	// this node no longer owns the key. Kept back, the asker would count
+	// the key from nothing.
+	c.viewMu.Lock()
 	earlier := c.replicas.takeOwned(now, func(owner Peer, k limiter.Key) bool {
-		return owner.Name == from.Name && owner.Inc < from.Inc && slices.Contains(p.Keys, k) &&
+		return (owner.Name == from.Name && owner.Inc < from.Inc || owner.Name != from.Name && c.runDied(owner)) && slices.Contains(p.Keys, k) &&
 			!slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == k })
 	})
+	c.viewMu.Unlock()
 	// The copies go with the counts of other runs they hold (see noteHeld).
 	baseHeld := c.replicas.takeHeld(keysOf(moving.bases))
 	// A key held nowhere here that this node counts elsewhere (by its

@@ -404,7 +404,9 @@ type PullReply struct {
 
 // Unreached names keys that a node took over from dead members without a
 // counter: those whose owner and successor, in the ring of Ring's runs,
-// were both among Dead. One of those runs may come back with the counter;
+// were both among Dead (or, from an owner declared dead itself, the keys
+// whose counters it sent to a successor it took for dead: Dead names its
+// own run and that successor's). One of those runs may come back with the counter;
 // until one comes, or for Within from the reply, the node that owns such
 // a key decides it by fallback, and a node it passes the key to through a
 // hand-off does the same (see outOfReach).

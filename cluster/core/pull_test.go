@@ -119,3 +119,70 @@ func TestAPullAnsweredByAnotherRunOfItsSourceSettlesNothing(t *testing.T) {
 		t.Errorf("the cluster holds %d of the key; %d were admitted", held, load.admitted)
 	}
 }
+
+// A key's owner crashes; its successor leaves gracefully before anyone
+// took the key over, and passes the key's replica on to the last node,
+// which is left alone, without a majority: it keeps the replica, its
+// hand-off of the dead owner's keys waiting. The successor starts again,
+// joins, owns the key, and pulls it from the node alone. That node holds
+// no counter of the key, only the dead run's replica: answered "nothing
+// here", the joiner counted the key from nothing (seed
+// 1795783418819287972 of the simulator: 8 admitted of 7), the replica
+// reaching it only once the joiner's own replica displaced it there.
+func TestAPullGivesTheReplicaOfADeadRunItsSourceKeeps(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	const quota = 10
+	// A key of n2, then n1, that the next run of n1 owns in a ring with n0.
+	next := Member{Name: "n1", Inc: h.incs["n1"] + 1, PeerAddr: "n1"}
+	pair := NewRing(h.hash, []Member{h.member("n0"), next})
+	var k limiter.Key
+	for not := []limiter.Key(nil); ; not = append(not, k) {
+		k = h.keyOwnedBy("n2", "n1", not...)
+		if o, _ := pair.Owner(k.Route()); o.Name == "n1" {
+			break
+		}
+	}
+	load := newHandLoad(h, k, quota)
+	for range 6 {
+		load.spend("n2")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n1
+	if load.admitted != 6 {
+		t.Fatalf("n2 admitted %d; want 6", load.admitted)
+	}
+
+	// n2 crashes; n1 leaves before anyone noticed, passing the replica on
+	// to n0.
+	crashed := h.member("n2")
+	h.down["n2"] = true
+	n1 := h.cores["n1"]
+	n1.Leave(h.now)
+	leaving := []Member{h.member("n1")}
+	h.cores["n0"].SetMembership(h.now, Membership{Members: []Member{crashed}, Leaving: leaving})
+	h.pump()
+	h.advance(100*time.Millisecond, "n0", "n1")
+	if !n1.Drained() {
+		t.Fatal("n1 has not handed everything over")
+	}
+
+	// n0, alone, declares n2 dead: without a majority it keeps the
+	// replica. The next run of n1, joined through n0 before n0 lists it,
+	// owns the key and pulls it from n0.
+	h.list("n0", nil, []Peer{crashed.Peer()})
+	h.advance(100*time.Millisecond, "n0")
+	n0 := h.cores["n0"]
+	if n0.Replicas() != 1 {
+		t.Fatalf("n0 keeps %d replicas; want the dead run's one", n0.Replicas())
+	}
+	reply := n0.handlePull(h.now, next.Peer(), Pull{To: n0.self.Inc, Keys: []limiter.Key{k}})
+	var given int64
+	for _, tr := range reply.Given {
+		given += windowCount(tr.States)
+	}
+	if reply.Refused || given != 6 {
+		t.Errorf("the pull was answered with %d of the key (refused %v); want the dead run's 6: the joiner would count it from nothing", given, reply.Refused)
+	}
+	if n0.Replicas() != 0 {
+		t.Errorf("n0 still keeps %d replicas after it gave the key's away: it would send it again", n0.Replicas())
+	}
+}

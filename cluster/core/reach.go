@@ -39,6 +39,13 @@ type reachGap struct {
 	ring  *Ring             // the stable ring of the hand-off
 	dead  map[string]uint64 // its members that died, by run (the plan's: never changed)
 	until int64             // mono: the end of the hand-off's window
+	// evicted is, for a gap this node's own eviction left (see
+	// evictedOutOfReach), its run: its counters, coming back, are not the
+	// keys' counters (the successor they went to may have started the
+	// keys from their replicas and counted beyond them), and found holds
+	// the keys whose other counters arrived.
+	evicted Peer
+	found   map[limiter.Key]bool
 }
 
 // lacks reports whether g leaves k without a reachable counter at self:
@@ -144,15 +151,38 @@ func (r *outOfReach) lacks(k limiter.Key, self Peer, m int64, gone func(Peer) bo
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.found[k] {
-		return false
-	}
 	for i := range r.gaps {
-		if m < r.gaps[i].until && r.gaps[i].lacks(k, self, gone) {
+		g := &r.gaps[i]
+		if g.evicted.Name == "" && r.found[k] || g.evicted.Name != "" && g.found[k] {
+			continue
+		}
+		if m < g.until && g.lacks(k, self, gone) {
 			return true
 		}
 	}
 	return false
+}
+
+// addEvicted records the gap this node's eviction left: its run's
+// counters went to to, the successor that kept their replicas, which this
+// node takes for dead now; to may have started the keys from those
+// replicas (the others declared this run dead) and counted beyond them.
+// The keys ring gives this run and then to are out of reach until until,
+// or until a counter of them that is not this run's arrives. It reports
+// whether the gap is new.
+func (r *outOfReach) addEvicted(ring *Ring, run, to Peer, until int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	dead := map[string]uint64{run.Name: run.Inc, to.Name: to.Inc}
+	for i := range r.gaps {
+		if g := &r.gaps[i]; g.evicted == run && g.ring.Fingerprint() == ring.Fingerprint() && maps.Equal(g.dead, dead) {
+			g.until = max(g.until, until)
+			return false
+		}
+	}
+	r.gaps = append(r.gaps, reachGap{ring: ring, dead: dead, until: until, evicted: run, found: map[limiter.Key]bool{}})
+	r.n.Store(int32(len(r.gaps)))
+	return true
 }
 
 // expire drops the gaps whose windows passed by m, and reports whether
@@ -183,8 +213,9 @@ func (r *outOfReach) expireLocked(m int64) bool {
 	return expired
 }
 
-// reached records that counters of the keys states carry arrived here.
-func (r *outOfReach) reached(states []limiter.State) {
+// reached records that counters of the keys states carry, of the run
+// of, arrived here.
+func (r *outOfReach) reached(states []limiter.State, of Peer) {
 	if r.n.Load() == 0 || len(states) == 0 {
 		return
 	}
@@ -195,6 +226,13 @@ func (r *outOfReach) reached(states []limiter.State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.foundLocked(keys)
+	for i := range r.gaps {
+		if g := &r.gaps[i]; g.evicted.Name != "" && g.evicted != of {
+			for _, k := range keys {
+				g.found[k] = true
+			}
+		}
+	}
 }
 
 func (r *outOfReach) foundLocked(keys []limiter.Key) {
@@ -274,7 +312,8 @@ func (c *Core) replaced(p Peer) bool {
 // reachedCounters records that counters of the keys states carry arrived
 // (and were counted, or sent on): those whose counters were out of reach
 // count from now on, with what this node admitted for them in fallback.
-func (c *Core) reachedCounters(now time.Time, states []limiter.State) {
+// of is the run whose counters they are.
+func (c *Core) reachedCounters(now time.Time, states []limiter.State, of Peer) {
 	if c.unreached.n.Load() == 0 {
 		return
 	}
@@ -285,8 +324,30 @@ func (c *Core) reachedCounters(now time.Time, states []limiter.State) {
 			keys = append(keys, s.Key)
 		}
 	}
-	c.unreached.reached(states)
+	c.unreached.reached(states, of)
+	keys = slices.DeleteFunc(keys, func(k limiter.Key) bool { return c.lacksCounter(k, m) })
 	if len(keys) > 0 {
 		c.foldFallback(now, c.view.Load(), keys)
+	}
+}
+
+// evictedOutOfReach records, for the counters of this run's eviction that
+// went to to, which this node takes for dead now, that their keys are out
+// of reach (see outOfReach.addEvicted): to, their successor, kept their
+// replicas, and the others, which declared this run dead, took the keys
+// over from them there. Counted from these counters when they come back
+// (the node that owns the keys now, by this node's ring, gets them in
+// their place), the keys would admit again what to admitted.
+func (c *Core) evictedOutOfReach(now time.Time, to Peer, states []limiter.State) {
+	until := c.mono(now) + int64(c.cfg.HandoffWindow)
+	added := 0
+	for _, s := range states {
+		ring, ok := c.replicaRingOf(s.Key, to)
+		if ok && c.unreached.addEvicted(ring, c.self, to, until) {
+			added++
+		}
+	}
+	if added > 0 {
+		c.log.Info("evicted counters' successor out of reach: their keys are decided by fallback until a counter of theirs comes", "node", c.self.Name, "peer", to.Name)
 	}
 }

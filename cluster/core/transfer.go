@@ -792,7 +792,14 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		c.noteApplied(from, t)
 	}
 	if t.carriesCounter() {
-		defer c.reachedCounters(now, t.States) // once they are counted
+		of := t.countersOf(from)
+		switch {
+		case t.Mode == ModeEvicted:
+			of = t.Evicted
+		case t.ReplicaOf.Name != "":
+			of = t.ReplicaOf
+		}
+		defer c.reachedCounters(now, t.States, of) // once they are counted
 	}
 	switch t.Mode {
 	case ModeAdd:
@@ -1727,6 +1734,9 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	}
 	if c.debugOn() {
 		c.debugTransfer("transfer given up on: its receiver is gone", pt.to, pt.t, pt.purpose, "here", len(here)+len(hereReqs), "applied_there", c.replicas.applied(pt.to, was))
+	}
+	if pt.t.Mode == ModeEvicted && pt.t.Evicted == c.self {
+		c.evictedOutOfReach(now, pt.to, states)
 	}
 	if !c.replicas.applied(pt.to, was) {
 		if pt.t.Mode == ModeAdd && !pt.t.carriesCounter() {

@@ -179,7 +179,7 @@ func (c *Core) planHandoff(now time.Time, old *view, stable, ring *Ring) *handof
 			continue
 		}
 		wasDead := old != nil && old.ho != nil && old.ho.deadInc != nil && old.ho.deadInc[x.Name] == x.Inc
-		if !wasDead && !c.runDied(x.Peer()) {
+		if !wasDead && !c.runDied(x.Peer()) && c.sealedHere(old, x.Name) {
 			continue // left: it handed everything over before it went
 		}
 		wait := m
@@ -213,6 +213,24 @@ func (c *Core) planHandoff(now time.Time, old *view, stable, ring *Ring) *handof
 	}
 	slices.Sort(p.sources)
 	return p
+}
+
+// sealedHere reports whether name, gone from the members without being
+// declared dead, sealed to this node before it went: it announced its
+// leaving and this node's hand-off heard from it that nothing more of this
+// node's keys was there. A stable member that went without doing so may
+// have left with its counters on their way here through another node, or
+// stuck behind a split: for this node's hand-off it is a member that died
+// (its keys start from their replicas, and its counters, if they come
+// later, are weighed against them), not one whose counters all came.
+func (c *Core) sealedHere(old *view, name string) bool {
+	if old == nil || old.ho == nil {
+		return false
+	}
+	h := c.handoff
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.plan == old.ho && h.sealed[name]
 }
 
 // stableSource returns the run k comes from in plan: its owner in the

@@ -620,3 +620,46 @@ func TestALeavingOwnersCancelledItemComesBackOnce(t *testing.T) {
 		t.Errorf("the cluster holds %d of the key (n2 %d, n0 %d); 1 request was admitted", got, h.count("n2", k), h.count("n0", k))
 	}
 }
+
+// An owner leaves on the far side of a split: its hand-off cannot reach
+// its successor, which hears only that the owner is gone, never that it
+// was leaving (it did not seal to it). That it left does not make its
+// replicas stale: its counters never came here, they may be on their way
+// through another node. The successor's hand-off takes the owner for dead:
+// the keys start from their replicas, and the hand-off, when it comes,
+// adds nothing they hold already (seed 1795784061977584272 of the
+// simulator: the new owner dropped the leaver's replica, counted the key
+// from what others admitted in fallback, while the leaver's counter, 11,
+// was on its way through a node on the leaver's side; 33 admitted of a
+// bound of 30).
+func TestAnOwnerThatLeftUnheardHasItsKeysStartFromItsReplicas(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k, load := h.spentKey("n0", "n1", 6)
+	h.advance(50 * time.Millisecond)
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+
+	// n0 and n3 on the far side of a split; n0 leaves there.
+	h.cut["n0"], h.cut["n3"] = true, true
+	h.advance(time.Second)
+	n0.Leave(h.now)
+	h.pump()
+	h.advance(100 * time.Millisecond)
+	// n0 left: no list names it any more; n3 is declared dead.
+	dead := []Peer{h.member("n3").Peer()}
+	h.list("n1", []Member{h.member("n2")}, dead)
+	h.list("n2", []Member{h.member("n1")}, dead)
+	h.advance(2 * time.Second)
+	if n1.HandoffUnderway() {
+		t.Fatal("n1 has not taken n0's keys over")
+	}
+	if got := h.count("n1", k); got != int64(load.admitted) {
+		t.Errorf("n1 counts %d of the key it took over; %d were admitted", got, load.admitted)
+	}
+
+	// The split heals: n0's hand-off comes.
+	h.cut["n0"], h.cut["n3"] = false, false
+	h.advance(time.Second)
+	if got := h.count("n1", k) + h.count("n2", k); got != int64(load.admitted) {
+		t.Errorf("the cluster counts %d of the key; %d were admitted", got, load.admitted)
+	}
+}

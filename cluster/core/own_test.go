@@ -23,10 +23,16 @@ func TestAnOwnCounterThatCameBackGoesOutAgainAsAHandoff(t *testing.T) {
 	const quota = 20
 	load := newHandLoad(h, k, quota)
 
-	// n0 forgets n1 (it left) and counts the key as its owner.
+	// n0 forgets n1 (it left, never heard leaving) and counts the key as
+	// its owner once its hand-off has taken n1's keys over.
 	n0 := h.cores["n0"]
 	n0.SetMembership(h.now, Membership{Members: []Member{{Name: "n2", Inc: h.incs["n2"], PeerAddr: "n2"}}})
+	h.cores["n2"].SetMembership(h.now, Membership{Members: []Member{{Name: "n0", Inc: h.incs["n0"], PeerAddr: "n0"}}})
 	h.pump()
+	h.advance(2*time.Second, "n0", "n2")
+	if n0.HandoffUnderway() {
+		t.Fatal("n0 has not taken n1's keys over")
+	}
 	for range 5 {
 		load.spend("n0")
 	}

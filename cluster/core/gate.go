@@ -414,7 +414,8 @@ func (c *Core) Leaving() bool { return c.gate.isLeaving() }
 
 // Drained reports whether a leaving node has handed everything over: no
 // transfer unacknowledged but replicas, nothing left in fallback, no
-// counter in its engine, and no cancel of a take item it admitted still
+// counter in its engine, no units given back waiting for their counter
+// (see refundAfterCounter), and no cancel of a take item it admitted still
 // on its way to it (see callersSettled). A hand-off given up on because its receiver was
 // declared dead comes back to the engine while no member is left to take
 // it (the node is cut off): it is held, not handed over, until the split
@@ -423,6 +424,7 @@ func (c *Core) Drained() bool {
 	return c.out.moving("") == 0 &&
 		c.fallback.empty() &&
 		c.engine.Stats().Keys == 0 &&
+		c.settling.empty() &&
 		c.callersSettled()
 }
 

@@ -499,7 +499,7 @@ func (c *Core) countSettled(now time.Time, done settled) {
 			c.dirty.noteKey(s.Key)
 		}
 	}
-	for _, r := range done.refunds {
+	for _, r := range c.refundAfterCounter(done.refunds) {
 		c.engine.Refund(now, r)
 		c.dirty.noteKey(r.Key)
 	}
@@ -712,7 +712,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	if dead {
 		return PullReply{Refused: true}
 	}
-	given, sending := c.out.holdingFor(p.Keys, from)
+	given, sending := c.out.holdingFor(p.Keys, from, c.mono(now)+int64(2*c.cfg.CallTimeout))
 	var take []limiter.Key
 	var moved []KeyOwner
 	for _, k := range p.Keys {

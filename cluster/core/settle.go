@@ -82,7 +82,8 @@ func settleIn(e *limiter.Engine, now time.Time, at int64, charge bool, r limiter
 
 // settleAt settles reqs where their counters are: here (a key this node
 // counts, or whose counter it still holds), later (a key whose counter is
-// on its way here), or at the node that counts them, in a transfer. It
+// on its way here, or in a transfer of this node's not acknowledged yet),
+// or at the node that counts them, in a transfer. It
 // returns the numbers of the transfers it sent.
 func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Request) (sent []uint64) {
 	if len(reqs) == 0 {
@@ -97,7 +98,7 @@ func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Req
 			continue
 		}
 		to, self, ok := c.placeOf(v, r.Key)
-		if self && v.ho != nil && r.Limit.Algorithm != limiter.Concurrency && c.handoff.incoming(v, c.self.Name, r.Key) {
+		if r.Limit.Algorithm != limiter.Concurrency && (self && v.ho != nil && c.handoff.incoming(v, c.self.Name, r.Key) || c.out.holds(r.Key)) {
 			c.settling.hold(heldSettle{at: at, charge: charge, req: r})
 			continue
 		}
@@ -145,6 +146,10 @@ func (c *Core) tickSettles(now time.Time) {
 	}
 	// In the order they came, one at a time: each may wait again.
 	for _, h := range held {
+		if h.refund {
+			c.refund(now, []limiter.Request{h.req})
+			continue
+		}
 		c.settleAt(now, h.at, h.charge, []limiter.Request{h.req})
 	}
 }
@@ -153,6 +158,9 @@ func (c *Core) tickSettles(now time.Time) {
 type heldSettle struct {
 	at     int64
 	charge bool
+	// refund: units given back as refund gives them back (see refund),
+	// waiting for a counter on its way from this node.
+	refund bool
 	req    limiter.Request
 }
 
@@ -167,6 +175,13 @@ func (h *heldSettles) hold(s heldSettle) {
 	h.mu.Lock()
 	h.list = append(h.list, s)
 	h.mu.Unlock()
+}
+
+// empty reports whether no settlement waits.
+func (h *heldSettles) empty() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.list) == 0
 }
 
 func (h *heldSettles) drain() []heldSettle {

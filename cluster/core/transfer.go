@@ -50,6 +50,10 @@ type pendingTransfer struct {
 	limbo int64
 	// ring, for a replica: the ring its receiver succeeds this node by.
 	ring *Ring
+	// given: the transfer was given again in a pull's reply, and until
+	// then (mono) the puller may still apply it and answer. A refusal of
+	// an earlier send that comes meanwhile does not speak for that copy.
+	given int64
 	// heldIfRefused: counters this node was handing over when it was
 	// declared dead, in flight then. Refused after, they were never
 	// applied: they are counters it holds, sent as a node declared dead
@@ -404,8 +408,10 @@ func (o *outbox) moving(name string) int {
 }
 
 // holdingFor returns the unsettled transfers carrying the counters of keys,
-// sorted by number, and the keys they carry to nodes other than to.
-func (o *outbox) holdingFor(keys []limiter.Key, to Peer) (mine []Transfer, elsewhere []limiter.Key) {
+// sorted by number, and the keys they carry to nodes other than to. Those
+// it returns are given again, in a pull's reply to to, whose outcome is
+// known by until (mono): they wait for it, not for an earlier send's.
+func (o *outbox) holdingFor(keys []limiter.Key, to Peer, until int64) (mine []Transfer, elsewhere []limiter.Key) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var seqs []uint64
@@ -435,9 +441,33 @@ func (o *outbox) holdingFor(keys []limiter.Key, to Peer) (mine []Transfer, elsew
 	for _, seq := range seqs {
 		pt := o.transfers[seq]
 		pt.t.Floor = o.floorLocked(to.Name)
+		pt.refused, pt.given = false, until
+		if !pt.inFlight {
+			pt.retryAt = max(pt.retryAt, until)
+		}
 		mine = append(mine, pt.t)
 	}
 	return mine, elsewhere
+}
+
+// refusedBeforeGiven reports whether a refusal of transfer seq's send
+// may be of a send before the transfer was given again in a pull's
+// reply whose outcome is not known yet (see holdingFor): if so, the
+// transfer is marked not in flight, to go again once that outcome is due.
+// A pull's answer (pulled) ends the wait.
+func (o *outbox) refusedBeforeGiven(seq uint64, m int64, pulled bool) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	pt, ok := o.transfers[seq]
+	if !ok || pt.given == 0 {
+		return false
+	}
+	if pulled || m >= pt.given {
+		pt.given = 0
+		return false
+	}
+	pt.inFlight, pt.refused, pt.retryAt = false, false, max(pt.retryAt, pt.given)
+	return true
 }
 
 // toLimbo puts the unsettled transfers to runs that are gone (gone
@@ -1335,6 +1365,7 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 		return
 	}
 	v := c.view.Load()
+	reqs = c.refundAfterCounter(reqs)
 	reqs = c.handoff.refundLater(v, c.self.Name, reqs) // keys not settled here wait for their counter
 	var away map[string][]limiter.Request
 	owners := map[string]Member{}
@@ -1373,6 +1404,26 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 	for _, name := range sortedKeys(away) {
 		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeRefund, Reqs: away[name]}, purposeRefund)
 	}
+}
+
+// refundAfterCounter keeps the units of reqs whose keys' counters are in
+// transfers of this node's not acknowledged yet, and returns the others.
+// Such a counter may come back here (refused, and placed anew) or stay
+// where it went: the units wait for it, and follow it once it is placed
+// (see tickSettles). Given back from the count here now, which lacks
+// them, they would be lost, and the counter, back, would still hold them.
+func (c *Core) refundAfterCounter(reqs []limiter.Request) (rest []limiter.Request) {
+	for _, r := range reqs {
+		if r.Limit.Algorithm == limiter.Concurrency || !c.out.holds(r.Key) {
+			rest = append(rest, r)
+			continue
+		}
+		if c.debugOn() {
+			c.log.Debug("units given back wait for their counter on its way", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
+		}
+		c.settling.hold(heldSettle{refund: true, req: r})
+	}
+	return rest
 }
 
 // holdRefund keeps r's units, given back on a node without a majority
@@ -1445,6 +1496,15 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 			} else {
 				c.log.Debug("transfer given in a pull refused by its receiver", "node", c.self.Name, "seq", r.seq)
 			}
+		}
+		_, sent := r.msg.(Transfer)
+		if c.out.refusedBeforeGiven(r.seq, c.mono(now), !sent) {
+			// The puller may have applied the copy given in its pull's
+			// reply since: its answer to that copy tells.
+			if c.debugOn() {
+				c.log.Debug("refusal of a transfer given again in a pull's reply: its answer to that is awaited", "node", c.self.Name, "peer", r.to.Name, "seq", r.seq)
+			}
+			return
 		}
 		if pt, ok := c.out.takeIfHeld(r.seq); ok {
 			c.debugTransfer("refused transfer: its counters go as a node declared dead sends them", pt.to, pt.t, pt.purpose)

@@ -266,13 +266,12 @@
 // loss, freezes, partitions, crashes, restarts with or without a snapshot.
 // The simulator (package core) holds it, and what the cluster holds
 // below, in seeds 1 to 10,000; its fresh seeds still find schedules that
-// break one or the other, about one in 3,000, each combining two faults
-// (a unit counted once too often or lost beside a partition, a leave or a
-// join; one admitted over the bound, a partition during a rolling
-// restart): the kept ones are listed in
-// core/testdata/simulation-known-violations.txt and docs/cluster.md. So
-// the bound is what the protocol is built to hold
-// and what the fixed schedules check, not yet proved for every schedule.
+// break one or the other, about 4 in 10,000, each combining two faults
+// (a unit counted once too often beside lossy links; a few admitted over
+// the bound, a leave beside a crash kept by a snapshot): the kept ones are
+// listed in core/testdata/simulation-known-violations.txt and
+// docs/cluster.md. So the bound is what the protocol is built to hold and
+// what the fixed schedules check, not yet proved for every schedule.
 //
 // What the cluster holds. Once faults heal, the count the cluster holds of
 // each key is what was admitted, less at most C, but for the units of take

@@ -37,21 +37,7 @@ func TestATransferAnEarlierRunAppliedIsSkippedByTheRunThatReadItsSnapshotBack(t 
 	h.down["n1"] = true
 
 	// The next run reads the snapshot back and joins.
-	n1 = h.start("n1", true)
-	n1.RestoreCounters(h.now, snapshot)
-	n1.Joined(h.now)
-	for _, pair := range [][2]string{{"n0", "n2"}, {"n2", "n0"}} {
-		h.cores[pair[0]].SetMembership(h.now, Membership{Members: []Member{h.member(pair[1])}, Joining: []Member{h.member("n1")}})
-		h.pump()
-	}
-	h.setMembership("n1", nil)
-	h.advance(100 * time.Millisecond)
-	h.setMembership("n0", nil)
-	h.setMembership("n2", nil)
-	h.advance(time.Second)
-	if !n1.Member() || n1.HandoffUnderway() {
-		t.Fatalf("the new run of n1: member %v, hand-off under way %v", n1.Member(), n1.HandoffUnderway())
-	}
+	n1 = restartN1FromSnapshot(t, h, snapshot)
 
 	// The counts come again, placed anew after a refusal, naming the
 	// transfer they replace.
@@ -103,21 +89,7 @@ func TestARefundAnEarlierRunAppliedIsSkippedByTheRunThatReadItsSnapshotBack(t *t
 	h.down["n1"] = true
 
 	// The next run reads the snapshot back and joins.
-	n1 = h.start("n1", true)
-	n1.RestoreCounters(h.now, snapshot)
-	n1.Joined(h.now)
-	for _, pair := range [][2]string{{"n0", "n2"}, {"n2", "n0"}} {
-		h.cores[pair[0]].SetMembership(h.now, Membership{Members: []Member{h.member(pair[1])}, Joining: []Member{h.member("n1")}})
-		h.pump()
-	}
-	h.setMembership("n1", nil)
-	h.advance(100 * time.Millisecond)
-	h.setMembership("n0", nil)
-	h.setMembership("n2", nil)
-	h.advance(time.Second)
-	if !n1.Member() || n1.HandoffUnderway() {
-		t.Fatalf("the new run of n1: member %v, hand-off under way %v", n1.Member(), n1.HandoffUnderway())
-	}
+	n1 = restartN1FromSnapshot(t, h, snapshot)
 
 	// The refund comes again, naming the one it replaces.
 	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: []limiter.Request{unit}, Was: sent.Seq, WasTo: earlier}, true)
@@ -190,4 +162,27 @@ func TestEvictedCountersDoNotAddATransferSentAgainInPlaceOfOneTheirRunApplied(t 
 	if held != int64(load.admitted) {
 		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
 	}
+}
+
+// restartN1FromSnapshot starts n1's next run in a handNet of n0, n1 and
+// n2, reads snapshot back, and joins it: the others hear of it as
+// joining, then as a member, and its hand-off completes.
+func restartN1FromSnapshot(t *testing.T, h *handNet, snapshot Kept) *Core {
+	t.Helper()
+	n1 := h.start("n1", true)
+	n1.RestoreCounters(h.now, snapshot)
+	n1.Joined(h.now)
+	for _, pair := range [][2]string{{"n0", "n2"}, {"n2", "n0"}} {
+		h.cores[pair[0]].SetMembership(h.now, Membership{Members: []Member{h.member(pair[1])}, Joining: []Member{h.member("n1")}})
+		h.pump()
+	}
+	h.setMembership("n1", nil)
+	h.advance(100 * time.Millisecond)
+	h.setMembership("n0", nil)
+	h.setMembership("n2", nil)
+	h.advance(time.Second)
+	if !n1.Member() || n1.HandoffUnderway() {
+		t.Fatalf("the new run of n1: member %v, hand-off under way %v", n1.Member(), n1.HandoffUnderway())
+	}
+	return n1
 }

@@ -1254,11 +1254,19 @@ func (c *Core) handOver(now time.Time, v *view) {
 // (or were replaced by a later run), of keys another node owns now, go
 // there as copies, once this node has a majority (until then the dead may
 // be alive on the other side of a split: it keeps their replicas, and sends
-// them on when the majority answers again). viewMu is held.
+// them on when the majority answers again). A leaving node owns no key:
+// with a majority, the replicas of dead runs it still keeps (of keys it
+// owned, its hand-off not complete, so none of them is its counter yet)
+// go to their keys' owners as those runs' counters too; passed on as
+// replicas, a node that took the run for dead before they came would keep
+// them as such and count the keys without them. viewMu is held.
 func (c *Core) handOverReplicas(now time.Time, v *view) {
 	self := c.self.Name
 	c.replicas.take(now, func(owner Peer, _ limiter.Key) bool { return c.runLeft(owner) })
 	if c.gate.isLeaving() {
+		if c.majority(v) {
+			c.sendReplicasOn(now, c.replicas.takeOwned(now, func(owner Peer, _ limiter.Key) bool { return c.runDied(owner) }))
+		}
 		c.passReplicasOn(now, v)
 		return
 	}

@@ -801,6 +801,9 @@ func (s *sim) mayCountTwice() map[limiter.Key]int64 {
 	for k, n := range s.hist.refundsLost {
 		out[k] += n
 	}
+	for _, g := range s.fallbackGrantsOfLostCallers() {
+		out[g.key]++
+	}
 	if len(s.hist.lostRuns) == 0 && len(s.hist.cancelsLost) == 0 {
 		return out
 	}
@@ -1019,6 +1022,26 @@ func (s *sim) grantsOfLostCallers() []ownGrant {
 		}
 		for i, z := range r.zones {
 			if !r.zoneAt[i].IsZero() && r.zoneOK[i] && r.zoneBy[i] == SourceOwner {
+				out = append(out, ownGrant{key: s.keys[z].key, at: r.zoneAt[i]})
+			}
+		}
+	}
+	return out
+}
+
+// fallbackGrantsOfLostCallers returns the units callers admitted by
+// fallback to requests they never finished: the caller's run went away
+// (left, crashed, restarted) before it answered its client. Its fallback
+// count of them reaches the owner if the run sent it on before it went
+// (a leaving run does), else it went with the run: either may be.
+func (s *sim) fallbackGrantsOfLostCallers() []ownGrant {
+	var out []ownGrant
+	for _, r := range s.hist.reqs {
+		if r.done || s.current[r.node.name] == r.node {
+			continue
+		}
+		for i, z := range r.zones {
+			if !r.zoneAt[i].IsZero() && r.zoneOK[i] && r.zoneBy[i] == SourceFallback {
 				out = append(out, ownGrant{key: s.keys[z].key, at: r.zoneAt[i]})
 			}
 		}

@@ -266,10 +266,9 @@
 // loss, freezes, partitions, crashes, restarts with or without a snapshot.
 // The simulator (package core) holds it, and what the cluster holds
 // below, in seeds 1 to 10,000; its fresh seeds still find schedules that
-// break one or the other, about 4 in 10,000, each combining two faults
-// (a unit counted once too often beside lossy links; a few admitted over
-// the bound, a leave beside a crash kept by a snapshot): the kept ones are
-// listed in core/testdata/simulation-known-violations.txt and
+// break one or the other, about 4 in 10,000, each combining two faults;
+// the one kept that still does (units counted twice beside lossy links and
+// a freeze) is listed in core/testdata/simulation-known-violations.txt and
 // docs/cluster.md. So the bound is what the protocol is built to hold and
 // what the fixed schedules check, not yet proved for every schedule.
 //
@@ -287,8 +286,10 @@
 // by another key, crashed before the owner acknowledged the refund of the
 // item's unit (an owner applies a refund only from a run it holds a lease
 // from, so a refund sent just after the caller started may wait, and die
-// with it). Those units count once more than was admitted, and the key is
-// denied that much early.
+// with it); or the caller admitted a unit by its fallback and went (left,
+// or crashed) before it answered the request: the unit, counted and sent
+// on to the owner, was never admitted to a client. Those units count once
+// more than was admitted, and the key is denied that much early.
 //
 // Restarts. A node configured with seeds counts no key as its owner until
 // it has joined: its ring holds the other members it knows, not itself, so

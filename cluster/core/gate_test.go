@@ -55,7 +55,7 @@ func TestSaysDeadToTheRunTakenOverOnly(t *testing.T) {
 // its owner had spent, 6 of 5). The wait counts only time it ran.
 func TestAJoiningNodeThatStoodStillWaitsForItsMembersAgain(t *testing.T) {
 	h := newHandNet(t, "n0", "n1", "n2")
-	_, load := h.spentKey("n0", "n1", 30) // the whole quota
+	k, load := h.spentKey("n0", "n1", 30) // the whole quota
 	h.advance(50 * time.Millisecond)
 
 	h.down["n2"] = true
@@ -74,7 +74,16 @@ func TestAJoiningNodeThatStoodStillWaitsForItsMembersAgain(t *testing.T) {
 	if !n2.Member() {
 		t.Fatalf("n2 is no member a second after it learnt the others")
 	}
-	if tk := load.spend("n2"); tk.done && tk.d.Allowed {
-		t.Errorf("the key, spent at its owner, was admitted through n2 (%d of %d admitted)", load.admitted, load.quota)
+	tk := load.spend("n2")
+	load.resume()
+	if !tk.done || tk.d.Allowed {
+		t.Errorf("the key, spent at its owner, through n2: done %v, %+v; want denied", tk.done, tk.d)
+	}
+	// And a key under its limit is admitted through it.
+	fresh := newHandLoad(h, h.keyOwnedBy("n0", "n1", k), 30)
+	tk = fresh.spend("n2")
+	fresh.resume()
+	if !tk.done || !tk.d.Allowed {
+		t.Errorf("a key nobody spent, through n2: done %v, %+v; want admitted", tk.done, tk.d)
 	}
 }

@@ -114,7 +114,12 @@
 // as the run that admitted it: the list there forgets the item, so the
 // caller's copy of the cancel, sent there again once the owner is gone
 // (its acknowledgement lost), gives nothing back a second time
-// (TestACancelALeavingOwnerAppliedItselfIsNotAppliedAgainByItsList).
+// (TestACancelALeavingOwnerAppliedItselfIsNotAppliedAgainByItsList). A
+// cancel that reaches the keys' owner before the leaving run's counter
+// does (held up across a split, or passed on by a third node) waits there
+// for the list that comes with the counter, and gives the units back
+// then; copies of one cancel give them back once
+// (TestACancelThatComesBeforeTheCounterOfTheRunThatLeftWaitsForIt).
 // Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the

@@ -663,3 +663,58 @@ func TestAnOwnerThatLeftUnheardHasItsKeysStartFromItsReplicas(t *testing.T) {
 		t.Errorf("the cluster counts %d of the key; %d were admitted", got, load.admitted)
 	}
 }
+
+// A caller gives up on an item the owner admitted, across a split, and
+// decides it by fallback; the owner leaves while the split lasts, and its
+// hand-off (naming the item among those it admitted: Transfer.Taken)
+// waits on its side. The caller hears that the owner left and sends the
+// cancel to the new owner in its stead (Transfer.WasTo), which is still
+// waiting for the leaver's counter: the cancel arrives before the counter
+// that holds the item's admission and before the list that names it. It
+// waits there for that list, and gives the units back once the counter
+// comes. Recorded as done with nothing given back, the list that came
+// later no longer named the item, and the request counted twice, its
+// admission in the counter and the caller's fallback count (seed
+// 1795787698449805502 of the simulator: 27 held, 26 admitted).
+func TestACancelThatComesBeforeTheCounterOfTheRunThatLeftWaitsForIt(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n1", "n2")
+	c0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+
+	tk := h.admitUnanswered("n0", "n1", k, 10)
+	h.cut["n1"] = true
+	c0.CallFailed(h.now, &tk.op, false)
+	h.pump()
+	h.drive(tk)
+	if !tk.done || !tk.d.Allowed || tk.d.Source != SourceFallback {
+		t.Fatalf("the request given up on: %+v; want admitted by fallback", tk.d)
+	}
+
+	// n1 leaves on its side of the split: its hand-off to n2 waits.
+	n1.Leave(h.now)
+	n2.SetMembership(h.now, Membership{Members: []Member{h.member("n0")}, Leaving: []Member{h.member("n1")}})
+	h.pump()
+	h.advance(100 * time.Millisecond)
+
+	// n0 hears that n1 left: its cancel goes to n2 in n1's stead, before
+	// n1's counter.
+	c0.SetMembership(h.now, Membership{Members: []Member{h.member("n2")}})
+	h.pump()
+	h.advance(time.Second)
+	if n := h.pendingTo("n0", n1.Self()); n != 0 {
+		t.Fatalf("n0 still waits on %d transfers to n1; want its cancel sent to n2", n)
+	}
+	if got := h.count("n2", k); got != 0 {
+		t.Fatalf("n2 counts %d of the key before n1's hand-off came", got)
+	}
+
+	// The split heals: n1's hand-off comes.
+	h.cut["n1"] = false
+	h.advance(3 * time.Second)
+	if n2.HandoffUnderway() {
+		t.Fatal("n2 still waits for n1's hand-off")
+	}
+	if got := h.count("n2", k) + h.count("n0", k); got != 1 {
+		t.Errorf("the cluster holds %d of the key (n2 %d, n0 %d); 1 request was admitted", got, h.count("n2", k), h.count("n0", k))
+	}
+}

@@ -38,12 +38,19 @@ type takeLog struct {
 
 // adoptedItems are the lists of the items one run admitted for one
 // caller that came here, and when the last came (mono). cancelled are
-// the items whose cancels came here for the run: a list of its items
-// that comes later (another copy, or one still on its way when the run
-// gave an item's units back itself) names them no more.
+// the items whose cancels came here for the run and whose units were
+// given back here, once: a list of its items that comes later (another
+// copy, or one still on its way when the run gave an item's units back
+// itself) names them no more. waiting are the cancels that came before
+// any list named their item, with the units their items asked for: the
+// run's counter, which holds the admission, may still be on its way
+// (held up across a split, or passed on by another node), and a list
+// that comes with a counter of one of the item's keys gives the units
+// back then.
 type adoptedItems struct {
 	lists     []adoptedList
 	cancelled map[uint64]struct{}
+	waiting   map[uint64][]limiter.Request
 	at        int64
 }
 
@@ -244,8 +251,10 @@ func (l *takeLog) admitted(caller Peer) []uint64 {
 
 // adopt records, at m, that the counters of keys, of the run by, which
 // admitted the items of taken (of the run an entry names, if it names
-// one: see Taken.By), are here (or passed on from here).
-func (l *takeLog) adopt(m int64, by Peer, taken []Taken, keys []limiter.Key) {
+// one: see Taken.By), are here (or passed on from here). It returns the
+// units of the items whose cancels came here before (waiting) and whose
+// admissions these counters hold: they are to be given back now, once.
+func (l *takeLog) adopt(m int64, by Peer, taken []Taken, keys []limiter.Key) (refund []limiter.Request) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, t := range taken {
@@ -255,19 +264,31 @@ func (l *takeLog) adopt(m int64, by Peer, taken []Taken, keys []limiter.Key) {
 		}
 		items := l.adoptedLocked(a, m)
 		x := adoptedList{seqs: make(map[uint64]struct{}, len(t.Seqs)), keys: make(map[limiter.Key]struct{}, len(keys))}
+		for _, k := range keys {
+			x.keys[k] = struct{}{}
+		}
 		for _, s := range t.Seqs {
-			if _, gone := items.cancelled[s]; !gone {
-				x.seqs[s] = struct{}{}
+			if _, gone := items.cancelled[s]; gone {
+				continue
 			}
+			if reqs, ok := items.waiting[s]; ok {
+				// The item's cancel came first; it goes on waiting if
+				// this list came with no counter of the item's keys.
+				if x.covers(reqKeys(reqs)) {
+					refund = append(refund, reqs...)
+					delete(items.waiting, s)
+					items.cancelled[s] = struct{}{}
+				}
+				continue
+			}
+			x.seqs[s] = struct{}{}
 		}
 		if len(x.seqs) == 0 {
 			continue
 		}
-		for _, k := range keys {
-			x.keys[k] = struct{}{}
-		}
 		items.lists = append(items.lists, x)
 	}
+	return refund
 }
 
 // adoptedTaken returns the items of other runs this node adopted and
@@ -315,30 +336,47 @@ func (l *takeLog) adoptedTaken(keys []limiter.Key) []Taken {
 func (l *takeLog) adoptedLocked(a adoptedOf, m int64) *adoptedItems {
 	items := l.adopted[a]
 	if items == nil {
-		items = &adoptedItems{cancelled: make(map[uint64]struct{})}
+		items = &adoptedItems{cancelled: make(map[uint64]struct{}), waiting: make(map[uint64][]limiter.Request)}
 		l.adopted[a] = items
 	}
 	items.at = m
 	return items
 }
 
-// cancelAdopted applies, at m, the cancel of item seq of caller for
-// keys, meant for the run by, whose counters came here: it reports
-// whether a list of by's items that came with a counter of one of keys
-// names it (its units are then given back here, once). No list names it
-// from now on, nor one that comes later.
-func (l *takeLog) cancelAdopted(m int64, by, caller Peer, seq uint64, keys []limiter.Key) (refund bool) {
+// cancelAdopted applies, at m, the cancel of item seq of caller, asking
+// for reqs, meant for the run by, whose counters came here or are on
+// their way: it reports whether its units are to be given back here now,
+// once. They are if a list of by's items that came with a counter of one
+// of the item's keys names it, or if by itself sends the cancel, leaving,
+// and admitted the item (admitted), unless they were given back here
+// before: copies of one cancel come two ways (the caller's, sent here in
+// by's stead, and by's own, once it applied it) and give back one item.
+// No list names the item from then on, nor one that comes later. If none
+// does yet, and by did not say it admitted the item, the cancel waits
+// for one: by's counter, which holds the admission, may come later (see
+// adopt).
+func (l *takeLog) cancelAdopted(m int64, by, caller Peer, seq uint64, reqs []limiter.Request, admitted bool) (refund bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	items := l.adoptedLocked(adoptedOf{by: by, caller: caller}, m)
-	items.cancelled[seq] = struct{}{}
+	if _, done := items.cancelled[seq]; done {
+		return false
+	}
+	keys := reqKeys(reqs)
+	refund = admitted
 	for _, x := range items.lists {
 		if _, ok := x.seqs[seq]; ok {
 			refund = refund || x.covers(keys)
 			delete(x.seqs, seq)
 		}
 	}
-	return refund
+	if !refund {
+		items.waiting[seq] = reqs
+		return false
+	}
+	items.cancelled[seq] = struct{}{}
+	delete(items.waiting, seq)
+	return true
 }
 
 // forgetAdopted drops the items of runs whose counters came before

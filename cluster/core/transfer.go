@@ -859,10 +859,19 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		case of.Name != "":
 			states, holds = c.replicas.takeNewerOf(of, t.States, t.Holds)
 		}
+		var given []limiter.Request
 		if len(t.Taken) > 0 {
-			c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
+			given = c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
 		}
 		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, Taken: t.Taken}, purposeForward, states)
+		if len(given) > 0 {
+			// Cancels for the run that came before its counters: the
+			// counters, placed, hold the items' admissions.
+			if c.debugOn() {
+				c.log.Debug("take items cancelled before their run's counters came: units given back", "node", c.self.Name, "peer", from.Name, "counters_of", of.Name, "reqs", debugReqs(given))
+			}
+			c.refund(now, given)
+		}
 	case ModeEvicted:
 		c.stats.Received.Add(uint64(len(t.States)))
 		// Counters of keys whose counters here hold the run's counts (this
@@ -1022,7 +1031,7 @@ func (c *Core) passCancel(now time.Time, from Peer, x Cancel) {
 // leaving, and admitted the item (see cancelAsListed).
 func (c *Core) cancelFor(now time.Time, by, from Peer, x Cancel, admitted bool) {
 	c.stats.Cancelled.Add(1)
-	refund := c.takes.cancelAdopted(c.mono(now), by, from, x.Take, reqKeys(x.Reqs)) || admitted
+	refund := c.takes.cancelAdopted(c.mono(now), by, from, x.Take, x.Reqs, admitted)
 	if c.debugOn() {
 		c.log.Debug("take item cancelled by its caller, for the run that left", "node", c.self.Name, "peer", from.Name, "for", by.Name, "take", x.Take, "refund", refund, "reqs", debugReqs(x.Reqs))
 	}

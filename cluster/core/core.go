@@ -299,6 +299,7 @@ func (c *Core) Tick(now time.Time) {
 		c.replicas.forgetApplied(m)
 		c.takes.forgetAdopted(m - int64(appliedKeep))
 		c.in.sweep(m, c.peers)
+		c.in.forget(m - int64(appliedKeep))
 	}
 	c.notifyOutbox()
 }
@@ -479,6 +480,7 @@ func (c *Core) placeArrivals(now time.Time, counters []arrival) {
 		if a.copy {
 			like.Mode, like.Applied = ModeCopy, a.applied
 		}
+		a.mark(&like)
 		c.placeAs(now, like, purposeForward, []limiter.State{a.state})
 	}
 }

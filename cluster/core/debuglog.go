@@ -107,6 +107,9 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 	}
 	if t.Was != 0 {
 		args = append(args, "was", t.Was, "was_to", t.WasTo.Name)
+		if t.WasFrom.Name != "" {
+			args = append(args, "was_from", t.WasFrom.Name)
+		}
 	}
 	if t.Caller.Name != "" {
 		args = append(args, "caller", t.Caller.Name)

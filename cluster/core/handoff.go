@@ -98,6 +98,19 @@ type arrival struct {
 	// applied: for a copy, the transfers its run applied, which go with
 	// it (see Transfer.Applied).
 	applied []Applied
+	// was, wasTo: for additions sent again in place of transfer was to
+	// wasTo, the transfer they replace, which goes with them (see
+	// Transfer.WasFrom): kept apart from other additions, they may go on
+	// to wasTo, which skips them if it applied it.
+	was   Applied
+	wasTo Peer
+}
+
+// mark sets on t the transfer a's counts replace, if any.
+func (a arrival) mark(t *Transfer) {
+	if a.wasTo.Name != "" {
+		t.Was, t.WasFrom, t.WasTo = a.was.Seq, a.was.From, a.wasTo
+	}
 }
 
 // handoffState is the progress of the view's hand-off: sources sealed, and
@@ -317,7 +330,7 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, own, counter bool
 	}
 	mk.received, mk.expected = true, false
 	mk.counter = mk.counter || counter
-	if mode == ModeAdd && (a.of.Name != "" || len(a.holds) > 0) || mode == ModeCopy && a.of.Name != "" {
+	if mode == ModeAdd && (a.of.Name != "" || len(a.holds) > 0 || a.wasTo.Name != "") || mode == ModeCopy && a.of.Name != "" {
 		a.own = own
 		mk.counters = append(mk.counters, a)
 		return true
@@ -799,6 +812,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		if a.own {
 			t.Own, t.CountersOf = true, Peer{}
 		}
+		a.mark(&t)
 		given = append(given, c.out.transfer(from, t, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	for _, part := range SplitStates(sortStates(adds), TransferBytes) {

@@ -175,6 +175,14 @@ type Transfer struct {
 	// item from then on.
 	Was   uint64
 	WasTo Peer
+	// WasFrom (ModeAdd) is the run that sent transfer Was to WasTo, when
+	// not the sender: counts sent again in place of a transfer are one
+	// count with the transfer's, wherever they go. A node that passes them
+	// on (it did not take WasTo over, or the keys are counted elsewhere),
+	// at once or after they waited for their keys to settle, names the
+	// transfer still, and WasTo, if it applied that transfer, skips them.
+	// Passed on as bare additions, they were added again there.
+	WasFrom Peer
 	// Own (ModeAdd): these are the sender's own counters of the keys,
 	// handed over; a replica of them the receiver keeps for the sender is
 	// stale from now on.
@@ -276,6 +284,21 @@ func (t Transfer) countersOf(sender Peer) Peer {
 // copy), not only counts others admitted in fallback.
 func (t Transfer) carriesCounter() bool {
 	return t.Mode.carriesCounts() && (t.Mode != ModeAdd || t.Own || t.CountersOf.Name != "")
+}
+
+// was returns the transfer whose counts t, from from, carries again (see
+// Was, WasFrom).
+func (t Transfer) was(from Peer) Applied {
+	if t.WasFrom.Name != "" {
+		return Applied{From: t.WasFrom, Seq: t.Was}
+	}
+	return Applied{From: from, Seq: t.Was}
+}
+
+// resent reports whether t carries bare additions sent again in place of
+// a transfer to a run that was taken for dead (see Was).
+func (t Transfer) resent() bool {
+	return t.Was != 0 && t.Mode == ModeAdd && !t.carriesCounter()
 }
 
 // namesRuns reports whether t carries counters weighed by the runs they

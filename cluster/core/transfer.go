@@ -192,11 +192,11 @@ func (o *outbox) attachApplied(seq uint64, list []Applied, m int64) {
 
 // retargeted marks transfer seq as replacing transfer was to wasTo, and
 // queues it.
-func (o *outbox) retargeted(seq, was uint64, wasTo Peer, m int64) {
+func (o *outbox) retargeted(seq uint64, t Transfer, m int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	pt := o.transfers[seq]
-	pt.t.Was, pt.t.WasTo = was, wasTo
+	pt.t.Was, pt.t.WasFrom, pt.t.WasTo = t.Was, t.WasFrom, t.WasTo
 	o.sendLocked(pt, m)
 }
 
@@ -530,7 +530,23 @@ type applied struct {
 	// counts it added if every one of them joined this run's counters
 	// (see Core.Keep), else nil.
 	seqs map[uint64][]limiter.Key
-	used int64 // mono of the last transfer from it
+	// past are the numbers applied that the floor passed since, each with
+	// the mono it did: a transfer the sender gave up on may have been
+	// applied here, and its counts, sent again in its place (see
+	// Transfer.Was), may come here later by another node. Kept for
+	// appliedKeep.
+	past map[uint64]int64
+	// copies: the keys of counts sent again in place of a transfer of the
+	// sender's to this run that this run added (see firstCopies), each
+	// with the mono it did. Kept for appliedKeep.
+	copies map[copyOf]int64
+	used   int64 // mono of the last transfer from it
+}
+
+// copyOf names the counts of one key in one transfer.
+type copyOf struct {
+	seq uint64
+	key limiter.Key
 }
 
 func newInbox() *inbox { return &inbox{from: make(map[Peer]*applied)} }
@@ -541,7 +557,7 @@ func (in *inbox) sender(from Peer) *applied {
 	defer in.mu.Unlock()
 	a := in.from[from]
 	if a == nil {
-		a = &applied{seqs: make(map[uint64][]limiter.Key)}
+		a = &applied{seqs: make(map[uint64][]limiter.Key), past: make(map[uint64]int64)}
 		in.from[from] = a
 	}
 	return a
@@ -595,6 +611,58 @@ func (in *inbox) has(from Peer, seq uint64) bool {
 	return ok
 }
 
+// firstCopies returns the states of states, counts sent again in place
+// of transfer x to this run (see Transfer.Was), that this run holds no
+// count of yet, and records them as held: none if it applied x, else
+// those of keys no other copy of x's counts brought. x's counts may come
+// again split by key, by several paths. A number below the sender's
+// floor that is not in the record was given up on, or applied longer
+// than appliedKeep ago.
+func (in *inbox) firstCopies(x Applied, states []limiter.State, m int64) []limiter.State {
+	a := in.sender(x.From)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.seqs[x.Seq]; ok {
+		return nil
+	}
+	if _, ok := a.past[x.Seq]; ok {
+		return nil
+	}
+	var first []limiter.State
+	for _, s := range states {
+		ck := copyOf{seq: x.Seq, key: s.Key}
+		if _, ok := a.copies[ck]; ok {
+			continue
+		}
+		if a.copies == nil {
+			a.copies = map[copyOf]int64{}
+		}
+		a.copies[ck] = m
+		first = append(first, s)
+	}
+	return first
+}
+
+// forget drops the numbers the floor passed before mono before.
+func (in *inbox) forget(before int64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, a := range in.from {
+		a.mu.Lock()
+		for s, m := range a.past {
+			if m < before {
+				delete(a.past, s)
+			}
+		}
+		for ck, m := range a.copies {
+			if m < before {
+				delete(a.copies, ck)
+			}
+		}
+		a.mu.Unlock()
+	}
+}
+
 // once runs apply for transfer seq of from unless it ran already, and
 // reports whether it ran. apply runs under the sender's record lock: a
 // transfer delivered twice at once is applied once. It returns the keys of
@@ -609,6 +677,7 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, apply func() []limi
 		for s := range a.seqs {
 			if s < floor {
 				delete(a.seqs, s)
+				a.past[s] = m
 			}
 		}
 		a.floor = floor
@@ -745,8 +814,30 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			return Ack{Seq: t.Seq, Refused: true}
 		}
 	}
+	// Counts sent again in place of a transfer to this run, which came
+	// back, maybe passed on by a node that did not take it over: skipped
+	// if this run applied that transfer, else applied once, whichever of
+	// their copies comes first.
+	mine := false
+	if t.resent() && t.WasTo == c.self {
+		states := c.in.firstCopies(t.was(from), t.States, c.mono(now))
+		mine = len(states) == 0
+		if !mine && len(states) < len(t.States) {
+			if c.debugOn() {
+				held := slices.DeleteFunc(slices.Clone(t.States), func(s limiter.State) bool {
+					return slices.ContainsFunc(states, func(x limiter.State) bool { return x.Key == s.Key })
+				})
+				c.debugCounts("counts sent again that this run holds already: not added", held, "was", t.Was)
+			}
+			t.States = states
+		}
+	}
 	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), func() []limiter.Key {
-		if t.Was != 0 && c.replicas.applied(t.WasTo, Applied{From: from, Seq: t.Was}) {
+		if mine {
+			c.debugTransfer("transfer skipped: this run applied the one it replaces", from, t, 0)
+			return nil
+		}
+		if t.Was != 0 && c.replicas.applied(t.WasTo, t.was(from)) {
 			// The dead receiver applied it, and its replicas here, or its
 			// counters read back from a snapshot, hold it.
 			c.debugTransfer("transfer skipped: its dead receiver applied it", from, t, 0)
@@ -758,7 +849,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		if t.Was != 0 && t.Mode == ModeAdd && !t.carriesCounter() {
 			// Counts the dead receiver may have applied: a snapshot of its
 			// that comes later, and holds them, adds them no more.
-			c.replicas.noteResent(c.mono(now), t.WasTo, Applied{From: from, Seq: t.Was}, t.States)
+			c.replicas.noteResent(c.mono(now), t.WasTo, t.was(from), t.States)
 		}
 		counted := c.countedHere(now, t)
 		c.apply(now, from, t)
@@ -863,7 +954,15 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if len(t.Taken) > 0 {
 			given = c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
 		}
-		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, Taken: t.Taken}, purposeForward, states)
+		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, Taken: t.Taken}
+		if t.resent() && t.WasTo != c.self {
+			// Counts sent again in place of a transfer to a run this node
+			// may not have taken over: wherever they go, they name that
+			// transfer, which the run may have applied.
+			was := t.was(from)
+			like.Was, like.WasFrom, like.WasTo = was.Seq, was.From, t.WasTo
+		}
+		c.placeAs(now, like, purposeForward, states)
 		if len(given) > 0 {
 			// Cancels for the run that came before its counters: the
 			// counters, placed, hold the items' admissions.
@@ -1296,6 +1395,9 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		a := arrival{state: s, copy: namedCopy}
 		if namedCopy {
 			a.applied = like.Applied
+		}
+		if like.resent() {
+			a.was, a.wasTo = like.was(c.self), like.WasTo
 		}
 		if named {
 			a.holds = holds
@@ -1738,8 +1840,8 @@ func (c *Core) retargetCancel(now time.Time, pt *pendingTransfer) {
 		return
 	}
 	t := c.out.transfer(to.Peer(), Transfer{Mode: ModeCancel, Reqs: x.Reqs, Take: x.Take, Caller: pt.t.Caller}, purposeCancel, c.mono(now), false)
-	c.out.retargeted(t.Seq, pt.t.Seq, pt.to, c.mono(now))
 	t.Was, t.WasTo = pt.t.Seq, pt.to
+	c.out.retargeted(t.Seq, t, c.mono(now))
 	c.debugTransfer("cancel sent to the owner in place of the run that left", to.Peer(), t, purposeCancel)
 	c.notifyOutbox()
 }
@@ -1757,6 +1859,14 @@ func (c *Core) retargetCancel(now time.Time, pt *pendingTransfer) {
 func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.State, reqs []limiter.Request) {
 	v := c.view.Load()
 	was := Applied{From: c.self, Seq: pt.t.Seq}
+	// mark names the transfer whose counts the parts carry again: this
+	// one, or, for counts it carried again itself to the same receiver,
+	// the one they replace (that receiver, if it applied either, holds
+	// them: see firstCopies).
+	mark := Transfer{Was: was.Seq, WasTo: pt.to}
+	if pt.t.resent() && pt.t.WasTo == pt.to {
+		mark.Was, mark.WasFrom = pt.t.Was, pt.t.WasFrom
+	}
 	type part struct {
 		to     Member
 		states []limiter.State
@@ -1807,20 +1917,24 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	if pt.t.Mode == ModeEvicted && pt.t.Evicted == c.self {
 		c.evictedOutOfReach(now, pt.to, states)
 	}
-	if !c.replicas.applied(pt.to, was) {
+	if !c.replicas.applied(pt.to, was) && !c.replicas.applied(pt.to, mark.was(c.self)) {
+		like := pt.t
 		if pt.t.Mode == ModeAdd && !pt.t.carriesCounter() {
-			c.replicas.noteResent(c.mono(now), pt.to, was, here) // see handleTransfer
+			c.replicas.noteResent(c.mono(now), pt.to, mark.was(c.self), here) // see handleTransfer
+			// Kept here until their keys settle, they may go to the
+			// receiver after all, if it comes back: naming the transfer.
+			like.Was, like.WasFrom, like.WasTo = mark.Was, mark.WasFrom, mark.WasTo
 		}
 		c.notePromotedHere(now, pt.t.ReplicaOf, here, pt.t.Holds)
-		c.placeHere(now, v, pt.t, here)
+		c.placeHere(now, v, like, here)
 		c.applySettle(now, pt.t, hereReqs)
 		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, kept)}, purposeForward, kept)
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
 		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t), Taken: pt.t.Taken}, pt.purpose, c.mono(now), false)
-		c.out.retargeted(t.Seq, was.Seq, pt.to, c.mono(now))
-		t.Was, t.WasTo = was.Seq, pt.to
+		t.Was, t.WasFrom, t.WasTo = mark.Was, mark.WasFrom, mark.WasTo
+		c.out.retargeted(t.Seq, t, c.mono(now))
 		c.debugTransfer("transfer sent in place of one to a gone receiver", p.to.Peer(), t, pt.purpose)
 	}
 	c.notifyOutbox()

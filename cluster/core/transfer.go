@@ -530,11 +530,15 @@ type applied struct {
 	// counts it added if every one of them joined this run's counters
 	// (see Core.Keep), else nil.
 	seqs map[uint64][]limiter.Key
-	// past are the numbers applied that the floor passed since, each with
-	// the mono it did: a transfer the sender gave up on may have been
-	// applied here, and its counts, sent again in its place (see
-	// Transfer.Was), may come here later by another node. Kept for
-	// appliedKeep.
+	// additions are the numbers of seqs that carried bare additions
+	// (Transfer.resendable).
+	additions map[uint64]struct{}
+	// past are the numbers of additions applied that the floor passed
+	// since, each with the mono it did: a transfer the sender gave up on
+	// may have been applied here, and its counts, sent again in its place
+	// (see Transfer.Was), may come here later by another node. Kept for
+	// appliedKeep. Only additions are sent again so: replicas, which go
+	// every ReplicateEvery, stay out of the record.
 	past map[uint64]int64
 	// copies: the keys of counts sent again in place of a transfer of the
 	// sender's to this run that this run added (see firstCopies), each
@@ -557,7 +561,7 @@ func (in *inbox) sender(from Peer) *applied {
 	defer in.mu.Unlock()
 	a := in.from[from]
 	if a == nil {
-		a = &applied{seqs: make(map[uint64][]limiter.Key), past: make(map[uint64]int64)}
+		a = &applied{seqs: make(map[uint64][]limiter.Key), additions: make(map[uint64]struct{}), past: make(map[uint64]int64)}
 		in.from[from] = a
 	}
 	return a
@@ -667,8 +671,10 @@ func (in *inbox) forget(before int64) {
 // reports whether it ran. apply runs under the sender's record lock: a
 // transfer delivered twice at once is applied once. It returns the keys of
 // the counts the transfer added if every one of them joined this run's
-// counters (see counted), else nil.
-func (in *inbox) once(from Peer, seq, floor uint64, m int64, apply func() []limiter.Key) bool {
+// counters (see counted), else nil. additions tells whether the transfer
+// carries bare additions, whose number is remembered past the floor (see
+// past).
+func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, apply func() []limiter.Key) bool {
 	a := in.sender(from)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -677,7 +683,10 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, apply func() []limi
 		for s := range a.seqs {
 			if s < floor {
 				delete(a.seqs, s)
-				a.past[s] = m
+				if _, ok := a.additions[s]; ok {
+					delete(a.additions, s)
+					a.past[s] = m
+				}
 			}
 		}
 		a.floor = floor
@@ -689,6 +698,9 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, apply func() []limi
 		return false
 	}
 	a.seqs[seq] = apply()
+	if additions {
+		a.additions[seq] = struct{}{}
+	}
 	return true
 }
 
@@ -832,7 +844,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			t.States = states
 		}
 	}
-	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), func() []limiter.Key {
+	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter(), func() []limiter.Key {
 		if mine {
 			c.debugTransfer("transfer skipped: this run applied the one it replaces", from, t, 0)
 			return nil

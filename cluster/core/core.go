@@ -50,7 +50,7 @@ type Core struct {
 	gate       *gate         // in its own ring or not, and why
 	settling   heldSettles   // settlements waiting for their keys' counters
 	stood      standstill    // its own pauses, and what it waits for after one
-	unrefunded heldRefunds   // units given back without a majority, waiting for one
+	unrefunded heldRefunds   // units given back while unsure of its keys, waiting (see holdRefund)
 
 	blocked *slotCache[blockedEntry] // keys owners denied, until they may pass
 	told    *slotCache[int64]        // remaining counts owners reported

@@ -1492,7 +1492,7 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 	reqs = c.handoff.refundLater(v, c.self.Name, reqs) // keys not settled here wait for their counter
 	var away map[string][]limiter.Request
 	owners := map[string]Member{}
-	minority := v.self >= 0 && !c.majority(v)
+	unsure := c.unsureOfItsKeys(v, c.mono(now))
 	for _, r := range reqs {
 		to, self, ok := c.placeOf(v, r.Key)
 		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
@@ -1507,7 +1507,7 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 				c.fallback.wrote()
 				continue
 			}
-			if minority && r.Limit.Algorithm != limiter.Concurrency && (self || c.engine.Has(now, r.Key)) {
+			if unsure && r.Limit.Algorithm != limiter.Concurrency && (self || c.engine.Has(now, r.Key)) {
 				c.holdRefund(r)
 				continue
 			}
@@ -1549,39 +1549,51 @@ func (c *Core) refundAfterCounter(reqs []limiter.Request) (rest []limiter.Reques
 	return rest
 }
 
-// holdRefund keeps r's units, given back on a node without a majority
-// while its engine counts the key (or nothing holds it here), until the
-// node has a majority again or is out of its ring (see tickRefunds). It
-// counts nothing as an owner meanwhile, and the larger side may have taken
-// its keys over from their replicas, which hold the units: given back from
-// this node's counter, they would be lost where the two meet, weighed as
-// copies of one count (the larger stands). Nor may they come off its
-// fallback counts, which hold only what it admitted in fallback (and what
-// arrived meanwhile), not the units its engine admitted: a count cannot
-// go below nothing, and the rest would be kept. Given back once the node
-// knows where the key is counted, they come off that counter: here, or in
-// a refund to the node that counts it.
+// unsureOfItsKeys reports whether this member cannot know at m that no
+// other node took its keys over from their replicas: it has no majority
+// (the larger side may have), or it stood still and has not heard from
+// its peers since (they may have declared it dead meanwhile; see
+// standstill).
+func (c *Core) unsureOfItsKeys(v *view, m int64) bool {
+	return v.self >= 0 && (!c.majority(v) || c.stood.holds(m))
+}
+
+// holdRefund keeps r's units, given back while this node's engine counts
+// the key (or nothing holds it here) but the node cannot know that no
+// other node took its keys over (see unsureOfItsKeys), until it knows:
+// it has a majority and heard from its peers after a pause, or it is out
+// of its ring (see tickRefunds). The larger side, or the others while it
+// stood still, may have taken its keys over from their replicas, which
+// hold the units: given back from this node's counter, they would be lost
+// where the two meet, weighed as copies of one count (the larger stands,
+// so a copy that went down adds nothing and takes nothing off). Nor may
+// they come off its fallback counts, which hold only what it admitted in
+// fallback (and what arrived meanwhile), not the units its engine
+// admitted: a count cannot go below nothing, and the rest would be kept.
+// Given back once the node knows where the key is counted, they come off
+// that counter: here, or in a refund to the node that counts it.
 func (c *Core) holdRefund(r limiter.Request) {
 	if c.debugOn() {
-		c.log.Debug("units given back wait for a majority", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
+		c.log.Debug("units given back wait until this node knows where its keys are counted", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
 	}
 	c.unrefunded.hold(r)
 }
 
-// tickRefunds gives back the units that waited for a majority, once this
-// node has one or is out of its ring.
+// tickRefunds gives back the units that waited (see holdRefund), once this
+// node knows where its keys are counted: it has a majority and heard from
+// its peers after a pause, or it is out of its ring.
 func (c *Core) tickRefunds(now time.Time) {
 	if !c.unrefunded.waiting() {
 		return
 	}
-	if v := c.view.Load(); v.self >= 0 && !c.majority(v) {
+	if c.unsureOfItsKeys(c.view.Load(), c.mono(now)) {
 		return
 	}
 	c.refund(now, c.unrefunded.take())
 }
 
-// heldRefunds are units given back that wait for this node to have a
-// majority (see holdRefund). It is safe for concurrent use.
+// heldRefunds are units given back that wait for this node to know where
+// its keys are counted (see holdRefund). It is safe for concurrent use.
 type heldRefunds struct {
 	mu   sync.Mutex
 	n    atomic.Int64

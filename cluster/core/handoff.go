@@ -69,10 +69,14 @@ type moving struct {
 	// counter: a counter of it arrived (a hand-off, a copy), not only what
 	// others admitted in fallback.
 	counter bool
-	// expected: a transfer carrying counts of it was refused (this node
-	// held no lease from its sender yet): a pull that finds nothing does
-	// not settle it before they arrive.
-	expected bool
+	// expecting are the runs whose transfers carrying counts of it were
+	// refused (this node held no lease from them yet): each sends them
+	// again, and a pull does not settle the key before they arrived. The
+	// counts of one key may be on their way from several nodes at once
+	// (each holds a replica of a crashed run's counter, taken at another
+	// time): what one of them brings, or a pull brings from another, says
+	// nothing of the others'.
+	expecting []Peer
 	// away: a source sealed saying it handed the key's counter to
 	// another node (source now): the hand-off does not end before that
 	// node answers a pull of it.
@@ -328,7 +332,7 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, own, counter bool
 	if mk.settled {
 		return false
 	}
-	mk.received, mk.expected = true, false
+	mk.received = true
 	mk.counter = mk.counter || counter
 	if mode == ModeAdd && (a.of.Name != "" || len(a.holds) > 0 || a.wasTo.Name != "") || mode == ModeCopy && a.of.Name != "" {
 		a.own = own
@@ -403,8 +407,8 @@ func ownedBy(v *view, self string, k limiter.Key) bool {
 }
 
 // expect notes that counts of the keys moving here that states carry are
-// on their way from a live sender, which will send them again.
-func (h *handoffState) expect(v *view, self string, states []limiter.State) {
+// on their way from from, a live sender, which will send them again.
+func (h *handoffState) expect(v *view, self string, from Peer, states []limiter.State) {
 	if v.ho == nil {
 		return
 	}
@@ -413,11 +417,34 @@ func (h *handoffState) expect(v *view, self string, states []limiter.State) {
 			continue
 		}
 		h.mu.Lock()
-		if mk := h.entry(v, self, s.Key); !mk.settled && !mk.received {
-			mk.expected = true
+		if mk := h.entry(v, self, s.Key); !mk.settled && !slices.Contains(mk.expecting, from) {
+			mk.expecting = append(mk.expecting, from)
 		}
 		h.mu.Unlock()
 	}
+}
+
+// arrivedFrom notes that from's counts of the keys states carry arrived:
+// the keys wait for them no more.
+func (h *handoffState) arrivedFrom(from Peer, states []limiter.State) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range states {
+		if mk := h.keys[s.Key]; mk != nil && len(mk.expecting) > 0 {
+			mk.expecting = slices.DeleteFunc(mk.expecting, func(p Peer) bool { return p == from })
+		}
+	}
+}
+
+// awaits reports whether mk still waits for counts a run is sending
+// again: one of the runs it expects that is still the run of its name
+// this node knows (one that died sends nothing more; its counts come
+// with the hand-off that takes its keys over). h.mu is held.
+func (c *Core) awaits(mk *moving) bool {
+	return slices.ContainsFunc(mk.expecting, func(from Peer) bool {
+		p := c.peers.get(from.Name)
+		return p != nil && p.peer == from
+	})
 }
 
 // settleLocked marks mk settled and returns the counter it gathered, if
@@ -610,7 +637,7 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 		return
 	}
 	c.takeUnreached(now, reply.Unreached) // before what was given counts
-	refused, given, counters := map[limiter.Key]bool{}, map[limiter.Key]bool{}, map[limiter.Key]bool{}
+	refused, counters := map[limiter.Key]bool{}, map[limiter.Key]bool{}
 	for _, t := range reply.Given {
 		ack := c.handleTransfer(now, r.to, t, true)
 		c.out.send(r.to, ack)
@@ -618,7 +645,6 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			if ack.Refused {
 				refused[s.Key] = true // not applied: not settled, pulled again
 			} else {
-				given[s.Key] = true
 				counters[s.Key] = counters[s.Key] || t.carriesCounter()
 			}
 		}
@@ -660,7 +686,7 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			}
 			continue
 		}
-		if refused[k] || mk.expected && !given[k] {
+		if refused[k] || c.awaits(mk) {
 			mk.retryAt = retry
 			continue
 		}

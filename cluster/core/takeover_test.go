@@ -26,13 +26,16 @@ type handNet struct {
 	// unacked: the transfers a node sends another (from, to) are applied
 	// there, but their acknowledgements are lost.
 	unacked map[[2]string]bool
-	hash    keyhash.Hasher
-	cfg     Config // timings and ratios of every core
+	// oneway: what a node sends another (from, to) is lost, but not what
+	// the other sends it, nor the answers to that.
+	oneway map[[2]string]bool
+	hash   keyhash.Hasher
+	cfg    Config // timings and ratios of every core
 }
 
 // lost reports whether a message between from and to is lost.
 func (h *handNet) lost(from, to string) bool {
-	return h.down[from] || h.down[to] || h.cut[from] != h.cut[to]
+	return h.down[from] || h.down[to] || h.cut[from] != h.cut[to] || h.oneway[[2]string{from, to}]
 }
 
 // handLog prints the cores' events (debugging a hand-wired test).

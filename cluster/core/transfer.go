@@ -817,7 +817,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 				// A live sender this node holds no lease from yet (it just
 				// started): it sends them again once it does. The keys
 				// moving here that they carry wait for them.
-				c.handoff.expect(c.view.Load(), c.self.Name, t.States)
+				c.handoff.expect(c.view.Load(), c.self.Name, from, t.States)
 				c.pingNow(p, c.mono(now))
 			}
 			if c.debugOn() {
@@ -871,6 +871,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		c.stats.Duplicates.Add(1)
 		c.debugTransfer("transfer received again: applied before", from, t, 0)
 	}
+	c.handoff.arrivedFrom(from, t.States)
 	c.notifyOutbox()
 	return Ack{Seq: t.Seq}
 }

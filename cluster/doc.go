@@ -260,6 +260,14 @@
 // same ring again: what was counted by owners other than the key's owner
 // on that ring; rings that disagree with no fault under way (a process so
 // starved that memberlist declared its peers dead) are such a split too.
+// So is a node that counts alone (see Restarts: no seed answered within
+// JoinWait, a restart on the far side of a partition) while the others
+// count: it knows no member, so its ring of itself holds a majority of
+// what it knows, and it counts every key as its owner, from what it
+// admitted in fallback, until it hears of a member; what it admits as
+// owner meanwhile is in S (the simulator counts exactly that), and its
+// counts reach the keys' owners through the hand-off that follows
+// (joinedLate).
 // Each side of a split counts on its own and admits at most L
 // (one limit per side). Without a fault F is 0 (slow owners are waited
 // for, see above), so the bound is L: exact. A process that is stopped or

@@ -2,10 +2,14 @@ package core
 
 // Schedules, the history they leave, and the two-sided checker:
 //
-//	(a) bound: per key and window, admitted ≤ L + F + C, where F is what
-//	    fallback admitted and C what a crash (or a takeover of a paused or
-//	    cut-off owner) lost: the owner's count its successor's replica
-//	    lacked, and what the crashed node held in flight;
+//	(a) bound: per key and window, admitted ≤ L + F + C + S, where F is
+//	    what fallback admitted, C what a crash (or a takeover of a paused
+//	    or cut-off owner) lost: the owner's count its successor's replica
+//	    lacked, and what the crashed node held in flight; and S what a
+//	    node that counted alone (no seed answered within the join wait)
+//	    admitted as owner before it heard of a member (cluster/doc.go:
+//	    a side of a split; the only S counted here: the small side of
+//	    any other split lacks a majority and counts nothing as owner);
 //	(b) conservation: once faults heal and transfers finish, the count
 //	    the cluster holds for each key lies between admitted − C and
 //	    admitted: nothing doubled, nothing lost beyond C (a leaving node
@@ -84,6 +88,9 @@ type simHistory struct {
 	givenBackLost map[limiter.Key]int64
 	faulty        bool // a fault happened (not only graceful changes)
 	seals         map[[2]string]sealNote
+	// servedAlone are the items an owner decided while it counted alone
+	// (simNode.alone).
+	servedAlone map[servedKey]bool
 }
 
 // sealNote is a node's last seal to another, and what it had decided by
@@ -244,6 +251,7 @@ func runScheduleTraced(sc simSchedule, trace int) *sim {
 		return f.kind != faultCrash && f.kind != faultCrashKeep && f.kind != faultRollingKill
 	})
 	s.hist.served = map[servedKey]time.Time{}
+	s.hist.servedAlone = map[servedKey]bool{}
 	s.hist.loss = map[limiter.Key]int64{}
 	rng := s.rng
 	keys := newSimKeys(sc, s)
@@ -259,7 +267,7 @@ func runScheduleTraced(sc simSchedule, trace int) *sim {
 					parts = append(parts, fmt.Sprintf("%s:%d+%d", name, s.engineCount(n.engine, s.trace), s.heldBy(n, s.trace)))
 				}
 			}
-			got, _ := s.admitted(trace)
+			got, _, _ := s.admitted(trace)
 			s.logf("TRACE counts %s admitted %d", strings.Join(parts, " "), got)
 			s.after(250*time.Millisecond, nil, snap)
 		}
@@ -944,8 +952,10 @@ func (s *sim) checkTakeover(n *simNode, v *view, plan *handoffPlan) {
 // ---------------------------------------------------------------------------
 // The checker.
 
-// admitted counts the admitted requests that spent key z.
-func (s *sim) admitted(z int) (total, fallback int64) {
+// admitted counts the admitted requests that spent key z: all of them,
+// those admitted by fallback, and those admitted by an owner that counted
+// alone (S: see simNode.alone).
+func (s *sim) admitted(z int) (total, fallback, alone int64) {
 	for _, r := range s.hist.reqs {
 		if !r.done || !r.d.Allowed {
 			continue
@@ -953,13 +963,16 @@ func (s *sim) admitted(z int) (total, fallback int64) {
 		for i, rz := range r.zones {
 			if rz == z {
 				total++
-				if r.zoneBy[i] == SourceFallback {
+				switch {
+				case r.zoneBy[i] == SourceFallback:
 					fallback++
+				case r.zoneAlone[i]:
+					alone++
 				}
 			}
 		}
 	}
-	return total, fallback
+	return total, fallback, alone
 }
 
 // clusterCount is what the running nodes hold of k, wherever it is.
@@ -1054,7 +1067,7 @@ func (s *sim) checkConservation() {
 	orphans := s.orphans()
 	twice := s.mayCountTwice()
 	for z, key := range s.keys {
-		got, _ := s.admitted(z)
+		got, _, _ := s.admitted(z)
 		got += orphans[key.key]
 		held := s.clusterCount(key.key)
 		loss := s.hist.loss[key.key]
@@ -1094,10 +1107,10 @@ func (s *sim) checkBound() {
 	// the key is denied that much early.
 	twice := s.mayCountTwice()
 	for z, key := range s.keys {
-		got, fb := s.admitted(z)
-		bound := key.limit + fb + s.hist.loss[key.key]
+		got, fb, alone := s.admitted(z)
+		bound := key.limit + fb + s.hist.loss[key.key] + alone
 		if got > bound {
-			s.violate("bound", "key %d: %d admitted > limit %d + fallback %d + crash loss %d", z, got, key.limit, fb, s.hist.loss[key.key])
+			s.violate("bound", "key %d: %d admitted > limit %d + fallback %d + crash loss %d + counted alone %d", z, got, key.limit, fb, s.hist.loss[key.key], alone)
 		}
 		if got+orphans[key.key]+twice[key.key] < key.limit {
 			s.violate("false-denial", "key %d: only %d admitted of limit %d after topping up", z, got, key.limit)

@@ -25,6 +25,7 @@ func TestSimulationFiguresAt100Nodes(t *testing.T) {
 	const nodes = 100
 	s := newSim(100, nodes+1)
 	s.hist.served = map[servedKey]time.Time{}
+	s.hist.servedAlone = map[servedKey]bool{}
 	s.hist.loss = map[limiter.Key]int64{}
 	for i := range 3000 {
 		h := s.hasher.String(fmt.Sprint("figure-key-", i))
@@ -129,7 +130,7 @@ func TestSimulationFiguresAt100Nodes(t *testing.T) {
 	if !s.waitQuiet(60 * time.Second) {
 		t.Fatalf("the cluster did not settle after the partition:\n%s", s.describe())
 	}
-	admitted, fallback := s.admitted(z)
+	admitted, fallback, _ := s.admitted(z)
 	ratio := DefaultFallbackRatio
 	bound := limit + cut*int64(math.Ceil(ratio*float64(limit)/float64(cut-1)))
 	if admitted > bound {
@@ -155,7 +156,7 @@ func (s *sim) figureHolders(t *testing.T) map[limiter.Key]string {
 	t.Helper()
 	out := map[limiter.Key]string{}
 	for z, k := range s.keys {
-		got, _ := s.admitted(z)
+		got, _, _ := s.admitted(z)
 		var total int64
 		for _, name := range s.names {
 			n := s.current[name]

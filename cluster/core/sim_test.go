@@ -322,6 +322,9 @@ type simNode struct {
 	leaving     bool
 	leaveBy     time.Time
 	cutUntil    time.Time // when links that cut it off last came back (see cutOffLately)
+	// alone: no seed answered within the join wait, and it has heard of no
+	// member since: it counts alone, a side of a split (see doc.go's S).
+	alone bool
 
 	waiting []*simReq   // take ops waiting
 	holding []*simServe // items held for keys on their way
@@ -440,6 +443,7 @@ func (s *sim) tryJoin(n *simNode, began time.Time) {
 	}
 	if s.now.Sub(began) >= simTiming.joinWait {
 		n.joined = true
+		n.alone = true
 		n.core.Joined(s.now)
 		s.logf("%s counts alone: no seed answered", n.name)
 		return
@@ -675,6 +679,9 @@ func (s *sim) updateMembership(obs *simNode) {
 		return
 	}
 	obs.lastMembers = b.String()
+	if len(m.Members) > 0 {
+		obs.alone = false
+	}
 	obs.core.SetMembership(s.now, m)
 }
 
@@ -826,6 +833,9 @@ type simReq struct {
 	zoneAt []time.Time // when each zone was decided, at the node that decided it
 	zoneOK []bool
 	zoneBy []Source
+	// zoneAlone: the zone was decided by its node as the key's owner while
+	// the node counted alone (simNode.alone).
+	zoneAlone []bool
 	// zoneDenied: the zone's own answer was a denial (the one that denied
 	// the request, or one of them).
 	zoneDenied []bool
@@ -854,11 +864,13 @@ func (s *sim) request(n *simNode, zones []int) {
 	r.zoneAt = make([]time.Time, len(zones))
 	r.zoneOK = make([]bool, len(zones))
 	r.zoneBy = make([]Source, len(zones))
+	r.zoneAlone = make([]bool, len(zones))
 	s.hist.reqs = append(s.hist.reqs, r)
 	d, done := n.core.Take(s.now, &r.op, OpTake, 0, r.reqs, r.res)
 	if done {
 		for i := range zones {
 			r.zoneAt[i], r.zoneOK[i], r.zoneBy[i] = s.now, d.Allowed, SourceOwner
+			r.zoneAlone[i] = n.alone
 		}
 		s.finish(r, d)
 		return
@@ -940,6 +952,12 @@ func (s *sim) noteZones(r *simReq) {
 					}
 				}
 				r.zoneAt[at], r.zoneOK[at], r.zoneBy[at] = when, g.allowed, g.src
+				switch g.src {
+				case SourceOwner:
+					r.zoneAlone[at] = r.node.alone
+				case SourcePeer:
+					r.zoneAlone[at] = s.hist.servedAlone[servedKey{g.by.Name, g.by.Inc, r.node.inc, r.node.name, g.seq}]
+				}
 			}
 		}
 	}
@@ -981,6 +999,9 @@ func (s *sim) serve(dest *simNode, srv *simServe) bool {
 		_, again := s.hist.served[sk]
 		if !again {
 			s.hist.served[sk] = s.now
+			if dest.alone {
+				s.hist.servedAlone[sk] = true
+			}
 		}
 		for _, rq := range srv.item.Reqs {
 			if again && slices.ContainsFunc(s.hist.decisions, func(d simDecision) bool {

@@ -1108,6 +1108,8 @@ func (s *sim) checkBound() {
 	twice := s.mayCountTwice()
 	for z, key := range s.keys {
 		got, fb, alone := s.admitted(z)
+		// A side of a split admits at most one limit (doc.go's S).
+		alone = min(alone, key.limit)
 		bound := key.limit + fb + s.hist.loss[key.key] + alone
 		if got > bound {
 			s.violate("bound", "key %d: %d admitted > limit %d + fallback %d + crash loss %d + counted alone %d", z, got, key.limit, fb, s.hist.loss[key.key], alone)

@@ -330,6 +330,7 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 	for _, a := range t.Applied {
 		encodePeer(e, a.From)
 		e.u64(a.Seq)
+		encodePeer(e, a.By)
 	}
 	e.u64(uint64(t.At))
 	e.u32(uint32(len(t.Cancels)))
@@ -407,10 +408,10 @@ func decodeTransfer(d *decoder) core.Transfer {
 	}
 	t.ReplicaOf = decodePeer(d)
 	t.Evicted = decodePeer(d)
-	if n := d.count32(maxList, 9+8); n > 0 {
+	if n := d.count32(maxList, 9+8+9); n > 0 {
 		t.Applied = make([]core.Applied, n)
 		for i := range t.Applied {
-			t.Applied[i] = core.Applied{From: decodePeer(d), Seq: d.u64()}
+			t.Applied[i] = core.Applied{From: decodePeer(d), Seq: d.u64(), By: decodePeer(d)}
 		}
 	}
 	t.At = int64(d.u64())

@@ -120,6 +120,14 @@
 // for the list that comes with the counter, and gives the units back
 // then; copies of one cancel give them back once
 // (TestACancelThatComesBeforeTheCounterOfTheRunThatLeftWaitsForIt).
+// Likewise the hand-off names the transfers of what others admitted that
+// the leaving run applied to the counters handed over, whose senders may
+// not have had them acknowledged (Transfer.Applied, each naming the run
+// that applied it); the record goes on with the counters that hold their
+// runs' counts at every later hand-off, and counts a sender gives up on
+// and sends again in place of one of those transfers, the run gone, are
+// skipped wherever they come where the record is
+// (TestCountsSentAgainInPlaceOfATransferALeaverAppliedAreSkippedWhereItsCounterWent).
 // Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the

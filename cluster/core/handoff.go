@@ -828,7 +828,8 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	// they hold; what others sent here for the keys goes as additions, and
 	// counters that named their runs as they came.
 	for _, part := range SplitStates(sortStates(states), TransferBytes) {
-		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, Own: true, Holds: holdsOf(ownHeld, part), States: part, Taken: c.handedTaken(part)}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+		holds := holdsOf(ownHeld, part)
+		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, Own: true, Holds: holds, States: part, Taken: c.handedTaken(part), Applied: c.appliedHeld(part, true, Peer{}, holds)}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	for _, a := range moving.counters {
 		t := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds, States: []limiter.State{a.state}}
@@ -837,6 +838,9 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		}
 		if a.own {
 			t.Own, t.CountersOf = true, Peer{}
+		}
+		if t.Mode == ModeAdd && (t.carriesCounter() || len(t.Holds) > 0) {
+			t.Applied = c.appliedHeld(t.States, t.Own, t.CountersOf, t.Holds)
 		}
 		a.mark(&t)
 		given = append(given, c.out.transfer(from, t, purposePull, m+int64(2*c.cfg.CallTimeout), false))

@@ -222,7 +222,15 @@ type Transfer struct {
 	// takes the counts of one it added before out of the copy, so that the
 	// counts count once whichever arrives first. With ModeEvicted, it lists
 	// the same of the transfers the evicted run applied to the counters
-	// carried, weighed the same way.
+	// carried, weighed the same way. With ModeAdd carrying counters (handed
+	// over, passed on), it lists, each naming the run that applied it (By),
+	// the transfers the runs whose counts they hold (the sender, the run
+	// named, the runs of Holds) applied, and whose senders may not have had
+	// them acknowledged: a transfer sent later in place of one of them
+	// (Was, WasTo) is skipped by the receiver, and by every node the
+	// counters go on to, which lists them again. Without the record, the
+	// counts a leaving run applied came again to wherever its counter went,
+	// and were added a second time.
 	Applied []Applied
 	// Cancels (ModeAdd, what the sender admitted in fallback) repeats the
 	// cancels the sender made for take items of the keys of States and
@@ -380,6 +388,10 @@ func holdsOf(holds []Held, states []limiter.State) []Held {
 type Applied struct {
 	From Peer
 	Seq  uint64
+	// By is the run that applied it, when not the run the transfer that
+	// lists it names (ModeAdd: a counter handed over or passed on lists
+	// what the runs whose counts it holds applied to them).
+	By Peer
 }
 
 // Ack answers a Transfer.

@@ -2,6 +2,7 @@ package core
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -401,21 +402,47 @@ func (r *replicaStore) beyondPromoted(now time.Time, k limiter.Key, owner Peer, 
 	return delta, more, true
 }
 
-// noteApplied records transfers owner applied.
+// noteApplied records transfers owner applied (those of list naming
+// another run (By) as that run's).
 func (r *replicaStore) noteApplied(m int64, owner Peer, list []Applied) {
 	if len(list) == 0 {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	set := r.appliedBy[owner]
-	if set == nil {
-		set = map[Applied]int64{}
-		r.appliedBy[owner] = set
-	}
 	for _, a := range list {
-		set[a] = m
+		by := owner
+		if a.By.Name != "" {
+			by = a.By
+		}
+		set := r.appliedBy[by]
+		if set == nil {
+			set = map[Applied]int64{}
+			r.appliedBy[by] = set
+		}
+		set[Applied{From: a.From, Seq: a.Seq}] = m
 	}
+}
+
+// appliedOf returns, sorted, the transfers run applied on record here,
+// each naming run (By).
+func (r *replicaStore) appliedOf(run Peer) []Applied {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Applied, 0, len(r.appliedBy[run]))
+	for a := range r.appliedBy[run] {
+		out = append(out, Applied{From: a.From, Seq: a.Seq, By: run})
+	}
+	slices.SortFunc(out, func(x, y Applied) int {
+		if x.From.Name != y.From.Name {
+			return strings.Compare(x.From.Name, y.From.Name)
+		}
+		if x.From.Inc != y.From.Inc {
+			return cmpUint(x.From.Inc, y.From.Inc)
+		}
+		return cmpUint(x.Seq, y.Seq)
+	})
+	return out
 }
 
 // noteResent records that the counts states, sent in place of transfer a

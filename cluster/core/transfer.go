@@ -963,6 +963,12 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		case of.Name != "":
 			states, holds = c.replicas.takeNewerOf(of, t.States, t.Holds)
 		}
+		if t.carriesCounter() || len(t.Holds) > 0 {
+			// What the runs whose counts they hold applied: counts sent
+			// again in place of one of those transfers are skipped here,
+			// and wherever the counters go on.
+			c.replicas.noteApplied(c.mono(now), of, t.Applied)
+		}
 		var given []limiter.Request
 		if len(t.Taken) > 0 {
 			given = c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
@@ -1352,12 +1358,46 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 			if handing {
 				t.Taken = c.handedTaken(part)
 			}
+			if t.Mode == ModeAdd && (t.carriesCounter() || len(t.Holds) > 0) {
+				t.Applied = c.appliedHeld(part, t.Own, t.CountersOf, t.Holds)
+			}
 			if p == purposeReconcile {
 				t.Cancels = c.out.cancelsFor(owners[name].Peer(), part, c.runDied)
 			}
 			c.sendTransfer(now, owners[name].Peer(), t, p)
 		}
 	}
+}
+
+// appliedHeld returns, for counters states about to be handed over or
+// passed on (own: this run's; of: the run whose counters they are; holds:
+// the other runs' counts they hold), the transfers those runs applied
+// whose senders may not have had them acknowledged, each naming the run
+// that applied it (see Transfer.Applied): this run's by its inbox, the
+// others' as they came here with counters. The record goes where the
+// counts those transfers added go, so that counts sent again in place of
+// one of them are skipped there.
+func (c *Core) appliedHeld(states []limiter.State, own bool, of Peer, holds []Held) []Applied {
+	var out []Applied
+	if own {
+		for _, a := range appliedTo(c.in.counted(), states) {
+			a.By = c.self
+			out = append(out, a)
+		}
+	}
+	var runs []Peer
+	if of.Name != "" && of != c.self {
+		runs = append(runs, of)
+	}
+	for _, h := range holds {
+		if h.Run != c.self && !slices.Contains(runs, h.Run) {
+			runs = append(runs, h.Run)
+		}
+	}
+	for _, r := range runs {
+		out = append(out, c.replicas.appliedOf(r)...)
+	}
+	return out
 }
 
 // cameBack returns the counts held by s, this run's own counter of its key

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"sync"
@@ -424,14 +425,45 @@ func (r *replicaStore) noteApplied(m int64, owner Peer, list []Applied) {
 	}
 }
 
+// appliedListedMax bounds the transfers of one run a counter lists as
+// applied (Transfer.Applied), well under the peer protocol's list limit:
+// a run that applied more within appliedKeep (fallback counts of many
+// callers through a long fault) lists the newest, the transfers whose
+// senders may still send them again.
+const appliedListedMax = 4096
+
 // appliedOf returns, sorted, the transfers run applied on record here,
-// each naming run (By).
+// each naming run (By): the newest appliedListedMax of them.
 func (r *replicaStore) appliedOf(run Peer) []Applied {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]Applied, 0, len(r.appliedBy[run]))
-	for a := range r.appliedBy[run] {
-		out = append(out, Applied{From: a.From, Seq: a.Seq, By: run})
+	set := r.appliedBy[run]
+	out := make([]Applied, 0, min(len(set), appliedListedMax))
+	if len(set) > appliedListedMax {
+		type heard struct {
+			a  Applied
+			at int64
+		}
+		all := make([]heard, 0, len(set))
+		for a, at := range set {
+			all = append(all, heard{a, at})
+		}
+		slices.SortFunc(all, func(x, y heard) int { // newest first, then by sender and number
+			if x.at != y.at {
+				return cmp.Compare(y.at, x.at)
+			}
+			if x.a.From != y.a.From {
+				return cmp.Or(strings.Compare(x.a.From.Name, y.a.From.Name), cmpUint(x.a.From.Inc, y.a.From.Inc))
+			}
+			return cmpUint(y.a.Seq, x.a.Seq)
+		})
+		for _, h := range all[:appliedListedMax] {
+			out = append(out, Applied{From: h.a.From, Seq: h.a.Seq, By: run})
+		}
+	} else {
+		for a := range set {
+			out = append(out, Applied{From: a.From, Seq: a.Seq, By: run})
+		}
 	}
 	slices.SortFunc(out, func(x, y Applied) int {
 		if x.From.Name != y.From.Name {

@@ -235,6 +235,17 @@ func AddState(now time.Time, a, b State) State {
 	return stateOf(b.Key, mergeEntries(a.entry(), b.entry(), now.UnixNano()))
 }
 
+// RefundState returns counter s with req's units, counted at the instant
+// at, given back as RefundAt gives them back from a counter the engine
+// holds: the record of a counter's counts lowered as the counter was.
+// Grants and leases are not counters: s is returned for them.
+func RefundState(now, at time.Time, s State, req Request) State {
+	if s.Kind >= KindGrant || req.Limit.Algorithm == Concurrency {
+		return s
+	}
+	return stateOf(s.Key, req.Limit.refund(s.entry(), now.UnixNano(), at.UnixNano(), req.cost()))
+}
+
 // SubState returns what later counted beyond earlier, an earlier copy of
 // the same counter (a replica of it), as a counter to add where earlier's
 // counts are held already; ok is false when later counted nothing more.

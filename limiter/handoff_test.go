@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -207,5 +208,31 @@ func TestSubStateAddedToItsReplicaGivesTheCounter(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestRefundStateIsTheCounterRefunded: a counter's state with a refund
+// given back is the state of the counter the engine refunded, for every
+// algorithm (the record of a counter's counts follows the counter).
+func TestRefundStateIsTheCounterRefunded(t *testing.T) {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lim := Limit{Algorithm: alg, Quota: 20, Window: time.Minute}
+			req := Request{Key: 7, Limit: lim, Cost: 2}
+			e := New(Config{})
+			for range 5 {
+				e.TakeOne(t0, Request{Key: 7, Limit: lim})
+			}
+			before := e.StatesOf(t0, []Key{7})[0]
+			later := t0.Add(time.Second)
+			e.RefundAt(later, t0, req)
+			want := e.StatesOf(later, []Key{7})[0]
+			if reflect.DeepEqual(before, want) {
+				t.Fatal("the refund changed nothing")
+			}
+			if got := RefundState(later, t0, before, req); !reflect.DeepEqual(got, want) {
+				t.Fatalf("RefundState gives %+v; the engine's counter is %+v", got, want)
+			}
+		})
 	}
 }

@@ -371,14 +371,14 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, own, counter bool
 	return true
 }
 
-// raiseHeld adds x to the record of the counts of run's counter (of
-// generation gen) held by a counter of x's key kept here until the key
-// settles (this node's own counter first), and reports whether there is
-// one.
-func (h *handoffState) raiseHeld(now time.Time, run Peer, gen uint32, x limiter.State) bool {
+// reweighHeld replaces the record of the counts of run's counter (of
+// generation gen) held by a counter of k kept here until the key settles
+// (this node's own counter first) by f of it, and reports whether there
+// is one.
+func (h *handoffState) reweighHeld(run Peer, gen uint32, k limiter.Key, f func(limiter.State) limiter.State) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	mk := h.keys[x.Key]
+	mk := h.keys[k]
 	if mk == nil || mk.settled {
 		return false
 	}
@@ -389,8 +389,8 @@ func (h *handoffState) raiseHeld(now time.Time, run Peer, gen uint32, x limiter.
 				continue
 			}
 			for j := range a.holds {
-				if a.holds[j].Run == run && a.holds[j].Gen == gen && a.holds[j].State.Key == x.Key {
-					a.holds[j].State = limiter.AddState(now, a.holds[j].State, x)
+				if a.holds[j].Run == run && a.holds[j].Gen == gen && a.holds[j].State.Key == k {
+					a.holds[j].State = f(a.holds[j].State)
 					return true
 				}
 			}

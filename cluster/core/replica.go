@@ -52,10 +52,10 @@ type replicaStore struct {
 	// counter another node started the key from) are in its own counter
 	// already; those of an earlier one are not (see weighHere).
 	gens map[limiter.Key]keyGen
-	// resent: counts added here that were sent in place of a transfer to
-	// a dead run (Transfer.Was), by that run and transfer: a copy of the
-	// run's counters that comes later saying the run applied it holds
-	// them already (see lessResent).
+	// resent: counts added here, or units given back here, that were sent
+	// in place of a transfer to a dead run (Transfer.Was), by that run and
+	// transfer: a copy of the run's counters that comes later saying the
+	// run applied it holds them already (see lessResent, takeResent).
 	resent map[Peer]map[Applied]resentCounts
 }
 
@@ -67,10 +67,20 @@ type keyGen struct {
 }
 
 // resentCounts are the counts of a transfer sent in place of one to a
-// dead run, added here, and when.
+// dead run, added here (states) or given back here (given), and when.
+// A give-back is a count of the same kind with the other sign: where the
+// run applied the transfer too, its counter holds it as well.
 type resentCounts struct {
 	states []limiter.State
+	given  []givenBack
 	at     int64 // mono
+}
+
+// givenBack is a request whose units were given back, counted at the
+// instant at (Unix ns).
+type givenBack struct {
+	req limiter.Request
+	at  int64
 }
 
 // promotion records counts of a run that this node's counter of a key
@@ -498,6 +508,33 @@ func (r *replicaStore) noteResent(m int64, run Peer, a Applied, states []limiter
 	set[a] = rec
 }
 
+// noteGivenBack records that the units of reqs, counted at the instant at
+// (Unix ns) and given back in place of transfer a to the dead run, were
+// given back here.
+func (r *replicaStore) noteGivenBack(m int64, run Peer, a Applied, reqs []limiter.Request, at int64) {
+	if len(reqs) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.resent == nil {
+		r.resent = map[Peer]map[Applied]resentCounts{}
+	}
+	set := r.resent[run]
+	if set == nil {
+		set = map[Applied]resentCounts{}
+		r.resent[run] = set
+	}
+	rec := set[a]
+	for _, q := range reqs {
+		if q.Limit.Algorithm != limiter.Concurrency {
+			rec.given = append(rec.given, givenBack{req: q, at: at})
+		}
+	}
+	rec.at = m
+	set[a] = rec
+}
+
 // lessResent returns states, copies of run's counters (a snapshot read
 // back) that hold the counts of the transfers applied lists, less the
 // counts added here that were sent in place of those transfers (see
@@ -545,15 +582,15 @@ func (r *replicaStore) lessResent(now time.Time, run Peer, applied []Applied, st
 	return out, less
 }
 
-// takeResent returns the counts of the keys of states added here that
-// were sent in place of the transfers of applied to run (see noteResent),
-// and forgets them: run applied those transfers, so its counters hold the
-// counts too.
-func (r *replicaStore) takeResent(run Peer, applied []Applied, states []limiter.State) []limiter.State {
+// takeResent returns the counts of the keys of states added here, and
+// the units given back here, that were sent in place of the transfers of
+// applied to run (see noteResent, noteGivenBack), and forgets them: run
+// applied those transfers, so its counters hold the counts, and lack the
+// units, too.
+func (r *replicaStore) takeResent(run Peer, applied []Applied, states []limiter.State) (adds []limiter.State, given []givenBack) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	set := r.resent[run]
-	var out []limiter.State
 	for _, a := range applied {
 		rec, ok := set[a]
 		if !ok {
@@ -562,36 +599,44 @@ func (r *replicaStore) takeResent(run Peer, applied []Applied, states []limiter.
 		rest := rec.states[:0:0]
 		for _, x := range rec.states {
 			if heldIn(states, x.Key) {
-				out = append(out, x)
+				adds = append(adds, x)
 			} else {
 				rest = append(rest, x)
 			}
 		}
-		if len(rest) == 0 {
+		left := rec.given[:0:0]
+		for _, g := range rec.given {
+			if heldIn(states, g.req.Key) {
+				given = append(given, g)
+			} else {
+				left = append(left, g)
+			}
+		}
+		if len(rest) == 0 && len(left) == 0 {
 			delete(set, a)
 		} else {
-			rec.states = rest
+			rec.states, rec.given = rest, left
 			set[a] = rec
 		}
 	}
 	if len(set) == 0 {
 		delete(r.resent, run)
 	}
-	return out
+	return adds, given
 }
 
-// raisePromoted adds x to the record of the counts of run's counter (of
-// generation gen) that this node's counter of x's key holds, and reports
-// whether there is one (the counter is here).
-func (r *replicaStore) raisePromoted(now time.Time, run Peer, gen uint32, x limiter.State) bool {
+// reweighPromoted replaces the record of the counts of run's counter (of
+// generation gen) that this node's counter of k holds by f of it, and
+// reports whether there is one (the counter is here).
+func (r *replicaStore) reweighPromoted(run Peer, gen uint32, k limiter.Key, f func(limiter.State) limiter.State) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p, _, ok := r.promotionLocked(x.Key, run, gen)
+	p, _, ok := r.promotionLocked(k, run, gen)
 	if !ok {
 		return false
 	}
-	p.state = limiter.AddState(now, p.state, x)
-	r.setPromotionLocked(x.Key, p)
+	p.state = f(p.state)
+	r.setPromotionLocked(k, p)
 	return true
 }
 

@@ -863,6 +863,15 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			// that comes later, and holds them, adds them no more.
 			c.replicas.noteResent(c.mono(now), t.WasTo, t.was(from), t.States)
 		}
+		if t.Was != 0 && t.Mode == ModeRefund {
+			// Units the dead receiver may have given back: its counter,
+			// if it comes saying so, lacks them as the counter here does.
+			at := t.At
+			if at == 0 {
+				at = now.UnixNano()
+			}
+			c.replicas.noteGivenBack(c.mono(now), t.WasTo, t.was(from), t.Reqs, at)
+		}
 		counted := c.countedHere(now, t)
 		c.apply(now, from, t)
 		return counted
@@ -1204,15 +1213,31 @@ func (c *Core) cancellable() []Taken {
 func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds []Held, states []limiter.State) []limiter.State {
 	c.replicas.noteApplied(c.mono(now), run, applied)
 	var less []limiter.State
-	for _, x := range c.replicas.takeResent(run, applied, states) {
+	adds, given := c.replicas.takeResent(run, applied, states)
+	for _, x := range adds {
 		if x.Kind >= limiter.KindGrant {
 			continue
 		}
-		if gen := genIn(holds, x.Key, run); c.replicas.raisePromoted(now, run, gen, x) || c.handoff.raiseHeld(now, run, gen, x) {
+		raise := func(s limiter.State) limiter.State { return limiter.AddState(now, s, x) }
+		if gen := genIn(holds, x.Key, run); c.replicas.reweighPromoted(run, gen, x.Key, raise) || c.handoff.reweighHeld(run, gen, x.Key, raise) {
 			c.debugCounts("evicted counters: counts sent here in place of a transfer their run applied are its counts", []limiter.State{x}, "evicted", run.Name)
 			continue
 		}
 		less = append(less, x)
+	}
+	// Units given back here in place of a transfer the run applied: the
+	// run's counter lacks them too, so the record of the run's counts
+	// that the counter here holds lacks them as well. Weighed against the
+	// record as it was, the give-back in the run's counter would come off
+	// a second time.
+	for _, g := range given {
+		k := g.req.Key
+		lower := func(s limiter.State) limiter.State { return limiter.RefundState(now, time.Unix(0, g.at), s, g.req) }
+		if gen := genIn(holds, k, run); c.replicas.reweighPromoted(run, gen, k, lower) || c.handoff.reweighHeld(run, gen, k, lower) {
+			if c.debugOn() {
+				c.log.Debug("evicted counters: units given back here in place of a transfer their run applied are given back in its counts", "node", c.self.Name, "evicted", run.Name, "reqs", debugReqs([]limiter.Request{g.req}))
+			}
+		}
 	}
 	if len(less) == 0 {
 		return states

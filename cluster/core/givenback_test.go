@@ -1,0 +1,51 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// A key's owner admits one more unit, and its caller gives it back; the
+// owner applies the give-back, but a split cuts the acknowledgement and
+// the replica that says so. The successor's side takes the owner for dead
+// and starts the key from the owner's earlier replica, which holds
+// neither the unit nor its give-back; the caller sends its give-back
+// again there, naming the transfer it replaces, and it comes off. Once
+// the split heals, the owner's counter comes (ModeEvicted) saying the
+// owner applied that transfer: both counters hold the give-back, so what
+// the owner counted beyond its replica is weighed against the replica
+// less the give-back. Weighed against the replica alone, the unit came off
+// twice (seed 1795791153234352803 of the simulator: a unit lost).
+func TestAGiveBackSentAgainThatTheDeadOwnerAppliedComesOffOnce(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n1", 4)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	replica := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	if got := windowCount(replica); load.admitted != 4 || got != 4 {
+		t.Fatalf("admitted %d, n0 counts %d; want 4 and 4", load.admitted, got)
+	}
+	// n0 started the key from the replica of a run taken for dead, which
+	// counted 4 before it; that run then admitted a fifth unit, and gave
+	// it back when n2's refund 42 came: its counter holds 4.
+	gone := Peer{Name: "n9", Inc: 7}
+	n0.replicas.notePromoted(n0.mono(h.now), []takenReplica{{owner: gone, state: replica[0]}})
+	counter := replica
+
+	// n2 gave refund 42 up and sends it to n0 in its place.
+	req := limiter.Request{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 30, Window: time.Hour}}
+	n0.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n0.self.Inc, Mode: ModeRefund, Reqs: []limiter.Request{req}, Was: 42, WasTo: gone}, true)
+	h.pump()
+	if got := h.count("n0", k); got != 3 {
+		t.Fatalf("n0 counts %d after the give-back; want 3", got)
+	}
+
+	// The run's counter comes, saying it applied refund 42.
+	n0.handleTransfer(h.now, n1.self, Transfer{Seq: 1001, To: n0.self.Inc, Mode: ModeEvicted, Evicted: gone, States: counter, Applied: []Applied{{From: n2.self, Seq: 42}}}, true)
+	h.pump()
+	h.advance(time.Second)
+	if got := h.count("n0", k) + h.count("n1", k) + h.count("n2", k); got != 4 {
+		t.Errorf("the cluster counts %d; 4 were admitted (the fifth unit was given back)", got)
+	}
+}

@@ -65,14 +65,7 @@ func TestAFallbackCountSentElsewhereCarriesTheCancelOnToItsOwner(t *testing.T) {
 	c0 := h.cores["n0"]
 
 	// n1 admits the item; its answer is lost, and so is n0's cancel.
-	tk := h.admitUnanswered("n0", "n1", k, quota)
-	h.cut["n1"] = true
-	c0.CallFailed(h.now, &tk.op, false)
-	h.pump()
-	h.drive(tk)
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourceFallback {
-		t.Fatalf("the request given up on: %+v; want admitted by fallback", tk.d)
-	}
+	h.fallbackAfterLostAnswer("n0", "n1", k, quota, "n1")
 
 	// n0 and n2 declare n1 dead: n0's fallback count goes to n2.
 	h.setMembership("n0", []string{"n1"})

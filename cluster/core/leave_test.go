@@ -263,16 +263,9 @@ func TestALeavingOwnerWaitsForTheCancelsOfItsCallers(t *testing.T) {
 	k := h.keyOwnedBy("n1", "n2")
 	c0, n1 := h.cores["n0"], h.cores["n1"]
 
-	tk := h.admitUnanswered("n0", "n1", k, 10)
 	// The answer is lost, and so is everything between n0 and the others
 	// for a while: the cancel too.
-	h.cut["n0"] = true
-	c0.CallFailed(h.now, &tk.op, false)
-	h.pump()
-	h.drive(tk)
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourceFallback {
-		t.Fatalf("the request given up on: %+v; want admitted by fallback", tk.d)
-	}
+	h.fallbackAfterLostAnswer("n0", "n1", k, 10, "n0")
 
 	n1.Leave(h.now)
 	leaving := []Member{h.member("n1")}
@@ -416,14 +409,7 @@ func TestACancelForAnOwnerThatLeftReachesItsCounter(t *testing.T) {
 	k := h.keyOwnedBy("n1", "n2")
 	c0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 
-	tk := h.admitUnanswered("n0", "n1", k, 10)
-	h.cut["n0"] = true
-	c0.CallFailed(h.now, &tk.op, false)
-	h.pump()
-	h.drive(tk)
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourceFallback {
-		t.Fatalf("the request given up on: %+v; want admitted by fallback", tk.d)
-	}
+	h.fallbackAfterLostAnswer("n0", "n1", k, 10, "n0")
 
 	n1.Leave(h.now)
 	leaving := []Member{h.member("n1")}
@@ -464,14 +450,7 @@ func TestACancelForAnOwnerThatLeftFollowsItsCounterOnward(t *testing.T) {
 	k := h.keyOwnedBy("n1", "n2")
 	c0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 
-	tk := h.admitUnanswered("n0", "n1", k, 10)
-	h.cut["n0"] = true
-	c0.CallFailed(h.now, &tk.op, false)
-	h.pump()
-	h.drive(tk)
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourceFallback {
-		t.Fatalf("the request given up on: %+v; want admitted by fallback", tk.d)
-	}
+	h.fallbackAfterLostAnswer("n0", "n1", k, 10, "n0")
 
 	n1.Leave(h.now)
 	n2.SetMembership(h.now, Membership{Members: []Member{h.member("n0")}, Leaving: []Member{h.member("n1")}})
@@ -576,14 +555,7 @@ func TestALeavingOwnersCancelledItemComesBackOnce(t *testing.T) {
 	k := h.keyOwnedBy("n1", "n2")
 	c0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 
-	tk := h.admitUnanswered("n0", "n1", k, 10)
-	h.cut["n0"] = true
-	c0.CallFailed(h.now, &tk.op, false)
-	h.pump()
-	h.drive(tk)
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourceFallback {
-		t.Fatalf("the request given up on: %+v; want admitted by fallback", tk.d)
-	}
+	h.fallbackAfterLostAnswer("n0", "n1", k, 10, "n0")
 
 	// n1 leaves and hands its counter over to n2 while the cancel waits.
 	n1.Leave(h.now)
@@ -681,14 +653,7 @@ func TestACancelThatComesBeforeTheCounterOfTheRunThatLeftWaitsForIt(t *testing.T
 	k := h.keyOwnedBy("n1", "n2")
 	c0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 
-	tk := h.admitUnanswered("n0", "n1", k, 10)
-	h.cut["n1"] = true
-	c0.CallFailed(h.now, &tk.op, false)
-	h.pump()
-	h.drive(tk)
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourceFallback {
-		t.Fatalf("the request given up on: %+v; want admitted by fallback", tk.d)
-	}
+	h.fallbackAfterLostAnswer("n0", "n1", k, 10, "n1")
 
 	// n1 leaves on its side of the split: its hand-off to n2 waits.
 	n1.Leave(h.now)

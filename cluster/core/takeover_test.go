@@ -250,6 +250,24 @@ func (h *handNet) admitUnanswered(caller, owner string, k limiter.Key, quota int
 	return tk
 }
 
+// fallbackAfterLostAnswer has owner admit caller's request for k (with
+// quota) and the answer lost: cutOff is cut off from then on, and
+// caller, giving the item up, decides the request by fallback, which
+// admits it. The owner's count and the caller's fallback count both hold
+// the request until a cancel comes.
+func (h *handNet) fallbackAfterLostAnswer(caller, owner string, k limiter.Key, quota int64, cutOff string) *handTake {
+	h.t.Helper()
+	tk := h.admitUnanswered(caller, owner, k, quota)
+	h.cut[cutOff] = true
+	h.cores[caller].CallFailed(h.now, &tk.op, false)
+	h.pump()
+	h.drive(tk)
+	if !tk.done || !tk.d.Allowed || tk.d.Source != SourceFallback {
+		h.t.Fatalf("the request given up on: %+v; want admitted by fallback", tk.d)
+	}
+	return tk
+}
+
 // keyOwnedBy returns a key whose owner is first and whose successor is
 // second, by the ring of every node, other than the keys not.
 func (h *handNet) keyOwnedBy(first, second string, not ...limiter.Key) limiter.Key {

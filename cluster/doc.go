@@ -287,9 +287,9 @@
 // loss, freezes, partitions, crashes, restarts with or without a snapshot.
 // The simulator (package core) holds it, and what the cluster holds
 // below, in seeds 1 to 10,000; its fresh seeds still find schedules that
-// break one or the other, about 4 in 10,000, each combining two faults;
-// the one kept that still does (units counted twice beside lossy links and
-// a freeze) is listed in core/testdata/simulation-known-violations.txt and
+// break one or the other, about 3 in 10,000, each combining two faults
+// or two changes of one node; those kept that still do are listed in
+// core/testdata/simulation-known-violations.txt and
 // docs/cluster.md. So the bound is what the protocol is built to hold and
 // what the fixed schedules check, not yet proved for every schedule.
 //

@@ -313,7 +313,9 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 	encodePeer(e, t.Caller)
 	e.u64(t.Was)
 	encodePeer(e, t.WasTo)
-	encodePeer(e, t.WasFrom)
+	if t.Was != 0 { // who sent the transfer replaced: only when there is one
+		encodePeer(e, t.WasFrom)
+	}
 	e.flag(t.Own)
 	encodePeer(e, t.CountersOf)
 	held := make([]limiter.State, len(t.Holds))
@@ -386,7 +388,9 @@ func decodeTransfer(d *decoder) core.Transfer {
 	t.Caller = decodePeer(d)
 	t.Was = d.u64()
 	t.WasTo = decodePeer(d)
-	t.WasFrom = decodePeer(d)
+	if t.Was != 0 {
+		t.WasFrom = decodePeer(d)
+	}
 	t.Own = d.flag()
 	t.CountersOf = decodePeer(d)
 	var runs []core.Peer

@@ -40,7 +40,7 @@ func TestCodecRoundTrips(t *testing.T) {
 	transfer := core.Transfer{Seq: 4, Floor: 2, To: 8, Epoch: 3, Mode: core.ModeCancel, States: states, Reqs: reqs, Take: 11, Caller: core.Peer{Name: "i", Inc: 9}, Was: 1,
 		WasTo: core.Peer{Name: "b", Inc: 2}, WasFrom: core.Peer{Name: "l", Inc: 3}, Own: true, CountersOf: core.Peer{Name: "e", Inc: 5},
 		Holds: []core.Held{{Run: core.Peer{Name: "f", Inc: 6}, Gen: 2, State: limiter.State{Key: 9, Cur: 4, Stamp: 1, Expires: 3}}}, ReplicaOf: core.Peer{Name: "c", Inc: 3}, Evicted: core.Peer{Name: "d", Inc: 4},
-		Applied: []core.Applied{{From: core.Peer{Name: "e", Inc: 5}, Seq: 6}}, Cancels: []core.Cancel{{Take: 12, Reqs: reqs}, {Take: 13, To: core.Peer{Name: "j", Inc: 4}}},
+		Applied: []core.Applied{{From: core.Peer{Name: "e", Inc: 5}, Seq: 6, By: core.Peer{Name: "m", Inc: 2}}}, Cancels: []core.Cancel{{Take: 12, Reqs: reqs}, {Take: 13, To: core.Peer{Name: "j", Inc: 4}}},
 		Taken: []core.Taken{{Caller: core.Peer{Name: "g", Inc: 7}, Seqs: []uint64{3, 5, 8}}, {Caller: core.Peer{Name: "h", Inc: 1}, By: core.Peer{Name: "k", Inc: 2}}}}
 	for _, tc := range []struct {
 		kind  byte
@@ -48,6 +48,9 @@ func TestCodecRoundTrips(t *testing.T) {
 		reply core.Message
 	}{
 		{msgTransfer, transfer, core.Ack{Seq: 4, Refused: true}},
+		// A cancel a leaving owner passes on names itself, and no transfer
+		// it replaces: WasFrom goes on the wire only beside a Was.
+		{msgTransfer, core.Transfer{Seq: 6, Mode: core.ModeCancel, Reqs: reqs, Take: 14, Caller: core.Peer{Name: "i", Inc: 9}, WasTo: core.Peer{Name: "b", Inc: 2}}, core.Ack{Seq: 6}},
 		// A snapshot's copy names its run and the transfers the run applied.
 		{msgTransfer, core.Transfer{Seq: 5, To: 8, Epoch: 1, Mode: core.ModeCopy, States: states, CountersOf: core.Peer{Name: "e", Inc: 5},
 			Applied: []core.Applied{{From: core.Peer{Name: "f", Inc: 6}, Seq: 12}, {From: core.Peer{Name: "g", Inc: 1}, Seq: 3}}}, core.Ack{Seq: 5}},

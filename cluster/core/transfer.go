@@ -982,7 +982,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if len(t.Taken) > 0 {
 			given = c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
 		}
-		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, Taken: t.Taken}
+		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds}
 		if t.resent() && t.WasTo != c.self {
 			// Counts sent again in place of a transfer to a run this node
 			// may not have taken over: wherever they go, they name that
@@ -1380,8 +1380,17 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 		for _, part := range SplitStates(byOwner[name], TransferBytes) {
 			t := like
 			t.States, t.Holds = part, holdsOf(like.Holds, part)
-			if handing {
+			switch {
+			case handing || t.Mode == ModeAdd && t.Own:
 				t.Taken = c.handedTaken(part)
+			case t.Mode == ModeAdd && t.carriesCounter():
+				// Counters passed on (at once, or after they waited here
+				// for their keys, or refused and placed anew) take with
+				// them the lists of the items their runs admitted that
+				// came here with counters of their keys, less those
+				// whose units were given back here: a cancel of one that
+				// reaches the keys' owner gives the units back there.
+				t.Taken = c.takes.adoptedTaken(keysOf(part))
 			}
 			if t.Mode == ModeAdd && (t.carriesCounter() || len(t.Holds) > 0) {
 				t.Applied = c.appliedHeld(part, t.Own, t.CountersOf, t.Holds)

@@ -1298,7 +1298,13 @@ func (c *Core) handOver(now time.Time, v *view) {
 // (or were replaced by a later run), of keys another node owns now, go
 // there as copies, once this node has a majority (until then the dead may
 // be alive on the other side of a split: it keeps their replicas, and sends
-// them on when the majority answers again). A leaving node owns no key:
+// them on when the majority answers again). So do those of keys this node
+// owns whose run no hand-off under way takes over (this node was declared
+// dead before its hand-off of the run completed, and joined again: a
+// joiner's hand-off takes no run over): they are the keys' counters, and
+// are placed here like a counter come from elsewhere, weighed against
+// what is held here of their run. Kept back, the keys settled here
+// without them. A leaving node owns no key:
 // with a majority, the replicas of dead runs it still keeps (of keys it
 // owned, its hand-off not complete, so none of them is its counter yet)
 // go to their keys' owners as those runs' counters too; passed on as
@@ -1319,9 +1325,23 @@ func (c *Core) handOverReplicas(now time.Time, v *view) {
 	}
 	taken := c.replicas.takeOwned(now, func(owner Peer, k limiter.Key) bool {
 		o, ok := v.ring.Owner(k.Route())
-		return ok && o.Name != self && c.runDied(owner)
+		if !ok || !c.runDied(owner) {
+			return false
+		}
+		return o.Name != self || !c.takesOver(v, owner)
 	})
 	c.sendReplicasOn(now, taken)
+}
+
+// takesOver reports whether the hand-off under way by v takes the dead run
+// owner over: its keys this node owns start from their replicas when it
+// completes (see completeHandoff). viewMu is held.
+func (c *Core) takesOver(v *view, owner Peer) bool {
+	if v.ho == nil {
+		return false
+	}
+	inc, dead := v.ho.deadInc[owner.Name]
+	return dead && owner.Inc <= inc
 }
 
 // passReplicasOn sends the replicas a leaving node keeps to the nodes that

@@ -1664,6 +1664,22 @@ func (l *lentKeys) set(k limiter.Key, to Peer) {
 	l.mu.Unlock()
 }
 
+// endFrom ends the loans to from of the keys of states: their counters
+// came back from it.
+func (l *lentKeys) endFrom(from Peer, states []limiter.State) {
+	if l.n.Load() == 0 {
+		return
+	}
+	l.mu.Lock()
+	for _, s := range states {
+		if to, ok := l.keys[s.Key]; ok && to == from {
+			delete(l.keys, s.Key)
+		}
+	}
+	l.n.Store(int64(len(l.keys)))
+	l.mu.Unlock()
+}
+
 // count returns how many keys are lent, without a lock.
 func (l *lentKeys) count() int64 { return l.n.Load() }
 

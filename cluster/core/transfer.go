@@ -935,6 +935,11 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		c.noteApplied(from, t)
 	}
 	if t.carriesCounter() {
+		// A key's counter back from the node it was lent to: the loan is
+		// over, and the key is placed by the ring again. Lent still, its
+		// counter would go back to the borrower, which may be leaving, or
+		// gone without ever being in this node's ring.
+		c.lent.endFrom(from, t.States)
 		of := t.countersOf(from)
 		switch {
 		case t.Mode == ModeEvicted:

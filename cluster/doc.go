@@ -288,9 +288,9 @@
 // The simulator (package core) holds it, and what the cluster holds
 // below, in seeds 1 to 10,000; its fresh seeds still find schedules that
 // break one or the other, about 3 in 10,000, each combining two faults
-// or two changes of one node; those kept that still do are listed in
-// core/testdata/simulation-known-violations.txt and
-// docs/cluster.md. So the bound is what the protocol is built to hold and
+// or two changes of one node; every one found is kept as a regression
+// seed (core/testdata/simulation-regression-seeds.txt), and all of them
+// pass (docs/cluster.md). So the bound is what the protocol is built to hold and
 // what the fixed schedules check, not yet proved for every schedule.
 //
 // What the cluster holds. Once faults heal, the count the cluster holds of

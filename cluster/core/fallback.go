@@ -43,6 +43,11 @@ type fallback struct {
 	shares    map[limiter.Key]*share
 	maxShares int
 	sweptAt   int64
+	// held records, per key, the runs' counters the engine's counts of
+	// the key hold (see Held): counters that came while this node had no
+	// majority wait here as additions, and the records go with them
+	// wherever they go (see keepHeld, takeHeld).
+	held map[limiter.Key][]Held
 }
 
 // share is one key's fallback share in one window.
@@ -90,6 +95,55 @@ func (f *fallback) empty() bool {
 	}
 	f.emptyAt.Store(w) // a write after w was read makes writes differ again
 	return true
+}
+
+// keepHeld records that the engine's counts hold the runs' counters holds
+// names (the newer of each counter stands), and forgets the records of
+// windows over by now (Unix ns). A counter kept here as additions without
+// them would be added again wherever a copy of it (a replica sent on, a
+// snapshot read back) meets the counts.
+func (f *fallback) keepHeld(holds []Held, now int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, hs := range f.held {
+		hs = slices.DeleteFunc(hs, func(h Held) bool { return h.State.Expires <= now })
+		if len(hs) == 0 {
+			delete(f.held, k)
+		} else {
+			f.held[k] = hs
+		}
+	}
+	if len(holds) == 0 {
+		return
+	}
+	if f.held == nil {
+		f.held = map[limiter.Key][]Held{}
+	}
+	for _, h := range holds {
+		k := h.State.Key
+		i := slices.IndexFunc(f.held[k], func(x Held) bool { return x.Run == h.Run && x.Gen == h.Gen })
+		if i < 0 {
+			f.held[k] = append(f.held[k], h)
+			continue
+		}
+		f.held[k][i].State = limiter.NewerState(f.held[k][i].State, h.State)
+	}
+}
+
+// takeHeld returns the records of the runs' counters the counts states,
+// taken out of the engine, hold, sorted, and forgets them here: they go
+// with the counts.
+func (f *fallback) takeHeld(states []limiter.State) []Held {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Held
+	for _, s := range states {
+		if hs, ok := f.held[s.Key]; ok {
+			out = append(out, hs...)
+			delete(f.held, s.Key)
+		}
+	}
+	return sortHolds(out)
 }
 
 func (f *fallback) mode() FallbackMode { return FallbackMode(f.modeBits.Load()) }
@@ -271,7 +325,7 @@ func (c *Core) reconcile(now time.Time, v *view) {
 	c.spent(states, ns)
 	c.stats.Reconciled.Add(uint64(len(states)))
 	c.debugCounts("fallback counts go to their owners", states)
-	c.place(now, ModeAdd, purposeReconcile, sortStates(states))
+	c.placeAs(now, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states)}, purposeReconcile, sortStates(states))
 }
 
 // reconcileTo sends to the node called to what this node admitted in
@@ -292,8 +346,13 @@ func (c *Core) reconcileTo(now time.Time, v *view, to Peer) bool {
 	if c.debugOn() {
 		c.debugCounts("fallback counts go to the owner that asked for a seal or answers again", states, "to", to.Name)
 	}
+	holds := c.fallback.takeHeld(states)
 	for _, part := range SplitStates(sortStates(states), TransferBytes) {
-		c.sendTransfer(now, to, Transfer{Mode: ModeAdd, States: part, Cancels: c.out.cancelsFor(to, part, c.runDied)}, purposeReconcile)
+		t := Transfer{Mode: ModeAdd, States: part, Holds: holdsOf(holds, part), Cancels: c.out.cancelsFor(to, part, c.runDied)}
+		if len(t.Holds) > 0 {
+			t.Applied = c.appliedHeld(part, false, Peer{}, t.Holds)
+		}
+		c.sendTransfer(now, to, t, purposeReconcile)
 	}
 	return true
 }
@@ -329,5 +388,5 @@ func (c *Core) foldFallback(now time.Time, v *view, keys []limiter.Key) {
 	c.spent(states, now.UnixNano())
 	c.stats.Reconciled.Add(uint64(len(states)))
 	c.debugCounts("fallback counts folded into keys this node counts now", states)
-	c.placeHere(now, v, Transfer{Mode: ModeAdd}, sortStates(states))
+	c.placeHere(now, v, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states)}, sortStates(states))
 }

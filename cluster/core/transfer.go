@@ -1515,7 +1515,9 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		}
 		if (mode == ModeAdd || namedCopy) && !c.majority(v) && v.self >= 0 {
 			if named {
-				c.replicas.takeHeld([]limiter.Key{s.Key}) // they leave with the fallback counts, as additions
+				// The records of the runs' counters they hold go with
+				// the fallback counts, wherever those go.
+				c.fallback.keepHeld(c.replicas.takeHeld([]limiter.Key{s.Key}), now.UnixNano())
 			}
 			// Without a majority this node counts nothing as an owner: what
 			// is added here waits with its fallback counts for the key's

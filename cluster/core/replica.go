@@ -487,14 +487,9 @@ func (r *replicaStore) appliedOf(run Peer) []Applied {
 	return out
 }
 
-// noteResent records that the counts states, sent in place of transfer a
-// to the dead run, were added here.
-func (r *replicaStore) noteResent(m int64, run Peer, a Applied, states []limiter.State) {
-	if len(states) == 0 {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+// resentOfLocked returns the records of counts sent in place of
+// transfers to run, made if need be. r.mu is held.
+func (r *replicaStore) resentOfLocked(run Peer) map[Applied]resentCounts {
 	if r.resent == nil {
 		r.resent = map[Peer]map[Applied]resentCounts{}
 	}
@@ -503,6 +498,18 @@ func (r *replicaStore) noteResent(m int64, run Peer, a Applied, states []limiter
 		set = map[Applied]resentCounts{}
 		r.resent[run] = set
 	}
+	return set
+}
+
+// noteResent records that the counts states, sent in place of transfer a
+// to the dead run, were added here.
+func (r *replicaStore) noteResent(m int64, run Peer, a Applied, states []limiter.State) {
+	if len(states) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.resentOfLocked(run)
 	rec := set[a]
 	rec.states, rec.at = append(rec.states, states...), m
 	set[a] = rec
@@ -517,14 +524,7 @@ func (r *replicaStore) noteGivenBack(m int64, run Peer, a Applied, reqs []limite
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.resent == nil {
-		r.resent = map[Peer]map[Applied]resentCounts{}
-	}
-	set := r.resent[run]
-	if set == nil {
-		set = map[Applied]resentCounts{}
-		r.resent[run] = set
-	}
+	set := r.resentOfLocked(run)
 	rec := set[a]
 	for _, q := range reqs {
 		if q.Limit.Algorithm != limiter.Concurrency {

@@ -1002,6 +1002,13 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 	if c.out.moving(from.Name) > 0 {
 		return SealReply{}
 	}
+	if c.out.sendingAway(v.ring, from.Name) {
+		// A counter of the asker's keys is on its way to another node,
+		// unacknowledged: sealed now, the asker would count the key from
+		// nothing while the counter may still arrive there, or come back
+		// here to be sent to the asker.
+		return SealReply{}
+	}
 	if c.reconcileTo(now, v, from) {
 		return SealReply{} // sent now: sealed once acknowledged
 	}

@@ -407,6 +407,30 @@ func (o *outbox) moving(name string) int {
 	return n
 }
 
+// sendingAway reports whether a transfer not acknowledged carries, to a
+// node other than the one called name, the counter of a key ring gives to
+// that node: where the counter ends up is not known yet (its receiver may
+// apply it, or this node sends it on), so that node cannot count the key
+// from what it holds.
+func (o *outbox) sendingAway(ring *Ring, name string) bool {
+	if o.held.Load() == 0 {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for k, seqs := range o.holding {
+		if owner, ok := ring.Owner(k.Route()); !ok || owner.Name != name {
+			continue
+		}
+		for _, seq := range seqs {
+			if pt := o.transfers[seq]; pt != nil && pt.to.Name != name {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // holdingFor returns the unsettled transfers carrying the counters of keys,
 // sorted by number, and the keys they carry to nodes other than to. Those
 // it returns are given again, in a pull's reply to to, whose outcome is

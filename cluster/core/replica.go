@@ -431,7 +431,7 @@ func (r *replicaStore) noteApplied(m int64, owner Peer, list []Applied) {
 			set = map[Applied]int64{}
 			r.appliedBy[by] = set
 		}
-		set[Applied{From: a.From, Seq: a.Seq}] = m
+		set[a.key()] = m
 	}
 }
 
@@ -448,43 +448,26 @@ func (r *replicaStore) appliedOf(run Peer) []Applied {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	set := r.appliedBy[run]
-	out := make([]Applied, 0, min(len(set), appliedListedMax))
-	if len(set) > appliedListedMax {
-		type heard struct {
-			a  Applied
-			at int64
-		}
-		all := make([]heard, 0, len(set))
-		for a, at := range set {
-			all = append(all, heard{a, at})
-		}
-		slices.SortFunc(all, func(x, y heard) int { // newest first, then by sender and number
-			if x.at != y.at {
-				return cmp.Compare(y.at, x.at)
-			}
-			if x.a.From != y.a.From {
-				return cmp.Or(strings.Compare(x.a.From.Name, y.a.From.Name), cmpUint(x.a.From.Inc, y.a.From.Inc))
-			}
-			return cmpUint(y.a.Seq, x.a.Seq)
-		})
-		for _, h := range all[:appliedListedMax] {
-			out = append(out, Applied{From: h.a.From, Seq: h.a.Seq, By: run})
-		}
-	} else {
-		for a := range set {
-			out = append(out, Applied{From: a.From, Seq: a.Seq, By: run})
-		}
+	out := make([]Applied, 0, len(set))
+	for a := range set {
+		out = append(out, Applied{From: a.From, Seq: a.Seq, By: run})
 	}
-	slices.SortFunc(out, func(x, y Applied) int {
-		if x.From.Name != y.From.Name {
-			return strings.Compare(x.From.Name, y.From.Name)
-		}
-		if x.From.Inc != y.From.Inc {
-			return cmpUint(x.From.Inc, y.From.Inc)
-		}
-		return cmpUint(x.Seq, y.Seq)
-	})
+	if len(out) > appliedListedMax {
+		slices.SortFunc(out, func(x, y Applied) int { // newest first
+			return cmp.Or(cmp.Compare(set[y.key()], set[x.key()]), cmpApplied(x, y))
+		})
+		out = out[:appliedListedMax]
+	}
+	slices.SortFunc(out, cmpApplied)
 	return out
+}
+
+// key is a, without the run that applied it: as appliedBy records it.
+func (a Applied) key() Applied { return Applied{From: a.From, Seq: a.Seq} }
+
+// cmpApplied orders transfers by sender, then by number.
+func cmpApplied(x, y Applied) int {
+	return cmp.Or(strings.Compare(x.From.Name, y.From.Name), cmpUint(x.From.Inc, y.From.Inc), cmpUint(x.Seq, y.Seq))
 }
 
 // resentOfLocked returns the records of counts sent in place of

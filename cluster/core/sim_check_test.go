@@ -1027,34 +1027,25 @@ type ownGrant struct {
 
 // grantsOfLostCallers returns the units callers counted as the owners of
 // zones of requests they died before deciding.
-func (s *sim) grantsOfLostCallers() []ownGrant {
-	var out []ownGrant
-	for _, r := range s.hist.reqs {
-		if r.done || s.current[r.node.name] == r.node {
-			continue
-		}
-		for i, z := range r.zones {
-			if !r.zoneAt[i].IsZero() && r.zoneOK[i] && r.zoneBy[i] == SourceOwner {
-				out = append(out, ownGrant{key: s.keys[z].key, at: r.zoneAt[i]})
-			}
-		}
-	}
-	return out
-}
+func (s *sim) grantsOfLostCallers() []ownGrant { return s.unfinishedGrants(SourceOwner) }
 
 // fallbackGrantsOfLostCallers returns the units callers admitted by
 // fallback to requests they never finished: the caller's run went away
 // (left, crashed, restarted) before it answered its client. Its fallback
 // count of them reaches the owner if the run sent it on before it went
 // (a leaving run does), else it went with the run: either may be.
-func (s *sim) fallbackGrantsOfLostCallers() []ownGrant {
+func (s *sim) fallbackGrantsOfLostCallers() []ownGrant { return s.unfinishedGrants(SourceFallback) }
+
+// unfinishedGrants returns the units granted, decided by source, to zones
+// of requests whose caller's run went away before it answered them.
+func (s *sim) unfinishedGrants(source Source) []ownGrant {
 	var out []ownGrant
 	for _, r := range s.hist.reqs {
 		if r.done || s.current[r.node.name] == r.node {
 			continue
 		}
 		for i, z := range r.zones {
-			if !r.zoneAt[i].IsZero() && r.zoneOK[i] && r.zoneBy[i] == SourceFallback {
+			if !r.zoneAt[i].IsZero() && r.zoneOK[i] && r.zoneBy[i] == source {
 				out = append(out, ownGrant{key: s.keys[z].key, at: r.zoneAt[i]})
 			}
 		}

@@ -290,7 +290,7 @@
 // break one or the other, about 3 in 10,000, each combining two faults
 // or two changes of one node; every one found is kept as a regression
 // seed (core/testdata/simulation-regression-seeds.txt), and all of them
-// pass (docs/cluster.md). So the bound is what the protocol is built to hold and
+// pass but those listed as known (docs/cluster.md). So the bound is what the protocol is built to hold and
 // what the fixed schedules check, not yet proved for every schedule.
 //
 // What the cluster holds. Once faults heal, the count the cluster holds of

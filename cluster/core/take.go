@@ -80,7 +80,7 @@ type takeGroup struct {
 	client   limiter.Key // the client this group's owner scores, or 0
 	scaled   bool
 	hops     int
-	resealed int // NotYetMine answers waited out, from a node this node had sealed to
+	resealed int // times an owner this node had sealed to was asked again: after its NotYetMine, or a redirect late in the op's patience
 	waited   bool
 	until    int64 // mono: end of the wait for its keys
 	pause    int64 // mono: the views disagree on its owner; ask again then
@@ -525,7 +525,8 @@ func (c *Core) wake(now time.Time, v *view, m int64, g *takeGroup, succ int) {
 // by this node's own view. A group that has gone round more than maxHops
 // nodes is on a node whose view disagrees with the others': it waits a call
 // timeout for the views to agree, and asks again by this node's view, until
-// the op's patience is spent; then fallback decides.
+// the op's patience is spent; then fallback decides, unless this node
+// sealed to the owner its view gives the keys: that owner is asked.
 func (c *Core) redirect(now time.Time, v *view, m int64, op *TakeOp, g *takeGroup, to string) {
 	if c.splitByView(now, v, op) {
 		return
@@ -536,6 +537,19 @@ func (c *Core) redirect(now time.Time, v *view, m int64, op *TakeOp, g *takeGrou
 		return
 	}
 	if m+int64(c.cfg.CallTimeout) > op.deadline {
+		if o, ok := c.sealedOwner(v, g); ok && m < op.deadline && g.resealed < maxResealWaits {
+			// This node told the owner of the keys by its view that it
+			// holds nothing more for them: what it admitted in fallback
+			// now would reach the owner only after it started counting
+			// them. A redirect elsewhere (to a node that view has no
+			// more) came from a view older than the one the owner asked
+			// the seal by: the owner is asked, with what patience is
+			// left, as after its NotYetMine.
+			g.resealed++
+			g.hops = 0
+			g.owner = o
+			return
+		}
 		c.decideByFallback(now, v, op, g)
 		return
 	}
@@ -708,8 +722,19 @@ func (c *Core) sealedToOwner(v *view, to Peer, g *takeGroup) bool {
 	return ok && o.Name != to.Name && c.sealsGiven.gave(o.Name, fp)
 }
 
-// maxResealWaits bounds how often one zone group waits for an owner this
-// node sealed to, before fallback decides it: an owner whose hand-off
+// sealedOwner returns the node view v gives g's keys, if this node sealed
+// to it by v and calls it.
+func (c *Core) sealedOwner(v *view, g *takeGroup) (string, bool) {
+	o, self, ok := c.placeOf(v, g.reqs[0].Key)
+	if !ok || self || !c.sealsGiven.gave(o.Name, v.ring.Fingerprint()) {
+		return "", false
+	}
+	p := c.peers.get(o.Name)
+	return o.Name, p != nil && p.calls()
+}
+
+// maxResealWaits bounds how often one zone group waits for, or asks again,
+// an owner this node sealed to, before fallback decides it: an owner whose hand-off
 // waits for another node may not count for a while.
 const maxResealWaits = 2
 

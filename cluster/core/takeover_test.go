@@ -597,3 +597,50 @@ func TestASurvivorSentOnByAnOlderViewWaitsForTheOwnerItSealedTo(t *testing.T) {
 		t.Fatalf("%s's step after the wait: %+v; want a call to %s", c, a, b)
 	}
 }
+
+// A survivor that declared a member dead asks the node its ring gives the
+// member's key; that node, by its older view, sends the request on to the
+// dead member, until it declares the member dead too and the survivor
+// seals to it. An answer it gave before then, arriving after the seal with
+// little of the request's patience left, must not have the survivor decide
+// the request by fallback: the owner it sealed to may start counting the
+// key before that fallback count reaches it. The survivor asks the owner.
+func TestASurvivorWithLittlePatienceLeftAsksTheOwnerItSealedTo(t *testing.T) {
+	h := newHandNet(t, "n1", "n2", "n3")
+	a, b, c := "n1", "n2", "n3"
+	k := h.keyOwnedBy(a, b)
+	h.down[a] = true
+	h.advance(handTiming.LeaseTime + 100*time.Millisecond) // a's lease ran out
+	h.setMembership(c, []string{a})                        // c declares a dead; b does not yet
+	h.advance(50 * time.Millisecond)
+	cc := h.cores[c]
+
+	tk := &handTake{node: c, res: make([]limiter.Result, 1)}
+	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 10, Window: time.Hour}}}
+	if _, done := cc.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
+		t.Fatalf("%s decided the key at once", c)
+	}
+	if a := cc.Step(h.now, &tk.op); a.Kind != ActCall || a.To.Name != b {
+		t.Fatalf("%s's first step: %+v; want a call to %s", c, a, b)
+	}
+	// The answer comes late, once most of the request's patience is spent
+	// and b has declared a dead and c has sealed to it.
+	h.advance(cc.patience() - 30*time.Millisecond)
+	h.setMembership(b, []string{a})
+	h.advance(10 * time.Millisecond)
+	if h.cores[b].HandoffUnderway() {
+		t.Fatalf("%s does not count %s's keys yet", b, a)
+	}
+	if !cc.sealsGiven.gave(b, cc.view.Load().ring.Fingerprint()) {
+		t.Fatalf("%s did not seal to %s", c, b)
+	}
+	cc.Replied(h.now, &tk.op, ItemReply{Outcome: MovedTo, Owner: a}) // b's older view
+	step := cc.Step(h.now, &tk.op)
+	if step.Kind != ActCall || step.To.Name != b {
+		t.Fatalf("%s's step after the late redirect to %s: %+v (decided by %v); want a call to %s, which it sealed to", c, a, step, tk.op.Decision().Source, b)
+	}
+	h.drive(tk)
+	if !tk.done || tk.d.Source != SourcePeer {
+		t.Errorf("the request: %+v; want it decided by %s", tk.d, b)
+	}
+}

@@ -752,13 +752,19 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		return PullReply{Refused: true}
 	}
 	given, sending := c.out.holdingFor(p.Keys, from, c.mono(now)+int64(2*c.cfg.CallTimeout))
+	held := len(given)
 	var take []limiter.Key
 	var moved []KeyOwner
 	for _, k := range p.Keys {
-		if slices.Contains(sending, k) || c.heldFor(given, k) {
+		if slices.Contains(sending, k) {
 			continue
 		}
-		if to, lent := c.lent.get(k); lent && to.Name != from.Name {
+		// A key with a transfer on its way to the asker is held here: the
+		// transfer goes again, and so does whatever else this node holds
+		// of the key (counts that came for it since, waiting for it to
+		// settle here). Given alone, the transfer would have the asker
+		// settle the key on part of its counts.
+		if to, lent := c.lent.get(k); lent && to.Name != from.Name && !c.heldFor(given, k) {
 			moved = append(moved, KeyOwner{Key: k, Owner: to.Name})
 			continue
 		}
@@ -798,7 +804,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	// to the asker, and nothing here means there was nothing.
 	var elsewhere []limiter.Key
 	for _, k := range take {
-		if heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(statesOfTaken(earlier), k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.counters, func(a arrival) bool { return a.state.Key == k }) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
+		if c.heldFor(given, k) || heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(statesOfTaken(earlier), k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.counters, func(a arrival) bool { return a.state.Key == k }) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
 			continue
 		}
 		if to, ok := c.handed.get(k); ok && to.Name != c.self.Name {
@@ -822,7 +828,6 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 			elsewhere = append(elsewhere, k)
 		}
 	}
-	held := len(given)
 	// This node's own counters go as its own (the asker weighs a replica of
 	// them it may get later against them), with the other runs' counts
 	// they hold; what others sent here for the keys goes as additions, and

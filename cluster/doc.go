@@ -128,6 +128,10 @@
 // and sends again in place of one of those transfers, the run gone, are
 // skipped wherever they come where the record is
 // (TestCountsSentAgainInPlaceOfATransferALeaverAppliedAreSkippedWhereItsCounterWent).
+// Counts a run applied that did not join its counters at once (kept in
+// fallback for want of a majority, passed on) name the transfer the same
+// way wherever they go, as bare additions or inside the counters they
+// join later (TestCountsAppliedWithoutAMajorityGoOnNamingTheirTransfer).
 // Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the

@@ -44,6 +44,7 @@ type Core struct {
 	handed     *handedKeys   // keys whose counters went to another node, and where
 	fallback   *fallback     // decides for owners that cannot be reached
 	replicas   *replicaStore // counters kept for the owners this node succeeds
+	carried    appliedMarks  // transfers of bare additions the counts of a key hold
 	unreached  outOfReach    // keys taken over whose counters are out of reach
 	dirty      dirtyKeys     // keys changed here since the last replication
 	appliedLog appliedLog    // transfers applied here since the last replication
@@ -300,6 +301,8 @@ func (c *Core) Tick(now time.Time) {
 		c.takes.forgetAdopted(m - int64(appliedKeep))
 		c.in.sweep(m, c.peers)
 		c.in.forget(m - int64(appliedKeep))
+		c.carried.held.forget(m - int64(appliedKeep))
+		c.carried.fallback.forget(m - int64(appliedKeep))
 	}
 	c.notifyOutbox()
 }

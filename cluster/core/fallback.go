@@ -325,7 +325,7 @@ func (c *Core) reconcile(now time.Time, v *view) {
 	c.spent(states, ns)
 	c.stats.Reconciled.Add(uint64(len(states)))
 	c.debugCounts("fallback counts go to their owners", states)
-	c.placeAs(now, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states)}, purposeReconcile, sortStates(states))
+	c.placeAs(now, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states), Applied: c.carried.fallback.take(keysOf(states))}, purposeReconcile, sortStates(states))
 }
 
 // reconcileTo sends to the node called to what this node admitted in
@@ -352,6 +352,7 @@ func (c *Core) reconcileTo(now time.Time, v *view, to Peer) bool {
 		if len(t.Holds) > 0 {
 			t.Applied = c.appliedHeld(part, false, Peer{}, t.Holds)
 		}
+		t.Applied = withApplied(t.Applied, c.carried.fallback.take(keysOf(part)))
 		c.sendTransfer(now, to, t, purposeReconcile)
 	}
 	return true
@@ -388,5 +389,5 @@ func (c *Core) foldFallback(now time.Time, v *view, keys []limiter.Key) {
 	c.spent(states, now.UnixNano())
 	c.stats.Reconciled.Add(uint64(len(states)))
 	c.debugCounts("fallback counts folded into keys this node counts now", states)
-	c.placeHere(now, v, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states)}, sortStates(states))
+	c.placeHere(now, v, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states), Applied: c.carried.fallback.take(keysOf(states))}, sortStates(states))
 }

@@ -851,7 +851,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		given = append(given, c.out.transfer(from, t, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	for _, part := range SplitStates(sortStates(adds), TransferBytes) {
-		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, States: part}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, States: part, Applied: c.carried.held.of(keysOf(part))}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	if len(bases) > 0 {
 		given = append(given, c.out.transfer(from, Transfer{Mode: ModeNewer, States: sortStates(bases), Holds: baseHeld}, purposePull, m+int64(2*c.cfg.CallTimeout), false))

@@ -230,7 +230,11 @@ type Transfer struct {
 	// (Was, WasTo) is skipped by the receiver, and by every node the
 	// counters go on to, which lists them again. Without the record, the
 	// counts a leaving run applied came again to wherever its counter went,
-	// and were added a second time.
+	// and were added a second time. With ModeAdd carrying bare additions,
+	// it lists the same of the transfers whose counts they hold that did
+	// not join the counters of the runs that applied them at once (kept in
+	// fallback for want of a majority, passed on): the record goes with
+	// the counts, and with the counters they join (see keyApplied).
 	Applied []Applied
 	// Cancels (ModeAdd, what the sender admitted in fallback) repeats the
 	// cancels the sender made for take items of the keys of States and

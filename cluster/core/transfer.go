@@ -897,6 +897,13 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			c.replicas.noteGivenBack(c.mono(now), t.WasTo, t.was(from), t.Reqs, at)
 		}
 		counted := c.countedHere(now, t)
+		if counted == nil && t.Mode == ModeAdd && !t.carriesCounter() && len(t.States) > 0 {
+			// Counts that do not join this run's counters at once (kept
+			// in fallback, passed on, waiting for their keys) go on
+			// naming this transfer as applied here: the inbox lists it
+			// with the counters only for counts that joined them.
+			t.Applied = withApplied(t.Applied, []Applied{{From: from, Seq: t.Seq, By: c.self}})
+		}
 		c.apply(now, from, t)
 		return counted
 	})
@@ -1001,17 +1008,19 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		case of.Name != "":
 			states, holds = c.replicas.takeNewerOf(of, t.States, t.Holds)
 		}
-		if t.carriesCounter() || len(t.Holds) > 0 {
-			// What the runs whose counts they hold applied: counts sent
-			// again in place of one of those transfers are skipped here,
-			// and wherever the counters go on.
-			c.replicas.noteApplied(c.mono(now), of, t.Applied)
-		}
+		// What the runs whose counts they hold applied: counts sent again
+		// in place of one of those transfers are skipped here, and
+		// wherever the counts go on (bare additions name each run, By).
+		c.replicas.noteApplied(c.mono(now), of, t.Applied)
 		var given []limiter.Request
 		if len(t.Taken) > 0 {
 			given = c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
 		}
 		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds}
+		like.Applied = t.Applied
+		if t.carriesCounter() {
+			like.Applied = foreignApplied(t.Applied, of, t.Holds)
+		}
 		if t.resent() && t.WasTo != c.self {
 			// Counts sent again in place of a transfer to a run this node
 			// may not have taken over: wherever they go, they name that
@@ -1422,7 +1431,7 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 				t.Taken = c.takes.adoptedTaken(keysOf(part))
 			}
 			if t.Mode == ModeAdd && (t.carriesCounter() || len(t.Holds) > 0) {
-				t.Applied = c.appliedHeld(part, t.Own, t.CountersOf, t.Holds)
+				t.Applied = withApplied(c.appliedHeld(part, t.Own, t.CountersOf, t.Holds), like.Applied)
 			}
 			if p == purposeReconcile {
 				t.Cancels = c.out.cancelsFor(owners[name].Peer(), part, c.runDied)
@@ -1447,6 +1456,9 @@ func (c *Core) appliedHeld(states []limiter.State, own bool, of Peer, holds []He
 			a.By = c.self
 			out = append(out, a)
 		}
+		// The transfers of bare additions the counters hold that joined
+		// them later, or came with them.
+		out = append(out, c.carried.held.of(keysOf(states))...)
 	}
 	var runs []Peer
 	if of.Name != "" && of != c.self {
@@ -1521,6 +1533,11 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 				a.of = like.CountersOf
 			}
 		}
+		if mode == ModeAdd && len(like.Applied) > 0 && (c.majority(v) || v.self < 0) {
+			// The counts join this run's counters (at once, or once
+			// their key settles here): the record goes with them.
+			c.carried.held.keep(c.mono(now), []limiter.Key{s.Key}, like.Applied)
+		}
 		if v.ho != nil && c.handoff.arrive(v, c.self.Name, mode, own, own || like.carriesCounter(), a, now) {
 			if c.debugOn() {
 				c.debugCounts("counts kept until their key settles here", []limiter.State{s}, "mode", mode.String())
@@ -1551,6 +1568,9 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			}
 			c.fallback.engine.Merge(now, []limiter.State{s})
 			c.fallback.wrote()
+			if mode == ModeAdd {
+				c.carried.fallback.keep(c.mono(now), []limiter.Key{s.Key}, like.Applied)
+			}
 			continue
 		}
 		if c.debugOn() {
@@ -2071,9 +2091,11 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 }
 
 // copyApplied returns, for a copy (ModeCopy) placed anew, the transfers
-// its run applied, which go with it; nil for other transfers.
+// its run applied, and for bare additions (ModeAdd carrying no counter)
+// the transfers whose counts they hold (see keyApplied): they go with
+// them. Nil for other transfers, whose lists are made anew.
 func copyApplied(t Transfer) []Applied {
-	if t.Mode != ModeCopy {
+	if t.Mode != ModeCopy && (t.Mode != ModeAdd || t.carriesCounter()) {
 		return nil
 	}
 	return t.Applied
@@ -2126,6 +2148,21 @@ func SplitStates(states []limiter.State, budget int) [][]limiter.State {
 	}
 	if start < len(states) {
 		out = append(out, states[start:])
+	}
+	return out
+}
+
+// foreignApplied returns the transfers of list (what counters carried
+// applied) that runs other than of and those of holds applied: records of
+// bare additions the counters hold, which came with them (see keyApplied).
+// The others are on record by their runs (see appliedHeld).
+func foreignApplied(list []Applied, of Peer, holds []Held) []Applied {
+	var out []Applied
+	for _, a := range list {
+		if a.By.Name == "" || a.By == of || slices.ContainsFunc(holds, func(h Held) bool { return h.Run == a.By }) {
+			continue
+		}
+		out = append(out, a)
 	}
 	return out
 }

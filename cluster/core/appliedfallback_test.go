@@ -1,0 +1,87 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// A key's owner, on the smaller side of a split, applies a transfer of
+// what another node admitted in fallback, and keeps its counts in fallback
+// for want of a majority; the acknowledgement is lost. The owner leaves,
+// and its counts go to the key's next owner. The sender, its transfer
+// unacknowledged and its receiver gone, sends the counts again to that
+// node in place of the transfer: they are there already, and are skipped
+// (seed 1795798213455094389 of the simulator: the counts went on as bare
+// additions naming nothing, and were added twice).
+func TestCountsAppliedWithoutAMajorityGoOnNamingTheirTransfer(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	k, load := h.spentKey("n1", "n2", 5)
+	h.advance(20 * time.Millisecond)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+
+	h.cut["n0"], h.cut["n1"] = true, true
+	h.advance(time.Second)
+	if n1.majority(n1.view.Load()) {
+		t.Fatal("n1 has a majority while cut off")
+	}
+	one := n1.engine.StatesOf(h.now, []limiter.Key{k})[0]
+	one.Cur = 1
+	h.unacked[[2]string{"n0", "n1"}] = true
+	n0.sendTransfer(h.now, n1.self, Transfer{Mode: ModeAdd, States: []limiter.State{one}}, purposeReconcile)
+	var sent Transfer
+	for _, o := range n0.Outbox() {
+		sent = o.Msg.(Transfer)
+		h.deliver("n0", o)
+	}
+	n0.out.settle(sent.Seq) // given up on below
+	load.admitted++
+	if got := windowCount(n1.fallback.engine.StatesOf(h.now, []limiter.Key{k})); got != 1 {
+		t.Fatalf("n1 keeps %d of the key in fallback; want the 1 it applied", got)
+	}
+
+	// n1 leaves while still cut off; once the split heals it hands over
+	// what it holds and goes.
+	n1.Leave(h.now)
+	h.pump()
+	var others []Member
+	for _, name := range []string{"n0", "n2", "n3", "n4"} {
+		others = append(others, h.member(name))
+	}
+	for _, name := range []string{"n0", "n2", "n3", "n4"} {
+		var m Membership
+		for _, o := range others {
+			if o.Name != name {
+				m.Members = append(m.Members, o)
+			}
+		}
+		m.Leaving = []Member{h.member("n1")}
+		h.cores[name].SetMembership(h.now, m)
+	}
+	h.pump()
+	h.cut["n0"], h.cut["n1"] = false, false
+	h.advance(2 * time.Second)
+	if !n1.Drained() {
+		t.Fatal("n1 has not handed everything over")
+	}
+	h.down["n1"] = true
+
+	// n0 sends the counts again to the key's owner now, in place of the
+	// transfer to n1.
+	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n2.self.Inc, Mode: ModeAdd, States: []limiter.State{one}, Was: sent.Seq, WasTo: n1.self}, true)
+	h.pump()
+	h.advance(time.Second)
+	var held int64
+	by := map[string]int64{}
+	for _, name := range h.names {
+		if name == "n1" {
+			continue
+		}
+		by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
+		held += by[name]
+	}
+	if held != int64(load.admitted) {
+		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
+	}
+}

@@ -1618,7 +1618,11 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 	reqs = c.handoff.refundLater(v, c.self.Name, reqs) // keys not settled here wait for their counter
 	var away map[string][]limiter.Request
 	owners := map[string]Member{}
-	unsure := c.unsureOfItsKeys(v, c.mono(now))
+	m := c.mono(now)
+	unsure := c.unsureOfItsKeys(v, m)
+	if !unsure {
+		c.foldKept(now, v, c.countingHere(v, m, reqs), 0)
+	}
 	for _, r := range reqs {
 		to, self, ok := c.placeOf(v, r.Key)
 		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
@@ -1653,6 +1657,25 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 	for _, name := range sortedKeys(away) {
 		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeRefund, Reqs: away[name]}, purposeRefund)
 	}
+}
+
+// countingHere returns the requests of reqs whose keys this node counts
+// at m. Units given back for them come off the key's whole count here:
+// what the node kept of the key with its fallback counts (what callers
+// admitted in fallback and sent it while it had no majority, which a
+// refund may follow) joins its engine first (see foldKept), as it does
+// before a request is counted. Given back from the engine's count alone,
+// a unit the kept counts hold would come off a count that lacks it,
+// which goes no lower than nothing, and be counted again when they
+// joined.
+func (c *Core) countingHere(v *view, m int64, reqs []limiter.Request) []limiter.Request {
+	var counted []limiter.Request
+	for _, r := range reqs {
+		if r.Limit.Algorithm != limiter.Concurrency && c.counting(v, r.Key, m) {
+			counted = append(counted, r)
+		}
+	}
+	return counted
 }
 
 // refundAfterCounter keeps the units of reqs whose keys' counters are in
@@ -1697,7 +1720,8 @@ func (c *Core) unsureOfItsKeys(v *view, m int64) bool {
 // fallback (and what arrived meanwhile), not the units its engine
 // admitted: a count cannot go below nothing, and the rest would be kept.
 // Given back once the node knows where the key is counted, they come off
-// that counter: here, or in a refund to the node that counts it.
+// that counter: here (once what the node kept in fallback meanwhile
+// joined it: see countingHere), or in a refund to the node that counts it.
 func (c *Core) holdRefund(r limiter.Request) {
 	if c.debugOn() {
 		c.log.Debug("units given back wait until this node knows where its keys are counted", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))

@@ -1,7 +1,9 @@
 package core
 
 import (
+	"cmp"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/tollgate/tollgate/limiter"
@@ -64,20 +66,34 @@ func (r *keyApplied) take(keys []limiter.Key) []Applied {
 	return r.list(keys, true)
 }
 
+// list returns the newest appliedListedMax records of keys (a list on the
+// wire is bounded, and through a long fault a key's counts gather a record
+// of every fallback transfer applied here; the oldest are those their
+// senders have least cause to send again), sorted.
 func (r *keyApplied) list(keys []limiter.Key, forget bool) []Applied {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.keys) == 0 {
 		return nil
 	}
-	var out []Applied
+	when := map[Applied]int64{}
 	for _, k := range keys {
-		for a := range r.keys[k] {
-			out = append(out, a)
+		for a, m := range r.keys[k] {
+			when[a] = max(when[a], m)
 		}
 		if forget {
 			delete(r.keys, k)
 		}
+	}
+	out := make([]Applied, 0, len(when))
+	for a := range when {
+		out = append(out, a)
+	}
+	if len(out) > appliedListedMax {
+		slices.SortFunc(out, func(x, y Applied) int { // newest first
+			return cmp.Or(cmp.Compare(when[y], when[x]), cmpAppliedBy(x, y))
+		})
+		out = out[:appliedListedMax]
 	}
 	return sortApplied(out)
 }
@@ -104,19 +120,14 @@ func sortApplied(list []Applied) []Applied {
 	if len(list) == 0 {
 		return nil
 	}
-	slices.SortFunc(list, func(x, y Applied) int {
-		if c := cmpApplied(x, y); c != 0 {
-			return c
-		}
-		if x.By.Name != y.By.Name {
-			if x.By.Name < y.By.Name {
-				return -1
-			}
-			return 1
-		}
-		return cmpUint(x.By.Inc, y.By.Inc)
-	})
+	slices.SortFunc(list, cmpAppliedBy)
 	return slices.Compact(list)
+}
+
+// cmpAppliedBy orders transfers by sender, number, then the run that
+// applied them.
+func cmpAppliedBy(x, y Applied) int {
+	return cmp.Or(cmpApplied(x, y), strings.Compare(x.By.Name, y.By.Name), cmpUint(x.By.Inc, y.By.Inc))
 }
 
 // withApplied returns list and more, sorted, without repeats.

@@ -545,8 +545,10 @@ func (r *replicaStore) lessResent(now time.Time, run Peer, applied []Applied, st
 // naming the run that applied it (By), less the counts added here that
 // were sent in place of those transfers to those runs (see noteResent),
 // what it took out, and applied without the transfers whose counts it
-// took out: the counts left hold them no more. The records stay, as with
-// lessResent.
+// took out: the counts left hold them no more. The records of the counts
+// taken out go (as with takeResent): another list naming the same
+// transfer for the same key (the counter the counts joined, sent in the
+// same pull reply) takes them out no more.
 func (r *replicaStore) lessResentBy(now time.Time, applied []Applied, states []limiter.State) (rest, less []limiter.State, still []Applied) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -558,12 +560,32 @@ func (r *replicaStore) lessResentBy(now time.Time, applied []Applied, states []l
 			rest, l, used = r.lessResentLocked(now, a.By, []Applied{a}, rest)
 			if used {
 				less = append(less, l...)
+				r.forgetResentLocked(a.By, a.key(), l)
 				continue
 			}
 		}
 		still = append(still, a)
 	}
 	return rest, less, still
+}
+
+// forgetResentLocked drops, from the record of counts sent in place of
+// transfer a to run, those of the keys of gone. r.mu is held.
+func (r *replicaStore) forgetResentLocked(run Peer, a Applied, gone []limiter.State) {
+	set := r.resent[run]
+	rec, ok := set[a]
+	if !ok {
+		return
+	}
+	rec.states = slices.DeleteFunc(slices.Clone(rec.states), func(x limiter.State) bool { return heldIn(gone, x.Key) })
+	if len(rec.states) == 0 && len(rec.given) == 0 {
+		delete(set, a)
+	} else {
+		set[a] = rec
+	}
+	if len(set) == 0 {
+		delete(r.resent, run)
+	}
 }
 
 // lessResentLocked is lessResent, and reports whether any record of

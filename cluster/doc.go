@@ -132,6 +132,11 @@
 // fallback for want of a majority, passed on) name the transfer the same
 // way wherever they go, as bare additions or inside the counters they
 // join later (TestCountsAppliedWithoutAMajorityGoOnNamingTheirTransfer).
+// Where the counts sent again come first, what comes after naming the
+// transfer (bare additions, a run's counter) is weighed against them, and
+// holds them once
+// (TestCountsSentAgainBeforeTheHandOffNamingTheirTransferCountOnce,
+// TestCountsSentAgainBeforeTheCounterNamingTheirTransferCountOnce).
 // Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the

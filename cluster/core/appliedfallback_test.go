@@ -85,3 +85,155 @@ func TestCountsAppliedWithoutAMajorityGoOnNamingTheirTransfer(t *testing.T) {
 		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
 	}
 }
+
+// As above, but the sender's counts sent again in place of the transfer
+// reach the key's next owner before the leaving owner's hand-off, which
+// still names the transfer as applied: the counts are added once, where
+// they came first, and come off what the hand-off brings.
+func TestCountsSentAgainBeforeTheHandOffNamingTheirTransferCountOnce(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	k, load := h.spentKey("n1", "n2", 5)
+	h.advance(20 * time.Millisecond)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+
+	h.cut["n0"], h.cut["n1"] = true, true
+	h.advance(time.Second)
+	if n1.majority(n1.view.Load()) {
+		t.Fatal("n1 has a majority while cut off")
+	}
+	one := n1.engine.StatesOf(h.now, []limiter.Key{k})[0]
+	one.Cur = 1
+	h.unacked[[2]string{"n0", "n1"}] = true
+	n0.sendTransfer(h.now, n1.self, Transfer{Mode: ModeAdd, States: []limiter.State{one}}, purposeReconcile)
+	var sent Transfer
+	for _, o := range n0.Outbox() {
+		sent = o.Msg.(Transfer)
+		h.deliver("n0", o)
+	}
+	n0.out.settle(sent.Seq) // given up on below
+	load.admitted++
+	if got := windowCount(n1.fallback.engine.StatesOf(h.now, []limiter.Key{k})); got != 1 {
+		t.Fatalf("n1 keeps %d of the key in fallback; want the 1 it applied", got)
+	}
+
+	// n1 leaves while still cut off.
+	n1.Leave(h.now)
+	h.pump()
+	var others []Member
+	for _, name := range []string{"n0", "n2", "n3", "n4"} {
+		others = append(others, h.member(name))
+	}
+	for _, name := range []string{"n0", "n2", "n3", "n4"} {
+		var m Membership
+		for _, o := range others {
+			if o.Name != name {
+				m.Members = append(m.Members, o)
+			}
+		}
+		m.Leaving = []Member{h.member("n1")}
+		h.cores[name].SetMembership(h.now, m)
+	}
+	h.pump()
+
+	// n0 comes back first and sends the counts again to the key's next
+	// owner, in place of the transfer to n1, which is still cut off.
+	h.cut["n0"] = false
+	h.advance(time.Second)
+	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n2.self.Inc, Mode: ModeAdd, States: []limiter.State{one}, Was: sent.Seq, WasTo: n1.self}, true)
+	h.pump()
+
+	// Then n1's links heal: it hands over what it holds, naming the
+	// transfer it applied, and goes.
+	h.cut["n1"] = false
+	h.advance(2 * time.Second)
+	if !n1.Drained() {
+		t.Fatal("n1 has not handed everything over")
+	}
+	h.down["n1"] = true
+	h.advance(time.Second)
+	var held int64
+	by := map[string]int64{}
+	for _, name := range h.names {
+		if name == "n1" {
+			continue
+		}
+		by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
+		held += by[name]
+	}
+	if held != int64(load.admitted) {
+		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
+	}
+}
+
+// A key's owner applies another node's transfer of what it admitted in
+// fallback, and the counts join its counter; the acknowledgement is lost.
+// The owner leaves, cut off, and the sender sends the counts again to the
+// key's next owner in place of the transfer, before the leaving owner's
+// counter, which names the transfer as applied, gets there: the counter
+// holds them, and they are counted once.
+func TestCountsSentAgainBeforeTheCounterNamingTheirTransferCountOnce(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	k, load := h.spentKey("n1", "n2", 5)
+	h.advance(20 * time.Millisecond)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	one := n1.engine.StatesOf(h.now, []limiter.Key{k})[0]
+	one.Cur = 1
+	h.unacked[[2]string{"n0", "n1"}] = true
+	n0.sendTransfer(h.now, n1.self, Transfer{Mode: ModeAdd, States: []limiter.State{one}}, purposeReconcile)
+	var sent Transfer
+	for _, o := range n0.Outbox() {
+		sent = o.Msg.(Transfer)
+		h.deliver("n0", o)
+	}
+	n0.out.settle(sent.Seq) // given up on below
+	load.admitted++
+	if got := h.count("n1", k); got != 6 {
+		t.Fatalf("n1 counts %d of the key; want the 5 it had and the 1 it applied", got)
+	}
+
+	// n1 leaves, cut off before it could hand its counter over.
+	h.cut["n1"] = true
+	n1.Leave(h.now)
+	h.pump()
+	var others []Member
+	for _, name := range []string{"n0", "n2", "n3", "n4"} {
+		others = append(others, h.member(name))
+	}
+	for _, name := range []string{"n0", "n2", "n3", "n4"} {
+		var m Membership
+		for _, o := range others {
+			if o.Name != name {
+				m.Members = append(m.Members, o)
+			}
+		}
+		m.Leaving = []Member{h.member("n1")}
+		h.cores[name].SetMembership(h.now, m)
+	}
+	h.pump()
+
+	// n0 sends the counts again to the key's next owner, in place of the
+	// transfer to n1; then n1's links heal and its counter, naming the
+	// transfer, comes.
+	h.advance(100 * time.Millisecond)
+	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n2.self.Inc, Mode: ModeAdd, States: []limiter.State{one}, Was: sent.Seq, WasTo: n1.self}, true)
+	h.pump()
+	h.cut["n1"] = false
+	h.advance(2 * time.Second)
+	if !n1.Drained() {
+		t.Fatal("n1 has not handed everything over")
+	}
+	h.down["n1"] = true
+	h.advance(time.Second)
+	var held int64
+	by := map[string]int64{}
+	for _, name := range h.names {
+		if name == "n1" {
+			continue
+		}
+		by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
+		held += by[name]
+	}
+	if held != int64(load.admitted) {
+		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
+	}
+}

@@ -498,6 +498,14 @@ func (r *replicaStore) noteResent(m int64, run Peer, a Applied, states []limiter
 	set[a] = rec
 }
 
+// anyResent reports whether counts or units sent in place of a transfer
+// to a dead run are on record here.
+func (r *replicaStore) anyResent() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.resent) > 0
+}
+
 // noteGivenBack records that the units of reqs, counted at the instant at
 // (Unix ns) and given back in place of transfer a to the dead run, were
 // given back here.
@@ -528,14 +536,69 @@ func (r *replicaStore) noteGivenBack(m int64, run Peer, a Applied, reqs []limite
 func (r *replicaStore) lessResent(now time.Time, run Peer, applied []Applied, states []limiter.State) (rest, less []limiter.State) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	rest, less, _ = r.lessResentLocked(now, run, applied, states)
+	return rest, less
+}
+
+// lessResentBy returns states, bare additions (what nodes admitted in
+// fallback) that hold the counts of the transfers applied lists, each
+// naming the run that applied it (By), less the counts added here that
+// were sent in place of those transfers to those runs (see noteResent),
+// what it took out, and applied without the transfers whose counts it
+// took out: the counts left hold them no more. The records of the counts
+// taken out go (as with takeResent): another list naming the same
+// transfer for the same key (the counter the counts joined, sent in the
+// same pull reply) takes them out no more.
+func (r *replicaStore) lessResentBy(now time.Time, applied []Applied, states []limiter.State) (rest, less []limiter.State, still []Applied) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rest = states
+	for _, a := range applied {
+		if a.By.Name != "" {
+			var l []limiter.State
+			var used bool
+			rest, l, used = r.lessResentLocked(now, a.By, []Applied{a}, rest)
+			if used {
+				less = append(less, l...)
+				r.forgetResentLocked(a.By, a.key(), l)
+				continue
+			}
+		}
+		still = append(still, a)
+	}
+	return rest, less, still
+}
+
+// forgetResentLocked drops, from the record of counts sent in place of
+// transfer a to run, those of the keys of gone. r.mu is held.
+func (r *replicaStore) forgetResentLocked(run Peer, a Applied, gone []limiter.State) {
+	set := r.resent[run]
+	rec, ok := set[a]
+	if !ok {
+		return
+	}
+	rec.states = slices.DeleteFunc(slices.Clone(rec.states), func(x limiter.State) bool { return heldIn(gone, x.Key) })
+	if len(rec.states) == 0 && len(rec.given) == 0 {
+		delete(set, a)
+	} else {
+		set[a] = rec
+	}
+	if len(set) == 0 {
+		delete(r.resent, run)
+	}
+}
+
+// lessResentLocked is lessResent, and reports whether any record of
+// applied met a count of states. r.mu is held.
+func (r *replicaStore) lessResentLocked(now time.Time, run Peer, applied []Applied, states []limiter.State) (rest, less []limiter.State, used bool) {
 	set := r.resent[run]
 	if len(set) == 0 {
-		return states, nil
+		return states, nil, false
 	}
 	rest = slices.Clone(states)
 	drop := make([]bool, len(rest))
 	for _, a := range applied {
-		rec, ok := set[a]
+		rec, ok := set[a.key()]
 		if !ok {
 			continue
 		}
@@ -548,6 +611,7 @@ func (r *replicaStore) lessResent(now time.Time, run Peer, applied []Applied, st
 					continue
 				}
 				less = append(less, x)
+				used = true
 				if d, ok := limiter.SubState(now, rest[i], x); ok {
 					rest[i] = d
 				} else {
@@ -562,7 +626,7 @@ func (r *replicaStore) lessResent(now time.Time, run Peer, applied []Applied, st
 			out = append(out, s)
 		}
 	}
-	return out, less
+	return out, less, used
 }
 
 // takeResent returns the counts of the keys of states added here, and

@@ -1020,6 +1020,17 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		like.Applied = t.Applied
 		if t.carriesCounter() {
 			like.Applied = foreignApplied(t.Applied, of, t.Holds)
+			states = c.countersLessResent(now, of, t.Applied, t.Holds, states)
+		} else if len(t.Applied) > 0 {
+			// Bare additions holding the counts of transfers their runs
+			// applied (kept in fallback, passed on): counts their senders
+			// sent here in place of those transfers, added here before,
+			// come off them, and they name those transfers no more
+			// wherever they go. Counts sent again that come after them
+			// are skipped by the record (see noteApplied).
+			var less []limiter.State
+			states, less, like.Applied = c.replicas.lessResentBy(now, t.Applied, states)
+			c.debugCounts("counts sent here in place of transfers their runs applied are not added again", less)
 		}
 		if t.resent() && t.WasTo != c.self {
 			// Counts sent again in place of a transfer to a run this node
@@ -1235,6 +1246,52 @@ func (c *Core) cancellable() []Taken {
 	}
 	slices.SortFunc(out, func(a, b Taken) int { return strings.Compare(a.Caller.Name, b.Caller.Name) })
 	return out
+}
+
+// countersLessResent weighs the transfers whose counts states hold,
+// counters of the run of (Applied: each naming the run that applied it,
+// By, or else of), against the counts added here that were sent in place
+// of them, as evictedApplied does for each of those runs: the counters,
+// handed over or passed on, came after those counts, and hold them too. Only counters of
+// keys counted here are weighed: elsewhere the counts sent again went on
+// to the key's owner, as the counters do, and are weighed there. holds
+// names the generation of each run's counter. It returns states, less
+// what was taken out.
+func (c *Core) countersLessResent(now time.Time, of Peer, applied []Applied, holds []Held, states []limiter.State) []limiter.State {
+	if len(applied) == 0 || !c.replicas.anyResent() {
+		return states
+	}
+	v := c.view.Load()
+	var here, elsewhere []limiter.State
+	for _, s := range states {
+		if _, self, ok := c.placeOf(v, s.Key); ok && self && v.self >= 0 && c.majority(v) {
+			here = append(here, s)
+		} else {
+			elsewhere = append(elsewhere, s)
+		}
+	}
+	if len(here) == 0 {
+		return states
+	}
+	byRun := map[Peer][]Applied{}
+	var runs []Peer
+	for _, a := range applied {
+		run := a.By
+		if run.Name == "" {
+			run = of
+		}
+		if run.Name == "" || run == c.self {
+			continue
+		}
+		if _, ok := byRun[run]; !ok {
+			runs = append(runs, run)
+		}
+		byRun[run] = append(byRun[run], a.key())
+	}
+	for _, run := range runs {
+		here = c.evictedApplied(now, run, byRun[run], holds, here)
+	}
+	return sortStates(append(here, elsewhere...))
 }
 
 // evictedApplied weighs the transfers the evicted run applied (Applied)

@@ -19,7 +19,8 @@ import (
 // its source answers a pull for it (with its counts, or with nothing), or
 // when every source has sealed: told this node that, under the same ring,
 // it holds nothing more of this node's keys, no transfer to it
-// unacknowledged and no fallback count for its keys unsent. The sources
+// unacknowledged, no fallback count for its keys unsent and no dead run's
+// replica of them unsent. The sources
 // are the members of the stable ring that lost keys to this node: all of
 // them for a node that joined, and a node that is leaving. Counts of a
 // member that died live in replicas at its successors and in the fallback
@@ -1016,6 +1017,17 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 	}
 	if c.reconcileTo(now, v, from) {
 		return SealReply{} // sent now: sealed once acknowledged
+	}
+	if c.replicas.keeps(now, func(owner Peer, k limiter.Key) bool {
+		o, ok := v.ring.Owner(k.Route())
+		return ok && o.Name == from.Name && c.runDied(owner)
+	}) {
+		// A dead run's replica of one of the asker's keys: this node
+		// sends it to the asker as that run's counter once it has a
+		// majority (handOverReplicas), and not before. Sealed meanwhile,
+		// the asker would count the key from what it has, and the
+		// replica come later, on top.
+		return SealReply{}
 	}
 	c.sealsGiven.note(from.Name, q.Ring)
 	if c.debugOn() {

@@ -841,6 +841,19 @@ func (r *replicaStore) takeOwned(now time.Time, pick func(owner Peer, k limiter.
 	return out
 }
 
+// keeps reports whether a live replica pick chooses is kept.
+func (r *replicaStore) keeps(now time.Time, pick func(owner Peer, k limiter.Key) bool) bool {
+	ns := now.UnixNano()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, rep := range r.states {
+		if rep.state.Expires > ns && pick(rep.owner, k) {
+			return true
+		}
+	}
+	return false
+}
+
 // dropOf removes the replica of k if owner keeps it; it reports whether
 // it did.
 func (r *replicaStore) dropOf(k limiter.Key, owner Peer) bool {

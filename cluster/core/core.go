@@ -60,8 +60,11 @@ type Core struct {
 
 	// answering: a majority of the nodes this node knows of answer it
 	// (see updateAnswering); without one it counts nothing as an owner.
-	answering   atomic.Bool
-	regained    atomic.Bool // a majority answers again: replicas kept meanwhile go on
+	answering atomic.Bool
+	regained  atomic.Bool // a majority answers again: replicas kept meanwhile go on
+	// lacked: a tick found this member without a majority, and none has
+	// found it with one again since (see tickStandstill).
+	lacked      atomic.Bool
 	answeringMu sync.Mutex
 
 	takeSeq atomic.Uint64 // numbers take items sent

@@ -206,7 +206,9 @@ func (c *Core) tickStandstill(now time.Time, m int64) {
 			c.pingNow(p, m)
 		}
 	}
-	if !c.stood.tick(m) {
+	paused := c.stood.tick(m)
+	regained := c.majorityRegained(c.view.Load())
+	if !paused && !regained {
 		return
 	}
 	var peers []*peerState
@@ -218,7 +220,11 @@ func (c *Core) tickStandstill(now time.Time, m int64) {
 		}
 	}
 	c.stood.start(m, c.standstillHold(), runs)
-	c.log.Info("this node stood still: its keys wait for what the others admitted meanwhile", "node", c.self.Name, "peers", len(runs))
+	if paused {
+		c.log.Info("this node stood still: its keys wait for what the others admitted meanwhile", "node", c.self.Name, "peers", len(runs))
+	} else {
+		c.log.Info("a majority answers again: this node's keys wait until its peers tell whether they took them over", "node", c.self.Name, "peers", len(runs))
+	}
 	c.notifySettled() // requests that came before this tick wait for the answers now, or count
 	for _, p := range peers {
 		p.mu.Lock()
@@ -227,6 +233,29 @@ func (c *Core) tickStandstill(now time.Time, m int64) {
 		p.mu.Unlock()
 		c.out.request(p.peer, c.ping(), m, nil)
 	}
+}
+
+// majorityRegained notes whether this member lacks a majority by v, and
+// reports whether it has one again after a tick found it without one.
+// Without a majority, the larger side may have declared it dead and taken
+// its keys over from their replicas; a majority answering again (its own
+// side, and nodes it hears of for the first time, which no failed call
+// marks as down) is no word that none did. So the node asks its peers, as
+// after standing still: its keys, and the units given back for them, wait
+// for their answers (a peer that took its keys over says so, and the node
+// stops counting them). Given back from its own counter before that, a
+// unit is lost where the counter meets the replica the others started
+// from: the two are copies of one counter, and the larger stands.
+func (c *Core) majorityRegained(v *view) bool {
+	if v == nil || v.self < 0 {
+		c.lacked.Store(false)
+		return false
+	}
+	if !c.majority(v) {
+		c.lacked.Store(true)
+		return false
+	}
+	return c.lacked.Swap(false)
 }
 
 // owedTo returns the numbers of the transfers to the run to, of the

@@ -1757,11 +1757,11 @@ func (c *Core) refundAfterCounter(reqs []limiter.Request) (rest []limiter.Reques
 
 // unsureOfItsKeys reports whether this member cannot know at m that no
 // other node took its keys over from their replicas: it has no majority
-// (the larger side may have), or it stood still and has not heard from
-// its peers since (they may have declared it dead meanwhile; see
-// standstill).
+// (the larger side may have), or it stood still or regained its majority
+// and has not heard from its peers since (they may have declared it dead
+// meanwhile; see standstill and majorityRegained).
 func (c *Core) unsureOfItsKeys(v *view, m int64) bool {
-	return v.self >= 0 && (!c.majority(v) || c.stood.holds(m))
+	return v.self >= 0 && (!c.majority(v) || c.lacked.Load() || c.stood.holds(m))
 }
 
 // holdRefund keeps r's units, given back while this node's engine counts

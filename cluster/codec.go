@@ -313,8 +313,14 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 	encodePeer(e, t.Caller)
 	e.u64(t.Was)
 	encodePeer(e, t.WasTo)
-	if t.Was != 0 { // who sent the transfer replaced: only when there is one
+	if t.Was != 0 { // who sent the transfer replaced, and those it replaced: only when there is one
 		encodePeer(e, t.WasFrom)
+		e.u32(uint32(len(t.Earlier)))
+		for _, m := range t.Earlier {
+			encodePeer(e, m.From)
+			e.u64(m.Seq)
+			encodePeer(e, m.To)
+		}
 	}
 	e.flag(t.Own)
 	encodePeer(e, t.CountersOf)
@@ -390,6 +396,12 @@ func decodeTransfer(d *decoder) core.Transfer {
 	t.WasTo = decodePeer(d)
 	if t.Was != 0 {
 		t.WasFrom = decodePeer(d)
+		if n := d.count32(maxList, 9+8+9); n > 0 {
+			t.Earlier = make([]core.Replaced, n)
+			for i := range t.Earlier {
+				t.Earlier[i] = core.Replaced{From: decodePeer(d), Seq: d.u64(), To: decodePeer(d)}
+			}
+		}
 	}
 	t.Own = d.flag()
 	t.CountersOf = decodePeer(d)

@@ -110,6 +110,13 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 		if t.WasFrom.Name != "" {
 			args = append(args, "was_from", t.WasFrom.Name)
 		}
+		if len(t.Earlier) > 0 {
+			var earlier []string
+			for _, m := range t.Earlier {
+				earlier = append(earlier, fmt.Sprintf("%s:%d>%s", m.From.Name, m.Seq, m.To.Name))
+			}
+			args = append(args, "earlier", earlier)
+		}
 	}
 	if t.Caller.Name != "" {
 		args = append(args, "caller", t.Caller.Name)

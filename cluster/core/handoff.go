@@ -107,14 +107,15 @@ type arrival struct {
 	// wasTo, the transfer they replace, which goes with them (see
 	// Transfer.WasFrom): kept apart from other additions, they may go on
 	// to wasTo, which skips them if it applied it.
-	was   Applied
-	wasTo Peer
+	was     Applied
+	wasTo   Peer
+	earlier []Replaced // the transfers was replaced (Transfer.Earlier)
 }
 
 // mark sets on t the transfer a's counts replace, if any.
 func (a arrival) mark(t *Transfer) {
 	if a.wasTo.Name != "" {
-		t.Was, t.WasFrom, t.WasTo = a.was.Seq, a.was.From, a.wasTo
+		t.Was, t.WasFrom, t.WasTo, t.Earlier = a.was.Seq, a.was.From, a.wasTo, a.earlier
 	}
 }
 

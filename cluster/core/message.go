@@ -183,6 +183,14 @@ type Transfer struct {
 	// transfer still, and WasTo, if it applied that transfer, skips them.
 	// Passed on as bare additions, they were added again there.
 	WasFrom Peer
+	// Earlier (with Was, bare additions sent again) lists the transfers
+	// that transfer Was itself carried again, first sent first: counts
+	// sent again in place of a transfer that carried them again are one
+	// count with every transfer of the line, wherever they go. A run
+	// named To in it that applied its transfer skips them, as WasTo
+	// does for Was. Naming the last transfer alone, counts sent again
+	// twice came to the run that applied the first, and were added twice.
+	Earlier []Replaced
 	// Own (ModeAdd): these are the sender's own counters of the keys,
 	// handed over; a replica of them the receiver keeps for the sender is
 	// stale from now on.
@@ -307,6 +315,37 @@ func (t Transfer) was(from Peer) Applied {
 	return Applied{From: from, Seq: t.Was}
 }
 
+// marks returns, for counts sent again (resent), every transfer whose
+// counts t, from from, carries again: Earlier, then Was.
+func (t Transfer) marks(from Peer) []Replaced {
+	if !t.resent() {
+		return nil
+	}
+	was := t.was(from)
+	return append(slices.Clip(t.Earlier), Replaced{From: was.From, Seq: was.Seq, To: t.WasTo})
+}
+
+// markWith sets on t, as the transfers its counts carry again, marks
+// but those naming self as their receiver (which applied its copy of
+// the counts already, or does now): the last of them is Was.
+func (t *Transfer) markWith(marks []Replaced, self Peer) {
+	var rest []Replaced
+	for _, m := range marks {
+		if m.To != self {
+			rest = append(rest, m)
+		}
+	}
+	if len(rest) == 0 {
+		return
+	}
+	last := rest[len(rest)-1]
+	t.Was, t.WasFrom, t.WasTo = last.Seq, last.From, last.To
+	t.Earlier = rest[: len(rest)-1 : len(rest)-1]
+	if len(t.Earlier) == 0 {
+		t.Earlier = nil
+	}
+}
+
 // resent reports whether t carries bare additions sent again in place of
 // a transfer to a run that was taken for dead (see Was).
 func (t Transfer) resent() bool {
@@ -396,6 +435,14 @@ type Applied struct {
 	// lists it names (ModeAdd: a counter handed over or passed on lists
 	// what the runs whose counts it holds applied to them).
 	By Peer
+}
+
+// Replaced is a transfer whose counts were sent again in its place: the
+// run that sent it, its number, and the run it went to.
+type Replaced struct {
+	From Peer
+	Seq  uint64
+	To   Peer
 }
 
 // Ack answers a Transfer.

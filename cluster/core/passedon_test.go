@@ -101,3 +101,55 @@ func TestCountsSentAgainSplitByKeyAreAddedOnceEach(t *testing.T) {
 		}
 	}
 }
+
+// A key's owner applies a transfer of what another node admitted in
+// fallback, and its acknowledgement is lost. The sender sends the counts
+// again to a third node in its place, and gives that transfer up too (the
+// third node is cut off): the counts it sends in place of the second
+// transfer come to the owner, which applied the first. They are one count
+// with both transfers: the owner skips them (seed 1795804671983715026 of
+// the simulator: the counts named only the second transfer, and the
+// owner added them twice).
+func TestCountsSentAgainInPlaceOfCountsSentAgainNameTheFirstTransfer(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k, load := h.spentKey("n1", "n2", 5)
+	h.advance(20 * time.Millisecond)
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+
+	one := n1.engine.StatesOf(h.now, []limiter.Key{k})[0]
+	one.Cur = 1
+	n0.sendTransfer(h.now, n1.self, Transfer{Mode: ModeAdd, States: []limiter.State{one}}, purposeReconcile)
+	var first Transfer
+	for _, o := range n0.Outbox() {
+		first = o.Msg.(Transfer)
+		n1.Handle(h.now, n0.Self(), o.Msg) // applied, the acknowledgement lost
+		n0.Failed(h.now, o.ID)
+	}
+	n0.out.settle(first.Seq) // given up on
+	load.admitted++
+
+	// Sent again to n3 in place of the first, and lost there.
+	again := n0.out.transfer(h.cores["n3"].self, Transfer{Mode: ModeAdd, States: []limiter.State{one}}, purposeReconcile, n0.mono(h.now), false)
+	again.Was, again.WasTo = first.Seq, n1.self
+	n0.out.retargeted(again.Seq, again, n0.mono(h.now))
+	for _, o := range n0.Outbox() {
+		n0.Failed(h.now, o.ID)
+	}
+	pt, ok := n0.out.settle(again.Seq)
+	if !ok {
+		t.Fatal("the transfer sent again is not pending")
+	}
+	// Given up on as well: its counts go where the key is counted, n1.
+	n0.retarget(h.now, pt, pt.t.States, nil)
+	h.pump()
+	h.advance(time.Second)
+	var held int64
+	by := map[string]int64{}
+	for _, name := range h.names {
+		by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
+		held += by[name]
+	}
+	if held != int64(load.admitted) {
+		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
+	}
+}

@@ -196,7 +196,7 @@ func (o *outbox) retargeted(seq uint64, t Transfer, m int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	pt := o.transfers[seq]
-	pt.t.Was, pt.t.WasFrom, pt.t.WasTo = t.Was, t.WasFrom, t.WasTo
+	pt.t.Was, pt.t.WasFrom, pt.t.WasTo, pt.t.Earlier = t.Was, t.WasFrom, t.WasTo, t.Earlier
 	o.sendLocked(pt, m)
 }
 
@@ -851,12 +851,18 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		}
 	}
 	// Counts sent again in place of a transfer to this run, which came
-	// back, maybe passed on by a node that did not take it over: skipped
-	// if this run applied that transfer, else applied once, whichever of
-	// their copies comes first.
+	// back, maybe passed on by a node that did not take it over, or sent
+	// again once more: skipped if this run applied that transfer, else
+	// applied once, whichever of their copies comes first.
 	mine := false
-	if t.resent() && t.WasTo == c.self {
-		states := c.in.firstCopies(t.was(from), t.States, c.mono(now))
+	marks := t.marks(from)
+	if slices.ContainsFunc(marks, func(m Replaced) bool { return m.To == c.self }) {
+		states := t.States
+		for _, m := range marks {
+			if m.To == c.self && len(states) > 0 {
+				states = c.in.firstCopies(Applied{From: m.From, Seq: m.Seq}, states, c.mono(now))
+			}
+		}
 		mine = len(states) == 0
 		if !mine && len(states) < len(t.States) {
 			if c.debugOn() {
@@ -873,9 +879,12 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			c.debugTransfer("transfer skipped: this run applied the one it replaces", from, t, 0)
 			return nil
 		}
-		if t.Was != 0 && c.replicas.applied(t.WasTo, t.was(from)) {
-			// The dead receiver applied it, and its replicas here, or its
-			// counters read back from a snapshot, hold it.
+		if t.Was != 0 && c.replicas.applied(t.WasTo, t.was(from)) || slices.ContainsFunc(t.Earlier, func(m Replaced) bool {
+			return c.replicas.applied(m.To, Applied{From: m.From, Seq: m.Seq})
+		}) {
+			// The dead receiver applied it (or one it replaced), and its
+			// replicas here, or its counters read back from a snapshot,
+			// hold it.
 			c.debugTransfer("transfer skipped: its dead receiver applied it", from, t, 0)
 			return nil
 		}
@@ -885,7 +894,9 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		if t.Was != 0 && t.Mode == ModeAdd && !t.carriesCounter() {
 			// Counts the dead receiver may have applied: a snapshot of its
 			// that comes later, and holds them, adds them no more.
-			c.replicas.noteResent(c.mono(now), t.WasTo, t.was(from), t.States)
+			for _, m := range marks {
+				c.replicas.noteResent(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, t.States)
+			}
 		}
 		if t.Was != 0 && t.Mode == ModeRefund {
 			// Units the dead receiver may have given back: its counter,
@@ -1032,12 +1043,12 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			states, less, like.Applied = c.replicas.lessResentBy(now, t.Applied, states)
 			c.debugCounts("counts sent here in place of transfers their runs applied are not added again", less)
 		}
-		if t.resent() && t.WasTo != c.self {
+		if t.resent() {
 			// Counts sent again in place of a transfer to a run this node
 			// may not have taken over: wherever they go, they name that
-			// transfer, which the run may have applied.
-			was := t.was(from)
-			like.Was, like.WasFrom, like.WasTo = was.Seq, was.From, t.WasTo
+			// transfer, which the run may have applied, and those it
+			// replaced.
+			like.markWith(t.marks(from), c.self)
 		}
 		c.placeAs(now, like, purposeForward, states)
 		if len(given) > 0 {
@@ -1582,7 +1593,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			a.applied = like.Applied
 		}
 		if like.resent() {
-			a.was, a.wasTo = like.was(c.self), like.WasTo
+			a.was, a.wasTo, a.earlier = like.was(c.self), like.WasTo, like.Earlier
 		}
 		if named {
 			a.holds = holds
@@ -1904,7 +1915,7 @@ func (c *Core) replaceRefused(now time.Time) {
 		if c.debugOn() {
 			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose)
 		}
-		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t), Was: pt.t.Was, WasTo: pt.t.WasTo, Taken: pt.t.Taken}, pt.purpose, pt.t.States)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t), Was: pt.t.Was, WasFrom: pt.t.WasFrom, WasTo: pt.t.WasTo, Earlier: pt.t.Earlier, Taken: pt.t.Taken}, pt.purpose, pt.t.States)
 	}
 	if len(gone) > 0 {
 		c.notifySettled()
@@ -2093,10 +2104,14 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	// mark names the transfer whose counts the parts carry again: this
 	// one, or, for counts it carried again itself to the same receiver,
 	// the one they replace (that receiver, if it applied either, holds
-	// them: see firstCopies).
+	// them: see firstCopies). Counts this one carried again in place of
+	// transfers to other runs name those transfers too (Earlier): any of
+	// their receivers may have applied them.
 	mark := Transfer{Was: was.Seq, WasTo: pt.to}
 	if pt.t.resent() && pt.t.WasTo == pt.to {
-		mark.Was, mark.WasFrom = pt.t.Was, pt.t.WasFrom
+		mark.Was, mark.WasFrom, mark.Earlier = pt.t.Was, pt.t.WasFrom, pt.t.Earlier
+	} else if pt.t.resent() {
+		mark.Earlier = pt.t.marks(c.self)
 	}
 	type part struct {
 		to     Member
@@ -2148,13 +2163,18 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	if pt.t.Mode == ModeEvicted && pt.t.Evicted == c.self {
 		c.evictedOutOfReach(now, pt.to, states)
 	}
-	if !c.replicas.applied(pt.to, was) && !c.replicas.applied(pt.to, mark.was(c.self)) {
+	if !c.replicas.applied(pt.to, was) && !c.replicas.applied(pt.to, mark.was(c.self)) && !slices.ContainsFunc(mark.Earlier, func(m Replaced) bool {
+		return c.replicas.applied(m.To, Applied{From: m.From, Seq: m.Seq})
+	}) {
 		like := pt.t
 		if pt.t.Mode == ModeAdd && !pt.t.carriesCounter() {
 			c.replicas.noteResent(c.mono(now), pt.to, mark.was(c.self), here) // see handleTransfer
+			for _, m := range mark.Earlier {
+				c.replicas.noteResent(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, here)
+			}
 			// Kept here until their keys settle, they may go to the
 			// receiver after all, if it comes back: naming the transfer.
-			like.Was, like.WasFrom, like.WasTo = mark.Was, mark.WasFrom, mark.WasTo
+			like.Was, like.WasFrom, like.WasTo, like.Earlier = mark.Was, mark.WasFrom, mark.WasTo, mark.Earlier
 		}
 		c.notePromotedHere(now, pt.t.ReplicaOf, here, pt.t.Holds)
 		c.placeHere(now, v, like, here)
@@ -2164,7 +2184,7 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
 		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t), Taken: pt.t.Taken}, pt.purpose, c.mono(now), false)
-		t.Was, t.WasFrom, t.WasTo = mark.Was, mark.WasFrom, mark.WasTo
+		t.Was, t.WasFrom, t.WasTo, t.Earlier = mark.Was, mark.WasFrom, mark.WasTo, mark.Earlier
 		c.out.retargeted(t.Seq, t, c.mono(now))
 		c.debugTransfer("transfer sent in place of one to a gone receiver", p.to.Peer(), t, pt.purpose)
 	}

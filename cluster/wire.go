@@ -25,7 +25,9 @@ import (
 // names, in a pull, the run asked, and with counters the other runs'
 // counts they hold; it repeats, in a transfer of what a node admitted in
 // fallback, the cancels of take items it has not had acknowledged; and it
-// lists, with a snapshot's copies, the transfers their run had applied.
+// lists, with a snapshot's copies, the transfers their run had applied;
+// and it names, with counts sent again in place of a transfer, who sent
+// that transfer and every transfer it replaced in turn.
 const ProtocolVersion = 7
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is

@@ -1308,8 +1308,15 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 
 // handOver sends the counters this node holds but does not own by v to
 // their owners: the engine's (see sendAway), and replicas of dead members'
-// keys that other nodes own now.
+// keys that other nodes own now. Units given back while this node could
+// not know where its keys are counted (see holdRefund) come off first,
+// if it knows now (a leaver, out of its ring, does): they go with the
+// counters. Given back after the counters left, they would wait for
+// the counters' acknowledgements (see refundAfterCounter), and a leaver
+// whose run ends before those come (its leave timed out) would take them
+// along while its counters stand where they went: counted twice there.
 func (c *Core) handOver(now time.Time, v *view) {
+	c.tickRefunds(now)
 	away := func(k limiter.Key) bool {
 		_, mine, ok := c.placeOf(v, k)
 		return ok && !mine

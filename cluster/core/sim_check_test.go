@@ -751,11 +751,36 @@ func (s *sim) cutOffLately(n *simNode) bool {
 // node that crashes): all it holds.
 func (s *sim) noteLeftCutOff(n *simNode) {
 	for z, key := range s.keys {
-		if lost := s.engineCount(n.engine, key.key) + s.heldBy(n, key.key); lost > 0 {
+		if lost := s.engineCount(n.engine, key.key) + s.heldBy(n, key.key) + s.evictedBy(n, key.key); lost > 0 {
 			s.hist.loss[key.key] += lost
 			s.logf("%s left cut off: may lose %d of key %d", n.name, lost, z)
 		}
 	}
+}
+
+// evictedBy is what node n, declared dead, holds of k in the counters it
+// sends to the nodes that kept their replicas (ModeEvicted), not yet
+// acknowledged. They are no part of heldBy (their receivers weigh them
+// against the replicas they started the keys from, so the cluster's count
+// is not their sum), but a run that leaves cut off takes them with it as
+// it would take its engine's counters, had it not been told it was dead
+// just before.
+func (s *sim) evictedBy(n *simNode, k limiter.Key) int64 {
+	c := n.core
+	var total int64
+	c.out.mu.Lock()
+	defer c.out.mu.Unlock()
+	for _, pt := range c.out.transfers {
+		if pt.t.Mode != ModeEvicted {
+			continue
+		}
+		for _, st := range pt.t.States {
+			if st.Key == k {
+				total += windowCount([]limiter.State{st})
+			}
+		}
+	}
+	return total
 }
 
 // noteLostRun records a run whose counts now live on in replicas only.

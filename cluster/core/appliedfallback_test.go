@@ -186,8 +186,9 @@ func (h *handNet) resendInPlace(one limiter.State, sent Transfer) {
 	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n2.self.Inc, Mode: ModeAdd, States: []limiter.State{one}, Was: sent.Seq, WasTo: n1.self}, true)
 }
 
-// holdsAdmitted checks that the nodes but gone hold, counted and in
-// fallback, admitted of k: nothing lost, nothing counted twice.
+// holdsAdmitted checks that the nodes but gone ("" for none) hold,
+// counted and in fallback, admitted of k: nothing lost, nothing counted
+// twice.
 func (h *handNet) holdsAdmitted(k limiter.Key, admitted int, gone string) {
 	h.t.Helper()
 	var held int64

@@ -38,15 +38,7 @@ func TestCountsSentAgainAndPassedOnToTheReceiverThatAppliedThemAreSkipped(t *tes
 	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n2.self.Inc, Mode: ModeAdd, States: []limiter.State{one}, Was: sent.Seq, WasTo: n1.self}, true)
 	h.pump()
 	h.advance(time.Second)
-	var held int64
-	by := map[string]int64{}
-	for _, name := range h.names {
-		by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
-		held += by[name]
-	}
-	if held != int64(load.admitted) {
-		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
-	}
+	h.holdsAdmitted(k, load.admitted, "")
 }
 
 // A transfer of what a node admitted in fallback, for two keys of one
@@ -143,13 +135,5 @@ func TestCountsSentAgainInPlaceOfCountsSentAgainNameTheFirstTransfer(t *testing.
 	n0.retarget(h.now, pt, pt.t.States, nil)
 	h.pump()
 	h.advance(time.Second)
-	var held int64
-	by := map[string]int64{}
-	for _, name := range h.names {
-		by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
-		held += by[name]
-	}
-	if held != int64(load.admitted) {
-		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
-	}
+	h.holdsAdmitted(k, load.admitted, "")
 }

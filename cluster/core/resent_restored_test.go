@@ -44,15 +44,7 @@ func TestATransferAnEarlierRunAppliedIsSkippedByTheRunThatReadItsSnapshotBack(t 
 	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{one}, Was: sent.Seq, WasTo: earlier}, true)
 	h.pump()
 	h.advance(time.Second)
-	var held int64
-	by := map[string]int64{}
-	for _, name := range h.names {
-		by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
-		held += by[name]
-	}
-	if held != int64(load.admitted) {
-		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
-	}
+	h.holdsAdmitted(k, load.admitted, "")
 }
 
 // A key's owner takes a unit for a request another node forwarded; the
@@ -95,15 +87,7 @@ func TestARefundAnEarlierRunAppliedIsSkippedByTheRunThatReadItsSnapshotBack(t *t
 	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: []limiter.Request{unit}, Was: sent.Seq, WasTo: earlier}, true)
 	h.pump()
 	h.advance(time.Second)
-	var held int64
-	by := map[string]int64{}
-	for _, name := range h.names {
-		by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
-		held += by[name]
-	}
-	if held != int64(load.admitted) {
-		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
-	}
+	h.holdsAdmitted(k, load.admitted, "")
 }
 
 // A key's owner applies a transfer of what another node admitted in
@@ -153,15 +137,7 @@ func TestEvictedCountersDoNotAddATransferSentAgainInPlaceOfOneTheirRunApplied(t 
 	h.cores["n2"].handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: h.incs["n2"], Mode: ModeAdd, CountersOf: n1.self, States: counter}, true)
 	h.pump()
 	h.advance(time.Second)
-	var held int64
-	by := map[string]int64{}
-	for _, name := range h.names {
-		by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
-		held += by[name]
-	}
-	if held != int64(load.admitted) {
-		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
-	}
+	h.holdsAdmitted(k, load.admitted, "")
 }
 
 // restartN1FromSnapshot starts n1's next run in a handNet of n0, n1 and

@@ -48,13 +48,5 @@ func TestACountsTransferGivenUpOnGoesWhereItsDeadReceiversReplicasWent(t *testin
 		h.setMembership(name, nil)
 	}
 	h.advance(3 * time.Second)
-	var held int64
-	by := map[string]int64{}
-	for _, name := range h.names {
-		by[name] = h.count(name, k) + windowCount(h.cores[name].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
-		held += by[name]
-	}
-	if held != int64(load.admitted) {
-		t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, load.admitted)
-	}
+	h.holdsAdmitted(k, load.admitted, "")
 }

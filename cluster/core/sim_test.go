@@ -631,7 +631,15 @@ func (s *sim) watch(obs *simNode) {
 			continue
 		}
 		if t.status == obsLeft && e.inc == t.inc {
-			continue // learn removes it
+			// learn removes it. An observer that joined after the leave
+			// was gossiped took the entry from its seed's view: memberlist
+			// relays a leave to every live node, so it hears of it as late
+			// as the others did.
+			if left := s.current[name]; left != nil && left.inc == t.inc && s.now.Sub(left.leftAt) >= simTiming.gossipMax {
+				delete(obs.view, name)
+				changed = true
+			}
+			continue
 		}
 		if e.lost.IsZero() {
 			e.lost = s.now

@@ -355,6 +355,11 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 			e.u64(s)
 		}
 		encodePeer(e, t.Taken[i].By)
+		e.u32(uint32(len(t.Taken[i].Waiting)))
+		for _, w := range t.Taken[i].Waiting {
+			e.u64(w.Take)
+			encodeReqList(e, w.Reqs)
+		}
 	}
 }
 
@@ -448,6 +453,12 @@ func decodeTransfer(d *decoder) core.Transfer {
 				}
 			}
 			t.Taken[i].By = decodePeer(d)
+			if m := d.count32(maxList, 8+4); m > 0 {
+				t.Taken[i].Waiting = make([]core.Cancel, m)
+				for j := range t.Taken[i].Waiting {
+					t.Taken[i].Waiting[j] = core.Cancel{Take: d.u64(), Reqs: decodeReqList(d)}
+				}
+			}
 		}
 	}
 	return t

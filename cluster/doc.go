@@ -119,7 +119,11 @@
 // does (held up across a split, or passed on by a third node) waits there
 // for the list that comes with the counter, and gives the units back
 // then; copies of one cancel give them back once
-// (TestACancelThatComesBeforeTheCounterOfTheRunThatLeftWaitsForIt).
+// (TestACancelThatComesBeforeTheCounterOfTheRunThatLeftWaitsForIt). If
+// that node hands the keys over or passes them on first, the waiting
+// cancel goes with their counts (Taken.Waiting) and waits where they are
+// counted next: the run's counter goes there too
+// (TestACancelWaitingForARunsCounterGoesWithTheKey).
 // Likewise the hand-off names the transfers of what others admitted that
 // the leaving run applied to the counters handed over, whose senders may
 // not have had them acknowledged (Transfer.Applied, each naming the run

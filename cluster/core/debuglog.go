@@ -144,6 +144,9 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 		taken := make([]string, len(t.Taken))
 		for i, x := range t.Taken {
 			taken[i] = fmt.Sprintf("%s:%d", x.Caller.Name, len(x.Seqs))
+			if len(x.Waiting) > 0 {
+				taken[i] += fmt.Sprintf("+%dwaiting", len(x.Waiting))
+			}
 			if x.By.Name != "" {
 				taken[i] += "@" + x.By.Name
 			}

@@ -264,7 +264,10 @@ type Transfer struct {
 	// reaches the node counting the keys after the run is gone (naming it
 	// as WasTo) gives the item's units back there, as the run would have.
 	// Any later hand-off of those keys' counters lists them again, naming
-	// the run (Taken.By): the admissions go where the counters go.
+	// the run (Taken.By): the admissions go where the counters go. Any
+	// hand-off or pass-on of counters names too, for their keys, the
+	// cancels for such runs that wait at the sender for a list naming
+	// their items (Taken.Waiting): they go where the counts go.
 	Taken []Taken
 }
 
@@ -279,6 +282,16 @@ type Taken struct {
 	// keys are counted next: a cancel meant for that run is sent to the
 	// keys' owner, which gives the units back only by this list.
 	By Peer
+	// Waiting are the cancels of the caller's items meant for that run
+	// that came to the sender before any list naming their items (see
+	// Seqs), with the units the items asked for: they wait for the run's
+	// counter, which may still be on its way. They go where the counts of
+	// their keys go, and wait there, or give the units back there once a
+	// list naming their item came with a counter of its keys. Left behind,
+	// they waited where the keys were counted no more, and the run's
+	// counter, reaching the keys' new owner, held the admission of an item
+	// its caller had also decided by fallback.
+	Waiting []Cancel
 }
 
 // Cancel names a take item its sender gave up on, and the units it asked

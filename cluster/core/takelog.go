@@ -46,7 +46,9 @@ type takeLog struct {
 // run's counter, which holds the admission, may still be on its way
 // (held up across a split, or passed on by another node), and a list
 // that comes with a counter of one of the item's keys gives the units
-// back then.
+// back then. A hand-off or pass-on of the counts of their keys takes the
+// waiting cancels on (Taken.Waiting): the run's counter goes where the
+// keys are counted, and they wait there.
 type adoptedItems struct {
 	lists     []adoptedList
 	cancelled map[uint64]struct{}
@@ -283,19 +285,42 @@ func (l *takeLog) adopt(m int64, by Peer, taken []Taken, keys []limiter.Key) (re
 			}
 			x.seqs[s] = struct{}{}
 		}
-		if len(x.seqs) == 0 {
-			continue
+		if len(x.seqs) > 0 {
+			items.lists = append(items.lists, x)
 		}
-		items.lists = append(items.lists, x)
+		// Cancels that waited where the counts came from wait here, or
+		// give their units back by a list that came here.
+		for _, w := range t.Waiting {
+			if items.cancelLocked(w.Take, w.Reqs, false) {
+				refund = append(refund, w.Reqs...)
+			}
+		}
 	}
 	return refund
+}
+
+// wentOn forgets the waiting cancels of taken (Taken.Waiting), which a
+// transfer of the counts of their keys took on: they wait where the
+// counts went.
+func (l *takeLog) wentOn(taken []Taken) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, t := range taken {
+		if items := l.adopted[adoptedOf{by: t.By, caller: t.Caller}]; items != nil {
+			for _, w := range t.Waiting {
+				delete(items.waiting, w.Take)
+			}
+		}
+	}
 }
 
 // adoptedTaken returns the items of other runs this node adopted and
 // still knows of, each list naming the run that admitted them (Taken.By),
 // for a hand-off of this node's counters of keys: those lists that came
 // with counters of one of keys. The counters hold those admissions, and a
-// cancel of one goes to where the keys are counted.
+// cancel of one goes to where the keys are counted. Each names too the
+// cancels for its run that wait here for a list, of items of one of keys
+// (Taken.Waiting): they go with the keys' counts.
 func (l *takeLog) adoptedTaken(keys []limiter.Key) []Taken {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -310,11 +335,18 @@ func (l *takeLog) adoptedTaken(keys []limiter.Key) []Taken {
 				seqs = append(seqs, s)
 			}
 		}
-		if len(seqs) == 0 {
+		var waiting []Cancel
+		for s, reqs := range items.waiting {
+			if slices.ContainsFunc(reqKeys(reqs), func(k limiter.Key) bool { return slices.Contains(keys, k) }) {
+				waiting = append(waiting, Cancel{Take: s, Reqs: reqs})
+			}
+		}
+		if len(seqs) == 0 && len(waiting) == 0 {
 			continue
 		}
 		slices.Sort(seqs)
-		out = append(out, Taken{Caller: a.caller, Seqs: slices.Compact(seqs), By: a.by})
+		slices.SortFunc(waiting, func(a, b Cancel) int { return cmpUint(a.Take, b.Take) })
+		out = append(out, Taken{Caller: a.caller, Seqs: slices.Compact(seqs), By: a.by, Waiting: waiting})
 	}
 	slices.SortFunc(out, func(a, b Taken) int {
 		if c := strings.Compare(a.By.Name, b.By.Name); c != 0 {
@@ -358,7 +390,12 @@ func (l *takeLog) adoptedLocked(a adoptedOf, m int64) *adoptedItems {
 func (l *takeLog) cancelAdopted(m int64, by, caller Peer, seq uint64, reqs []limiter.Request, admitted bool) (refund bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	items := l.adoptedLocked(adoptedOf{by: by, caller: caller}, m)
+	return l.adoptedLocked(adoptedOf{by: by, caller: caller}, m).cancelLocked(seq, reqs, admitted)
+}
+
+// cancelLocked is cancelAdopted for the items of one run and caller. The
+// take log's lock is held.
+func (items *adoptedItems) cancelLocked(seq uint64, reqs []limiter.Request, admitted bool) (refund bool) {
 	if _, done := items.cancelled[seq]; done {
 		return false
 	}

@@ -1885,6 +1885,9 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 		if len(pt.t.Cancels) > 0 {
 			c.out.settleCancels(pt.to, pt.t.Cancels) // applied with it
 		}
+		if len(pt.t.Taken) > 0 {
+			c.takes.wentOn(pt.t.Taken) // the cancels waiting for the keys' counts wait there
+		}
 		c.notifySettled()
 	}
 }

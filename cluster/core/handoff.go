@@ -1420,23 +1420,28 @@ func (c *Core) sendReplicasOn(now time.Time, taken []takenReplica) {
 	c.sendDeadReplicas(now, taken, func(like Transfer, p purpose, states []limiter.State) { c.placeAs(now, like, p, states) })
 }
 
-// sendDisplaced sends on the replicas of dead runs that a replica from
+// sendDisplaced sends on the replicas of other runs that a replica from
 // the run from replaced, to from (see sendDeadReplicas): this node kept
-// them as the dead runs' successor and had not sent them on yet (it was
-// cut off from the majority, or has not heard of from, a later run of the
-// dead owner), and from, which counts the keys now, may well have started
-// them without them, and counted others since. Dropped, their counts were
-// nowhere. Replicas of runs that are alive or left gracefully are stale:
-// their counters were handed over.
+// them as those runs' successor and had not sent them on yet, and from,
+// which counts the keys now, may well have started them without them, and
+// counted others since. A dead run's (this node was cut off from the
+// majority, or has not heard of from, a later run of the dead owner) is
+// nowhere else. So may be a run's that this node takes for alive: from
+// counts its keys because it has heard of the run's death first, or the
+// run is cut off from it; the run may never hand its counters over.
+// Dropped, their counts were nowhere. Sent, they name their run and are
+// weighed where their keys are counted: where the run handed its counter
+// over, they add only what it did not hold. Replicas of runs that left
+// gracefully are stale: their counters were handed over.
 func (c *Core) sendDisplaced(now time.Time, from Peer, displaced []takenReplica) {
 	var dead []takenReplica
 	for _, d := range displaced {
-		if c.runDied(d.owner) || d.owner.Name == from.Name && d.owner.Inc < from.Inc {
+		if !c.runLeft(d.owner) || d.owner.Name == from.Name && d.owner.Inc < from.Inc {
 			dead = append(dead, d)
 		}
 	}
 	if c.debugOn() && len(dead) > 0 {
-		c.debugCounts("replicas of dead runs displaced by another run's: sent on to it", statesOfTaken(dead), "to", from.Name)
+		c.debugCounts("replicas of other runs displaced by a run's: sent on to it", statesOfTaken(dead), "to", from.Name)
 	}
 	c.sendDeadReplicas(now, dead, func(like Transfer, p purpose, states []limiter.State) {
 		for _, part := range SplitStates(states, TransferBytes) {

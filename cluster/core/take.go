@@ -410,10 +410,12 @@ func (c *Core) stepOwn(now time.Time, v *view, m int64, op *TakeOp, g *takeGroup
 	if m < g.until {
 		return Action{Kind: ActWait, Until: c.epoch.Add(time.Duration(g.until))}, true
 	}
-	if succ < 0 && m+int64(c.cfg.CallTimeout) <= op.deadline && c.handoffAnswering(v) {
+	if m+int64(c.cfg.CallTimeout) <= op.deadline && c.waitAnswers(v, succ) {
 		// A hand-off whose sources all answer ends within a seal query or
-		// two (a source may see the new ring a little after this node):
-		// the request waits for it, within its patience, rather than be
+		// two (a source may see the new ring a little after this node),
+		// and a successor that answers gives its lease with its answer to
+		// a ping (one that just joined has not been pinged yet): the
+		// request waits for them, within its patience, rather than be
 		// decided by a share of the limit during a graceful change.
 		g.until = m + int64(c.cfg.CallTimeout)
 		c.wake(now, v, m, g, succ)
@@ -446,6 +448,21 @@ func (c *Core) foldKept(now time.Time, v *view, reqs []limiter.Request, client l
 	if len(keys) > 0 {
 		c.foldFallback(now, v, keys)
 	}
+}
+
+// waitAnswers reports whether every node a waiting key waits for answers
+// calls: the successor whose lease it lacks (succ, -1 if none) and, while
+// a hand-off is under way, the hand-off's sources (handoffAnswering). The
+// wait for either ends within a round trip or two while they answer, and
+// a call that fails makes its node not answer.
+func (c *Core) waitAnswers(v *view, succ int) bool {
+	if succ < 0 {
+		return c.handoffAnswering(v)
+	}
+	if p := v.peers[succ]; p == nil || !p.calls() {
+		return false
+	}
+	return v.ho == nil || c.handoffAnswering(v)
 }
 
 // handoffAnswering reports whether a hand-off is under way with no dead

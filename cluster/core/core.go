@@ -726,6 +726,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 		c.rePlace(now, moving)
 		c.handOver(now, v)
 		c.resync(now, old.ring, ring)
+		c.replicas.supersede(ring, c.self.Name)
 		c.tickMu.Lock()
 		c.strayAt = m + int64(c.cfg.CallTimeout)
 		c.tickMu.Unlock()

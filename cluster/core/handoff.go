@@ -1235,6 +1235,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	var lent, kept []takenReplica
 	var beyond []limiter.State
 	reps = reps[:0]
+	superseded := map[limiter.Key]bool{}
 	for _, t := range taken {
 		if _, self, _ := c.placeOf(v, t.state.Key); !self {
 			lent = append(lent, t)
@@ -1248,6 +1249,9 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		}
 		kept = append(kept, t)
 		reps = append(reps, t.state)
+		if t.superseded {
+			superseded[t.state.Key] = true
+		}
 	}
 	c.debugCounts("hand-off completing: replicas of counts held here add what they hold beyond them", beyond)
 	c.replicas.notePromoted(c.mono(now), kept)
@@ -1258,6 +1262,9 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	h.mu.Lock()
 	for _, s := range reps {
 		mk := h.entry(v, c.self.Name, s.Key)
+		if superseded[s.Key] && (mk.hasBase || mk.counter || mk.hasCopy) {
+			delete(superseded, s.Key) // a counter of it here besides
+		}
 		if mk.hasBase {
 			mk.base = limiter.NewerState(mk.base, s)
 		} else {
@@ -1276,10 +1283,12 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		// Keys whose dead owner's successor died too have no counter here
 		// unless one came: fallback decides them until one does (see
 		// outOfReach). Noted before they settle: none is counted from
-		// what arrived meanwhile.
+		// what arrived meanwhile. A replica whose owner has replicated
+		// the key elsewhere since is no counter of it: the one the
+		// successor kept may come back with counts it lacks.
 		var found []limiter.Key
 		for k, mk := range h.keys {
-			if mk.counter || mk.hasBase || mk.hasCopy {
+			if (mk.counter || mk.hasBase || mk.hasCopy) && !superseded[k] {
 				found = append(found, k)
 			}
 		}

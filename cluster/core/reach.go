@@ -18,7 +18,10 @@ import (
 // ring the hand-off started from, both gone: two crashes, or a crash and a
 // split that put the successor on the other side), no node this one hears
 // from holds a copy of the key's counter, and the copy may well live on,
-// on the far side of a split, to come back when the split heals. Counted
+// on the far side of a split, to come back when the split heals (a
+// replica this node kept of the key from an earlier ring, in which it was
+// the successor, fell behind once the owner replicated elsewhere: it is no
+// copy of the counter either; see replicaStore.supersede). Counted
 // from what arrived (what the others admitted in fallback), the key would
 // admit its whole limit again. The node that takes it over decides it by
 // fallback instead, as an owner without a majority does, until a counter of

@@ -29,6 +29,10 @@ type replica struct {
 	holds  []Held
 	at     int64 // mono
 	passed bool  // a leaving node passed it on: when its owner sent it is not known
+	// superseded: its owner, the key's owner still, replicates the key
+	// to another node since (a ring changed and this node is no longer
+	// the key's successor): the owner's counter has gone on without it.
+	superseded bool
 }
 
 // replicaStore holds the counters this node keeps as a successor, and the
@@ -376,11 +380,12 @@ func (r *replicaStore) absorbCopy(from, of Peer, states []limiter.State, holds [
 // takenReplica is a replica taken out of the store, its owner, the
 // other runs' counts it holds, and when it came (see replica).
 type takenReplica struct {
-	owner  Peer
-	state  limiter.State
-	holds  []Held
-	at     int64
-	passed bool
+	owner      Peer
+	state      limiter.State
+	holds      []Held
+	at         int64
+	passed     bool
+	superseded bool
 }
 
 // holdsOfTaken returns the counts the replicas of taken hold.
@@ -833,12 +838,33 @@ func (r *replicaStore) takeOwned(now time.Time, pick func(owner Peer, k limiter.
 		}
 		delete(r.states, k)
 		if rep.state.Expires > ns {
-			out = append(out, takenReplica{owner: rep.owner, state: rep.state, holds: rep.holds, at: rep.at, passed: rep.passed})
+			out = append(out, takenReplica{owner: rep.owner, state: rep.state, holds: rep.holds, at: rep.at, passed: rep.passed, superseded: rep.superseded})
 		}
 	}
 	r.mu.Unlock()
 	slices.SortFunc(out, func(a, b takenReplica) int { return cmpUint(uint64(a.state.Key), uint64(b.state.Key)) })
 	return out
+}
+
+// supersede marks the replicas whose owner run owns their key by ring
+// and has another successor there than self: the owner replicates the
+// key there from now on, and a replica kept here falls behind its
+// counter. A replica the owner sends here later replaces the mark (see
+// put): the owner took this node for the key's successor then.
+func (r *replicaStore) supersede(ring *Ring, self string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, rep := range r.states {
+		if rep.superseded {
+			continue
+		}
+		first, second := ring.top2(k.Route())
+		if first < 0 || second < 0 || ring.member(first).Peer() != rep.owner || ring.member(second).Name == self {
+			continue
+		}
+		rep.superseded = true
+		r.states[k] = rep
+	}
 }
 
 // keeps reports whether a live replica pick chooses is kept.

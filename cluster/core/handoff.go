@@ -438,6 +438,29 @@ func (h *handoffState) arrivedFrom(from Peer, states []limiter.State) {
 	}
 }
 
+// awaitedFrom returns, of keys, those moving here that still wait for
+// counts a live run other than asker sends again (see moving.expecting),
+// each with the first such run: where those counts are until they come.
+func (c *Core) awaitedFrom(keys []limiter.Key, asker Peer) []KeyOwner {
+	h := c.handoff
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []KeyOwner
+	for _, k := range keys {
+		mk := h.keys[k]
+		if mk == nil || mk.settled {
+			continue
+		}
+		for _, from := range mk.expecting {
+			if p := c.peers.get(from.Name); from.Name != asker.Name && p != nil && p.peer == from {
+				out = append(out, KeyOwner{Key: k, Owner: from.Name})
+				break
+			}
+		}
+	}
+	return out
+}
+
 // awaits reports whether mk still waits for counts a run is sending
 // again: one of the runs it expects that is still the run of its name
 // this node knows (one that died sends nothing more; its counts come
@@ -772,6 +795,13 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		}
 		take = append(take, k)
 	}
+	// Counts of a key moving here that a live run sends again (this node
+	// refused them: it held no lease from that run yet) are not here but
+	// there: the asker pulls them there. Told "nothing here", it would
+	// count the key from what this node gives, and the counts, sent on,
+	// come on top.
+	awaited := c.awaitedFrom(take, from)
+	moved = append(moved, awaited...)
 	states := c.engine.ExtractKeys(now, take)
 	m := c.mono(now)
 	named := c.replicas.gaveAway(m, c.self, states)
@@ -806,6 +836,9 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	// to the asker, and nothing here means there was nothing.
 	var elsewhere []limiter.Key
 	for _, k := range take {
+		if slices.ContainsFunc(awaited, func(a KeyOwner) bool { return a.Key == k }) {
+			continue
+		}
 		if c.heldFor(given, k) || heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(statesOfTaken(earlier), k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.counters, func(a arrival) bool { return a.state.Key == k }) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
 			continue
 		}

@@ -662,6 +662,26 @@ func (s *sim) replicaOf(k limiter.Key, owner string) int64 {
 	return best
 }
 
+// replicaOnItsWay returns the largest count of k in the replicas node n
+// sent and has not had acknowledged: a successor may apply one after n
+// crashed.
+func replicaOnItsWay(n *simNode, k limiter.Key) int64 {
+	var best int64
+	n.core.out.mu.Lock()
+	defer n.core.out.mu.Unlock()
+	for _, pt := range n.core.out.transfers {
+		if pt.t.Mode != ModeReplica {
+			continue
+		}
+		for _, st := range pt.t.States {
+			if st.Key == k {
+				best = max(best, windowCount([]limiter.State{st}))
+			}
+		}
+	}
+	return best
+}
+
 // noteCrash adds to C what a crashing node takes with it: its count less
 // the replica, and all it held in flight.
 func (s *sim) noteCrash(n *simNode) {
@@ -671,7 +691,10 @@ func (s *sim) noteCrash(n *simNode) {
 		k := key.key
 		lost := max(0, s.engineCount(n.engine, k)-s.replicaOf(k, n.name)) + s.heldBy(n, k)
 		if o, ok := n.core.view.Load().ring.Owner(k.Route()); ok && o.Name == n.name {
-			if back := s.replicaOf(k, n.name) - s.engineCount(n.engine, k); back > 0 {
+			// The replica its successor starts the key from: the one it
+			// holds, or the one on its way, applied after the crash.
+			rep := max(s.replicaOf(k, n.name), replicaOnItsWay(n, k))
+			if back := rep - s.engineCount(n.engine, k); back > 0 {
 				if s.hist.givenBackLost == nil {
 					s.hist.givenBackLost = map[limiter.Key]int64{}
 				}

@@ -1,0 +1,78 @@
+package core
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// An owner that gives a unit back after it sent its last replica, and
+// crashes while that replica is still on its way, leaves its successor a
+// replica that holds the unit: the successor applies it after the crash
+// and starts the key from it. That unit may count twice (the mirror of C,
+// cluster/doc.go), so the simulator's checker must allow it from the
+// replica on its way, not only from the one the successor held at the
+// crash.
+func TestSimCrashAllowsAGiveBackMissingFromAReplicaOnItsWay(t *testing.T) {
+	s := newSim(1, 3)
+	s.hist.served = map[servedKey]time.Time{}
+	s.hist.servedAlone = map[servedKey]bool{}
+	s.hist.loss = map[limiter.Key]int64{}
+	for i, name := range s.names {
+		s.start(name, i > 0, Kept{})
+	}
+	s.runUntil(s.now.Add(time.Second))
+	if !s.waitQuiet(10 * time.Second) {
+		t.Fatalf("the cluster did not form:\n%s", s.describe())
+	}
+	k := limiter.ZoneKey(s.hasher.String(fmt.Sprint("crash-key")), 1)
+	s.keys = []simKey{{key: k, limit: 10}}
+	o, ok := s.current["n00"].core.view.Load().ring.Owner(k.Route())
+	if !ok {
+		t.Fatal("the key has no owner")
+	}
+	owner := s.current[o.Name]
+	for range 2 {
+		s.request(owner, []int{0})
+	}
+	if got := s.engineCount(owner.engine, k); got != 2 {
+		t.Fatalf("the owner counts %d, want 2", got)
+	}
+
+	// Step until the owner's replica of the two units is on its way.
+	onItsWay := func() bool {
+		owner.core.out.mu.Lock()
+		defer owner.core.out.mu.Unlock()
+		for _, pt := range owner.core.out.transfers {
+			if pt.t.Mode == ModeReplica {
+				for _, st := range pt.t.States {
+					if st.Key == k {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	for deadline := s.now.Add(time.Second); !onItsWay(); s.runUntil(s.now.Add(100 * time.Microsecond)) {
+		if s.now.After(deadline) {
+			t.Fatal("no replica of the key left the owner")
+		}
+	}
+
+	// The owner gives one unit back, and crashes before its next replica.
+	owner.engine.Refund(s.now, s.hist.reqs[0].reqs[0])
+	if got := s.engineCount(owner.engine, k); got != 1 {
+		t.Fatalf("after the give-back the owner counts %d, want 1", got)
+	}
+	s.crash(owner)
+	s.runUntil(s.now.Add(100 * time.Millisecond))
+	if got := s.replicaOf(k, owner.name); got != 2 {
+		t.Fatalf("the successor's replica holds %d, want the 2 on its way at the crash", got)
+	}
+	if got := s.mayCountTwice()[k]; got != 1 {
+		t.Fatalf("the checker allows %d unit(s) of the key to count twice, want the 1 given back after the replica left", got)
+	}
+}

@@ -85,6 +85,7 @@ func encodeMessage(e *encoder, msg core.Message) {
 			e.u64(seq)
 		}
 		e.flag(m.Recovering)
+		e.u64(m.Run)
 	case core.ScoreQuery:
 		e.u64(uint64(m.Client))
 	case core.ScoreReply:
@@ -150,6 +151,7 @@ func decodeReply(kind byte, d *decoder) (core.Message, error) {
 			pong.Owed = append(pong.Owed, d.u64())
 		}
 		pong.Recovering = d.flag()
+		pong.Run = d.u64()
 		msg = pong
 	case msgScore:
 		msg = core.ScoreReply{Score: d.f64()}

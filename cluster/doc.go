@@ -166,7 +166,13 @@
 // what others admitted that reached this node while it counted them) and
 // calls it again only once it has acknowledged all of it, so an owner
 // never decides a call without what the caller admitted in its absence,
-// and adds it once (TestFallbackAdmissionsReachTheOwnerOnce). A peer
+// and adds it once (TestFallbackAdmissionsReachTheOwnerOnce). Only the
+// run pinged answers for itself: a later run of the peer, answering at its
+// address (Pong.Run), leaves the run pinged down, and what this node holds
+// for its keys goes to the later run once a ring lists it
+// (TestAnAnswerOfAnotherRunIsNotThePingedRunsAnswer: before, the fallback
+// counts went to the run that was gone, refused by the run there, and a
+// node leaving meanwhile took them with it). A peer
 // declared dead is down too, and its keys are the ones a ring gives it:
 // one that answers again before the others took its keys over (a frozen
 // node, listed again as the same run) is called again only once the ring

@@ -62,7 +62,7 @@ func TestCodecRoundTrips(t *testing.T) {
 		{msgPull, core.Pull{To: 3, Keys: []limiter.Key{1}}, core.PullReply{Unreached: []core.Unreached{{
 			Ring: []core.Peer{{Name: "a", Inc: 1}, {Name: "b", Inc: 2}}, Dead: []core.Peer{{Name: "a", Inc: 1}, {Name: "b", Inc: 2}}, Within: time.Second}}}},
 		{msgPing, core.Ping{Epoch: 7, Counting: true}, core.Pong{Dead: true}},
-		{msgPing, core.Ping{Epoch: 8}, core.Pong{Owed: []uint64{3, 9}, Recovering: true}},
+		{msgPing, core.Ping{Epoch: 8}, core.Pong{Owed: []uint64{3, 9}, Recovering: true, Run: 4}},
 		{msgScore, core.ScoreQuery{Client: 12}, core.ScoreReply{Score: 42.5}},
 	} {
 		e := &encoder{}

@@ -40,15 +40,16 @@ func (c *Core) Handle(now time.Time, from Peer, msg Message) Message {
 // pinger's join epoch. A node that stood still waits for those before it
 // counts its keys (see standstill).
 func (c *Core) handlePing(now time.Time, from Peer, p Ping) Pong {
+	run := c.self.Inc
 	ps := c.peers.get(from.Name)
 	if ps == nil || ps.peer.Inc != from.Inc {
-		return Pong{Dead: c.gate.saysDead(from, p.Epoch, p.Counting)}
+		return Pong{Dead: c.gate.saysDead(from, p.Epoch, p.Counting), Run: run}
 	}
 	ps.epoch.Store(p.Epoch)
 	if c.gate.saysDead(from, p.Epoch, p.Counting) {
-		return Pong{Dead: true}
+		return Pong{Dead: true, Run: run}
 	}
-	pong := Pong{Owed: c.out.owedTo(from, purposeReconcile, purposeForward, purposeCancel, purposeRefund)}
+	pong := Pong{Owed: c.out.owedTo(from, purposeReconcile, purposeForward, purposeCancel, purposeRefund), Run: run}
 	pong.Recovering = ps.reachState() != reachable
 	return pong
 }
@@ -63,6 +64,13 @@ func (c *Core) ackedGiven(now time.Time, a Ack) {
 func (c *Core) Answered(now time.Time, id uint64, reply Message) {
 	r := c.out.answered(id)
 	if r == nil {
+		return
+	}
+	if pong, ok := reply.(Pong); ok && pong.Run != r.to.Inc {
+		// Another run of the node answered at its address: the run pinged
+		// is gone. Taken for its answer, it would be called again, and
+		// sent what it can no longer apply (refused by the run there).
+		c.failed(now, r)
 		return
 	}
 	c.noteHeard(r.to, now)
@@ -95,6 +103,12 @@ func (c *Core) Failed(now time.Time, id uint64) {
 	if r == nil {
 		return
 	}
+	c.failed(now, r)
+}
+
+// failed handles the failure of r, a request that got no answer from its
+// run.
+func (c *Core) failed(now time.Time, r *pendingRequest) {
 	p := c.peers.get(r.to.Name)
 	if p != nil && p.peer.Inc != r.to.Inc {
 		p = nil

@@ -565,6 +565,10 @@ type Pong struct {
 	// it holds for the asker's keys goes to it once they do: a node that
 	// stood still asks again.
 	Recovering bool
+	// Run is the answering node's incarnation. A ping goes to a node's
+	// address, where a later run may answer in place of the one the asker
+	// pinged: that is no answer of the pinged run, which is gone.
+	Run uint64
 }
 
 // ScoreQuery asks the owner of a client's reputation for its score.

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"cmp"
 	"slices"
 	"time"
 )
@@ -62,10 +63,15 @@ func stateOf(k Key, e entry) State {
 // Extract removes and returns up to max live counters (all if max <= 0)
 // whose key satisfies move, in one pass over the shards; each shard is
 // locked while it is searched, so a counter is either extracted or updated
-// by a concurrent Take, never both.
-func (e *Engine) Extract(now time.Time, move func(Key) bool, limit int) []State {
+// by a concurrent Take, never both. They come sorted by key, then kind:
+// what a caller sends of them, and in which order, is then a function of
+// the engine's contents, not of the order its maps are walked in (which
+// counters a max > 0 leaves behind still is).
+func (e *Engine) Extract(now time.Time, move func(Key) bool, limit int) (out []State) {
 	ns := now.UnixNano()
-	var out []State
+	defer func() {
+		slices.SortFunc(out, func(a, b State) int { return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Kind, b.Kind)) })
+	}()
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()

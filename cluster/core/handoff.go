@@ -2,6 +2,7 @@ package core
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -1013,7 +1014,9 @@ func (a *arrived) sort() {
 	sortStates(a.owns)
 	sortStates(a.copies)
 	slices.SortStableFunc(a.counters, func(x, y arrival) int { return cmpUint(uint64(x.state.Key), uint64(y.state.Key)) })
-	slices.SortFunc(a.refunds, func(x, y limiter.Request) int { return cmpUint(uint64(x.Key), uint64(y.Key)) })
+	// Stable: the units given back for one key keep the order they came
+	// in, whatever the order the keys were walked in.
+	slices.SortStableFunc(a.refunds, func(x, y limiter.Request) int { return cmpUint(uint64(x.Key), uint64(y.Key)) })
 }
 
 // extract removes and returns what arrived for keys not settled here.
@@ -1328,8 +1331,11 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		c.unreached.add(v.stable, plan, plan.since+int64(c.cfg.HandoffWindow), found)
 		c.log.Info("hand-off of members that died together: keys both held are decided by fallback until a counter of theirs comes", "node", c.self.Name, "dead", len(plan.deadInc))
 	}
-	for k, mk := range h.keys {
-		if !mk.settled {
+	// In key order, as settle takes its keys: what the keys gathered is
+	// counted, and units given back that wait for a counter on its way
+	// are held (and given back later, one at a time), in this order.
+	for _, k := range slices.Sorted(maps.Keys(h.keys)) {
+		if mk := h.keys[k]; !mk.settled {
 			c.settleLocked(k, mk, now, &done)
 		}
 	}

@@ -33,6 +33,7 @@ package core
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -242,8 +243,13 @@ func newSimSchedule(seed uint64, size int, kinds []faultKind) simSchedule {
 func runSchedule(sc simSchedule) *sim { return runScheduleTraced(sc, -1) }
 
 // runScheduleTraced is runSchedule, logging the movements of key trace.
-func runScheduleTraced(sc simSchedule, trace int) *sim {
+func runScheduleTraced(sc simSchedule, trace int) *sim { return runScheduleRecorded(sc, trace, nil) }
+
+// runScheduleRecorded is runScheduleTraced, giving record every line of
+// the schedule's log (nil: none).
+func runScheduleRecorded(sc simSchedule, trace int, record func(string)) *sim {
 	s := newSim(sc.seed, sc.nodes+sc.spare)
+	s.record = record
 	// Where nodes only crash, failure detection is sometimes quicker than
 	// a lease: the new owner of a dead member's keys then waits while the
 	// survivors have sealed to it (see checkTakeover).
@@ -926,7 +932,7 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 	return func(plan *handoffPlan) {
 		v := n.core.view.Load()
 		s.checkTakeover(n, v, plan)
-		for dead := range plan.dead {
+		for _, dead := range slices.Sorted(maps.Keys(plan.dead)) { // logged in this order
 			x := s.current[dead]
 			if x == nil || x.gone || x.inc != plan.deadInc[dead] {
 				continue // crashed: counted at the crash
@@ -1240,6 +1246,7 @@ var (
 	simKindsFlag = flag.String("sim-kinds", "", "TestSimulation: comma-separated fault kinds to draw from")
 	simLogFlag   = flag.Bool("sim-log", false, "TestSimulation: print what happened in a failing schedule")
 	simTraceFlag = flag.Int("sim-trace", -1, "TestSimulation: log the counts and transfers of the key with this index (with -sim-log)")
+	simDumpFlag  = flag.String("sim-dump", "", "TestSimulation: with -sim-seed, write the schedule's whole log (every message included) to this file, violating or not")
 )
 
 // TestSimulation plays fault schedules on simulated clusters of 3 to 60
@@ -1315,7 +1322,17 @@ func TestSimulation(t *testing.T) {
 		wg.Go(func() {
 			for seed := range work {
 				sc := newSimSchedule(seed, *simNodesFlag, kinds)
-				s := runScheduleTraced(sc, *simTraceFlag)
+				var record func(string)
+				var dump strings.Builder
+				if *simDumpFlag != "" && len(seeds) == 1 {
+					record = func(line string) { dump.WriteString(line); dump.WriteByte('\n') }
+				}
+				s := runScheduleRecorded(sc, *simTraceFlag, record)
+				if record != nil {
+					if err := os.WriteFile(*simDumpFlag, []byte(dump.String()), 0o644); err != nil {
+						t.Errorf("-sim-dump: %v", err)
+					}
+				}
 				results <- result{sc: sc, s: s, virtual: s.now.Sub(simEpoch)}
 			}
 		})

@@ -164,8 +164,12 @@ type sim struct {
 	open        int      // faults not played to their end
 	log         []string // what happened, for a failing seed
 	verbose     bool
-	trace       limiter.Key // a key whose movements are logged
-	traced      map[string]bool
+	// record: every line of the log (the cores' debug lines and every
+	// message on the wire included) goes to it, violating or not: what
+	// a replay compares (see -sim-dump, TestSimulationReplaysExactly).
+	record func(line string)
+	trace  limiter.Key // a key whose movements are logged
+	traced map[string]bool
 }
 
 // simTruth is what a node really is, which observers learn with delays.
@@ -208,8 +212,16 @@ func newSim(seed uint64, nodes int) *sim {
 }
 
 func (s *sim) logf(format string, args ...any) {
-	if s.verbose || len(s.log) < 4000 {
-		s.log = append(s.log, fmt.Sprintf("%9.3fs ", s.now.Sub(simEpoch).Seconds())+fmt.Sprintf(format, args...))
+	keep := s.verbose || len(s.log) < 4000
+	if !keep && s.record == nil {
+		return
+	}
+	line := fmt.Sprintf("%9.3fs ", s.now.Sub(simEpoch).Seconds()) + fmt.Sprintf(format, args...)
+	if s.record != nil {
+		s.record(line)
+	}
+	if keep {
+		s.log = append(s.log, line)
 	}
 }
 
@@ -760,6 +772,9 @@ func (s *sim) call(n *simNode, to Peer, msg Message, answer func(dest *simNode, 
 
 // send carries one outgoing message of a core.
 func (s *sim) send(n *simNode, o Outgoing) {
+	if s.record != nil {
+		s.logf("send %s -> %s %T %+v", n.name, o.To.Name, o.Msg, o.Msg)
+	}
 	switch msg := o.Msg.(type) {
 	case Ack:
 		s.traceMsg(n.name, o.To.Name, msg)
@@ -776,6 +791,9 @@ func (s *sim) send(n *simNode, o Outgoing) {
 	s.call(n, o.To, o.Msg,
 		func(dest *simNode, m Message, respond func(Message)) {
 			reply := dest.core.Handle(s.now, n.peer(), m)
+			if s.record != nil {
+				s.logf("reply %s -> %s %T %+v", dest.name, n.name, reply, reply)
+			}
 			if r, ok := reply.(SealReply); ok && r.Sealed {
 				s.noteSeal(dest, n.name)
 			}
@@ -1081,7 +1099,7 @@ type simLogHandler struct {
 // Enabled keeps the cores' debug lines (every movement of counts) for a
 // replay asked to log (-sim-log): a sweep has no use for them.
 func (h *simLogHandler) Enabled(_ context.Context, l slog.Level) bool {
-	return l >= slog.LevelInfo || *simLogFlag
+	return l >= slog.LevelInfo || *simLogFlag || h.s.record != nil
 }
 func (h *simLogHandler) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder

@@ -194,6 +194,7 @@ func (s *standstill) unanswered() []Peer {
 			out = append(out, p)
 		}
 	}
+	slices.SortFunc(out, cmpPeer) // pinged in this order
 	return out
 }
 

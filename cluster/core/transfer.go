@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 	"sync"
@@ -526,6 +527,11 @@ func (o *outbox) outOfLimbo(m int64) []*pendingTransfer {
 	}
 	slices.SortFunc(out, func(a, b *pendingTransfer) int { return cmpUint(a.t.Seq, b.t.Seq) })
 	return out
+}
+
+// cmpPeer orders runs by name, then incarnation.
+func cmpPeer(a, b Peer) int {
+	return cmp.Or(strings.Compare(a.Name, b.Name), cmp.Compare(a.Inc, b.Inc))
 }
 
 func cmpUint(a, b uint64) int {

@@ -82,7 +82,13 @@ type moving struct {
 	// away: a source sealed saying it handed the key's counter to
 	// another node (source now): the hand-off does not end before that
 	// node answers a pull of it.
-	away    bool
+	away bool
+	// sending: its source answered a pull saying the key's counts are on
+	// their way from it to another node, not acknowledged yet
+	// (PullReply.Sending). Counts of it that come from the source are that
+	// transfer placed anew here: the key is pulled again at once then,
+	// not a retry later.
+	sending bool
 	leavers int // how many of the plan's leavers were asked for it
 	hops    int // sources that sent its pull on, in a row
 	// refunds are units given back before the key settled: they are
@@ -429,14 +435,27 @@ func (h *handoffState) expect(v *view, self string, from Peer, states []limiter.
 
 // arrivedFrom notes that from's counts of the keys states carry arrived:
 // the keys wait for them no more.
-func (h *handoffState) arrivedFrom(from Peer, states []limiter.State) {
+//
+// It returns the keys whose source from had said their counts were on
+// their way elsewhere (moving.sending): they came here instead, and the
+// source is asked again at once what more it holds of them.
+func (h *handoffState) arrivedFrom(from Peer, states []limiter.State) (again []limiter.Key) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, s := range states {
-		if mk := h.keys[s.Key]; mk != nil && len(mk.expecting) > 0 {
+		mk := h.keys[s.Key]
+		if mk == nil {
+			continue
+		}
+		if len(mk.expecting) > 0 {
 			mk.expecting = slices.DeleteFunc(mk.expecting, func(p Peer) bool { return p == from })
 		}
+		if mk.sending && !mk.settled && !mk.pulling && mk.source == from {
+			mk.sending, mk.retryAt = false, 0
+			again = append(again, s.Key)
+		}
 	}
+	return again
 }
 
 // awaitedFrom returns, of keys, those moving here that still wait for
@@ -693,9 +712,11 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			continue
 		}
 		mk.pulling = false
-		if slices.Contains(reply.Sending, k) {
+		mk.sending = slices.Contains(reply.Sending, k)
+		if mk.sending {
 			// On its way to another node, not acknowledged yet: asked
-			// here again, which then names where it went.
+			// here again, which then names where it went (or at once,
+			// should the counts come here: see arrivedFrom).
 			mk.retryAt = retry
 			continue
 		}

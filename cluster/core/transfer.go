@@ -928,7 +928,9 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		c.stats.Duplicates.Add(1)
 		c.debugTransfer("transfer received again: applied before", from, t, 0)
 	}
-	c.handoff.arrivedFrom(from, t.States)
+	if again := c.handoff.arrivedFrom(from, t.States); len(again) > 0 {
+		c.requestKeys(now, c.view.Load(), again)
+	}
 	c.notifyOutbox()
 	return Ack{Seq: t.Seq}
 }

@@ -20,21 +20,8 @@ import (
 // (seed 1795792943506379028 of the simulator: the cluster held 16 of 15
 // admitted).
 func TestACounterWaitingForItsKeyGoesOnWithTheItemsItsRunAdmitted(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2")
-	k, load := h.spentKey("n0", "n2", 6)
-	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-	if load.admitted != 6 || h.count("n0", k) != 6 {
-		t.Fatalf("admitted %d, n0 counts %d; want 6 and 6", load.admitted, h.count("n0", k))
-	}
-	// The run that left counted 3 of the key, one of them n1's item 5.
-	left := Peer{Name: "n9", Inc: 7}
-	counter := n0.engine.StatesOf(h.now, []limiter.Key{k})
-	counter[0].Cur = 3
-	item := []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 30, Window: time.Hour}}}
-
-	// n1 gave the item up: its cancel reaches n0, the key's owner, before
-	// the run's counter, and waits for it.
-	n0.handleTransfer(h.now, n1.self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeCancel, Take: 5, Reqs: item, WasTo: left}, true)
+	h, k, left, counter := cancelWaitingAtTheOwner(t)
+	n1, n2 := h.cores["n1"], h.cores["n2"]
 	if got := h.count("n0", k); got != 6 {
 		t.Fatalf("n0 counts %d after a cancel for an item it never counted; want 6", got)
 	}
@@ -57,4 +44,25 @@ func TestACounterWaitingForItsKeyGoesOnWithTheItemsItsRunAdmitted(t *testing.T) 
 	if got := h.count("n0", k) + h.count("n2", k); got != 6+3-1 {
 		t.Errorf("the cluster holds %d of the key (n0 %d, n2 %d); want 8: 6 of n0's, 3 of the run's less the cancelled item", got, h.count("n0", k), h.count("n2", k))
 	}
+}
+
+// cancelWaitingAtTheOwner sets up three nodes where n0 owns a key spent 6
+// times, and a run that left (returned as left) counted 3 more of it, one
+// of them n1's item 5; counter is that run's counter, not yet sent
+// anywhere. n1 gave the item up: its cancel has reached n0, the key's
+// owner, before the run's counter, and waits there for it.
+func cancelWaitingAtTheOwner(t *testing.T) (h *handNet, k limiter.Key, left Peer, counter []limiter.State) {
+	t.Helper()
+	h = newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n2", 6)
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+	if load.admitted != 6 || h.count("n0", k) != 6 {
+		t.Fatalf("admitted %d, n0 counts %d; want 6 and 6", load.admitted, h.count("n0", k))
+	}
+	left = Peer{Name: "n9", Inc: 7}
+	counter = n0.engine.StatesOf(h.now, []limiter.Key{k})
+	counter[0].Cur = 3
+	item := []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 30, Window: time.Hour}}}
+	n0.handleTransfer(h.now, n1.self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeCancel, Take: 5, Reqs: item, WasTo: left}, true)
+	return h, k, left, counter
 }

@@ -3,8 +3,6 @@ package core
 import (
 	"testing"
 	"time"
-
-	"github.com/tollgate/tollgate/limiter"
 )
 
 // A cancel for a run that left waits where it came, the key's owner, for
@@ -26,21 +24,8 @@ func TestACancelWaitingForARunsCounterGoesWithTheKey(t *testing.T) {
 // counterFirst: the run's counter reaches the new owner before the
 // leaver's hand-off does.
 func cancelWaitingGoesWithTheKey(t *testing.T, counterFirst bool) {
-	h := newHandNet(t, "n0", "n1", "n2")
-	k, load := h.spentKey("n0", "n2", 6)
+	h, k, left, counter := cancelWaitingAtTheOwner(t)
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-	if load.admitted != 6 || h.count("n0", k) != 6 {
-		t.Fatalf("admitted %d, n0 counts %d; want 6 and 6", load.admitted, h.count("n0", k))
-	}
-	// The run that left counted 3 of the key, one of them n1's item 5.
-	left := Peer{Name: "n9", Inc: 7}
-	counter := n0.engine.StatesOf(h.now, []limiter.Key{k})
-	counter[0].Cur = 3
-	item := []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 30, Window: time.Hour}}}
-
-	// n1 gave the item up: its cancel reaches n0, the key's owner, before
-	// the run's counter, and waits for it.
-	n0.handleTransfer(h.now, n1.self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeCancel, Take: 5, Reqs: item, WasTo: left}, true)
 
 	// n0 leaves: its counter of the key goes to n2. The run's counter,
 	// with the list of the items it admitted, reaches n2 too, before the

@@ -67,11 +67,9 @@ func stateOf(k Key, e entry) State {
 // what a caller sends of them, and in which order, is then a function of
 // the engine's contents, not of the order its maps are walked in (which
 // counters a max > 0 leaves behind still is).
-func (e *Engine) Extract(now time.Time, move func(Key) bool, limit int) (out []State) {
+func (e *Engine) Extract(now time.Time, move func(Key) bool, limit int) []State {
 	ns := now.UnixNano()
-	defer func() {
-		slices.SortFunc(out, func(a, b State) int { return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Kind, b.Kind)) })
-	}()
+	var out []State
 	for i := range e.shards {
 		s := &e.shards[i]
 		s.mu.Lock()
@@ -102,9 +100,10 @@ func (e *Engine) Extract(now time.Time, move func(Key) bool, limit int) (out []S
 		}
 		s.mu.Unlock()
 		if limit > 0 && len(out) >= limit {
-			return out
+			break
 		}
 	}
+	slices.SortFunc(out, func(a, b State) int { return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Kind, b.Kind)) })
 	return out
 }
 

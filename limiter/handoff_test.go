@@ -236,3 +236,28 @@ func TestRefundStateIsTheCounterRefunded(t *testing.T) {
 		})
 	}
 }
+
+// Extract's order is the engine's contents', not its maps': two engines
+// given the same counters in different orders give them back alike, by
+// key.
+func TestExtractReturnsCountersSortedByKey(t *testing.T) {
+	lim := Limit{Quota: 10, Window: time.Hour}
+	a, b := New(Config{}), New(Config{})
+	for i := range 300 {
+		a.TakeOne(t0, Request{Key: Key(i * 7919), Limit: lim})
+		b.TakeOne(t0, Request{Key: Key((299 - i) * 7919), Limit: lim})
+	}
+	all := func(Key) bool { return true }
+	got, other := a.Extract(t0, all, 0), b.Extract(t0, all, 0)
+	if len(got) != 300 || len(other) != 300 {
+		t.Fatalf("extracted %d and %d; want 300 each", len(got), len(other))
+	}
+	for i := range got {
+		if i > 0 && got[i-1].Key >= got[i].Key {
+			t.Fatalf("counter %d has key %d after key %d: not sorted", i, got[i].Key, got[i-1].Key)
+		}
+		if got[i].Key != other[i].Key {
+			t.Fatalf("counter %d: key %d from one engine, %d from the other", i, got[i].Key, other[i].Key)
+		}
+	}
+}

@@ -618,26 +618,7 @@ func (s *sim) engineCount(e *limiter.Engine, k limiter.Key) int64 {
 // counts waiting for k to settle, transfers not acknowledged.
 func (s *sim) heldBy(n *simNode, k limiter.Key) int64 {
 	c := n.core
-	total := s.engineCount(c.fallback.engine, k)
-	c.handoff.mu.Lock()
-	if mk := c.handoff.keys[k]; mk != nil && !mk.settled {
-		if mk.hasBase {
-			total += windowCount([]limiter.State{mk.base})
-		}
-		if mk.hasAdds {
-			total += windowCount([]limiter.State{mk.adds})
-		}
-		if mk.hasOwn {
-			total += windowCount([]limiter.State{mk.own})
-		}
-		for _, a := range mk.counters {
-			total += windowCount([]limiter.State{a.state})
-		}
-		if mk.hasCopy && !mk.hasBase && !mk.hasAdds && !mk.hasOwn && len(mk.counters) == 0 {
-			total += windowCount([]limiter.State{mk.copy})
-		}
-	}
-	c.handoff.mu.Unlock()
+	total := s.engineCount(c.fallback.engine, k) + unsettledAt(n, k)
 	c.out.mu.Lock()
 	for _, pt := range c.out.transfers {
 		if pt.t.Mode == ModeAdd || pt.t.Mode == ModeNewer || pt.t.Mode == ModeCopy {
@@ -649,6 +630,35 @@ func (s *sim) heldBy(n *simNode, k limiter.Key) int64 {
 		}
 	}
 	c.out.mu.Unlock()
+	return total
+}
+
+// unsettledAt is what node n holds of k while the key moves to it, not
+// settled: the counts that arrived for it, in no engine yet.
+func unsettledAt(n *simNode, k limiter.Key) int64 {
+	c := n.core
+	c.handoff.mu.Lock()
+	defer c.handoff.mu.Unlock()
+	mk := c.handoff.keys[k]
+	if mk == nil || mk.settled {
+		return 0
+	}
+	var total int64
+	if mk.hasBase {
+		total += windowCount([]limiter.State{mk.base})
+	}
+	if mk.hasAdds {
+		total += windowCount([]limiter.State{mk.adds})
+	}
+	if mk.hasOwn {
+		total += windowCount([]limiter.State{mk.own})
+	}
+	for _, a := range mk.counters {
+		total += windowCount([]limiter.State{a.state})
+	}
+	if mk.hasCopy && !mk.hasBase && !mk.hasAdds && !mk.hasOwn && len(mk.counters) == 0 {
+		total += windowCount([]limiter.State{mk.copy})
+	}
 	return total
 }
 
@@ -950,7 +960,10 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 				if st, o, ok := n.core.replicas.get(k); ok && o.Name == dead {
 					rep = windowCount([]limiter.State{st})
 				}
-				if lost := s.engineCount(x.engine, k) - rep; lost > 0 {
+				// Its count: its engine's, and what it holds of a key
+				// moving to it, not settled (no replica holds that yet),
+				// as at a crash (heldBy).
+				if lost := s.engineCount(x.engine, k) + unsettledAt(x, k) - rep; lost > 0 {
 					s.hist.loss[k] += lost
 					s.logf("%s takes over key from %s (alive): may lose %d", n.name, dead, lost)
 				}

@@ -155,7 +155,10 @@
 // reputation factor, and never beyond this node's share (divided among
 // the nodes other than the owner, when the share is made) of the
 // remaining count the owner last reported for the key, or of the whole
-// limit if it reported nothing yet; open admits; closed denies. A fallback
+// limit if it reported nothing yet (an owner falling back for its own
+// key, cut off, takes its share of what its own counter leaves:
+// TestAnOwnerFallingBackForItsOwnKeySharesWhatItsCounterLeft); open
+// admits; closed denies. A fallback
 // denial never touches the client's reputation. So each node admits at
 // most min(ratio×L, share) for a key in one outage, and its share over
 // all the outages of the window: the fallback counters start afresh once

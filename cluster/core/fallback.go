@@ -16,7 +16,8 @@ import (
 // closed denies. In local mode every limit is multiplied by the fallback
 // ratio and by the client's last known reputation factor, and never
 // exceeds this node's share of what the key's owner last said remained (or
-// of the whole limit, if it said nothing): remaining / (members − 1). The
+// of the whole limit, if it said nothing): remaining / (members − 1); an
+// owner falling back for its own key says it to itself, by its counter. The
 // share is kept per key for the window, exactly, across outages: what this
 // node admitted and sent on is taken off it, so a node admits at most its
 // share in all the outages of a window together. What a node admits in
@@ -244,7 +245,19 @@ func (c *Core) fallbackLimits(now time.Time, v *view, client limiter.Key, reqs [
 			continue
 		}
 		k := r.Key
-		avail := f.available(k, r.Limit.Quota, func() (int64, bool) { return c.told.get(k, ns) }, ns, r.Limit.Window, others)
+		// What the key's owner last said remained: its answer, or, where
+		// this node holds the key's counter (it owns the key but cannot
+		// count it now: no majority, its successor's lease ran out, or
+		// it did), what that counter leaves, if less.
+		own := c.engine.Peek(now, r).Remaining
+		told := func() (int64, bool) {
+			l, ok := c.told.get(k, ns)
+			if own >= 0 && own < r.Limit.Quota && (!ok || own < l) {
+				return own, true
+			}
+			return l, ok
+		}
+		avail := f.available(k, r.Limit.Quota, told, ns, r.Limit.Window, others)
 		r.Limit = r.Limit.Scale(ratio * factor)
 		if avail <= 0 && none < 0 {
 			none = len(scaled)

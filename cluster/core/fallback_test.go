@@ -177,3 +177,30 @@ func TestAnOwnerThatRegainsItsMajorityCountsWhatItKeptInFallback(t *testing.T) {
 		t.Errorf("%d admitted of a limit of 30", load.admitted)
 	}
 }
+
+// An owner that falls back for its own key (cut off: its successor's
+// lease ran out, its majority is gone) knows what its own counter says
+// remains: that is what the key's owner last said, so its share is of
+// that, not of the whole limit. Before, an owner whose counter had spent
+// the limit admitted a share of the whole limit again in fallback (seed
+// 1795821478616772870: n01, 22 of 22 counted, admitted 5 more).
+func TestAnOwnerFallingBackForItsOwnKeySharesWhatItsCounterLeft(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n0", "n1")
+	load := newHandLoad(h, k, 6)
+	for range 6 {
+		load.spend("n0")
+	}
+	if load.admitted != 6 || load.by[SourceOwner] != 6 {
+		t.Fatalf("n0 admitted %d, %d as owner; want 6 and 6", load.admitted, load.by[SourceOwner])
+	}
+	h.cut["n0"] = true
+	h.advance(time.Second, "n0")
+	for range 4 {
+		load.spend("n0")
+		load.resume()
+	}
+	if load.by[SourceFallback] != 0 || load.admitted != 6 {
+		t.Errorf("n0, its counter at the limit, admitted %d in fallback (%d in all); want none", load.by[SourceFallback], load.admitted)
+	}
+}

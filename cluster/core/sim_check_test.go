@@ -962,15 +962,20 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 				}
 				// Its count: its engine's, and what it holds of a key
 				// moving to it, not settled (no replica holds that yet),
-				// as at a crash (heldBy).
-				if lost := s.engineCount(x.engine, k) + unsettledAt(x, k) - rep; lost > 0 {
+				// as at a crash (heldBy); and, if it is leaving, the
+				// counter its leave handed to a node the taker cannot
+				// reach either (its side of the split): what the owner
+				// counted is there, beyond the replica all the same.
+				held := s.engineCount(x.engine, k) + unsettledAt(x, k)
+				if lost := held + s.handedAway(x, k, n) - rep; lost > 0 {
 					s.hist.loss[k] += lost
 					s.logf("%s takes over key from %s (alive): may lose %d", n.name, dead, lost)
 				}
 				// A pause this long is a crash (see cluster/doc.go): what
 				// the paused owner gave back after its last replication
 				// is in the replica the key starts from, the mirror of C.
-				if back := rep - s.engineCount(x.engine, k); back > 0 {
+				// What its leave handed over was not given back.
+				if back := rep - s.engineCount(x.engine, k) - s.handedAway(x, k, nil); back > 0 {
 					if s.hist.givenBackLost == nil {
 						s.hist.givenBackLost = map[limiter.Key]int64{}
 					}
@@ -980,6 +985,46 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 			}
 		}
 	}
+}
+
+// handedCount is a count of a key a node's leave handed to a node.
+type handedCount struct {
+	key limiter.Key
+	to  string
+	n   int64
+}
+
+// leaveHandOff returns the counters node n's leave hands over: its own
+// counters in the hand-off transfers its leave placed.
+func leaveHandOff(n *simNode) []handedCount {
+	var out []handedCount
+	o := n.core.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, seq := range slices.Sorted(maps.Keys(o.transfers)) {
+		pt := o.transfers[seq]
+		if pt.purpose != purposeHandoff || pt.t.Mode != ModeAdd || !pt.t.Own {
+			continue
+		}
+		for _, st := range pt.t.States {
+			if c := windowCount([]limiter.State{st}); c > 0 {
+				out = append(out, handedCount{key: st.Key, to: pt.to.Name, n: c})
+			}
+		}
+	}
+	return out
+}
+
+// handedAway is what leaving node x's leave handed over of k: to nodes
+// taker cannot reach now, or, taker nil, to any node.
+func (s *sim) handedAway(x *simNode, k limiter.Key, taker *simNode) int64 {
+	var total int64
+	for _, h := range x.handedOnLeave {
+		if h.key == k && (taker == nil || !s.canTalk(h.to, taker.name)) {
+			total += h.n
+		}
+	}
+	return total
 }
 
 // checkTakeover checks, as node n takes over the keys of dead members

@@ -333,7 +333,10 @@ type simNode struct {
 	lateView    bool   // its driver says a seed answered before it lists the members
 	leaving     bool
 	leaveBy     time.Time
-	cutUntil    time.Time // when links that cut it off last came back (see cutOffLately)
+	// handedOnLeave are the counters its leave handed over: where its
+	// count of a key went (see handedAway).
+	handedOnLeave []handedCount
+	cutUntil      time.Time // when links that cut it off last came back (see cutOffLately)
 	// alone: no seed answered within the join wait, and it has heard of no
 	// member since: it counts alone, a side of a split (see doc.go's S).
 	alone bool
@@ -501,6 +504,7 @@ func (s *sim) leave(n *simNode) {
 	s.truth[n.name].status = obsLeaving
 	s.gossip(n.name)
 	n.core.Leave(s.now)
+	n.handedOnLeave = leaveHandOff(n)
 	s.logf("%s leaving", n.name)
 }
 

@@ -64,3 +64,61 @@ func TestATakeoverOfACutOffOwnerMayLoseTheCountsItHoldsForAKeyNotSettled(t *test
 		t.Errorf("taking a key over from a cut-off owner that holds 5 of it for the key to settle may lose %d; want 5", got)
 	}
 }
+
+// An owner cut off with a node of its own side counts on while its
+// successor's lease holds (3 beyond the replica), then leaves: its leave
+// hands its counter to the node beside it, and its engine is empty. The
+// others take the key over from the replica, which lacks the 3: they may
+// admit them again. A takeover of a cut-off owner is a crash in the bound
+// (C: what the owner counted beyond its successor's replica), wherever the
+// owner's counter went on its own side, so the simulator's account of the
+// takeover must count the counter its leave handed to a node the taker
+// cannot reach, and must not take the empty engine for units given back
+// (seed 1795821478616772870: 30 admitted, 29 allowed without the 3).
+func TestATakeoverOfACutOffOwnerThatLeftCountsWhatItsLeaveHandedOnItsSide(t *testing.T) {
+	names := []string{"n0", "n1", "n2", "n3", "n4"}
+	h := newHandNet(t, names...)
+	k, load := h.spentKey("n0", "n1", 5)
+	h.advance(50 * time.Millisecond)
+	s := &sim{now: h.now, names: names, keys: []simKey{{key: k, limit: 30}}, current: map[string]*simNode{}, net: simNet{side: map[string]int{"n0": 1, "n2": 1}}}
+	s.hist.loss = map[limiter.Key]int64{}
+	for _, name := range names {
+		c := h.cores[name]
+		s.current[name] = &simNode{name: name, inc: h.incs[name], core: c, engine: c.engine}
+	}
+	h.cut["n0"], h.cut["n2"] = true, true
+	for range 3 {
+		load.spend("n0")
+	}
+	if got := h.count("n0", k); got != 8 || load.by[SourceOwner] != 8 {
+		t.Fatalf("n0 counts %d, %d admitted as owner; want 8 and 8", got, load.by[SourceOwner])
+	}
+	h.setMembership("n0", []string{"n1", "n3", "n4"})
+	h.cores["n0"].Leave(h.now)
+	s.current["n0"].handedOnLeave = leaveHandOff(s.current["n0"])
+	h.pump()
+	if got := h.count("n0", k); got != 0 {
+		t.Fatalf("n0 counts %d after its leave handed its counter over; want 0", got)
+	}
+
+	hook := s.takeoverHook(s.current["n1"])
+	tookOver := false
+	h.cores["n1"].completing = func(plan *handoffPlan) {
+		s.now = h.now
+		tookOver = tookOver || plan.deadInc["n0"] != 0
+		hook(plan)
+	}
+	for _, name := range []string{"n1", "n3", "n4"} {
+		h.setMembership(name, []string{"n0", "n2"})
+	}
+	h.advance(2*time.Second, "n1", "n3", "n4")
+	if o, _ := h.cores["n1"].Ring().Owner(k.Route()); o.Name != "n1" || !tookOver {
+		t.Fatalf("n1 took n0's keys over: %v; the key's owner is %s", tookOver, o.Name)
+	}
+	if got := s.hist.loss[k]; got != 3 {
+		t.Errorf("taking a key over from a cut-off owner that counted 3 beyond the replica and left may lose %d; want 3", got)
+	}
+	if got := s.hist.givenBackLost[k]; got != 0 {
+		t.Errorf("the takeover may count %d twice as given back; the owner gave nothing back", got)
+	}
+}

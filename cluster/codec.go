@@ -363,6 +363,18 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 			encodeReqList(e, w.Reqs)
 		}
 	}
+	resent := make([]limiter.State, len(t.Resent))
+	e.u32(uint32(len(t.Resent)))
+	for i := range t.Resent {
+		e.u32(uint32(len(t.Resent[i].Marks)))
+		for _, m := range t.Resent[i].Marks {
+			encodePeer(e, m.From)
+			e.u64(m.Seq)
+			encodePeer(e, m.To)
+		}
+		resent[i] = t.Resent[i].State
+	}
+	encodeStates(e, resent)
 }
 
 // A list of zone requests: the units a transfer gives back or spends, or
@@ -461,6 +473,26 @@ func decodeTransfer(d *decoder) core.Transfer {
 					t.Taken[i].Waiting[j] = core.Cancel{Take: d.u64(), Reqs: decodeReqList(d)}
 				}
 			}
+		}
+	}
+	var marks [][]core.Replaced
+	if n := d.count32(maxList, 4); n > 0 {
+		marks = make([][]core.Replaced, n)
+		for i := range marks {
+			if m := d.count32(maxList, 9+8+9); m > 0 {
+				marks[i] = make([]core.Replaced, m)
+				for j := range marks[i] {
+					marks[i][j] = core.Replaced{From: decodePeer(d), Seq: d.u64(), To: decodePeer(d)}
+				}
+			}
+		}
+	}
+	if resent := decodeStates(d); d.err == nil && len(resent) != len(marks) {
+		d.err = fmt.Errorf("%d counts sent again for %d records", len(resent), len(marks))
+	} else if len(marks) > 0 {
+		t.Resent = make([]core.Resent, len(marks))
+		for i := range marks {
+			t.Resent[i] = core.Resent{Marks: marks[i], State: resent[i]}
 		}
 	}
 	return t

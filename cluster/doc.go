@@ -141,6 +141,13 @@
 // holds them once
 // (TestCountsSentAgainBeforeTheHandOffNamingTheirTransferCountOnce,
 // TestCountsSentAgainBeforeTheCounterNamingTheirTransferCountOnce).
+// Counts sent again that join a counter (the sender kept them for a key
+// it counts now, or a node counted them on arrival) are named by that
+// counter wherever it goes (Transfer.Resent: hand-off, pass-on, pull,
+// eviction, placed anew): the run that applied the transfer, or a node
+// that knows it did, takes them out of the counter, and elsewhere the
+// record stays with the counts
+// (TestCountsKeptInPlaceOfATransferTheCutOffOwnerAppliedCountOnce).
 // Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the

@@ -41,7 +41,8 @@ func TestCodecRoundTrips(t *testing.T) {
 		WasTo: core.Peer{Name: "b", Inc: 2}, WasFrom: core.Peer{Name: "l", Inc: 3}, Earlier: []core.Replaced{{From: core.Peer{Name: "l", Inc: 3}, Seq: 7, To: core.Peer{Name: "n", Inc: 1}}}, Own: true, CountersOf: core.Peer{Name: "e", Inc: 5},
 		Holds: []core.Held{{Run: core.Peer{Name: "f", Inc: 6}, Gen: 2, State: limiter.State{Key: 9, Cur: 4, Stamp: 1, Expires: 3}}}, ReplicaOf: core.Peer{Name: "c", Inc: 3}, Evicted: core.Peer{Name: "d", Inc: 4},
 		Applied: []core.Applied{{From: core.Peer{Name: "e", Inc: 5}, Seq: 6, By: core.Peer{Name: "m", Inc: 2}}}, Cancels: []core.Cancel{{Take: 12, Reqs: reqs}, {Take: 13, To: core.Peer{Name: "j", Inc: 4}}},
-		Taken: []core.Taken{{Caller: core.Peer{Name: "g", Inc: 7}, Seqs: []uint64{3, 5, 8}}, {Caller: core.Peer{Name: "h", Inc: 1}, By: core.Peer{Name: "k", Inc: 2}, Waiting: []core.Cancel{{Take: 15, Reqs: reqs}}}}}
+		Taken:  []core.Taken{{Caller: core.Peer{Name: "g", Inc: 7}, Seqs: []uint64{3, 5, 8}}, {Caller: core.Peer{Name: "h", Inc: 1}, By: core.Peer{Name: "k", Inc: 2}, Waiting: []core.Cancel{{Take: 15, Reqs: reqs}}}},
+		Resent: []core.Resent{{Marks: []core.Replaced{{From: core.Peer{Name: "o", Inc: 2}, Seq: 9, To: core.Peer{Name: "p", Inc: 1}}, {From: core.Peer{Name: "o", Inc: 2}, Seq: 11, To: core.Peer{Name: "q", Inc: 3}}}, State: limiter.State{Key: 9, Cur: 1, Stamp: 1, Expires: 3}}}}
 	for _, tc := range []struct {
 		kind  byte
 		req   core.Message

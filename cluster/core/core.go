@@ -479,10 +479,10 @@ func (c *Core) placeArrivals(now time.Time, counters []arrival) {
 			c.debugCounts("arrived for keys not settled, placed anew: a counter as it came", []limiter.State{a.state}, "counters_of", a.of.Name, "holds", len(a.holds), "own", a.own)
 		}
 		if a.own {
-			c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: a.holds}, purposeHandoff, []limiter.State{a.state})
+			c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: a.holds, Resent: a.resent}, purposeHandoff, []limiter.State{a.state})
 			continue
 		}
-		like := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds}
+		like := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds, Resent: a.resent}
 		if a.copy {
 			like.Mode, like.Applied = ModeCopy, a.applied
 		}

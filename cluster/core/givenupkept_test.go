@@ -1,7 +1,6 @@
 package core
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -19,14 +18,10 @@ import (
 // naming nothing of the transfer, and its counts were added twice).
 //
 // The counts sent again in place of the transfer keep its mark (Was,
-// WasTo) only while their key waits to settle; once they join the
-// sender's counter, the counter says nothing of them, and the owner that
-// applied the transfer adds them again with the counter. The seed is
-// listed as a known violation until the counter carries that mark.
+// WasTo) while their key waits to settle; once they join the sender's
+// counter, the counter names them (Transfer.Resent), and the owner that
+// applied the transfer takes them out of it.
 func TestCountsKeptInPlaceOfATransferTheCutOffOwnerAppliedCountOnce(t *testing.T) {
-	if os.Getenv("TOLLGATE_KNOWN_FAILING") == "" {
-		t.Skip("known violation (seed 1795816501511161683): a counter does not name the counts it holds in place of a transfer")
-	}
 	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
 	k := h.keyOrdered("n1", "n2", "n0")
 	load := newHandLoad(h, k, 30)

@@ -117,6 +117,18 @@ type arrival struct {
 	was     Applied
 	wasTo   Peer
 	earlier []Replaced // the transfers was replaced (Transfer.Earlier)
+	// resent: what the counter holds of counts sent again in place of
+	// transfers (Transfer.Resent), which goes with it.
+	resent []Resent
+}
+
+// marks returns, for additions sent again, the transfers they replace,
+// first sent first (see Transfer.marks).
+func (a arrival) marks() []Replaced {
+	if a.wasTo.Name == "" {
+		return nil
+	}
+	return append(slices.Clip(a.earlier), Replaced{From: a.was.From, Seq: a.was.Seq, To: a.wasTo})
 }
 
 // mark sets on t the transfer a's counts replace, if any.
@@ -343,7 +355,7 @@ func (h *handoffState) arrive(v *view, self string, mode Mode, own, counter bool
 	}
 	mk.received = true
 	mk.counter = mk.counter || counter
-	if mode == ModeAdd && (a.of.Name != "" || len(a.holds) > 0 || a.wasTo.Name != "") || mode == ModeCopy && a.of.Name != "" {
+	if mode == ModeAdd && (a.of.Name != "" || len(a.holds) > 0 || a.wasTo.Name != "" || len(a.resent) > 0) || mode == ModeCopy && a.of.Name != "" {
 		a.own = own
 		mk.counters = append(mk.counters, a)
 		return true
@@ -502,10 +514,27 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 		into.counterless = append(into.counterless, k)
 	}
 	for _, a := range mk.counters {
+		if len(a.resent) > 0 {
+			// What the counter holds of counts sent again in place of a
+			// transfer that a run this node knows of applied (its counter
+			// came meanwhile) is held by that run's counter.
+			var rest []limiter.State
+			if rest, a.resent = c.weighResent(now, a.resent, []limiter.State{a.state}); len(rest) == 0 {
+				continue
+			}
+			a.state = rest[0]
+		}
 		d, ok := c.replicas.weighHere(now, c.mono(now), c.self, a.of, a.state, a.holds)
 		if !ok {
 			continue
 		}
+		// Counts sent again in place of a transfer join the counter here
+		// now: the counter holds them from now on, and names them wherever
+		// it goes (see Transfer.Resent).
+		if marks := a.marks(); len(marks) > 0 {
+			c.replicas.holdResent(c.mono(now), []Resent{{Marks: marks, State: d}})
+		}
+		c.keepResent(now, a.resent)
 		if mk.hasAdds {
 			mk.adds = limiter.AddState(now, mk.adds, d)
 		} else {
@@ -891,10 +920,10 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	// counters that named their runs as they came.
 	for _, part := range SplitStates(sortStates(states), TransferBytes) {
 		holds := holdsOf(ownHeld, part)
-		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, Own: true, Holds: holds, States: part, Taken: c.handedTaken(part), Applied: c.appliedHeld(part, true, Peer{}, holds)}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, Own: true, Holds: holds, States: part, Taken: c.handedTaken(part), Applied: c.appliedHeld(part, true, Peer{}, holds), Resent: c.replicas.takeResentHeld(keysOf(part))}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	for _, a := range moving.counters {
-		t := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds, States: []limiter.State{a.state}}
+		t := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds, States: []limiter.State{a.state}, Resent: a.resent}
 		if a.copy {
 			t.Mode, t.Applied = ModeCopy, a.applied
 		}
@@ -1706,9 +1735,11 @@ func (c *Core) sendEvicted(now time.Time, states []limiter.State, holds []Held) 
 			t := like
 			t.States, t.Holds = part, holdsOf(holds, part)
 			t.Applied = appliedTo(counted, part)
+			t.Resent = c.replicas.takeResentHeld(keysOf(part))
 			c.sendTransfer(now, succs[name].Peer(), t, purposeHeld)
 		}
 	}
+	like.Resent = c.replicas.takeResentHeld(keysOf(rest))
 	c.placeAs(now, like, purposeHeld, rest)
 }
 

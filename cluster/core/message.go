@@ -269,6 +269,41 @@ type Transfer struct {
 	// cancels for such runs that wait at the sender for a list naming
 	// their items (Taken.Waiting): they go where the counts go.
 	Taken []Taken
+	// Resent (ModeAdd, ModeEvicted carrying counters) names counts the
+	// counters carried hold that were sent again in place of transfers to
+	// runs taken for dead, which may have applied them (see Was): counts
+	// that joined a counter once their key settled, or at once. The
+	// record goes with the counter wherever it goes. A run named in it
+	// that applied its transfer takes the counts out of the counter, as
+	// does a node that knows it did (its replicas, or its counter, came
+	// there); elsewhere the record stays with the counts, and a counter of
+	// that run that meets them comes in less them (see noteResent).
+	// Without it, the counts joined the counter naming nothing, and where
+	// it met the counter of the run that had applied the transfer they
+	// were added twice.
+	Resent []Resent
+}
+
+// Resent is counts a counter holds that were sent again in place of
+// transfers (Marks, first sent first: Earlier, then Was): one count with
+// each of theirs.
+type Resent struct {
+	Marks []Replaced
+	State limiter.State
+}
+
+// resentOf returns, of list, the records of the keys of states.
+func resentOf(list []Resent, states []limiter.State) []Resent {
+	if len(list) == 0 {
+		return nil
+	}
+	var out []Resent
+	for _, r := range list {
+		if heldIn(states, r.State.Key) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // Taken lists take items of one caller run that a node admitted.

@@ -61,6 +61,20 @@ type replicaStore struct {
 	// transfer: a copy of the run's counters that comes later saying the
 	// run applied it holds them already (see lessResent, takeResent).
 	resent map[Peer]map[Applied]resentCounts
+	// resentHeld: per key, the counts sent in place of transfers to runs
+	// taken for dead that this node's counter of the key holds (they
+	// joined it), by the transfers they replace: they go with the counter
+	// (Transfer.Resent). A record of resent taken out (the run's counter
+	// came, less the counts) drops its entry here too.
+	resentHeld map[limiter.Key][]resentHeld
+}
+
+// resentHeld is counts a counter holds that were sent in place of the
+// transfers marks, and when they joined it (mono).
+type resentHeld struct {
+	marks []Replaced
+	state limiter.State
+	at    int64
 }
 
 // keyGen is the generation of this run's counter of a key, and when the
@@ -503,6 +517,73 @@ func (r *replicaStore) noteResent(m int64, run Peer, a Applied, states []limiter
 	set[a] = rec
 }
 
+// holdResent records that this node's counter of the key of each of
+// list holds its counts, sent in place of its transfers.
+func (r *replicaStore) holdResent(m int64, list []Resent) {
+	if len(list) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.resentHeld == nil {
+		r.resentHeld = map[limiter.Key][]resentHeld{}
+	}
+	for _, x := range list {
+		if x.State.Kind >= limiter.KindGrant || len(x.Marks) == 0 {
+			continue
+		}
+		k := x.State.Key
+		r.resentHeld[k] = append(r.resentHeld[k], resentHeld{marks: slices.Clone(x.Marks), state: x.State, at: m})
+	}
+}
+
+// takeResentHeld returns the records of counts sent in place of
+// transfers that this node's counters of keys hold (see holdResent), and
+// forgets them here, with the records of those counts as added here (see
+// noteResent): the counters leave with them.
+func (r *replicaStore) takeResentHeld(keys []limiter.Key) []Resent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.resentHeld) == 0 {
+		return nil
+	}
+	var out []Resent
+	for _, k := range keys {
+		list := r.resentHeld[k]
+		if len(list) == 0 {
+			continue
+		}
+		delete(r.resentHeld, k)
+		for _, h := range list {
+			out = append(out, Resent{Marks: h.marks, State: h.state})
+		}
+		for _, h := range list {
+			for _, m := range h.marks {
+				r.forgetResentLocked(m.To, Applied{From: m.From, Seq: m.Seq}, []limiter.State{h.state})
+			}
+		}
+	}
+	return out
+}
+
+// dropResentHeldLocked forgets the records of counts of the keys of
+// gone, sent in place of transfer a to run, that counters here hold: a
+// counter of run came, less them. r.mu is held.
+func (r *replicaStore) dropResentHeldLocked(run Peer, a Applied, gone []limiter.State) {
+	if len(r.resentHeld) == 0 {
+		return
+	}
+	mark := Replaced{From: a.From, Seq: a.Seq, To: run}
+	for _, s := range gone {
+		list := slices.DeleteFunc(r.resentHeld[s.Key], func(h resentHeld) bool { return slices.Contains(h.marks, mark) })
+		if len(list) == 0 {
+			delete(r.resentHeld, s.Key)
+		} else {
+			r.resentHeld[s.Key] = list
+		}
+	}
+}
+
 // anyResent reports whether counts or units sent in place of a transfer
 // to a dead run are on record here.
 func (r *replicaStore) anyResent() bool {
@@ -542,6 +623,11 @@ func (r *replicaStore) lessResent(now time.Time, run Peer, applied []Applied, st
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rest, less, _ = r.lessResentLocked(now, run, applied, states)
+	// The counters here that hold those counts hold them once now, with
+	// the copy: they name them no more (see holdResent).
+	for _, a := range applied {
+		r.dropResentHeldLocked(run, a.key(), less)
+	}
 	return rest, less
 }
 
@@ -582,6 +668,7 @@ func (r *replicaStore) forgetResentLocked(run Peer, a Applied, gone []limiter.St
 	if !ok {
 		return
 	}
+	r.dropResentHeldLocked(run, a, gone)
 	rec.states = slices.DeleteFunc(slices.Clone(rec.states), func(x limiter.State) bool { return heldIn(gone, x.Key) })
 	if len(rec.states) == 0 && len(rec.given) == 0 {
 		delete(set, a)
@@ -656,6 +743,7 @@ func (r *replicaStore) takeResent(run Peer, applied []Applied, states []limiter.
 				rest = append(rest, x)
 			}
 		}
+		r.dropResentHeldLocked(run, a, states)
 		left := rec.given[:0:0]
 		for _, g := range rec.given {
 			if heldIn(states, g.req.Key) {
@@ -719,6 +807,14 @@ func (r *replicaStore) forgetApplied(m int64) {
 	for k, g := range r.gens {
 		if m-g.at > int64(appliedKeep) {
 			delete(r.gens, k)
+		}
+	}
+	for k, list := range r.resentHeld {
+		list = slices.DeleteFunc(list, func(h resentHeld) bool { return m-h.at > int64(appliedKeep) })
+		if len(list) == 0 {
+			delete(r.resentHeld, k)
+		} else {
+			r.resentHeld[k] = list
 		}
 	}
 	for run, set := range r.resent {

@@ -677,6 +677,24 @@ func (in *inbox) firstCopies(x Applied, states []limiter.State, m int64) []limit
 	return first
 }
 
+// appliedOnce reports whether transfer x was applied here: above its
+// sender's floor, or, passed since, within appliedKeep (see past).
+func (in *inbox) appliedOnce(x Applied) bool {
+	in.mu.Lock()
+	a := in.from[x.From]
+	in.mu.Unlock()
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.seqs[x.Seq]; ok {
+		return true
+	}
+	_, ok := a.past[x.Seq]
+	return ok
+}
+
 // forget drops the numbers the floor passed before mono before.
 func (in *inbox) forget(before int64) {
 	in.mu.Lock()
@@ -880,6 +898,12 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			t.States = states
 		}
 	}
+	came := t.States
+	if len(t.Resent) > 0 && t.carriesCounter() {
+		// Counts the counters hold that were sent again in place of a
+		// transfer to this run: not added again if it holds them.
+		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
+	}
 	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter(), func() []limiter.Key {
 		if mine {
 			c.debugTransfer("transfer skipped: this run applied the one it replaces", from, t, 0)
@@ -928,7 +952,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		c.stats.Duplicates.Add(1)
 		c.debugTransfer("transfer received again: applied before", from, t, 0)
 	}
-	if again := c.handoff.arrivedFrom(from, t.States); len(again) > 0 {
+	if again := c.handoff.arrivedFrom(from, came); len(again) > 0 {
 		c.requestKeys(now, c.view.Load(), again)
 	}
 	c.notifyOutbox()
@@ -1040,6 +1064,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if t.carriesCounter() {
 			like.Applied = foreignApplied(t.Applied, of, t.Holds)
 			states = c.countersLessResent(now, of, t.Applied, t.Holds, states)
+			states, like.Resent = c.weighResent(now, t.Resent, states)
 		} else if len(t.Applied) > 0 {
 			// Bare additions holding the counts of transfers their runs
 			// applied (kept in fallback, passed on): counts their senders
@@ -1086,7 +1111,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// from. Added here, it would count twice what that replica held.
 		run := t.Evicted
 		v := c.view.Load()
-		states := t.States
+		states, resent := c.weighResent(now, t.Resent, t.States)
 		if len(t.Applied) > 0 {
 			states = c.evictedApplied(now, run, t.Applied, t.Holds, states)
 		}
@@ -1120,15 +1145,22 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		}
 		for _, name := range sortedKeys(onward) {
 			i, _ := v.ring.index(name)
-			t := c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name], Holds: holdsOf(t.Holds, onward[name])}, purposeForward, c.mono(now), false)
+			t := c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name], Holds: holdsOf(t.Holds, onward[name]), Resent: resentOf(resent, onward[name])}, purposeForward, c.mono(now), false)
 			c.debugTransfer("transfer made: evicted counters sent on", v.ring.member(i).Peer(), t, purposeForward)
 		}
+		// Counts sent again in place of transfers that the run's counters
+		// hold: those of the counters sent on go with them; the others
+		// are held here, where the keys were started from the run's
+		// replicas.
+		c.keepResent(now, slices.DeleteFunc(slices.Clone(resent), func(x Resent) bool {
+			return heldIn(counters, x.State.Key) || slices.ContainsFunc(sortedKeys(onward), func(name string) bool { return heldIn(onward[name], x.State.Key) })
+		}))
 		c.place(now, ModeAdd, purposeForward, adds)
 		// The run's counters that this node holds no record of go on as
 		// the run's: where they are counted, they are weighed against what
 		// is held there of the run (a replica of it, inside another
 		// counter that was started from it).
-		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Holds: holdsOf(t.Holds, counters)}, purposeForward, counters)
+		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Holds: holdsOf(t.Holds, counters), Resent: resentOf(resent, counters)}, purposeForward, counters)
 		c.place(now, ModeCopy, purposeForward, copies)
 	case ModeCopy:
 		// A snapshot read back holds what an earlier run of its node
@@ -1311,6 +1343,88 @@ func (c *Core) countersLessResent(now time.Time, of Peer, applied []Applied, hol
 		here = c.evictedApplied(now, run, byRun[run], holds, here)
 	}
 	return sortStates(append(here, elsewhere...))
+}
+
+// weighResent weighs list, what counters states hold of counts sent again
+// in place of transfers (Transfer.Resent), here: where this node knows
+// that another run named applied its transfer (by that run's replicas, or
+// its counter, come here), the run's counter holds the counts too, and
+// they come out of these counters. It returns states less those, and the
+// records that go on with them. (The run named itself weighs them as the
+// transfer arrives: see resentHeldHere.)
+func (c *Core) weighResent(now time.Time, list []Resent, states []limiter.State) ([]limiter.State, []Resent) {
+	return c.lessResentHeld(now, list, states, c.appliedResent)
+}
+
+// lessResentHeld returns states less the counts of the records of list
+// that held reports are held already, and the other records.
+func (c *Core) lessResentHeld(now time.Time, list []Resent, states []limiter.State, held func(Resent) bool) ([]limiter.State, []Resent) {
+	if len(list) == 0 {
+		return states, nil
+	}
+	states = slices.Clone(states)
+	drop := make([]bool, len(states))
+	var keep []Resent
+	for _, x := range list {
+		i := slices.IndexFunc(states, func(s limiter.State) bool { return s.Key == x.State.Key && s.Kind < limiter.KindGrant })
+		if i < 0 || drop[i] {
+			continue
+		}
+		if !held(x) {
+			keep = append(keep, x)
+			continue
+		}
+		c.debugCounts("counter: counts sent in place of a transfer its receiver applied are not added again", []limiter.State{x.State})
+		if d, ok := limiter.SubState(now, states[i], x.State); ok {
+			states[i] = d
+		} else {
+			drop[i] = true
+		}
+	}
+	out := states[:0]
+	for i, s := range states {
+		if !drop[i] {
+			out = append(out, s)
+		}
+	}
+	return out, keep
+}
+
+// appliedResent reports whether counts x, sent again in place of
+// transfers, are held by the counter of another run that applied one of
+// those transfers, by what this node knows of it (see weighResent).
+func (c *Core) appliedResent(x Resent) bool {
+	return slices.ContainsFunc(x.Marks, func(m Replaced) bool {
+		return m.To != c.self && c.replicas.applied(m.To, Applied{From: m.From, Seq: m.Seq})
+	})
+}
+
+// resentHeldHere returns counters states less the counts they hold (list,
+// see Transfer.Resent) that were sent again in place of a transfer to
+// this run that it applied, and the other records. Weighed before the
+// transfer that carries them is applied: the inbox's record of a sender
+// is locked then. A counter that comes here holding counts sent again in
+// place of a transfer this run did not apply is no copy held here: it
+// may go on (passed on, refused), and come back.
+func (c *Core) resentHeldHere(now time.Time, list []Resent, states []limiter.State) ([]limiter.State, []Resent) {
+	return c.lessResentHeld(now, list, states, func(x Resent) bool {
+		return slices.ContainsFunc(x.Marks, func(m Replaced) bool {
+			return m.To == c.self && c.in.appliedOnce(Applied{From: m.From, Seq: m.Seq})
+		})
+	})
+}
+
+// keepResent records that this node's counters hold the counts of list,
+// sent again in place of transfers: they go with the counters (see
+// holdResent), and a counter of a run that applied one of those
+// transfers comes in less them (see noteResent).
+func (c *Core) keepResent(now time.Time, list []Resent) {
+	for _, x := range list {
+		for _, m := range x.Marks {
+			c.replicas.noteResent(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, []limiter.State{x.State})
+		}
+	}
+	c.replicas.holdResent(c.mono(now), list)
 }
 
 // evictedApplied weighs the transfers the evicted run applied (Applied)
@@ -1509,6 +1623,12 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 			if t.Mode == ModeAdd && (t.carriesCounter() || len(t.Holds) > 0) {
 				t.Applied = withApplied(c.appliedHeld(part, t.Own, t.CountersOf, t.Holds), like.Applied)
 			}
+			t.Resent = resentOf(like.Resent, part)
+			if t.Mode == ModeAdd && t.Own {
+				// This node's own counters: the counts sent again in place
+				// of transfers that joined them go with them.
+				t.Resent = append(t.Resent, c.replicas.takeResentHeld(keysOf(part))...)
+			}
 			if p == purposeReconcile {
 				t.Cancels = c.out.cancelsFor(owners[name].Peer(), part, c.runDied)
 			}
@@ -1603,6 +1723,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		if like.resent() {
 			a.was, a.wasTo, a.earlier = like.was(c.self), like.WasTo, like.Earlier
 		}
+		a.resent = resentOf(like.Resent, []limiter.State{s})
 		if named {
 			a.holds = holds
 			if !own {
@@ -1651,6 +1772,14 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		}
 		if c.debugOn() {
 			c.debugCounts("counts join the engine", []limiter.State{s}, "mode", mode.String())
+		}
+		if mode == ModeAdd {
+			// Counts sent again in place of transfers join this run's
+			// counter: it names them wherever it goes (Transfer.Resent).
+			if marks := a.marks(); len(marks) > 0 {
+				c.replicas.holdResent(c.mono(now), []Resent{{Marks: marks, State: s}})
+			}
+			c.keepResent(now, a.resent)
 		}
 		if mode == ModeNewer && like.ReplicaOf.Name != "" && (c.replicas.takeCounterless(s.Key) || c.lacksCounter(s.Key, c.mono(now))) {
 			// The key settled here without its counter, or its counter was
@@ -1926,7 +2055,7 @@ func (c *Core) replaceRefused(now time.Time) {
 		if c.debugOn() {
 			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose)
 		}
-		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t), Was: pt.t.Was, WasFrom: pt.t.WasFrom, WasTo: pt.t.WasTo, Earlier: pt.t.Earlier, Taken: pt.t.Taken}, pt.purpose, pt.t.States)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t), Was: pt.t.Was, WasFrom: pt.t.WasFrom, WasTo: pt.t.WasTo, Earlier: pt.t.Earlier, Taken: pt.t.Taken, Resent: pt.t.Resent}, pt.purpose, pt.t.States)
 	}
 	if len(gone) > 0 {
 		c.notifySettled()
@@ -2190,11 +2319,11 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		c.notePromotedHere(now, pt.t.ReplicaOf, here, pt.t.Holds)
 		c.placeHere(now, v, like, here)
 		c.applySettle(now, pt.t, hereReqs)
-		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, kept)}, purposeForward, kept)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, kept), Resent: resentOf(pt.t.Resent, kept)}, purposeForward, kept)
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
-		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t), Taken: pt.t.Taken}, pt.purpose, c.mono(now), false)
+		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t), Taken: pt.t.Taken, Resent: resentOf(pt.t.Resent, p.states)}, pt.purpose, c.mono(now), false)
 		t.Was, t.WasFrom, t.WasTo, t.Earlier = mark.Was, mark.WasFrom, mark.WasTo, mark.Earlier
 		c.out.retargeted(t.Seq, t, c.mono(now))
 		c.debugTransfer("transfer sent in place of one to a gone receiver", p.to.Peer(), t, pt.purpose)

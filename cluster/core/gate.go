@@ -219,7 +219,7 @@ const keptNamedWithin = appliedKeep / 2
 // read states is in them too.
 func (c *Core) Keep(now time.Time, states []limiter.State) Kept {
 	var applied []KeptApplied
-	if counted := c.in.counted(); len(counted) > 0 {
+	if counted := c.countedApplied(); len(counted) > 0 {
 		in := keySet(states)
 		again := map[limiter.Key]bool{}
 		for _, a := range counted {
@@ -242,6 +242,18 @@ func (c *Core) Keep(now time.Time, states []limiter.State) Kept {
 	}
 	holds := sortHolds(append(c.replicas.heldOf(keys), c.replicas.ownHeld(c.self, states)...))
 	return Kept{Run: c.self, At: now.UnixNano(), States: states, Holds: holds, Applied: applied}
+}
+
+// countedApplied returns, sorted by sender and number, the transfers of
+// what others admitted that this run applied, whose senders may not have
+// had them acknowledged, and whose counts all joined its counters: at
+// once, or later (kept in fallback first for want of a majority, or
+// waiting for their keys), their counts going on naming the transfer as
+// applied here (Core.carried).
+func (c *Core) countedApplied() []KeptApplied {
+	return c.in.counted(func(a KeptApplied) bool {
+		return c.carried.held.holds(Applied{From: a.From, Seq: a.Seq, By: c.self}, a.Keys)
+	})
 }
 
 // readAgain returns states with the counters of the keys again replaced by

@@ -1729,7 +1729,7 @@ func (c *Core) sendEvicted(now time.Time, states []limiter.State, holds []Held) 
 		bySucc[succ.Name] = append(bySucc[succ.Name], s)
 		succs[succ.Name] = succ
 	}
-	counted := c.in.counted()
+	counted := c.countedApplied()
 	for _, name := range sortedKeys(bySucc) {
 		for _, part := range SplitStates(bySucc[name], TransferBytes) {
 			t := like

@@ -55,6 +55,19 @@ func (r *keyApplied) keep(m int64, keys []limiter.Key, list []Applied) {
 	}
 }
 
+// holds reports whether the counts of every key of keys, not empty, hold
+// transfer a.
+func (r *keyApplied) holds(a Applied, keys []limiter.Key) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, k := range keys {
+		if _, ok := r.keys[k][a]; !ok {
+			return false
+		}
+	}
+	return len(keys) > 0
+}
+
 // of returns, sorted, the transfers the counts of keys hold.
 func (r *keyApplied) of(keys []limiter.Key) []Applied {
 	return r.list(keys, false)

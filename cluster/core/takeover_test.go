@@ -29,8 +29,11 @@ type handNet struct {
 	// oneway: what a node sends another (from, to) is lost, but not what
 	// the other sends it, nor the answers to that.
 	oneway map[[2]string]bool
-	hash   keyhash.Hasher
-	cfg    Config // timings and ratios of every core
+	// drops, if set, reports whether a message from is sending is lost
+	// beyond those the fields above lose.
+	drops func(from string, o Outgoing) bool
+	hash  keyhash.Hasher
+	cfg   Config // timings and ratios of every core
 }
 
 // lost reports whether a message between from and to is lost.
@@ -146,7 +149,7 @@ func (h *handNet) deliver(from string, o Outgoing) {
 		h.t.Logf("%s -> %s: %T %+v", from, o.To.Name, o.Msg, o.Msg)
 	}
 	src := h.cores[from]
-	lost := h.lost(from, o.To.Name)
+	lost := h.lost(from, o.To.Name) || h.drops != nil && h.drops(from, o)
 	dest := h.cores[o.To.Name]
 	switch msg := o.Msg.(type) {
 	case Ack:

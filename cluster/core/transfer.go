@@ -574,7 +574,15 @@ type applied struct {
 	// sender's to this run that this run added (see firstCopies), each
 	// with the mono it did. Kept for appliedKeep.
 	copies map[copyOf]int64
-	used   int64 // mono of the last transfer from it
+	// later are the numbers of seqs that carried bare additions whose
+	// counts did not all join this run's counters at once (kept in
+	// fallback for want of a majority, waiting for their keys), each with
+	// the keys of its counts: counts that join the counters later go on
+	// naming the transfer (Core.carried), and a snapshot lists it once the
+	// counters it keeps hold the counts of every one of those keys (see
+	// Core.Keep).
+	later map[uint64][]limiter.Key
+	used  int64 // mono of the last transfer from it
 }
 
 // copyOf names the counts of one key in one transfer.
@@ -599,8 +607,9 @@ func (in *inbox) sender(from Peer) *applied {
 
 // counted returns, sorted by sender and number, the transfers applied here
 // whose senders may not have had them acknowledged, and whose counts all
-// joined this run's counters, with the keys of those counts.
-func (in *inbox) counted() []KeptApplied {
+// joined this run's counters, with the keys of those counts: at once, or
+// later (see later), where joined, if set, says so of the transfer.
+func (in *inbox) counted(joined func(KeptApplied) bool) []KeptApplied {
 	in.mu.Lock()
 	froms := make([]Peer, 0, len(in.from))
 	recs := make(map[Peer]*applied, len(in.from))
@@ -623,12 +632,33 @@ func (in *inbox) counted() []KeptApplied {
 		for seq, keys := range a.seqs {
 			if keys != nil {
 				out = append(out, KeptApplied{From: p, Seq: seq, Keys: slices.Clone(keys)})
+			} else if keys := a.later[seq]; keys != nil && joined != nil && joined(KeptApplied{From: p, Seq: seq, Keys: keys}) {
+				out = append(out, KeptApplied{From: p, Seq: seq, Keys: slices.Clone(keys)})
 			}
 		}
 		a.mu.Unlock()
 		slices.SortFunc(out[start:], func(x, y KeptApplied) int { return cmpUint(x.Seq, y.Seq) })
 	}
 	return out
+}
+
+// appliedLater records that transfer seq of from, applied here, carried
+// bare additions of keys whose counts did not all join this run's
+// counters at once (see later).
+func (in *inbox) appliedLater(from Peer, seq uint64, keys []limiter.Key) {
+	if len(keys) == 0 {
+		return
+	}
+	a := in.sender(from)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if k, ok := a.seqs[seq]; !ok || k != nil {
+		return
+	}
+	if a.later == nil {
+		a.later = map[uint64][]limiter.Key{}
+	}
+	a.later[seq] = slices.Clone(keys)
 }
 
 // has reports whether transfer seq of from was applied here.
@@ -731,6 +761,7 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, app
 		for s := range a.seqs {
 			if s < floor {
 				delete(a.seqs, s)
+				delete(a.later, s)
 				if _, ok := a.additions[s]; ok {
 					delete(a.additions, s)
 					a.past[s] = m
@@ -904,6 +935,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// transfer to this run: not added again if it holds them.
 		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
 	}
+	var later []limiter.Key
 	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter(), func() []limiter.Key {
 		if mine {
 			c.debugTransfer("transfer skipped: this run applied the one it replaces", from, t, 0)
@@ -944,10 +976,14 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			// naming this transfer as applied here: the inbox lists it
 			// with the counters only for counts that joined them.
 			t.Applied = withApplied(t.Applied, []Applied{{From: from, Seq: t.Seq, By: c.self}})
+			later = keysOf(t.States)
 		}
 		c.apply(now, from, t)
 		return counted
 	})
+	if ran {
+		c.in.appliedLater(from, t.Seq, later)
+	}
 	if !ran {
 		c.stats.Duplicates.Add(1)
 		c.debugTransfer("transfer received again: applied before", from, t, 0)
@@ -1648,7 +1684,7 @@ func (c *Core) placeAs(now time.Time, like Transfer, p purpose, states []limiter
 func (c *Core) appliedHeld(states []limiter.State, own bool, of Peer, holds []Held) []Applied {
 	var out []Applied
 	if own {
-		for _, a := range appliedTo(c.in.counted(), states) {
+		for _, a := range appliedTo(c.in.counted(nil), states) {
 			a.By = c.self
 			out = append(out, a)
 		}

@@ -234,8 +234,19 @@
 // owner crashed, the survivors admit 40 more
 // (TestCrashedOwnersCountsSurviveAtTheSuccessor asserts at most 45). A
 // replica is used only when the owner died: a node that leaves gracefully
-// hands its counters over instead, and the replica is not added to them. A
-// single node, or a one-member ring, replicates nothing. A key whose owner
+// hands its counters over instead, and the replica is not added to them.
+// A counter handed over (a join, a rolling restart) waits at its receiver
+// until the key settles there (every source sealed), in no engine and in
+// none of the receiver's replicas; its giver, which is the receiver's
+// successor for the key (the key was its), keeps it until the receiver
+// replicates the key, as this run's counter of the generation it was. A
+// takeover of the receiver (a crash, or a cut-off that lasts) counts it
+// again, and counts sent on by the receiver when it is back are weighed
+// against it by run and generation, not added twice
+// (TestCountsHeldForAKeyNotSettledSurviveATakeoverOfTheReceiver: before,
+// the taker started such a key from nothing, and a partition that cut off
+// a node just restarted lost its whole count). A single node, or a
+// one-member ring, replicates nothing. A key whose owner
 // and successor were both declared dead (two crashes, or a crash and a
 // split that put the successor on the other side) has no replica where it
 // is taken over, and its counter may come back when the split heals: its

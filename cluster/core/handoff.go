@@ -1303,6 +1303,17 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		o, ok := v.ring.Owner(k.Route())
 		return ok && o.Name == c.self.Name
 	})
+	// Counters this run handed to a dead run that had not replicated them
+	// yet come back as this run's own, of the generations they were: the
+	// dead run's replica lacks them.
+	given := c.replicas.takeGiven(now, func(to Peer, k limiter.Key) bool {
+		if inc, dead := plan.deadInc[to.Name]; !dead || to.Inc > inc {
+			return false
+		}
+		_, self, ok := c.placeOf(v, k)
+		return ok && self
+	})
+	c.debugCounts("hand-off completing: counters handed to dead members, not replicated by them, come back", statesOfTaken(given))
 	reps := make([]limiter.State, len(taken))
 	for i, t := range taken {
 		reps[i] = t.state
@@ -1365,6 +1376,16 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 			mk.adds, mk.hasAdds = s, true
 		}
 	}
+	var givenSettled []takenReplica
+	for _, g := range given {
+		mk := h.entry(v, c.self.Name, g.state.Key)
+		if mk.settled {
+			givenSettled = append(givenSettled, g) // counted at once, below
+			continue
+		}
+		mk.received, mk.counter = true, true
+		mk.counters = append(mk.counters, arrival{state: g.state, holds: g.holds, own: true})
+	}
 	if !forced && len(plan.deadInc) > 1 {
 		// Keys whose dead owner's successor died too have no counter here
 		// unless one came: fallback decides them until one does (see
@@ -1398,6 +1419,9 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	h.reset(nil, true)
 	c.foldFallback(now, &next, nil)
 	c.view.Store(&next)
+	for _, g := range givenSettled {
+		c.placeHere(now, &next, Transfer{Mode: ModeAdd, Own: true, Holds: g.holds}, []limiter.State{g.state})
+	}
 	c.updateAnswering()
 	c.viewMu.Unlock()
 	c.log.Info("hand-off complete", "node", c.self.Name, "ring", v.ring.Fingerprint(), "from_replicas", len(reps))
@@ -1443,9 +1467,11 @@ func (c *Core) handOver(now time.Time, v *view) {
 func (c *Core) handOverReplicas(now time.Time, v *view) {
 	self := c.self.Name
 	c.replicas.take(now, func(owner Peer, _ limiter.Key) bool { return c.runLeft(owner) })
+	c.replicas.takeGiven(now, func(to Peer, _ limiter.Key) bool { return c.runLeft(to) }) // it handed them on
 	if c.gate.isLeaving() {
 		if c.majority(v) {
 			c.sendReplicasOn(now, c.replicas.takeOwned(now, func(owner Peer, _ limiter.Key) bool { return c.runDied(owner) }))
+			c.placeGiven(now, c.replicas.takeGiven(now, func(to Peer, _ limiter.Key) bool { return c.runDied(to) }))
 		}
 		c.passReplicasOn(now, v)
 		return
@@ -1453,14 +1479,30 @@ func (c *Core) handOverReplicas(now time.Time, v *view) {
 	if !c.majority(v) {
 		return
 	}
-	taken := c.replicas.takeOwned(now, func(owner Peer, k limiter.Key) bool {
+	pick := func(owner Peer, k limiter.Key) bool {
 		o, ok := v.ring.Owner(k.Route())
 		if !ok || !c.runDied(owner) {
 			return false
 		}
 		return o.Name != self || !c.takesOver(v, owner)
-	})
-	c.sendReplicasOn(now, taken)
+	}
+	c.sendReplicasOn(now, c.replicas.takeOwned(now, pick))
+	c.placeGiven(now, c.replicas.takeGiven(now, pick))
+}
+
+// placeGiven places counters this run handed to runs that died before
+// they replicated them (see Core.keepGiven) where their keys are counted,
+// as this run's own counters come back, naming the generations they were:
+// the dead runs' replicas lack them, and what a dead run that was only
+// cut off sends on of them is weighed against them there.
+func (c *Core) placeGiven(now time.Time, given []takenReplica) {
+	if len(given) == 0 {
+		return
+	}
+	c.debugCounts("counters handed to dead runs, not replicated by them, come back", statesOfTaken(given))
+	for _, g := range given {
+		c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: g.holds}, purposeHandoff, []limiter.State{g.state})
+	}
 }
 
 // takesOver reports whether the hand-off under way by v takes the dead run

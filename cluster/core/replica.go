@@ -67,6 +67,10 @@ type replicaStore struct {
 	// (Transfer.Resent). A record of resent taken out (the run's counter
 	// came, less the counts) drops its entry here too.
 	resentHeld map[limiter.Key][]resentHeld
+	// given: this run's own counters handed to a run that applied them
+	// and has not replicated them here since, where this node succeeds
+	// that run in their keys (see Core.keepGiven), by key.
+	given map[limiter.Key]takenReplica
 }
 
 // resentHeld is counts a counter holds that were sent in place of the
@@ -860,8 +864,92 @@ func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.
 			displaced = append(displaced, takenReplica{owner: old.owner, state: old.state, holds: old.holds, at: old.at, passed: old.passed})
 		}
 		r.states[s.Key] = replica{state: s, owner: owner, holds: holdsOf(holds, []limiter.State{s}), at: m}
+		if g, ok := r.given[s.Key]; ok && g.owner == owner {
+			delete(r.given, s.Key) // counted there, and replicated: the replica holds it
+		}
 	}
 	return displaced
+}
+
+// keepGiven keeps this run's own counters that t handed over to run to,
+// which applied them, where this node is to's successor for their keys:
+// until to counts them (its key settles there) and replicates them, they
+// are in no engine and in none of to's replicas. They stay this run's
+// counters, of the generations they were (see cameBack): a takeover of
+// to here counts them as such (see takeGiven), weighed like any counter
+// of an earlier generation, so that when to, cut off and taken over,
+// sends them on, what it sends is weighed against them, not added again.
+func (c *Core) keepGiven(now time.Time, to Peer, t Transfer) {
+	v := c.view.Load()
+	if v.self < 0 {
+		return
+	}
+	var kept []takenReplica
+	for _, s := range t.States {
+		if s.Kind >= limiter.KindGrant {
+			continue
+		}
+		first, second := v.ring.top2(s.Key.Route())
+		if first < 0 || second != v.self || v.ring.member(first).Peer() != to {
+			continue
+		}
+		kept = append(kept, takenReplica{owner: to, state: s, holds: c.cameBack(s, holdsOf(t.Holds, []limiter.State{s}))})
+	}
+	if len(kept) == 0 {
+		return
+	}
+	c.debugCounts("counters handed over kept until their receiver replicates them", statesOfTaken(kept), "peer", to.Name)
+	c.replicas.keepGiven(c.mono(now), kept)
+}
+
+// keepGiven records counters this run handed over, each with the run it
+// handed it to (owner) and the counts it holds, this run's own among
+// them (see Core.keepGiven). A full store keeps none beyond its size.
+func (r *replicaStore) keepGiven(m int64, given []takenReplica) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.given == nil {
+		r.given = map[limiter.Key]takenReplica{}
+	}
+	for _, g := range given {
+		if _, ok := r.given[g.state.Key]; !ok && len(r.given) >= r.max {
+			continue
+		}
+		g.at = m
+		r.given[g.state.Key] = g
+	}
+}
+
+// takeGiven removes and returns, sorted by key, the live counters this
+// run handed over that pick chooses (by the run it handed them to).
+func (r *replicaStore) takeGiven(now time.Time, pick func(to Peer, k limiter.Key) bool) []takenReplica {
+	ns := now.UnixNano()
+	r.mu.Lock()
+	var out []takenReplica
+	for k, g := range r.given {
+		if !pick(g.owner, k) {
+			continue
+		}
+		delete(r.given, k)
+		if g.state.Expires > ns {
+			out = append(out, g)
+		}
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b takenReplica) int { return cmpUint(uint64(a.state.Key), uint64(b.state.Key)) })
+	return out
+}
+
+// givenTo returns the counter of k this run handed to to and keeps
+// until to replicates it, if any.
+func (r *replicaStore) givenTo(k limiter.Key, to Peer) (limiter.State, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g, ok := r.given[k]
+	if !ok || g.owner != to {
+		return limiter.State{}, false
+	}
+	return g.state, true
 }
 
 // putPassed keeps states of owner that another node kept and passed on:
@@ -963,7 +1051,9 @@ func (r *replicaStore) supersede(ring *Ring, self string) {
 	}
 }
 
-// keeps reports whether a live replica pick chooses is kept.
+// keeps reports whether a live replica pick chooses is kept, or a
+// counter this run handed to the replica's run in place of one (see
+// Core.keepGiven).
 func (r *replicaStore) keeps(now time.Time, pick func(owner Peer, k limiter.Key) bool) bool {
 	ns := now.UnixNano()
 	r.mu.Lock()
@@ -971,6 +1061,11 @@ func (r *replicaStore) keeps(now time.Time, pick func(owner Peer, k limiter.Key)
 	for k, rep := range r.states {
 		if rep.state.Expires > ns && pick(rep.owner, k) {
 			return true
+		}
+	}
+	for k, g := range r.given {
+		if g.state.Expires > ns && pick(g.owner, k) {
+			return true // in place of the run's replica, which lacks it
 		}
 	}
 	return false
@@ -981,6 +1076,9 @@ func (r *replicaStore) keeps(now time.Time, pick func(owner Peer, k limiter.Key)
 func (r *replicaStore) dropOf(k limiter.Key, owner Peer) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if g, ok := r.given[k]; ok && g.owner == owner {
+		delete(r.given, k) // owner handed the key's counter on, what it was given with it
+	}
 	if rep, ok := r.states[k]; ok && rep.owner == owner {
 		delete(r.states, k)
 		return true
@@ -1035,6 +1133,11 @@ func (r *replicaStore) sweepLocked(ns int64) {
 	for k, rep := range r.states {
 		if rep.state.Expires <= ns {
 			delete(r.states, k)
+		}
+	}
+	for k, g := range r.given {
+		if g.state.Expires <= ns {
+			delete(r.given, k)
 		}
 	}
 }

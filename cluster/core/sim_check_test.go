@@ -633,6 +633,30 @@ func (s *sim) heldBy(n *simNode, k limiter.Key) int64 {
 	return total
 }
 
+// keptOfUnsettled is what of the counts node n holds for k while the key
+// moves to it, not settled, the counter its giver handed it covers: the
+// giver keeps it until n replicates it (see Core.keepGiven), and a
+// takeover of n counts it.
+func (s *sim) keptOfUnsettled(n *simNode, k limiter.Key) int64 {
+	return min(unsettledAt(n, k), s.givenTo(k, n.peer()))
+}
+
+// givenTo returns the largest counter of k that a running node handed to
+// run and keeps until run replicates it.
+func (s *sim) givenTo(k limiter.Key, run Peer) int64 {
+	var best int64
+	for _, name := range s.names {
+		x := s.current[name]
+		if x == nil || x.gone {
+			continue
+		}
+		if st, ok := x.core.replicas.givenTo(k, run); ok {
+			best = max(best, windowCount([]limiter.State{st}))
+		}
+	}
+	return best
+}
+
 // unsettledAt is what node n holds of k while the key moves to it, not
 // settled: the counts that arrived for it, in no engine yet.
 func unsettledAt(n *simNode, k limiter.Key) int64 {
@@ -705,7 +729,7 @@ func (s *sim) noteCrash(n *simNode) {
 	s.noteCancelsLost(n)
 	for _, key := range s.keys {
 		k := key.key
-		lost := max(0, s.engineCount(n.engine, k)-s.replicaOf(k, n.name)) + s.heldBy(n, k)
+		lost := max(0, s.engineCount(n.engine, k)-s.replicaOf(k, n.name)) + s.heldBy(n, k) - s.keptOfUnsettled(n, k)
 		if o, ok := n.core.view.Load().ring.Owner(k.Route()); ok && o.Name == n.name {
 			// The replica its successor starts the key from: the one it
 			// holds, or the one on its way, applied after the crash.
@@ -966,7 +990,14 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 				// counter its leave handed to a node the taker cannot
 				// reach either (its side of the split): what the owner
 				// counted is there, beyond the replica all the same.
-				held := s.engineCount(x.engine, k) + unsettledAt(x, k)
+				// What it holds for a key not settled is lost only beyond
+				// the counter n handed it and keeps until it replicates
+				// it, which the takeover counts.
+				unkept := unsettledAt(x, k)
+				if st, ok := n.core.replicas.givenTo(k, x.peer()); ok {
+					unkept = max(0, unkept-windowCount([]limiter.State{st}))
+				}
+				held := s.engineCount(x.engine, k) + unkept
 				if lost := held + s.handedAway(x, k, n) - rep; lost > 0 {
 					s.hist.loss[k] += lost
 					s.logf("%s takes over key from %s (alive): may lose %d", n.name, dead, lost)

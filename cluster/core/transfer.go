@@ -2055,6 +2055,9 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 				c.handed.set(pt.t.States, pt.to)
 			}
 		}
+		if (pt.purpose == purposeHandoff || pt.purpose == purposePull) && pt.t.Mode == ModeAdd && pt.t.Own {
+			c.keepGiven(now, pt.to, pt.t)
+		}
 		if len(pt.t.Cancels) > 0 {
 			c.out.settleCancels(pt.to, pt.t.Cancels) // applied with it
 		}

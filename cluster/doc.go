@@ -52,7 +52,16 @@
 // does (C below). In
 // the short time before all nodes have heard of a change, a node that has
 // not may still send a moved key to its old owner, which answers "moved
-// to" the new one. A pull names the run it asks: a node restarted since
+// to" the new one. A node asked for a key by a joiner whose ring, one
+// this node has not seen yet, gives the joiner the key hands the key's
+// counter over and lends the key: it sends its requests to the joiner
+// until its own ring gives the key away or the counter comes back.
+// Hearing of the joiner as joining (memberlist lists it before it is a
+// member) ends no loan
+// (TestAKeyLentToAJoiningNodeStaysLentWhenTheLenderHearsItJoining:
+// before, the lender took the joiner for gone and counted the key again
+// from nothing, 13 admitted of 12 in a rolling restart beside a join).
+// A pull names the run it asks: a node restarted since
 // refuses it, rather than answer "nothing here" for what its earlier run
 // held (that lives on in the run's replicas)
 // (TestAPullAnsweredByAnotherRunOfItsSourceSettlesNothing). A node that

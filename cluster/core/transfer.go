@@ -2178,15 +2178,30 @@ func (c *Core) aliveLocked(ring *Ring, to Peer) bool {
 	return to.Name == c.self.Name
 }
 
-// goneLocked reports whether the run to is gone: it died, or it was seen
-// and is no longer listed (it left). A run never seen is not gone: this
-// node has not heard of it yet. viewMu is held.
+// goneLocked reports whether the run to is gone: it died, a later run of
+// its node was seen, or it was seen and is no longer listed (it left). A
+// run never seen is not gone: this node has not heard of it yet; nor is
+// one listed joining or leaving: it may hold counters still (a joiner
+// that pulled keys it owns by a ring this node has not seen yet).
+// viewMu is held.
 func (c *Core) goneLocked(to Peer) bool {
 	if c.runDied(to) {
 		return true
 	}
-	r, ok := c.known.Load().latest(to.Name)
-	return ok && r.inc >= to.Inc
+	known := c.known.Load()
+	r, ok := known.latest(to.Name)
+	if !ok || r.inc < to.Inc {
+		return false
+	}
+	if r.inc > to.Inc {
+		return true
+	}
+	for _, list := range [][]Member{known.members, known.leaving, known.joining} {
+		if slices.ContainsFunc(list, func(m Member) bool { return m.Name == to.Name && m.Inc == to.Inc }) {
+			return false
+		}
+	}
+	return true
 }
 
 // replacedLocked reports whether the run to will never answer again: a

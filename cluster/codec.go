@@ -487,7 +487,11 @@ func decodeTransfer(d *decoder) core.Transfer {
 			}
 		}
 	}
-	if resent := decodeStates(d); d.err == nil && len(resent) != len(marks) {
+	resent := decodeStates(d)
+	if d.err != nil {
+		return t // cut short: the reader reports d.err
+	}
+	if len(resent) != len(marks) {
 		d.err = fmt.Errorf("%d counts sent again for %d records", len(resent), len(marks))
 	} else if len(marks) > 0 {
 		t.Resent = make([]core.Resent, len(marks))

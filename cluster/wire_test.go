@@ -20,6 +20,9 @@ func FuzzDecodeMessages(f *testing.F) {
 	t := &encoder{}
 	encodeTransfer(t, &core.Transfer{Seq: 1, Mode: core.ModeAdd, States: []limiter.State{{Key: 4, Cur: 2}}, Applied: []core.Applied{{Seq: 3}}})
 	f.Add(t.b)
+	resent := &encoder{}
+	encodeTransfer(resent, &resentTransfer)
+	f.Add(resent.b)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		decodeStates(&decoder{b: b})
 		decodeKeys(&decoder{b: b})
@@ -31,6 +34,34 @@ func FuzzDecodeMessages(f *testing.F) {
 			decodeReply(k, &decoder{b: b})
 		}
 	})
+}
+
+// resentTransfer carries a counter with counts sent again in place of a
+// transfer (Transfer.Resent), the last list on the wire.
+var resentTransfer = core.Transfer{Seq: 2, Mode: core.ModeAdd, Own: true, CountersOf: core.Peer{Name: "a", Inc: 1},
+	States: []limiter.State{{Key: 4, Cur: 3, Stamp: 1, Expires: 9}},
+	Resent: []core.Resent{{Marks: []core.Replaced{{From: core.Peer{Name: "b", Inc: 2}, Seq: 5, To: core.Peer{Name: "c", Inc: 3}}}, State: limiter.State{Key: 4, Cur: 1, Stamp: 1, Expires: 9}}}}
+
+// A transfer cut short anywhere, a frame truncated or forged by a peer,
+// is an error to its reader: never a panic of the node.
+func TestATransferCutShortIsAnError(t *testing.T) {
+	e := &encoder{}
+	encodeTransfer(e, &resentTransfer)
+	if _, err := decodeRequest(msgTransfer, &decoder{b: e.b}); err != nil {
+		t.Fatalf("the whole transfer: %v", err)
+	}
+	for n := range len(e.b) {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("a transfer cut to %d of %d bytes panics: %v", n, len(e.b), r)
+				}
+			}()
+			if _, err := decodeRequest(msgTransfer, &decoder{b: e.b[:n]}); err == nil {
+				t.Errorf("a transfer cut to %d of %d bytes decodes without an error", n, len(e.b))
+			}
+		}()
+	}
 }
 
 // Every message of the core crosses the wire unchanged.

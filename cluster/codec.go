@@ -433,7 +433,11 @@ func decodeTransfer(d *decoder) core.Transfer {
 			gens[i] = d.u32()
 		}
 	}
-	if held := decodeStates(d); d.err == nil && len(held) != len(runs) {
+	held := decodeStates(d)
+	if d.err != nil {
+		return t // cut short: the reader reports d.err
+	}
+	if len(held) != len(runs) {
 		d.err = fmt.Errorf("%d counts held for %d runs", len(held), len(runs))
 	} else if len(runs) > 0 {
 		t.Holds = make([]core.Held, len(runs))

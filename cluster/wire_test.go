@@ -36,10 +36,13 @@ func FuzzDecodeMessages(f *testing.F) {
 	})
 }
 
-// resentTransfer carries a counter with counts sent again in place of a
-// transfer (Transfer.Resent), the last list on the wire.
+// resentTransfer carries a counter with the counts it holds of other
+// runs (Transfer.Holds) and counts sent again in place of a transfer
+// (Transfer.Resent), the last list on the wire: each a list of names
+// then a list of counts, one for each.
 var resentTransfer = core.Transfer{Seq: 2, Mode: core.ModeAdd, Own: true, CountersOf: core.Peer{Name: "a", Inc: 1},
 	States: []limiter.State{{Key: 4, Cur: 3, Stamp: 1, Expires: 9}},
+	Holds:  []core.Held{{Run: core.Peer{Name: "d", Inc: 4}, Gen: 2, State: limiter.State{Key: 4, Cur: 2, Stamp: 1, Expires: 9}}},
 	Resent: []core.Resent{{Marks: []core.Replaced{{From: core.Peer{Name: "b", Inc: 2}, Seq: 5, To: core.Peer{Name: "c", Inc: 3}}}, State: limiter.State{Key: 4, Cur: 1, Stamp: 1, Expires: 9}}}}
 
 // A transfer cut short anywhere, a frame truncated or forged by a peer,

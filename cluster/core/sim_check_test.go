@@ -17,7 +17,9 @@ package core
 //	    network slower than a caller's patience, takes what it still
 //	    holds with it, as a crash does: C counts that too);
 //	(c) no false denials: an owner denies a key only once the admissions
-//	    decided before (with grants still to be given back) reach its
+//	    decided before (with grants still to be given back, and the
+//	    units granted, by an owner or by the caller's fallback, to
+//	    requests whose caller went before answering them) reach its
 //	    limit; a known denial repeats an owner's; and in a schedule of
 //	    graceful changes only (joins, leaves, rolling restarts, no fault)
 //	    nothing is decided by fallback at all;
@@ -1280,6 +1282,13 @@ func (s *sim) checkDenials() {
 		}
 	}
 	for _, g := range s.grantsOfLostCallers() {
+		held[g.key] = append(held[g.key], g.at)
+	}
+	// So is a unit a caller admitted by its fallback to a request it went
+	// before answering: its fallback count, sent on to the owner, holds
+	// it, and the key is denied that much early (cluster/doc.go, "What the
+	// cluster holds"; conservation allows it as counted twice).
+	for _, g := range s.fallbackGrantsOfLostCallers() {
 		held[g.key] = append(held[g.key], g.at)
 	}
 	for k := range held {

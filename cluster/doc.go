@@ -49,7 +49,11 @@
 // fallback left with it). One whose leave timeout runs out while it is
 // still cut off, or so soon after its links came back that none of its
 // calls could be answered since, takes what it holds with it, as a crash
-// does (C below). In
+// does (C below). Links so slow that most calls outlast the caller's
+// patience cut a node off too: it hands over nothing without an answered
+// call (a receiver takes counts only from a sender it holds a lease from,
+// and a lease is an answered ping), and such calls are answered only by
+// chance (TestALeaverWhoseCallsMostlyOutlastThePatienceIsCutOff). In
 // the short time before all nodes have heard of a change, a node that has
 // not may still send a moved key to its old owner, which answers "moved
 // to" the new one. A node asked for a key by a joiner whose ring, one

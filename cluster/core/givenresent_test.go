@@ -64,3 +64,43 @@ func TestCountsKeptInPlaceOfATransferComeBackWithACounterTheGiverKept(t *testing
 		t.Fatalf("n0 counts %d of the key after n1's counter came; want 6: the count n1 applied is held once", got)
 	}
 }
+
+// A dead run's counter comes to a node whose earlier run restored the
+// key's counter (a snapshot) and sent it to the key's owner as a copy:
+// the dead run's counter goes there as a copy too, and the record of the
+// counts sent again that it holds goes with it. Kept here, where no
+// counter of the key is, a later hand-off of this node's counter of the
+// key would carry it, and its receiver would take out counts that counter
+// never held.
+func TestCountsKeptInPlaceOfATransferGoWithAnEvictedCounterSentOnAsACopy(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k := h.keyOrdered("n1", "n3", "n2")
+	load := newHandLoad(h, k, 30)
+	load.spend("n1")
+	h.advance(20 * time.Millisecond)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	if n0.self.Inc == 0 {
+		t.Skip("n0's run has no earlier run")
+	}
+	one := n1.engine.StatesOf(h.now, []limiter.Key{k})[0]
+	one.Cur = 1
+	rec := Resent{Marks: []Replaced{{From: n2.self, Seq: 9999, To: n1.self}}, State: one}
+	n0.replicas.noteRestored(n0.mono(h.now), []limiter.State{one})
+	n0.Outbox()
+	n0.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n0.self.Inc, Mode: ModeEvicted, Evicted: n2.self, WasTo: Peer{Name: "n0", Inc: n0.self.Inc - 1}, States: []limiter.State{one}, Resent: []Resent{rec}}, true)
+	var sent Transfer
+	for _, o := range n0.Outbox() {
+		if tr, ok := o.Msg.(Transfer); ok && tr.Mode == ModeCopy {
+			sent = tr
+		}
+	}
+	if len(sent.States) != 1 || sent.States[0].Key != k {
+		t.Fatalf("the counter did not go on as a copy: %+v", sent)
+	}
+	if len(sent.Resent) != 1 || sent.Resent[0].State.Key != k {
+		t.Fatalf("the copy went without the record: %+v", sent)
+	}
+	if held := n0.replicas.takeResentHeld([]limiter.Key{k}); len(held) != 0 {
+		t.Fatalf("n0 keeps the record of counts its counters do not hold: %+v", held)
+	}
+}

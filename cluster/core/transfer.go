@@ -1185,11 +1185,24 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			c.debugTransfer("transfer made: evicted counters sent on", v.ring.member(i).Peer(), t, purposeForward)
 		}
 		// Counts sent again in place of transfers that the run's counters
-		// hold: those of the counters sent on go with them; the others
-		// are held here, where the keys were started from the run's
-		// replicas.
+		// hold: those of the counters sent on, placed, or sent as copies
+		// go with them; the others are held here, where the keys'
+		// counters are (started from the run's replicas). Those of keys
+		// counted elsewhere now are no counts of a counter here: kept,
+		// they would go with a later hand-off of it, and its receiver
+		// would take out counts it never held.
+		carried := map[limiter.Key]bool{}
+		for _, s := range counters {
+			carried[s.Key] = true
+		}
+		for _, list := range onward {
+			for _, s := range list {
+				carried[s.Key] = true
+			}
+		}
 		c.keepResent(now, slices.DeleteFunc(slices.Clone(resent), func(x Resent) bool {
-			return heldIn(counters, x.State.Key) || slices.ContainsFunc(sortedKeys(onward), func(name string) bool { return heldIn(onward[name], x.State.Key) })
+			_, self, ok := c.placeOf(v, x.State.Key)
+			return carried[x.State.Key] || ok && !self
 		}))
 		c.place(now, ModeAdd, purposeForward, adds)
 		// The run's counters that this node holds no record of go on as
@@ -1197,7 +1210,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// is held there of the run (a replica of it, inside another
 		// counter that was started from it).
 		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Holds: holdsOf(t.Holds, counters), Resent: resentOf(resent, counters)}, purposeForward, counters)
-		c.place(now, ModeCopy, purposeForward, copies)
+		c.placeAs(now, Transfer{Mode: ModeCopy, Resent: resentOf(resent, copies)}, purposeForward, copies)
 	case ModeCopy:
 		// A snapshot read back holds what an earlier run of its node
 		// counted (the run CountersOf names, or one before the sender):

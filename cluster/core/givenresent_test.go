@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate/tollgate/internal/keyhash"
 	"github.com/tollgate/tollgate/limiter"
 )
 
@@ -102,5 +103,64 @@ func TestCountsKeptInPlaceOfATransferGoWithAnEvictedCounterSentOnAsACopy(t *test
 	}
 	if held := n0.replicas.takeResentHeld([]limiter.Key{k}); len(held) != 0 {
 		t.Fatalf("n0 keeps the record of counts its counters do not hold: %+v", held)
+	}
+}
+
+// A counter this run handed to a key's new owner and keeps, as that
+// owner's successor for the key, until the owner replicates it, is
+// dropped once the ring makes another node that successor, or moves the
+// key on from the owner (which hands its counter on): kept, a later
+// takeover of the owner here would count it as this run's counter while
+// the key's counter is elsewhere. A ring without the owner (taken for
+// dead) keeps it: the takeover counts it.
+func TestACounterKeptForItsReceiverIsDroppedWhenTheRingMovesTheKeyOn(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	three := NewRing(h.hash, []Member{h.member("n0"), h.member("n1"), h.member("n2")})
+	four := NewRing(h.hash, []Member{h.member("n0"), h.member("n1"), h.member("n2"), h.member("n3")})
+	without := NewRing(h.hash, []Member{h.member("n0"), h.member("n1"), h.member("n3")})
+	names := func(r *Ring, k limiter.Key) (string, string) {
+		first, second := r.top2(k.Route())
+		return r.member(first).Name, r.member(second).Name
+	}
+	var notSuccessor, movedOn limiter.Key
+	for i := range 10000 {
+		k := limiter.ZoneKey(keyhash.New([]byte("keys"), "k").String(string(rune('a'+i%26))+string(rune(i))), 1)
+		if o, s := names(three, k); o != "n2" || s != "n0" {
+			continue
+		}
+		switch o, s := names(four, k); {
+		case o == "n2" && s == "n3" && notSuccessor == 0:
+			notSuccessor = k
+		case o == "n3" && movedOn == 0:
+			movedOn = k
+		}
+	}
+	if notSuccessor == 0 || movedOn == 0 {
+		t.Fatal("no keys of the shapes wanted")
+	}
+	to := h.member("n2").Peer()
+	keep := func() *replicaStore {
+		r := newReplicaStore(100)
+		var given []givenCounter
+		for _, k := range []limiter.Key{notSuccessor, movedOn} {
+			given = append(given, givenCounter{to: to, state: limiter.State{Key: k, Kind: 1, Expires: h.now.Add(time.Hour).UnixNano(), Cur: 3}})
+		}
+		r.keepGiven(0, given)
+		return r
+	}
+	r := keep()
+	r.supersede(three, "n0")
+	r.supersede(without, "n0")
+	for _, k := range []limiter.Key{notSuccessor, movedOn} {
+		if _, ok := r.givenTo(k, to); !ok {
+			t.Fatalf("the counter of %v kept for n2 was dropped while n0 succeeds n2 in it, or n2 is taken for dead", k)
+		}
+	}
+	r = keep()
+	r.supersede(four, "n0")
+	for _, k := range []limiter.Key{notSuccessor, movedOn} {
+		if _, ok := r.givenTo(k, to); ok {
+			t.Fatalf("the counter of %v kept for n2 stays though n0 no longer succeeds n2 in it", k)
+		}
 	}
 }

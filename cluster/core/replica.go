@@ -1056,10 +1056,24 @@ func (r *replicaStore) takeOwned(now time.Time, pick func(owner Peer, k limiter.
 // and has another successor there than self: the owner replicates the
 // key there from now on, and a replica kept here falls behind its
 // counter. A replica the owner sends here later replaces the mark (see
-// put): the owner took this node for the key's successor then.
+// put): the owner took this node for the key's successor then. It drops
+// the counters this run handed over and keeps for their receiver (see
+// Core.keepGiven) where the receiver is in ring and this node succeeds
+// it in the key no more, or it owns the key no more: another node
+// replicates its counter, or its counter goes on to the key's new owner.
+// A receiver out of ring is taken for dead: its takeover counts them.
 func (r *replicaStore) supersede(ring *Ring, self string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for k, g := range r.given {
+		i, ok := ring.index(g.to.Name)
+		if !ok || ring.member(i).Peer() != g.to {
+			continue
+		}
+		if first, second := ring.top2(k.Route()); first != i || second < 0 || ring.member(second).Name != self {
+			delete(r.given, k)
+		}
+	}
 	for k, rep := range r.states {
 		if rep.superseded {
 			continue

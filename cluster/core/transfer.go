@@ -642,25 +642,6 @@ func (in *inbox) counted(joined func(KeptApplied) bool) []KeptApplied {
 	return out
 }
 
-// appliedLater records that transfer seq of from, applied here, carried
-// bare additions of keys whose counts did not all join this run's
-// counters at once (see later).
-func (in *inbox) appliedLater(from Peer, seq uint64, keys []limiter.Key) {
-	if len(keys) == 0 {
-		return
-	}
-	a := in.sender(from)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if k, ok := a.seqs[seq]; !ok || k != nil {
-		return
-	}
-	if a.later == nil {
-		a.later = map[uint64][]limiter.Key{}
-	}
-	a.later[seq] = slices.Clone(keys)
-}
-
 // has reports whether transfer seq of from was applied here.
 func (in *inbox) has(from Peer, seq uint64) bool {
 	in.mu.Lock()
@@ -749,10 +730,13 @@ func (in *inbox) forget(before int64) {
 // reports whether it ran. apply runs under the sender's record lock: a
 // transfer delivered twice at once is applied once. It returns the keys of
 // the counts the transfer added if every one of them joined this run's
-// counters (see counted), else nil. additions tells whether the transfer
-// carries bare additions, whose number is remembered past the floor (see
-// past).
-func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, apply func() []limiter.Key) bool {
+// counters (counted, see counted), else nil and, for bare additions whose
+// counts join them later, the keys of those (later, see applied.later):
+// both are recorded under the same lock, so that a snapshot read meanwhile
+// (Core.Keep) sees the transfer as it is recorded. additions tells whether
+// the transfer carries bare additions, whose number is remembered past the
+// floor (see past).
+func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, apply func() (counted, later []limiter.Key)) bool {
 	a := in.sender(from)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -776,7 +760,14 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, app
 	if _, ok := a.seqs[seq]; ok {
 		return false
 	}
-	a.seqs[seq] = apply()
+	counted, later := apply()
+	a.seqs[seq] = counted
+	if counted == nil && len(later) > 0 {
+		if a.later == nil {
+			a.later = map[uint64][]limiter.Key{}
+		}
+		a.later[seq] = slices.Clone(later)
+	}
 	if additions {
 		a.additions[seq] = struct{}{}
 	}
@@ -935,11 +926,10 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// transfer to this run: not added again if it holds them.
 		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
 	}
-	var later []limiter.Key
-	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter(), func() []limiter.Key {
+	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter(), func() (counted, later []limiter.Key) {
 		if mine {
 			c.debugTransfer("transfer skipped: this run applied the one it replaces", from, t, 0)
-			return nil
+			return nil, nil
 		}
 		if t.Was != 0 && c.replicas.applied(t.WasTo, t.was(from)) || slices.ContainsFunc(t.Earlier, func(m Replaced) bool {
 			return c.replicas.applied(m.To, Applied{From: m.From, Seq: m.Seq})
@@ -948,7 +938,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			// replicas here, or its counters read back from a snapshot,
 			// hold it.
 			c.debugTransfer("transfer skipped: its dead receiver applied it", from, t, 0)
-			return nil
+			return nil, nil
 		}
 		if c.debugOn() {
 			c.debugTransfer("transfer applied", from, t, 0, "pulled", pulled)
@@ -969,7 +959,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			}
 			c.replicas.noteGivenBack(c.mono(now), t.WasTo, t.was(from), t.Reqs, at)
 		}
-		counted := c.countedHere(now, t)
+		counted = c.countedHere(now, t)
 		if counted == nil && t.Mode == ModeAdd && !t.carriesCounter() && len(t.States) > 0 {
 			// Counts that do not join this run's counters at once (kept
 			// in fallback, passed on, waiting for their keys) go on
@@ -979,11 +969,8 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			later = keysOf(t.States)
 		}
 		c.apply(now, from, t)
-		return counted
+		return counted, later
 	})
-	if ran {
-		c.in.appliedLater(from, t.Seq, later)
-	}
 	if !ran {
 		c.stats.Duplicates.Add(1)
 		c.debugTransfer("transfer received again: applied before", from, t, 0)

@@ -389,6 +389,16 @@
 // keys over, where the copies of the snapshot go too, and there they count
 // once, whichever comes first (the later transfer is skipped, or its counts
 // taken out of the copy: TestASnapshotAndATransferItsRunAppliedAreCountedOnce).
+// A snapshot does not keep the record of the counts its counters hold that
+// were sent again in place of a transfer to a run taken for dead
+// (Transfer.Resent): where that run had applied the transfer, and its
+// counter and the snapshot's copy meet where the key is counted, those
+// counts are held twice. That takes a lost acknowledgement, the receiver
+// then taken for dead (a split), and a restart of the node whose counter
+// held the counts from a snapshot written within appliedKeep of them. It
+// adds to what the cluster holds, never to what it admits: the key is
+// denied early by at most those counts, and the bound above stands (it is
+// not part of S, which counts admissions).
 // The counters a node declared dead sends to the node that kept their
 // replicas list the same transfers: counts sent there in place of one of
 // them, added to a counter started from the run's replica, are the run's

@@ -248,9 +248,11 @@ func (c *Core) fallbackLimits(now time.Time, v *view, client limiter.Key, reqs [
 		// What the key's owner last said remained: its answer, or, where
 		// this node holds the key's counter (it owns the key but cannot
 		// count it now: no majority, its successor's lease ran out, or
-		// it did), what that counter leaves, if less.
-		own := c.engine.Peek(now, r).Remaining
+		// it did), what that counter leaves, if less. Read only when a
+		// share is made (under the fallback's lock, which no holder of
+		// the engine's waits for).
 		told := func() (int64, bool) {
+			own := c.engine.Peek(now, r).Remaining
 			l, ok := c.told.get(k, ns)
 			if own >= 0 && own < r.Limit.Quota && (!ok || own < l) {
 				return own, true

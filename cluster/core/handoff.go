@@ -1313,7 +1313,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		_, self, ok := c.placeOf(v, k)
 		return ok && self
 	})
-	c.debugCounts("hand-off completing: counters handed to dead members, not replicated by them, come back", statesOfTaken(given))
+	c.debugCounts("hand-off completing: counters handed to dead members, not replicated by them, come back", statesOfGiven(given))
 	reps := make([]limiter.State, len(taken))
 	for i, t := range taken {
 		reps[i] = t.state
@@ -1376,7 +1376,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 			mk.adds, mk.hasAdds = s, true
 		}
 	}
-	var givenSettled []takenReplica
+	var givenSettled []givenCounter
 	for _, g := range given {
 		mk := h.entry(v, c.self.Name, g.state.Key)
 		if mk.settled {
@@ -1384,7 +1384,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 			continue
 		}
 		mk.received, mk.counter = true, true
-		mk.counters = append(mk.counters, arrival{state: g.state, holds: g.holds, own: true})
+		mk.counters = append(mk.counters, arrival{state: g.state, holds: g.holds, own: true, resent: g.resent})
 	}
 	if !forced && len(plan.deadInc) > 1 {
 		// Keys whose dead owner's successor died too have no counter here
@@ -1420,7 +1420,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	c.foldFallback(now, &next, nil)
 	c.view.Store(&next)
 	for _, g := range givenSettled {
-		c.placeHere(now, &next, Transfer{Mode: ModeAdd, Own: true, Holds: g.holds}, []limiter.State{g.state})
+		c.placeHere(now, &next, Transfer{Mode: ModeAdd, Own: true, Holds: g.holds, Resent: g.resent}, []limiter.State{g.state})
 	}
 	c.updateAnswering()
 	c.viewMu.Unlock()
@@ -1495,13 +1495,13 @@ func (c *Core) handOverReplicas(now time.Time, v *view) {
 // as this run's own counters come back, naming the generations they were:
 // the dead runs' replicas lack them, and what a dead run that was only
 // cut off sends on of them is weighed against them there.
-func (c *Core) placeGiven(now time.Time, given []takenReplica) {
+func (c *Core) placeGiven(now time.Time, given []givenCounter) {
 	if len(given) == 0 {
 		return
 	}
-	c.debugCounts("counters handed to dead runs, not replicated by them, come back", statesOfTaken(given))
+	c.debugCounts("counters handed to dead runs, not replicated by them, come back", statesOfGiven(given))
 	for _, g := range given {
-		c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: g.holds}, purposeHandoff, []limiter.State{g.state})
+		c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: g.holds, Resent: g.resent}, purposeHandoff, []limiter.State{g.state})
 	}
 }
 

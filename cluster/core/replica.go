@@ -70,7 +70,28 @@ type replicaStore struct {
 	// given: this run's own counters handed to a run that applied them
 	// and has not replicated them here since, where this node succeeds
 	// that run in their keys (see Core.keepGiven), by key.
-	given map[limiter.Key]takenReplica
+	given map[limiter.Key]givenCounter
+}
+
+// givenCounter is this run's own counter of a key, handed to run to
+// (which applied it), with the other runs' counts it holds, the records
+// of the counts sent again in place of transfers it holds (see
+// Transfer.Resent), and when it was kept (mono).
+type givenCounter struct {
+	to     Peer
+	state  limiter.State
+	holds  []Held
+	resent []Resent
+	at     int64
+}
+
+// statesOfGiven returns the counters of given.
+func statesOfGiven(given []givenCounter) []limiter.State {
+	out := make([]limiter.State, len(given))
+	for i, g := range given {
+		out[i] = g.state
+	}
+	return out
 }
 
 // resentHeld is counts a counter holds that were sent in place of the
@@ -864,7 +885,7 @@ func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.
 			displaced = append(displaced, takenReplica{owner: old.owner, state: old.state, holds: old.holds, at: old.at, passed: old.passed})
 		}
 		r.states[s.Key] = replica{state: s, owner: owner, holds: holdsOf(holds, []limiter.State{s}), at: m}
-		if g, ok := r.given[s.Key]; ok && g.owner == owner {
+		if g, ok := r.given[s.Key]; ok && g.to == owner {
 			delete(r.given, s.Key) // counted there, and replicated: the replica holds it
 		}
 	}
@@ -884,7 +905,7 @@ func (c *Core) keepGiven(now time.Time, to Peer, t Transfer) {
 	if v.self < 0 {
 		return
 	}
-	var kept []takenReplica
+	var kept []givenCounter
 	for _, s := range t.States {
 		if s.Kind >= limiter.KindGrant {
 			continue
@@ -893,23 +914,24 @@ func (c *Core) keepGiven(now time.Time, to Peer, t Transfer) {
 		if first < 0 || second != v.self || v.ring.member(first).Peer() != to {
 			continue
 		}
-		kept = append(kept, takenReplica{owner: to, state: s, holds: c.cameBack(s, holdsOf(t.Holds, []limiter.State{s}))})
+		kept = append(kept, givenCounter{to: to, state: s, holds: c.cameBack(s, holdsOf(t.Holds, []limiter.State{s})), resent: resentOf(t.Resent, []limiter.State{s})})
 	}
 	if len(kept) == 0 {
 		return
 	}
-	c.debugCounts("counters handed over kept until their receiver replicates them", statesOfTaken(kept), "peer", to.Name)
+	c.debugCounts("counters handed over kept until their receiver replicates them", statesOfGiven(kept), "peer", to.Name)
 	c.replicas.keepGiven(c.mono(now), kept)
 }
 
 // keepGiven records counters this run handed over, each with the run it
-// handed it to (owner) and the counts it holds, this run's own among
-// them (see Core.keepGiven). A full store keeps none beyond its size.
-func (r *replicaStore) keepGiven(m int64, given []takenReplica) {
+// handed it to, the counts it holds, this run's own among them, and the
+// records of counts sent again that it holds (see Core.keepGiven). A
+// full store keeps none beyond its size.
+func (r *replicaStore) keepGiven(m int64, given []givenCounter) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.given == nil {
-		r.given = map[limiter.Key]takenReplica{}
+		r.given = map[limiter.Key]givenCounter{}
 	}
 	for _, g := range given {
 		if _, ok := r.given[g.state.Key]; !ok && len(r.given) >= r.max {
@@ -922,12 +944,12 @@ func (r *replicaStore) keepGiven(m int64, given []takenReplica) {
 
 // takeGiven removes and returns, sorted by key, the live counters this
 // run handed over that pick chooses (by the run it handed them to).
-func (r *replicaStore) takeGiven(now time.Time, pick func(to Peer, k limiter.Key) bool) []takenReplica {
+func (r *replicaStore) takeGiven(now time.Time, pick func(to Peer, k limiter.Key) bool) []givenCounter {
 	ns := now.UnixNano()
 	r.mu.Lock()
-	var out []takenReplica
+	var out []givenCounter
 	for k, g := range r.given {
-		if !pick(g.owner, k) {
+		if !pick(g.to, k) {
 			continue
 		}
 		delete(r.given, k)
@@ -936,7 +958,7 @@ func (r *replicaStore) takeGiven(now time.Time, pick func(to Peer, k limiter.Key
 		}
 	}
 	r.mu.Unlock()
-	slices.SortFunc(out, func(a, b takenReplica) int { return cmpUint(uint64(a.state.Key), uint64(b.state.Key)) })
+	slices.SortFunc(out, func(a, b givenCounter) int { return cmpUint(uint64(a.state.Key), uint64(b.state.Key)) })
 	return out
 }
 
@@ -946,7 +968,7 @@ func (r *replicaStore) givenTo(k limiter.Key, to Peer) (limiter.State, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	g, ok := r.given[k]
-	if !ok || g.owner != to {
+	if !ok || g.to != to {
 		return limiter.State{}, false
 	}
 	return g.state, true
@@ -1034,10 +1056,24 @@ func (r *replicaStore) takeOwned(now time.Time, pick func(owner Peer, k limiter.
 // and has another successor there than self: the owner replicates the
 // key there from now on, and a replica kept here falls behind its
 // counter. A replica the owner sends here later replaces the mark (see
-// put): the owner took this node for the key's successor then.
+// put): the owner took this node for the key's successor then. It drops
+// the counters this run handed over and keeps for their receiver (see
+// Core.keepGiven) where the receiver is in ring and this node succeeds
+// it in the key no more, or it owns the key no more: another node
+// replicates its counter, or its counter goes on to the key's new owner.
+// A receiver out of ring is taken for dead: its takeover counts them.
 func (r *replicaStore) supersede(ring *Ring, self string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for k, g := range r.given {
+		i, ok := ring.index(g.to.Name)
+		if !ok || ring.member(i).Peer() != g.to {
+			continue
+		}
+		if first, second := ring.top2(k.Route()); first != i || second < 0 || ring.member(second).Name != self {
+			delete(r.given, k)
+		}
+	}
 	for k, rep := range r.states {
 		if rep.superseded {
 			continue
@@ -1064,7 +1100,7 @@ func (r *replicaStore) keeps(now time.Time, pick func(owner Peer, k limiter.Key)
 		}
 	}
 	for k, g := range r.given {
-		if g.state.Expires > ns && pick(g.owner, k) {
+		if g.state.Expires > ns && pick(g.to, k) {
 			return true // in place of the run's replica, which lacks it
 		}
 	}
@@ -1076,7 +1112,7 @@ func (r *replicaStore) keeps(now time.Time, pick func(owner Peer, k limiter.Key)
 func (r *replicaStore) dropOf(k limiter.Key, owner Peer) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if g, ok := r.given[k]; ok && g.owner == owner {
+	if g, ok := r.given[k]; ok && g.to == owner {
 		delete(r.given, k) // owner handed the key's counter on, what it was given with it
 	}
 	if rep, ok := r.states[k]; ok && rep.owner == owner {

@@ -642,25 +642,6 @@ func (in *inbox) counted(joined func(KeptApplied) bool) []KeptApplied {
 	return out
 }
 
-// appliedLater records that transfer seq of from, applied here, carried
-// bare additions of keys whose counts did not all join this run's
-// counters at once (see later).
-func (in *inbox) appliedLater(from Peer, seq uint64, keys []limiter.Key) {
-	if len(keys) == 0 {
-		return
-	}
-	a := in.sender(from)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if k, ok := a.seqs[seq]; !ok || k != nil {
-		return
-	}
-	if a.later == nil {
-		a.later = map[uint64][]limiter.Key{}
-	}
-	a.later[seq] = slices.Clone(keys)
-}
-
 // has reports whether transfer seq of from was applied here.
 func (in *inbox) has(from Peer, seq uint64) bool {
 	in.mu.Lock()
@@ -749,10 +730,13 @@ func (in *inbox) forget(before int64) {
 // reports whether it ran. apply runs under the sender's record lock: a
 // transfer delivered twice at once is applied once. It returns the keys of
 // the counts the transfer added if every one of them joined this run's
-// counters (see counted), else nil. additions tells whether the transfer
-// carries bare additions, whose number is remembered past the floor (see
-// past).
-func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, apply func() []limiter.Key) bool {
+// counters (counted, see counted), else nil and, for bare additions whose
+// counts join them later, the keys of those (later, see applied.later):
+// both are recorded under the same lock, so that a snapshot read meanwhile
+// (Core.Keep) sees the transfer as it is recorded. additions tells whether
+// the transfer carries bare additions, whose number is remembered past the
+// floor (see past).
+func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, apply func() (counted, later []limiter.Key)) bool {
 	a := in.sender(from)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -776,7 +760,14 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, app
 	if _, ok := a.seqs[seq]; ok {
 		return false
 	}
-	a.seqs[seq] = apply()
+	counted, later := apply()
+	a.seqs[seq] = counted
+	if counted == nil && len(later) > 0 {
+		if a.later == nil {
+			a.later = map[uint64][]limiter.Key{}
+		}
+		a.later[seq] = slices.Clone(later)
+	}
 	if additions {
 		a.additions[seq] = struct{}{}
 	}
@@ -935,11 +926,10 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// transfer to this run: not added again if it holds them.
 		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
 	}
-	var later []limiter.Key
-	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter(), func() []limiter.Key {
+	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter(), func() (counted, later []limiter.Key) {
 		if mine {
 			c.debugTransfer("transfer skipped: this run applied the one it replaces", from, t, 0)
-			return nil
+			return nil, nil
 		}
 		if t.Was != 0 && c.replicas.applied(t.WasTo, t.was(from)) || slices.ContainsFunc(t.Earlier, func(m Replaced) bool {
 			return c.replicas.applied(m.To, Applied{From: m.From, Seq: m.Seq})
@@ -948,7 +938,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			// replicas here, or its counters read back from a snapshot,
 			// hold it.
 			c.debugTransfer("transfer skipped: its dead receiver applied it", from, t, 0)
-			return nil
+			return nil, nil
 		}
 		if c.debugOn() {
 			c.debugTransfer("transfer applied", from, t, 0, "pulled", pulled)
@@ -969,7 +959,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			}
 			c.replicas.noteGivenBack(c.mono(now), t.WasTo, t.was(from), t.Reqs, at)
 		}
-		counted := c.countedHere(now, t)
+		counted = c.countedHere(now, t)
 		if counted == nil && t.Mode == ModeAdd && !t.carriesCounter() && len(t.States) > 0 {
 			// Counts that do not join this run's counters at once (kept
 			// in fallback, passed on, waiting for their keys) go on
@@ -979,11 +969,8 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			later = keysOf(t.States)
 		}
 		c.apply(now, from, t)
-		return counted
+		return counted, later
 	})
-	if ran {
-		c.in.appliedLater(from, t.Seq, later)
-	}
 	if !ran {
 		c.stats.Duplicates.Add(1)
 		c.debugTransfer("transfer received again: applied before", from, t, 0)
@@ -1185,11 +1172,24 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			c.debugTransfer("transfer made: evicted counters sent on", v.ring.member(i).Peer(), t, purposeForward)
 		}
 		// Counts sent again in place of transfers that the run's counters
-		// hold: those of the counters sent on go with them; the others
-		// are held here, where the keys were started from the run's
-		// replicas.
+		// hold: those of the counters sent on, placed, or sent as copies
+		// go with them; the others are held here, where the keys'
+		// counters are (started from the run's replicas). Those of keys
+		// counted elsewhere now are no counts of a counter here: kept,
+		// they would go with a later hand-off of it, and its receiver
+		// would take out counts it never held.
+		carried := map[limiter.Key]bool{}
+		for _, s := range counters {
+			carried[s.Key] = true
+		}
+		for _, list := range onward {
+			for _, s := range list {
+				carried[s.Key] = true
+			}
+		}
 		c.keepResent(now, slices.DeleteFunc(slices.Clone(resent), func(x Resent) bool {
-			return heldIn(counters, x.State.Key) || slices.ContainsFunc(sortedKeys(onward), func(name string) bool { return heldIn(onward[name], x.State.Key) })
+			_, self, ok := c.placeOf(v, x.State.Key)
+			return carried[x.State.Key] || ok && !self
 		}))
 		c.place(now, ModeAdd, purposeForward, adds)
 		// The run's counters that this node holds no record of go on as
@@ -1197,7 +1197,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// is held there of the run (a replica of it, inside another
 		// counter that was started from it).
 		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Holds: holdsOf(t.Holds, counters), Resent: resentOf(resent, counters)}, purposeForward, counters)
-		c.place(now, ModeCopy, purposeForward, copies)
+		c.placeAs(now, Transfer{Mode: ModeCopy, Resent: resentOf(resent, copies)}, purposeForward, copies)
 	case ModeCopy:
 		// A snapshot read back holds what an earlier run of its node
 		// counted (the run CountersOf names, or one before the sender):

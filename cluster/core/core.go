@@ -62,9 +62,16 @@ type Core struct {
 	// (see updateAnswering); without one it counts nothing as an owner.
 	answering atomic.Bool
 	regained  atomic.Bool // a majority answers again: replicas kept meanwhile go on
-	// lacked: a tick found this member without a majority, and none has
-	// found it with one again since (see tickStandstill).
+	// lacked: a tick found this member without a majority, after it had
+	// had one, and none has found it with one again since (see
+	// tickStandstill); hadMajority: this run has had a majority.
 	lacked      atomic.Bool
+	hadMajority atomic.Bool
+	// unheard: no majority answers this node yet, but one would if the
+	// peers it has not heard from since it learned of them, whose calls
+	// have not failed, answered (see peerState.answered): its keys wait
+	// for them rather than go to fallback.
+	unheard     atomic.Bool
 	answeringMu sync.Mutex
 
 	takeSeq atomic.Uint64 // numbers take items sent
@@ -361,7 +368,8 @@ func (c *Core) replicaRingOf(k limiter.Key, to Peer) (*Ring, bool) {
 
 // updateAnswering works out whether a majority of the nodes this node
 // knows of (its ring's members and the dead not yet forgotten) answer it:
-// itself and the members whose calls do not fail. A ring can look like a
+// itself and the members that have answered it (see peerState.answered)
+// and whose calls do not fail since. A ring can look like a
 // majority while the nodes on the far side of a split are declared dead
 // one by one; the members that stopped answering tell it is not.
 func (c *Core) updateAnswering() {
@@ -371,13 +379,20 @@ func (c *Core) updateAnswering() {
 	if v == nil {
 		return
 	}
-	answering := 0
+	answering, unheard := 0, 0
 	for i, p := range v.peers {
-		if i == v.self || p != nil && p.reachState() != down {
+		switch {
+		case i == v.self || p != nil && p.reachState() != down && p.answered.Load():
 			answering++
+		case p != nil && p.reachState() != down:
+			unheard++
 		}
 	}
 	now := v.standalone || 2*answering > v.voters
+	if now {
+		c.hadMajority.Store(true)
+	}
+	c.unheard.Store(!now && 2*(answering+unheard) > v.voters)
 	if was := c.answering.Swap(now); now && !was {
 		c.regained.Store(true) // Tick sends on the replicas kept meanwhile
 	}
@@ -673,7 +688,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 			moving = c.handoff.takeArrived()
 			c.handoff.reset(v.ho, v.ho == nil)
 		}
-		v.peers = c.peers.match(ring, known.others(), c.self.Name, m)
+		v.peers = c.peers.match(ring, known.others(), c.self.Name, m, c.answering.Load())
 		c.downDead(known, m)
 		c.view.Store(&v)
 		c.updateAnswering()
@@ -708,7 +723,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 		}
 	}
 	v.quorum, v.voters = c.quorumLocked(ring)
-	v.peers = c.peers.match(ring, known.others(), c.self.Name, m)
+	v.peers = c.peers.match(ring, known.others(), c.self.Name, m, c.answering.Load())
 	c.downDead(known, m)
 	if v.ho == nil {
 		v.stable = ring

@@ -47,10 +47,19 @@ const (
 type peerState struct {
 	peer Peer
 
-	reach atomic.Int32  // a reach
-	lease atomic.Int64  // mono ns until which this node may count keys this peer succeeds
-	heard atomic.Int64  // mono ns of the last message from it
-	epoch atomic.Uint64 // its join epoch, from its last ping
+	reach atomic.Int32 // a reach
+	lease atomic.Int64 // mono ns until which this node may count keys this peer succeeds
+	heard atomic.Int64 // mono ns of the last message from it
+	// answered: a message from this run of it has come since its state
+	// was made, or it was made while a majority answered this node (a
+	// node joining or starting again, which the members vouch for). Until
+	// then it is no node that answers this one: a run that has just
+	// started, or lost its majority, has no word that a peer it hears of
+	// for the first time is on its side of a split. Counted as answering,
+	// a run that started again on the small side of a split took a
+	// majority of its ring there, and counted keys the other side counts.
+	answered atomic.Bool
+	epoch    atomic.Uint64 // its join epoch, from its last ping
 
 	// mayCancel: the mono ns until which it may give up on a take item
 	// this node admitted for it, and send a cancel (0: none admitted);
@@ -74,12 +83,14 @@ func (p *peerState) calls() bool { return p.reachState() == reachable }
 // leased reports whether this node may count, at m, the keys p succeeds.
 func (p *peerState) leased(m int64) bool { return p == nil || p.lease.Load() > m }
 
-// noteHeard records a message from the peer at m.
-func (p *peerState) noteHeard(m int64) {
+// noteHeard records a message from the peer at m, and reports whether
+// it is the first from it.
+func (p *peerState) noteHeard(m int64) (first bool) {
+	first = !p.answered.Load() && !p.answered.Swap(true)
 	for {
 		h := p.heard.Load()
 		if h >= m || p.heard.CompareAndSwap(h, m) {
-			return
+			return first
 		}
 	}
 }
@@ -122,8 +133,9 @@ func (t *peerTable) all() []*peerState {
 // match keeps a state for every member of ring but self and every node
 // leaving or joining (others), a fresh one for a node whose run changed, and
 // returns the states aligned with ring's members (nil at self). A new peer
-// is heard from at m (it was just seen) and holds no lease yet.
-func (t *peerTable) match(ring *Ring, others []Member, self string, m int64) []*peerState {
+// is heard from at m (it was just seen) and holds no lease yet; it answers
+// (peerState.answered) if vouched: a majority answers this node.
+func (t *peerTable) match(ring *Ring, others []Member, self string, m int64, vouched bool) []*peerState {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	want := make(map[string]Peer, ring.Len()+len(others))
@@ -145,6 +157,7 @@ func (t *peerTable) match(ring *Ring, others []Member, self string, m int64) []*
 		if _, ok := t.peers[name]; !ok {
 			p := &peerState{peer: peer}
 			p.heard.Store(m)
+			p.answered.Store(vouched)
 			t.peers[name] = p
 		}
 	}
@@ -213,7 +226,7 @@ func (c *Core) pinged(now time.Time, p *peerState, sent int64, pong Pong) {
 	p.pinging = false
 	p.failures = 0
 	p.mu.Unlock()
-	p.noteHeard(m)
+	first := p.noteHeard(m)
 	if pong.Dead {
 		c.stood.unreached(p.peer)
 		c.evict(now, p.peer.Name)
@@ -224,6 +237,8 @@ func (c *Core) pinged(now time.Time, p *peerState, sent int64, pong Pong) {
 		p.reach.Store(int32(recovering))
 		c.updateAnswering()
 		c.recover(now, c.view.Load(), p)
+	} else if first {
+		c.updateAnswering()
 	}
 	c.stood.answered(p.peer, sent, pong, func(seq uint64) bool { return c.in.has(p.peer, seq) })
 	if !slices.ContainsFunc(pong.Owed, func(seq uint64) bool { return !c.in.has(p.peer, seq) }) {
@@ -380,7 +395,9 @@ func (h heardMap) of(p Peer) (int64, bool) {
 // that run (see deadReceivers) and the takeover of its keys.
 func (c *Core) noteHeard(from Peer, now time.Time) {
 	if p := c.peers.get(from.Name); p != nil && p.peer.Inc == from.Inc {
-		p.noteHeard(c.mono(now))
+		if p.noteHeard(c.mono(now)) {
+			c.updateAnswering()
+		}
 	}
 }
 

@@ -253,7 +253,9 @@ func (c *Core) majorityRegained(v *view) bool {
 		return false
 	}
 	if !c.majority(v) {
-		c.lacked.Store(true)
+		// A run that has had none yet counted nothing as an owner: no
+		// word of its peers is missing; its keys come by its hand-off.
+		c.lacked.Store(c.lacked.Load() || c.hadMajority.Load())
 		return false
 	}
 	return c.lacked.Swap(false)

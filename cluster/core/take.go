@@ -148,7 +148,7 @@ const (
 	keyCounting   keyState = iota // this node owns it and counts it
 	keyElsewhere                  // another node owns it
 	keyLent                       // this node owns it by its ring, but gave it to a node that owns it by a newer one
-	keyWaiting                    // its counts may still be on their way here, or its successor's lease ran out
+	keyWaiting                    // its counts may still be on their way here, its successor's lease ran out, or its majority waits for peers' first word
 	keyNoQuorum                   // this node owns it, but its ring lacks a majority: fallback decides
 	keyOutOfReach                 // this node owns it, but its counter is out of reach (see outOfReach): fallback decides
 	keyStood                      // this node counts it, but stood still: a request waits for the others' counts if it can (see standstill)
@@ -169,6 +169,9 @@ func (c *Core) keyState(v *view, m int64, k limiter.Key) (keyState, int) {
 		return keyElsewhere, -1
 	}
 	if !c.majority(v) {
+		if v.quorum && c.unheard.Load() {
+			return keyWaiting, -1 // for the first word of peers it just learned of
+		}
 		return keyNoQuorum, -1
 	}
 	if c.lacksCounter(k, m) {

@@ -912,6 +912,18 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		if o, ok := v.ring.OwnerWithout(k.Route(), from.Name); ok && o.Name != c.self.Name {
 			moved = append(moved, KeyOwner{Key: k, Owner: o.Name})
 			elsewhere = append(elsewhere, k)
+			continue
+		}
+		// A key this node owns whose counts are still on their way here
+		// (its hand-off waits for them: a restarted node sent its restored
+		// counter away as a copy) is not "nothing": the asker pulls it from
+		// the run sending it, or asks here again.
+		if src, coming := c.stillComing(v, k); coming && src.Name != from.Name {
+			if src.Name != "" {
+				moved = append(moved, KeyOwner{Key: k, Owner: src.Name})
+			} else {
+				sending = append(sending, k)
+			}
 		}
 	}
 	// This node's own counters go as its own (the asker weighs a replica of
@@ -972,6 +984,31 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		}
 	}
 	return PullReply{Given: given, Moved: moved, Unreached: c.passUnreached(now), Sending: sending}
+}
+
+// stillComing reports whether k, owned here by v's ring, still waits for
+// counts the hand-off brings, and the live run they come from (none if
+// that run is not one this node can pull from).
+func (c *Core) stillComing(v *view, k limiter.Key) (Peer, bool) {
+	if v.ho == nil {
+		return Peer{}, false
+	}
+	if o, ok := v.ring.Owner(k.Route()); !ok || o.Name != c.self.Name {
+		return Peer{}, false
+	}
+	if !c.handoff.incoming(v, c.self.Name, k) {
+		return Peer{}, false
+	}
+	src, _ := stableSource(v, c.self.Name, k)
+	c.handoff.mu.Lock()
+	if mk := c.handoff.keys[k]; mk != nil {
+		src = mk.source
+	}
+	c.handoff.mu.Unlock()
+	if p := c.peers.get(src.Name); src.Name == "" || p == nil || p.peer != src {
+		return Peer{}, true
+	}
+	return src, true
 }
 
 // passedTo reports whether this node owned k, holding every count of it,

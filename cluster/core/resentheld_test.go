@@ -29,12 +29,11 @@ func (h *handNet) resentToOwner(k limiter.Key, load *handLoad) (limiter.State, R
 	return one, Resent{Marks: []Replaced{{From: n0.self, Seq: sent.Seq, To: n1.self}}, State: one}
 }
 
-// A counter holding counts sent again in place of a transfer its owner
-// applied (its acknowledgement lost) comes to a node that is not the key's
-// owner and knows nothing of the transfer: it passes the counter on with
-// the record, and the owner, which applied the transfer, takes the counts
-// out of it. Passed on without the record, the counts were added twice.
-func TestCountsKeptInPlaceOfATransferGoWithTheCounterPassedOn(t *testing.T) {
+// resentToAnOwner starts four nodes, spends 5 of a key n1 owns (n3 its
+// successor) and has n0 send n1 one count in a transfer n1 applies and
+// n0 gives up on (see resentToOwner).
+func resentToAnOwner(t *testing.T) (*handNet, limiter.Key, *handLoad, limiter.State, Resent) {
+	t.Helper()
 	h := newHandNet(t, "n0", "n1", "n2", "n3")
 	k := h.keyOrdered("n1", "n3", "n2")
 	load := newHandLoad(h, k, 30)
@@ -43,6 +42,23 @@ func TestCountsKeptInPlaceOfATransferGoWithTheCounterPassedOn(t *testing.T) {
 	}
 	h.advance(20 * time.Millisecond)
 	one, rec := h.resentToOwner(k, load)
+	return h, k, load, one, rec
+}
+
+// holdInItsCounter has c count one in its counter of its key, as counts
+// sent again in place of the transfer rec names.
+func holdInItsCounter(h *handNet, c *Core, one limiter.State, rec Resent) {
+	c.engine.Merge(h.now, []limiter.State{one})
+	c.replicas.holdResent(c.mono(h.now), []Resent{rec})
+}
+
+// A counter holding counts sent again in place of a transfer its owner
+// applied (its acknowledgement lost) comes to a node that is not the key's
+// owner and knows nothing of the transfer: it passes the counter on with
+// the record, and the owner, which applied the transfer, takes the counts
+// out of it. Passed on without the record, the counts were added twice.
+func TestCountsKeptInPlaceOfATransferGoWithTheCounterPassedOn(t *testing.T) {
+	h, k, load, one, rec := resentToAnOwner(t)
 	n0, n2 := h.cores["n0"], h.cores["n2"]
 
 	// n0's counter of the key, which holds the count in place of the
@@ -61,14 +77,7 @@ func TestCountsKeptInPlaceOfATransferGoWithTheCounterPassedOn(t *testing.T) {
 // counter came through knew, by the owner's counters that came there,
 // that the owner applied it).
 func TestCountsKeptInPlaceOfATransferComeOutWhereTheOwnerIsKnownToHoldThem(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2", "n3")
-	k := h.keyOrdered("n1", "n3", "n2")
-	load := newHandLoad(h, k, 30)
-	for range 5 {
-		load.spend("n1")
-	}
-	h.advance(20 * time.Millisecond)
-	one, rec := h.resentToOwner(k, load)
+	h, k, load, one, rec := resentToAnOwner(t)
 	h.advance(50 * time.Millisecond) // n1 replicates to n3, naming the transfer
 	n0, n3 := h.cores["n0"], h.cores["n3"]
 
@@ -90,21 +99,13 @@ func TestCountsKeptInPlaceOfATransferComeOutWhereTheOwnerIsKnownToHoldThem(t *te
 // its counter goes out as a dead node's with the record, and the owner
 // that applied the transfer takes the counts out of it.
 func TestCountsKeptInPlaceOfATransferGoWithAnEvictedCounter(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2", "n3")
-	k := h.keyOrdered("n1", "n3", "n2")
-	load := newHandLoad(h, k, 30)
-	for range 5 {
-		load.spend("n1")
-	}
-	h.advance(20 * time.Millisecond)
-	one, rec := h.resentToOwner(k, load)
+	h, k, load, one, rec := resentToAnOwner(t)
 	n1, n2 := h.cores["n1"], h.cores["n2"]
 
 	// n2 counted the key for a while (by a ring the others no longer
 	// follow) in a counter that holds the count in place of the transfer,
 	// and is declared dead: its counters go out as a dead node's.
-	n2.engine.Merge(h.now, []limiter.State{one})
-	n2.replicas.holdResent(n2.mono(h.now), []Resent{rec})
+	holdInItsCounter(h, n2, one, rec)
 	n2.viewMu.Lock()
 	n2.sendEvicted(h.now, n2.engine.ExtractKeys(h.now, []limiter.Key{k}), nil)
 	n2.viewMu.Unlock()
@@ -183,20 +184,12 @@ func TestCountsKeptInPlaceOfATransferWaitWithTheirRecordForTheKeyToSettle(t *tes
 // pull of the key: the record goes with it, and the owner that applied
 // the transfer takes the counts out.
 func TestCountsKeptInPlaceOfATransferGoWithAPulledCounter(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2", "n3")
-	k := h.keyOrdered("n1", "n3", "n2")
-	load := newHandLoad(h, k, 30)
-	for range 5 {
-		load.spend("n1")
-	}
-	h.advance(20 * time.Millisecond)
-	one, rec := h.resentToOwner(k, load)
+	h, k, load, one, rec := resentToAnOwner(t)
 	n1, n2 := h.cores["n1"], h.cores["n2"]
 
 	// n2 counted the key for a while (by a ring the others no longer
 	// follow) in a counter that holds the count in place of the transfer.
-	n2.engine.Merge(h.now, []limiter.State{one})
-	n2.replicas.holdResent(n2.mono(h.now), []Resent{rec})
+	holdInItsCounter(h, n2, one, rec)
 	reply := n2.handlePull(h.now, n1.self, Pull{To: n2.self.Inc, Keys: []limiter.Key{k}})
 	if len(reply.Given) != 1 || len(reply.Given[0].Resent) != 1 {
 		t.Fatalf("the counter given went without the record: %+v", reply)

@@ -80,6 +80,10 @@ type Core struct {
 	// completing, if set, is called as a hand-off completes, before dead
 	// members' replicas are promoted: tests measure what they lack.
 	completing func(plan *handoffPlan)
+	// promoting, if set, is called as replicas of owner's counts become
+	// a key's counter (here, or sent on to its owner): tests measure what
+	// they lack of a run that still counts.
+	promoting func(owner Peer, states []limiter.State)
 
 	tickMu        sync.Mutex
 	lastReplicate int64

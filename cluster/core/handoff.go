@@ -1594,6 +1594,11 @@ func (c *Core) passReplicasOn(now time.Time, v *view) {
 // sendReplicasOn sends replicas of dead runs to their keys' owners (see
 // sendDeadReplicas).
 func (c *Core) sendReplicasOn(now time.Time, taken []takenReplica) {
+	if c.promoting != nil {
+		for _, run := range takenByRun(taken) {
+			c.promoting(run[0].owner, statesOfTaken(run))
+		}
+	}
 	c.sendDeadReplicas(now, taken, func(like Transfer, p purpose, states []limiter.State) { c.placeAs(now, like, p, states) })
 }
 

@@ -78,6 +78,8 @@ type simHistory struct {
 	// while they ran: a cancel cannot reach their replicas, so an item
 	// they admitted and their caller decided by fallback may count twice.
 	lostRuns map[Peer]bool
+	// charged are the runs and keys whose loss to a takeover loss counts.
+	charged map[chargedRun]bool
 	// cancelsLost are the items whose callers crashed with their cancels
 	// unacknowledged: the owner may never hear that the caller decided
 	// them elsewhere, so an item it admitted may count twice too.
@@ -284,6 +286,7 @@ func runScheduleRecorded(sc simSchedule, trace int, record func(string)) *sim {
 	for i := range sc.nodes {
 		n := s.start(s.names[i], i > 0, Kept{})
 		n.core.completing = s.takeoverHook(n)
+		n.core.promoting = s.promotionHook(n)
 	}
 	// Let the cluster form.
 	s.runUntil(s.now.Add(2 * time.Second))
@@ -432,6 +435,7 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 				if s.current[x] == nil {
 					n := s.start(x, true, Kept{})
 					n.core.completing = s.takeoverHook(n)
+					n.core.promoting = s.promotionHook(n)
 					return
 				}
 			}
@@ -488,6 +492,7 @@ func (s *sim) restartWith(name string, snap Kept, lateView bool) {
 	n := s.start(name, true, snap)
 	n.lateView = lateView
 	n.core.completing = s.takeoverHook(n)
+	n.core.promoting = s.promotionHook(n)
 }
 
 // leaveThenRestart has a node leave gracefully and start again once gone;
@@ -988,6 +993,9 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 				if so, ok := v.stable.Owner(k.Route()); !ok || so.Name != dead {
 					continue
 				}
+				if !s.noteCharged(k, x.peer()) {
+					continue // counted as the key started from a replica of it
+				}
 				rep := int64(0)
 				if st, o, ok := n.core.replicas.get(k); ok && o.Name == dead {
 					rep = windowCount([]limiter.State{st})
@@ -1001,12 +1009,7 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 				// What it holds for a key not settled is lost only beyond
 				// the counter n handed it and keeps until it replicates
 				// it, which the takeover counts.
-				unkept := unsettledAt(x, k)
-				if st, ok := n.core.replicas.givenTo(k, x.peer()); ok {
-					unkept = max(0, unkept-windowCount([]limiter.State{st}))
-				}
-				held := s.engineCount(x.engine, k) + unkept
-				if lost := held + s.handedAway(x, k, n) - rep; lost > 0 {
+				if lost := s.replicaLoss(n, x, k, rep); lost > 0 {
 					s.hist.loss[k] += lost
 					s.logf("%s takes over key from %s (alive): may lose %d", n.name, dead, lost)
 				}
@@ -1021,6 +1024,70 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 					s.hist.givenBackLost[k] += back
 					s.logf("%s takes over key from %s (alive): may count %d twice: given back since its last replication", n.name, dead, back)
 				}
+			}
+		}
+	}
+}
+
+// replicaLoss is what the counts of k that live run x holds lack in rep,
+// a replica of them that node n starts the key from (or sends on to its
+// owner as its counter): lost as at a crash (C, see cluster/doc.go). The
+// run's count is its engine's, and what it holds of a key moving to it,
+// not settled (no replica holds that yet), as at a crash (heldBy); and,
+// if it is leaving, the counter its leave handed to a node the taker
+// cannot reach either (its side of the split): what the owner counted is
+// there, beyond the replica all the same. What it holds for a key not
+// settled is lost only beyond the counter n handed it and keeps until it
+// replicates it, which the takeover counts.
+func (s *sim) replicaLoss(n, x *simNode, k limiter.Key, rep int64) int64 {
+	unkept := unsettledAt(x, k)
+	if st, ok := n.core.replicas.givenTo(k, x.peer()); ok {
+		unkept = max(0, unkept-windowCount([]limiter.State{st}))
+	}
+	held := s.engineCount(x.engine, k) + unkept
+	return held + s.handedAway(x, k, n) - rep
+}
+
+// noteCharged records that what run lost of k to a takeover is counted
+// in C: once for a run and key.
+func (s *sim) noteCharged(k limiter.Key, run Peer) bool {
+	if s.hist.charged == nil {
+		s.hist.charged = map[chargedRun]bool{}
+	}
+	c := chargedRun{key: k, run: run}
+	if s.hist.charged[c] {
+		return false
+	}
+	s.hist.charged[c] = true
+	return true
+}
+
+// chargedRun is a key and a run whose loss to a takeover C counts.
+type chargedRun struct {
+	key limiter.Key
+	run Peer
+}
+
+// promotionHook returns the hook that measures, as node n starts a key
+// from a replica of a run that still runs (cut off, or paused) other than
+// by a hand-off naming the run dead (a pulled replica, or replicas sent on
+// once n has a majority), what the run's counts hold beyond the replica:
+// a takeover of a cut-off owner is a crash in the bound (C). A run and key
+// already counted by takeoverHook are not counted again.
+func (s *sim) promotionHook(n *simNode) func(Peer, []limiter.State) {
+	return func(owner Peer, states []limiter.State) {
+		x := s.current[owner.Name]
+		if x == nil || x == n || x.gone || x.inc != owner.Inc {
+			return // crashed: counted at the crash
+		}
+		for _, st := range states {
+			k := st.Key
+			if !s.noteCharged(k, owner) {
+				continue
+			}
+			if lost := s.replicaLoss(n, x, k, windowCount([]limiter.State{st})); lost > 0 {
+				s.hist.loss[k] += lost
+				s.logf("%s starts key from a replica of %s (alive): may lose %d", n.name, owner.Name, lost)
 			}
 		}
 	}

@@ -1585,6 +1585,9 @@ func (c *Core) notePromotedHere(now time.Time, owner Peer, states []limiter.Stat
 	if owner.Name == "" || len(states) == 0 {
 		return
 	}
+	if c.promoting != nil {
+		c.promoting(owner, states)
+	}
 	here := make([]takenReplica, len(states))
 	for i, s := range states {
 		here[i] = takenReplica{owner: owner, state: s, holds: holdsOf(holds, []limiter.State{s})}

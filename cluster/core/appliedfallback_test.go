@@ -16,18 +16,8 @@ import (
 // (seed 1795798213455094389 of the simulator: the counts went on as bare
 // additions naming nothing, and were added twice).
 func TestCountsAppliedWithoutAMajorityGoOnNamingTheirTransfer(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
-	k, load := h.spentKey("n1", "n2", 5)
-	h.advance(20 * time.Millisecond)
+	h, k, load, one, sent := appliedOnTheSmallSide(t)
 	n1 := h.cores["n1"]
-
-	h.cut["n0"], h.cut["n1"] = true, true
-	h.advance(time.Second)
-	if n1.majority(n1.view.Load()) {
-		t.Fatal("n1 has a majority while cut off")
-	}
-	one, sent := h.appliedUnacknowledged(k)
-	load.admitted++
 	if got := windowCount(n1.fallback.engine.StatesOf(h.now, []limiter.Key{k})); got != 1 {
 		t.Fatalf("n1 keeps %d of the key in fallback; want the 1 it applied", got)
 	}
@@ -58,18 +48,8 @@ func TestCountsAppliedWithoutAMajorityGoOnNamingTheirTransfer(t *testing.T) {
 // still names the transfer as applied: the counts are added once, where
 // they came first, and come off what the hand-off brings.
 func TestCountsSentAgainBeforeTheHandOffNamingTheirTransferCountOnce(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
-	k, load := h.spentKey("n1", "n2", 5)
-	h.advance(20 * time.Millisecond)
+	h, k, load, one, sent := appliedOnTheSmallSide(t)
 	n1 := h.cores["n1"]
-
-	h.cut["n0"], h.cut["n1"] = true, true
-	h.advance(time.Second)
-	if n1.majority(n1.view.Load()) {
-		t.Fatal("n1 has a majority while cut off")
-	}
-	one, sent := h.appliedUnacknowledged(k)
-	load.admitted++
 	if got := windowCount(n1.fallback.engine.StatesOf(h.now, []limiter.Key{k})); got != 1 {
 		t.Fatalf("n1 keeps %d of the key in fallback; want the 1 it applied", got)
 	}
@@ -137,6 +117,26 @@ func TestCountsSentAgainBeforeTheCounterNamingTheirTransferCountOnce(t *testing.
 	h.down["n1"] = true
 	h.advance(time.Second)
 	h.holdsAdmitted(k, load.admitted, "n1")
+}
+
+// appliedOnTheSmallSide starts five nodes, spends 5 of a key n1 owns
+// (n2 its successor), cuts n0 and n1 off from the others and has n1,
+// without a majority, apply n0's transfer of one count with its
+// acknowledgement lost (see appliedUnacknowledged).
+func appliedOnTheSmallSide(t *testing.T) (*handNet, limiter.Key, *handLoad, limiter.State, Transfer) {
+	t.Helper()
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	k, load := h.spentKey("n1", "n2", 5)
+	h.advance(20 * time.Millisecond)
+	n1 := h.cores["n1"]
+	h.cut["n0"], h.cut["n1"] = true, true
+	h.advance(time.Second)
+	if n1.majority(n1.view.Load()) {
+		t.Fatal("n1 has a majority while cut off")
+	}
+	one, sent := h.appliedUnacknowledged(k)
+	load.admitted++
+	return h, k, load, one, sent
 }
 
 // appliedUnacknowledged has n0 send n1 one count of k, as if admitted in

@@ -19,18 +19,8 @@ import (
 // transfers whose counts joined the counters at once, and the counts
 // were added twice).
 func TestASnapshotListsATransferWhoseCountsJoinedItsCounterLater(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
-	k, load := h.spentKey("n1", "n2", 5)
-	h.advance(20 * time.Millisecond)
+	h, k, load, one, sent := appliedOnTheSmallSide(t)
 	n1 := h.cores["n1"]
-
-	h.cut["n0"], h.cut["n1"] = true, true
-	h.advance(time.Second)
-	if n1.majority(n1.view.Load()) {
-		t.Fatal("n1 has a majority while cut off")
-	}
-	one, sent := h.appliedUnacknowledged(k)
-	load.admitted++
 	h.cut["n0"], h.cut["n1"] = false, false
 	h.drops = func(from string, o Outgoing) bool { // n1's replicas are lost
 		t, ok := o.Msg.(Transfer)

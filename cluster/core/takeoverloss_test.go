@@ -22,23 +22,8 @@ import (
 // successor), the 5 may be lost.
 func TestATakeoverOfACutOffOwnerMayLoseTheCountsItHoldsForAKeyNotSettled(t *testing.T) {
 	for _, kept := range []bool{true, false} {
-		h := newHandNet(t, "n0", "n1")
-		h.names = append(h.names, "n2")
-		h.start("n2", true)
-		k := h.keyMovingTo("n0", "n1", "n2")
-		load := newHandLoad(h, k, 10)
-		for range 5 {
-			load.spend("n0")
-		}
-		h.oneway = map[[2]string]bool{{"n2", "n1"}: true} // n1 never hears n2's seal query
-		h.cores["n2"].Joined(h.now)
-		for _, name := range []string{"n2", "n0", "n1"} {
-			h.setMembership(name, nil)
-		}
-		h.advance(50 * time.Millisecond)
-		if got := h.count("n2", k); got != 0 {
-			t.Fatalf("n2 counts %d of the key before it settled; want 0", got)
-		}
+		h, k, _ := spentBeforeAJoin(t)
+		h.joinWithoutSettling(k)
 		if got := unsettledAt(&simNode{core: h.cores["n2"]}, k); got != 5 {
 			t.Fatalf("n2 holds %d of the key for it to settle; want 5", got)
 		}

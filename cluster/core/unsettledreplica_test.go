@@ -3,7 +3,40 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
+
+// spentBeforeAJoin starts n0 and n1 (n2 started, not yet joined) and
+// spends 5 of a key n0 owns that moves to n2 when it joins, n0 then its
+// successor.
+func spentBeforeAJoin(t *testing.T) (*handNet, limiter.Key, *handLoad) {
+	t.Helper()
+	h := newHandNet(t, "n0", "n1")
+	h.names = append(h.names, "n2")
+	h.start("n2", true)
+	k := h.keyMovingTo("n0", "n1", "n2")
+	load := newHandLoad(h, k, 10)
+	for range 5 {
+		load.spend("n0")
+	}
+	return h, k, load
+}
+
+// joinWithoutSettling has n2 join and be handed k by n0, while n1 never
+// hears n2's seal query: the counts wait at n2 for the key to settle.
+func (h *handNet) joinWithoutSettling(k limiter.Key) {
+	h.t.Helper()
+	h.oneway = map[[2]string]bool{{"n2", "n1"}: true}
+	h.cores["n2"].Joined(h.now)
+	for _, name := range []string{"n2", "n0", "n1"} {
+		h.setMembership(name, nil)
+	}
+	h.advance(50 * time.Millisecond)
+	if got := h.count("n2", k); got != 0 {
+		h.t.Fatalf("n2 counts %d of the key before it settled; want 0", got)
+	}
+}
 
 // A node joins and is handed a key's counter (5 admitted), but is cut off
 // before its other source seals: the counts wait at the joiner for the
@@ -17,23 +50,8 @@ import (
 // weighs them against what it started the key from: each admitted unit
 // is held once.
 func TestCountsHeldForAKeyNotSettledSurviveATakeoverOfTheReceiver(t *testing.T) {
-	h := newHandNet(t, "n0", "n1")
-	h.names = append(h.names, "n2")
-	h.start("n2", true)
-	k := h.keyMovingTo("n0", "n1", "n2")
-	load := newHandLoad(h, k, 10)
-	for range 5 {
-		load.spend("n0")
-	}
-	h.oneway = map[[2]string]bool{{"n2", "n1"}: true} // n1 never hears n2's seal query
-	h.cores["n2"].Joined(h.now)
-	for _, name := range []string{"n2", "n0", "n1"} {
-		h.setMembership(name, nil)
-	}
-	h.advance(50 * time.Millisecond)
-	if got := h.count("n2", k); got != 0 {
-		t.Fatalf("n2 counts %d of the key before it settled; want 0", got)
-	}
+	h, k, load := spentBeforeAJoin(t)
+	h.joinWithoutSettling(k)
 
 	h.cut["n2"] = true
 	h.setMembership("n0", []string{"n2"})

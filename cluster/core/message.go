@@ -294,13 +294,16 @@ type Resent struct {
 
 // resentOf returns, of list, the records of the keys of states.
 func resentOf(list []Resent, states []limiter.State) []Resent {
-	if len(list) == 0 {
-		return nil
-	}
-	var out []Resent
-	for _, r := range list {
-		if heldIn(states, r.State.Key) {
-			out = append(out, r)
+	return ofKeysOf(list, states, func(r Resent) limiter.Key { return r.State.Key })
+}
+
+// ofKeysOf returns the items of list whose key is among the keys of
+// states (nil if none).
+func ofKeysOf[T any](list []T, states []limiter.State, key func(T) limiter.Key) []T {
+	var out []T
+	for _, x := range list {
+		if heldIn(states, key(x)) {
+			out = append(out, x)
 		}
 	}
 	return out
@@ -463,16 +466,7 @@ func sortHolds(holds []Held) []Held {
 
 // holdsOf returns, of holds, those of the keys of states.
 func holdsOf(holds []Held, states []limiter.State) []Held {
-	if len(holds) == 0 {
-		return nil
-	}
-	var out []Held
-	for _, h := range holds {
-		if heldIn(states, h.State.Key) {
-			out = append(out, h)
-		}
-	}
-	return out
+	return ofKeysOf(holds, states, func(h Held) limiter.Key { return h.State.Key })
 }
 
 // Applied names a transfer a node applied: its sender's run and number.

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -47,5 +48,59 @@ func TestAGiveBackSentAgainThatTheDeadOwnerAppliedComesOffOnce(t *testing.T) {
 	h.advance(time.Second)
 	if got := h.count("n0", k) + h.count("n1", k) + h.count("n2", k); got != 4 {
 		t.Errorf("the cluster counts %d; 4 were admitted (the fifth unit was given back)", got)
+	}
+}
+
+// A key's owner admits a unit for its successor, which gives it back; the
+// owner applies the give-back, but its acknowledgement is lost, and so is
+// every replica the owner sent since before the unit. A split then cuts
+// the owner off: the successor starts the key from the earlier replica,
+// which holds neither the unit nor its give-back, and gives its give-back
+// up, applying it to the key here itself. Once the owner's counter comes
+// (ModeEvicted) saying it applied that give-back, what the owner counted
+// beyond its replica is weighed against the replica less the give-back,
+// as for a give-back another node sent in its place. Not recorded, the
+// unit came off twice (seed 1795832275697107793 of the simulator: a unit
+// lost).
+func TestAGiveBackItsSenderAppliesItselfInPlaceOfTheCutOffOwnerComesOffOnce(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n1", 4)
+	h.advance(50 * time.Millisecond) // n1 holds the owner's replica: 4
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+
+	var refund uint64
+	h.drops = func(from string, o Outgoing) bool {
+		t, ok := o.Msg.(Transfer)
+		if ok && from == "n1" && o.To.Name == "n0" && t.Mode == ModeRefund {
+			refund = t.Seq
+		}
+		return ok && from == "n0" && o.To.Name == "n1" && t.Mode == ModeReplica
+	}
+	tk := load.spend("n1")
+	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
+		t.Fatalf("n1's request: %+v; want admitted by its owner", tk.d)
+	}
+	h.unacked[[2]string{"n1", "n0"}] = true
+	n1.sendTransfer(h.now, n0.self, Transfer{Mode: ModeRefund, Reqs: slices.Clone(tk.reqs)}, purposeRefund)
+	h.pump()
+	if got := h.count("n0", k); refund == 0 || got != 4 {
+		t.Fatalf("n0 counts %d after the give-back (refund %d); want 4", got, refund)
+	}
+	counter := n0.engine.StatesOf(h.now, []limiter.Key{k})
+
+	h.cut["n0"] = true
+	h.setMembership("n1", []string{"n0"})
+	h.setMembership("n2", []string{"n0"})
+	h.advance(2 * time.Second)
+	if got := h.count("n1", k); got != 3 {
+		t.Fatalf("n1 counts %d once it took the key over; want 3 (the replica less the give-back)", got)
+	}
+
+	// The owner's counter comes, saying it applied the give-back.
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeEvicted, Evicted: n0.self, States: counter, Applied: []Applied{{From: n1.self, Seq: refund}}}, true)
+	h.pump()
+	h.advance(time.Second)
+	if got := h.count("n1", k); got != 4 {
+		t.Errorf("n1 counts %d; 4 were admitted (the fifth unit was given back)", got)
 	}
 }

@@ -2373,6 +2373,20 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 			// receiver after all, if it comes back: naming the transfer.
 			like.Was, like.WasFrom, like.WasTo, like.Earlier = mark.Was, mark.WasFrom, mark.WasTo, mark.Earlier
 		}
+		if pt.t.Mode == ModeRefund && len(hereReqs) > 0 {
+			// Units the dead receiver may have given back: its counter,
+			// if it comes saying so, lacks them as the counter here does
+			// (see handleTransfer, for a give-back another node sends in
+			// place of this one).
+			at := pt.t.At
+			if at == 0 {
+				at = now.UnixNano()
+			}
+			c.replicas.noteGivenBack(c.mono(now), mark.WasTo, mark.was(c.self), hereReqs, at)
+			for _, m := range mark.Earlier {
+				c.replicas.noteGivenBack(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, hereReqs, at)
+			}
+		}
 		c.notePromotedHere(now, pt.t.ReplicaOf, here, pt.t.Holds)
 		c.placeHere(now, v, like, here)
 		c.applySettle(now, pt.t, hereReqs)

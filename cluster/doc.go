@@ -189,7 +189,14 @@
 // what others admitted that reached this node while it counted them) and
 // calls it again only once it has acknowledged all of it, so an owner
 // never decides a call without what the caller admitted in its absence,
-// and adds it once (TestFallbackAdmissionsReachTheOwnerOnce). Only the
+// and adds it once (TestFallbackAdmissionsReachTheOwnerOnce). A unit the
+// node admitted in fallback and gives back (another zone denied the
+// request), or settles, after its fallback count left waits until the
+// count's receiver acknowledged it, and follows it: sent on its own, it
+// could overtake the count and come off the owner's counter, which lacked
+// it (TestAUnitAdmittedInFallbackGivenBackWaitsForItsCountOnItsWay:
+// before, the owner admitted one over its limit until the count came).
+// Only the
 // run pinged answers for itself: a later run of the peer, answering at its
 // address (Pong.Run), leaves the run pinged down, and what this node holds
 // for its keys goes to the later run once a ring lists it

@@ -82,7 +82,8 @@ func settleIn(e *limiter.Engine, now time.Time, at int64, charge bool, r limiter
 
 // settleAt settles reqs where their counters are: here (a key this node
 // counts, or whose counter it still holds), later (a key whose counter is
-// on its way here, or in a transfer of this node's not acknowledged yet),
+// on its way here, or it or what this node admitted of it in fallback in
+// a transfer of this node's not acknowledged yet: see carries),
 // or at the node that counts them, in a transfer. It
 // returns the numbers of the transfers it sent.
 func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Request) (sent []uint64) {
@@ -98,7 +99,7 @@ func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Req
 			continue
 		}
 		to, self, ok := c.placeOf(v, r.Key)
-		if r.Limit.Algorithm != limiter.Concurrency && (self && v.ho != nil && c.handoff.incoming(v, c.self.Name, r.Key) || c.out.holds(r.Key)) {
+		if r.Limit.Algorithm != limiter.Concurrency && (self && v.ho != nil && c.handoff.incoming(v, c.self.Name, r.Key) || c.out.carries(r.Key)) {
 			c.settling.hold(heldSettle{at: at, charge: charge, req: r})
 			continue
 		}

@@ -84,6 +84,10 @@ type outbox struct {
 	transfers map[uint64]*pendingTransfer // by number
 	requests  map[uint64]*pendingRequest  // by message ID
 	holding   map[limiter.Key][]uint64    // key → the hand-off, pull or forward transfers carrying its counts
+	// adding: key → the transfers carrying what this node admitted of it
+	// in fallback to the node that counts it (see carries).
+	adding map[limiter.Key][]uint64
+	added  atomic.Int64 // len(adding), read without the lock
 }
 
 func newOutbox() *outbox {
@@ -91,6 +95,7 @@ func newOutbox() *outbox {
 		transfers: make(map[uint64]*pendingTransfer),
 		requests:  make(map[uint64]*pendingRequest),
 		holding:   make(map[limiter.Key][]uint64),
+		adding:    make(map[limiter.Key][]uint64),
 	}
 }
 
@@ -153,6 +158,12 @@ func (o *outbox) transfer(to Peer, t Transfer, p purpose, m int64, queue bool) T
 			o.holding[s.Key] = append(o.holding[s.Key], t.Seq)
 		}
 		o.held.Store(int64(len(o.holding)))
+	}
+	if p == purposeReconcile {
+		for _, s := range states {
+			o.adding[s.Key] = append(o.adding[s.Key], t.Seq)
+		}
+		o.added.Store(int64(len(o.adding)))
 	}
 	if queue {
 		o.sendLocked(pt, m)
@@ -236,6 +247,16 @@ func (o *outbox) forgetLocked(seq uint64, pt *pendingTransfer) {
 		}
 	}
 	o.held.Store(int64(len(o.holding)))
+	if pt.purpose == purposeReconcile {
+		for _, s := range pt.t.States {
+			if seqs := slices.DeleteFunc(o.adding[s.Key], func(x uint64) bool { return x == seq }); len(seqs) > 0 {
+				o.adding[s.Key] = seqs
+			} else {
+				delete(o.adding, s.Key)
+			}
+		}
+		o.added.Store(int64(len(o.adding)))
+	}
 }
 
 // retag gives every unsettled transfer the epoch now: a node declared dead
@@ -257,6 +278,25 @@ func (o *outbox) holds(k limiter.Key) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	_, ok := o.holding[k]
+	return ok
+}
+
+// carries reports whether a transfer not acknowledged carries counts of
+// k: its counter (see holds), or what this node admitted of it in
+// fallback, on its way to the node that counts it. Units of k given back
+// or spent here wait for such a transfer: they must not overtake the
+// counts they settle, or they come off a count that lacks them (which
+// then admits them again) and the counts, arriving, still hold them.
+func (o *outbox) carries(k limiter.Key) bool {
+	if o.holds(k) {
+		return true
+	}
+	if o.added.Load() == 0 {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	_, ok := o.adding[k]
 	return ok
 }
 
@@ -1922,15 +1962,16 @@ func (c *Core) countingHere(v *view, m int64, reqs []limiter.Request) []limiter.
 	return counted
 }
 
-// refundAfterCounter keeps the units of reqs whose keys' counters are in
-// transfers of this node's not acknowledged yet, and returns the others.
+// refundAfterCounter keeps the units of reqs whose keys' counters, or
+// what this node admitted of them in fallback, are in transfers of this
+// node's not acknowledged yet (see carries), and returns the others.
 // Such a counter may come back here (refused, and placed anew) or stay
 // where it went: the units wait for it, and follow it once it is placed
 // (see tickSettles). Given back from the count here now, which lacks
 // them, they would be lost, and the counter, back, would still hold them.
 func (c *Core) refundAfterCounter(reqs []limiter.Request) (rest []limiter.Request) {
 	for _, r := range reqs {
-		if r.Limit.Algorithm == limiter.Concurrency || !c.out.holds(r.Key) {
+		if r.Limit.Algorithm == limiter.Concurrency || !c.out.carries(r.Key) {
 			rest = append(rest, r)
 			continue
 		}

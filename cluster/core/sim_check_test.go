@@ -1038,14 +1038,49 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 // cannot reach either (its side of the split): what the owner counted is
 // there, beyond the replica all the same. What it holds for a key not
 // settled is lost only beyond the counter n handed it and keeps until it
-// replicates it, which the takeover counts.
+// replicates it, which the takeover counts. What it sends on, in
+// transfers not acknowledged, is beyond the replica too, as at a crash.
 func (s *sim) replicaLoss(n, x *simNode, k limiter.Key, rep int64) int64 {
 	unkept := unsettledAt(x, k)
 	if st, ok := n.core.replicas.givenTo(k, x.peer()); ok {
 		unkept = max(0, unkept-windowCount([]limiter.State{st}))
 	}
-	held := s.engineCount(x.engine, k) + unkept
+	held := s.engineCount(x.engine, k) + unkept + s.sentOnBy(x, k)
 	return held + s.handedAway(x, k, n) - rep
+}
+
+// sentOnBy is what live run x holds of k in counts it sends on, in
+// transfers not acknowledged whose receiver has not applied them: its
+// count beyond any replica, as heldBy counts them at a crash. Fallback
+// counts (F) and the counters its leave handed over (see handedAway) are
+// counted elsewhere.
+func (s *sim) sentOnBy(x *simNode, k limiter.Key) int64 {
+	leaving := len(x.handedOnLeave) > 0
+	o := x.core.out
+	o.mu.Lock()
+	var pending []*pendingTransfer
+	for _, seq := range slices.Sorted(maps.Keys(o.transfers)) {
+		pending = append(pending, o.transfers[seq])
+	}
+	o.mu.Unlock()
+	var total int64
+	for _, pt := range pending {
+		switch {
+		case pt.t.Mode != ModeAdd && pt.t.Mode != ModeNewer && pt.t.Mode != ModeCopy,
+			pt.purpose == purposeReconcile,
+			leaving && pt.purpose == purposeHandoff && pt.t.Own:
+			continue
+		}
+		if r := s.current[pt.to.Name]; r != nil && !r.gone && r.inc == pt.to.Inc && r.core.in.has(x.peer(), pt.t.Seq) {
+			continue // the counts are at the receiver
+		}
+		for _, st := range pt.t.States {
+			if st.Key == k {
+				total += windowCount([]limiter.State{st})
+			}
+		}
+	}
+	return total
 }
 
 // noteCharged records that what run lost of k to a takeover is counted

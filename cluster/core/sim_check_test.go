@@ -313,8 +313,8 @@ func runScheduleRecorded(sc simSchedule, trace int, record func(string)) *sim {
 		})
 	}
 	// Faults.
-	for _, f := range sc.faults {
-		s.scheduleFault(t0, f, sc)
+	for i, f := range sc.faults {
+		s.scheduleFault(t0, i, f, sc)
 	}
 	end := t0.Add(sc.traffic + 6*time.Second)
 	s.runUntil(end)
@@ -369,7 +369,7 @@ func (s *sim) pickNode(pick uint64) *simNode {
 	return live[pick%uint64(len(live))]
 }
 
-func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
+func (s *sim) scheduleFault(t0 time.Time, i int, f simFault, sc simSchedule) {
 	name := s.names[f.target]
 	if !graceful[f.kind] {
 		s.hist.faulty = true
@@ -383,11 +383,31 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 		s.at(at, nil, set)
 		s.at(at.Add(f.dur), nil, func() { s.noteCutOff(); unset(); done() })
 	}
+	// One delay or loss in two (by the drawn duration, so the schedule
+	// draws nothing more) is a fault of the target's links alone: a node
+	// whose network is slow or lossy while the others' is not.
+	ofTarget := f.dur/time.Millisecond%2 == 1
+	switch {
+	case f.kind == faultDelay && ofTarget:
+		window(func() {
+			s.net.nodeDelay[name] = time.Duration(f.level) * time.Millisecond
+			s.logf("links of %s slow by %s", name, s.net.nodeDelay[name])
+		}, func() { delete(s.net.nodeDelay, name); s.logf("links of %s fast again", name) })
+	case f.kind == faultLoss && ofTarget:
+		window(func() {
+			s.net.nodeLoss[name] = f.level
+			s.logf("links of %s lose %.2f", name, f.level)
+		}, func() { delete(s.net.nodeLoss, name); s.logf("links of %s lose nothing again", name) })
+	}
 	switch f.kind {
 	case faultDelay:
-		window(func() { s.net.extraDelay = time.Duration(f.level) * time.Millisecond }, func() { s.net.extraDelay = 0 })
+		if !ofTarget {
+			window(func() { s.net.extraDelay = time.Duration(f.level) * time.Millisecond }, func() { s.net.extraDelay = 0 })
+		}
 	case faultLoss:
-		window(func() { s.net.loss = f.level }, func() { s.net.loss = 0 })
+		if !ofTarget {
+			window(func() { s.net.loss = f.level }, func() { s.net.loss = 0 })
+		}
 	case faultDup:
 		window(func() { s.net.dup = f.level }, func() { s.net.dup = 0 })
 	case faultReorder:
@@ -404,11 +424,16 @@ func (s *sim) scheduleFault(t0 time.Time, f simFault, sc simSchedule) {
 		})
 	case faultPartition:
 		window(func() {
-			for _, i := range f.sides {
-				s.net.side[s.names[i]] = 1
+			for _, x := range f.sides {
+				s.net.side[s.names[x]] |= 1 << i
 			}
 			s.logf("partition %v", f.sides)
-		}, func() { clear(s.net.side); s.logf("partition healed") })
+		}, func() {
+			for _, x := range f.sides {
+				s.net.side[s.names[x]] &^= 1 << i
+			}
+			s.logf("partition %v healed", f.sides)
+		})
 	case faultCrash, faultCrashKeep:
 		s.at(at, nil, func() {
 			n := s.current[name]
@@ -522,6 +547,8 @@ func (s *sim) leaveThenRestart(name string, pause time.Duration, done func()) {
 // heal ends every fault: frozen nodes resume, links mend.
 func (s *sim) heal() {
 	clear(s.net.side)
+	clear(s.net.nodeDelay)
+	clear(s.net.nodeLoss)
 	s.net.extraDelay, s.net.loss, s.net.dup, s.net.reorder = 0, 0, 0, 0
 	for _, name := range s.names {
 		if n := s.current[name]; n != nil && n.frozen {
@@ -792,15 +819,19 @@ func (s *sim) noteCrash(n *simNode) {
 // answered ping. Added each way, 74 ms leave one call in twelve answered
 // within the 150 ms patience, 73 ms two in three.
 func (s *sim) cutOff(n *simNode) bool {
-	if simTiming.netMin+simTiming.netMax+2*s.net.extraDelay >= simTiming.callPatience {
-		return true
-	}
 	for _, name := range s.names {
-		if x := s.current[name]; x != nil && x != n && !x.gone && s.canTalk(n.name, name) {
+		if x := s.current[name]; x != nil && x != n && !x.gone && s.canTalk(n.name, name) && !s.tooSlow(n.name, name) {
 			return false
 		}
 	}
 	return true
+}
+
+// tooSlow reports whether calls between a and b mostly outlast a caller's
+// patience: a round trip at the network's middle delay outlasts it.
+func (s *sim) tooSlow(a, b string) bool {
+	oneWay := s.net.extraDelay + s.net.nodeDelay[a] + s.net.nodeDelay[b]
+	return simTiming.netMin+simTiming.netMax+2*oneWay >= simTiming.callPatience
 }
 
 // noteCutOff records, as links that may have cut nodes off come back,

@@ -5,8 +5,10 @@ package core
 // after every step, replies or failures reported once per message, take
 // ops advanced until done), with membership modelled as memberlist behaves
 // (gossip delays, failure detection, refutation), and faults drawn from a
-// seed: delays, loss, duplication, reordering, partitions, pauses, crashes
-// with and without snapshots, restarts, joins and leaves. Everything that
+// seed: delays and loss (of the whole network or of one node's links),
+// duplication, reordering, partitions (overlapping ones each cutting along
+// their own line), pauses, crashes with and without snapshots, restarts,
+// joins and leaves. Everything that
 // happens is a function of the seed: a failing seed replays exactly.
 
 import (
@@ -179,11 +181,19 @@ type simTruth struct {
 }
 
 type simNet struct {
-	side       map[string]int // partition: nodes on different sides cannot talk
-	extraDelay time.Duration  // added to every message
-	loss       float64        // chance a message is lost
-	dup        float64        // chance a message is delivered twice
-	reorder    time.Duration  // extra random delay per message, up to this
+	// side holds, for each node, one bit per partition that put it on its
+	// small side: nodes whose bits differ cannot talk. Partitions that
+	// overlap in time each cut along their own line.
+	side       map[string]uint64
+	extraDelay time.Duration // added to every message
+	loss       float64       // chance a message is lost
+	// nodeDelay and nodeLoss are faults of one node's links: the delay is
+	// added to every message it sends or receives, the chance of loss
+	// applies to each of them.
+	nodeDelay map[string]time.Duration
+	nodeLoss  map[string]float64
+	dup       float64       // chance a message is delivered twice
+	reorder   time.Duration // extra random delay per message, up to this
 }
 
 type simKey struct {
@@ -200,7 +210,7 @@ func newSim(seed uint64, nodes int) *sim {
 		hasher:  keyhash.New([]byte("simulation secret"), "ring"),
 		current: map[string]*simNode{},
 		truth:   map[string]*simTruth{},
-		net:     simNet{side: map[string]int{}},
+		net:     simNet{side: map[string]uint64{}, nodeDelay: map[string]time.Duration{}, nodeLoss: map[string]float64{}},
 	}
 	for i := range nodes {
 		s.names = append(s.names, fmt.Sprintf("n%02d", i))
@@ -712,8 +722,8 @@ func (s *sim) updateMembership(obs *simNode) {
 // ---------------------------------------------------------------------------
 // The network.
 
-func (s *sim) delay() time.Duration {
-	d := s.between(simTiming.netMin, simTiming.netMax) + s.net.extraDelay
+func (s *sim) delay(from, to string) time.Duration {
+	d := s.between(simTiming.netMin, simTiming.netMax) + s.net.extraDelay + s.net.nodeDelay[from] + s.net.nodeDelay[to]
 	if s.net.reorder > 0 {
 		d += s.between(0, s.net.reorder)
 	}
@@ -728,10 +738,10 @@ func (s *sim) deliver(from *simNode, to string, fn func(*simNode)) {
 		copies = 2
 	}
 	for range copies {
-		if s.net.side[from.name] != s.net.side[to] || s.net.loss > 0 && s.rng.Float64() < s.net.loss {
+		if s.net.side[from.name] != s.net.side[to] || s.lost(from.name, to) {
 			continue
 		}
-		d := s.delay()
+		d := s.delay(from.name, to)
 		dest := s.current[to]
 		if dest == nil || dest.gone {
 			continue
@@ -743,6 +753,20 @@ func (s *sim) deliver(from *simNode, to string, fn func(*simNode)) {
 			fn(dest)
 		})
 	}
+}
+
+// lost draws whether the network loses one message from one node to
+// another.
+func (s *sim) lost(from, to string) bool {
+	if s.net.loss > 0 && s.rng.Float64() < s.net.loss {
+		return true
+	}
+	for _, name := range []string{from, to} {
+		if l := s.net.nodeLoss[name]; l > 0 && s.rng.Float64() < l {
+			return true
+		}
+	}
+	return false
 }
 
 // call sends msg from n to to and reports exactly one outcome: the first

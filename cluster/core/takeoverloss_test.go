@@ -83,7 +83,7 @@ func TestATakeoverOfACutOffOwnerThatLeftCountsWhatItsLeaveHandedOnItsSide(t *tes
 	h := newHandNet(t, names...)
 	k, load := h.spentKey("n0", "n1", 5)
 	h.advance(50 * time.Millisecond)
-	s := &sim{now: h.now, names: names, keys: []simKey{{key: k, limit: 30}}, current: map[string]*simNode{}, net: simNet{side: map[string]int{"n0": 1, "n2": 1}}}
+	s := &sim{now: h.now, names: names, keys: []simKey{{key: k, limit: 30}}, current: map[string]*simNode{}, net: simNet{side: map[string]uint64{"n0": 1, "n2": 1}}}
 	s.hist.loss = map[limiter.Key]int64{}
 	for _, name := range names {
 		c := h.cores[name]

@@ -307,7 +307,7 @@ func (c *Core) RestoreCounters(now time.Time, k Kept) {
 	if len(k.States) == 0 {
 		return
 	}
-	c.replicas.noteRestored(c.mono(now), k.States)
+	c.replicas.noteRestored(c.mono(now), k)
 	g := c.gate
 	g.mu.Lock()
 	if !c.mayJoinLocked(now) {

@@ -71,7 +71,7 @@ func TestCountsKeptInPlaceOfATransferGoWithAnEvictedCounterSentOnAsACopy(t *test
 	one := n1.engine.StatesOf(h.now, []limiter.Key{k})[0]
 	one.Cur = 1
 	rec := Resent{Marks: []Replaced{{From: n2.self, Seq: 9999, To: n1.self}}, State: one}
-	n0.replicas.noteRestored(n0.mono(h.now), []limiter.State{one})
+	n0.replicas.noteRestored(n0.mono(h.now), Kept{States: []limiter.State{one}})
 	n0.Outbox()
 	n0.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n0.self.Inc, Mode: ModeEvicted, Evicted: n2.self, WasTo: Peer{Name: "n0", Inc: n0.self.Inc - 1}, States: []limiter.State{one}, Resent: []Resent{rec}}, true)
 	var sent Transfer

@@ -43,9 +43,9 @@ type replicaStore struct {
 	mu        sync.Mutex
 	states    map[limiter.Key]replica
 	max       int
-	appliedBy map[Peer]map[Applied]int64  // owner run → transfers it applied → mono when heard
-	promoted  map[limiter.Key][]promotion // per key, the runs' counts this node's counter of it holds (one entry a run)
-	restored  keyMarks                    // keys this run restored counters of, kept by an earlier run
+	appliedBy map[Peer]map[Applied]int64      // owner run → transfers it applied → mono when heard
+	promoted  map[limiter.Key][]promotion     // per key, the runs' counts this node's counter of it holds (one entry a run)
+	restored  map[limiter.Key]restoredCounter // keys this run restored counters of, kept by an earlier run
 	// counterless: keys that settled here without any counter of theirs
 	// (a dead owner's, whose replica may come later).
 	counterless keyMarks
@@ -355,13 +355,38 @@ func (r *replicaStore) setPromotionLocked(k limiter.Key, p promotion) {
 }
 
 // noteRestored records the keys of counters an earlier run of this node
-// kept (a snapshot), sent as copies to their owners.
-func (r *replicaStore) noteRestored(m int64, states []limiter.State) {
+// kept (a snapshot), sent as copies to their owners, with the runs whose
+// counts each holds (Kept.Holds: those of the replicas the earlier run
+// started the key from and of the counters it weighed in), where the
+// snapshot names its run; one that does not (an earlier format) tells
+// nothing of what its counters hold.
+func (r *replicaStore) noteRestored(m int64, k Kept) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, s := range states {
-		r.restored.mark(m, s.Key)
+	if r.restored == nil {
+		r.restored = map[limiter.Key]restoredCounter{}
 	}
+	for _, s := range k.States {
+		if s.Kind >= limiter.KindGrant {
+			continue
+		}
+		rc := restoredCounter{at: m, unnamed: k.Run.Name == ""}
+		for _, h := range k.Holds {
+			if h.State.Key == s.Key && !slices.Contains(rc.holds, h.Run) {
+				rc.holds = append(rc.holds, h.Run)
+			}
+		}
+		r.restored[s.Key] = rc
+	}
+}
+
+// restoredCounter is what a run knows of a counter of a key it restored
+// from a snapshot an earlier run of its node kept: when, and the runs
+// whose counts it may hold.
+type restoredCounter struct {
+	at      int64
+	unnamed bool   // the snapshot named no run: it may hold any run's counts
+	holds   []Peer // the runs whose counts it holds (Kept.Holds)
 }
 
 // noteCounterless records keys that settled here without a counter.
@@ -382,12 +407,17 @@ func (r *replicaStore) takeCounterless(k limiter.Key) bool {
 	return r.counterless.take(k)
 }
 
-// wasRestored reports whether this run restored a counter of k that an
-// earlier run kept.
-func (r *replicaStore) wasRestored(k limiter.Key) bool {
+// restoredHolding reports whether this run restored a counter of k that
+// an earlier run kept and that may hold counts of run: one whose snapshot
+// names no run, or records run's counts among those it holds. A counter
+// of run's that reaches this run may then be a later copy of counts the
+// restored counter holds; otherwise it holds counts the restored counter
+// does not.
+func (r *replicaStore) restoredHolding(k limiter.Key, run Peer) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.restored.has(k)
+	rc, ok := r.restored[k]
+	return ok && (rc.unnamed || slices.Contains(rc.holds, run))
 }
 
 // absorbCopy keeps, of states copied from a snapshot that a later run of
@@ -826,8 +856,11 @@ func (r *replicaStore) forgetApplied(m int64) {
 			r.promoted[k] = list
 		}
 	}
-	for _, marks := range []keyMarks{r.counterless, r.restored} {
-		marks.forgetBefore(m - int64(appliedKeep))
+	r.counterless.forgetBefore(m - int64(appliedKeep))
+	for k, rc := range r.restored {
+		if rc.at < m-int64(appliedKeep) {
+			delete(r.restored, k)
+		}
 	}
 	for k, g := range r.gens {
 		if m-g.at > int64(appliedKeep) {

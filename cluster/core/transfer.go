@@ -1181,8 +1181,14 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// Meant for an earlier run of this node, which kept the run's
 		// replicas and may have started keys from them: where this run
 		// restored that earlier run's counter of a key (and sent it as a
-		// copy to the key's owner), the counter may hold the replica's
-		// counts, so this one raises the count as a copy, never adds.
+		// copy to the key's owner) and that counter may hold the run's
+		// counts (its snapshot records them among those it holds, or
+		// names no run), this one raises the count as a copy, never adds.
+		// A restored counter that holds none of the run's (the earlier run
+		// counted the key from its own counter, and the run counted it
+		// elsewhere meanwhile, cut off or after the earlier run died)
+		// shares no counts with it: the run's counter goes on as the
+		// run's, and is added where the key is counted.
 		earlier := t.WasTo.Name == c.self.Name && t.WasTo.Inc < c.self.Inc
 		var adds, counters, copies []limiter.State
 		onward := map[string][]limiter.State{}
@@ -1194,7 +1200,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 				continue
 			}
 			c.replicas.dropOf(s.Key, run)
-			if earlier && c.replicas.wasRestored(s.Key) {
+			if earlier && c.replicas.restoredHolding(s.Key, run) {
 				copies = append(copies, s)
 				continue
 			}

@@ -160,6 +160,40 @@ func TestAnEvictedCounterForAnEarlierRunThatRestoredTheKeyIsACopy(t *testing.T) 
 	}
 }
 
+// A node's earlier run counted a key from its own counter and kept a
+// snapshot of it; the run crashed. Another node, cut off alone meanwhile,
+// counted the key as its owner (what others admitted in fallback), was
+// declared dead, and sent its counter to the node that kept its replicas,
+// which sent it on to the key's owner: the earlier run, gone. The later
+// run, which read the snapshot back and owns the key again, gets it (a
+// pull's reply gives it again): the restored counter holds nothing of the
+// evicted run (its snapshot names the runs whose counts it holds), so the
+// evicted counter is added, not taken as a copy of the restored one (seed
+// 1795832264911471709 of the simulator: the cluster held 14 of key 1, 19
+// were admitted).
+func TestAnEvictedCounterForAnEarlierRunWhoseRestoredCounterHoldsNoneOfItsRunIsAdded(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n1", "n2", 7)
+	h.advance(20 * time.Millisecond) // replicated to n2
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+
+	// What n0, counting the key alone, admitted.
+	evicted := n1.engine.StatesOf(h.now, []limiter.Key{k})
+	evicted[0].Cur = 3
+	load.admitted += 3
+
+	snapshot := n1.Keep(h.now, n1.engine.StatesOf(h.now, []limiter.Key{k}))
+	earlier := n1.self
+	h.down["n1"] = true
+	n1 = restartN1FromSnapshot(t, h, snapshot)
+
+	n2 := h.cores["n2"]
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 40, To: n1.self.Inc, Mode: ModeEvicted, Evicted: n0.self, Was: 30, WasTo: earlier, States: evicted}, true)
+	h.pump()
+	h.advance(time.Second)
+	h.holdsAdmitted(k, load.admitted, "")
+}
+
 // spentKey returns a key owned by owner with successor second, of limit
 // 30, and the load that spent n of it through owner.
 func (h *handNet) spentKey(owner, second string, n int) (limiter.Key, *handLoad) {

@@ -53,7 +53,12 @@
 // patience cut a node off too: it hands over nothing without an answered
 // call (a receiver takes counts only from a sender it holds a lease from,
 // and a lease is an answered ping), and such calls are answered only by
-// chance (TestALeaverWhoseCallsMostlyOutlastThePatienceIsCutOff). In
+// chance (TestALeaverWhoseCallsMostlyOutlastThePatienceIsCutOff). One cut
+// off so from some nodes only (their links alone slow, or a partition
+// between them) takes with it what it holds for them: what it admitted in
+// fallback for the keys they own (fallback counts go to a key's owner
+// once it answers a ping) and the transfers it sends them
+// (TestALeaverCutOffFromAKeysOwnerOnlyMayLoseItsFallbackCount). In
 // the short time before all nodes have heard of a change, a node that has
 // not may still send a moved key to its old owner, which answers "moved
 // to" the new one. A node asked for a key by a joiner whose ring, one
@@ -321,7 +326,7 @@
 // replication interval and a batch in flight), or, if more, what its
 // successor's replica lacked (a replicator held up on a starved machine);
 // and, for each node whose leave timed out while it was cut off, what it
-// still held; and S is, for each split (a
+// still held (cut off from some nodes only, what it held for them); and S is, for each split (a
 // partition, a frozen node, or links slow or lossy enough for memberlist
 // to declare nodes dead) from its start, and for each membership change (a
 // node leaving or joining) from its start, until every node routes by the

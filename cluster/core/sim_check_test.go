@@ -842,6 +842,48 @@ func (s *sim) noteCutOff() {
 			n.cutUntil = s.now
 		}
 	}
+	for i, a := range s.names {
+		for _, b := range s.names[i+1:] {
+			if s.underWay(a) && s.underWay(b) && s.linkCut(a, b) {
+				if s.linkCutUntil == nil {
+					s.linkCutUntil = map[[2]string]time.Time{}
+				}
+				s.linkCutUntil[linkOf(a, b)] = s.now
+			}
+		}
+	}
+}
+
+// underWay reports whether a run of name is under way (frozen or not).
+func (s *sim) underWay(name string) bool {
+	x := s.current[name]
+	return x != nil && !x.gone
+}
+
+// linkOf names the link between a and b, the lesser name first.
+func linkOf(a, b string) [2]string {
+	if b < a {
+		a, b = b, a
+	}
+	return [2]string{a, b}
+}
+
+// linkCut reports whether calls between a and b cannot be answered now:
+// a partition separates them, one is frozen, or their links are so slow
+// that most calls outlast a caller's patience.
+func (s *sim) linkCut(a, b string) bool {
+	return !s.canTalk(a, b) || s.tooSlow(a, b)
+}
+
+// linkCutLately reports whether calls between a and b cannot be answered,
+// or could not until too short a while ago for anything to be handed over
+// between them since (see cutOffLately).
+func (s *sim) linkCutLately(a, b string) bool {
+	if s.linkCut(a, b) {
+		return true
+	}
+	until, ok := s.linkCutUntil[linkOf(a, b)]
+	return ok && s.now.Sub(until) < simTiming.callPatience+simTiming.probe
 }
 
 // cutOffLately reports whether n is cut off, or was until too short a
@@ -851,6 +893,51 @@ func (s *sim) noteCutOff() {
 // again.
 func (s *sim) cutOffLately(n *simNode) bool {
 	return s.cutOff(n) || !n.cutUntil.IsZero() && s.now.Sub(n.cutUntil) < simTiming.callPatience+simTiming.probe
+}
+
+// noteLeftUndrained adds to C what a leaving node takes with it when its
+// leave times out before it drained.
+func (s *sim) noteLeftUndrained(n *simNode) {
+	if s.cutOffLately(n) {
+		s.noteLeftCutOff(n)
+		return
+	}
+	s.noteLeftCutOffFrom(n)
+}
+
+// noteLeftCutOffFrom adds to C what a leaving node that can reach some
+// nodes takes with it when its leave times out: what it holds for running
+// nodes it is cut off from, or was until lately. Its fallback counts go to
+// their key's owner only once the owner answers a ping, and a receiver
+// takes counts only from a sender it holds a lease from; so what it
+// admitted in fallback for an owner it is cut off from, and the transfers
+// it sends such a node, stay with it, as with a node cut off from all.
+func (s *sim) noteLeftCutOffFrom(n *simNode) {
+	cut := func(to string) bool {
+		return to != n.name && s.underWay(to) && s.linkCutLately(n.name, to)
+	}
+	c := n.core
+	for z, key := range s.keys {
+		var lost int64
+		if o, ok := c.Owner(key.key); ok && cut(o.Name) {
+			lost += s.engineCount(c.fallback.engine, key.key)
+		}
+		c.out.mu.Lock()
+		for _, pt := range c.out.transfers {
+			if (pt.t.Mode == ModeAdd || pt.t.Mode == ModeNewer || pt.t.Mode == ModeCopy) && cut(pt.to.Name) {
+				for _, st := range pt.t.States {
+					if st.Key == key.key {
+						lost += windowCount([]limiter.State{st})
+					}
+				}
+			}
+		}
+		c.out.mu.Unlock()
+		if lost > 0 {
+			s.hist.loss[key.key] += lost
+			s.logf("%s left cut off from where its counts go: may lose %d of key %d", n.name, lost, z)
+		}
+	}
 }
 
 // noteLeftCutOff adds to C what a leaving node takes with it when its

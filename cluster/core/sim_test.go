@@ -154,9 +154,13 @@ type sim struct {
 	truth   map[string]*simTruth
 	nextInc uint64
 
-	net  simNet
-	keys []simKey
-	hist simHistory
+	net simNet
+	// linkCutUntil holds, for a pair of nodes (the lesser name first),
+	// when links that cut them off from each other last came back (see
+	// linkCutLately).
+	linkCutUntil map[[2]string]time.Time
+	keys         []simKey
+	hist         simHistory
 
 	violations []string
 	// quickDetect: failure detection may be quicker than a lease, so a
@@ -522,9 +526,7 @@ func (s *sim) leave(n *simNode) {
 func (s *sim) stop(n *simNode) {
 	if !n.core.Drained() {
 		s.logf("%s left before it drained", n.name)
-		if s.cutOffLately(n) {
-			s.noteLeftCutOff(n)
-		}
+		s.noteLeftUndrained(n)
 	}
 	n.gone = true
 	n.leftAt = s.now

@@ -326,9 +326,9 @@
 // replication interval and a batch in flight), or, if more, what its
 // successor's replica lacked (a replicator held up on a starved machine);
 // and, for each node whose leave timed out while it was cut off, what it
-// still held (cut off from some nodes only, what it held for them); and S is, for each split (a
-// partition, a frozen node, or links slow or lossy enough for memberlist
-// to declare nodes dead) from its start, and for each membership change (a
+// still held (cut off from some nodes only, what it held for them); and
+// S is, for each split (a partition, a frozen node, or links slow or
+// lossy enough for memberlist to declare nodes dead) from its start, and for each membership change (a
 // node leaving or joining) from its start, until every node routes by the
 // same ring again: what was counted by owners other than the key's owner
 // on that ring; rings that disagree with no fault under way (a process so

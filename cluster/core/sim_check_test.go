@@ -85,7 +85,8 @@ type simHistory struct {
 	// them elsewhere, so an item it admitted may count twice too.
 	cancelsLost map[servedKey]bool
 	// refundsLost counts, per key, the units crashed callers were giving
-	// back by refunds not yet acknowledged: the owner may never apply them.
+	// back by refunds not yet acknowledged, or kept waiting themselves
+	// (holdRefund, refundAfterCounter): the owner may never apply them.
 	refundsLost map[limiter.Key]int64
 	// givenBackLost counts, per key, the units crashed owners gave back
 	// (refunds, cancels, a request's other zone denied) after their last
@@ -986,17 +987,34 @@ func (s *sim) noteLostRun(p Peer) {
 }
 
 // noteCancelsLost records the cancels and refunds a crashing caller had
-// not had acknowledged.
+// not had acknowledged, and the give-backs it kept waiting itself (unsure
+// where its keys are counted, or for a counter of its on its way): the
+// owner, be it this node or another, never applies them.
 func (s *sim) noteCancelsLost(n *simNode) {
+	lostRefund := func(r limiter.Request) {
+		if s.hist.refundsLost == nil {
+			s.hist.refundsLost = map[limiter.Key]int64{}
+		}
+		s.hist.refundsLost[r.Key] += max(r.Cost, 1)
+	}
+	n.core.unrefunded.mu.Lock()
+	for _, r := range n.core.unrefunded.reqs {
+		lostRefund(r)
+	}
+	n.core.unrefunded.mu.Unlock()
+	n.core.settling.mu.Lock()
+	for _, h := range n.core.settling.list {
+		if h.refund {
+			lostRefund(h.req)
+		}
+	}
+	n.core.settling.mu.Unlock()
 	n.core.out.mu.Lock()
 	defer n.core.out.mu.Unlock()
 	for _, pt := range n.core.out.transfers {
 		if pt.t.Mode == ModeRefund {
 			for _, r := range pt.t.Reqs {
-				if s.hist.refundsLost == nil {
-					s.hist.refundsLost = map[limiter.Key]int64{}
-				}
-				s.hist.refundsLost[r.Key] += max(r.Cost, 1)
+				lostRefund(r)
 			}
 			continue
 		}

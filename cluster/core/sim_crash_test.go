@@ -76,3 +76,54 @@ func TestSimCrashAllowsAGiveBackMissingFromAReplicaOnItsWay(t *testing.T) {
 		t.Fatalf("the checker allows %d unit(s) of the key to count twice, want the 1 given back after the replica left", got)
 	}
 }
+
+// An owner that admits a unit of its own key for a request another key
+// denies gives the unit back as a refund; a node unsure where its keys
+// are counted (it stood still, or regained its majority, and has not
+// heard from its peers since) keeps that give-back waiting (holdRefund).
+// If it crashes meanwhile, the give-back dies with it, and the replica its
+// successor starts the key from holds the unit: the caller crashed before
+// the owner applied the refund of the item's unit (cluster/doc.go), the
+// caller and the owner being one node. The checker must allow that unit
+// to count twice.
+func TestSimCrashAllowsAGiveBackWaitingAtTheCrashedOwner(t *testing.T) {
+	s := newSim(1, 3)
+	s.hist.served = map[servedKey]time.Time{}
+	s.hist.servedAlone = map[servedKey]bool{}
+	s.hist.loss = map[limiter.Key]int64{}
+	for i, name := range s.names {
+		s.start(name, i > 0, Kept{})
+	}
+	s.runUntil(s.now.Add(time.Second))
+	if !s.waitQuiet(10 * time.Second) {
+		t.Fatalf("the cluster did not form:\n%s", s.describe())
+	}
+	k := limiter.ZoneKey(s.hasher.String(fmt.Sprint("crash-key")), 1)
+	s.keys = []simKey{{key: k, limit: 10}}
+	o, ok := s.current["n00"].core.view.Load().ring.Owner(k.Route())
+	if !ok {
+		t.Fatal("the key has no owner")
+	}
+	owner := s.current[o.Name]
+	for range 2 {
+		s.request(owner, []int{0})
+	}
+	s.runUntil(s.now.Add(100 * time.Millisecond))
+	if got := s.replicaOf(k, owner.name); got != 2 {
+		t.Fatalf("the successor's replica holds %d, want 2", got)
+	}
+
+	// The owner, unsure of its keys, gives one unit back: it waits.
+	owner.core.lacked.Store(true)
+	owner.core.refund(s.now, []limiter.Request{s.hist.reqs[0].reqs[0]})
+	if !owner.core.unrefunded.waiting() {
+		t.Fatal("the give-back did not wait")
+	}
+	if got := s.engineCount(owner.engine, k); got != 2 {
+		t.Fatalf("with the give-back waiting the owner counts %d, want 2", got)
+	}
+	s.crash(owner)
+	if got := s.mayCountTwice()[k]; got != 1 {
+		t.Fatalf("the checker allows %d unit(s) of the key to count twice, want the 1 whose give-back died with the owner", got)
+	}
+}

@@ -49,6 +49,23 @@ type fallback struct {
 	// majority wait here as additions, and the records go with them
 	// wherever they go (see keepHeld, takeHeld).
 	held map[limiter.Key][]Held
+
+	// outMu orders what engine admits against the counters that leave
+	// it (see extract, take): outs numbers the extractions, and outAt
+	// holds, per key, the number of the last one that took the key's
+	// counter, until its window is over. A unit admitted before that
+	// extraction left with the counter, wherever it went; one admitted
+	// after is in a counter begun anew here (see here).
+	outMu sync.Mutex
+	outs  uint64
+	outAt map[limiter.Key]extraction
+}
+
+// extraction is the last extraction of a key's fallback counter: its
+// number, and when the window of the counter it took is over (Unix ns).
+type extraction struct {
+	n       uint64
+	expires int64
 }
 
 // share is one key's fallback share in one window.
@@ -64,6 +81,7 @@ func newFallback(maxKeys int, mode FallbackMode, ratio float64) *fallback {
 		engine:    limiter.New(limiter.Config{MaxKeys: maxKeys}),
 		shares:    map[limiter.Key]*share{},
 		maxShares: maxKeys,
+		outAt:     map[limiter.Key]extraction{},
 	}
 	f.set(mode, ratio)
 	return f
@@ -196,12 +214,61 @@ func (f *fallback) spend(k limiter.Key, used int64, now int64) {
 	f.mu.Unlock()
 }
 
-// sweep drops expired shares and one shard of expired fallback counters.
+// sweep drops expired shares, the records of extractions of windows
+// over, and one shard of expired fallback counters.
 func (f *fallback) sweep(now time.Time) {
 	f.engine.Sweep(now)
 	f.mu.Lock()
 	f.sweepLocked(now.UnixNano())
 	f.mu.Unlock()
+	f.outMu.Lock()
+	for k, e := range f.outAt {
+		if e.expires <= now.UnixNano() {
+			delete(f.outAt, k)
+		}
+	}
+	f.outMu.Unlock()
+}
+
+// take admits reqs in engine, filling res (see limiter.Engine.TakeFor,
+// without reputation), and returns the number of the last extraction
+// before it: what it admitted is here until an extraction after it (see
+// here).
+func (f *fallback) take(now time.Time, reqs []limiter.Request, res []limiter.Result) (ok bool, mark uint64) {
+	f.outMu.Lock()
+	defer f.outMu.Unlock()
+	ok, _ = f.engine.TakeFor(now, 0, reqs, res)
+	f.wrote()
+	return ok, f.outs
+}
+
+// extract takes the counters of the keys keep accepts out of engine,
+// recording the extraction for each key it took.
+func (f *fallback) extract(now time.Time, keep func(limiter.Key) bool) []limiter.State {
+	f.outMu.Lock()
+	defer f.outMu.Unlock()
+	states := f.engine.Extract(now, keep, 0)
+	if len(states) == 0 {
+		return nil
+	}
+	f.outs++
+	for _, s := range states {
+		e := f.outAt[s.Key]
+		f.outAt[s.Key] = extraction{n: f.outs, expires: max(e.expires, s.Expires)}
+	}
+	return states
+}
+
+// here reports whether what engine admitted of k by a take that returned
+// mark is still in engine's counter of k: no extraction took the key's
+// counter since. Taken, the units are where that counter went (a key's
+// owner, or this node's own counter of it), not in a counter of the key
+// begun here anew, which holds what was admitted after only.
+func (f *fallback) here(k limiter.Key, mark uint64) bool {
+	f.outMu.Lock()
+	defer f.outMu.Unlock()
+	e, ok := f.outAt[k]
+	return !ok || e.n <= mark
 }
 
 func (f *fallback) sweepLocked(now int64) {
@@ -272,7 +339,9 @@ func (c *Core) fallbackLimits(now time.Time, v *view, client limiter.Key, reqs [
 
 // decideFallback performs op for reqs (limits scaled already) by the
 // fallback mode, filling res; none names a zone whose share is used up.
-func (c *Core) decideFallback(now time.Time, op Op, reqs []limiter.Request, none int, res []limiter.Result) bool {
+// With what it admitted in the fallback engine, it returns the mark that
+// tells whether the units are still there (see fallback.here).
+func (c *Core) decideFallback(now time.Time, op Op, reqs []limiter.Request, none int, res []limiter.Result) (bool, uint64) {
 	deny := func(i int) bool {
 		for j := range res {
 			res[j] = limiter.Result{Allowed: true, Remaining: -1}
@@ -289,25 +358,23 @@ func (c *Core) decideFallback(now time.Time, op Op, reqs []limiter.Request, none
 		for i := range res {
 			res[i] = limiter.Result{Allowed: true, Remaining: -1}
 		}
-		return true
+		return true, 0
 	case FallbackClosed:
 		if op == OpPeek {
-			return true
+			return true, 0
 		}
-		return deny(-1)
+		return deny(-1), 0
 	}
 	if op == OpPeek {
 		for i := range reqs {
 			res[i] = c.fallback.engine.Peek(now, reqs[i])
 		}
-		return true
+		return true, 0
 	}
 	if none >= 0 {
-		return deny(none)
+		return deny(none), 0
 	}
-	ok, _ := c.fallback.engine.TakeFor(now, 0, reqs, res) // no reputation: a fallback denial is not the client's doing
-	c.fallback.wrote()
-	return ok
+	return c.fallback.take(now, reqs, res) // no reputation: a fallback denial is not the client's doing
 }
 
 // reconcile sends what this node admitted in fallback to the owners that
@@ -323,7 +390,7 @@ func (c *Core) reconcile(now time.Time, v *view) {
 	}
 	ns := now.UnixNano()
 	m := c.mono(now)
-	states := c.fallback.engine.Extract(now, func(k limiter.Key) bool {
+	states := c.fallback.extract(now, func(k limiter.Key) bool {
 		to, self, ok := c.placeOf(v, k)
 		if !ok {
 			return false
@@ -333,7 +400,7 @@ func (c *Core) reconcile(now time.Time, v *view) {
 		}
 		p := c.peers.get(to.Name)
 		return p != nil && p.peer.Inc == to.Inc && p.calls()
-	}, 0)
+	})
 	if len(states) == 0 {
 		return
 	}
@@ -349,10 +416,10 @@ func (c *Core) reconcileTo(now time.Time, v *view, to Peer) bool {
 	if c.fallback.empty() {
 		return false
 	}
-	states := c.fallback.engine.Extract(now, func(k limiter.Key) bool {
+	states := c.fallback.extract(now, func(k limiter.Key) bool {
 		o, _, ok := c.placeOf(v, k)
 		return ok && o.Name == to.Name
-	}, 0)
+	})
 	if len(states) == 0 {
 		return false
 	}
@@ -391,13 +458,13 @@ func (c *Core) foldFallback(now time.Time, v *view, keys []limiter.Key) {
 	if c.fallback.empty() || keys != nil && len(keys) == 0 {
 		return
 	}
-	states := c.fallback.engine.Extract(now, func(k limiter.Key) bool {
+	states := c.fallback.extract(now, func(k limiter.Key) bool {
 		if keys != nil && !slices.Contains(keys, k) {
 			return false
 		}
 		_, self, ok := c.placeOf(v, k)
 		return ok && self
-	}, 0)
+	})
 	if len(states) == 0 {
 		return
 	}

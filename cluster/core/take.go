@@ -90,6 +90,10 @@ type takeGroup struct {
 	by       Peer              // the peer that decided it
 	seq      uint64            // the take item that asked it
 	fallback []limiter.Request // the limits fallback decided it with
+	// fallbackMark is the last extraction of fallback counters before
+	// fallback decided it: its units are in the fallback engine until an
+	// extraction of their key after it (see fallback.here).
+	fallbackMark uint64
 }
 
 // Decision returns what the op decided; valid once Step returned ActDone.
@@ -641,7 +645,7 @@ func (c *Core) patience() time.Duration { return 10 * c.cfg.CallTimeout }
 func (c *Core) decideByFallback(now time.Time, v *view, op *TakeOp, g *takeGroup) {
 	var buf [8]limiter.Request
 	scaled, none := c.fallbackLimits(now, v, op.client, g.reqs, buf[:])
-	ok := c.decideFallback(now, op.op, scaled, none, g.res)
+	ok, mark := c.decideFallback(now, op.op, scaled, none, g.res)
 	if c.fallback.mode() == FallbackLocal {
 		for i := range scaled { // the limit these were counted against, for the client's headers
 			if scaled[i].Limit.Algorithm != limiter.Concurrency {
@@ -649,7 +653,7 @@ func (c *Core) decideByFallback(now time.Time, v *view, op *TakeOp, g *takeGroup
 			}
 		}
 	}
-	g.fallback = slices.Clone(scaled)
+	g.fallback, g.fallbackMark = slices.Clone(scaled), mark
 	g.decided, g.allowed, g.src = true, ok, SourceFallback
 }
 
@@ -836,11 +840,15 @@ func (c *Core) giveBack(now time.Time, g *takeGroup) {
 	case SourcePeer:
 		c.sendTransfer(now, g.by, Transfer{Mode: ModeRefund, Reqs: slices.Clone(g.reqs)}, purposeRefund)
 	case SourceFallback:
-		// Where the fallback counter is: here, or, if it was sent on to
-		// the key's owner meanwhile, there.
+		// Where the fallback counter that counted them is: here, or, if
+		// it was sent on to the key's owner (or joined this node's own
+		// counter) meanwhile, there. A counter of the key here begun
+		// after holds what was admitted since only: given back from it,
+		// the units would come off others' (and a counter holding
+		// nothing goes no lower), and stay counted where they went.
 		var sent []limiter.Request
 		for _, r := range g.fallback {
-			if r.Limit.Algorithm == limiter.Concurrency || c.fallback.engine.Has(now, r.Key) {
+			if r.Limit.Algorithm == limiter.Concurrency || c.fallback.engine.Has(now, r.Key) && c.fallback.here(r.Key, g.fallbackMark) {
 				c.fallback.engine.Refund(now, r)
 				c.fallback.wrote()
 			} else {

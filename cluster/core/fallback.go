@@ -56,7 +56,8 @@ type fallback struct {
 	// counter, until its window is over. A unit admitted before that
 	// extraction left with the counter, wherever it went; one admitted
 	// after is in a counter begun anew here (see here).
-	outMu sync.Mutex
+	// Takes share outMu (read), extractions hold it alone.
+	outMu sync.RWMutex
 	outs  uint64
 	outAt map[limiter.Key]extraction
 }
@@ -235,8 +236,8 @@ func (f *fallback) sweep(now time.Time) {
 // before it: what it admitted is here until an extraction after it (see
 // here).
 func (f *fallback) take(now time.Time, reqs []limiter.Request, res []limiter.Result) (ok bool, mark uint64) {
-	f.outMu.Lock()
-	defer f.outMu.Unlock()
+	f.outMu.RLock()
+	defer f.outMu.RUnlock()
 	ok, _ = f.engine.TakeFor(now, 0, reqs, res)
 	f.wrote()
 	return ok, f.outs
@@ -265,8 +266,8 @@ func (f *fallback) extract(now time.Time, keep func(limiter.Key) bool) []limiter
 // owner, or this node's own counter of it), not in a counter of the key
 // begun here anew, which holds what was admitted after only.
 func (f *fallback) here(k limiter.Key, mark uint64) bool {
-	f.outMu.Lock()
-	defer f.outMu.Unlock()
+	f.outMu.RLock()
+	defer f.outMu.RUnlock()
 	e, ok := f.outAt[k]
 	return !ok || e.n <= mark
 }

@@ -352,7 +352,7 @@
 // loss, freezes, partitions, crashes, restarts with or without a snapshot.
 // The simulator (package core) holds it, and what the cluster holds
 // below, in seeds 1 to 10,000; its fresh seeds still find schedules that
-// break one or the other, about 1 in 10,000, each combining two faults
+// break one or the other, about 1 in 15,000, each combining two faults
 // or two changes of one node; every one found is kept as a regression
 // seed (core/testdata/simulation-regression-seeds.txt), and all of them
 // pass but those listed as known (docs/cluster.md). So the bound is what the protocol is built to hold and

@@ -1153,7 +1153,7 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 		// replica come later, on top.
 		return SealReply{}
 	}
-	c.sealsGiven.note(from.Name, q.Ring)
+	c.sealsGiven.note(from.Name, v.ring)
 	if c.debugOn() {
 		c.log.Debug("sealed: nothing more here for the asker's keys", "node", c.self.Name, "peer", from.Name, "ring", q.Ring)
 	}
@@ -1166,24 +1166,39 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 // (see Replied). It is safe for concurrent use.
 type sealsGiven struct {
 	mu    sync.Mutex
-	rings map[string]string
+	rings map[string]*Ring
 }
 
 // note records a seal given to name under ring.
-func (s *sealsGiven) note(name, ring string) {
+func (s *sealsGiven) note(name string, ring *Ring) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.rings == nil {
-		s.rings = map[string]string{}
+		s.rings = map[string]*Ring{}
 	}
 	s.rings[name] = ring
 }
 
-// gave reports whether this node sealed to name under ring.
+// gave reports whether this node sealed to name under the ring whose
+// fingerprint is ring.
 func (s *sealsGiven) gave(name, ring string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.rings[name] == ring
+	r := s.rings[name]
+	return r != nil && r.Fingerprint() == ring
+}
+
+// gaveFor reports whether this node's last seal to owner's name was under
+// a ring that gives k to owner, this run of it.
+func (s *sealsGiven) gaveFor(owner Member, k limiter.Key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.rings[owner.Name]
+	if r == nil {
+		return false
+	}
+	o, ok := r.Owner(k.Route())
+	return ok && o.Name == owner.Name && o.Inc == owner.Inc
 }
 
 // sealReplied records a source's answer to a seal query.

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"os"
 	"testing"
 	"time"
 )
@@ -14,15 +13,7 @@ import (
 // must wait and ask again rather than be decided by fallback at once: what
 // the survivor admitted in fallback after its seal would reach the new
 // owner only after it started counting the key.
-//
-// Known failing: holding the seal across such a ring change (the seal
-// keeps its ring, and holds for a key both rings give the same run of
-// the owner) passes this test but lets schedule 1795789619604928887
-// (crash + freeze) admit over the bound. Run with TOLLGATE_KNOWN_FAILING=1.
 func TestASealHoldsWhileTheKeyStaysWithTheNodeSealedTo(t *testing.T) {
-	if os.Getenv("TOLLGATE_KNOWN_FAILING") == "" {
-		t.Skip("known failing: see the comment")
-	}
 	h := newHandNet(t, "n1", "n2", "n3", "n4")
 	const quota = 10
 	k := h.keyOwnedBy("n1", "n2")

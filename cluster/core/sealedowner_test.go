@@ -68,3 +68,38 @@ func TestASealHoldsWhileTheKeyStaysWithTheNodeSealedTo(t *testing.T) {
 		t.Errorf("n2 holds %d; %d were admitted", got, load.admitted)
 	}
 }
+
+// A seal holds across ring changes only while each ring the sealer's view
+// went through since gave the key to the node sealed to: a ring between
+// without that node (it was taken for dead, then came back) may have sent
+// the sealer's counts for the key elsewhere, and the node has counted the
+// key by hand-offs of its own since.
+func TestASealLapsesOnceARingBetweenGaveTheKeyElsewhere(t *testing.T) {
+	h := newHandNet(t, "n1", "n2", "n3", "n4")
+	k := h.keyOwnedBy("n2", "n3")
+	all := NewRing(h.hash, []Member{h.member("n1"), h.member("n2"), h.member("n3"), h.member("n4")})
+	without := NewRing(h.hash, []Member{h.member("n1"), h.member("n3"), h.member("n4")})
+	back := NewRing(h.hash, []Member{h.member("n1"), h.member("n2"), h.member("n3")})
+	if o, _ := back.Owner(k.Route()); o.Name != "n2" {
+		t.Fatalf("the ring without n4 gives the key to %s; want n2", o.Name)
+	}
+	owner := h.member("n2")
+
+	var s sealsGiven
+	s.note("n2", all)
+	s.passed(back)
+	if !s.gaveFor(owner, k) {
+		t.Fatal("a seal to n2 does not hold across a ring change that left the key with n2")
+	}
+
+	s.note("n2", all)
+	s.passed(without)
+	s.passed(back)
+	if s.gaveFor(owner, k) {
+		t.Error("a seal to n2 holds across a ring without n2 between")
+	}
+	s.note("n2", back)
+	if !s.gaveFor(owner, k) {
+		t.Error("a new seal to n2 does not hold")
+	}
+}

@@ -760,7 +760,16 @@ func (c *Core) sealedOwner(v *view, g *takeGroup) (string, bool) {
 // admits for k in fallback now would reach o only after it started
 // counting k.
 func (c *Core) sealedFor(v *view, o Member, k limiter.Key) bool {
-	return c.sealsGiven.gave(o.Name, v.ring.Fingerprint()) || c.sealsGiven.gaveFor(o, k)
+	if c.sealsGiven.gave(o.Name, v.ring.Fingerprint()) {
+		return true
+	}
+	if !c.sealsGiven.gaveFor(o, k) {
+		return false
+	}
+	if c.debugOn() {
+		c.log.Debug("seal held across a ring change", "node", c.self.Name, "owner", o.Name, "key", uint64(k.Route()), "ring", v.ring.Fingerprint())
+	}
+	return true
 }
 
 // maxResealWaits bounds how often one zone group waits for, or asks again,

@@ -746,6 +746,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 		c.handOver(now, v)
 		c.resync(now, old.ring, ring)
 		c.replicas.supersede(ring, c.self.Name)
+		c.sealsGiven.passed(ring)
 		c.tickMu.Lock()
 		c.strayAt = m + int64(c.cfg.CallTimeout)
 		c.tickMu.Unlock()

@@ -1153,7 +1153,7 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 		// replica come later, on top.
 		return SealReply{}
 	}
-	c.sealsGiven.note(from.Name, q.Ring)
+	c.sealsGiven.note(from.Name, v.ring)
 	if c.debugOn() {
 		c.log.Debug("sealed: nothing more here for the asker's keys", "node", c.self.Name, "peer", from.Name, "ring", q.Ring)
 	}
@@ -1163,27 +1163,84 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 // sealsGiven remembers, for each node this node sealed to, the ring it
 // sealed under: from then on, what this node admits in fallback for that
 // node's keys would reach it only after it may have started counting them
-// (see Replied). It is safe for concurrent use.
+// (see Replied). It also keeps the rings this node's view went through
+// since, so that a seal holds for a key only while every one of them left
+// the key with the node sealed to (see gaveFor). It is safe for concurrent
+// use.
 type sealsGiven struct {
 	mu    sync.Mutex
-	rings map[string]string
+	rings map[string]*sealGiven
 }
 
+// sealGiven is one seal this node gave: the ring it was given under and
+// the rings this node's view changed to since, oldest first.
+type sealGiven struct {
+	ring  *Ring
+	since []*Ring
+}
+
+// maxRingsSinceSeal bounds the ring changes a seal is followed through: a
+// seal whose view changed more often since no longer holds across a ring
+// change (only under the very ring it was given by).
+const maxRingsSinceSeal = 8
+
 // note records a seal given to name under ring.
-func (s *sealsGiven) note(name, ring string) {
+func (s *sealsGiven) note(name string, ring *Ring) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.rings == nil {
-		s.rings = map[string]string{}
+		s.rings = map[string]*sealGiven{}
 	}
-	s.rings[name] = ring
+	s.rings[name] = &sealGiven{ring: ring}
 }
 
-// gave reports whether this node sealed to name under ring.
+// passed records that this node's view changed to ring after the seals
+// it gave.
+func (s *sealsGiven) passed(ring *Ring) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, g := range s.rings {
+		if len(g.since) <= maxRingsSinceSeal {
+			g.since = append(g.since, ring)
+		}
+	}
+}
+
+// gave reports whether this node sealed to name under the ring whose
+// fingerprint is ring.
 func (s *sealsGiven) gave(name, ring string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.rings[name] == ring
+	g := s.rings[name]
+	return g != nil && g.ring.Fingerprint() == ring
+}
+
+// gaveFor reports whether this node's last seal to owner's name was under
+// a ring that gives k to owner, this run of it, and every ring this node's
+// view changed to since gave k to it too: a ring between that gave k to
+// another node (the owner was declared dead, a node joined and left) may
+// have sent this node's counts for k there, and the owner counts k by a
+// hand-off of its own since.
+func (s *sealsGiven) gaveFor(owner Member, k limiter.Key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g := s.rings[owner.Name]
+	if g == nil || len(g.since) > maxRingsSinceSeal {
+		return false
+	}
+	gives := func(r *Ring) bool {
+		o, ok := r.Owner(k.Route())
+		return ok && o.Name == owner.Name && o.Inc == owner.Inc
+	}
+	if !gives(g.ring) {
+		return false
+	}
+	for _, r := range g.since {
+		if !gives(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // sealReplied records a source's answer to a seal query.

@@ -736,25 +736,44 @@ func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
 // that answered g's call (to) or to the node its own ring gives g's keys:
 // a peer with an older view may have sent the group on to a node that
 // cannot count the keys yet, while the owner this node sealed to is about
-// to start counting them.
+// to start counting them. See sealedFor.
 func (c *Core) sealedToOwner(v *view, to Peer, g *takeGroup) bool {
-	fp := v.ring.Fingerprint()
-	if c.sealsGiven.gave(to.Name, fp) {
+	if c.sealsGiven.gave(to.Name, v.ring.Fingerprint()) {
 		return true
 	}
 	o, _, ok := c.placeOf(v, g.reqs[0].Key)
-	return ok && o.Name != to.Name && c.sealsGiven.gave(o.Name, fp)
+	return ok && (o.Name != to.Name || o.Inc == to.Inc) && c.sealedFor(v, o, g.reqs[0].Key)
 }
 
 // sealedOwner returns the node view v gives g's keys, if this node sealed
-// to it by v and calls it.
+// to it (see sealedFor) and calls it.
 func (c *Core) sealedOwner(v *view, g *takeGroup) (string, bool) {
 	o, self, ok := c.placeOf(v, g.reqs[0].Key)
-	if !ok || self || !c.sealsGiven.gave(o.Name, v.ring.Fingerprint()) {
+	if !ok || self || !c.sealedFor(v, o, g.reqs[0].Key) {
 		return "", false
 	}
 	p := c.peers.get(o.Name)
 	return o.Name, p != nil && p.calls()
+}
+
+// sealedFor reports whether this node's seal to o, which view v gives k,
+// holds for k: it sealed to o by v, or by an earlier ring that gave k to o
+// too. A ring change since (another node joined, or came back under a new
+// run) left k with o, whose hand-off of the ring this node sealed by may
+// still be under way, o not having seen the change yet: what this node
+// admits for k in fallback now would reach o only after it started
+// counting k.
+func (c *Core) sealedFor(v *view, o Member, k limiter.Key) bool {
+	if c.sealsGiven.gave(o.Name, v.ring.Fingerprint()) {
+		return true
+	}
+	if !c.sealsGiven.gaveFor(o, k) {
+		return false
+	}
+	if c.debugOn() {
+		c.log.Debug("seal held across a ring change", "node", c.self.Name, "owner", o.Name, "key", uint64(k.Route()), "ring", v.ring.Fingerprint())
+	}
+	return true
 }
 
 // maxResealWaits bounds how often one zone group waits for, or asks again,

@@ -1,0 +1,105 @@
+package core
+
+import (
+	"testing"
+	"time"
+)
+
+// A member dies; its successor takes its keys over and waits for the dead
+// member's lease. A survivor seals to it, and then sees another member
+// come back under a new run: its ring changes, but the key stays with the
+// node it sealed to, which has not heard of the new run yet and still
+// waits. A request for the key through the survivor, answered NotYetMine,
+// must wait and ask again rather than be decided by fallback at once: what
+// the survivor admitted in fallback after its seal would reach the new
+// owner only after it started counting the key.
+func TestASealHoldsWhileTheKeyStaysWithTheNodeSealedTo(t *testing.T) {
+	h := newHandNet(t, "n1", "n2", "n3", "n4")
+	const quota = 10
+	k := h.keyOwnedBy("n1", "n2")
+	load := newHandLoad(h, k, quota)
+	for range 3 {
+		load.spend("n1")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n2
+
+	h.down["n1"] = true
+	h.advance(100 * time.Millisecond)
+	for _, name := range []string{"n2", "n3", "n4"} {
+		h.setMembership(name, []string{"n1"})
+	}
+	h.advance(20 * time.Millisecond)
+	if !h.cores["n2"].HandoffUnderway() {
+		t.Fatal("n2 does not wait for n1's lease before it counts n1's keys")
+	}
+	fp := h.cores["n2"].Ring().Fingerprint()
+	if !h.cores["n3"].sealsGiven.gave("n2", fp) {
+		t.Fatal("n3 did not seal to n2")
+	}
+
+	// n4 comes back under a new run; n3 hears of it, n2 not yet.
+	h.start("n4", true).Joined(h.now)
+	h.setMembership("n4", []string{"n1"})
+	h.setMembership("n3", []string{"n1"})
+	if o, _ := h.cores["n3"].Ring().Owner(k.Route()); o.Name != "n2" {
+		t.Fatalf("n3's ring gives the key to %s; want n2", o.Name)
+	}
+	if h.cores["n3"].Ring().Fingerprint() == fp {
+		t.Fatal("n3's ring did not change")
+	}
+
+	tk := load.spend("n3")
+	if tk.done {
+		t.Fatalf("a request through n3 after its seal, while n2 waits: decided at once by %v; want it to wait and ask n2 again", tk.d.Source)
+	}
+	h.setMembership("n2", []string{"n1"}) // n2 hears of n4's new run
+	for i := 0; h.cores["n2"].HandoffUnderway(); i++ {
+		if i == 200 {
+			t.Fatal("n2 did not take n1's keys over")
+		}
+		h.advance(10 * time.Millisecond)
+	}
+	load.resume()
+	if tk.d.Source != SourcePeer {
+		t.Errorf("the request through n3 was decided by %v; want n2, which counts the key now", tk.d.Source)
+	}
+	h.advance(time.Second)
+	if got := h.count("n2", k); got != int64(load.admitted) {
+		t.Errorf("n2 holds %d; %d were admitted", got, load.admitted)
+	}
+}
+
+// A seal holds across ring changes only while each ring the sealer's view
+// went through since gave the key to the node sealed to: a ring between
+// without that node (it was taken for dead, then came back) may have sent
+// the sealer's counts for the key elsewhere, and the node has counted the
+// key by hand-offs of its own since.
+func TestASealLapsesOnceARingBetweenGaveTheKeyElsewhere(t *testing.T) {
+	h := newHandNet(t, "n1", "n2", "n3", "n4")
+	k := h.keyOwnedBy("n2", "n3")
+	all := NewRing(h.hash, []Member{h.member("n1"), h.member("n2"), h.member("n3"), h.member("n4")})
+	without := NewRing(h.hash, []Member{h.member("n1"), h.member("n3"), h.member("n4")})
+	back := NewRing(h.hash, []Member{h.member("n1"), h.member("n2"), h.member("n3")})
+	if o, _ := back.Owner(k.Route()); o.Name != "n2" {
+		t.Fatalf("the ring without n4 gives the key to %s; want n2", o.Name)
+	}
+	owner := h.member("n2")
+
+	var s sealsGiven
+	s.note("n2", all)
+	s.passed(back)
+	if !s.gaveFor(owner, k) {
+		t.Fatal("a seal to n2 does not hold across a ring change that left the key with n2")
+	}
+
+	s.note("n2", all)
+	s.passed(without)
+	s.passed(back)
+	if s.gaveFor(owner, k) {
+		t.Error("a seal to n2 holds across a ring without n2 between")
+	}
+	s.note("n2", back)
+	if !s.gaveFor(owner, k) {
+		t.Error("a new seal to n2 does not hold")
+	}
+}

@@ -16,27 +16,7 @@ import (
 // replica on its way, not only from the one the successor held at the
 // crash.
 func TestSimCrashAllowsAGiveBackMissingFromAReplicaOnItsWay(t *testing.T) {
-	s := newSim(1, 3)
-	s.hist.served = map[servedKey]time.Time{}
-	s.hist.servedAlone = map[servedKey]bool{}
-	s.hist.loss = map[limiter.Key]int64{}
-	for i, name := range s.names {
-		s.start(name, i > 0, Kept{})
-	}
-	s.runUntil(s.now.Add(time.Second))
-	if !s.waitQuiet(10 * time.Second) {
-		t.Fatalf("the cluster did not form:\n%s", s.describe())
-	}
-	k := limiter.ZoneKey(s.hasher.String(fmt.Sprint("crash-key")), 1)
-	s.keys = []simKey{{key: k, limit: 10}}
-	o, ok := s.current["n00"].core.view.Load().ring.Owner(k.Route())
-	if !ok {
-		t.Fatal("the key has no owner")
-	}
-	owner := s.current[o.Name]
-	for range 2 {
-		s.request(owner, []int{0})
-	}
+	s, k, owner := ownerOfTwoUnits(t)
 	if got := s.engineCount(owner.engine, k); got != 2 {
 		t.Fatalf("the owner counts %d, want 2", got)
 	}
@@ -87,6 +67,31 @@ func TestSimCrashAllowsAGiveBackMissingFromAReplicaOnItsWay(t *testing.T) {
 // caller and the owner being one node. The checker must allow that unit
 // to count twice.
 func TestSimCrashAllowsAGiveBackWaitingAtTheCrashedOwner(t *testing.T) {
+	s, k, owner := ownerOfTwoUnits(t)
+	s.runUntil(s.now.Add(100 * time.Millisecond))
+	if got := s.replicaOf(k, owner.name); got != 2 {
+		t.Fatalf("the successor's replica holds %d, want 2", got)
+	}
+
+	// The owner, unsure of its keys, gives one unit back: it waits.
+	owner.core.lacked.Store(true)
+	owner.core.refund(s.now, []limiter.Request{s.hist.reqs[0].reqs[0]})
+	if !owner.core.unrefunded.waiting() {
+		t.Fatal("the give-back did not wait")
+	}
+	if got := s.engineCount(owner.engine, k); got != 2 {
+		t.Fatalf("with the give-back waiting the owner counts %d, want 2", got)
+	}
+	s.crash(owner)
+	if got := s.mayCountTwice()[k]; got != 1 {
+		t.Fatalf("the checker allows %d unit(s) of the key to count twice, want the 1 whose give-back died with the owner", got)
+	}
+}
+
+// ownerOfTwoUnits forms a simulated cluster of three nodes and has the
+// owner of one key (limit 10) admit two units of it, requested there.
+func ownerOfTwoUnits(t *testing.T) (*sim, limiter.Key, *simNode) {
+	t.Helper()
 	s := newSim(1, 3)
 	s.hist.served = map[servedKey]time.Time{}
 	s.hist.servedAlone = map[servedKey]bool{}
@@ -108,22 +113,5 @@ func TestSimCrashAllowsAGiveBackWaitingAtTheCrashedOwner(t *testing.T) {
 	for range 2 {
 		s.request(owner, []int{0})
 	}
-	s.runUntil(s.now.Add(100 * time.Millisecond))
-	if got := s.replicaOf(k, owner.name); got != 2 {
-		t.Fatalf("the successor's replica holds %d, want 2", got)
-	}
-
-	// The owner, unsure of its keys, gives one unit back: it waits.
-	owner.core.lacked.Store(true)
-	owner.core.refund(s.now, []limiter.Request{s.hist.reqs[0].reqs[0]})
-	if !owner.core.unrefunded.waiting() {
-		t.Fatal("the give-back did not wait")
-	}
-	if got := s.engineCount(owner.engine, k); got != 2 {
-		t.Fatalf("with the give-back waiting the owner counts %d, want 2", got)
-	}
-	s.crash(owner)
-	if got := s.mayCountTwice()[k]; got != 1 {
-		t.Fatalf("the checker allows %d unit(s) of the key to count twice, want the 1 whose give-back died with the owner", got)
-	}
+	return s, k, owner
 }

@@ -239,23 +239,23 @@ func (o *outbox) forgetLocked(seq uint64, pt *pendingTransfer) {
 	if pt.t.Mode == ModeCancel {
 		o.cancels.Add(-1)
 	}
-	for _, s := range pt.t.States {
-		if seqs := slices.DeleteFunc(o.holding[s.Key], func(x uint64) bool { return x == seq }); len(seqs) > 0 {
-			o.holding[s.Key] = seqs
-		} else {
-			delete(o.holding, s.Key)
-		}
-	}
+	dropSeq(o.holding, pt.t.States, seq)
 	o.held.Store(int64(len(o.holding)))
 	if pt.purpose == purposeReconcile {
-		for _, s := range pt.t.States {
-			if seqs := slices.DeleteFunc(o.adding[s.Key], func(x uint64) bool { return x == seq }); len(seqs) > 0 {
-				o.adding[s.Key] = seqs
-			} else {
-				delete(o.adding, s.Key)
-			}
-		}
+		dropSeq(o.adding, pt.t.States, seq)
 		o.added.Store(int64(len(o.adding)))
+	}
+}
+
+// dropSeq removes transfer seq from the lists of the keys of states in
+// byKey, and the lists it leaves empty.
+func dropSeq(byKey map[limiter.Key][]uint64, states []limiter.State, seq uint64) {
+	for _, s := range states {
+		if seqs := slices.DeleteFunc(byKey[s.Key], func(x uint64) bool { return x == seq }); len(seqs) > 0 {
+			byKey[s.Key] = seqs
+		} else {
+			delete(byKey, s.Key)
+		}
 	}
 }
 

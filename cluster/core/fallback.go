@@ -265,11 +265,24 @@ func (f *fallback) extract(now time.Time, keep func(limiter.Key) bool) []limiter
 // counter since. Taken, the units are where that counter went (a key's
 // owner, or this node's own counter of it), not in a counter of the key
 // begun here anew, which holds what was admitted after only.
+// f.outMu is held.
 func (f *fallback) here(k limiter.Key, mark uint64) bool {
-	f.outMu.RLock()
-	defer f.outMu.RUnlock()
 	e, ok := f.outAt[k]
 	return !ok || e.n <= mark
+}
+
+// refundIfHere gives r's units back in engine if they are still in its
+// counter of r's key (see here) and reports whether it did: no extraction
+// can take the counter between the look and the refund.
+func (f *fallback) refundIfHere(now time.Time, r limiter.Request, mark uint64) bool {
+	f.outMu.RLock()
+	defer f.outMu.RUnlock()
+	if !f.engine.Has(now, r.Key) || !f.here(r.Key, mark) {
+		return false
+	}
+	f.engine.Refund(now, r)
+	f.wrote()
+	return true
 }
 
 func (f *fallback) sweepLocked(now int64) {

@@ -867,10 +867,10 @@ func (c *Core) giveBack(now time.Time, g *takeGroup) {
 		// nothing goes no lower), and stay counted where they went.
 		var sent []limiter.Request
 		for _, r := range g.fallback {
-			if r.Limit.Algorithm == limiter.Concurrency || c.fallback.engine.Has(now, r.Key) && c.fallback.here(r.Key, g.fallbackMark) {
+			if r.Limit.Algorithm == limiter.Concurrency {
 				c.fallback.engine.Refund(now, r)
 				c.fallback.wrote()
-			} else {
+			} else if !c.fallback.refundIfHere(now, r, g.fallbackMark) {
 				sent = append(sent, r)
 			}
 		}

@@ -1170,6 +1170,7 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 type sealsGiven struct {
 	mu    sync.Mutex
 	rings map[string]*sealGiven
+	last  *Ring // the ring of the last view change passed (nil: none yet)
 }
 
 // sealGiven is one seal this node gave: the ring it was given under and
@@ -1184,23 +1185,36 @@ type sealGiven struct {
 // change (only under the very ring it was given by).
 const maxRingsSinceSeal = 8
 
-// note records a seal given to name under ring.
+// note records a seal given to name under ring, the ring of the view the
+// seal was decided by. If the view has changed since (passed ran between
+// the view's load and this note), the rings between are unknown: the seal
+// then holds only under the very ring it was given by (see gaveFor).
 func (s *sealsGiven) note(name string, ring *Ring) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.rings == nil {
 		s.rings = map[string]*sealGiven{}
 	}
-	s.rings[name] = &sealGiven{ring: ring}
+	g := &sealGiven{ring: ring}
+	if s.last != nil && s.last != ring {
+		g.since = make([]*Ring, maxRingsSinceSeal+1)
+	}
+	s.rings[name] = g
 }
 
 // passed records that this node's view changed to ring after the seals
-// it gave.
+// it gave, and forgets the seals given to nodes ring no longer lists:
+// a later ring that lists them again came after one that gave their keys
+// to others.
 func (s *sealsGiven) passed(ring *Ring) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, g := range s.rings {
-		if len(g.since) <= maxRingsSinceSeal {
+	s.last = ring
+	for name, g := range s.rings {
+		switch {
+		case !ring.Has(name):
+			delete(s.rings, name)
+		case len(g.since) <= maxRingsSinceSeal:
 			g.since = append(g.since, ring)
 		}
 	}

@@ -103,3 +103,52 @@ func TestASealLapsesOnceARingBetweenGaveTheKeyElsewhere(t *testing.T) {
 		t.Error("a new seal to n2 does not hold")
 	}
 }
+
+// A seal decided by a view that changed before the seal was noted (the
+// ring change passed between the view's load and the note) does not know
+// the rings between: it must hold only under the ring it was given by,
+// not for a key every ring it knows of leaves with the owner.
+func TestASealNotedAfterItsViewChangedHoldsOnlyUnderItsRing(t *testing.T) {
+	h := newHandNet(t, "n1", "n2", "n3")
+	all := []Member{h.member("n1"), h.member("n2"), h.member("n3")}
+	sealedUnder := NewRing(h.hash, all)
+	k := h.keyOwnedBy("n2", "n3")
+	owner, _ := sealedUnder.Owner(k.Route())
+
+	var fresh sealsGiven
+	fresh.passed(sealedUnder)
+	fresh.note("n2", sealedUnder)
+	fresh.passed(sealedUnder)
+	if !fresh.gaveFor(owner, k) {
+		t.Fatal("a seal noted under the current ring does not hold across a change that keeps the key with its owner")
+	}
+
+	var stale sealsGiven
+	stale.passed(NewRing(h.hash, []Member{h.member("n2"), h.member("n3")}))
+	stale.note("n2", sealedUnder)
+	stale.passed(sealedUnder)
+	if stale.gaveFor(owner, k) {
+		t.Error("a seal noted after its view changed holds across rings it never saw")
+	}
+	if !stale.gave("n2", sealedUnder.Fingerprint()) {
+		t.Error("a seal noted after its view changed does not hold under the very ring it was given by")
+	}
+}
+
+// A ring that no longer lists a node ends the seals given to it: they are
+// forgotten, not kept for as long as the node runs under new names.
+func TestASealToANodeTheRingNoLongerListsIsForgotten(t *testing.T) {
+	h := newHandNet(t, "n1", "n2", "n3")
+	all := NewRing(h.hash, []Member{h.member("n1"), h.member("n2"), h.member("n3")})
+	var s sealsGiven
+	s.passed(all)
+	s.note("n2", all)
+	s.passed(NewRing(h.hash, []Member{h.member("n1"), h.member("n3")}))
+	if len(s.rings) != 0 {
+		t.Errorf("%d seals kept for nodes the ring no longer lists", len(s.rings))
+	}
+	s.passed(all)
+	if s.gave("n2", all.Fingerprint()) {
+		t.Error("a seal to a node a ring between left out holds again once the node is back")
+	}
+}

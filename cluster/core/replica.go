@@ -366,17 +366,17 @@ func (r *replicaStore) noteRestored(m int64, k Kept) {
 	if r.restored == nil {
 		r.restored = map[limiter.Key]restoredCounter{}
 	}
+	holds := make(map[limiter.Key][]Peer, len(k.Holds))
+	for _, h := range k.Holds {
+		if !slices.Contains(holds[h.State.Key], h.Run) {
+			holds[h.State.Key] = append(holds[h.State.Key], h.Run)
+		}
+	}
 	for _, s := range k.States {
 		if s.Kind >= limiter.KindGrant {
 			continue
 		}
-		rc := restoredCounter{at: m, unnamed: k.Run.Name == ""}
-		for _, h := range k.Holds {
-			if h.State.Key == s.Key && !slices.Contains(rc.holds, h.Run) {
-				rc.holds = append(rc.holds, h.Run)
-			}
-		}
-		r.restored[s.Key] = rc
+		r.restored[s.Key] = restoredCounter{at: m, unnamed: k.Run.Name == "", holds: holds[s.Key]}
 	}
 }
 

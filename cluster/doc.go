@@ -372,10 +372,10 @@
 // by another key, crashed before the owner acknowledged the refund of the
 // item's unit (an owner applies a refund only from a run it holds a lease
 // from, so a refund sent just after the caller started may wait, and die
-// with it; a caller that counts the key itself keeps the give-back
-// waiting while it cannot know where its keys are counted, or while the
-// counter it sent away is not acknowledged, and it dies with the caller
-// too); or the caller admitted a unit by its fallback and went (left, or
+// with it; a caller keeps a give-back waiting while it cannot know where
+// its keys are counted, or while the key's counter or the fallback counts
+// it sent away are not acknowledged, and it dies with the caller too); or
+// the caller admitted a unit by its fallback and went (left, or
 // crashed) before it answered the request: the unit, counted and sent on
 // to the owner, was never admitted to a client. Those units count once
 // more than was admitted, and the key is denied that much early.

@@ -425,6 +425,7 @@ func (s *sim) scheduleFault(t0 time.Time, i int, f simFault, sc simSchedule) {
 		})
 	case faultPartition:
 		window(func() {
+			// One bit per fault: a schedule draws at most two.
 			for _, x := range f.sides {
 				s.net.side[s.names[x]] |= 1 << i
 			}

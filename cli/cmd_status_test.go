@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/adminapi"
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 // TestCLIStatusCountsEveryDeniedKey denies more keys than one page of
@@ -25,6 +26,9 @@ func TestCLIStatusCountsEveryDeniedKey(t *testing.T) {
 	}
 	respond "ok"`)
 	const keys = adminapi.MaxDeniedPage + adminapi.MaxDeniedPage/2
+	// A key's denial in the one-hour window lasts until the hour ends: the
+	// requests and the count below keep clear of its edge.
+	testutil.ClearOfWindowEdge(time.Hour, 30*time.Second)
 	// Each key's second request is denied: its one denial.
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	defer hc.CloseIdleConnections()

@@ -2121,13 +2121,24 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 // replaceRefused places anew the counts of refused transfers that belong
 // elsewhere than their receiver by the view now (the view changed while
 // they waited): none was applied, so none is counted twice.
+//
+// A key lent to a run that is leaving or gone is no longer lent once the
+// borrower refused its counter: the borrower never had it and will count
+// nothing, and this node, whose ring gives it the key, counts it again.
+// The borrower may be one this node never listed as a member (it joined
+// and left between two of this node's membership updates): this node's
+// ring does not change, and nothing else ends the loan.
 func (c *Core) replaceRefused(now time.Time) {
 	v := c.view.Load()
 	gone := c.out.refusedNotFor(func(pt *pendingTransfer) bool {
 		if !pt.t.Mode.carriesCounts() || pt.t.Mode == ModeEvicted {
 			return false // evicted counters go to the node that kept their replicas, not to an owner
 		}
+		quits := c.quitting(pt.to)
 		for _, s := range pt.t.States {
+			if to, lent := c.lent.get(s.Key); lent && to == pt.to && quits {
+				return true
+			}
 			if to, self, ok := c.placeOf(v, s.Key); !ok || self || to.Name != pt.to.Name {
 				return true
 			}
@@ -2135,6 +2146,9 @@ func (c *Core) replaceRefused(now time.Time) {
 		return false
 	})
 	for _, pt := range gone {
+		if c.quitting(pt.to) {
+			c.lent.endFrom(pt.to, pt.t.States)
+		}
 		// A counter handed over and refused goes as it came: it names its
 		// run (this node's own, or the run it passes on) and the other runs'
 		// counts it holds, so wherever it is counted now it is weighed
@@ -2252,6 +2266,15 @@ func (c *Core) goneLocked(to Peer) bool {
 		}
 	}
 	return true
+}
+
+// quitting reports whether the run to counts nothing any more: it
+// announced it is leaving, or it is gone.
+func (c *Core) quitting(to Peer) bool {
+	if slices.ContainsFunc(c.known.Load().leaving, func(m Member) bool { return m.Name == to.Name && m.Inc == to.Inc }) {
+		return true
+	}
+	return c.goneLocked(to)
 }
 
 // replacedLocked reports whether the run to will never answer again: a

@@ -1257,6 +1257,27 @@ func (s *sealsGiven) gaveFor(owner Member, k limiter.Key) bool {
 	return true
 }
 
+// mayCount reports whether a node this node sealed to was given k by the
+// ring it sealed by, and ring (this node's view now) still lists that run
+// of it: the node may not have seen the rings since, its hand-off of the
+// ring sealed by may still be under way, and it may start counting k by
+// that seal at any moment. What this node admits for k in fallback now
+// would reach it only after.
+func (s *sealsGiven) mayCount(ring *Ring, k limiter.Key) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, g := range s.rings {
+		o, ok := g.ring.Owner(k.Route())
+		if !ok || o.Name != name {
+			continue
+		}
+		if i, ok := ring.index(name); ok && ring.member(i).Inc == o.Inc {
+			return true
+		}
+	}
+	return false
+}
+
 // sealReplied records a source's answer to a seal query.
 func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 	q := r.msg.(SealQuery)

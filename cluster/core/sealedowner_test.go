@@ -3,6 +3,8 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // A member dies; its successor takes its keys over and waits for the dead
@@ -150,5 +152,87 @@ func TestASealToANodeTheRingNoLongerListsIsForgotten(t *testing.T) {
 	s.passed(all)
 	if s.gave("n2", all.Fingerprint()) {
 		t.Error("a seal to a node a ring between left out holds again once the node is back")
+	}
+}
+
+// A member dies; its successor takes its keys over and waits for the dead
+// member's lease, and a survivor seals to it. A request for one of the
+// keys through the survivor calls the successor; before the answer comes,
+// the dead member comes back under a new run and the survivor's ring gives
+// the key to that run, which cannot count it yet. The successor, which has
+// not heard of the new run, answers NotYetMine by its older view: it may
+// still start counting the key by the ring the survivor sealed to it by,
+// and what the survivor admitted in fallback now would reach it only
+// after. The survivor must ask again a call timeout later, as it does
+// while its ring leaves the key with the node it sealed to, and once
+// those waits are spent, count the fallback decision as one made after a
+// seal.
+func TestASealHoldsForTheNodeSealedToWhileItMayStillCountByItsRing(t *testing.T) {
+	h := newHandNet(t, "n1", "n2", "n3", "n4")
+	const quota = 10
+	k := h.keyOwnedBy("n1", "n2")
+	load := newHandLoad(h, k, quota)
+	for range 3 {
+		load.spend("n1")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n2
+
+	h.down["n1"] = true
+	h.advance(100 * time.Millisecond)
+	for _, name := range []string{"n2", "n3", "n4"} {
+		h.setMembership(name, []string{"n1"})
+	}
+	h.advance(20 * time.Millisecond)
+	if !h.cores["n2"].HandoffUnderway() {
+		t.Fatal("n2 does not wait for n1's lease before it counts n1's keys")
+	}
+	c3 := h.cores["n3"]
+	if !c3.sealsGiven.gave("n2", h.cores["n2"].Ring().Fingerprint()) {
+		t.Fatal("n3 did not seal to n2")
+	}
+
+	tk := &handTake{node: "n3", res: make([]limiter.Result, 1)}
+	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: time.Hour}}}
+	if _, done := c3.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
+		t.Fatal("n3 decided the key at once")
+	}
+	if a := c3.Step(h.now, &tk.op); a.Kind != ActCall || a.To.Name != "n2" {
+		t.Fatalf("n3's first step: %+v; want a call to n2", a)
+	}
+
+	// n1 comes back under a new run; n3 hears of it, n2 not yet.
+	h.start("n1", true).Joined(h.now)
+	h.setMembership("n1", nil)
+	h.setMembership("n3", nil)
+	if o, _ := c3.Ring().Owner(k.Route()); o.Name != "n1" || o.Inc != h.incs["n1"] {
+		t.Fatalf("n3's ring gives the key to %s/%d; want n1's new run", o.Name, o.Inc)
+	}
+	if !h.cores["n2"].HandoffUnderway() {
+		t.Fatal("n2 no longer waits")
+	}
+
+	c3.Replied(h.now, &tk.op, ItemReply{Outcome: NotYetMine}) // n2, by the ring n3 sealed to it by
+	a := c3.Step(h.now, &tk.op)
+	if a.Kind != ActWait {
+		t.Fatalf("n3's step after n2's NotYetMine: %+v (decided by %v); want a wait: n2 may still count the key by the ring n3 sealed to it by", a, tk.op.Decision().Source)
+	}
+
+	sealed := c3.stats.SealedFallbacks.Load()
+	for i := 0; !tk.op.done; i++ {
+		if i == 10 {
+			t.Fatal("the request is not decided")
+		}
+		h.now = maxTime(h.now, a.Until)
+		a = c3.Step(h.now, &tk.op)
+		if a.Kind == ActCall {
+			c3.Replied(h.now, &tk.op, ItemReply{Outcome: NotYetMine})
+			a = c3.Step(h.now, &tk.op)
+		}
+	}
+	if got := tk.op.Decision().Source; got != SourceFallback {
+		t.Fatalf("the request was decided by %v; want fallback once the waits are spent", got)
+	}
+	if c3.stats.SealedFallbacks.Load() == sealed {
+		t.Error("n3's fallback decision after a seal to a node that may still count the key is not counted as one")
 	}
 }

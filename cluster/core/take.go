@@ -736,13 +736,20 @@ func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
 // that answered g's call (to) or to the node its own ring gives g's keys:
 // a peer with an older view may have sent the group on to a node that
 // cannot count the keys yet, while the owner this node sealed to is about
-// to start counting them. See sealedFor.
+// to start counting them. See sealedFor. It also reports a seal, by an
+// earlier ring, to a node that ring gave the keys to and that may still
+// count them by it (sealsGiven.mayCount): this node's view moved on (the
+// dead owner came back under a new run), but the node sealed to may not
+// have heard of that yet and still waits for the hand-off the seal ends.
 func (c *Core) sealedToOwner(v *view, to Peer, g *takeGroup) bool {
+	k := g.reqs[0].Key
 	if c.sealsGiven.gave(to.Name, v.ring.Fingerprint()) {
 		return true
 	}
-	o, _, ok := c.placeOf(v, g.reqs[0].Key)
-	return ok && (o.Name != to.Name || o.Inc == to.Inc) && c.sealedFor(v, o, g.reqs[0].Key)
+	if o, _, ok := c.placeOf(v, k); ok && (o.Name != to.Name || o.Inc == to.Inc) && c.sealedFor(v, o, k) {
+		return true
+	}
+	return c.sealsGiven.mayCount(v.ring, k)
 }
 
 // sealedOwner returns the node view v gives g's keys, if this node sealed

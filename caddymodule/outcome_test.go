@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+
+	"github.com/tollgate/tollgate/internal/testutil"
 )
 
 func TestOutcomeSettingsInTheCaddyfile(t *testing.T) {
@@ -109,6 +111,8 @@ func TestCalendarPolicyShowsTheCurrentWindow(t *testing.T) {
 		}
 	}
 	respond "ok"`)
+	// A month (UTC) ends on an hour's edge: the request and the month computed below must fall in one.
+	testutil.ClearOfWindowEdge(time.Hour, 5*time.Second)
 	resp := srv.get("/")
 	now := time.Now().UTC()
 	start := time.Date(now.Year(), now.Month(), 1, 0, 0, 0, 0, time.UTC)

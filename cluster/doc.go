@@ -64,7 +64,15 @@
 // to" the new one. A node asked for a key by a joiner whose ring, one
 // this node has not seen yet, gives the joiner the key hands the key's
 // counter over and lends the key: it sends its requests to the joiner
-// until its own ring gives the key away or the counter comes back.
+// until its own ring gives the key away, the counter comes back, or the
+// joiner is gone (it died, or left). A gone joiner's counter comes back
+// as a gone run's counts do: handed over as it left, or, sent it and never
+// acknowledged, given up on once the joiner's lease ran out (until then
+// the key waits: the joiner might still apply it), or lost with a joiner
+// that applied it and crashed (C)
+// (TestAKeyLentToABorrowerThatDiedUnansweredComesBack: before, a lender
+// whose ring stayed as it was sent the key's requests to the dead joiner,
+// decided by fallback, and the counter to it again and again).
 // Hearing of the joiner as joining (memberlist lists it before it is a
 // member) ends no loan
 // (TestAKeyLentToAJoiningNodeStaysLentWhenTheLenderHearsItJoining:
@@ -424,7 +432,8 @@
 // others', and pulls the keys that move to it like any joining node. A new owner never
 // counts a key it could not pull: it decides it by fallback, counted in its
 // own engine so the share is not given twice; and a node whose key was
-// pulled away routes it to the puller until its own ring changes. So a
+// pulled away routes it to the puller until its own ring changes or the
+// puller is gone. So a
 // restart, early requests included, stays within the bound above
 // (TestFaults: kinds kill, killkeep, restart and their -early variants;
 // TestProcessClusterKilledNodeRestoresItsSnapshotWithoutSumming).

@@ -696,6 +696,11 @@ func (c *Core) rerouteLocked(now time.Time) {
 		c.downDead(known, m)
 		c.view.Store(&v)
 		c.updateAnswering()
+		// A borrower gone while this node's ring stayed as it was: nothing
+		// else ends its loans (it may be a run this node never listed as a
+		// member). Before the transfers to it are given up on, so that
+		// their counts come here, not to it again.
+		c.lent.endGone(c.goneLocked)
 		c.deadReceivers(now, heard.of)
 		c.replaceRefused(now)
 		c.rePlace(now, moving)

@@ -2000,10 +2000,29 @@ func (l *lentKeys) count() int64 { return l.n.Load() }
 // is gone. A holder this node has not seen join yet keeps them: it pulled
 // them because its ring, newer than this one, gives them to it.
 func (l *lentKeys) keepOwned(ring *Ring, self string, gone func(Peer) bool) {
+	l.keep(func(k limiter.Key, to Peer) bool {
+		o, ok := ring.Owner(k.Route())
+		return ok && o.Name == self && !gone(to)
+	})
+}
+
+// endGone ends the loans to runs that are gone: whatever their ring, they
+// count nothing any more. What they held comes back by the ways a gone
+// run's counts do: handed over as it left, given up on here once it could
+// no longer apply it, or lost with it (a crash).
+func (l *lentKeys) endGone(gone func(Peer) bool) {
+	if l.n.Load() == 0 {
+		return
+	}
+	l.keep(func(_ limiter.Key, to Peer) bool { return !gone(to) })
+}
+
+// keep drops the keys keep reports false for.
+func (l *lentKeys) keep(keep func(limiter.Key, Peer) bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for k, to := range l.keys {
-		if o, ok := ring.Owner(k.Route()); !ok || o.Name != self || gone(to) {
+		if !keep(k, to) {
 			delete(l.keys, k)
 		}
 	}

@@ -32,8 +32,11 @@ type handNet struct {
 	// drops, if set, reports whether a message from is sending is lost
 	// beyond those the fields above lose.
 	drops func(from string, o Outgoing) bool
-	hash  keyhash.Hasher
-	cfg   Config // timings and ratios of every core
+	// unanswered, if set, reports whether the answer to a message from is
+	// sending is lost: its receiver handles it, but from never learns how.
+	unanswered func(from string, o Outgoing) bool
+	hash       keyhash.Hasher
+	cfg        Config // timings and ratios of every core
 }
 
 // lost reports whether a message between from and to is lost.
@@ -168,7 +171,8 @@ func (h *handNet) deliver(from string, o Outgoing) {
 		return
 	}
 	reply := dest.Handle(h.now, src.Self(), o.Msg)
-	if _, ok := o.Msg.(Transfer); ok && h.unacked[[2]string{from, o.To.Name}] {
+	_, isTransfer := o.Msg.(Transfer)
+	if isTransfer && h.unacked[[2]string{from, o.To.Name}] || h.unanswered != nil && h.unanswered(from, o) {
 		src.Failed(h.now, o.ID)
 		return
 	}

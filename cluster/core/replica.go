@@ -268,52 +268,88 @@ func (r *replicaStore) ownHeldLocked(self Peer, states []limiter.State) []Held {
 func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limiter.State, holds []Held) (delta limiter.State, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	k := s.Key
-	var shared limiter.State
-	hasShared := false
-	share := func(x limiter.State) {
-		if hasShared {
-			shared = limiter.NewerState(shared, x)
-		} else {
-			shared, hasShared = x, true
-		}
-	}
-	weigh := func(run Peer, gen uint32, x limiter.State) {
-		p, _, found := r.promotionLocked(k, run, gen)
-		if !found {
-			r.setPromotionLocked(k, promotion{owner: run, gen: gen, state: x, at: m})
-			return
-		}
-		share(olderState(now, x, p.state))
-		p.state, p.at = limiter.NewerState(p.state, x), m
-		r.setPromotionLocked(k, p)
-	}
-	cur := r.gens[k].gen // of this run's counter of k
-	gen := genIn(holds, k, of)
+	w := r.weighingLocked(now, m, s.Key)
+	cur := r.gens[s.Key].gen // of this run's counter of k
+	gen := genIn(holds, s.Key, of)
 	switch {
 	case of.Name == "":
 	case of == self && gen == cur:
 		// This run's own counter, come back (a replica of it sent on by a
 		// node that took this run for dead): its counts are in the
 		// counter here.
-		share(s)
+		w.share(s)
 	default:
-		weigh(of, gen, s)
+		w.weigh(of, gen, s)
 	}
+	w.holds(self, cur, of, gen, holds)
+	return w.beyond(s)
+}
+
+// weighing is the weighing of a counter of key k that arrives against
+// the counts this node's counter of k holds (see weighHere): the largest
+// share of counts both hold so far. r.mu is held while it is used.
+type weighing struct {
+	r        *replicaStore
+	now      time.Time
+	m        int64
+	k        limiter.Key
+	shared   limiter.State
+	anyShare bool
+}
+
+// weighingLocked starts a weighing of a counter of k. r.mu is held.
+func (r *replicaStore) weighingLocked(now time.Time, m int64, k limiter.Key) *weighing {
+	return &weighing{r: r, now: now, m: m, k: k}
+}
+
+// share notes x as counts both hold; the largest stands.
+func (w *weighing) share(x limiter.State) {
+	if w.anyShare {
+		w.shared = limiter.NewerState(w.shared, x)
+	} else {
+		w.shared, w.anyShare = x, true
+	}
+}
+
+// weigh notes x, run's counter of generation gen as the arriving counter
+// holds it: where this node's counter holds a record of that counter, both
+// hold the older of the two; from now on this node holds the newer.
+func (w *weighing) weigh(run Peer, gen uint32, x limiter.State) {
+	r := w.r
+	p, _, found := r.promotionLocked(w.k, run, gen)
+	if !found {
+		r.setPromotionLocked(w.k, promotion{owner: run, gen: gen, state: x, at: w.m})
+		return
+	}
+	w.share(olderState(w.now, x, p.state))
+	p.state, p.at = limiter.NewerState(p.state, x), w.m
+	r.setPromotionLocked(w.k, p)
+}
+
+// holds weighs the counts of other counters that the arriving counter
+// (run of, generation gen) holds: this run's (self's) own counter of its
+// current generation cur is the counter here, whole; the others are
+// weighed against the records of them.
+func (w *weighing) holds(self Peer, cur uint32, of Peer, gen uint32, holds []Held) {
 	for _, h := range holds {
-		if h.State.Key != k || h.Run == of && h.Gen == gen {
-			continue // s itself
+		if h.State.Key != w.k || h.Run == of && h.Gen == gen {
+			continue // the arriving counter itself
 		}
 		if h.Run == self && h.Gen == cur {
-			share(h.State)
+			w.share(h.State)
 			continue
 		}
-		weigh(h.Run, h.Gen, h.State)
+		w.weigh(h.Run, h.Gen, h.State)
 	}
-	if !hasShared {
+}
+
+// beyond returns what s counted beyond the largest share (ok false:
+// nothing).
+func (w *weighing) beyond(s limiter.State) (limiter.State, bool) {
+	if !w.anyShare {
 		return s, true
 	}
-	return limiter.SubState(now, s, shared)
+	return limiter.SubState(w.now, s, w.shared)
 }
 
 // olderState returns what two copies of one run's counter, possibly of
@@ -469,21 +505,28 @@ func holdsOfTaken(taken []takenReplica) []Held {
 // beyondPromoted returns what s, a copy of owner's counter of its key of
 // generation gen, counted beyond the counts of that counter that this
 // node's counter of the key holds (ok false: it holds none on record: see
-// promotion). This
-// node's counter holds s's counts from then on: a later copy adds only
-// what it counted beyond s, so two copies of the same counts (the run's
-// own counter, and a replica of it another node sent on) are not both
-// added.
-func (r *replicaStore) beyondPromoted(now time.Time, k limiter.Key, owner Peer, gen uint32, s limiter.State) (delta limiter.State, more, ok bool) {
+// promotion). This node's counter holds s's counts from then on: a later
+// copy adds only what it counted beyond s, so two copies of the same
+// counts (the run's own counter, and a replica of it another node sent
+// on) are not both added. The other counters' counts that s holds
+// (holds) are weighed too, as weighHere weighs them: owner's counter may
+// have taken in others since this node's started from it, this run's
+// own among them (a counter of this run's sent to owner, displaced where
+// owner replicated to, see Core.sendDisplaced), and what both hold of
+// those is not added again either.
+func (r *replicaStore) beyondPromoted(now time.Time, m int64, self Peer, k limiter.Key, owner Peer, gen uint32, s limiter.State, holds []Held) (delta limiter.State, more, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, _, ok := r.promotionLocked(k, owner, gen)
 	if !ok {
 		return limiter.State{}, false, false
 	}
-	delta, more = limiter.SubState(now, s, p.state)
+	w := r.weighingLocked(now, m, k)
+	w.share(p.state)
 	p.state = limiter.NewerState(p.state, s)
 	r.setPromotionLocked(k, p)
+	w.holds(self, r.gens[k].gen, owner, gen, holds)
+	delta, more = w.beyond(s)
 	return delta, more, true
 }
 

@@ -1193,7 +1193,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		var adds, counters, copies []limiter.State
 		onward := map[string][]limiter.State{}
 		for _, s := range states {
-			if d, more, ok := c.replicas.beyondPromoted(now, s.Key, run, genIn(t.Holds, s.Key, run), s); ok {
+			if d, more, ok := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, run, genIn(t.Holds, s.Key, run), s, t.Holds); ok {
 				if more {
 					adds = append(adds, d)
 				}
@@ -1281,7 +1281,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if t.ReplicaOf.Name != "" {
 			states = nil
 			for _, s := range t.States {
-				if d, more, ok := c.replicas.beyondPromoted(now, s.Key, t.ReplicaOf, genIn(t.Holds, s.Key, t.ReplicaOf), s); ok {
+				if d, more, ok := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, t.ReplicaOf, genIn(t.Holds, s.Key, t.ReplicaOf), s, t.Holds); ok {
 					if more {
 						adds = append(adds, d)
 					}

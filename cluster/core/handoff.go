@@ -614,6 +614,16 @@ func (c *Core) countSettled(now time.Time, done settled) {
 		}
 	}
 	for _, r := range c.refundAfterCounter(done.refunds) {
+		if r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) {
+			// The key settled without its counter here: what this node
+			// held of it went on meanwhile (in a pull's reply to a newer
+			// owner) or waits in its fallback counts. Given back from an
+			// engine that lacks the key, the units would be lost and
+			// stay counted where the counter went: they wait, and are
+			// given back as refund gives them back, where the counter is.
+			c.settling.hold(heldSettle{refund: true, req: r})
+			continue
+		}
 		c.engine.Refund(now, r)
 		c.dirty.noteKey(r.Key)
 	}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -37,30 +38,11 @@ func TestACounterHandedBackByTheNodeAKeyWasLentToEndsTheLoan(t *testing.T) {
 		t.Fatal("no key that n2 owns, and n0 without it")
 	}
 	load := newHandLoad(h, k, 30)
-	others := func(name string, not ...string) []Member {
-		var ms []Member
-		for _, x := range h.names {
-			if x != name && (len(not) == 0 || x != not[0]) {
-				ms = append(ms, h.member(x))
-			}
-		}
-		return ms
-	}
 	// n2 leaves, gracefully: the key goes to n0.
 	n2 := h.cores["n2"]
 	n2.Leave(h.now)
 	h.pump()
-	first := h.member("n2")
-	for _, name := range []string{"n0", "n1"} {
-		h.cores[name].SetMembership(h.now, Membership{Members: others(name, "n2"), Leaving: []Member{first}})
-		h.pump()
-	}
-	h.advance(200 * time.Millisecond)
-	h.down["n2"] = true
-	for _, name := range []string{"n0", "n1"} {
-		h.list(name, others(name, "n2"), nil)
-	}
-	h.advance(100 * time.Millisecond)
+	h.othersSeeLeaveAndGo("n2")
 	for range 3 {
 		load.spend("n0")
 	}
@@ -69,9 +51,9 @@ func TestACounterHandedBackByTheNodeAKeyWasLentToEndsTheLoan(t *testing.T) {
 	// n2 runs again and joins; n1 hears of it, n0 only that it is joining.
 	n2 = h.start("n2", true)
 	n2.Joined(h.now)
-	h.list("n2", others("n2"), nil)
-	h.list("n1", others("n1"), nil)
-	h.cores["n0"].SetMembership(h.now, Membership{Members: others("n0", "n2"), Joining: []Member{h.member("n2")}})
+	h.list("n2", h.othersThan("n2"), nil)
+	h.list("n1", h.othersThan("n1"), nil)
+	h.cores["n0"].SetMembership(h.now, Membership{Members: h.othersThan("n0", "n2"), Joining: []Member{h.member("n2")}})
 	h.pump()
 	h.advance(10 * time.Millisecond)
 	if !n2.Member() {
@@ -91,7 +73,7 @@ func TestACounterHandedBackByTheNodeAKeyWasLentToEndsTheLoan(t *testing.T) {
 	h.advance(200 * time.Millisecond)
 	h.down["n2"] = true
 	for _, name := range []string{"n0", "n1"} {
-		h.list(name, others(name, "n2"), []Peer{left})
+		h.list(name, h.othersThan(name, "n2"), []Peer{left})
 	}
 	h.advance(3 * time.Second)
 
@@ -101,4 +83,35 @@ func TestACounterHandedBackByTheNodeAKeyWasLentToEndsTheLoan(t *testing.T) {
 	if got := h.count("n0", k); got != int64(load.admitted) {
 		t.Errorf("the key's owner counts %d; %d were admitted", got, load.admitted)
 	}
+}
+
+// othersThan lists every node but name and those in not as members.
+func (h *handNet) othersThan(name string, not ...string) []Member {
+	var ms []Member
+	for _, x := range h.names {
+		if x != name && !slices.Contains(not, x) {
+			ms = append(ms, h.member(x))
+		}
+	}
+	return ms
+}
+
+// othersSeeLeaveAndGo has every node but leaver hear of it as leaving,
+// one after the other, and 200 ms later as gone; 100 ms more then pass.
+func (h *handNet) othersSeeLeaveAndGo(leaver string) {
+	leaving := h.member(leaver)
+	for _, name := range h.names {
+		if name != leaver {
+			h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, leaver), Leaving: []Member{leaving}})
+			h.pump()
+		}
+	}
+	h.advance(200 * time.Millisecond)
+	h.down[leaver] = true
+	for _, name := range h.names {
+		if name != leaver {
+			h.list(name, h.othersThan(name, leaver), nil)
+		}
+	}
+	h.advance(100 * time.Millisecond)
 }

@@ -36,30 +36,11 @@ func TestACounterTheBorrowerRefusedLeavingEndsTheLoan(t *testing.T) {
 		t.Fatal("no key that n2 owns, and n0 without it")
 	}
 	load := newHandLoad(h, k, 30)
-	others := func(name string, not ...string) []Member {
-		var ms []Member
-		for _, x := range h.names {
-			if x != name && (len(not) == 0 || x != not[0]) {
-				ms = append(ms, h.member(x))
-			}
-		}
-		return ms
-	}
 	// n2 leaves, gracefully: the key goes to n0.
 	n2 := h.cores["n2"]
 	n2.Leave(h.now)
 	h.pump()
-	first := h.member("n2")
-	for _, name := range []string{"n0", "n1"} {
-		h.cores[name].SetMembership(h.now, Membership{Members: others(name, "n2"), Leaving: []Member{first}})
-		h.pump()
-	}
-	h.advance(200 * time.Millisecond)
-	h.down["n2"] = true
-	for _, name := range []string{"n0", "n1"} {
-		h.list(name, others(name, "n2"), nil)
-	}
-	h.advance(100 * time.Millisecond)
+	h.othersSeeLeaveAndGo("n2")
 	for range 3 {
 		load.spend("n0")
 	}
@@ -69,8 +50,8 @@ func TestACounterTheBorrowerRefusedLeavingEndsTheLoan(t *testing.T) {
 	// the key from n0, and starts to leave before the answer comes.
 	n2 = h.start("n2", true)
 	n2.Joined(h.now)
-	h.list("n2", others("n2"), nil)
-	h.list("n1", others("n1"), nil)
+	h.list("n2", h.othersThan("n2"), nil)
+	h.list("n1", h.othersThan("n1"), nil)
 	h.advance(10 * time.Millisecond)
 	if !n2.Member() {
 		t.Fatal("n2 did not join")
@@ -91,16 +72,7 @@ func TestACounterTheBorrowerRefusedLeavingEndsTheLoan(t *testing.T) {
 
 	// The others hear of n2 only as leaving, then not at all: it went.
 	second := h.member("n2")
-	for _, name := range []string{"n0", "n1"} {
-		h.cores[name].SetMembership(h.now, Membership{Members: others(name, "n2"), Leaving: []Member{second}})
-		h.pump()
-	}
-	h.advance(200 * time.Millisecond)
-	h.down["n2"] = true
-	for _, name := range []string{"n0", "n1"} {
-		h.list(name, others(name, "n2"), nil)
-	}
-	h.advance(100 * time.Millisecond)
+	h.othersSeeLeaveAndGo("n2")
 
 	before := load.by[SourceFallback]
 	for range 3 {

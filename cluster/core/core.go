@@ -704,6 +704,13 @@ func (c *Core) rerouteLocked(now time.Time) {
 		c.deadReceivers(now, heard.of)
 		c.replaceRefused(now)
 		c.rePlace(now, moving)
+		// A run that died while this ring stayed as it was (a borrower
+		// this node never listed as a member) may have replicated here
+		// what it applied, the counters given to it included: its
+		// replicas go where their keys are counted, as on a ring change.
+		if c.majority(&v) {
+			c.handOverReplicas(now, &v)
+		}
 		return
 	}
 	stable := ring

@@ -173,3 +173,11 @@ func (c *Core) debugCounts(msg string, states []limiter.State, extra ...any) {
 	}
 	c.log.Debug(msg, append([]any{"node", c.self.Name, "states", debugStates(states)}, extra...)...)
 }
+
+// debugGivenBack writes a line about units given back that wait here.
+func (c *Core) debugGivenBack(msg string, reqs []limiter.Request) {
+	if len(reqs) == 0 || !c.debugOn() {
+		return
+	}
+	c.log.Debug(msg, "node", c.self.Name, "reqs", debugReqs(reqs))
+}

@@ -622,6 +622,7 @@ func (c *Core) countSettled(now time.Time, done settled) {
 			// stay counted where the counter went: they wait, and are
 			// given back as refund gives them back, where the counter is.
 			c.settling.hold(heldSettle{refund: true, req: r})
+			c.debugGivenBack("units given back as their key settled without its counter wait for it", []limiter.Request{r})
 			continue
 		}
 		c.engine.Refund(now, r)
@@ -629,9 +630,9 @@ func (c *Core) countSettled(now time.Time, done settled) {
 	}
 }
 
-// refundLater keeps units given back for keys not settled here, and
-// reports which of reqs it did not keep.
-func (h *handoffState) refundLater(v *view, self string, reqs []limiter.Request) (rest []limiter.Request) {
+// refundLater keeps units given back for keys not settled here: it
+// reports which of reqs it did not keep, and which it kept.
+func (h *handoffState) refundLater(v *view, self string, reqs []limiter.Request) (rest, kept []limiter.Request) {
 	for _, r := range reqs {
 		if v.ho == nil || r.Limit.Algorithm == limiter.Concurrency || !ownedBy(v, self, r.Key) || !h.incoming(v, self, r.Key) {
 			rest = append(rest, r)
@@ -643,10 +644,11 @@ func (h *handoffState) refundLater(v *view, self string, reqs []limiter.Request)
 			rest = append(rest, r)
 		} else {
 			mk.refunds = append(mk.refunds, r)
+			kept = append(kept, r)
 		}
 		h.mu.Unlock()
 	}
-	return rest
+	return rest, kept
 }
 
 // requestKeys starts what makes keys countable here: a pull of each key

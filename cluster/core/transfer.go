@@ -1905,7 +1905,8 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 	}
 	v := c.view.Load()
 	reqs = c.refundAfterCounter(reqs)
-	reqs = c.handoff.refundLater(v, c.self.Name, reqs) // keys not settled here wait for their counter
+	reqs, waiting := c.handoff.refundLater(v, c.self.Name, reqs) // keys not settled here wait for their counter
+	c.debugGivenBack("units given back wait for their key to settle here", waiting)
 	var away map[string][]limiter.Request
 	owners := map[string]Member{}
 	m := c.mono(now)

@@ -4,9 +4,11 @@ package core
 //
 //	(a) bound: per key and window, admitted ≤ L + F + C + S, where F is
 //	    what fallback admitted, C what a crash (or a takeover of a paused
-//	    or cut-off owner) lost: the owner's count its successor's replica
-//	    lacked, and what the crashed node held in flight; and S what a
-//	    node that counted alone (no seed answered within the join wait)
+//	    or cut-off owner, one that left while cut off included: its leave
+//	    handed its counter where the taker could not reach it) lost: the
+//	    owner's count its successor's replica lacked, and what the
+//	    crashed node held in flight; and S what a node that counted
+//	    alone (no seed answered within the join wait)
 //	    admitted as owner before it heard of a member (cluster/doc.go:
 //	    a side of a split; the only S counted here: the small side of
 //	    any other split lacks a majority and counts nothing as owner);
@@ -1118,7 +1120,7 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 		s.checkTakeover(n, v, plan)
 		for _, dead := range slices.Sorted(maps.Keys(plan.dead)) { // logged in this order
 			x := s.current[dead]
-			if x == nil || x.gone || x.inc != plan.deadInc[dead] {
+			if x == nil || x.crashed() || x.inc != plan.deadInc[dead] {
 				continue // crashed: counted at the crash
 			}
 			s.noteLostRun(x.peer())
@@ -1148,7 +1150,7 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 				// it, which the takeover counts.
 				if lost := s.replicaLoss(n, x, k, rep); lost > 0 {
 					s.hist.loss[k] += lost
-					s.logf("%s takes over key from %s (alive): may lose %d", n.name, dead, lost)
+					s.logf("%s takes over key from %s (%s): may lose %d", n.name, dead, x.runState(), lost)
 				}
 				// A pause this long is a crash (see cluster/doc.go): what
 				// the paused owner gave back after its last replication
@@ -1159,7 +1161,7 @@ func (s *sim) takeoverHook(n *simNode) func(*handoffPlan) {
 						s.hist.givenBackLost = map[limiter.Key]int64{}
 					}
 					s.hist.givenBackLost[k] += back
-					s.logf("%s takes over key from %s (alive): may count %d twice: given back since its last replication", n.name, dead, back)
+					s.logf("%s takes over key from %s (%s): may count %d twice: given back since its last replication", n.name, dead, x.runState(), back)
 				}
 			}
 		}
@@ -1249,7 +1251,7 @@ type chargedRun struct {
 func (s *sim) promotionHook(n *simNode) func(Peer, []limiter.State) {
 	return func(owner Peer, states []limiter.State) {
 		x := s.current[owner.Name]
-		if x == nil || x == n || x.gone || x.inc != owner.Inc {
+		if x == nil || x == n || x.crashed() || x.inc != owner.Inc {
 			return // crashed: counted at the crash
 		}
 		for _, st := range states {
@@ -1259,16 +1261,18 @@ func (s *sim) promotionHook(n *simNode) func(Peer, []limiter.State) {
 			}
 			if lost := s.replicaLoss(n, x, k, windowCount([]limiter.State{st})); lost > 0 {
 				s.hist.loss[k] += lost
-				s.logf("%s starts key from a replica of %s (alive): may lose %d", n.name, owner.Name, lost)
+				s.logf("%s starts key from a replica of %s (%s): may lose %d", n.name, owner.Name, x.runState(), lost)
 			}
 		}
 	}
 }
 
-// handedCount is a count of a key a node's leave handed to a node.
+// handedCount is a count of a key a node's leave handed to a node, in
+// the transfer numbered seq.
 type handedCount struct {
 	key limiter.Key
 	to  string
+	seq uint64
 	n   int64
 }
 
@@ -1286,11 +1290,37 @@ func leaveHandOff(n *simNode) []handedCount {
 		}
 		for _, st := range pt.t.States {
 			if c := windowCount([]limiter.State{st}); c > 0 {
-				out = append(out, handedCount{key: st.Key, to: pt.to.Name, n: c})
+				out = append(out, handedCount{key: st.Key, to: pt.to.Name, seq: pt.t.Seq, n: c})
 			}
 		}
 	}
 	return out
+}
+
+// followHandOff follows the counters leaving node n's leave handed over
+// to where they go now: a hand-off transfer n gave up on (its receiver
+// taken for dead) and sent in place to another node carries them there.
+// Left at the first receiver, a counter gone to a node the taker of n's
+// keys cannot reach would look in the taker's reach (see handedAway).
+func followHandOff(n *simNode) {
+	if !n.leaving || len(n.handedOnLeave) == 0 {
+		return
+	}
+	o := n.core.out
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, seq := range slices.Sorted(maps.Keys(o.transfers)) {
+		pt := o.transfers[seq]
+		if pt.purpose != purposeHandoff || pt.t.Mode != ModeAdd || pt.t.Was == 0 {
+			continue
+		}
+		for i := range n.handedOnLeave {
+			h := &n.handedOnLeave[i]
+			if h.seq == pt.t.Was && h.to == pt.t.WasTo.Name && slices.ContainsFunc(pt.t.States, func(st limiter.State) bool { return st.Key == h.key }) {
+				h.to, h.seq = pt.to.Name, pt.t.Seq
+			}
+		}
+	}
 }
 
 // handedAway is what leaving node x's leave handed over of k: to nodes

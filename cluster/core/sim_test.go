@@ -298,6 +298,7 @@ func (s *sim) flush() {
 			if n.outboxDirty {
 				n.outboxDirty = false
 				busy = true
+				followHandOff(n)
 				for _, o := range n.core.Outbox() {
 					s.send(n, o)
 				}
@@ -334,8 +335,8 @@ type simNode struct {
 	core   *Core
 	engine *limiter.Engine
 	frozen bool
-	gone   bool // crashed or left: its events are dropped
-	leftAt time.Time
+	gone   bool      // crashed or left: its events are dropped
+	leftAt time.Time // when it left; zero if it crashed
 
 	deferred []*simEvent // events that came while frozen
 
@@ -506,6 +507,17 @@ func (s *sim) memberChanged(n *simNode) {
 	}
 	s.logf("%s member=%v", n.name, n.core.Member())
 	s.gossip(n.name)
+}
+
+// crashed reports whether the run ended by a crash, not a leave.
+func (n *simNode) crashed() bool { return n.gone && n.leftAt.IsZero() }
+
+// runState names how the run stands, for the log: alive, or left.
+func (n *simNode) runState() string {
+	if n.gone {
+		return "left"
+	}
+	return "alive"
 }
 
 // leave has a node leave gracefully.

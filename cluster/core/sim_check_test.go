@@ -1628,9 +1628,8 @@ var (
 // -short or the race detector), the same every run: the regression seeds
 // (fresh seeds that once violated, regressionSeedsFile), then seeds 1, 2,
 // …. TOLLGATE_SIM=n plays n schedules: the first 100 fixed, fresh seeds
-// after them (with TOLLGATE_SIM_FRESH=0, all n fixed). A failure names its
-// seed: replay it
-// with
+// after them; with TOLLGATE_SIM_FRESH=f, the last f fresh and the rest
+// fixed (f = 0: all n fixed). A failure names its seed: replay it with
 // `go test -run '^TestSimulation$' ./cluster/core -sim-seed N -sim-log`.
 func TestSimulation(t *testing.T) {
 	// Schedules allocate much and keep little: collecting less often
@@ -1646,8 +1645,12 @@ func TestSimulation(t *testing.T) {
 			t.Fatalf("TOLLGATE_SIM=%q: want a number of schedules, at least 1", v)
 		}
 		count, fixed = n, min(n, 100)
-		if os.Getenv("TOLLGATE_SIM_FRESH") == "0" {
-			fixed = n // the same seeds every run: a regression suite
+		if v := os.Getenv("TOLLGATE_SIM_FRESH"); v != "" {
+			fresh, err := strconv.Atoi(v)
+			if err != nil || fresh < 0 || fresh > n {
+				t.Fatalf("TOLLGATE_SIM_FRESH=%q: want how many of the %d schedules play fresh seeds, 0 to %d", v, n, n)
+			}
+			fixed = n - fresh // 0: the same seeds every run, a regression suite
 		}
 	}
 	kinds := allFaults

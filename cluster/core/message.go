@@ -282,6 +282,10 @@ type Transfer struct {
 	// it met the counter of the run that had applied the transfer they
 	// were added twice.
 	Resent []Resent
+	// handed (not sent) marks counters their own run handed over, as
+	// their receiver places them: the run's last word on them (see
+	// weighHere). Passed on, they go as the run's counters like any.
+	handed bool
 }
 
 // Resent is counts a counter holds that were sent again in place of

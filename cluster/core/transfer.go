@@ -1122,7 +1122,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if len(t.Taken) > 0 {
 			given = c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
 		}
-		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds}
+		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, handed: t.Own}
 		like.Applied = t.Applied
 		if t.carriesCounter() {
 			like.Applied = foreignApplied(t.Applied, of, t.Holds)
@@ -1812,7 +1812,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		if named {
 			a.holds = holds
 			if !own {
-				a.of = like.CountersOf
+				a.of, a.last = like.CountersOf, like.handed
 			}
 		}
 		if mode == ModeAdd && len(like.Applied) > 0 && (c.majority(v) || v.self < 0) {
@@ -1829,7 +1829,14 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		if named {
 			// What this node holds of the runs the counter names is not
 			// added again.
-			d, ok := c.replicas.weighHere(now, c.mono(now), c.self, a.of, s, a.holds)
+			d, ok, less, lowered := c.replicas.weighHere(now, c.mono(now), c.self, a.of, s, a.holds, a.last)
+			if lowered {
+				// An earlier copy of the run's counter, counted here,
+				// held units the run gave back since: they come off.
+				c.debugCounts("a run's counter handed over holds less than its copy counted here: the difference comes off", []limiter.State{less}, "counters_of", a.of.Name)
+				c.engine.Lower(now, []limiter.State{less})
+				c.dirty.noteKey(s.Key)
+			}
 			if !ok {
 				c.debugCounts("counts held here already: nothing added", []limiter.State{s}, "counters_of", a.of.Name, "holds", len(a.holds))
 				continue

@@ -1499,7 +1499,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 			lent = append(lent, t)
 			continue
 		}
-		if d, more, held := c.replicas.beyondPromoted(now, c.mono(now), c.self, t.state.Key, t.owner, genIn(t.holds, t.state.Key, t.owner), t.state, t.holds); held {
+		if d, more, held, _, _ := c.replicas.beyondPromoted(now, c.mono(now), c.self, t.state.Key, t.owner, genIn(t.holds, t.state.Key, t.owner), t.state, t.holds, false); held {
 			if more {
 				beyond = append(beyond, d)
 			}

@@ -550,20 +550,35 @@ func holdsOfTaken(taken []takenReplica) []Held {
 // own among them (a counter of this run's sent to owner, displaced where
 // owner replicated to, see Core.sendDisplaced), and what both hold of
 // those is not added again either.
-func (r *replicaStore) beyondPromoted(now time.Time, m int64, self Peer, k limiter.Key, owner Peer, gen uint32, s limiter.State, holds []Held) (delta limiter.State, more, ok bool) {
+//
+// Where s is owner's last word on the counter (last: its counters as it
+// stopped counting, declared dead), it is weighed as weighHere weighs a
+// counter its run handed over: what the record held beyond s (units
+// given back since the copy recorded) is returned (less, lowered), to
+// come off the counter here, and from now on the record is s.
+func (r *replicaStore) beyondPromoted(now time.Time, m int64, self Peer, k limiter.Key, owner Peer, gen uint32, s limiter.State, holds []Held, last bool) (delta limiter.State, more, ok bool, less limiter.State, lowered bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, _, ok := r.promotionLocked(k, owner, gen)
 	if !ok {
-		return limiter.State{}, false, false
+		return limiter.State{}, false, false, limiter.State{}, false
 	}
 	w := r.weighingLocked(now, m, k)
-	w.share(p.state)
-	p.state = limiter.NewerState(p.state, s)
+	switch {
+	case last:
+		w.share(olderState(now, s, p.state))
+		less, lowered = limiter.SubState(now, p.state, s)
+		p.state, p.last = s, true
+	case p.last:
+		w.share(s) // a copy of the counter its run had the last word on
+	default:
+		w.share(p.state)
+		p.state = limiter.NewerState(p.state, s)
+	}
 	r.setPromotionLocked(k, p)
 	w.holds(self, r.gens[k].gen, owner, gen, holds)
 	delta, more = w.beyond(s)
-	return delta, more, true
+	return delta, more, true, less, lowered
 }
 
 // noteApplied records transfers owner applied (those of list naming

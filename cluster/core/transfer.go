@@ -1193,7 +1193,15 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		var adds, counters, copies []limiter.State
 		onward := map[string][]limiter.State{}
 		for _, s := range states {
-			if d, more, ok := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, run, genIn(t.Holds, s.Key, run), s, t.Holds); ok {
+			d, more, ok, less, lowered := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, run, genIn(t.Holds, s.Key, run), s, t.Holds, true)
+			if lowered {
+				// The copy of the run's counter counted here (its
+				// replica) held units the run gave back since.
+				c.debugCounts("evicted counters: a copy counted here held units given back since: they come off", []limiter.State{less}, "evicted", run.Name)
+				c.engine.Lower(now, []limiter.State{less})
+				c.dirty.noteKey(s.Key)
+			}
+			if ok {
 				if more {
 					adds = append(adds, d)
 				}
@@ -1281,7 +1289,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if t.ReplicaOf.Name != "" {
 			states = nil
 			for _, s := range t.States {
-				if d, more, ok := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, t.ReplicaOf, genIn(t.Holds, s.Key, t.ReplicaOf), s, t.Holds); ok {
+				if d, more, ok, _, _ := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, t.ReplicaOf, genIn(t.Holds, s.Key, t.ReplicaOf), s, t.Holds, false); ok {
 					if more {
 						adds = append(adds, d)
 					}

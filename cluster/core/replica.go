@@ -359,7 +359,18 @@ func (w *weighing) weighLast(run Peer, gen uint32, x limiter.State) (less limite
 		return limiter.State{}, false
 	}
 	w.share(olderState(w.now, x, p.state))
-	return limiter.SubState(w.now, p.state, x)
+	return givenBackSince(w.now, p.state, x)
+}
+
+// givenBackSince returns what rec, a record of a run's counter, held
+// beyond last, the run's last word on the counter: units given back
+// since (ok false: none). A counter of another kind (the zone's
+// algorithm changed) is no earlier copy of last: nothing.
+func givenBackSince(now time.Time, rec, last limiter.State) (limiter.State, bool) {
+	if rec.Kind != last.Kind {
+		return limiter.State{}, false
+	}
+	return limiter.SubState(now, rec, last)
 }
 
 // holds weighs the counts of other counters that the arriving counter
@@ -567,7 +578,7 @@ func (r *replicaStore) beyondPromoted(now time.Time, m int64, self Peer, k limit
 	switch {
 	case last:
 		w.share(olderState(now, s, p.state))
-		less, lowered = limiter.SubState(now, p.state, s)
+		less, lowered = givenBackSince(now, p.state, s)
 		p.state, p.last = s, true
 	case p.last:
 		w.share(s) // a copy of the counter its run had the last word on

@@ -313,7 +313,15 @@
 // a key away and counts the key again counts it in a new counter, and
 // where the two meet both are added, while copies of one counter (it, a
 // replica of it) count once (TestTwoCountersOfOneRunAreBothCounted: taken
-// for copies, the newer stood and the older's admissions were lost). A
+// for copies, the newer stood and the older's admissions were lost). Of
+// two copies of one counter the larger stands, but for the run's last
+// word on it: the counter the run itself hands over, or sends as it stops
+// counting once declared dead. Nothing is counted in it after that, so
+// what an earlier copy (a replica sent before a unit was given back)
+// holds beyond it was given back since, and comes off
+// (TestARunsHandedOverCounterLoweredByAGiveBackOutweighsItsOlderCopy,
+// TestAnEvictedCounterLoweredByAGiveBackLowersTheCounterStartedFromItsReplica:
+// before, the stale replica stood and the unit given back counted twice). A
 // counter handed over that comes back unapplied (its transfer given up on,
 // or placed anew at its run) is that earlier counter still, weighed as one
 // where it joins the run's new one, so a copy of it met later is not added

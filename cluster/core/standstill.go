@@ -215,7 +215,10 @@ func (c *Core) tickStandstill(now time.Time, m int64) {
 	var peers []*peerState
 	var runs []Peer
 	for _, p := range c.peers.all() {
-		if p.reachState() != down {
+		// A majority back, the peers whose calls failed are asked too:
+		// the larger side, they may have taken its keys over (see
+		// majorityRegained).
+		if p.reachState() != down || regained {
 			peers = append(peers, p)
 			runs = append(runs, p.peer)
 		}
@@ -244,9 +247,14 @@ func (c *Core) tickStandstill(now time.Time, m int64) {
 // marks as down) is no word that none did. So the node asks its peers, as
 // after standing still: its keys, and the units given back for them, wait
 // for their answers (a peer that took its keys over says so, and the node
-// stops counting them). Given back from its own counter before that, a
-// unit is lost where the counter meets the replica the others started
-// from: the two are copies of one counter, and the larger stands.
+// stops counting them). It asks every peer, those whose calls failed too:
+// they are the larger side, which may have taken the keys over, and the
+// majority may be back without them (a member heard of anew, that joined
+// meanwhile, counts for it), before its probes of them are due again. One
+// whose ping fails is not waited for, as after standing still. Given back
+// from its own counter before that, a unit is lost where the counter
+// meets the replica the others started from: the two are copies of one
+// counter, and the larger stands.
 func (c *Core) majorityRegained(v *view) bool {
 	if v == nil || v.self < 0 {
 		c.lacked.Store(false)

@@ -219,6 +219,53 @@ func (e *Engine) merge(now time.Time, states []State, newer bool) {
 	}
 }
 
+// Lower takes counts off this engine's counters: each of states is what
+// a copy of a counter added here held beyond the counter itself, as its
+// own run later handed it over (units given back there since the copy
+// was taken). Windows come down window by window, never below nothing;
+// other counters, and keys not held, are left as they are.
+func (e *Engine) Lower(now time.Time, states []State) {
+	ns := now.UnixNano()
+	for _, st := range states {
+		if st.Kind >= KindGrant || st.Expires <= ns {
+			continue
+		}
+		s := &e.shards[shardOf(st.Key)]
+		s.mu.Lock()
+		if cur, ok := s.entries[st.Key]; ok && cur.expires > ns {
+			cur.entry = lessEntry(cur.entry, st.entry())
+			s.entries[st.Key] = cur
+		}
+		s.mu.Unlock()
+	}
+}
+
+// LessState returns counter s with the counts of less taken off, as Lower
+// takes them off a counter the engine holds.
+func LessState(s, less State) State {
+	if s.Kind >= KindGrant || less.Kind >= KindGrant {
+		return s
+	}
+	return stateOf(s.Key, lessEntry(s.entry(), less.entry()))
+}
+
+// lessEntry returns window counts a less b's, window by window, never
+// below nothing; a of another kind is returned as it is.
+func lessEntry(a, b entry) entry {
+	if a.kind() != kindWindow || b.kind() != kindWindow {
+		return a
+	}
+	sub := func(x, y uint32) uint32 { return x - min(x, y) }
+	w := (a.expires - a.stamp) / 2
+	switch {
+	case a.stamp == b.stamp:
+		a.cur, a.prev = sub(a.cur, b.cur), sub(a.prev, b.prev)
+	case a.stamp-b.stamp == w:
+		a.prev = sub(a.prev, b.cur) // b's current window is a's previous one
+	}
+	return a
+}
+
 // mergeEntries combines two live states of one key: what both sides
 // counted, added.
 func mergeEntries(a, b entry, now int64) entry {

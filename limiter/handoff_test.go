@@ -261,3 +261,45 @@ func TestExtractReturnsCountersSortedByKey(t *testing.T) {
 		}
 	}
 }
+
+// A copy of a counter counted where the counter's own run later handed it
+// over holding less (units given back since the copy): Lower takes what
+// the copy held beyond it off the engine's counter, and LessState off a
+// state the same way, window by window, never below nothing.
+func TestLowerTakesOffWhatACopyHeldBeyondItsCounter(t *testing.T) {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow} {
+		t.Run(alg.String(), func(t *testing.T) {
+			lim := Limit{Algorithm: alg, Quota: 20, Window: time.Minute}
+			req := Request{Key: 7, Limit: lim}
+			owner := New(Config{})
+			for range 5 {
+				owner.TakeOne(t0, req)
+			}
+			copied := owner.StatesOf(t0, []Key{7})[0]
+			owner.Refund(t0, req)
+			owner.Refund(t0, req)
+			handed := owner.StatesOf(t0, []Key{7})[0]
+			excess, ok := SubState(t0, copied, handed)
+			if !ok {
+				t.Fatal("the copy holds nothing beyond the counter handed over")
+			}
+
+			here := New(Config{})
+			for range 3 { // what others admitted, counted here
+				here.TakeOne(t0, req)
+			}
+			here.Merge(t0, []State{copied})
+			here.Lower(t0, []State{excess})
+			if got, want := here.StatesOf(t0, []Key{7})[0].Cur, uint32(3+3); got != want {
+				t.Errorf("after Lower the counter holds %d; want %d", got, want)
+			}
+			if got := LessState(copied, excess).Cur; got != handed.Cur {
+				t.Errorf("LessState leaves %d; want %d", got, handed.Cur)
+			}
+			here.Lower(t0, []State{copied, copied})
+			if got := here.StatesOf(t0, []Key{7})[0].Cur; got != 0 {
+				t.Errorf("lowered by more than it holds, the counter holds %d; want 0", got)
+			}
+		})
+	}
+}

@@ -103,6 +103,10 @@ type arrival struct {
 	of    Peer   // the run whose counter it is, if named
 	holds []Held // other runs' counts it holds
 	own   bool   // this node's own counter, come back
+	// last: the counter of run of, handed over by that run itself: its
+	// last word on the counter, which no copy of it holds more than (see
+	// weighHere).
+	last bool
 	// copy: it came as a copy of its run's counter, possibly older than
 	// a replica of it (a snapshot read back, ModeCopy), and goes on as one:
 	// a replica of the run is not stale for it.
@@ -513,6 +517,8 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 	if !mk.counter {
 		into.counterless = append(into.counterless, k)
 	}
+	var lower limiter.State
+	hasLess := false
 	for _, a := range mk.counters {
 		if len(a.resent) > 0 {
 			// What the counter holds of counts sent again in place of a
@@ -524,7 +530,17 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 			}
 			a.state = rest[0]
 		}
-		d, ok := c.replicas.weighHere(now, c.mono(now), c.self, a.of, a.state, a.holds)
+		d, ok, less, lowered := c.replicas.weighHere(now, c.mono(now), c.self, a.of, a.state, a.holds, a.last)
+		if lowered {
+			// A copy of the run's counter that came before held units
+			// the run gave back since: they come off what the key
+			// gathered.
+			if hasLess {
+				lower = limiter.AddState(now, lower, less)
+			} else {
+				lower, hasLess = less, true
+			}
+		}
 		if !ok {
 			continue
 		}
@@ -561,6 +577,10 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 		out = mk.adds
 	default:
 		has = false
+	}
+	if has && hasLess {
+		c.debugCounts("a run's counter handed over holds less than its copy that came before: the difference comes off", []limiter.State{lower})
+		out = limiter.LessState(out, lower)
 	}
 	switch {
 	case has && mk.hasCopy:
@@ -1479,7 +1499,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 			lent = append(lent, t)
 			continue
 		}
-		if d, more, held := c.replicas.beyondPromoted(now, c.mono(now), c.self, t.state.Key, t.owner, genIn(t.holds, t.state.Key, t.owner), t.state, t.holds); held {
+		if d, more, held, _, _ := c.replicas.beyondPromoted(now, c.mono(now), c.self, t.state.Key, t.owner, genIn(t.holds, t.state.Key, t.owner), t.state, t.holds, false); held {
 			if more {
 				beyond = append(beyond, d)
 			}

@@ -193,7 +193,12 @@ type Transfer struct {
 	Earlier []Replaced
 	// Own (ModeAdd): these are the sender's own counters of the keys,
 	// handed over; a replica of them the receiver keeps for the sender is
-	// stale from now on.
+	// stale from now on. They are the run's last word on them (as are its
+	// counters sent as it stops counting, ModeEvicted): a counter comes
+	// down as well as up (units given back), so where the receiver counts
+	// the keys, what an earlier copy of them counted there (a replica sent
+	// on by a node that took the run for dead) held beyond them comes off,
+	// and a later copy adds nothing.
 	Own bool
 	// CountersOf (ModeAdd, ModeCopy): these are that run's own counters,
 	// handed over by it (Own), kept by it and read back by a later run of
@@ -201,7 +206,7 @@ type Transfer struct {
 	// sent on once it died, and passed on by the nodes they reached on the
 	// way. A replica of the run's counter is a copy of the same
 	// counts: where both arrive, the later adds only what it holds beyond
-	// the earlier.
+	// the earlier, unless one is the run's last word on the counter (Own).
 	CountersOf Peer
 	// Holds (ModeAdd, ModeNewer, ModeCopy, ModeReplica, ModeEvicted): the
 	// counters carried hold other runs' counts, each run's up to its State
@@ -282,6 +287,10 @@ type Transfer struct {
 	// it met the counter of the run that had applied the transfer they
 	// were added twice.
 	Resent []Resent
+	// handed (not sent) marks counters their own run handed over, as
+	// their receiver places them: the run's last word on them (see
+	// weighHere). Passed on, they go as the run's counters like any.
+	handed bool
 }
 
 // Resent is counts a counter holds that were sent again in place of

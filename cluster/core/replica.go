@@ -137,6 +137,10 @@ type promotion struct {
 	gen   uint32        // which of the run's counters of the key (see Held.Gen)
 	state limiter.State // the run's counter as far as held, the newest weighed
 	at    int64         // mono
+	// last: state is the counter as its run handed it over, its last
+	// word: a copy of it holds nothing beyond (what a copy holds more
+	// was given back since).
+	last bool
 }
 
 // appliedKeep is how long a successor remembers what its owners applied:
@@ -265,7 +269,14 @@ func (r *replicaStore) ownHeldLocked(self Peer, states []limiter.State) []Held {
 // the key if they are of its current generation; of an earlier one (it
 // sent that counter away since, see gaveAway), they are weighed like any
 // run's.
-func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limiter.State, holds []Held) (delta limiter.State, ok bool) {
+//
+// A counter its own run handed over (last) is that run's last word on
+// it: a counter comes down as well as up (units given back), so an
+// earlier copy of it may hold more. Where this node holds a record of
+// the counter that holds more than s, the difference was given back
+// since, and comes off what this node counts of the key (less, lowered);
+// a copy of the counter that comes later holds nothing beyond s.
+func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limiter.State, holds []Held, last bool) (delta limiter.State, ok bool, less limiter.State, lowered bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	w := r.weighingLocked(now, m, s.Key)
@@ -278,11 +289,14 @@ func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limite
 		// node that took this run for dead): its counts are in the
 		// counter here.
 		w.share(s)
+	case last:
+		less, lowered = w.weighLast(of, gen, s)
 	default:
 		w.weigh(of, gen, s)
 	}
 	w.holds(self, cur, of, gen, holds)
-	return w.beyond(s)
+	delta, ok = w.beyond(s)
+	return delta, ok, less, lowered
 }
 
 // weighing is the weighing of a counter of key k that arrives against
@@ -321,9 +335,42 @@ func (w *weighing) weigh(run Peer, gen uint32, x limiter.State) {
 		r.setPromotionLocked(w.k, promotion{owner: run, gen: gen, state: x, at: w.m})
 		return
 	}
+	if p.last {
+		// The run handed the counter over, and it is held here as
+		// handed: x, a copy of it, holds nothing more.
+		w.share(x)
+		return
+	}
 	w.share(olderState(w.now, x, p.state))
 	p.state, p.at = limiter.NewerState(p.state, x), w.m
 	r.setPromotionLocked(w.k, p)
+}
+
+// weighLast notes x, run's counter of generation gen as the run itself
+// handed it over: both hold the older of x and the record of the counter
+// here, if any, and from now on this node holds x, the run's last word
+// on it. It returns what the record held beyond x (ok false: nothing):
+// units the run gave back since the copy recorded was taken.
+func (w *weighing) weighLast(run Peer, gen uint32, x limiter.State) (less limiter.State, ok bool) {
+	r := w.r
+	p, _, found := r.promotionLocked(w.k, run, gen)
+	r.setPromotionLocked(w.k, promotion{owner: run, gen: gen, state: x, at: w.m, last: true})
+	if !found {
+		return limiter.State{}, false
+	}
+	w.share(olderState(w.now, x, p.state))
+	return givenBackSince(w.now, p.state, x)
+}
+
+// givenBackSince returns what rec, a record of a run's counter, held
+// beyond last, the run's last word on the counter: units given back
+// since (ok false: none). A counter of another kind (the zone's
+// algorithm changed) is no earlier copy of last: nothing.
+func givenBackSince(now time.Time, rec, last limiter.State) (limiter.State, bool) {
+	if rec.Kind != last.Kind {
+		return limiter.State{}, false
+	}
+	return limiter.SubState(now, rec, last)
 }
 
 // holds weighs the counts of other counters that the arriving counter
@@ -514,20 +561,35 @@ func holdsOfTaken(taken []takenReplica) []Held {
 // own among them (a counter of this run's sent to owner, displaced where
 // owner replicated to, see Core.sendDisplaced), and what both hold of
 // those is not added again either.
-func (r *replicaStore) beyondPromoted(now time.Time, m int64, self Peer, k limiter.Key, owner Peer, gen uint32, s limiter.State, holds []Held) (delta limiter.State, more, ok bool) {
+//
+// Where s is owner's last word on the counter (last: its counters as it
+// stopped counting, declared dead), it is weighed as weighHere weighs a
+// counter its run handed over: what the record held beyond s (units
+// given back since the copy recorded) is returned (less, lowered), to
+// come off the counter here, and from now on the record is s.
+func (r *replicaStore) beyondPromoted(now time.Time, m int64, self Peer, k limiter.Key, owner Peer, gen uint32, s limiter.State, holds []Held, last bool) (delta limiter.State, more, ok bool, less limiter.State, lowered bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, _, ok := r.promotionLocked(k, owner, gen)
 	if !ok {
-		return limiter.State{}, false, false
+		return limiter.State{}, false, false, limiter.State{}, false
 	}
 	w := r.weighingLocked(now, m, k)
-	w.share(p.state)
-	p.state = limiter.NewerState(p.state, s)
+	switch {
+	case last:
+		w.share(olderState(now, s, p.state))
+		less, lowered = givenBackSince(now, p.state, s)
+		p.state, p.last = s, true
+	case p.last:
+		w.share(s) // a copy of the counter its run had the last word on
+	default:
+		w.share(p.state)
+		p.state = limiter.NewerState(p.state, s)
+	}
 	r.setPromotionLocked(k, p)
 	w.holds(self, r.gens[k].gen, owner, gen, holds)
 	delta, more = w.beyond(s)
-	return delta, more, true
+	return delta, more, true, less, lowered
 }
 
 // noteApplied records transfers owner applied (those of list naming

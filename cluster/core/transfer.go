@@ -1122,7 +1122,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if len(t.Taken) > 0 {
 			given = c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
 		}
-		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds}
+		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, handed: t.Own}
 		like.Applied = t.Applied
 		if t.carriesCounter() {
 			like.Applied = foreignApplied(t.Applied, of, t.Holds)
@@ -1193,7 +1193,15 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		var adds, counters, copies []limiter.State
 		onward := map[string][]limiter.State{}
 		for _, s := range states {
-			if d, more, ok := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, run, genIn(t.Holds, s.Key, run), s, t.Holds); ok {
+			d, more, ok, less, lowered := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, run, genIn(t.Holds, s.Key, run), s, t.Holds, true)
+			if lowered {
+				// The copy of the run's counter counted here (its
+				// replica) held units the run gave back since.
+				c.debugCounts("evicted counters: a copy counted here held units given back since: they come off", []limiter.State{less}, "evicted", run.Name)
+				c.engine.Lower(now, []limiter.State{less})
+				c.dirty.noteKey(s.Key)
+			}
+			if ok {
 				if more {
 					adds = append(adds, d)
 				}
@@ -1281,7 +1289,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if t.ReplicaOf.Name != "" {
 			states = nil
 			for _, s := range t.States {
-				if d, more, ok := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, t.ReplicaOf, genIn(t.Holds, s.Key, t.ReplicaOf), s, t.Holds); ok {
+				if d, more, ok, _, _ := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, t.ReplicaOf, genIn(t.Holds, s.Key, t.ReplicaOf), s, t.Holds, false); ok {
 					if more {
 						adds = append(adds, d)
 					}
@@ -1812,7 +1820,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		if named {
 			a.holds = holds
 			if !own {
-				a.of = like.CountersOf
+				a.of, a.last = like.CountersOf, like.handed
 			}
 		}
 		if mode == ModeAdd && len(like.Applied) > 0 && (c.majority(v) || v.self < 0) {
@@ -1829,7 +1837,14 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		if named {
 			// What this node holds of the runs the counter names is not
 			// added again.
-			d, ok := c.replicas.weighHere(now, c.mono(now), c.self, a.of, s, a.holds)
+			d, ok, less, lowered := c.replicas.weighHere(now, c.mono(now), c.self, a.of, s, a.holds, a.last)
+			if lowered {
+				// An earlier copy of the run's counter, counted here,
+				// held units the run gave back since: they come off.
+				c.debugCounts("a run's counter handed over holds less than its copy counted here: the difference comes off", []limiter.State{less}, "counters_of", a.of.Name)
+				c.engine.Lower(now, []limiter.State{less})
+				c.dirty.noteKey(s.Key)
+			}
 			if !ok {
 				c.debugCounts("counts held here already: nothing added", []limiter.State{s}, "counters_of", a.of.Name, "holds", len(a.holds))
 				continue

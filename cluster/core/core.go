@@ -702,7 +702,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 		// their counts come here, not to it again.
 		c.lent.endGone(c.goneLocked)
 		c.deadReceivers(now, heard.of)
-		c.replaceRefused(now)
+		c.replaceRefusedLocked(now)
 		c.rePlace(now, moving)
 		// A run that died while this ring stayed as it was (a borrower
 		// this node never listed as a member) may have replicated here
@@ -753,7 +753,7 @@ func (c *Core) rerouteLocked(now time.Time) {
 		c.lent.keepOwned(ring, c.self.Name, c.goneLocked)
 		c.handed.keepOwned(ring, c.self.Name, func(to Peer) bool { return c.runDied(to) || c.replacedLocked(to) })
 		c.deadReceivers(now, heard.of)
-		c.replaceRefused(now)
+		c.replaceRefusedLocked(now)
 		c.rePlace(now, moving)
 		c.handOver(now, v)
 		c.resync(now, old.ring, ring)

@@ -839,6 +839,7 @@ func (c *Core) sendTransfer(now time.Time, to Peer, t Transfer, p purpose) {
 // tickTransfers sends again the transfers whose last attempt failed, to
 // peers that answer.
 func (c *Core) tickTransfers(now time.Time, m int64) {
+	c.tickGone(now, m)
 	c.viewMu.Lock()
 	c.deadReceivers(now, c.peers.heardOf) // transfers made after the receiver died
 	c.viewMu.Unlock()

@@ -41,10 +41,6 @@ type Core struct {
 	handoff    *handoffState // keys moving here, while a hand-off is under way
 	sealsGiven sealsGiven    // the nodes this node sealed to, and under which ring
 	lent       *lentKeys     // keys given to a node that owns them by a newer ring
-	// goneWait: the mono ns the earliest lease from this node of a gone
-	// run runs out, among the runs whose loans, replicas or counters given
-	// to them wait for it (see leaseRunsLocked); 0: none wait.
-	goneWait atomic.Int64
 	handed     *handedKeys   // keys whose counters went to another node, and where
 	fallback   *fallback     // decides for owners that cannot be reached
 	replicas   *replicaStore // counters kept for the owners this node succeeds
@@ -77,6 +73,11 @@ type Core struct {
 	// for them rather than go to fallback.
 	unheard     atomic.Bool
 	answeringMu sync.Mutex
+
+	// goneWait: the mono ns the earliest lease from this node of a gone
+	// run runs out, among the runs whose loans, replicas or counters given
+	// to them wait for it (see leaseRunsLocked); 0: none wait.
+	goneWait atomic.Int64
 
 	takeSeq atomic.Uint64 // numbers take items sent
 	stats   Stats

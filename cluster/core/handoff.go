@@ -1868,11 +1868,12 @@ func (c *Core) endGoneLoansLocked(m int64) {
 }
 
 // tickGone, once the earliest lease of a gone run that something here
-// waits for has run out, ends its loans and places its replicas and the
-// counters given to it, as a membership update would have done had the
-// lease run out by then (see rerouteLocked, handOverReplicas). Before
-// the transfers to such a run are given up on (see tickTransfers), so
-// that their counts come here, not to it again.
+// waits for has run out, does what a membership update would have done
+// had the lease run out by then (see rerouteLocked): it ends the run's
+// loans, then gives up on the transfers to it, so that their counts come
+// here, not to it again, places anew the refused transfers of the keys
+// lent, and places the run's replicas and the counters given to it (see
+// handOverReplicas).
 func (c *Core) tickGone(now time.Time, m int64) {
 	if w := c.goneWait.Load(); w == 0 || m < w {
 		return

@@ -65,7 +65,15 @@
 // this node has not seen yet, gives the joiner the key hands the key's
 // counter over and lends the key: it sends its requests to the joiner
 // until its own ring gives the key away, the counter comes back, or the
-// joiner is gone (it died, or left). A gone joiner's counter comes back
+// joiner is gone (it died, or left) and its lease from this node ran out:
+// a joiner only cut off counts the key until then, and its replica here,
+// or the counter given to it, counted here meanwhile would count the key
+// beside it (TestALenderWaitsForACutOffBorrowersLeaseBeforeItCountsTheKeyAgain).
+// A joiner listed as joining has not left: its replica here outlives
+// membership updates (TestAReplicaOfAJoiningBorrowerOutlivesAMembershipUpdateOfTheSameRing),
+// and only its refusal of the key's counter, not of counts to add, ends
+// the loan (TestARefusalByALeavingBorrowerThatHoldsTheCounterKeepsTheLoan).
+// A gone joiner's counter comes back
 // as a gone run's counts do: handed over as it left, or, sent it and never
 // acknowledged, given up on once the joiner's lease ran out (until then
 // the key waits: the joiner might still apply it), or lost with a joiner

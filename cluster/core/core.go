@@ -74,6 +74,11 @@ type Core struct {
 	unheard     atomic.Bool
 	answeringMu sync.Mutex
 
+	// goneWait: the mono ns the earliest lease from this node of a gone
+	// run runs out, among the runs whose loans, replicas or counters given
+	// to them wait for it (see leaseRunsLocked); 0: none wait.
+	goneWait atomic.Int64
+
 	takeSeq atomic.Uint64 // numbers take items sent
 	stats   Stats
 
@@ -698,16 +703,22 @@ func (c *Core) rerouteLocked(now time.Time) {
 		c.updateAnswering()
 		// A borrower gone while this node's ring stayed as it was: nothing
 		// else ends its loans (it may be a run this node never listed as a
-		// member). Before the transfers to it are given up on, so that
-		// their counts come here, not to it again.
-		c.lent.endGone(c.goneLocked)
+		// member). Only once its lease from this node ran out: cut off, not
+		// dead, it counts the key until then, and this node, counting it
+		// again meanwhile, would count it beside it
+		// (TestALenderWaitsForACutOffBorrowersLeaseBeforeItCountsTheKeyAgain).
+		// A tick ends the loan then (see tickGone). Before the transfers to
+		// it are given up on, so that their counts come here, not to it
+		// again.
+		c.endGoneLoansLocked(m)
 		c.deadReceivers(now, heard.of)
-		c.replaceRefused(now)
+		c.replaceRefusedLocked(now)
 		c.rePlace(now, moving)
 		// A run that died while this ring stayed as it was (a borrower
 		// this node never listed as a member) may have replicated here
 		// what it applied, the counters given to it included: its
-		// replicas go where their keys are counted, as on a ring change.
+		// replicas go where their keys are counted, as on a ring change,
+		// once its lease from this node ran out (see handOverReplicas).
 		if c.majority(&v) {
 			c.handOverReplicas(now, &v)
 		}
@@ -750,10 +761,10 @@ func (c *Core) rerouteLocked(now time.Time) {
 	c.view.Store(v)
 	c.updateAnswering()
 	if old != nil {
-		c.lent.keepOwned(ring, c.self.Name, c.goneLocked)
+		c.lent.keepOwned(ring, c.self.Name, func(to Peer) bool { return c.goneLocked(to) && !c.leaseRunsLocked(to, m) })
 		c.handed.keepOwned(ring, c.self.Name, func(to Peer) bool { return c.runDied(to) || c.replacedLocked(to) })
 		c.deadReceivers(now, heard.of)
-		c.replaceRefused(now)
+		c.replaceRefusedLocked(now)
 		c.rePlace(now, moving)
 		c.handOver(now, v)
 		c.resync(now, old.ring, ring)

@@ -1613,7 +1613,12 @@ func (c *Core) handOver(now time.Time, v *view) {
 // (or were replaced by a later run), of keys another node owns now, go
 // there as copies, once this node has a majority (until then the dead may
 // be alive on the other side of a split: it keeps their replicas, and sends
-// them on when the majority answers again). So do those of keys this node
+// them on when the majority answers again), and only once the dead run's
+// lease from this node ran out (see leaseRunsLocked): a run only cut off
+// counts its keys until then, and a counter started from its replica
+// meanwhile, or from a counter given to it, would count them beside it.
+// A hand-off that takes the run over waits for that lease itself. So do
+// those of keys this node
 // owns whose run no hand-off under way takes over (this node was declared
 // dead before its hand-off of the run completed, and joined again: a
 // joiner's hand-off takes no run over): they are the keys' counters, and
@@ -1640,12 +1645,16 @@ func (c *Core) handOverReplicas(now time.Time, v *view) {
 	if !c.majority(v) {
 		return
 	}
+	m := c.mono(now)
 	pick := func(owner Peer, k limiter.Key) bool {
 		o, ok := v.ring.Owner(k.Route())
 		if !ok || !c.runDied(owner) {
 			return false
 		}
-		return o.Name != self || !c.takesOver(v, owner)
+		if o.Name == self && c.takesOver(v, owner) {
+			return false
+		}
+		return !c.leaseRunsLocked(owner, m)
 	}
 	c.sendReplicasOn(now, c.replicas.takeOwned(now, pick))
 	c.placeGiven(now, c.replicas.takeGiven(now, pick))
@@ -1826,6 +1835,64 @@ func statesOfTaken(taken []takenReplica) []limiter.State {
 	return out
 }
 
+// leaseRunsLocked reports whether the gone run to may still hold a lease
+// from this node at m: this node heard from it less than LeaseTime ago,
+// and an eighth more for the clocks' drift (see deadReceivers, and a
+// hand-off's wait for a dead member). A run this node keeps no state of
+// holds none it can know of: a later run of its node is known, or the
+// driver forgot it, or it left. While it does, it may count the keys it
+// owns by its ring, lent ones too: what this node holds for them (their
+// loans, its replicas, the counters given to it) waits, and a tick looks
+// again once the lease ran out (see tickGone). viewMu is held.
+func (c *Core) leaseRunsLocked(to Peer, m int64) bool {
+	h, ok := c.peers.heardOf(to)
+	if !ok {
+		return false
+	}
+	until := h + int64(c.cfg.LeaseTime)*9/8
+	if m >= until {
+		return false
+	}
+	for {
+		w := c.goneWait.Load()
+		if w != 0 && w <= until || c.goneWait.CompareAndSwap(w, until) {
+			return true
+		}
+	}
+}
+
+// endGoneLoansLocked ends the loans to runs that are gone and whose lease
+// from this node ran out by m. viewMu is held.
+func (c *Core) endGoneLoansLocked(m int64) {
+	c.lent.endGone(func(to Peer) bool { return c.goneLocked(to) && !c.leaseRunsLocked(to, m) })
+}
+
+// tickGone, once the earliest lease of a gone run that something here
+// waits for has run out, does what a membership update would have done
+// had the lease run out by then (see rerouteLocked): it ends the run's
+// loans, then gives up on the transfers to it, so that their counts come
+// here, not to it again, places anew the refused transfers of the keys
+// lent, and places the run's replicas and the counters given to it (see
+// handOverReplicas).
+func (c *Core) tickGone(now time.Time, m int64) {
+	if w := c.goneWait.Load(); w == 0 || m < w {
+		return
+	}
+	c.viewMu.Lock()
+	defer c.viewMu.Unlock()
+	c.goneWait.Store(0)
+	v := c.view.Load()
+	if v == nil || v.standalone {
+		return
+	}
+	c.endGoneLoansLocked(m)
+	c.deadReceivers(now, c.peers.heardOf)
+	c.replaceRefusedLocked(now)
+	if c.majority(v) && !c.gate.isLeaving() {
+		c.handOverReplicas(now, v)
+	}
+}
+
 // runDied reports whether the owner run died by what is known: declared
 // dead, replaced by a later run, or joining again under the same run (it
 // was declared dead and stopped counting: what it held comes as copies).
@@ -1859,7 +1926,10 @@ func (c *Core) runDied(owner Peer) bool {
 // announced leaving, or gone without being declared dead or replaced. A
 // run the hand-off under way takes for dead did not, whatever it is said
 // to have done since: that hand-off waits for none of its keys' counters,
-// they start from its replicas when it completes.
+// they start from its replicas when it completes. Nor did a run listed as
+// a member or as joining: a joiner that borrowed a key counts it, its
+// replica here is the key's only copy beside its counter
+// (TestAReplicaOfAJoiningBorrowerOutlivesAMembershipUpdateOfTheSameRing).
 // viewMu is held.
 func (c *Core) runLeft(owner Peer) bool {
 	if c.runDied(owner) {
@@ -1870,9 +1940,12 @@ func (c *Core) runLeft(owner Peer) bool {
 			return false
 		}
 	}
-	for _, m := range c.known.Load().members {
-		if m.Name == owner.Name && m.Inc == owner.Inc {
-			return false
+	known := c.known.Load()
+	for _, list := range [][]Member{known.members, known.joining} {
+		for _, m := range list {
+			if m.Name == owner.Name && m.Inc == owner.Inc {
+				return false
+			}
 		}
 	}
 	return true

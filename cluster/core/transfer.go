@@ -839,6 +839,7 @@ func (c *Core) sendTransfer(now time.Time, to Peer, t Transfer, p purpose) {
 // tickTransfers sends again the transfers whose last attempt failed, to
 // peers that answer.
 func (c *Core) tickTransfers(now time.Time, m int64) {
+	c.tickGone(now, m)
 	c.viewMu.Lock()
 	c.deadReceivers(now, c.peers.heardOf) // transfers made after the receiver died
 	c.viewMu.Unlock()
@@ -2107,7 +2108,9 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 			return
 		}
 		c.out.failed(r.seq, c.mono(now)+int64(c.cfg.CallTimeout), true)
-		c.replaceRefused(now)
+		c.viewMu.Lock()
+		c.replaceRefusedLocked(now)
+		c.viewMu.Unlock()
 		return
 	}
 	if pt, ok := c.out.settle(r.seq); ok {
@@ -2134,25 +2137,37 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 	}
 }
 
-// replaceRefused places anew the counts of refused transfers that belong
-// elsewhere than their receiver by the view now (the view changed while
-// they waited): none was applied, so none is counted twice.
+// replaceRefusedLocked places anew the counts of refused transfers that
+// belong elsewhere than their receiver by the view now (the view changed
+// while they waited): none was applied, so none is counted twice.
 //
 // A key lent to a run that is leaving or gone is no longer lent once the
-// borrower refused its counter: the borrower never had it and will count
-// nothing, and this node, whose ring gives it the key, counts it again.
-// The borrower may be one this node never listed as a member (it joined
-// and left between two of this node's membership updates): this node's
-// ring does not change, and nothing else ends the loan.
-func (c *Core) replaceRefused(now time.Time) {
+// borrower refused the key's counter: the borrower never had it and will
+// count nothing, and this node, whose ring gives it the key, counts it
+// again. The borrower may be one this node never listed as a member (it
+// joined and left between two of this node's membership updates): this
+// node's ring does not change, and nothing else ends the loan. A refusal
+// of a transfer that does not carry the key's counter (counts this node
+// decided by fallback for the borrower, to add) ends nothing: the
+// borrower may hold the counter still, leaving, and hand it over later
+// (TestARefusalByALeavingBorrowerThatHoldsTheCounterKeepsTheLoan); such
+// counts wait for the loan to end, as the counter comes back or the
+// borrower is gone.
+//
+// viewMu is held: what is known of the receivers, the view and the loans
+// are read once, as one, for each refused transfer, and the loans a
+// refusal ends are those it was placed anew for.
+func (c *Core) replaceRefusedLocked(now time.Time) {
 	v := c.view.Load()
+	ends := map[*pendingTransfer]bool{}
 	gone := c.out.refusedNotFor(func(pt *pendingTransfer) bool {
 		if !pt.t.Mode.carriesCounts() || pt.t.Mode == ModeEvicted {
 			return false // evicted counters go to the node that kept their replicas, not to an owner
 		}
-		quits := c.quitting(pt.to)
+		endsLoan := pt.t.carriesCounter() && c.quittingLocked(pt.to)
 		for _, s := range pt.t.States {
-			if to, lent := c.lent.get(s.Key); lent && to == pt.to && quits {
+			if to, lent := c.lent.get(s.Key); lent && to == pt.to && endsLoan {
+				ends[pt] = true
 				return true
 			}
 			if to, self, ok := c.placeOf(v, s.Key); !ok || self || to.Name != pt.to.Name {
@@ -2162,7 +2177,7 @@ func (c *Core) replaceRefused(now time.Time) {
 		return false
 	})
 	for _, pt := range gone {
-		if c.quitting(pt.to) {
+		if ends[pt] {
 			c.lent.endFrom(pt.to, pt.t.States)
 		}
 		// A counter handed over and refused goes as it came: it names its
@@ -2284,9 +2299,9 @@ func (c *Core) goneLocked(to Peer) bool {
 	return true
 }
 
-// quitting reports whether the run to counts nothing any more: it
-// announced it is leaving, or it is gone.
-func (c *Core) quitting(to Peer) bool {
+// quittingLocked reports whether the run to counts nothing any more: it
+// announced it is leaving, or it is gone. viewMu is held.
+func (c *Core) quittingLocked(to Peer) bool {
 	if slices.ContainsFunc(c.known.Load().leaving, func(m Member) bool { return m.Name == to.Name && m.Inc == to.Inc }) {
 		return true
 	}

@@ -324,16 +324,10 @@ func SubState(now time.Time, later, earlier State) (delta State, ok bool) {
 		tat := now.UnixNano() + moved
 		return stateOf(later.Key, entry{stamp: tat, expires: tat, prev: markBucket}), true
 	}
-	sub := func(x, y uint32) uint32 { return x - min(x, y) }
-	w := (a.expires - a.stamp) / 2
-	switch {
-	case a.stamp == b.stamp:
-		a.cur, a.prev = sub(a.cur, b.cur), sub(a.prev, b.prev)
-	case a.stamp-b.stamp == w:
-		a.prev = sub(a.prev, b.cur) // earlier's current window is later's previous one
-	case a.stamp < b.stamp:
+	if a.stamp < b.stamp {
 		return State{}, false // not an earlier copy
 	}
+	a = lessEntry(a, b)
 	if a.cur == 0 && a.prev == 0 {
 		return State{}, false
 	}

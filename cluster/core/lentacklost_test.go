@@ -53,28 +53,9 @@ func TestACounterLentWhoseAcknowledgementWasLostComesBackOnceWithTheLeaver(t *te
 // lost (they stay lost until the caller sets h.drops anew).
 func lendWithAcknowledgementsLost(t *testing.T, quota int64) (*handNet, limiter.Key, *handLoad) {
 	t.Helper()
-	h := newHandNet(t, "n0", "n1")
-	h.names = append(h.names, "n2")
-	h.start("n2", true)
-	k := h.keyWhere(func(r func(...string) Member) bool {
-		return r("n0", "n1").Name == "n0" && r("n0", "n1", "n2").Name == "n2"
-	})
-	load := newHandLoad(h, k, quota)
-	for range 5 {
-		load.spend("n0")
-	}
-	h.advance(20 * time.Millisecond)
+	h, k, load := joinUnheardByTheOwner(t, quota)
 
-	// n2 joins; n1 hears of it, n0 not yet. Every acknowledgement n2
-	// sends n0 is lost.
-	n2 := h.cores["n2"]
-	n2.Joined(h.now)
-	h.list("n2", []Member{h.member("n0"), h.member("n1")}, nil)
-	h.advance(10*time.Millisecond, "n2")
-	if !n2.Member() {
-		t.Fatal("n2 did not join")
-	}
-	h.list("n1", []Member{h.member("n0"), h.member("n2")}, nil)
+	// Every acknowledgement n2 sends n0 is lost.
 	acks := 0
 	h.drops = func(from string, o Outgoing) bool {
 		if _, ok := o.Msg.(Ack); ok && from == "n2" && o.To.Name == "n0" {

@@ -3,6 +3,8 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // A node joins, and pulls one of its new keys from the key's owner, which
@@ -16,29 +18,11 @@ import (
 // by fallback, and the counter went to it over and over, in place of the
 // transfer given up on, as long as the owner's ring stayed as it was.
 func TestAKeyLentToABorrowerThatDiedUnansweredComesBack(t *testing.T) {
-	h := newHandNet(t, "n0", "n1")
 	const quota = 8
-	h.names = append(h.names, "n2")
-	h.start("n2", true)
-	k := h.keyWhere(func(r func(...string) Member) bool {
-		return r("n0", "n1").Name == "n0" && r("n0", "n1", "n2").Name == "n2"
-	})
-	load := newHandLoad(h, k, quota)
-	for range 5 {
-		load.spend("n0")
-	}
-	h.advance(20 * time.Millisecond)
+	h, k, load := joinUnheardByTheOwner(t, quota)
 
-	// n2 joins; n1 hears of it, n0 not yet. n2 pulls the key from n0,
-	// which lends it; the answer is lost, and n2 crashes.
-	n2 := h.cores["n2"]
-	n2.Joined(h.now)
-	h.list("n2", []Member{h.member("n0"), h.member("n1")}, nil)
-	h.advance(10*time.Millisecond, "n2")
-	if !n2.Member() {
-		t.Fatal("n2 did not join")
-	}
-	h.list("n1", []Member{h.member("n0"), h.member("n2")}, nil)
+	// n2 pulls the key from n0, which lends it; the answer is lost, and
+	// n2 crashes.
 	pulled := false
 	h.unanswered = func(from string, o Outgoing) bool {
 		if _, ok := o.Msg.(Pull); ok && from == "n2" {
@@ -85,4 +69,32 @@ func TestAKeyLentToABorrowerThatDiedUnansweredComesBack(t *testing.T) {
 	if got := h.count("n0", k); got != int64(load.admitted) {
 		t.Errorf("the key's owner counts %d; %d were admitted (%v)", got, load.admitted, load.by)
 	}
+}
+
+// joinUnheardByTheOwner starts n0 and n1, and n2 joining, with a key that
+// n0 owns and n2 will own once it joined; n0 admits 5 of it (limit
+// quota). n2 joins: it hears of n0 and n1, and n1 of it, but n0 not yet,
+// so n0 lends the key to n2 when n2 pulls it.
+func joinUnheardByTheOwner(t *testing.T, quota int64) (*handNet, limiter.Key, *handLoad) {
+	t.Helper()
+	h := newHandNet(t, "n0", "n1")
+	h.names = append(h.names, "n2")
+	h.start("n2", true)
+	k := h.keyWhere(func(r func(...string) Member) bool {
+		return r("n0", "n1").Name == "n0" && r("n0", "n1", "n2").Name == "n2"
+	})
+	load := newHandLoad(h, k, quota)
+	for range 5 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond)
+	n2 := h.cores["n2"]
+	n2.Joined(h.now)
+	h.list("n2", []Member{h.member("n0"), h.member("n1")}, nil)
+	h.advance(10*time.Millisecond, "n2")
+	if !n2.Member() {
+		t.Fatal("n2 did not join")
+	}
+	h.list("n1", []Member{h.member("n0"), h.member("n2")}, nil)
+	return h, k, load
 }

@@ -2,7 +2,6 @@ package core
 
 import (
 	"testing"
-	"time"
 
 	"github.com/tollgate/tollgate/limiter"
 )
@@ -15,32 +14,8 @@ import (
 // weighs it by the same rule: it adds only what neither counter holds.
 // Added beyond n1's earlier counts alone, what n2 counted would count twice.
 func TestANewerCopyThatHoldsTheReceiversOwnCounterAddsOnlyWhatItDoesNot(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2")
-	k := h.keyOrdered("n1", "n2", "n0")
-	load := newHandLoad(h, k, 30)
-	for range 9 {
-		load.spend("n1")
-	}
-	load.resume()
-	h.advance(50 * time.Millisecond) // replicated to n2
-
-	// n1 stands still; n0 and n2 declare it dead, and n2 counts on.
-	h.down["n1"] = true
-	h.setMembership("n0", []string{"n1"})
-	h.setMembership("n2", []string{"n1"})
-	h.advance(2 * time.Second)
-	for range 3 {
-		load.spend("n2")
-	}
-	load.resume()
-	h.advance(100 * time.Millisecond) // replicated to n0
+	h, k, load, rep := takenOverFromAStandstill(t)
 	n0 := h.cores["n0"]
-	n0.replicas.mu.Lock()
-	rep, ok := n0.replicas.states[k]
-	n0.replicas.mu.Unlock()
-	if !ok || rep.owner.Name != "n2" {
-		t.Fatalf("n0 keeps no replica of n2's counter of the key")
-	}
 
 	// n0 sends n1 n2's counter; n1 holds it from then on.
 	n1 := h.cores["n1"]

@@ -21,27 +21,9 @@ import (
 // holds.
 func TestAReplicaOfAJoiningBorrowerOutlivesAMembershipUpdateOfTheSameRing(t *testing.T) {
 	const quota = 30
-	h := newHandNet(t, "n0", "n1")
-	h.names = append(h.names, "n2")
-	h.start("n2", true)
-	k := h.keyWhere(func(r func(...string) Member) bool {
-		return r("n0", "n1").Name == "n0" && r("n0", "n1", "n2").Name == "n2"
-	})
-	load := newHandLoad(h, k, quota)
-	for range 5 {
-		load.spend("n0")
-	}
-	h.advance(20 * time.Millisecond)
+	h, k, load := joinUnheardByTheOwner(t, quota)
 
-	// n2 joins; n1 hears of it, n0 only as joining.
-	n2 := h.cores["n2"]
-	n2.Joined(h.now)
-	h.list("n2", []Member{h.member("n0"), h.member("n1")}, nil)
-	h.advance(10*time.Millisecond, "n2")
-	if !n2.Member() {
-		t.Fatal("n2 did not join")
-	}
-	h.list("n1", []Member{h.member("n0"), h.member("n2")}, nil)
+	// n0 hears of n2 only as joining.
 	joining := Membership{Members: []Member{h.member("n1")}, Joining: []Member{h.member("n2")}}
 	h.cores["n0"].SetMembership(h.now, joining)
 	h.pump()

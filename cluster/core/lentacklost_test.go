@@ -35,6 +35,9 @@ func TestACounterLentWhoseAcknowledgementWasLostComesBackOnceWithTheLeaver(t *te
 	if got := load.by[SourceFallback] - before; got != 0 {
 		t.Errorf("%d requests were decided by fallback after a graceful leave (%v)", got, load.by)
 	}
+	if load.admitted != 14 {
+		t.Errorf("%d of 14 requests admitted under a limit of 30: a client under it was refused (%v)", load.admitted, load.by)
+	}
 	if got := h.pendingTo("n0", left); got != 0 {
 		t.Errorf("n0 still sends %d transfers to the run of n2 that left", got)
 	}
@@ -107,6 +110,9 @@ func TestACounterLentWhoseAcknowledgementWasLostComesBackWhenTheBorrowerDies(t *
 	load.resume()
 	if got := load.by[SourceFallback] - before; got != 0 {
 		t.Errorf("%d requests were decided by fallback after the borrower's lease ran out (%v)", got, load.by)
+	}
+	if load.admitted != 14 {
+		t.Errorf("%d of 14 requests admitted under a limit of 30: a client under it was refused (%v)", load.admitted, load.by)
 	}
 	if got := h.pendingTo("n0", dead[0]); got != 0 {
 		t.Errorf("n0 still sends %d transfers to the dead run of n2", got)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/tollgate/tollgate/adminapi"
 	"github.com/tollgate/tollgate/internal/testutil"
 )
@@ -150,5 +152,33 @@ func TestHistoryOfEveryNodeOnASingleNode(t *testing.T) {
 	status, body := adminDo(t, srv.Admin, http.MethodGet, adminapi.PathHistory+"?nodes=some", nil)
 	if status != http.StatusBadRequest || !strings.Contains(body, `\"some\"`) || !strings.Contains(body, `want \"all\"`) {
 		t.Fatalf("GET ?nodes=some: %d %s; want 400 naming the value and what is allowed", status, body)
+	}
+}
+
+// TestHistoryCountsFromTheMomentTheStateStarts: what the node counts right
+// after it started is in the history's first step, however late the
+// background work gets its first turn: start takes the baseline itself,
+// before it returns.
+func TestHistoryCountsFromTheMomentTheStateStarts(t *testing.T) {
+	s, err := newState(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.start(zap.NewNop())
+	t.Cleanup(func() { s.Destruct() })
+	allowed := newDecisionCounters("history-from-start", "history-from-start")
+	allowed[0][0].Add(3) // counted before the background work took its first sample
+	s.history.sample(time.Now())
+	v := s.history.view()
+	var sum int64
+	for _, z := range v.Zones {
+		if z.Zone == "history-from-start" {
+			for _, n := range z.Allowed {
+				sum += n
+			}
+		}
+	}
+	if sum != 3 {
+		t.Errorf("the zone's allowed requests in the history: %d in %d steps; want the 3 counted after start", sum, len(v.Ends))
 	}
 }

@@ -70,6 +70,7 @@ func (s *state) start(logger *zap.Logger) {
 			s.restoreSnapshot(ctx, logger)
 		}
 		s.started.Store(true)
+		s.history.sample(time.Now()) // counting starts here, not when the background work gets its first turn
 		go s.sweep()
 	})
 }
@@ -99,7 +100,6 @@ func (s *state) sweep() {
 	defer t.Stop()
 	hist := time.NewTicker(adminapi.HistoryStep)
 	defer hist.Stop()
-	s.history.sample(time.Now())
 	lastSnapshot := time.Now()
 	for {
 		select {

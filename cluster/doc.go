@@ -182,6 +182,13 @@
 // that knows it did, takes them out of the counter, and elsewhere the
 // record stays with the counts
 // (TestCountsKeptInPlaceOfATransferTheCutOffOwnerAppliedCountOnce).
+// Units given back again in place of a give-back to a run taken for dead
+// come off once too: where the run's counter comes naming the give-back
+// as applied, the record of its counts that the counter here holds is
+// lowered by them, or, where that counter went on, the run's counter
+// goes on with them put back in
+// (TestAGiveBackSentAgainThatTheDeadOwnerAppliedComesOffOnce,
+// TestAGiveBackSentAgainOffACounterThatWentOnComesOffOnce).
 // Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the

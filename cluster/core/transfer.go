@@ -1527,8 +1527,11 @@ func (c *Core) keepResent(now time.Time, list []Resent) {
 // kept until its key settles), so that every copy of the run's counter,
 // this one and those that come another way (its replica sent on), adds
 // only what it holds beyond; where the counter is not here, they are
-// taken out of this copy. holds names the generation of each of the run's
-// counters. It returns states, less what was taken out.
+// taken out of this copy. Units given back here in place of such a
+// transfer lower that record likewise; where the counter is not here,
+// they are put back into this copy (see givenBackInCopy). holds names the
+// generation of each of the run's counters. It returns states, less what
+// was taken out and with what was put back.
 func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds []Held, states []limiter.State) []limiter.State {
 	c.replicas.noteApplied(c.mono(now), run, applied)
 	var less []limiter.State
@@ -1549,6 +1552,7 @@ func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds 
 	// that the counter here holds lacks them as well. Weighed against the
 	// record as it was, the give-back in the run's counter would come off
 	// a second time.
+	var back []givenBack
 	for _, g := range given {
 		k := g.req.Key
 		lower := func(s limiter.State) limiter.State { return limiter.RefundState(now, time.Unix(0, g.at), s, g.req) }
@@ -1556,8 +1560,11 @@ func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds 
 			if c.debugOn() {
 				c.log.Debug("evicted counters: units given back here in place of a transfer their run applied are given back in its counts", "node", c.self.Name, "evicted", run.Name, "reqs", debugReqs([]limiter.Request{g.req}))
 			}
+			continue
 		}
+		back = append(back, g)
 	}
+	states = c.givenBackInCopy(now, run, back, states)
 	if len(less) == 0 {
 		return states
 	}
@@ -2576,6 +2583,40 @@ func foreignApplied(list []Applied, of Peer, holds []Held) []Applied {
 			continue
 		}
 		out = append(out, a)
+	}
+	return out
+}
+
+// givenBackInCopy returns states, copies of run's counters, with the
+// units of given put back in: units given back here in place of a
+// transfer the run applied, where no counter here holds a record of the
+// run's counts to lower (the key's counter went on, or never held the
+// run's counts). The counter they came off lacks them, as the run's does:
+// where the two meet, they would come off twice. As evictedApplied takes
+// counts added here in place of such a transfer out of the copy, it puts
+// units given back here into it.
+func (c *Core) givenBackInCopy(now time.Time, run Peer, given []givenBack, states []limiter.State) []limiter.State {
+	if len(given) == 0 {
+		return states
+	}
+	out := slices.Clone(states)
+	for _, g := range given {
+		for i := range out {
+			if out[i].Key != g.req.Key || out[i].Kind >= limiter.KindGrant {
+				continue
+			}
+			// The units as the copy holds them: what giving them back
+			// would take off it.
+			unit, ok := limiter.SubState(now, out[i], limiter.RefundState(now, time.Unix(0, g.at), out[i], g.req))
+			if !ok {
+				break
+			}
+			out[i] = limiter.AddState(now, out[i], unit)
+			if c.debugOn() {
+				c.log.Debug("evicted counters: units given back here in place of a transfer their run applied, off a counter not here, are put back in its copy", "node", c.self.Name, "evicted", run.Name, "reqs", debugReqs([]limiter.Request{g.req}))
+			}
+			break
+		}
 	}
 	return out
 }

@@ -171,3 +171,56 @@ func TestAGiveBackSentAgainOffACounterThatWentOnComesOffOnce(t *testing.T) {
 		t.Errorf("the cluster counts %d (n0 %d, n3 %d); 4 were admitted (the fifth unit was given back)", total, h.count("n0", k), h.count("n3", k))
 	}
 }
+
+// A key's owner admits a unit for a caller, which gives it back; the
+// owner applies the give-back, but its acknowledgement is lost. The
+// caller, taking the owner for dead, sends the give-back again to the
+// node it takes for the key's next owner, naming the transfer it
+// replaces. That node still counts the owner alive and passes the
+// give-back on to it: passed on, it still names the transfer it
+// replaces, and the owner, which applied that transfer, skips it. Passed
+// on as a bare give-back, it came off the owner's counter twice (a unit
+// of a caller that did nothing wrong refused later).
+func TestAGiveBackSentAgainAndPassedOnToTheOwnerThatAppliedItComesOffOnce(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n1", 4)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+
+	var refund uint64
+	h.drops = func(from string, o Outgoing) bool {
+		if t, ok := o.Msg.(Transfer); ok && from == "n2" && o.To.Name == "n0" && t.Mode == ModeRefund {
+			refund = t.Seq
+		}
+		return false
+	}
+	tk := load.spend("n2")
+	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
+		t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
+	}
+	h.unacked[[2]string{"n2", "n0"}] = true
+	n2.sendTransfer(h.now, n0.self, Transfer{Mode: ModeRefund, Reqs: slices.Clone(tk.reqs)}, purposeRefund)
+	h.pump()
+	if got := h.count("n0", k); refund == 0 || got != 4 {
+		t.Fatalf("n0 counts %d after the give-back (refund %d); want 4", got, refund)
+	}
+
+	// n2 sends the give-back again to n1, in place of refund to n0; n1
+	// takes n0 for alive and passes it on.
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), Was: refund, WasTo: n0.self}, true)
+	h.pump()
+	h.advance(time.Second)
+	total := h.count("n0", k) + h.count("n1", k) + h.count("n2", k)
+	if total != 4 || h.count("n0", k) != 4 {
+		t.Errorf("the cluster counts %d (n0 %d); 4 were admitted (the fifth unit was given back once)", total, h.count("n0", k))
+	}
+	// The other side: the key's next requests are counted from 4, not
+	// refused early. 26 more are admitted, the 27th is not.
+	for i := range 26 {
+		if tk := load.spend("n1"); !tk.done || !tk.d.Allowed {
+			t.Fatalf("request %d of 26 after the give-back: %+v; want admitted (limit 30, 4 counted)", i+1, tk.d)
+		}
+	}
+	if tk := load.spend("n1"); !tk.done || tk.d.Allowed {
+		t.Errorf("the 31st unit: %+v; want refused", tk.d)
+	}
+}

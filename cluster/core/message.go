@@ -175,13 +175,16 @@ type Transfer struct {
 	// item from then on.
 	Was   uint64
 	WasTo Peer
-	// WasFrom (ModeAdd) is the run that sent transfer Was to WasTo, when
-	// not the sender: counts sent again in place of a transfer are one
-	// count with the transfer's, wherever they go. A node that passes them
-	// on (it did not take WasTo over, or the keys are counted elsewhere),
-	// at once or after they waited for their keys to settle, names the
-	// transfer still, and WasTo, if it applied that transfer, skips them.
-	// Passed on as bare additions, they were added again there.
+	// WasFrom (ModeAdd, ModeRefund) is the run that sent transfer Was to
+	// WasTo, when not the sender: counts sent again in place of a transfer
+	// are one count with the transfer's, wherever they go. A node that
+	// passes them on (it did not take WasTo over, or the keys are counted
+	// elsewhere), at once or after they waited for their keys to settle,
+	// names the transfer still, and WasTo, if it applied that transfer,
+	// skips them. Passed on as bare additions, they were added again there.
+	// Units given back sent again are passed on so, at once, by a node that
+	// neither counts nor owns their keys (see Core.passGivenBackAgain):
+	// passed on as a bare give-back, they came off WasTo's counter twice.
 	WasFrom Peer
 	// Earlier (with Was, bare additions sent again) lists the transfers
 	// that transfer Was itself carried again, first sent first: counts
@@ -375,10 +378,11 @@ func (t Transfer) was(from Peer) Applied {
 	return Applied{From: from, Seq: t.Was}
 }
 
-// marks returns, for counts sent again (resent), every transfer whose
-// counts t, from from, carries again: Earlier, then Was.
+// marks returns, for counts or units given back sent again (resent,
+// givenBackAgain), every transfer whose counts t, from from, carries
+// again: Earlier, then Was.
 func (t Transfer) marks(from Peer) []Replaced {
-	if !t.resent() {
+	if !t.resent() && !t.givenBackAgain() {
 		return nil
 	}
 	was := t.was(from)
@@ -405,6 +409,10 @@ func (t *Transfer) markWith(marks []Replaced, self Peer) {
 		t.Earlier = nil
 	}
 }
+
+// givenBackAgain reports whether t gives back units sent again in place of
+// a give-back to a run that was taken for dead (see Was).
+func (t Transfer) givenBackAgain() bool { return t.Was != 0 && t.Mode == ModeRefund }
 
 // resent reports whether t carries bare additions sent again in place of
 // a transfer to a run that was taken for dead (see Was).

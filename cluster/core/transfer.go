@@ -600,15 +600,16 @@ type applied struct {
 	// counts it added if every one of them joined this run's counters
 	// (see Core.Keep), else nil.
 	seqs map[uint64][]limiter.Key
-	// additions are the numbers of seqs that carried bare additions
-	// (Transfer.resendable).
+	// additions are the numbers of seqs that carried bare additions or
+	// units given back.
 	additions map[uint64]struct{}
-	// past are the numbers of additions applied that the floor passed
-	// since, each with the mono it did: a transfer the sender gave up on
-	// may have been applied here, and its counts, sent again in its place
-	// (see Transfer.Was), may come here later by another node. Kept for
-	// appliedKeep. Only additions are sent again so: replicas, which go
-	// every ReplicateEvery, stay out of the record.
+	// past are the numbers of additions (and give-backs) applied that the
+	// floor passed since, each with the mono it did: a transfer the
+	// sender gave up on may have been applied here, and its counts, or its
+	// units, sent again in its place (see Transfer.Was), may come here
+	// later by another node. Kept for appliedKeep. Only these are sent
+	// again so: replicas, which go every ReplicateEvery, stay out of the
+	// record.
 	past map[uint64]int64
 	// copies: the keys of counts sent again in place of a transfer of the
 	// sender's to this run that this run added (see firstCopies), each
@@ -704,6 +705,14 @@ func (in *inbox) has(from Peer, seq uint64) bool {
 // floor that is not in the record was given up on, or applied longer
 // than appliedKeep ago.
 func (in *inbox) firstCopies(x Applied, states []limiter.State, m int64) []limiter.State {
+	first := in.firstCopyKeys(x, keysOf(states), m)
+	return slices.DeleteFunc(slices.Clone(states), func(s limiter.State) bool { return !slices.Contains(first, s.Key) })
+}
+
+// firstCopyKeys returns, of keys, the keys of counts (or units given
+// back) sent again in place of transfer x to this run that this run holds
+// no copy of yet, and records them as held (see firstCopies).
+func (in *inbox) firstCopyKeys(x Applied, keys []limiter.Key, m int64) []limiter.Key {
 	a := in.sender(x.From)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -713,9 +722,9 @@ func (in *inbox) firstCopies(x Applied, states []limiter.State, m int64) []limit
 	if _, ok := a.past[x.Seq]; ok {
 		return nil
 	}
-	var first []limiter.State
-	for _, s := range states {
-		ck := copyOf{seq: x.Seq, key: s.Key}
+	var first []limiter.Key
+	for _, k := range keys {
+		ck := copyOf{seq: x.Seq, key: k}
 		if _, ok := a.copies[ck]; ok {
 			continue
 		}
@@ -723,7 +732,7 @@ func (in *inbox) firstCopies(x Applied, states []limiter.State, m int64) []limit
 			a.copies = map[copyOf]int64{}
 		}
 		a.copies[ck] = m
-		first = append(first, s)
+		first = append(first, k)
 	}
 	return first
 }
@@ -774,8 +783,8 @@ func (in *inbox) forget(before int64) {
 // counts join them later, the keys of those (later, see applied.later):
 // both are recorded under the same lock, so that a snapshot read meanwhile
 // (Core.Keep) sees the transfer as it is recorded. additions tells whether
-// the transfer carries bare additions, whose number is remembered past the
-// floor (see past).
+// the transfer carries bare additions or units given back, whose number is
+// remembered past the floor (see past).
 func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, apply func() (counted, later []limiter.Key)) bool {
 	a := in.sender(from)
 	a.mu.Lock()
@@ -943,7 +952,25 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	// applied once, whichever of their copies comes first.
 	mine := false
 	marks := t.marks(from)
-	if slices.ContainsFunc(marks, func(m Replaced) bool { return m.To == c.self }) {
+	if t.givenBackAgain() && slices.ContainsFunc(marks, func(m Replaced) bool { return m.To == c.self }) {
+		// Units given back sent again, as counts sent again are: skipped
+		// if this run applied the give-back they replace (else they came
+		// off its counter twice), else given back once.
+		reqs := t.Reqs
+		for _, m := range marks {
+			if m.To == c.self && len(reqs) > 0 {
+				first := c.in.firstCopyKeys(Applied{From: m.From, Seq: m.Seq}, reqKeys(reqs), c.mono(now))
+				reqs = slices.DeleteFunc(slices.Clone(reqs), func(r limiter.Request) bool { return !slices.Contains(first, r.Key) })
+			}
+		}
+		mine = len(reqs) == 0
+		if !mine && len(reqs) < len(t.Reqs) {
+			c.debugGivenBack("units given back sent again that this run gave back already: not given back again", slices.DeleteFunc(slices.Clone(t.Reqs), func(r limiter.Request) bool {
+				return slices.ContainsFunc(reqs, func(x limiter.Request) bool { return x.Key == r.Key })
+			}))
+			t.Reqs = reqs
+		}
+	} else if slices.ContainsFunc(marks, func(m Replaced) bool { return m.To == c.self }) {
 		states := t.States
 		for _, m := range marks {
 			if m.To == c.self && len(states) > 0 {
@@ -967,7 +994,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// transfer to this run: not added again if it holds them.
 		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
 	}
-	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter(), func() (counted, later []limiter.Key) {
+	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter() || t.Mode == ModeRefund, func() (counted, later []limiter.Key) {
 		if mine {
 			c.debugTransfer("transfer skipped: this run applied the one it replaces", from, t, 0)
 			return nil, nil
@@ -991,7 +1018,10 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 				c.replicas.noteResent(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, t.States)
 			}
 		}
-		if t.Was != 0 && t.Mode == ModeRefund {
+		if t.givenBackAgain() {
+			if t.Reqs = c.passGivenBackAgain(now, from, t); len(t.Reqs) == 0 {
+				return nil, nil
+			}
 			// Units the dead receiver may have given back: its counter,
 			// if it comes saying so, lacks them as the counter here does.
 			at := t.At
@@ -1021,6 +1051,41 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	}
 	c.notifyOutbox()
 	return Ack{Seq: t.Seq}
+}
+
+// passGivenBackAgain passes on, still naming the give-back they replace,
+// the units of t, from from, given back again in place of a give-back to
+// a run taken for dead, whose keys this node neither counts nor owns nor
+// waits for: their counters are at another node, maybe that run itself,
+// alive to this node. It returns the units it did not pass on: they come
+// off here, or wait here, as any units given back. Passed on as a bare
+// give-back, they came off twice the counter of the run that had applied
+// the give-back they replace; and recorded here as given back in that
+// run's place, they were put back into its counter if it came here.
+func (c *Core) passGivenBackAgain(now time.Time, from Peer, t Transfer) (kept []limiter.Request) {
+	v := c.view.Load()
+	var away map[string][]limiter.Request
+	owners := map[string]Member{}
+	for _, r := range t.Reqs {
+		to, self, ok := c.placeOf(v, r.Key)
+		if !ok || self || r.Limit.Algorithm == limiter.Concurrency || ownedBy(v, c.self.Name, r.Key) ||
+			c.engine.Has(now, r.Key) || c.fallback.engine.Has(now, r.Key) || c.out.carries(r.Key) {
+			kept = append(kept, r)
+			continue
+		}
+		if away == nil {
+			away = map[string][]limiter.Request{}
+		}
+		away[to.Name] = append(away[to.Name], r)
+		owners[to.Name] = to
+	}
+	for _, name := range sortedKeys(away) {
+		like := Transfer{Mode: ModeRefund, Reqs: away[name], At: t.At}
+		like.markWith(t.marks(from), c.self)
+		c.debugGivenBack("units given back again passed on, naming the give-back they replace", away[name])
+		c.sendTransfer(now, owners[name].Peer(), like, purposeRefund)
+	}
+	return kept
 }
 
 // countedHere returns, for a transfer about to be applied that adds what
@@ -2407,15 +2472,17 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 	v := c.view.Load()
 	was := Applied{From: c.self, Seq: pt.t.Seq}
 	// mark names the transfer whose counts the parts carry again: this
-	// one, or, for counts it carried again itself to the same receiver,
+	// one, or, for counts (or units given back) it carried again itself
+	// to the same receiver,
 	// the one they replace (that receiver, if it applied either, holds
 	// them: see firstCopies). Counts this one carried again in place of
 	// transfers to other runs name those transfers too (Earlier): any of
 	// their receivers may have applied them.
 	mark := Transfer{Was: was.Seq, WasTo: pt.to}
-	if pt.t.resent() && pt.t.WasTo == pt.to {
+	again := pt.t.resent() || pt.t.givenBackAgain()
+	if again && pt.t.WasTo == pt.to {
 		mark.Was, mark.WasFrom, mark.Earlier = pt.t.Was, pt.t.WasFrom, pt.t.Earlier
-	} else if pt.t.resent() {
+	} else if again {
 		mark.Earlier = pt.t.marks(c.self)
 	}
 	type part struct {

@@ -22,7 +22,12 @@ import (
 // Both sides are checked: what the cluster admits stays within L + F + S
 // (S: what the key's owner by neither final ring counted as owner), each
 // side refuses nothing under its limit, and, once the split healed, the
-// cluster holds what was admitted, the unit given back once.
+// cluster holds what was admitted, the unit given back once. Before, the
+// counter n0 sent as it learned it was declared dead went to the joiner
+// it had replicated to, which passed it on as a plain copy of n0's
+// counter: where it met n1's, started from the replica taken before the
+// give-back, the larger stood, and with only the far side spending, the
+// cluster held 30 of 29 admitted and refused a request under the limit.
 func TestAnOwnerWhoseMajorityComesBackThroughNewcomersStaysWithinTheBound(t *testing.T) {
 	for _, c := range []struct {
 		name string

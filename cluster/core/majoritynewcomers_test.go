@@ -34,19 +34,24 @@ func TestAnOwnerWhoseMajorityComesBackThroughNewcomersStaysWithinTheBound(t *tes
 		// takersDead: n0's side declares the far side dead before the
 		// newcomers come, so n0 does not even ping it; smallSpends: n0's
 		// side spends the key during the split (else only the unit given
-		// back lowers n0's counter below the replica n1 started from).
-		takersDead, smallSpends bool
+		// back lowers n0's counter below the replica n1 started from);
+		// takerSucceeds: by n0's ring with the newcomers, n1 succeeds n0
+		// in the key (else a newcomer does), so n0, without a lease from
+		// it, decides the key by fallback.
+		takersDead, smallSpends, takerSucceeds bool
 	}{
-		{"far side members, both sides spend", false, true},
-		{"far side members, only the far side spends", false, false},
-		{"far side dead, both sides spend", true, true},
-		{"far side dead, only the far side spends", true, false},
+		{"far side members, both sides spend", false, true, false},
+		{"far side members, only the far side spends", false, false, false},
+		{"far side dead, both sides spend", true, true, false},
+		{"far side dead, only the far side spends", true, false, false},
+		{"far side members, taker succeeds, both sides spend", false, true, true},
+		{"far side members, taker succeeds, only the far side spends", false, false, true},
 	} {
-		t.Run(c.name, func(t *testing.T) { ownerBackThroughNewcomers(t, c.takersDead, c.smallSpends) })
+		t.Run(c.name, func(t *testing.T) { ownerBackThroughNewcomers(t, c.takersDead, c.smallSpends, c.takerSucceeds) })
 	}
 }
 
-func ownerBackThroughNewcomers(t *testing.T, takersDead, smallSpends bool) {
+func ownerBackThroughNewcomers(t *testing.T, takersDead, smallSpends, takerSucceeds bool) {
 	const quota = 30
 	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4", "n5", "n6")
 	// n5 and n6 are not there yet: the others forget them.
@@ -56,13 +61,15 @@ func ownerBackThroughNewcomers(t *testing.T, takersDead, smallSpends bool) {
 	}
 	h.advance(20 * time.Millisecond)
 	// A key n0 owns, n1 succeeds in, and n1 owns on the larger side; by
-	// n0's ring with the newcomers, n0 owns it and a newcomer succeeds.
+	// n0's ring with the newcomers, n0 owns it and a newcomer succeeds
+	// (or n1, takerSucceeds).
 	k := h.keyWhere(func(owner func(names ...string) Member) bool {
+		succ := owner("n1", "n2", "n3", "n4", "n5", "n6").Name
 		return owner("n0", "n1", "n2", "n3", "n4").Name == "n0" &&
 			owner("n1", "n2", "n3", "n4").Name == "n1" &&
 			owner("n1", "n2", "n3").Name == "n1" &&
 			owner("n0", "n1", "n2", "n3", "n4", "n5", "n6").Name == "n0" &&
-			(owner("n1", "n2", "n3", "n4", "n5", "n6").Name == "n5" || owner("n1", "n2", "n3", "n4", "n5", "n6").Name == "n6")
+			(succ == "n1") == takerSucceeds && succ != "n2" && succ != "n3" && succ != "n4"
 	})
 	load := newHandLoad(h, k, quota)
 	for range 10 {
@@ -132,25 +139,28 @@ func ownerBackThroughNewcomers(t *testing.T, takersDead, smallSpends bool) {
 	t.Logf("after the newcomers: n0 holds %d given back, counts %d; n1 counts %d", n0.unrefunded.n.Load(), h.count("n0", k), h.count("n1", k))
 
 	// Both sides spend the key to its limit.
-	side := func(node string) (admitted, refusedUnder int) {
+	side := func(node string) (asOwner, refusedUnder int) {
+		before := load.by[SourceOwner]
 		for range quota + 5 {
-			before := h.count(node, k) + windowCount(h.cores[node].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
+			held := h.count(node, k) + windowCount(h.cores[node].fallback.engine.StatesOf(h.now, []limiter.Key{k}))
 			tk := load.spend(node)
+			for !tk.done { // the cores tick while it waits
+				h.advance(10 * time.Millisecond)
+				h.drive(tk)
+			}
 			load.resume()
-			if tk.d.Allowed {
-				admitted++
-			} else if before < quota && tk.d.Source == SourceOwner {
+			if !tk.d.Allowed && held < quota && tk.d.Source == SourceOwner {
 				refusedUnder++
 			}
 		}
-		return admitted, refusedUnder
+		return load.by[SourceOwner] - before, refusedUnder
 	}
 	var small, smallRefused int
 	if smallSpends {
 		small, smallRefused = side("n0")
 	}
 	large, largeRefused := side("n1")
-	t.Logf("during the split: n0's side admitted %d, n1's %d (%v); counts n0 %d n1 %d", small, large, load.by, h.count("n0", k), h.count("n1", k))
+	t.Logf("during the split: n0's side admitted %d as owner, n1's %d (%v); counts n0 %d n1 %d", small, large, load.by, h.count("n0", k), h.count("n1", k))
 	if smallRefused+largeRefused > 0 {
 		t.Errorf("refused under the limit by the key's owner: %d on n0's side, %d on n1's", smallRefused, largeRefused)
 	}

@@ -326,6 +326,7 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 	}
 	e.flag(t.Own)
 	encodePeer(e, t.CountersOf)
+	e.flag(t.Last)
 	held := make([]limiter.State, len(t.Holds))
 	e.u32(uint32(len(t.Holds)))
 	for i := range t.Holds {
@@ -424,6 +425,7 @@ func decodeTransfer(d *decoder) core.Transfer {
 	}
 	t.Own = d.flag()
 	t.CountersOf = decodePeer(d)
+	t.Last = d.flag()
 	var runs []core.Peer
 	var gens []uint32
 	if n := d.count32(maxList, 9+4); n > 0 {

@@ -331,12 +331,17 @@
 // for copies, the newer stood and the older's admissions were lost). Of
 // two copies of one counter the larger stands, but for the run's last
 // word on it: the counter the run itself hands over, or sends as it stops
-// counting once declared dead. Nothing is counted in it after that, so
+// counting once declared dead, also where the node it sent that to passes
+// it on (Transfer.Last). Nothing is counted in it after that, so
 // what an earlier copy (a replica sent before a unit was given back)
 // holds beyond it was given back since, and comes off
 // (TestARunsHandedOverCounterLoweredByAGiveBackOutweighsItsOlderCopy,
 // TestAnEvictedCounterLoweredByAGiveBackLowersTheCounterStartedFromItsReplica:
-// before, the stale replica stood and the unit given back counted twice). A
+// before, the stale replica stood and the unit given back counted twice;
+// TestAnOwnerWhoseMajorityComesBackThroughNewcomersStaysWithinTheBound: an
+// owner whose majority came back through nodes that joined while it was
+// cut off replicated to one of them, which passed its last word on as a
+// plain copy, and the far side's replica stood). A
 // counter handed over that comes back unapplied (its transfer given up on,
 // or placed anew at its run) is that earlier counter still, weighed as one
 // where it joins the run's new one, so a copy of it met later is not added

@@ -72,7 +72,7 @@ func TestCodecRoundTrips(t *testing.T) {
 	states := []limiter.State{{Key: 9, Kind: limiter.KindLeases, Cur: 3, Leases: []limiter.Lease{{ID: 5, Expires: 7}}}}
 	reqs := []limiter.Request{{Key: 2, Zone: 1, Cost: 1, Limit: limiter.Limit{Quota: 10, Window: 1e9}}}
 	transfer := core.Transfer{Seq: 4, Floor: 2, To: 8, Epoch: 3, Mode: core.ModeCancel, States: states, Reqs: reqs, Take: 11, Caller: core.Peer{Name: "i", Inc: 9}, Was: 1,
-		WasTo: core.Peer{Name: "b", Inc: 2}, WasFrom: core.Peer{Name: "l", Inc: 3}, Earlier: []core.Replaced{{From: core.Peer{Name: "l", Inc: 3}, Seq: 7, To: core.Peer{Name: "n", Inc: 1}}}, Own: true, CountersOf: core.Peer{Name: "e", Inc: 5},
+		WasTo: core.Peer{Name: "b", Inc: 2}, WasFrom: core.Peer{Name: "l", Inc: 3}, Earlier: []core.Replaced{{From: core.Peer{Name: "l", Inc: 3}, Seq: 7, To: core.Peer{Name: "n", Inc: 1}}}, Own: true, CountersOf: core.Peer{Name: "e", Inc: 5}, Last: true,
 		Holds: []core.Held{{Run: core.Peer{Name: "f", Inc: 6}, Gen: 2, State: limiter.State{Key: 9, Cur: 4, Stamp: 1, Expires: 3}}}, ReplicaOf: core.Peer{Name: "c", Inc: 3}, Evicted: core.Peer{Name: "d", Inc: 4},
 		Applied: []core.Applied{{From: core.Peer{Name: "e", Inc: 5}, Seq: 6, By: core.Peer{Name: "m", Inc: 2}}}, Cancels: []core.Cancel{{Take: 12, Reqs: reqs}, {Take: 13, To: core.Peer{Name: "j", Inc: 4}}},
 		Taken:  []core.Taken{{Caller: core.Peer{Name: "g", Inc: 7}, Seqs: []uint64{3, 5, 8}}, {Caller: core.Peer{Name: "h", Inc: 1}, By: core.Peer{Name: "k", Inc: 2}, Waiting: []core.Cancel{{Take: 15, Reqs: reqs}}}},

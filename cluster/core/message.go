@@ -209,8 +209,18 @@ type Transfer struct {
 	// sent on once it died, and passed on by the nodes they reached on the
 	// way. A replica of the run's counter is a copy of the same
 	// counts: where both arrive, the later adds only what it holds beyond
-	// the earlier, unless one is the run's last word on the counter (Own).
+	// the earlier, unless one is the run's last word on the counter (Own,
+	// Last).
 	CountersOf Peer
+	// Last (ModeAdd, with CountersOf): these are the counters their run
+	// sent as it stopped counting, declared dead (ModeEvicted), passed on
+	// by a node that did not start their keys from the run's replicas: the
+	// run's last word on them still, weighed where they are counted as
+	// its counters handed over are (Own). Passed on as any of the run's,
+	// an earlier copy of a counter lowered by a unit given back (a replica
+	// the far side of a split started the key from) stood, and the unit
+	// counted twice.
+	Last bool
 	// Holds (ModeAdd, ModeNewer, ModeCopy, ModeReplica, ModeEvicted): the
 	// counters carried hold other runs' counts, each run's up to its State
 	// (a replica of its counter the sender started the key from, or its
@@ -290,9 +300,11 @@ type Transfer struct {
 	// it met the counter of the run that had applied the transfer they
 	// were added twice.
 	Resent []Resent
-	// handed (not sent) marks counters their own run handed over, as
-	// their receiver places them: the run's last word on them (see
-	// weighHere). Passed on, they go as the run's counters like any.
+	// handed (not sent) marks counters their own run handed over, or
+	// that came as its last word (Last), as their receiver places them:
+	// the run's last word on them (see weighHere). Handed over and passed
+	// on, they go as the run's counters like any; those that came as
+	// Last go on as such.
 	handed bool
 }
 

@@ -1173,7 +1173,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		of := t.countersOf(from)
 		states, holds := t.States, t.Holds
 		switch {
-		case t.Own:
+		case t.Own || t.Last:
 			for _, s := range t.States {
 				c.replicas.dropOf(s.Key, of)
 			}
@@ -1188,7 +1188,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if len(t.Taken) > 0 {
 			given = c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
 		}
-		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, handed: t.Own}
+		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, Last: t.Last, handed: t.Own}
 		like.Applied = t.Applied
 		if t.carriesCounter() {
 			like.Applied = foreignApplied(t.Applied, of, t.Holds)
@@ -1313,10 +1313,12 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		}))
 		c.place(now, ModeAdd, purposeForward, adds)
 		// The run's counters that this node holds no record of go on as
-		// the run's: where they are counted, they are weighed against what
-		// is held there of the run (a replica of it, inside another
-		// counter that was started from it).
-		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Holds: holdsOf(t.Holds, counters), Resent: resentOf(resent, counters)}, purposeForward, counters)
+		// the run's, and as its last word on them (Last): where they are
+		// counted, they are weighed against what is held there of the run
+		// (a replica of it, inside another counter that was started from
+		// it), and what such an earlier copy holds beyond them was given
+		// back since (TestAnOwnerWhoseMajorityComesBackThroughNewcomersStaysWithinTheBound).
+		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Last: true, Holds: holdsOf(t.Holds, counters), Resent: resentOf(resent, counters)}, purposeForward, counters)
 		c.placeAs(now, Transfer{Mode: ModeCopy, Resent: resentOf(resent, copies)}, purposeForward, copies)
 	case ModeCopy:
 		// A snapshot read back holds what an earlier run of its node
@@ -1893,7 +1895,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		if named {
 			a.holds = holds
 			if !own {
-				a.of, a.last = like.CountersOf, like.handed
+				a.of, a.last, a.lastSent = like.CountersOf, like.handed || like.Last, like.Last
 			}
 		}
 		if mode == ModeAdd && len(like.Applied) > 0 && (c.majority(v) || v.self < 0) {
@@ -2261,7 +2263,7 @@ func (c *Core) replaceRefusedLocked(now time.Time) {
 		if c.debugOn() {
 			c.debugTransfer("refused transfer placed anew: its keys belong elsewhere now", pt.to, pt.t, pt.purpose)
 		}
-		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Holds: pt.t.Holds, Applied: copyApplied(pt.t), Was: pt.t.Was, WasFrom: pt.t.WasFrom, WasTo: pt.t.WasTo, Earlier: pt.t.Earlier, Taken: pt.t.Taken, Resent: pt.t.Resent}, pt.purpose, pt.t.States)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, Own: pt.t.Own, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.CountersOf, Last: pt.t.Last, Holds: pt.t.Holds, Applied: copyApplied(pt.t), Was: pt.t.Was, WasFrom: pt.t.WasFrom, WasTo: pt.t.WasTo, Earlier: pt.t.Earlier, Taken: pt.t.Taken, Resent: pt.t.Resent}, pt.purpose, pt.t.States)
 	}
 	if len(gone) > 0 {
 		c.notifySettled()
@@ -2565,11 +2567,11 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		c.notePromotedHere(now, pt.t.ReplicaOf, here, pt.t.Holds)
 		c.placeHere(now, v, like, here)
 		c.applySettle(now, pt.t, hereReqs)
-		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, kept), Resent: resentOf(pt.t.Resent, kept)}, purposeForward, kept)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self), Last: pt.t.Last, Holds: holdsOf(pt.t.Holds, kept), Resent: resentOf(pt.t.Resent, kept)}, purposeForward, kept)
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
-		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t), Taken: pt.t.Taken, Resent: resentOf(pt.t.Resent, p.states)}, pt.purpose, c.mono(now), false)
+		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Last: pt.t.Last, Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t), Taken: pt.t.Taken, Resent: resentOf(pt.t.Resent, p.states)}, pt.purpose, c.mono(now), false)
 		t.Was, t.WasFrom, t.WasTo, t.Earlier = mark.Was, mark.WasFrom, mark.WasTo, mark.Earlier
 		c.out.retargeted(t.Seq, t, c.mono(now))
 		c.debugTransfer("transfer sent in place of one to a gone receiver", p.to.Peer(), t, pt.purpose)

@@ -815,11 +815,18 @@ func (c *Core) CallFailed(now time.Time, op *TakeOp, busy bool) {
 		c.sendTransfer(now, op.to, Transfer{Mode: ModeCancel, Reqs: slices.Clone(g.reqs), Take: op.call.Seq}, purposeCancel)
 	}
 	v, m := c.view.Load(), c.mono(now)
-	if to, _, ok := c.placeOf(v, g.reqs[0].Key); ok && (to.Name != op.to.Name || to.Inc != op.to.Inc) {
+	if to, _, ok := c.placeOf(v, g.reqs[0].Key); ok && (to.Name != op.to.Name || c.anotherRun(op.to)) {
 		c.redirect(now, v, m, op, g, to.Name)
 		return
 	}
 	c.decideByFallback(now, v, op, g)
+}
+
+// anotherRun reports whether a call to called's name would go to another
+// run of it now: the run called is gone, and a new one is listed.
+func (c *Core) anotherRun(called Peer) bool {
+	p := c.peers.get(called.Name)
+	return p != nil && p.peer.Inc != called.Inc
 }
 
 // finish settles op: its results in place and, if a zone was denied, the

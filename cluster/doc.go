@@ -264,8 +264,10 @@
 // that, or when the new owner does not answer, fallback decides, within F
 // in the bound below); and a call to the dead owner that was still out
 // when the ring dropped it goes, once given up on, to the key's new owner
-// rather than to fallback
-// (TestACallGivenUpOnAfterTheRingChangedGoesToTheNewOwner: on a starved
+// rather than to fallback, also when that owner is the node called come
+// back under a new run, which the call never reached
+// (TestACallToADeadRunGivenUpAfterASealGoesToItsNewRun;
+// TestACallGivenUpOnAfterTheRingChangedGoesToTheNewOwner: on a starved
 // machine, where a caller's patience runs on its own clock, such calls
 // were given up on after the survivor sealed, and 31 of them were admitted
 // in fallback behind the new owner's back). Before, the new owner did not wait for them: 46 were

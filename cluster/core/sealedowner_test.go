@@ -236,3 +236,83 @@ func TestASealHoldsForTheNodeSealedToWhileItMayStillCountByItsRing(t *testing.T)
 		t.Error("n3's fallback decision after a seal to a node that may still count the key is not counted as one")
 	}
 }
+
+// A request through a survivor calls a member that has just died, which
+// the survivor's ring still lists. The others declare it dead; its
+// successor takes its keys over and waits for its lease, and the survivor
+// seals to it. The dead member then comes back under a new run, which the
+// survivor's ring gives the key; the successor has not heard of it yet.
+// The call to the dead run, given up on, must go on to the new run, an
+// owner the call never reached, and not to fallback at once: the
+// successor may still start counting the key by the ring the survivor
+// sealed by, and what the survivor admitted in fallback now would reach
+// it only after.
+func TestACallToADeadRunGivenUpAfterASealGoesToItsNewRun(t *testing.T) {
+	h := newHandNet(t, "n1", "n2", "n3", "n4")
+	const quota = 10
+	k := h.keyOwnedBy("n1", "n2")
+	load := newHandLoad(h, k, quota)
+	for range 3 {
+		load.spend("n1")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n2
+
+	h.down["n1"] = true
+	c3 := h.cores["n3"]
+	tk := &handTake{node: "n3", res: make([]limiter.Result, 1)}
+	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: time.Hour}}}
+	if _, done := c3.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
+		t.Fatal("n3 decided the key at once")
+	}
+	if a := c3.Step(h.now, &tk.op); a.Kind != ActCall || a.To.Name != "n1" {
+		t.Fatalf("n3's first step: %+v; want a call to n1", a)
+	}
+
+	h.advance(100 * time.Millisecond)
+	for _, name := range []string{"n2", "n3", "n4"} {
+		h.setMembership(name, []string{"n1"})
+	}
+	h.advance(20 * time.Millisecond)
+	if !h.cores["n2"].HandoffUnderway() {
+		t.Fatal("n2 does not wait for n1's lease before it counts n1's keys")
+	}
+	if !c3.sealsGiven.gave("n2", h.cores["n2"].Ring().Fingerprint()) {
+		t.Fatal("n3 did not seal to n2")
+	}
+
+	// n1 comes back under a new run; n3 hears of it, n2 not yet.
+	h.start("n1", true).Joined(h.now)
+	h.setMembership("n1", nil)
+	h.setMembership("n3", nil)
+	if o, _ := c3.Ring().Owner(k.Route()); o.Name != "n1" || o.Inc != h.incs["n1"] {
+		t.Fatalf("n3's ring gives the key to %s/%d; want n1's new run", o.Name, o.Inc)
+	}
+	if !h.cores["n2"].HandoffUnderway() {
+		t.Fatal("n2 no longer waits")
+	}
+
+	c3.CallFailed(h.now, &tk.op, false) // the call to n1's run that died
+	h.pump()
+	h.drive(tk)
+	if tk.done && tk.d.Source == SourceFallback {
+		t.Fatal("the call to n1's dead run, given up on after n3 sealed to n2, was decided by fallback at once; want it asked of n1's new run")
+	}
+
+	h.setMembership("n2", nil) // n2 and n4 hear of n1's new run
+	h.setMembership("n4", nil)
+	for i := 0; h.cores["n2"].HandoffUnderway() || h.cores["n1"].HandoffUnderway(); i++ {
+		if i == 200 {
+			t.Fatal("the hand-offs did not end")
+		}
+		h.advance(10 * time.Millisecond)
+	}
+	h.finish(tk)
+	load.count(tk)
+	if tk.d.Source == SourceFallback {
+		t.Errorf("the request through n3 was decided by fallback; want by an owner")
+	}
+	h.advance(time.Second)
+	if got := h.count("n1", k); got != int64(load.admitted) {
+		t.Errorf("n1 holds %d; %d were admitted", got, load.admitted)
+	}
+}

@@ -793,9 +793,11 @@ const maxResealWaits = 2
 // An item that may have reached its owner is cancelled there: the request
 // is decided elsewhere and must not count twice. If the ring gave the
 // keys to another node while the call was out (the owner was declared
-// dead), that node decides them, as a MovedTo would have said: admitted
-// here in fallback, after this node sealed to it, they would reach it only
-// once it counted past them. Else fallback decides.
+// dead), or to a new run of the node called (it came back), that owner
+// decides them, as a MovedTo would have said: the call never reached it,
+// and admitted here in fallback, after this node sealed to it or to the
+// node a ring between gave the keys, they would reach that node only once
+// it counted past them. Else fallback decides.
 func (c *Core) CallFailed(now time.Time, op *TakeOp, busy bool) {
 	p := c.peers.get(op.to.Name)
 	if !busy && p != nil && p.peer.Inc == op.to.Inc {
@@ -813,11 +815,18 @@ func (c *Core) CallFailed(now time.Time, op *TakeOp, busy bool) {
 		c.sendTransfer(now, op.to, Transfer{Mode: ModeCancel, Reqs: slices.Clone(g.reqs), Take: op.call.Seq}, purposeCancel)
 	}
 	v, m := c.view.Load(), c.mono(now)
-	if to, _, ok := c.placeOf(v, g.reqs[0].Key); ok && to.Name != op.to.Name {
+	if to, _, ok := c.placeOf(v, g.reqs[0].Key); ok && (to.Name != op.to.Name || c.anotherRun(op.to)) {
 		c.redirect(now, v, m, op, g, to.Name)
 		return
 	}
 	c.decideByFallback(now, v, op, g)
+}
+
+// anotherRun reports whether a call to called's name would go to another
+// run of it now: the run called is gone, and a new one is listed.
+func (c *Core) anotherRun(called Peer) bool {
+	p := c.peers.get(called.Name)
+	return p != nil && p.peer.Inc != called.Inc
 }
 
 // finish settles op: its results in place and, if a zone was denied, the

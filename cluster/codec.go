@@ -65,6 +65,7 @@ func encodeMessage(e *encoder, msg core.Message) {
 		e.flag(m.Refused)
 		encodeUnreached(e, m.Unreached)
 		encodeKeys(e, m.Sending)
+		encodeKeys(e, m.Earlier)
 	case core.SealQuery:
 		e.str(m.Ring)
 	case core.SealReply:
@@ -135,6 +136,7 @@ func decodeReply(kind byte, d *decoder) (core.Message, error) {
 		r.Refused = d.flag()
 		r.Unreached = decodeUnreached(d)
 		r.Sending = decodeKeys(d)
+		r.Earlier = decodeKeys(d)
 		msg = r
 	case msgSeal:
 		r := core.SealReply{Sealed: d.flag()}

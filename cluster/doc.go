@@ -94,7 +94,17 @@
 // left passed it on, and the hand-off of the dead run's keys waits for a
 // majority) gives it in its answer to a pull of the key, naming the run
 // (TestAPullGivesTheReplicaOfADeadRunItsSourceKeeps: before, a restarted
-// node that joined through it counted the key from nothing). A node
+// node that joined through it counted the key from nothing). A node that
+// holds nothing of a key pulled by a later run of a member it knew, which
+// did not leave (it crashed), says so beside its answer: the crashed
+// run's replica may be at a node that succeeded it in the key before this
+// one did, and the crashed run never sent this one the key's counter
+// afresh; the joining run then counts the key only once every node its
+// hand-off waits for has sealed, each having sent it first what it keeps
+// of the earlier run
+// (TestARestartedOwnersKeyWaitsForTheReplicaItsEarlierRunLeftAtAFormerSuccessor:
+// before, it counted the key from that "nothing", and the replica, sent
+// on once its holder heard of the new run, came on top). A node
 // remembers where it handed each counter: one that handed a key to a
 // node by a ring the asker never had (it left on one side of a split,
 // whose ring gave the key to another node there) names that node in its

@@ -17,8 +17,9 @@ import (
 // stable ring) names, for each key it now owns, the node the key comes
 // from: its owner there. Until a key is settled here, requests for it wait
 // (a call timeout) and are then decided by fallback; a key is settled when
-// its source answers a pull for it (with its counts, or with nothing), or
-// when every source has sealed: told this node that, under the same ring,
+// its source answers a pull for it (with its counts, or with nothing, but
+// for a joining node's key that the source knew an earlier run of it to
+// have counted: see PullReply.Earlier), or when every source has sealed: told this node that, under the same ring,
 // it holds nothing more of this node's keys, no transfer to it
 // unacknowledged, no fallback count for its keys unsent and no dead run's
 // replica of them unsent. The sources
@@ -765,7 +766,7 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 	for _, ko := range reply.Moved {
 		moved[ko.Key] = ko.Owner
 	}
-	var done []limiter.Key
+	var done, earlier []limiter.Key
 	retry := c.mono(now) + int64(c.cfg.CallTimeout)
 	c.handoff.mu.Lock()
 	for _, k := range asked {
@@ -799,6 +800,16 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			mk.retryAt = retry
 			continue
 		}
+		if slices.Contains(reply.Earlier, k) && c.handoff.plan != nil && c.handoff.plan.joined {
+			// The source holds nothing of it, but knew this node's
+			// earlier run, which crashed: that run's replica of the key
+			// may be with any node this hand-off waits for, and comes
+			// here before that node seals. The key settles when every
+			// source has sealed, as a dead owner's key does.
+			mk.source = Peer{}
+			earlier = append(earlier, k)
+			continue
+		}
 		if !counters[k] && !mk.counter {
 			// No counter of it came, from the pull or otherwise (what did
 			// may be only what others admitted in fallback): a node leaving
@@ -814,6 +825,9 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 		done = append(done, k)
 	}
 	c.handoff.mu.Unlock()
+	if c.debugOn() && len(earlier) > 0 {
+		c.log.Debug("pulled keys of this node's earlier run wait for every seal", "node", c.self.Name, "peer", r.to.Name, "keys", earlier)
+	}
 	c.settle(now, done)
 	if len(again) > 0 {
 		c.requestKeys(now, v, again)
@@ -918,7 +932,8 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	// completed hand-off) and its ring names the asker the owner since,
 	// the asker guessed right: what this node had of it went, or goes,
 	// to the asker, and nothing here means there was nothing.
-	var elsewhere []limiter.Key
+	var elsewhere, earlierRun []limiter.Key
+	knewEarlier := c.knewEarlierRun(from)
 	for _, k := range take {
 		if slices.ContainsFunc(awaited, func(a KeyOwner) bool { return a.Key == k }) {
 			continue
@@ -951,12 +966,25 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		// (its hand-off waits for them: a restarted node sent its restored
 		// counter away as a copy) is not "nothing": the asker pulls it from
 		// the run sending it, or asks here again.
-		if src, coming := c.stillComing(v, k); coming && src.Name != from.Name {
+		if src, coming := c.stillComing(v, k); coming {
+			if src.Name == from.Name {
+				continue
+			}
 			if src.Name != "" {
 				moved = append(moved, KeyOwner{Key: k, Owner: src.Name})
 			} else {
 				sending = append(sending, k)
 			}
+			continue
+		}
+		// Nothing here. Where the asker is a later run of a member that
+		// crashed, the earlier run's counter of the key may be a replica
+		// at a node that succeeded it in the key before this one did (or
+		// before a ring change the crashed run never followed), which has
+		// not heard of the asker yet: this node's "nothing" is only its
+		// own (see PullReply.Earlier).
+		if knewEarlier {
+			earlierRun = append(earlierRun, k)
 		}
 	}
 	// This node's own counters go as its own (the asker weighs a replica of
@@ -1016,7 +1044,20 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 			c.lent.set(k, from) // this node would count it: send it there instead
 		}
 	}
-	return PullReply{Given: given, Moved: moved, Unreached: c.passUnreached(now), Sending: sending}
+	return PullReply{Given: given, Moved: moved, Unreached: c.passUnreached(now), Sending: sending, Earlier: earlierRun}
+}
+
+// knewEarlierRun reports whether this node knew an earlier run of from as
+// a member that did not announce its leaving: a run that crashed (or was
+// declared dead), whose counters live on in its replicas. One that left
+// handed them over before it went.
+func (c *Core) knewEarlierRun(from Peer) bool {
+	for _, r := range c.known.Load().seen[from.Name] {
+		if r.inc < from.Inc && r.member && !r.leaving {
+			return true
+		}
+	}
+	return false
 }
 
 // stillComing reports whether k, owned here by v's ring, still waits for

@@ -946,6 +946,11 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 			elsewhere = append(elsewhere, k)
 			continue
 		}
+		if src, ok := c.beforeJoin(v, k, from); ok {
+			moved = append(moved, KeyOwner{Key: k, Owner: src.Name})
+			elsewhere = append(elsewhere, k)
+			continue
+		}
 		// A key this node owns whose counts are still on their way here
 		// (its hand-off waits for them: a restarted node sent its restored
 		// counter away as a copy) is not "nothing": the asker pulls it from
@@ -1016,6 +1021,39 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		}
 	}
 	return PullReply{Given: given, Moved: moved, Unreached: c.passUnreached(now), Sending: sending}
+}
+
+// beforeJoin returns, for a key this node holds nothing of and would own
+// by its ring without the asker, where the key is while this node's own
+// join hand-off is under way: its owner in this node's stable ring (the
+// ring it joined) without the asker, a live peer. The asker, another node
+// joining at the same time, took this node for a member that counted its
+// keys (it heard of it as one, as a member it knows nothing of the
+// joining of); but a joining node has counted nothing yet, and the key's
+// counter is still where this node's own hand-off would take it from, at
+// a node that may not have heard of either joiner and counts on. Told
+// "nothing here", the asker would count the key from nothing beside it
+// (TestTwoNodesJoiningAtOnceDoNotCountAKeyBesideItsOwner). Several nodes
+// joining at once may send the pull round among themselves: the asker's
+// hops bound that (see maxPullHops).
+func (c *Core) beforeJoin(v *view, k limiter.Key, asker Peer) (Peer, bool) {
+	if v.ho == nil || !v.ho.joined || v.self < 0 {
+		return Peer{}, false
+	}
+	if o, ok := v.ring.OwnerWithout(k.Route(), asker.Name); !ok || o.Name != c.self.Name {
+		return Peer{}, false
+	}
+	src, ok := v.stable.OwnerWithout(k.Route(), asker.Name)
+	if !ok || src.Name == c.self.Name {
+		return Peer{}, false
+	}
+	if _, dead := v.ho.dead[src.Name]; dead {
+		return Peer{}, false
+	}
+	if p := c.peers.get(src.Name); p == nil || p.peer != src.Peer() {
+		return Peer{}, false
+	}
+	return src.Peer(), true
 }
 
 // stillComing reports whether k, owned here by v's ring, still waits for

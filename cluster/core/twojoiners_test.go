@@ -3,6 +3,8 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // Two nodes, n2 and n3, join at once, each hearing of the other as a
@@ -10,13 +12,65 @@ import (
 // both). By the ring of all four n2 owns the key; by the ring without n2,
 // n3 does; by the ring without both, n0 does, and n0 counts it (5
 // admitted). n2 pulls the key from the node its stable ring names, n3,
-// which never counted it, and starts it from nothing, while n0, whose ring
-// is unchanged, counts on from 5: two counters of one key, each deciding
-// its own requests up to the limit. The key must be counted once: n2 must
-// get it from n0 (lent, as to a single joiner), or decide by fallback
-// until it does.
+// which never counted it: n3, joining too, sends the pull on to where its
+// own hand-off would take the key from without n2, n0, which lends n2 the
+// key, as to a single joiner. Before, n3 answered "nothing here", n2
+// started the key from nothing while n0, whose ring is unchanged, counted
+// on from 5: two counters of one key, each deciding its own requests up to
+// the limit (60 admitted of 30).
 func TestTwoNodesJoiningAtOnceDoNotCountAKeyBesideItsOwner(t *testing.T) {
 	const quota = 30
+	h, k, load := twoJoinersAtOnce(t, quota, 5)
+	for range quota {
+		load.spend("n0")
+		load.spend("n2")
+	}
+	h.advance(50 * time.Millisecond)
+	load.resume()
+	fb := load.by[SourceFallback]
+	if load.admitted > quota+fb {
+		t.Errorf("%d admitted of limit %d and %d by fallback (%v): n0 counts %d, n2 %d, n3 %d", load.admitted, quota, fb, load.by, h.count("n0", k), h.count("n2", k), h.count("n3", k))
+	}
+}
+
+// The same two joiners, with requests under the limit through every node
+// while n0 has heard of neither and once it has heard of both: none is
+// refused, and the key is counted once, at n2 (lent there by n0, which
+// counts nothing of it beside; then n2's by every ring, with what n0
+// admitted in fallback meanwhile).
+func TestTwoNodesJoiningAtOnceRefuseNoRequestUnderTheLimit(t *testing.T) {
+	const quota = 30
+	h, k, load := twoJoinersAtOnce(t, quota, 5)
+	spend := func(n int) {
+		for i := range n {
+			load.spend([]string{"n0", "n1", "n2", "n3"}[i%4])
+		}
+		h.advance(50 * time.Millisecond)
+		load.resume()
+	}
+	spend(12)
+	if got := h.count("n0", k); got != 0 {
+		t.Errorf("n0 counts %d of the key beside n2 (%v)", got, load.by)
+	}
+	for _, name := range []string{"n0", "n1", "n2", "n3"} {
+		h.list(name, h.othersThan(name), nil)
+	}
+	h.advance(100 * time.Millisecond)
+	spend(12)
+	if load.admitted != 29 {
+		t.Errorf("%d of 29 requests admitted under a limit of %d: a client under it was refused (%v)", load.admitted, quota, load.by)
+	}
+	if got := h.count("n2", k); got != int64(load.admitted) {
+		t.Errorf("n2 counts %d of the key; %d were admitted (%v)", got, load.admitted, load.by)
+	}
+}
+
+// twoJoinersAtOnce starts n0 and n1, with spent requests for a key through
+// n0, its owner, then has n2 and n3 join at once: each lists the other as
+// a member (a driver does once Joined makes Member true), n1 lists both,
+// and n0 has heard of neither. By the ring of all four n2 owns the key, by
+// the ring without n2 n3 does.
+func twoJoinersAtOnce(t *testing.T, quota int64, spent int) (*handNet, limiter.Key, *handLoad) {
 	h := newHandNet(t, "n0", "n1")
 	h.names = append(h.names, "n2", "n3")
 	h.start("n2", true)
@@ -25,7 +79,7 @@ func TestTwoNodesJoiningAtOnceDoNotCountAKeyBesideItsOwner(t *testing.T) {
 		return r("n0", "n1").Name == "n0" && r("n0", "n1", "n2", "n3").Name == "n2" && r("n0", "n1", "n3").Name == "n3"
 	})
 	load := newHandLoad(h, k, quota)
-	for range 5 {
+	for range spent {
 		load.spend("n0")
 	}
 	h.advance(20 * time.Millisecond)
@@ -38,15 +92,5 @@ func TestTwoNodesJoiningAtOnceDoNotCountAKeyBesideItsOwner(t *testing.T) {
 	if !h.cores["n2"].Member() || !h.cores["n3"].Member() {
 		t.Fatal("n2 and n3 did not join")
 	}
-
-	for range quota {
-		load.spend("n0")
-		load.spend("n2")
-	}
-	h.advance(50 * time.Millisecond)
-	load.resume()
-	fb := load.by[SourceFallback]
-	if load.admitted > quota+fb {
-		t.Errorf("%d admitted of limit %d and %d by fallback (%v): n0 counts %d, n2 %d, n3 %d", load.admitted, quota, fb, load.by, h.count("n0", k), h.count("n2", k), h.count("n3", k))
-	}
+	return h, k, load
 }

@@ -97,10 +97,13 @@
 // a single joiner (TestTwoNodesJoiningAtOnceDoNotCountAKeyBesideItsOwner:
 // before, it answered "nothing here", and the asker counted the key from
 // nothing beside its owner, 60 admitted of 30). Three or more joining at
-// once may send a key's pull round among themselves (each takes the
-// others for members); the asker's requests for it wait and fall back
-// until its owner hears of them and hands it over, or the hand-off window
-// ends and the key counts from nothing.
+// once may send a key's pull back to one that sent it on already (each
+// takes the others for members): the asker then pulls it from its stable
+// ring's owner of the key without those that sent it on
+// (TestThreeNodesJoiningAtOnceDoNotSendAKeysPullRoundAmongThemselves:
+// before, the pull went round between two of them, the asker's requests
+// fell back, and once the hand-off window ended it counted the key from
+// nothing beside its owner).
 // A pull names the run it asks: a node restarted since
 // refuses it, rather than answer "nothing here" for what its earlier run
 // held (that lives on in the run's replicas)

@@ -94,3 +94,57 @@ func twoJoinersAtOnce(t *testing.T, quota int64, spent int) (*handNet, limiter.K
 	}
 	return h, k, load
 }
+
+// Three nodes, n2, n3 and n4, join at once, each hearing of the others as
+// members; the key's owner n0 has heard of none of them. The key ranks
+// n2, n3, n4, then n0: n2 pulls it from n3, which (joining) sends the pull
+// on to n4, the owner by its stable ring without n2; n4 takes n3 for a
+// member that owns the key without n2 and sends it back there. Before, the
+// pull went round between n3 and n4, n2's requests fell back, and once the
+// hand-off window ended n2 counted the key from nothing beside n0 (47
+// admitted of 30 and 7 by fallback). A pull sent back to a node that
+// already sent it on goes to the asker's stable owner of the key without
+// the nodes that did, n0, which lends it the key.
+func TestThreeNodesJoiningAtOnceDoNotSendAKeysPullRoundAmongThemselves(t *testing.T) {
+	const quota = 30
+	h := newHandNet(t, "n0", "n1")
+	joiners := []string{"n2", "n3", "n4"}
+	h.names = append(h.names, joiners...)
+	for _, n := range joiners {
+		h.start(n, true)
+	}
+	k := h.keyWhere(func(r func(...string) Member) bool {
+		return r("n0", "n1").Name == "n0" && r("n0", "n1", "n2", "n3", "n4").Name == "n2" && r("n0", "n1", "n3", "n4").Name == "n3" && r("n0", "n1", "n4").Name == "n4"
+	})
+	load := newHandLoad(h, k, quota)
+	for range 5 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond)
+	for _, n := range joiners {
+		h.cores[n].Joined(h.now)
+	}
+	for _, n := range append(joiners, "n1") {
+		h.list(n, h.othersThan(n), nil)
+	}
+	h.advance(50 * time.Millisecond)
+	for range 10 {
+		load.spend("n0")
+		load.spend("n2")
+		h.advance(100 * time.Millisecond)
+	}
+	load.resume()
+	if got := h.count("n2", k); got == 0 {
+		t.Errorf("n2 counts nothing of the key, n0 %d: it was not lent to n2 (%v)", h.count("n0", k), load.by)
+	}
+	h.advance(h.cfg.HandoffWindow)
+	for range quota {
+		load.spend("n0")
+		load.spend("n2")
+	}
+	h.advance(100 * time.Millisecond)
+	load.resume()
+	if fb := load.by[SourceFallback]; load.admitted > quota+fb {
+		t.Errorf("%d admitted of limit %d and %d by fallback (%v): n0 counts %d, n2 %d", load.admitted, quota, fb, load.by, h.count("n0", k), h.count("n2", k))
+	}
+}

@@ -101,7 +101,7 @@ func twoJoinersAtOnce(t *testing.T, quota int64, spent int) (*handNet, limiter.K
 // on to n4, the owner by its stable ring without n2; n4 takes n3 for a
 // member that owns the key without n2 and sends it back there. Before, the
 // pull went round between n3 and n4, n2's requests fell back, and once the
-// hand-off window ended n2 counted the key from nothing beside n0 (47
+// hand-off window ended n2 counted the key from nothing beside n0 (60
 // admitted of 30 and 7 by fallback). A pull sent back to a node that
 // already sent it on goes to the asker's stable owner of the key without
 // the nodes that did, n0, which lends it the key.

@@ -86,6 +86,24 @@
 // (TestAKeyLentToAJoiningNodeStaysLentWhenTheLenderHearsItJoining:
 // before, the lender took the joiner for gone and counted the key again
 // from nothing, 13 admitted of 12 in a rolling restart beside a join).
+// Two nodes that join at once (within a gossip round, through the same
+// seed) may each list the other as a member before a key's owner has
+// heard of either: each takes the other for a member that counted its
+// keys, and pulls a key from it that it never held. A node whose own join
+// hand-off is under way, asked for a key it holds nothing of and would
+// own without the asker, names in its answer the node its own hand-off
+// would take the key from (its stable ring's owner of the key without the
+// asker); the asker pulls it there, and that owner lends it the key as to
+// a single joiner (TestTwoNodesJoiningAtOnceDoNotCountAKeyBesideItsOwner:
+// before, it answered "nothing here", and the asker counted the key from
+// nothing beside its owner, 60 admitted of 30). Three or more joining at
+// once may send a key's pull back to one that sent it on already (each
+// takes the others for members): the asker then pulls it from its stable
+// ring's owner of the key without those that sent it on
+// (TestThreeNodesJoiningAtOnceDoNotSendAKeysPullRoundAmongThemselves:
+// before, the pull went round between two of them, the asker's requests
+// fell back, and once the hand-off window ended it counted the key from
+// nothing beside its owner).
 // A pull names the run it asks: a node restarted since
 // refuses it, rather than answer "nothing here" for what its earlier run
 // held (that lives on in the run's replicas)

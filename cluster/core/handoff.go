@@ -92,6 +92,9 @@ type moving struct {
 	sending bool
 	leavers int // how many of the plan's leavers were asked for it
 	hops    int // sources that sent its pull on, in a row
+	// passedBy are those sources, by name: a pull sent back to one of
+	// them goes round (see pastPassers).
+	passedBy []string
 	// refunds are units given back before the key settled: they are
 	// given back from its counter once it has one.
 	refunds []limiter.Request
@@ -788,11 +791,17 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			// it elsewhere: pull it from there. Sources that disagree
 			// about where it is (their rings differ for a moment) send the
 			// pull around: past a few hops it waits a retry between them.
+			mk.passedBy = append(mk.passedBy, r.to.Name)
+			if slices.Contains(mk.passedBy, to) {
+				if o, ok := c.pastPassers(v, k, mk.passedBy); ok {
+					to = o
+				}
+			}
 			if p := c.peers.get(to); p != nil {
 				mk.source = p.peer
 			}
 			if mk.hops++; mk.hops > maxPullHops {
-				mk.hops, mk.retryAt = 0, c.mono(now)+c.pullRetry()
+				mk.hops, mk.passedBy, mk.retryAt = 0, nil, c.mono(now)+c.pullRetry()
 			}
 			continue
 		}
@@ -832,6 +841,37 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 	if len(again) > 0 {
 		c.requestKeys(now, v, again)
 	}
+}
+
+// pastPassers returns where to pull k once its pull came back to a node
+// that had sent it on: its owner in the stable ring without the nodes that
+// sent it on (passed), a live peer. Nodes joining at once take each other
+// for members: one sends the pull on to the next it ranks below itself
+// (see beforeJoin), and that one, ranking the first above itself, sends it
+// back, while the key's counter is at a node ranked below them all, which
+// may have heard of none of them
+// (TestThreeNodesJoiningAtOnceDoNotSendAKeysPullRoundAmongThemselves).
+// Each of them said it holds nothing of k. Only for this node's own
+// join: its stable ring is the ring it saw as it joined, a guess at where
+// its keys are; the stable ring of any other hand-off names where they
+// were, and a pull that goes round there goes round between sources whose
+// rings differ for a moment, and waits for them to agree.
+func (c *Core) pastPassers(v *view, k limiter.Key, passed []string) (string, bool) {
+	if v.ho == nil || !v.ho.joined {
+		return "", false
+	}
+	ms := slices.DeleteFunc(v.stable.Members(), func(m Member) bool { return m.Name == c.self.Name || slices.Contains(passed, m.Name) })
+	o, ok := NewRing(c.cfg.Hasher, ms).Owner(k.Route())
+	if !ok {
+		return "", false
+	}
+	if _, dead := v.ho.dead[o.Name]; dead {
+		return "", false
+	}
+	if p := c.peers.get(o.Name); p == nil || p.peer != o.Peer() {
+		return "", false
+	}
+	return o.Name, true
 }
 
 // leaverFor returns the next node still leaving, from the plan's i-th on,
@@ -962,6 +1002,11 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 			elsewhere = append(elsewhere, k)
 			continue
 		}
+		if src, ok := c.beforeJoin(v, k, from); ok {
+			moved = append(moved, KeyOwner{Key: k, Owner: src.Name})
+			elsewhere = append(elsewhere, k)
+			continue
+		}
 		// A key this node owns whose counts are still on their way here
 		// (its hand-off waits for them: a restarted node sent its restored
 		// counter away as a copy) is not "nothing": the asker pulls it from
@@ -1058,6 +1103,39 @@ func (c *Core) knewEarlierRun(from Peer) bool {
 		}
 	}
 	return false
+}
+
+// beforeJoin returns, for a key this node holds nothing of and would own
+// by its ring without the asker, where the key is while this node's own
+// join hand-off is under way: its owner in this node's stable ring (the
+// ring it joined) without the asker, a live peer. The asker, another node
+// joining at the same time, took this node for a member that counted its
+// keys (it heard of it as one, as a member it knows nothing of the
+// joining of); but a joining node has counted nothing yet, and the key's
+// counter is still where this node's own hand-off would take it from, at
+// a node that may not have heard of either joiner and counts on. Told
+// "nothing here", the asker would count the key from nothing beside it
+// (TestTwoNodesJoiningAtOnceDoNotCountAKeyBesideItsOwner). Several nodes
+// joining at once may send the pull back to one of them: the asker then
+// pulls where none of them is (see pastPassers).
+func (c *Core) beforeJoin(v *view, k limiter.Key, asker Peer) (Peer, bool) {
+	if v.ho == nil || !v.ho.joined || v.self < 0 {
+		return Peer{}, false
+	}
+	if o, ok := v.ring.OwnerWithout(k.Route(), asker.Name); !ok || o.Name != c.self.Name {
+		return Peer{}, false
+	}
+	src, ok := v.stable.OwnerWithout(k.Route(), asker.Name)
+	if !ok || src.Name == c.self.Name {
+		return Peer{}, false
+	}
+	if _, dead := v.ho.dead[src.Name]; dead {
+		return Peer{}, false
+	}
+	if p := c.peers.get(src.Name); p == nil || p.peer != src.Peer() {
+		return Peer{}, false
+	}
+	return src.Peer(), true
 }
 
 // stillComing reports whether k, owned here by v's ring, still waits for
@@ -1384,7 +1462,7 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 			continue
 		}
 		if mk := h.entry(v, c.self.Name, ko.Key); !mk.settled {
-			mk.source, mk.away, mk.hops = p.peer, true, 0
+			mk.source, mk.away, mk.hops, mk.passedBy = p.peer, true, 0, nil
 			away = append(away, ko.Key)
 		}
 	}

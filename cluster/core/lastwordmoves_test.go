@@ -1,0 +1,49 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// A key's owner n2 receives n1's counter of it, handed over by n1 itself:
+// 8, its last word (n1 had admitted 9 and given one back). n2 then leaves
+// gracefully and hands the key's counter to n0, which owns the key
+// without it. Late, a copy of n1's counter taken before the give-back (9,
+// n1's replica sent on by a node that took n1 for dead) reaches n0. It is
+// an older copy of the counter whose last word n0 holds (inside n2's
+// counter): it adds nothing, and n0 counts 8. Had it reached n2 before the
+// leave, n2 would have counted 8 (the record there says n1's counter was
+// handed over); the record that goes with the counter to n0 says only
+// that it holds 8 of n1's, so the older copy, larger, adds its 9th there.
+func TestAnOlderCopyOfAHandedOverCounterAddsNothingWhereTheCounterWentOn(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k := h.keyOrdered("n2", "n0", "n1")
+	older, handed := loweredCounter(h.now, k, 9)
+	n0, n1, n2, n3 := h.cores["n0"], h.cores["n1"], h.cores["n2"], h.cores["n3"]
+	own := Transfer{Seq: 1000, To: n2.self.Inc, Epoch: 1, Mode: ModeAdd, Own: true, States: []limiter.State{handed}}
+	n2.handleTransfer(h.now, n1.self, own, false)
+	h.pump()
+	if got := h.count("n2", k); got != 8 {
+		t.Fatalf("n2 counts %d of the key; n1 handed 8 over", got)
+	}
+
+	// n2 leaves: the key's counter goes to n0.
+	n2.Leave(h.now)
+	h.pump()
+	h.othersSeeLeaveAndGo("n2")
+	h.advance(100 * time.Millisecond)
+	if got := h.count("n0", k); got != 8 {
+		t.Fatalf("n0 counts %d of the key after n2 left; n2 handed it 8", got)
+	}
+
+	// The older copy of n1's counter arrives at n0.
+	copyOf := Transfer{Seq: 1000, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: []limiter.State{older}}
+	n0.handleTransfer(h.now, n3.self, copyOf, false)
+	h.pump()
+	h.advance(100 * time.Millisecond)
+	if got := h.count("n0", k) + h.count("n1", k) + h.count("n3", k); got != 8 {
+		t.Errorf("the cluster counts %d of the key (n0 %d); n1's counter, handed over, holds 8", got, h.count("n0", k))
+	}
+}

@@ -47,3 +47,30 @@ func TestAnOlderCopyOfAHandedOverCounterAddsNothingWhereTheCounterWentOn(t *test
 		t.Errorf("the cluster counts %d of the key (n0 %d); n1's counter, handed over, holds 8", got, h.count("n0", k))
 	}
 }
+
+// As above, but the counter n1 hands over reaches a node that does not
+// count the key (n2: the rings disagree while membership changes) and is
+// passed on to n0, which counts it and had counted the older copy (9) of
+// n1's counter already. n0 counts 8: n1's last word comes off what the
+// older copy held beyond it wherever it is weighed. Passed on as n1's
+// counter like any copy, it is weighed as one (the larger stands), and the
+// unit given back counts again.
+func TestAHandedOverCounterPassedOnLowersTheOlderCopyWhereTheKeyIsCounted(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k := h.keyOrdered("n0", "n1", "n2")
+	older, handed := loweredCounter(h.now, k, 9)
+	n0, n1, n2, n3 := h.cores["n0"], h.cores["n1"], h.cores["n2"], h.cores["n3"]
+	copyOf := Transfer{Seq: 1000, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: []limiter.State{older}}
+	n0.handleTransfer(h.now, n3.self, copyOf, false)
+	h.pump()
+	if got := h.count("n0", k); got != 9 {
+		t.Fatalf("n0 counts %d of the key; the copy of n1's counter holds 9", got)
+	}
+	own := Transfer{Seq: 1000, To: n2.self.Inc, Epoch: 1, Mode: ModeAdd, Own: true, States: []limiter.State{handed}}
+	n2.handleTransfer(h.now, n1.self, own, false)
+	h.pump()
+	h.advance(100 * time.Millisecond)
+	if got := h.count("n0", k) + h.count("n1", k) + h.count("n2", k) + h.count("n3", k); got != 8 {
+		t.Errorf("the cluster counts %d of the key (n0 %d, n2 %d); n1's counter, handed over, holds 8", got, h.count("n0", k), h.count("n2", k))
+	}
+}

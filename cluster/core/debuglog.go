@@ -134,6 +134,9 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 			if h.Gen > 0 {
 				held[i] = fmt.Sprintf("%s#%d:%016x=%d", h.Run.Name, h.Gen, uint64(h.State.Key), h.State.Cur)
 			}
+			if h.Last {
+				held[i] += "(last)"
+			}
 		}
 		args = append(args, "holds", held)
 	}

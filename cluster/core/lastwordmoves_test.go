@@ -74,3 +74,30 @@ func TestAHandedOverCounterPassedOnLowersTheOlderCopyWhereTheKeyIsCounted(t *tes
 		t.Errorf("the cluster counts %d of the key (n0 %d, n2 %d); n1's counter, handed over, holds 8", got, h.count("n0", k), h.count("n2", k))
 	}
 }
+
+// The first case the other way round: n0 counts the older copy of n1's
+// counter (9) first, then n2's counter reaches it, handed over by n2, and
+// holds n1's handed-over counter (8), its last word, which the record
+// that goes with it says (Held.Last). n2's counter holds nothing but
+// that: n0 counts 8, what the older copy held beyond the last word coming
+// off. Without the mark the record was a copy's: the larger stood, 9.
+func TestACounterHoldingALastWordLowersTheOlderCopyWhereItArrives(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k := h.keyOrdered("n0", "n1", "n2")
+	older, handed := loweredCounter(h.now, k, 9)
+	n0, n1, n2, n3 := h.cores["n0"], h.cores["n1"], h.cores["n2"], h.cores["n3"]
+	copyOf := Transfer{Seq: 1000, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: []limiter.State{older}}
+	n0.handleTransfer(h.now, n3.self, copyOf, false)
+	h.pump()
+	if got := h.count("n0", k); got != 9 {
+		t.Fatalf("n0 counts %d of the key; the copy of n1's counter holds 9", got)
+	}
+	own := Transfer{Seq: 1000, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, Own: true, States: []limiter.State{handed},
+		Holds: []Held{{Run: n1.self, State: handed, Last: true}}}
+	n0.handleTransfer(h.now, n2.self, own, false)
+	h.pump()
+	h.advance(100 * time.Millisecond)
+	if got := h.count("n0", k) + h.count("n1", k) + h.count("n2", k) + h.count("n3", k); got != 8 {
+		t.Errorf("the cluster counts %d of the key (n0 %d); n2's counter holds n1's last word, 8, and nothing more", got, h.count("n0", k))
+	}
+}

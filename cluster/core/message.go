@@ -441,6 +441,32 @@ type Held struct {
 	// counter that names no generation of its run is its first.
 	Gen   uint32
 	State limiter.State
+	// Last: State is that counter as its run let it go, handed over or
+	// sent as it stopped counting (declared dead): the run's last word on
+	// it, which the record of it goes on saying wherever the counter
+	// that holds it goes. A counter comes down as well as up (units given
+	// back), and the run counts the key in a new counter (a generation
+	// later) once it let this one go, so a copy of the counter holds
+	// nothing beyond its last word: what a copy holds more was given back
+	// since. Said only where the counter was let go, never lost on the
+	// way: a record that lost it weighed an older copy as the newer, and
+	// the unit given back counted again.
+	Last bool
+}
+
+// newerHeld returns, of two records of one run's counter (run and
+// generation) that a counter holds, the one that stands: the run's last
+// word on it where one is (a copy holds nothing beyond it), else the
+// newer. Two last words of one counter are the same word.
+func newerHeld(a, b Held) Held {
+	switch {
+	case a.Last && !b.Last:
+		return a
+	case b.Last && !a.Last:
+		return b
+	}
+	a.State = limiter.NewerState(a.State, b.State)
+	return a
 }
 
 // genIn returns the generation of run's counter of k that holds, the

@@ -124,6 +124,9 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 	if t.CountersOf.Name != "" {
 		args = append(args, "counters_of", t.CountersOf.Name)
 	}
+	if t.Last {
+		args = append(args, "last_word", true)
+	}
 	if t.ReplicaOf.Name != "" {
 		args = append(args, "replica_of", t.ReplicaOf.Name)
 	}

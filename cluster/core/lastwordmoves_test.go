@@ -75,6 +75,32 @@ func TestAHandedOverCounterPassedOnLowersTheOlderCopyWhereTheKeyIsCounted(t *tes
 	}
 }
 
+// As above, but n1's last word is its counter sent as it stopped
+// counting, declared dead (ModeEvicted, 8), carried for it by n3 to n2,
+// which kept no replica of n1's of the key and does not count it: n2
+// sends it on to n0, where the older copy (9) is counted, as n1's
+// counter. n0 counts 8. Sent on as a plain copy of n1's counter, the
+// larger stood there, and the unit given back counted again.
+func TestAnEvictedCounterPassedOnLowersTheOlderCopyWhereTheKeyIsCounted(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k := h.keyOrdered("n0", "n1", "n2")
+	older, evicted := loweredCounter(h.now, k, 9)
+	n0, n1, n2, n3 := h.cores["n0"], h.cores["n1"], h.cores["n2"], h.cores["n3"]
+	copyOf := Transfer{Seq: 1000, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: []limiter.State{older}}
+	n0.handleTransfer(h.now, n3.self, copyOf, false)
+	h.pump()
+	if got := h.count("n0", k); got != 9 {
+		t.Fatalf("n0 counts %d of the key; the copy of n1's counter holds 9", got)
+	}
+	last := Transfer{Seq: 1001, To: n2.self.Inc, Epoch: 1, Mode: ModeEvicted, Evicted: n1.self, States: []limiter.State{evicted}}
+	n2.handleTransfer(h.now, n3.self, last, false)
+	h.pump()
+	h.advance(100 * time.Millisecond)
+	if got := h.count("n0", k) + h.count("n1", k) + h.count("n2", k) + h.count("n3", k); got != 8 {
+		t.Errorf("the cluster counts %d of the key (n0 %d, n2 %d); n1's counter, sent as it stopped counting, holds 8", got, h.count("n0", k), h.count("n2", k))
+	}
+}
+
 // The first case the other way round: n0 counts the older copy of n1's
 // counter (9) first, then n2's counter reaches it, handed over by n2, and
 // holds n1's handed-over counter (8), its last word, which the record

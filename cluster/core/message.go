@@ -195,8 +195,9 @@ type Transfer struct {
 	// handed over; a replica of them the receiver keeps for the sender is
 	// stale from now on. They are the run's last word on them (as are its
 	// counters sent as it stops counting, ModeEvicted): a counter comes
-	// down as well as up (units given back), so where the receiver counts
-	// the keys, what an earlier copy of them counted there (a replica sent
+	// down as well as up (units given back), so where the keys are
+	// counted (by the receiver, or by a node it passes them on to, see
+	// Last), what an earlier copy of them counted there (a replica sent
 	// on by a node that took the run for dead) held beyond them comes off,
 	// and a later copy adds nothing.
 	Own bool
@@ -206,7 +207,8 @@ type Transfer struct {
 	// sent on once it died, and passed on by the nodes they reached on the
 	// way. A replica of the run's counter is a copy of the same
 	// counts: where both arrive, the later adds only what it holds beyond
-	// the earlier, unless one is the run's last word on the counter (Own).
+	// the earlier, unless one is the run's last word on the counter (Own,
+	// Last).
 	CountersOf Peer
 	// Holds (ModeAdd, ModeNewer, ModeCopy, ModeReplica, ModeEvicted): the
 	// counters carried hold other runs' counts, each run's up to its State
@@ -287,10 +289,17 @@ type Transfer struct {
 	// it met the counter of the run that had applied the transfer they
 	// were added twice.
 	Resent []Resent
-	// handed (not sent) marks counters their own run handed over, as
-	// their receiver places them: the run's last word on them (see
-	// weighHere). Passed on, they go as the run's counters like any.
-	handed bool
+	// Last (ModeAdd, counters naming their run, CountersOf): they are
+	// that run's last word on them, as a counter it handed over itself
+	// (Own) is, or its counters sent as it stopped counting, declared
+	// dead (ModeEvicted): set where such counters are passed on by a node
+	// that does not count their keys, or placed anew. Where they are
+	// counted they are weighed as the run's own hand-over is: what an
+	// earlier copy of them counted there held beyond them comes off, and
+	// a later copy adds nothing. Passed on as the run's counters like
+	// any, they were weighed as a copy, the larger standing, and a unit
+	// the run gave back before it let them go counted again.
+	Last bool
 }
 
 // Resent is counts a counter holds that were sent again in place of

@@ -1305,7 +1305,10 @@ func (r *replicaStore) dropOf(k limiter.Key, owner Peer) bool {
 // takeNewerOf takes out the replicas owner keeps of the keys of states,
 // copies of the same counters as states, and returns, key by key, the
 // newer of the two, and the newer of the other runs' counts both hold.
-func (r *replicaStore) takeNewerOf(owner Peer, states []limiter.State, holds []Held) ([]limiter.State, []Held) {
+// Where states are owner's last word on its counters (last), they stand
+// as they are: a replica of them, an earlier copy, holds nothing beyond
+// (what it holds more was given back since).
+func (r *replicaStore) takeNewerOf(owner Peer, states []limiter.State, holds []Held, last bool) ([]limiter.State, []Held) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := slices.Clone(states)
@@ -1315,7 +1318,9 @@ func (r *replicaStore) takeNewerOf(owner Peer, states []limiter.State, holds []H
 			continue // another counter of the run's, if any: not a copy
 		}
 		delete(r.states, s.Key)
-		out[i] = limiter.NewerState(rep.state, s)
+		if !last {
+			out[i] = limiter.NewerState(rep.state, s)
+		}
 		holds = newerHolds(holds, rep.holds)
 	}
 	return out, holds

@@ -327,13 +327,14 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 		}
 	}
 	e.flag(t.Own)
-	encodePeer(e, t.CountersOf)
 	e.flag(t.Last)
+	encodePeer(e, t.CountersOf)
 	held := make([]limiter.State, len(t.Holds))
 	e.u32(uint32(len(t.Holds)))
 	for i := range t.Holds {
 		encodePeer(e, t.Holds[i].Run)
 		e.u32(t.Holds[i].Gen)
+		e.flag(t.Holds[i].Last)
 		held[i] = t.Holds[i].State
 	}
 	encodeStates(e, held)
@@ -426,15 +427,17 @@ func decodeTransfer(d *decoder) core.Transfer {
 		}
 	}
 	t.Own = d.flag()
-	t.CountersOf = decodePeer(d)
 	t.Last = d.flag()
+	t.CountersOf = decodePeer(d)
 	var runs []core.Peer
 	var gens []uint32
-	if n := d.count32(maxList, 9+4); n > 0 {
-		runs, gens = make([]core.Peer, n), make([]uint32, n)
+	var lasts []bool
+	if n := d.count32(maxList, 9+4+1); n > 0 {
+		runs, gens, lasts = make([]core.Peer, n), make([]uint32, n), make([]bool, n)
 		for i := range runs {
 			runs[i] = decodePeer(d)
 			gens[i] = d.u32()
+			lasts[i] = d.flag()
 		}
 	}
 	held := decodeStates(d)
@@ -446,7 +449,7 @@ func decodeTransfer(d *decoder) core.Transfer {
 	} else if len(runs) > 0 {
 		t.Holds = make([]core.Held, len(runs))
 		for i := range runs {
-			t.Holds[i] = core.Held{Run: runs[i], Gen: gens[i], State: held[i]}
+			t.Holds[i] = core.Held{Run: runs[i], Gen: gens[i], State: held[i], Last: lasts[i]}
 		}
 	}
 	t.ReplicaOf = decodePeer(d)

@@ -371,7 +371,18 @@
 // TestAnOwnerWhoseMajorityComesBackThroughNewcomersStaysWithinTheBound: an
 // owner whose majority came back through nodes that joined while it was
 // cut off replicated to one of them, which passed its last word on as a
-// plain copy, and the far side's replica stood). A
+// plain copy, and the far side's replica stood).
+// The mark goes on the wire with the counter, wherever it goes: passed on
+// by a node that does not count its key (Transfer.Last), and in the
+// record of it that the counter it joined carries on (Held.Last), so an
+// older copy that meets it anywhere later adds nothing, and one met
+// before comes down (TestAnOlderCopyOfAHandedOverCounterAddsNothingWhereTheCounterWentOn,
+// TestAHandedOverCounterPassedOnLowersTheOlderCopyWhereTheKeyIsCounted:
+// before, the mark stayed at the first node, and the unit counted again
+// where the counter went on; peer protocol version 8). A last word lowers
+// only the record of the same counter (run and generation): the run
+// counts the key in a new counter once it let this one go, so no counter
+// it lowers counted anything after it. A
 // counter handed over that comes back unapplied (its transfer given up on,
 // or placed anew at its run) is that earlier counter still, weighed as one
 // where it joins the run's new one, so a copy of it met later is not added

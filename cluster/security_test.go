@@ -165,6 +165,54 @@ func TestFramesCannotBeReplayedOrAltered(t *testing.T) {
 	}
 }
 
+// A peer of the protocol version before this one (which does not say
+// which counters are their run's last word, and would weigh them as
+// copies) is refused on both sides of the handshake, naming both
+// versions, and its metadata marks it incompatible.
+func TestAPeerOfTheEarlierProtocolVersionIsRefused(t *testing.T) {
+	earlier := ProtocolVersion - 1
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	errs := make(chan error, 1)
+	go func() {
+		_, _, err := serverHandshake(b, authKey(testSecret), time.Now().Add(time.Second))
+		errs <- err
+	}()
+	a.Write(append([]byte(handshakeMagic), byte(earlier), byte(earlier>>8)))
+	reply := make([]byte, 5)
+	if _, err := io.ReadFull(a, reply); err != nil {
+		t.Fatalf("no answer to the earlier version: %v", err)
+	}
+	if v := int(reply[3]) | int(reply[4])<<8; v != ProtocolVersion {
+		t.Errorf("the server answered version %d; want its own, %d", v, ProtocolVersion)
+	}
+	var v VersionError
+	if err := <-errs; !errors.As(err, &v) || v != (VersionError{Ours: ProtocolVersion, Theirs: earlier}) {
+		t.Errorf("the server's handshake with version %d: %v", earlier, err)
+	}
+
+	c, d := net.Pipe()
+	defer c.Close()
+	defer d.Close()
+	go func() {
+		io.ReadFull(d, make([]byte, 3+2+16+8+1+len("client"))) // the client's hello
+		d.Write(append([]byte(handshakeMagic), byte(earlier), byte(earlier>>8)))
+	}()
+	_, err := clientHandshake(c, authKey(testSecret), core.Peer{Name: "client", Inc: 1}, time.Now().Add(time.Second))
+	if !errors.As(err, &v) || v != (VersionError{Ours: ProtocolVersion, Theirs: earlier}) {
+		t.Errorf("the client's handshake with a server of version %d: %v", earlier, err)
+	}
+
+	m, err := decodeMeta([]byte{byte(earlier), 0})
+	if err != nil {
+		t.Fatalf("metadata of version %d: %v", earlier, err)
+	}
+	if err := (&Node{}).compatible(m); err == nil || !strings.Contains(err.Error(), "protocol version") {
+		t.Errorf("a node of version %d is compatible: %v", earlier, err)
+	}
+}
+
 // recorder is a slog handler that keeps records.
 type recorder struct {
 	mu      sync.Mutex

@@ -27,8 +27,15 @@ import (
 // fallback, the cancels of take items it has not had acknowledged; and it
 // lists, with a snapshot's copies, the transfers their run had applied;
 // and it names, with counts sent again in place of a transfer, who sent
-// that transfer and every transfer it replaced in turn.
-const ProtocolVersion = 7
+// that transfer and every transfer it replaced in turn. Version 8 says
+// which counters are their run's last word on them (handed over by it,
+// or sent as it stopped counting), where they are passed on
+// (Transfer.Last) and in the records of the counts a counter holds
+// (Held.Last): a node of version 7 would weigh them as copies, and count
+// again units given back. It also lists, in a pull's reply, the keys the
+// source holds nothing of while it knew an earlier run of the puller
+// (PullReply.Earlier): their replicas may be on their way from elsewhere.
+const ProtocolVersion = 8
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is
 // [kind|replyBit][call ID][status][body]. A take frame carries many take

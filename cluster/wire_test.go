@@ -37,12 +37,13 @@ func FuzzDecodeMessages(f *testing.F) {
 }
 
 // resentTransfer carries a counter with the counts it holds of other
-// runs (Transfer.Holds) and counts sent again in place of a transfer
-// (Transfer.Resent), the last list on the wire: each a list of names
-// then a list of counts, one for each.
+// runs (Transfer.Holds, one of them its run's last word) and counts sent
+// again in place of a transfer (Transfer.Resent), the last list on the
+// wire: each a list of names then a list of counts, one for each.
 var resentTransfer = core.Transfer{Seq: 2, Mode: core.ModeAdd, Own: true, CountersOf: core.Peer{Name: "a", Inc: 1},
 	States: []limiter.State{{Key: 4, Cur: 3, Stamp: 1, Expires: 9}},
-	Holds:  []core.Held{{Run: core.Peer{Name: "d", Inc: 4}, Gen: 2, State: limiter.State{Key: 4, Cur: 2, Stamp: 1, Expires: 9}}},
+	Holds: []core.Held{{Run: core.Peer{Name: "d", Inc: 4}, Gen: 2, State: limiter.State{Key: 4, Cur: 2, Stamp: 1, Expires: 9}},
+		{Run: core.Peer{Name: "e", Inc: 5}, State: limiter.State{Key: 4, Cur: 1, Stamp: 1, Expires: 9}, Last: true}},
 	Resent: []core.Resent{{Marks: []core.Replaced{{From: core.Peer{Name: "b", Inc: 2}, Seq: 5, To: core.Peer{Name: "c", Inc: 3}}}, State: limiter.State{Key: 4, Cur: 1, Stamp: 1, Expires: 9}}}}
 
 // A transfer cut short anywhere, a frame truncated or forged by a peer,
@@ -86,6 +87,11 @@ func TestCodecRoundTrips(t *testing.T) {
 		// A cancel a leaving owner passes on names itself, and no transfer
 		// it replaces: WasFrom goes on the wire only beside a Was.
 		{msgTransfer, core.Transfer{Seq: 6, Mode: core.ModeCancel, Reqs: reqs, Take: 14, Caller: core.Peer{Name: "i", Inc: 9}, WasTo: core.Peer{Name: "b", Inc: 2}}, core.Ack{Seq: 6}},
+		// A counter handed over by its run, passed on: its run's last word
+		// on it, holding another run's last word and a copy of a third's.
+		{msgTransfer, core.Transfer{Seq: 7, To: 8, Epoch: 1, Mode: core.ModeAdd, States: states, CountersOf: core.Peer{Name: "e", Inc: 5}, Last: true,
+			Holds: []core.Held{{Run: core.Peer{Name: "f", Inc: 6}, Gen: 1, State: limiter.State{Key: 9, Cur: 4, Stamp: 1, Expires: 3}, Last: true},
+				{Run: core.Peer{Name: "g", Inc: 1}, State: limiter.State{Key: 9, Cur: 2, Stamp: 1, Expires: 3}}}}, core.Ack{Seq: 7}},
 		// A snapshot's copy names its run and the transfers the run applied.
 		{msgTransfer, core.Transfer{Seq: 5, To: 8, Epoch: 1, Mode: core.ModeCopy, States: states, CountersOf: core.Peer{Name: "e", Inc: 5},
 			Applied: []core.Applied{{From: core.Peer{Name: "f", Inc: 6}, Seq: 12}, {From: core.Peer{Name: "g", Inc: 1}, Seq: 3}}}, core.Ack{Seq: 5}},

@@ -506,7 +506,7 @@ func (c *Core) placeArrivals(now time.Time, counters []arrival) {
 			c.placeAs(now, Transfer{Mode: ModeAdd, Own: true, Holds: a.holds, Resent: a.resent}, purposeHandoff, []limiter.State{a.state})
 			continue
 		}
-		like := Transfer{Mode: ModeAdd, CountersOf: a.of, Last: a.lastSent, Holds: a.holds, Resent: a.resent}
+		like := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds, Resent: a.resent, Last: a.last}
 		if a.copy {
 			like.Mode, like.Applied = ModeCopy, a.applied
 		}

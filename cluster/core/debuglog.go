@@ -124,6 +124,9 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 	if t.CountersOf.Name != "" {
 		args = append(args, "counters_of", t.CountersOf.Name)
 	}
+	if t.Last {
+		args = append(args, "last_word", true)
+	}
 	if t.ReplicaOf.Name != "" {
 		args = append(args, "replica_of", t.ReplicaOf.Name)
 	}
@@ -133,6 +136,9 @@ func (c *Core) debugTransfer(msg string, peer Peer, t Transfer, p purpose, extra
 			held[i] = fmt.Sprintf("%s:%016x=%d", h.Run.Name, uint64(h.State.Key), h.State.Cur)
 			if h.Gen > 0 {
 				held[i] = fmt.Sprintf("%s#%d:%016x=%d", h.Run.Name, h.Gen, uint64(h.State.Key), h.State.Cur)
+			}
+			if h.Last {
+				held[i] += "(last)"
 			}
 		}
 		args = append(args, "holds", held)

@@ -118,7 +118,7 @@ func (f *fallback) empty() bool {
 }
 
 // keepHeld records that the engine's counts hold the runs' counters holds
-// names (the newer of each counter stands), and forgets the records of
+// names (of each counter, the record that stands: see newerHeld), and forgets the records of
 // windows over by now (Unix ns). A counter kept here as additions without
 // them would be added again wherever a copy of it (a replica sent on, a
 // snapshot read back) meets the counts.
@@ -146,7 +146,7 @@ func (f *fallback) keepHeld(holds []Held, now int64) {
 			f.held[k] = append(f.held[k], h)
 			continue
 		}
-		f.held[k][i].State = limiter.NewerState(f.held[k][i].State, h.State)
+		f.held[k][i] = newerHeld(f.held[k][i], h)
 	}
 }
 

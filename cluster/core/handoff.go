@@ -107,11 +107,12 @@ type arrival struct {
 	of    Peer   // the run whose counter it is, if named
 	holds []Held // other runs' counts it holds
 	own   bool   // this node's own counter, come back
-	// last: the counter of run of, handed over by that run itself, or
-	// sent by it as it stopped counting (lastSent: it came so, passed on,
-	// Transfer.Last, and goes on so): its last word on the counter, which
-	// no copy of it holds more than (see weighHere).
-	last, lastSent bool
+	// last: the counter of run of as that run let it go (handed over by
+	// it, or sent as it stopped counting, and passed on since, see
+	// Transfer.Last): its last word on the counter, which no copy of it
+	// holds more than (see weighHere). It goes on saying so if the
+	// counter moves on before the key settles.
+	last bool
 	// copy: it came as a copy of its run's counter, possibly older than
 	// a replica of it (a snapshot read back, ModeCopy), and goes on as one:
 	// a replica of the run is not stale for it.
@@ -1041,7 +1042,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		given = append(given, c.out.transfer(from, Transfer{Mode: ModeAdd, Own: true, Holds: holds, States: part, Taken: c.handedTaken(part), Applied: c.appliedHeld(part, true, Peer{}, holds), Resent: c.replicas.takeResentHeld(keysOf(part))}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
 	}
 	for _, a := range moving.counters {
-		t := Transfer{Mode: ModeAdd, CountersOf: a.of, Last: a.lastSent, Holds: a.holds, States: []limiter.State{a.state}, Resent: a.resent}
+		t := Transfer{Mode: ModeAdd, CountersOf: a.of, Holds: a.holds, States: []limiter.State{a.state}, Resent: a.resent, Last: a.last}
 		if a.copy {
 			t.Mode, t.Applied = ModeCopy, a.applied
 		}

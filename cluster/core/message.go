@@ -198,8 +198,9 @@ type Transfer struct {
 	// handed over; a replica of them the receiver keeps for the sender is
 	// stale from now on. They are the run's last word on them (as are its
 	// counters sent as it stops counting, ModeEvicted): a counter comes
-	// down as well as up (units given back), so where the receiver counts
-	// the keys, what an earlier copy of them counted there (a replica sent
+	// down as well as up (units given back), so where the keys are
+	// counted (by the receiver, or by a node it passes them on to, see
+	// Last), what an earlier copy of them counted there (a replica sent
 	// on by a node that took the run for dead) held beyond them comes off,
 	// and a later copy adds nothing.
 	Own bool
@@ -212,15 +213,6 @@ type Transfer struct {
 	// the earlier, unless one is the run's last word on the counter (Own,
 	// Last).
 	CountersOf Peer
-	// Last (ModeAdd, with CountersOf): these are the counters their run
-	// sent as it stopped counting, declared dead (ModeEvicted), passed on
-	// by a node that did not start their keys from the run's replicas: the
-	// run's last word on them still, weighed where they are counted as
-	// its counters handed over are (Own). Passed on as any of the run's,
-	// an earlier copy of a counter lowered by a unit given back (a replica
-	// the far side of a split started the key from) stood, and the unit
-	// counted twice.
-	Last bool
 	// Holds (ModeAdd, ModeNewer, ModeCopy, ModeReplica, ModeEvicted): the
 	// counters carried hold other runs' counts, each run's up to its State
 	// (a replica of its counter the sender started the key from, or its
@@ -300,12 +292,17 @@ type Transfer struct {
 	// it met the counter of the run that had applied the transfer they
 	// were added twice.
 	Resent []Resent
-	// handed (not sent) marks counters their own run handed over, or
-	// that came as its last word (Last), as their receiver places them:
-	// the run's last word on them (see weighHere). Handed over and passed
-	// on, they go as the run's counters like any; those that came as
-	// Last go on as such.
-	handed bool
+	// Last (ModeAdd, counters naming their run, CountersOf): they are
+	// that run's last word on them, as a counter it handed over itself
+	// (Own) is, or its counters sent as it stopped counting, declared
+	// dead (ModeEvicted): set where such counters are passed on by a node
+	// that does not count their keys, or placed anew. Where they are
+	// counted they are weighed as the run's own hand-over is: what an
+	// earlier copy of them counted there held beyond them comes off, and
+	// a later copy adds nothing. Passed on as the run's counters like
+	// any, they were weighed as a copy, the larger standing, and a unit
+	// the run gave back before it let them go counted again.
+	Last bool
 }
 
 // Resent is counts a counter holds that were sent again in place of
@@ -461,6 +458,32 @@ type Held struct {
 	// counter that names no generation of its run is its first.
 	Gen   uint32
 	State limiter.State
+	// Last: State is that counter as its run let it go, handed over or
+	// sent as it stopped counting (declared dead): the run's last word on
+	// it, which the record of it goes on saying wherever the counter
+	// that holds it goes. A counter comes down as well as up (units given
+	// back), and the run counts the key in a new counter (a generation
+	// later) once it let this one go, so a copy of the counter holds
+	// nothing beyond its last word: what a copy holds more was given back
+	// since. Said only where the counter was let go, never lost on the
+	// way: a record that lost it weighed an older copy as the newer, and
+	// the unit given back counted again.
+	Last bool
+}
+
+// newerHeld returns, of two records of one run's counter (run and
+// generation) that a counter holds, the one that stands: the run's last
+// word on it where one is (a copy holds nothing beyond it), else the
+// newer. Two last words of one counter are the same word.
+func newerHeld(a, b Held) Held {
+	switch {
+	case a.Last && !b.Last:
+		return a
+	case b.Last && !a.Last:
+		return b
+	}
+	a.State = limiter.NewerState(a.State, b.State)
+	return a
 }
 
 // genIn returns the generation of run's counter of k that holds, the

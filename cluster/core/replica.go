@@ -137,9 +137,10 @@ type promotion struct {
 	gen   uint32        // which of the run's counters of the key (see Held.Gen)
 	state limiter.State // the run's counter as far as held, the newest weighed
 	at    int64         // mono
-	// last: state is the counter as its run handed it over, its last
-	// word: a copy of it holds nothing beyond (what a copy holds more
-	// was given back since).
+	// last: state is the counter as its run let it go (handed over, or
+	// sent as it stopped counting), its last word: a copy of it holds
+	// nothing beyond (what a copy holds more was given back since). It
+	// goes with the record (Held.Last).
 	last bool
 }
 
@@ -173,28 +174,32 @@ func (r *replicaStore) takeHeld(keys []limiter.Key) []Held {
 	var out []Held
 	for _, k := range keys {
 		for _, p := range r.promoted[k] {
-			out = append(out, Held{Run: p.owner, Gen: p.gen, State: p.state})
+			out = append(out, p.held())
 		}
 		delete(r.promoted, k)
 	}
 	return sortHolds(out)
 }
 
+// held returns the record p as it goes with its counter.
+func (p promotion) held() Held {
+	return Held{Run: p.owner, Gen: p.gen, State: p.state, Last: p.last}
+}
+
 // noteHeld records that this node's counters hold the runs' counts holds
-// names: a copy of a counter that holds them is kept here (the newer of
-// each run's counts stands).
+// names: a copy of a counter that holds them is kept here (of each run's
+// counts, the record that stands: see newerHeld). A run's last word
+// stands as it was said: a copy does not raise it, and it replaces the
+// record of an earlier copy.
 func (r *replicaStore) noteHeld(m int64, holds []Held) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, h := range holds {
 		p, _, found := r.promotionLocked(h.State.Key, h.Run, h.Gen)
 		if found {
-			p.state = limiter.NewerState(p.state, h.State)
-		} else {
-			p = promotion{owner: h.Run, gen: h.Gen, state: h.State}
+			h = newerHeld(p.held(), h)
 		}
-		p.at = m
-		r.setPromotionLocked(h.State.Key, p)
+		r.setPromotionLocked(h.State.Key, promotion{owner: h.Run, gen: h.Gen, state: h.State, at: m, last: h.Last})
 	}
 }
 
@@ -270,12 +275,16 @@ func (r *replicaStore) ownHeldLocked(self Peer, states []limiter.State) []Held {
 // sent that counter away since, see gaveAway), they are weighed like any
 // run's.
 //
-// A counter its own run handed over (last) is that run's last word on
-// it: a counter comes down as well as up (units given back), so an
-// earlier copy of it may hold more. Where this node holds a record of
+// A counter its own run let go (last: handed over, or sent as it
+// stopped counting, declared dead; passed on or not) is that run's last
+// word on it: a counter comes down as well as up (units given back), so
+// an earlier copy of it may hold more. Where this node holds a record of
 // the counter that holds more than s, the difference was given back
 // since, and comes off what this node counts of the key (less, lowered);
-// a copy of the counter that comes later holds nothing beyond s.
+// a copy of the counter that comes later holds nothing beyond s. So it
+// is with the last words among holds (Held.Last): the counter that holds
+// one went on from where its run let it go, and the record says so
+// wherever it goes.
 func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limiter.State, holds []Held, last bool) (delta limiter.State, ok bool, less limiter.State, lowered bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -290,18 +299,20 @@ func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limite
 		// counter here.
 		w.share(s)
 	case last:
-		less, lowered = w.weighLast(of, gen, s)
+		w.weighLast(of, gen, s)
 	default:
 		w.weigh(of, gen, s)
 	}
 	w.holds(self, cur, of, gen, holds)
 	delta, ok = w.beyond(s)
-	return delta, ok, less, lowered
+	return delta, ok, w.less, w.lowered
 }
 
 // weighing is the weighing of a counter of key k that arrives against
 // the counts this node's counter of k holds (see weighHere): the largest
-// share of counts both hold so far. r.mu is held while it is used.
+// share of counts both hold so far, and what comes off the counter here
+// (units given back since a copy it holds was taken: see weighLast). r.mu
+// is held while it is used.
 type weighing struct {
 	r        *replicaStore
 	now      time.Time
@@ -309,6 +320,8 @@ type weighing struct {
 	k        limiter.Key
 	shared   limiter.State
 	anyShare bool
+	less     limiter.State
+	lowered  bool
 }
 
 // weighingLocked starts a weighing of a counter of k. r.mu is held.
@@ -347,19 +360,41 @@ func (w *weighing) weigh(run Peer, gen uint32, x limiter.State) {
 }
 
 // weighLast notes x, run's counter of generation gen as the run itself
-// handed it over: both hold the older of x and the record of the counter
+// let it go: both hold the older of x and the record of the counter
 // here, if any, and from now on this node holds x, the run's last word
-// on it. It returns what the record held beyond x (ok false: nothing):
-// units the run gave back since the copy recorded was taken.
-func (w *weighing) weighLast(run Peer, gen uint32, x limiter.State) (less limiter.State, ok bool) {
+// on it. What the record held beyond x (units the run gave back since
+// the copy recorded was taken) comes off the counter here (w.less).
+//
+// A record that is the run's last word already says x (the same word,
+// come again by another way: inside a counter that went on from it, and
+// passed on itself): nothing comes off. The run counts the key in a new
+// counter, a generation later, once it let this one go, so no counter
+// of this generation counted more since; a record of another
+// generation is another counter's, never lowered by x.
+func (w *weighing) weighLast(run Peer, gen uint32, x limiter.State) {
 	r := w.r
 	p, _, found := r.promotionLocked(w.k, run, gen)
+	if found && p.last {
+		w.share(olderState(w.now, x, p.state))
+		return
+	}
 	r.setPromotionLocked(w.k, promotion{owner: run, gen: gen, state: x, at: w.m, last: true})
 	if !found {
-		return limiter.State{}, false
+		return
 	}
 	w.share(olderState(w.now, x, p.state))
-	return givenBackSince(w.now, p.state, x)
+	w.lower(givenBackSince(w.now, p.state, x))
+}
+
+// lower notes less (if ok) as coming off the counter here.
+func (w *weighing) lower(less limiter.State, ok bool) {
+	switch {
+	case !ok:
+	case w.lowered:
+		w.less = limiter.AddState(w.now, w.less, less)
+	default:
+		w.less, w.lowered = less, true
+	}
 }
 
 // givenBackSince returns what rec, a record of a run's counter, held
@@ -376,17 +411,21 @@ func givenBackSince(now time.Time, rec, last limiter.State) (limiter.State, bool
 // holds weighs the counts of other counters that the arriving counter
 // (run of, generation gen) holds: this run's (self's) own counter of its
 // current generation cur is the counter here, whole; the others are
-// weighed against the records of them.
+// weighed against the records of them, a run's last word on its counter
+// as weighLast weighs it.
 func (w *weighing) holds(self Peer, cur uint32, of Peer, gen uint32, holds []Held) {
 	for _, h := range holds {
 		if h.State.Key != w.k || h.Run == of && h.Gen == gen {
 			continue // the arriving counter itself
 		}
-		if h.Run == self && h.Gen == cur {
+		switch {
+		case h.Run == self && h.Gen == cur:
 			w.share(h.State)
-			continue
+		case h.Last:
+			w.weighLast(h.Run, h.Gen, h.State)
+		default:
+			w.weigh(h.Run, h.Gen, h.State)
 		}
-		w.weigh(h.Run, h.Gen, h.State)
 	}
 }
 
@@ -566,7 +605,8 @@ func holdsOfTaken(taken []takenReplica) []Held {
 // stopped counting, declared dead), it is weighed as weighHere weighs a
 // counter its run handed over: what the record held beyond s (units
 // given back since the copy recorded) is returned (less, lowered), to
-// come off the counter here, and from now on the record is s.
+// come off the counter here, and from now on the record is s; so is what
+// the records held beyond the last words among holds (see weighHere).
 func (r *replicaStore) beyondPromoted(now time.Time, m int64, self Peer, k limiter.Key, owner Peer, gen uint32, s limiter.State, holds []Held, last bool) (delta limiter.State, more, ok bool, less limiter.State, lowered bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -576,10 +616,12 @@ func (r *replicaStore) beyondPromoted(now time.Time, m int64, self Peer, k limit
 	}
 	w := r.weighingLocked(now, m, k)
 	switch {
-	case last:
+	case last && !p.last:
 		w.share(olderState(now, s, p.state))
-		less, lowered = givenBackSince(now, p.state, s)
+		w.lower(givenBackSince(now, p.state, s))
 		p.state, p.last = s, true
+	case last:
+		w.share(olderState(now, s, p.state)) // that word again (see weighLast)
 	case p.last:
 		w.share(s) // a copy of the counter its run had the last word on
 	default:
@@ -589,7 +631,7 @@ func (r *replicaStore) beyondPromoted(now time.Time, m int64, self Peer, k limit
 	r.setPromotionLocked(k, p)
 	w.holds(self, r.gens[k].gen, owner, gen, holds)
 	delta, more = w.beyond(s)
-	return delta, more, true, less, lowered
+	return delta, more, true, w.less, w.lowered
 }
 
 // noteApplied records transfers owner applied (those of list naming
@@ -1133,12 +1175,12 @@ func (r *replicaStore) putPassed(m int64, owner Peer, states []limiter.State, ho
 }
 
 // newerHolds merges two lists of counts held: of each counter (run and
-// generation), the newer.
+// generation), the record that stands (see newerHeld).
 func newerHolds(a, b []Held) []Held {
 	out := slices.Clone(a)
 	for _, h := range b {
 		if i := slices.IndexFunc(out, func(x Held) bool { return x.Run == h.Run && x.Gen == h.Gen && x.State.Key == h.State.Key }); i >= 0 {
-			out[i].State = limiter.NewerState(out[i].State, h.State)
+			out[i] = newerHeld(out[i], h)
 		} else {
 			out = append(out, h)
 		}
@@ -1155,7 +1197,7 @@ func (r *replicaStore) heldOf(keys []limiter.Key) []Held {
 	var out []Held
 	for _, k := range keys {
 		for _, p := range r.promoted[k] {
-			out = append(out, Held{Run: p.owner, Gen: p.gen, State: p.state})
+			out = append(out, p.held())
 		}
 	}
 	return out
@@ -1263,7 +1305,10 @@ func (r *replicaStore) dropOf(k limiter.Key, owner Peer) bool {
 // takeNewerOf takes out the replicas owner keeps of the keys of states,
 // copies of the same counters as states, and returns, key by key, the
 // newer of the two, and the newer of the other runs' counts both hold.
-func (r *replicaStore) takeNewerOf(owner Peer, states []limiter.State, holds []Held) ([]limiter.State, []Held) {
+// Where states are owner's last word on its counters (last), they stand
+// as they are: a replica of them, an earlier copy, holds nothing beyond
+// (what it holds more was given back since).
+func (r *replicaStore) takeNewerOf(owner Peer, states []limiter.State, holds []Held, last bool) ([]limiter.State, []Held) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := slices.Clone(states)
@@ -1273,7 +1318,9 @@ func (r *replicaStore) takeNewerOf(owner Peer, states []limiter.State, holds []H
 			continue // another counter of the run's, if any: not a copy
 		}
 		delete(r.states, s.Key)
-		out[i] = limiter.NewerState(rep.state, s)
+		if !last {
+			out[i] = limiter.NewerState(rep.state, s)
+		}
 		holds = newerHolds(holds, rep.holds)
 	}
 	return out, holds

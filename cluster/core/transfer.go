@@ -1166,11 +1166,15 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// keeps of them is stale. Passed on by others, they may be a
 		// replica of the run sent on once it was taken for dead, and the
 		// replica here a newer copy of the same counter (a snapshot of the
-		// run read back and sent here): the newer of the two goes on.
-		// Where they are counted, they are weighed against what is held
-		// there of the run and of the runs they hold counts of (see
-		// placeHere); passed on, they go as they came.
+		// run read back and sent here): the newer of the two goes on;
+		// unless they are the run's last word on them (Last: handed over
+		// by it, or sent as it stopped counting), which a copy holds
+		// nothing beyond. Where they are counted, they are weighed against
+		// what is held there of the run and of the runs they hold counts
+		// of (see placeHere); passed on, they go as they came, the run's
+		// last word still if they were.
 		of := t.countersOf(from)
+		last := of.Name != "" && (t.Own || t.Last)
 		states, holds := t.States, t.Holds
 		switch {
 		case t.Own || t.Last:
@@ -1178,7 +1182,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 				c.replicas.dropOf(s.Key, of)
 			}
 		case of.Name != "":
-			states, holds = c.replicas.takeNewerOf(of, t.States, t.Holds)
+			states, holds = c.replicas.takeNewerOf(of, t.States, t.Holds, last)
 		}
 		// What the runs whose counts they hold applied: counts sent again
 		// in place of one of those transfers are skipped here, and
@@ -1188,7 +1192,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if len(t.Taken) > 0 {
 			given = c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
 		}
-		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, Last: t.Last, handed: t.Own}
+		like := Transfer{Mode: ModeAdd, CountersOf: of, Holds: holds, Last: last}
 		like.Applied = t.Applied
 		if t.carriesCounter() {
 			like.Applied = foreignApplied(t.Applied, of, t.Holds)
@@ -1313,11 +1317,10 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		}))
 		c.place(now, ModeAdd, purposeForward, adds)
 		// The run's counters that this node holds no record of go on as
-		// the run's, and as its last word on them (Last): where they are
+		// the run's, and as its last word on them: where they are
 		// counted, they are weighed against what is held there of the run
 		// (a replica of it, inside another counter that was started from
-		// it), and what such an earlier copy holds beyond them was given
-		// back since (TestAnOwnerWhoseMajorityComesBackThroughNewcomersStaysWithinTheBound).
+		// it), and what that held beyond them comes off.
 		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Last: true, Holds: holdsOf(t.Holds, counters), Resent: resentOf(resent, counters)}, purposeForward, counters)
 		c.placeAs(now, Transfer{Mode: ModeCopy, Resent: resentOf(resent, copies)}, purposeForward, copies)
 	case ModeCopy:
@@ -1895,7 +1898,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		if named {
 			a.holds = holds
 			if !own {
-				a.of, a.last, a.lastSent = like.CountersOf, like.handed || like.Last, like.Last
+				a.of, a.last = like.CountersOf, like.Last
 			}
 		}
 		if mode == ModeAdd && len(like.Applied) > 0 && (c.majority(v) || v.self < 0) {

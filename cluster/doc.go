@@ -336,7 +336,15 @@
 // 16 admitted of 10 by owners before); a node the key moves to meanwhile
 // (a new run of its owner joining) learns so from the node it pulls it
 // from, or that seals to it, and does the same
-// (TestAKeyOutOfReachStaysSoAtTheNodeItMovesTo). So is a key whose owner,
+// (TestAKeyOutOfReachStaysSoAtTheNodeItMovesTo). A replica this node kept
+// from when it succeeded the owner by another ring is no counter of the
+// key either: once this node's ring puts another node after the owner,
+// the owner replicates there (or will, once its ring is this one: a
+// replica it sends by an older ring is as stale), and the replica falls
+// behind (TestAStaleReplicaOfAnEarlierSuccessionIsNoCounterOfAKeyOutOfReach,
+// TestAReplicaItsOwnerSentByAnOlderRingIsNoCounterOfAKeyOutOfReach:
+// before, the late replica was taken for the key's counter, 37 admitted
+// of 32 with 2 in fallback). So is a key whose owner,
 // declared dead by the others while it took its successor for dead, sent
 // its counter to that successor as it learned so, and gave the transfer
 // up: the successor may have started the key from its replica and counted

@@ -31,7 +31,9 @@ type replica struct {
 	passed bool  // a leaving node passed it on: when its owner sent it is not known
 	// superseded: its owner, the key's owner still, replicates the key
 	// to another node since (a ring changed and this node is no longer
-	// the key's successor): the owner's counter has gone on without it.
+	// the key's successor), or will once its ring is this node's (it sent
+	// the replica by an older one): the owner's counter goes on without
+	// it.
 	superseded bool
 }
 
@@ -1048,8 +1050,15 @@ func (r *replicaStore) forgetApplied(m int64) {
 // replacing older ones of the same keys. A full store drops expired
 // replicas first, then refuses new keys. It returns the live replicas of
 // other runs that owner's replaced, sorted by key: they may hold counts
-// that owner's counters do not (see Core.sendDisplaced).
-func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.State, holds []Held) (displaced []takenReplica) {
+// that owner's counters do not (see Core.sendDisplaced). Each is marked
+// superseded as supersede marks them by ring, this node's (self's) ring:
+// an owner that sent it by an older one, where this node succeeded it,
+// replicates the key to the other node once it has this ring, and the
+// replica falls behind its counter then as one kept from an earlier ring
+// does (TestAReplicaItsOwnerSentByAnOlderRingIsNoCounterOfAKeyOutOfReach:
+// before, the replica undid the mark, and a node that took the key over
+// counted it on from it).
+func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.State, holds []Held, ring *Ring, self string) (displaced []takenReplica) {
 	ns := now.UnixNano()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -1064,7 +1073,7 @@ func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.
 		if ok && old.owner != owner && old.state.Expires > ns {
 			displaced = append(displaced, takenReplica{owner: old.owner, state: old.state, holds: old.holds, at: old.at, passed: old.passed})
 		}
-		r.states[s.Key] = replica{state: s, owner: owner, holds: holdsOf(holds, []limiter.State{s}), at: m}
+		r.states[s.Key] = replica{state: s, owner: owner, holds: holdsOf(holds, []limiter.State{s}), at: m, superseded: supersededBy(ring, self, owner, s.Key)}
 		if g, ok := r.given[s.Key]; ok && g.to == owner {
 			delete(r.given, s.Key) // counted there, and replicated: the replica holds it
 		}
@@ -1236,7 +1245,9 @@ func (r *replicaStore) takeOwned(now time.Time, pick func(owner Peer, k limiter.
 // and has another successor there than self: the owner replicates the
 // key there from now on, and a replica kept here falls behind its
 // counter. A replica the owner sends here later replaces the mark (see
-// put): the owner took this node for the key's successor then. It drops
+// put), marked anew by the ring of this node then: the owner took this
+// node for the key's successor, but may have done so by an older ring
+// than this node's. It drops
 // the counters this run handed over and keeps for their receiver (see
 // Core.keepGiven) where the receiver is in ring and this node succeeds
 // it in the key no more, or it owns the key no more: another node
@@ -1255,16 +1266,20 @@ func (r *replicaStore) supersede(ring *Ring, self string) {
 		}
 	}
 	for k, rep := range r.states {
-		if rep.superseded {
-			continue
-		}
-		first, second := ring.top2(k.Route())
-		if first < 0 || second < 0 || ring.member(first).Peer() != rep.owner || ring.member(second).Name == self {
+		if rep.superseded || !supersededBy(ring, self, rep.owner, k) {
 			continue
 		}
 		rep.superseded = true
 		r.states[k] = rep
 	}
+}
+
+// supersededBy reports whether, by ring, owner owns k and another node
+// than self succeeds it there: owner replicates k to that node, and a
+// replica of it here falls behind its counter.
+func supersededBy(ring *Ring, self string, owner Peer, k limiter.Key) bool {
+	first, second := ring.top2(k.Route())
+	return first >= 0 && second >= 0 && ring.member(first).Peer() == owner && ring.member(second).Name != self
 }
 
 // keeps reports whether a live replica pick chooses is kept, or a

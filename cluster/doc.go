@@ -333,7 +333,12 @@
 // (restarted), or for at most HandoffWindow, rather than count it from
 // what the others admitted in fallback
 // (TestAKeyWhoseOwnerAndSuccessorDiedIsDecidedByFallbackUntilItsCounterComes:
-// 16 admitted of 10 by owners before); a node the key moves to meanwhile
+// 16 admitted of 10 by owners before). Units given back to it for such a
+// key meanwhile, and other settlements of it, wait for that counter too
+// and come off it once it is here, or follow the key if it moves on
+// (TestAUnitGivenBackForAKeyOutOfReachWaitsForItsCounter: given back from
+// what the new owner held of the key, which lacked them, they were lost,
+// and the counter, back, still held them); a node the key moves to meanwhile
 // (a new run of its owner joining) learns so from the node it pulls it
 // from, or that seals to it, and does the same
 // (TestAKeyOutOfReachStaysSoAtTheNodeItMovesTo). A replica this node kept

@@ -15,8 +15,9 @@ import (
 // ModeCharge), numbered by its sender and applied once by the node that
 // counts the key, which notes the key for its successors: it follows the
 // key through hand-offs (a transfer whose receiver can no longer apply it
-// goes where the key is now), and one for a key still on its way here
-// waits for its counter. A refund carries the instant its units were
+// goes where the key is now), and one for a key still on its way here, or
+// one this node owns whose counter is out of reach (see outOfReach), waits
+// for its counter. A refund carries the instant its units were
 // counted (Transfer.At): the units come out of the window that counted
 // them, so a refund after the window rolled over never lends the current
 // window a unit. Nodes' clocks differ by little; a refund crossing a
@@ -82,15 +83,16 @@ func settleIn(e *limiter.Engine, now time.Time, at int64, charge bool, r limiter
 
 // settleAt settles reqs where their counters are: here (a key this node
 // counts, or whose counter it still holds), later (a key whose counter is
-// on its way here, or it or what this node admitted of it in fallback in
-// a transfer of this node's not acknowledged yet: see carries),
-// or at the node that counts them, in a transfer. It
-// returns the numbers of the transfers it sent.
+// on its way here, or out of reach (see refundOutOfReach), or it or what
+// this node admitted of it in fallback in a transfer of this node's not
+// acknowledged yet: see carries), or at the node that counts them, in a
+// transfer. It returns the numbers of the transfers it sent.
 func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Request) (sent []uint64) {
 	if len(reqs) == 0 {
 		return nil
 	}
 	v := c.view.Load()
+	m := c.mono(now)
 	var away map[string][]limiter.Request
 	owners := map[string]Member{}
 	for _, r := range reqs {
@@ -99,7 +101,7 @@ func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Req
 			continue
 		}
 		to, self, ok := c.placeOf(v, r.Key)
-		if r.Limit.Algorithm != limiter.Concurrency && (self && v.ho != nil && c.handoff.incoming(v, c.self.Name, r.Key) || c.out.carries(r.Key)) {
+		if r.Limit.Algorithm != limiter.Concurrency && (self && (v.ho != nil && c.handoff.incoming(v, c.self.Name, r.Key) || c.lacksCounter(r.Key, m)) || c.out.carries(r.Key)) {
 			c.settling.hold(heldSettle{at: at, charge: charge, req: r})
 			continue
 		}
@@ -119,7 +121,7 @@ func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Req
 		mode = ModeCharge
 	}
 	for _, name := range sortedKeys(away) {
-		t := c.out.transfer(owners[name].Peer(), Transfer{Mode: mode, At: at, Reqs: away[name]}, purposeRefund, c.mono(now), true)
+		t := c.out.transfer(owners[name].Peer(), Transfer{Mode: mode, At: at, Reqs: away[name]}, purposeRefund, m, true)
 		sent = append(sent, t.Seq)
 	}
 	if len(sent) > 0 {
@@ -139,7 +141,8 @@ func (c *Core) applySettle(now time.Time, t Transfer, reqs []limiter.Request) {
 	c.settleAt(now, t.At, t.Mode == ModeCharge, reqs)
 }
 
-// tickSettles settles again what waited for keys on their way here.
+// tickSettles settles again what waited for keys on their way here, or
+// for their counters out of reach.
 func (c *Core) tickSettles(now time.Time) {
 	held := c.settling.drain()
 	if len(held) == 0 {
@@ -160,13 +163,13 @@ type heldSettle struct {
 	at     int64
 	charge bool
 	// refund: units given back as refund gives them back (see refund),
-	// waiting for a counter on its way from this node.
+	// waiting for a counter on its way from this node, or out of reach.
 	refund bool
 	req    limiter.Request
 }
 
 // heldSettles are the settlements of keys whose counters are on their way
-// here. It is safe for concurrent use.
+// here, or out of reach. It is safe for concurrent use.
 type heldSettles struct {
 	mu   sync.Mutex
 	list []heldSettle

@@ -2009,6 +2009,10 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 	}
 	for _, r := range reqs {
 		to, self, ok := c.placeOf(v, r.Key)
+		if self && r.Limit.Algorithm != limiter.Concurrency && c.lacksCounter(r.Key, m) {
+			c.refundOutOfReach(r)
+			continue
+		}
 		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
 			if r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) && c.fallback.engine.Has(now, r.Key) {
 				// The key's counter waits in the fallback counts (it came
@@ -2041,6 +2045,25 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 	for _, name := range sortedKeys(away) {
 		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeRefund, Reqs: away[name]}, purposeRefund)
 	}
+}
+
+// refundOutOfReach keeps r's units, given back for a key this node owns
+// whose counter is out of reach (see outOfReach): the key's owner and
+// successor died together, and its counter may live on, on the far side
+// of a split, holding the units. What this node holds of the key is what
+// the others and it admitted in fallback, not those units: given back
+// from it, they would come off a count that lacks them (a count goes no
+// lower than nothing, so they are lost), and the counter, once it comes,
+// would still hold them. They wait, with the settlements of keys on their
+// way here (see tickSettles), until a counter of the key came (they come
+// off the count it joined), or the key counts from what it has (the
+// hand-off window passed, or both runs that held it are gone, and their
+// counts with them), or it moved on (they follow it).
+func (c *Core) refundOutOfReach(r limiter.Request) {
+	if c.debugOn() {
+		c.log.Debug("units given back wait for their key's counter, out of reach", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
+	}
+	c.settling.hold(heldSettle{refund: true, req: r})
 }
 
 // countingHere returns the requests of reqs whose keys this node counts

@@ -56,22 +56,14 @@ func TestAnOlderCopyOfAHandedOverCounterAddsNothingWhereTheCounterWentOn(t *test
 // counter like any copy, it is weighed as one (the larger stands), and the
 // unit given back counts again.
 func TestAHandedOverCounterPassedOnLowersTheOlderCopyWhereTheKeyIsCounted(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2", "n3")
-	k := h.keyOrdered("n0", "n1", "n2")
-	older, handed := loweredCounter(h.now, k, 9)
-	n0, n1, n2, n3 := h.cores["n0"], h.cores["n1"], h.cores["n2"], h.cores["n3"]
-	copyOf := Transfer{Seq: 1000, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: []limiter.State{older}}
-	n0.handleTransfer(h.now, n3.self, copyOf, false)
-	h.pump()
-	if got := h.count("n0", k); got != 9 {
-		t.Fatalf("n0 counts %d of the key; the copy of n1's counter holds 9", got)
-	}
+	h, k, handed := anOlderCopyCountedAtN0(t)
+	n1, n2 := h.cores["n1"], h.cores["n2"]
 	own := Transfer{Seq: 1000, To: n2.self.Inc, Epoch: 1, Mode: ModeAdd, Own: true, States: []limiter.State{handed}}
 	n2.handleTransfer(h.now, n1.self, own, false)
 	h.pump()
 	h.advance(100 * time.Millisecond)
-	if got := h.count("n0", k) + h.count("n1", k) + h.count("n2", k) + h.count("n3", k); got != 8 {
-		t.Errorf("the cluster counts %d of the key (n0 %d, n2 %d); n1's counter, handed over, holds 8", got, h.count("n0", k), h.count("n2", k))
+	if got := h.clusterCount(k); got != 8 {
+		t.Errorf("the cluster counts %d of the key (%v); n1's counter, handed over, holds 8", got, h.counts(k))
 	}
 }
 
@@ -82,22 +74,14 @@ func TestAHandedOverCounterPassedOnLowersTheOlderCopyWhereTheKeyIsCounted(t *tes
 // counter. n0 counts 8. Sent on as a plain copy of n1's counter, the
 // larger stood there, and the unit given back counted again.
 func TestAnEvictedCounterPassedOnLowersTheOlderCopyWhereTheKeyIsCounted(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2", "n3")
-	k := h.keyOrdered("n0", "n1", "n2")
-	older, evicted := loweredCounter(h.now, k, 9)
-	n0, n1, n2, n3 := h.cores["n0"], h.cores["n1"], h.cores["n2"], h.cores["n3"]
-	copyOf := Transfer{Seq: 1000, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: []limiter.State{older}}
-	n0.handleTransfer(h.now, n3.self, copyOf, false)
-	h.pump()
-	if got := h.count("n0", k); got != 9 {
-		t.Fatalf("n0 counts %d of the key; the copy of n1's counter holds 9", got)
-	}
+	h, k, evicted := anOlderCopyCountedAtN0(t)
+	n1, n2, n3 := h.cores["n1"], h.cores["n2"], h.cores["n3"]
 	last := Transfer{Seq: 1001, To: n2.self.Inc, Epoch: 1, Mode: ModeEvicted, Evicted: n1.self, States: []limiter.State{evicted}}
 	n2.handleTransfer(h.now, n3.self, last, false)
 	h.pump()
 	h.advance(100 * time.Millisecond)
-	if got := h.count("n0", k) + h.count("n1", k) + h.count("n2", k) + h.count("n3", k); got != 8 {
-		t.Errorf("the cluster counts %d of the key (n0 %d, n2 %d); n1's counter, sent as it stopped counting, holds 8", got, h.count("n0", k), h.count("n2", k))
+	if got := h.clusterCount(k); got != 8 {
+		t.Errorf("the cluster counts %d of the key (%v); n1's counter, sent as it stopped counting, holds 8", got, h.counts(k))
 	}
 }
 
@@ -108,22 +92,43 @@ func TestAnEvictedCounterPassedOnLowersTheOlderCopyWhereTheKeyIsCounted(t *testi
 // that: n0 counts 8, what the older copy held beyond the last word coming
 // off. Without the mark the record was a copy's: the larger stood, 9.
 func TestACounterHoldingALastWordLowersTheOlderCopyWhereItArrives(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2", "n3")
-	k := h.keyOrdered("n0", "n1", "n2")
-	older, handed := loweredCounter(h.now, k, 9)
-	n0, n1, n2, n3 := h.cores["n0"], h.cores["n1"], h.cores["n2"], h.cores["n3"]
+	h, k, handed := anOlderCopyCountedAtN0(t)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	own := Transfer{Seq: 1000, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, Own: true, States: []limiter.State{handed},
+		Holds: []Held{{Run: n1.self, State: handed, Last: true}}}
+	n0.handleTransfer(h.now, n2.self, own, false)
+	h.pump()
+	h.advance(100 * time.Millisecond)
+	if got := h.clusterCount(k); got != 8 {
+		t.Errorf("the cluster counts %d of the key (%v); n2's counter holds n1's last word, 8, and nothing more", got, h.counts(k))
+	}
+}
+
+// anOlderCopyCountedAtN0 starts four nodes, n0 to n3, and a key that n0
+// owns, then n1, then n2. n0 counts an older copy of n1's counter (9),
+// sent on by n3; it returns n1's counter as n1 let it go, a unit given
+// back since (8).
+func anOlderCopyCountedAtN0(t *testing.T) (h *handNet, k limiter.Key, lowered limiter.State) {
+	t.Helper()
+	h = newHandNet(t, "n0", "n1", "n2", "n3")
+	k = h.keyOrdered("n0", "n1", "n2")
+	older, lowered := loweredCounter(h.now, k, 9)
+	n0, n1, n3 := h.cores["n0"], h.cores["n1"], h.cores["n3"]
 	copyOf := Transfer{Seq: 1000, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: []limiter.State{older}}
 	n0.handleTransfer(h.now, n3.self, copyOf, false)
 	h.pump()
 	if got := h.count("n0", k); got != 9 {
 		t.Fatalf("n0 counts %d of the key; the copy of n1's counter holds 9", got)
 	}
-	own := Transfer{Seq: 1000, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, Own: true, States: []limiter.State{handed},
-		Holds: []Held{{Run: n1.self, State: handed, Last: true}}}
-	n0.handleTransfer(h.now, n2.self, own, false)
-	h.pump()
-	h.advance(100 * time.Millisecond)
-	if got := h.count("n0", k) + h.count("n1", k) + h.count("n2", k) + h.count("n3", k); got != 8 {
-		t.Errorf("the cluster counts %d of the key (n0 %d); n2's counter holds n1's last word, 8, and nothing more", got, h.count("n0", k))
+	return h, k, lowered
+}
+
+// clusterCount returns what the nodes count of k, their engines and their
+// fallback counts together.
+func (h *handNet) clusterCount(k limiter.Key) int64 {
+	var sum int64
+	for _, n := range h.counts(k) {
+		sum += n
 	}
+	return sum
 }

@@ -423,6 +423,15 @@ func (t *Transfer) markWith(marks []Replaced, self Peer) {
 // a give-back to a run that was taken for dead (see Was).
 func (t Transfer) givenBackAgain() bool { return t.Was != 0 && t.Mode == ModeRefund }
 
+// lastWord reports whether t carries counters that are their run's last
+// word on them: handed over by the run itself (Own), or marked so (Last).
+// Sent on in its place (its receiver gone), such a counter names its run
+// and says so still (Last): sent on as a plain copy of the run's, an older
+// copy met where its key is counted stood as the larger, and a unit the
+// run gave back counted again
+// (TestAHandedOverCounterSentOnByItsRunLowersTheOlderCopyWhereTheKeyIsCounted).
+func (t Transfer) lastWord() bool { return t.Last || t.Own && t.Mode == ModeAdd }
+
 // resent reports whether t carries bare additions sent again in place of
 // a transfer to a run that was taken for dead (see Was).
 func (t Transfer) resent() bool {

@@ -2593,11 +2593,11 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		c.notePromotedHere(now, pt.t.ReplicaOf, here, pt.t.Holds)
 		c.placeHere(now, v, like, here)
 		c.applySettle(now, pt.t, hereReqs)
-		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self), Last: pt.t.Last, Holds: holdsOf(pt.t.Holds, kept), Resent: resentOf(pt.t.Resent, kept)}, purposeForward, kept)
+		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self), Last: pt.t.lastWord(), Holds: holdsOf(pt.t.Holds, kept), Resent: resentOf(pt.t.Resent, kept)}, purposeForward, kept)
 	}
 	for _, name := range sortedKeys(parts) {
 		p := parts[name]
-		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Last: pt.t.Last, Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t), Taken: pt.t.Taken, Resent: resentOf(pt.t.Resent, p.states)}, pt.purpose, c.mono(now), false)
+		t := c.out.transfer(p.to.Peer(), Transfer{Mode: pt.t.Mode, States: p.states, Reqs: p.reqs, At: pt.t.At, Evicted: pt.t.Evicted, ReplicaOf: pt.t.ReplicaOf, CountersOf: pt.t.countersOf(c.self), Last: pt.t.lastWord(), Holds: holdsOf(pt.t.Holds, p.states), Applied: copyApplied(pt.t), Taken: pt.t.Taken, Resent: resentOf(pt.t.Resent, p.states)}, pt.purpose, c.mono(now), false)
 		t.Was, t.WasFrom, t.WasTo, t.Earlier = mark.Was, mark.WasFrom, mark.WasTo, mark.Earlier
 		c.out.retargeted(t.Seq, t, c.mono(now))
 		c.debugTransfer("transfer sent in place of one to a gone receiver", p.to.Peer(), t, pt.purpose)

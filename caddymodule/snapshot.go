@@ -37,15 +37,18 @@ const defaultSnapshotInterval = time.Minute
 
 // snapshotMagic starts a snapshot, with the format's version: the run that
 // wrote it (name, incarnation), when, the states, the runs whose counts
-// the counters hold (each with the generation of its counter, see
-// cluster.Held) with those counts, and the transfers the run applied to
-// them whose senders may not have had them acknowledged (see
-// encodeSnapshot).
-// snapshotMagicV2 starts one of the second format: the same, without the
-// generations (each the run's first counter of its key).
+// the counters hold (each with the generation of its counter, and whether
+// the counts are that run's last word on it, see cluster.Held) with those
+// counts, and the transfers the run applied to them whose senders may not
+// have had them acknowledged (see encodeSnapshot).
+// snapshotMagicV3 starts one of the third format: the same, without the
+// last-word marks (each record read back as a copy's).
+// snapshotMagicV2 starts one of the second format: as the third, without
+// the generations (each the run's first counter of its key).
 // snapshotMagicV1 starts one of the first format: the states alone.
 const (
-	snapshotMagic   = "TGSN3"
+	snapshotMagic   = "TGSN4"
+	snapshotMagicV3 = "TGSN3"
 	snapshotMagicV2 = "TGSN2"
 	snapshotMagicV1 = "TGSN1"
 )
@@ -55,9 +58,10 @@ const maxRunName = 1024
 
 // encodeSnapshot returns k in the snapshot format: the magic; the run
 // (name as a length and bytes, incarnation); when it was kept (Unix ns);
-// the states; the number of runs held, each run's name, incarnation and
-// generation (32 bits), and the counts held of them as states, in the
-// same order; the number of
+// the states; the number of runs held, each run's name, incarnation,
+// generation (32 bits) and last-word mark (a byte, 1 if the counts are
+// the run's last word on its counter), and the counts held of them as
+// states, in the same order; the number of
 // transfers applied, each its sender's run, its number (64 bits) and the
 // number of its keys and the keys (64 bits each). Numbers are
 // little-endian, lengths and counts 32 bits.
@@ -71,6 +75,7 @@ func encodeSnapshot(k cluster.Kept) []byte {
 	for i, h := range k.Holds {
 		b = appendRun(b, h.Run)
 		b = binary.LittleEndian.AppendUint32(b, h.Gen)
+		b = append(b, boolByte(h.Last))
 		held[i] = h.State
 	}
 	b = limiter.AppendStates(b, held)
@@ -97,12 +102,14 @@ func appendRun(b []byte, p cluster.Peer) []byte {
 // bounded by the input's size.
 func decodeSnapshot(b []byte) (cluster.Kept, error) {
 	var k cluster.Kept
-	gens := true
+	gens, marks := true, true
 	switch {
 	case strings.HasPrefix(string(b), snapshotMagic):
 		b = b[len(snapshotMagic):]
+	case strings.HasPrefix(string(b), snapshotMagicV3):
+		b, marks = b[len(snapshotMagicV3):], false
 	case strings.HasPrefix(string(b), snapshotMagicV2):
-		b, gens = b[len(snapshotMagicV2):], false
+		b, gens, marks = b[len(snapshotMagicV2):], false, false
 	case strings.HasPrefix(string(b), snapshotMagicV1):
 		states, err := decodeStates(b[len(snapshotMagicV1):])
 		k.States = states
@@ -133,7 +140,7 @@ func decodeSnapshot(b []byte) (cluster.Kept, error) {
 	if n > len(b)/12 { // a run takes 12 bytes at least
 		return k, fmt.Errorf("%d runs held: more than the input holds", n)
 	}
-	runs, runGens := make([]cluster.Peer, n), make([]uint32, n)
+	runs, runGens, lasts := make([]cluster.Peer, n), make([]uint32, n), make([]bool, n)
 	for i := range runs {
 		if runs[i], b, err = readRun(b); err != nil {
 			return k, err
@@ -143,6 +150,15 @@ func decodeSnapshot(b []byte) (cluster.Kept, error) {
 				return k, limiter.ErrTruncated
 			}
 			runGens[i], b = binary.LittleEndian.Uint32(b), b[4:]
+		}
+		if marks {
+			if len(b) < 1 {
+				return k, limiter.ErrTruncated
+			}
+			if b[0] > 1 {
+				return k, fmt.Errorf("a last-word mark of %d: want 0 or 1", b[0])
+			}
+			lasts[i], b = b[0] == 1, b[1:]
 		}
 	}
 	if len(b) < 4 {
@@ -156,7 +172,7 @@ func decodeSnapshot(b []byte) (cluster.Kept, error) {
 		return k, fmt.Errorf("%d counts held for %d runs", len(held), n)
 	}
 	for i := range runs {
-		k.Holds = append(k.Holds, cluster.Held{Run: runs[i], Gen: runGens[i], State: held[i]})
+		k.Holds = append(k.Holds, cluster.Held{Run: runs[i], Gen: runGens[i], State: held[i], Last: lasts[i]})
 	}
 	if k.Applied, b, err = readApplied(b); err != nil {
 		return k, err
@@ -369,4 +385,12 @@ func (a *App) snapshotInterval() time.Duration {
 		return defaultSnapshotInterval
 	}
 	return time.Duration(a.SnapshotInterval)
+}
+
+// boolByte returns 1 for true, 0 for false.
+func boolByte(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
 }

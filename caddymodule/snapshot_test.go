@@ -100,7 +100,7 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 		Run:    cluster.Peer{Name: "node-a:7946", Inc: 42},
 		At:     now.UnixNano(),
 		States: []limiter.State{state(1, 3), state(2, 5)},
-		Holds:  []cluster.Held{{Run: cluster.Peer{Name: "node-b:7946", Inc: 7}, State: state(2, 4)}, {Run: cluster.Peer{Name: "node-a:7946", Inc: 42}, Gen: 2, State: state(2, 5)}},
+		Holds:  []cluster.Held{{Run: cluster.Peer{Name: "node-b:7946", Inc: 7}, State: state(2, 4), Last: true}, {Run: cluster.Peer{Name: "node-a:7946", Inc: 42}, Gen: 2, State: state(2, 5)}},
 		Applied: []cluster.KeptApplied{
 			{From: cluster.Peer{Name: "node-c:7946", Inc: 3}, Seq: 12, Keys: []limiter.Key{1, 2}},
 			{From: cluster.Peer{Name: "node-b:7946", Inc: 7}, Seq: 40, Keys: []limiter.Key{2}},
@@ -132,10 +132,32 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 	want := kept
 	want.Holds = slices.Clone(kept.Holds)
 	for i := range want.Holds {
-		want.Holds[i].Gen = 0
+		want.Holds[i].Gen, want.Holds[i].Last = 0, false
 	}
 	if !reflect.DeepEqual(second, want) {
 		t.Errorf("a snapshot of the second format read back as %+v; want %+v", second, want)
+	}
+
+	v3 := appendRun([]byte(snapshotMagicV3), kept.Run)
+	v3 = binary.LittleEndian.AppendUint64(v3, uint64(kept.At))
+	v3 = limiter.AppendStates(v3, kept.States)
+	v3 = binary.LittleEndian.AppendUint32(v3, uint32(len(kept.Holds)))
+	for _, h := range kept.Holds {
+		v3 = appendRun(v3, h.Run)
+		v3 = binary.LittleEndian.AppendUint32(v3, h.Gen)
+	}
+	v3 = limiter.AppendStates(v3, held)
+	v3 = append(v3, encodeSnapshot(cluster.Kept{Applied: kept.Applied})[len(encodeSnapshot(cluster.Kept{}))-4:]...)
+	third, err := decodeSnapshot(v3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Holds = slices.Clone(kept.Holds)
+	for i := range want.Holds {
+		want.Holds[i].Last = false
+	}
+	if !reflect.DeepEqual(third, want) {
+		t.Errorf("a snapshot of the third format read back as %+v; want %+v (no last-word marks)", third, want)
 	}
 
 	old, err := decodeSnapshot(limiter.AppendStates([]byte(snapshotMagicV1), kept.States))

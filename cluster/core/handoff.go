@@ -863,16 +863,21 @@ func (c *Core) pastPassers(v *view, k limiter.Key, passed []string) (string, boo
 	}
 	ms := slices.DeleteFunc(v.stable.Members(), func(m Member) bool { return m.Name == c.self.Name || slices.Contains(passed, m.Name) })
 	o, ok := NewRing(c.cfg.Hasher, ms).Owner(k.Route())
-	if !ok {
-		return "", false
-	}
-	if _, dead := v.ho.dead[o.Name]; dead {
-		return "", false
-	}
-	if p := c.peers.get(o.Name); p == nil || p.peer != o.Peer() {
+	if !ok || !c.liveSource(v, o) {
 		return "", false
 	}
 	return o.Name, true
+}
+
+// liveSource reports whether m, a node the hand-off under way would take
+// a key from, is a live peer: not among the runs it takes for dead, and
+// the run this node's peer of that name is.
+func (c *Core) liveSource(v *view, m Member) bool {
+	if _, dead := v.ho.dead[m.Name]; dead {
+		return false
+	}
+	p := c.peers.get(m.Name)
+	return p != nil && p.peer == m.Peer()
 }
 
 // leaverFor returns the next node still leaving, from the plan's i-th on,
@@ -1013,12 +1018,11 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		// counter away as a copy) is not "nothing": the asker pulls it from
 		// the run sending it, or asks here again.
 		if src, coming := c.stillComing(v, k); coming {
-			if src.Name == from.Name {
-				continue
-			}
-			if src.Name != "" {
+			switch {
+			case src.Name == from.Name: // the asker sends it itself
+			case src.Name != "":
 				moved = append(moved, KeyOwner{Key: k, Owner: src.Name})
-			} else {
+			default:
 				sending = append(sending, k)
 			}
 			continue
@@ -1127,13 +1131,7 @@ func (c *Core) beforeJoin(v *view, k limiter.Key, asker Peer) (Peer, bool) {
 		return Peer{}, false
 	}
 	src, ok := v.stable.OwnerWithout(k.Route(), asker.Name)
-	if !ok || src.Name == c.self.Name {
-		return Peer{}, false
-	}
-	if _, dead := v.ho.dead[src.Name]; dead {
-		return Peer{}, false
-	}
-	if p := c.peers.get(src.Name); p == nil || p.peer != src.Peer() {
+	if !ok || src.Name == c.self.Name || !c.liveSource(v, src) {
 		return Peer{}, false
 	}
 	return src.Peer(), true

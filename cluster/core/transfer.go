@@ -1174,7 +1174,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// of (see placeHere); passed on, they go as they came, the run's
 		// last word still if they were.
 		of := t.countersOf(from)
-		last := of.Name != "" && (t.Own || t.Last)
+		last := of.Name != "" && t.lastWord()
 		states, holds := t.States, t.Holds
 		switch {
 		case t.Own || t.Last:

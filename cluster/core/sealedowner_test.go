@@ -26,18 +26,8 @@ func TestASealHoldsWhileTheKeyStaysWithTheNodeSealedTo(t *testing.T) {
 	h.advance(20 * time.Millisecond) // replicated to n2
 
 	h.down["n1"] = true
-	h.advance(100 * time.Millisecond)
-	for _, name := range []string{"n2", "n3", "n4"} {
-		h.setMembership(name, []string{"n1"})
-	}
-	h.advance(20 * time.Millisecond)
-	if !h.cores["n2"].HandoffUnderway() {
-		t.Fatal("n2 does not wait for n1's lease before it counts n1's keys")
-	}
+	h.othersTakeN1OverAndN3SealsToN2(t)
 	fp := h.cores["n2"].Ring().Fingerprint()
-	if !h.cores["n3"].sealsGiven.gave("n2", fp) {
-		t.Fatal("n3 did not seal to n2")
-	}
 
 	// n4 comes back under a new run; n3 hears of it, n2 not yet.
 	h.start("n4", true).Joined(h.now)
@@ -178,18 +168,8 @@ func TestASealHoldsForTheNodeSealedToWhileItMayStillCountByItsRing(t *testing.T)
 	h.advance(20 * time.Millisecond) // replicated to n2
 
 	h.down["n1"] = true
-	h.advance(100 * time.Millisecond)
-	for _, name := range []string{"n2", "n3", "n4"} {
-		h.setMembership(name, []string{"n1"})
-	}
-	h.advance(20 * time.Millisecond)
-	if !h.cores["n2"].HandoffUnderway() {
-		t.Fatal("n2 does not wait for n1's lease before it counts n1's keys")
-	}
+	h.othersTakeN1OverAndN3SealsToN2(t)
 	c3 := h.cores["n3"]
-	if !c3.sealsGiven.gave("n2", h.cores["n2"].Ring().Fingerprint()) {
-		t.Fatal("n3 did not seal to n2")
-	}
 
 	tk := &handTake{node: "n3", res: make([]limiter.Result, 1)}
 	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: time.Hour}}}
@@ -268,17 +248,7 @@ func TestACallToADeadRunGivenUpAfterASealGoesToItsNewRun(t *testing.T) {
 		t.Fatalf("n3's first step: %+v; want a call to n1", a)
 	}
 
-	h.advance(100 * time.Millisecond)
-	for _, name := range []string{"n2", "n3", "n4"} {
-		h.setMembership(name, []string{"n1"})
-	}
-	h.advance(20 * time.Millisecond)
-	if !h.cores["n2"].HandoffUnderway() {
-		t.Fatal("n2 does not wait for n1's lease before it counts n1's keys")
-	}
-	if !c3.sealsGiven.gave("n2", h.cores["n2"].Ring().Fingerprint()) {
-		t.Fatal("n3 did not seal to n2")
-	}
+	h.othersTakeN1OverAndN3SealsToN2(t)
 
 	// n1 comes back under a new run; n3 hears of it, n2 not yet.
 	h.start("n1", true).Joined(h.now)
@@ -314,5 +284,23 @@ func TestACallToADeadRunGivenUpAfterASealGoesToItsNewRun(t *testing.T) {
 	h.advance(time.Second)
 	if got := h.count("n1", k); got != int64(load.admitted) {
 		t.Errorf("n1 holds %d; %d were admitted", got, load.admitted)
+	}
+}
+
+// othersTakeN1OverAndN3SealsToN2 has n2, n3 and n4 declare n1 dead once
+// it was down 100 ms: n2, n1's successor, takes its keys over and waits
+// for n1's lease, and n3 seals to it. It fails t if either did not.
+func (h *handNet) othersTakeN1OverAndN3SealsToN2(t *testing.T) {
+	t.Helper()
+	h.advance(100 * time.Millisecond)
+	for _, name := range []string{"n2", "n3", "n4"} {
+		h.setMembership(name, []string{"n1"})
+	}
+	h.advance(20 * time.Millisecond)
+	if !h.cores["n2"].HandoffUnderway() {
+		t.Fatal("n2 does not wait for n1's lease before it counts n1's keys")
+	}
+	if !h.cores["n3"].sealsGiven.gave("n2", h.cores["n2"].Ring().Fingerprint()) {
+		t.Fatal("n3 did not seal to n2")
 	}
 }

@@ -34,25 +34,8 @@ func TestAnOwnerThatCrashesWhileLeavingLeavesItsReplica(t *testing.T) {
 	h.down["n1"] = true
 	h.cores["n1"].Leave(h.now)
 	h.pump()
-	for _, x := range []string{"n0", "n2"} {
-		h.cores[x].SetMembership(h.now, Membership{Members: h.othersThan(x, "n1"), Leaving: []Member{h.member("n1")}})
-		h.pump()
-	}
-	h.advance(100 * time.Millisecond)
-	dead := []Peer{h.member("n1").Peer()}
-	h.list("n0", h.othersThan("n0", "n1"), dead)
-	h.list("n2", h.othersThan("n2", "n1"), dead)
-	h.advance(h.cfg.HandoffWindow + time.Second)
-
-	for range quota {
-		load.spend("n2")
-		load.spend("n0")
-	}
-	h.advance(50 * time.Millisecond)
-	load.resume()
-	if fb := load.by[SourceFallback]; load.admitted > quota+fb {
-		t.Errorf("%d admitted of limit %d and %d by fallback (%v): the new owner counts %d", load.admitted, quota, fb, load.by, h.count("n2", k))
-	}
+	h.othersSeeLeaveThenDeath("n1")
+	load.staysWithinTheLimit(t, quota, "n2", "n0")
 }
 
 // A node joins and borrows one of its new keys from the key's owner n0,
@@ -109,26 +92,8 @@ func TestABorrowerThatCrashesWhileLeavingLeavesItsReplicaAtTheLender(t *testing.
 	h.down["n2"] = true
 	n2.Leave(h.now)
 	h.pump()
-	leaving := []Member{h.member("n2")}
-	h.cores["n0"].SetMembership(h.now, Membership{Members: []Member{h.member("n1")}, Leaving: leaving})
-	h.pump()
-	h.cores["n1"].SetMembership(h.now, Membership{Members: []Member{h.member("n0")}, Leaving: leaving})
-	h.pump()
-	h.advance(100 * time.Millisecond)
-	dead := []Peer{h.member("n2").Peer()}
-	h.list("n0", []Member{h.member("n1")}, dead)
-	h.list("n1", []Member{h.member("n0")}, dead)
-	h.advance(h.cfg.HandoffWindow + time.Second)
-
-	for range quota {
-		load.spend("n0")
-		load.spend("n1")
-	}
-	h.advance(50 * time.Millisecond)
-	load.resume()
-	if fb := load.by[SourceFallback]; load.admitted > quota+fb {
-		t.Errorf("%d admitted of limit %d and %d by fallback (%v): n0 counts %d", load.admitted, quota, fb, load.by, h.count("n0", k))
-	}
+	h.othersSeeLeaveThenDeath("n2")
+	load.staysWithinTheLimit(t, quota, "n0", "n1")
 }
 
 // A key's owner n1 admitted 20, replicated to its successor n2, then gave
@@ -208,5 +173,41 @@ func TestALeaverThatCompletesItsLeaveHasNoStaleReplicaCounted(t *testing.T) {
 				t.Errorf("%d admitted after the leave (%v); %d remained", got, load.by, quota-19)
 			}
 		})
+	}
+}
+
+// othersSeeLeaveThenDeath has every node but leaver hear of it as
+// leaving, then, 100 ms later, as dead, and waits out the hand-off window.
+func (h *handNet) othersSeeLeaveThenDeath(leaver string) {
+	for _, name := range h.names {
+		if name != leaver {
+			h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, leaver), Leaving: []Member{h.member(leaver)}})
+			h.pump()
+		}
+	}
+	h.advance(100 * time.Millisecond)
+	dead := []Peer{h.member(leaver).Peer()}
+	for _, name := range h.names {
+		if name != leaver {
+			h.list(name, h.othersThan(name, leaver), dead)
+		}
+	}
+	h.advance(h.cfg.HandoffWindow + time.Second)
+}
+
+// staysWithinTheLimit spends quota units of the load's key through each
+// of the nodes given in turn, and fails t if more than quota were admitted
+// beyond what fallback admitted.
+func (l *handLoad) staysWithinTheLimit(t *testing.T, quota int, through ...string) {
+	t.Helper()
+	for range quota {
+		for _, name := range through {
+			l.spend(name)
+		}
+	}
+	l.h.advance(50 * time.Millisecond)
+	l.resume()
+	if fb := l.by[SourceFallback]; l.admitted > quota+fb {
+		t.Errorf("%d admitted of limit %d and %d by fallback (%v); the nodes count %v", l.admitted, quota, fb, l.by, l.h.counts(l.k))
 	}
 }

@@ -71,6 +71,12 @@
 // beside it (TestALenderWaitsForACutOffBorrowersLeaseBeforeItCountsTheKeyAgain).
 // A joiner listed as joining has not left: its replica here outlives
 // membership updates (TestAReplicaOfAJoiningBorrowerOutlivesAMembershipUpdateOfTheSameRing),
+// and so does one listed as leaving, until it is gone: its replica and
+// the record of the counter given to it are what is left of the key if it
+// crashes before it hands the counter over
+// (TestABorrowerThatCrashesWhileLeavingLeavesItsReplicaAtTheLender:
+// before, the lender dropped both as it heard of the leave, 50 admitted
+// of 30),
 // and only its refusal of the key's counter, not of counts to add, ends
 // the loan (TestARefusalByALeavingBorrowerThatHoldsTheCounterKeepsTheLoan).
 // A gone joiner's counter comes back
@@ -313,6 +319,16 @@
 // (TestCrashedOwnersCountsSurviveAtTheSuccessor asserts at most 45). A
 // replica is used only when the owner died: a node that leaves gracefully
 // hands its counters over instead, and the replica is not added to them.
+// The replica is kept while its owner leaves (a counter handed over
+// replaces it where it arrives) and dropped once the owner is gone
+// without being declared dead; an owner declared dead while it was
+// leaving (it crashed before its counters arrived) has its keys start
+// from its replicas like any dead owner, weighed against what it did hand
+// over, its last word on them (see below)
+// (TestAnOwnerThatCrashesWhileLeavingLeavesItsReplica: before, the
+// successor dropped the replica as it heard of the leave, and the new
+// owner counted the key from nothing, 50 admitted of 30;
+// TestALeaverThatCompletesItsLeaveHasNoStaleReplicaCounted).
 // A counter handed over (a join, a rolling restart) waits at its receiver
 // until the key settles there (every source sealed), in no engine and in
 // none of the receiver's replicas; its giver, which is the receiver's

@@ -1727,8 +1727,9 @@ func (c *Core) handOver(now time.Time, v *view) {
 	c.handOverReplicas(now, v)
 }
 
-// handOverReplicas drops the replicas of owners that left gracefully: they
-// are stale, their counters were handed over. Those of owners that died
+// handOverReplicas drops the replicas of owners that left gracefully (see
+// runLeft: gone, not only leaving): they are stale, their counters were
+// handed over. Those of owners that died
 // (or were replaced by a later run), of keys another node owns now, go
 // there as copies, once this node has a majority (until then the dead may
 // be alive on the other side of a split: it keeps their replicas, and sends
@@ -2041,15 +2042,23 @@ func (c *Core) runDied(owner Peer) bool {
 	return false
 }
 
-// runLeft reports whether the owner run is leaving, or left, gracefully:
-// announced leaving, or gone without being declared dead or replaced. A
-// run the hand-off under way takes for dead did not, whatever it is said
-// to have done since: that hand-off waits for none of its keys' counters,
-// they start from its replicas when it completes. Nor did a run listed as
-// a member or as joining: a joiner that borrowed a key counts it, its
-// replica here is the key's only copy beside its counter
+// runLeft reports whether the owner run left gracefully: gone without
+// being declared dead or replaced. A run the hand-off under way takes for
+// dead did not, whatever it is said to have done since: that hand-off
+// waits for none of its keys' counters, they start from its replicas when
+// it completes. Nor did a run listed as a member or as joining: a joiner
+// that borrowed a key counts it, its replica here is the key's only copy
+// beside its counter
 // (TestAReplicaOfAJoiningBorrowerOutlivesAMembershipUpdateOfTheSameRing).
-// viewMu is held.
+// Nor did a run listed as leaving, yet: until its counters arrive (each
+// replaces its replica where it comes, see handleTransfer) its replicas
+// here are its counters' only copies, and if it crashes before it handed
+// them over (it is declared dead then) they go on as a dead run's,
+// weighed where their keys are counted against what it did hand over, its
+// last word on them (TestAnOwnerThatCrashesWhileLeavingLeavesItsReplica,
+// TestABorrowerThatCrashesWhileLeavingLeavesItsReplicaAtTheLender).
+// Once it is gone, not declared dead, it handed everything over, and
+// what is kept here of it is stale. viewMu is held.
 func (c *Core) runLeft(owner Peer) bool {
 	if c.runDied(owner) {
 		return false
@@ -2060,7 +2069,7 @@ func (c *Core) runLeft(owner Peer) bool {
 		}
 	}
 	known := c.known.Load()
-	for _, list := range [][]Member{known.members, known.joining} {
+	for _, list := range [][]Member{known.members, known.leaving, known.joining} {
 		for _, m := range list {
 			if m.Name == owner.Name && m.Inc == owner.Inc {
 				return false

@@ -1164,8 +1164,9 @@ func (r *replicaStore) givenTo(k limiter.Key, to Peer) (limiter.State, bool) {
 }
 
 // putPassed keeps states of owner that another node kept and passed on:
-// each where this node keeps no replica of its key, or an older one of
-// the same run. A full store refuses new keys.
+// each where this node keeps no replica of its key, an older one of the
+// same run, or one of a counter whose run's last word on it the passed
+// one holds (see lastWordOn). A full store refuses new keys.
 func (r *replicaStore) putPassed(m int64, owner Peer, states []limiter.State, holds []Held) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -1179,8 +1180,29 @@ func (r *replicaStore) putPassed(m int64, owner Peer, states []limiter.State, ho
 			rep.state = limiter.NewerState(rep.state, s)
 			rep.holds = newerHolds(rep.holds, held)
 			r.states[s.Key] = rep
+		case ok && rep.owner != owner && lastWordOn(held, rep):
+			r.states[s.Key] = replica{state: s, owner: owner, holds: held, at: m, passed: true}
 		}
 	}
+}
+
+// lastWordOn reports whether holds, a counter's, hold the last word of
+// rep's run on the counter rep is a replica of (same run, same
+// generation): the run let that counter go, and the counter holding its
+// last word took it in. rep is stale then, a copy of counts the other
+// counter holds, and holds nothing beyond its last word (see Held.Last).
+// Kept instead of a replica of that counter passed on, it went as its run
+// left (or went on as a dead run's), and the key was counted without
+// either (TestAReplicaPassedOnReplacesAStaleReplicaOfTheRunItsCounterHolds:
+// a rolling restart, the owner crashes and its successor, leaving, passes
+// its replica on to a node that kept the successor's stale one: 41
+// admitted of 30).
+func lastWordOn(holds []Held, rep replica) bool {
+	k := rep.state.Key
+	gen := genIn(rep.holds, k, rep.owner)
+	return slices.ContainsFunc(holds, func(h Held) bool {
+		return h.Last && h.Run == rep.owner && h.Gen == gen && h.State.Key == k
+	})
 }
 
 // newerHolds merges two lists of counts held: of each counter (run and

@@ -329,6 +329,14 @@
 // successor dropped the replica as it heard of the leave, and the new
 // owner counted the key from nothing, 50 admitted of 30;
 // TestALeaverThatCompletesItsLeaveHasNoStaleReplicaCounted).
+// So a node may still keep the replica of a leaver's counter that the
+// leaver handed over long before (a rolling restart: the key went on to
+// the restarted owner, whose successor the leaver is) when the leaver
+// passes the owner's replica on to it; the replica passed on, whose
+// counter holds the leaver's last word on its own, replaces the stale one
+// (TestAReplicaPassedOnReplacesAStaleReplicaOfTheRunItsCounterHolds:
+// before, it was refused, the stale one went as the leaver left, and the
+// crashed owner's key was counted from nothing, 41 admitted of 30).
 // A counter handed over (a join, a rolling restart) waits at its receiver
 // until the key settles there (every source sealed), in no engine and in
 // none of the receiver's replicas; its giver, which is the receiver's

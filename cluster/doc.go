@@ -365,7 +365,12 @@
 // and the counter, back, still held them); a node the key moves to meanwhile
 // (a new run of its owner joining) learns so from the node it pulls it
 // from, or that seals to it, and does the same
-// (TestAKeyOutOfReachStaysSoAtTheNodeItMovesTo). A replica this node kept
+// (TestAKeyOutOfReachStaysSoAtTheNodeItMovesTo); the counter the key
+// moves with (what was admitted for it in fallback) is no counter of it
+// there: only one that holds the counts of a run that died holding the
+// key, or names no run, is
+// (TestAKeyOutOfReachHandedOnWithItsFallbackCountsStaysOutOfReach: 13
+// admitted of 10 by owners before). A replica this node kept
 // from when it succeeded the owner by another ring is no counter of the
 // key either: once this node's ring puts another node after the owner,
 // the owner replicates there (or will, once its ring is this one: a

@@ -100,6 +100,29 @@ type moving struct {
 	refunds []limiter.Request
 }
 
+// reached returns what came of the key's counters while it moved here
+// (ok false: none): replicas and copies name no run; a counter that came
+// naming its run, or the other runs' counts it holds, names those; one
+// that came as this node's own, or said nothing of its runs, names none.
+func (mk *moving) reached() (a reachedRuns, ok bool) {
+	if !mk.counter && !mk.hasBase && !mk.hasCopy {
+		return reachedRuns{}, false
+	}
+	a.unnamed = mk.hasBase || mk.hasCopy
+	for _, x := range mk.counters {
+		switch {
+		case x.of.Name != "" || len(x.holds) > 0:
+			a = a.with(reachedRunsOf(x.state.Key, x.of, x.holds))
+		case x.own || x.copy:
+			a.unnamed = true
+		}
+	}
+	if len(a.runs) == 0 {
+		a.unnamed = true
+	}
+	return a, true
+}
+
 // arrival is a counter that came for a key moving here, with what it
 // says of whose counts it holds.
 type arrival struct {
@@ -1673,10 +1696,10 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		// what arrived meanwhile. A replica whose owner has replicated
 		// the key elsewhere since is no counter of it: the one the
 		// successor kept may come back with counts it lacks.
-		var found []limiter.Key
+		found := map[limiter.Key]reachedRuns{}
 		for k, mk := range h.keys {
-			if (mk.counter || mk.hasBase || mk.hasCopy) && !superseded[k] {
-				found = append(found, k)
+			if a, ok := mk.reached(); ok && !superseded[k] {
+				found[k] = a
 			}
 		}
 		c.unreached.add(v.stable, plan, plan.since+int64(c.cfg.HandoffWindow), found)

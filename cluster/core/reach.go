@@ -34,7 +34,16 @@ import (
 // joins and owns it again, and finds nothing of it where it pulls it): a
 // node answers pulls and seal queries with the gaps it knows (Unreached),
 // and the asker decides the keys it owns in them by fallback too, for
-// what is left of the window.
+// what is left of the window. The counter that node held of the key, if
+// it moves on with it (handed over, given in a pull's reply), is no
+// counter of it either: counted by fallback, it holds what was admitted
+// in fallback, and names neither run that died holding the key. A
+// counter ends the gap only where it holds the counts of one of those
+// runs (its own run, or a run its Holds names), or names no run at all
+// (a copy or a replica whose run is not said, taken for the key's as
+// ever); else, taken for the key's counter, it let the node the key
+// moved to count the key from the fallback counts while the counter
+// lived on (seed 1795873206313035546 of the simulator).
 
 // reachGap is what one hand-off took over from dead members: the keys whose
 // owner and successor, in the ring the hand-off started from, both died.
@@ -49,6 +58,57 @@ type reachGap struct {
 	// the keys whose other counters arrived.
 	evicted Peer
 	found   map[limiter.Key]bool
+}
+
+// reachedRuns is what came to a node of a key's counters: whether one named
+// no run, and the runs whose counts the others hold (their own run, the
+// runs their Holds name).
+type reachedRuns struct {
+	unnamed bool
+	runs    []Peer
+}
+
+// reachedRunsOf is what a counter of k of the run of (none: not said) that
+// holds the counts holds names says of whose counts it holds.
+func reachedRunsOf(k limiter.Key, of Peer, holds []Held) reachedRuns {
+	var a reachedRuns
+	if of.Name != "" {
+		a.runs = append(a.runs, of)
+	}
+	for _, h := range holds {
+		if h.State.Key == k && !slices.Contains(a.runs, h.Run) {
+			a.runs = append(a.runs, h.Run)
+		}
+	}
+	a.unnamed = len(a.runs) == 0
+	return a
+}
+
+// with returns a and b together.
+func (a reachedRuns) with(b reachedRuns) reachedRuns {
+	a.unnamed = a.unnamed || b.unnamed
+	for _, p := range b.runs {
+		if !slices.Contains(a.runs, p) {
+			a.runs = append(slices.Clip(a.runs), p)
+		}
+	}
+	return a
+}
+
+// holds reports whether counters of k that came as a says hold the counts
+// of k's counter that g leaves out of reach: they name no run, or name
+// k's owner or successor in g's ring (runs that died holding it).
+func (g *reachGap) holds(k limiter.Key, a reachedRuns) bool {
+	if a.unnamed {
+		return true
+	}
+	first, second := g.ring.top2(k.Route())
+	for _, i := range []int{first, second} {
+		if i >= 0 && slices.Contains(a.runs, g.ring.member(i).Peer()) {
+			return true
+		}
+	}
+	return false
 }
 
 // lacks reports whether g leaves k without a reachable counter at self:
@@ -68,18 +128,18 @@ func (g *reachGap) lacks(k limiter.Key, self Peer, gone func(Peer) bool) bool {
 }
 
 // outOfReach holds the gaps of this node's hand-offs while their windows
-// last, and the keys whose counters arrived since. It is safe for
-// concurrent use, and cheap to ask when empty.
+// last, and what arrived since of the counters of keys (see reachedRuns). It
+// is safe for concurrent use, and cheap to ask when empty.
 type outOfReach struct {
 	mu    sync.Mutex
 	gaps  []reachGap
-	found map[limiter.Key]bool
+	found map[limiter.Key]reachedRuns
 	n     atomic.Int32 // len(gaps)
 }
 
 // add records the gap a hand-off of plan from stable leaves until until;
-// found are the keys whose counters this node holds already.
-func (r *outOfReach) add(stable *Ring, plan *handoffPlan, until int64, found []limiter.Key) {
+// found is what this node holds already of the keys' counters.
+func (r *outOfReach) add(stable *Ring, plan *handoffPlan, until int64, found map[limiter.Key]reachedRuns) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.gaps = append(r.gaps, reachGap{ring: stable, dead: plan.deadInc, until: until})
@@ -112,10 +172,10 @@ func (r *outOfReach) export(m int64) []Unreached {
 	return out
 }
 
-// takeGaps records the gaps another node passed on, from m; found are the
-// keys whose counters this node holds already. A gap it knows already
-// keeps its window. It returns how many it added.
-func (r *outOfReach) takeGaps(hasher keyhash.Hasher, us []Unreached, m int64, found []limiter.Key) int {
+// takeGaps records the gaps another node passed on, from m; found is
+// what this node holds already of the keys' counters. A gap it knows
+// already keeps its window. It returns how many it added.
+func (r *outOfReach) takeGaps(hasher keyhash.Hasher, us []Unreached, m int64, found map[limiter.Key]reachedRuns) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	added := 0
@@ -156,7 +216,7 @@ func (r *outOfReach) lacks(k limiter.Key, self Peer, m int64, gone func(Peer) bo
 	defer r.mu.Unlock()
 	for i := range r.gaps {
 		g := &r.gaps[i]
-		if g.evicted.Name == "" && r.found[k] || g.evicted.Name != "" && g.found[k] {
+		if g.evicted.Name == "" && g.holds(k, r.found[k]) || g.evicted.Name != "" && g.found[k] {
 			continue
 		}
 		if m < g.until && g.lacks(k, self, gone) {
@@ -217,36 +277,36 @@ func (r *outOfReach) expireLocked(m int64) bool {
 }
 
 // reached records that counters of the keys states carry, of the run
-// of, arrived here.
-func (r *outOfReach) reached(states []limiter.State, of Peer) {
+// of, holding the counts holds names, arrived here.
+func (r *outOfReach) reached(states []limiter.State, of Peer, holds []Held) {
 	if r.n.Load() == 0 || len(states) == 0 {
 		return
 	}
-	keys := make([]limiter.Key, len(states))
-	for i, s := range states {
-		keys[i] = s.Key
+	found := make(map[limiter.Key]reachedRuns, len(states))
+	for _, s := range states {
+		found[s.Key] = found[s.Key].with(reachedRunsOf(s.Key, of, holds))
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.foundLocked(keys)
+	r.foundLocked(found)
 	for i := range r.gaps {
 		if g := &r.gaps[i]; g.evicted.Name != "" && g.evicted != of {
-			for _, k := range keys {
+			for k := range found {
 				g.found[k] = true
 			}
 		}
 	}
 }
 
-func (r *outOfReach) foundLocked(keys []limiter.Key) {
-	if len(r.gaps) == 0 || len(keys) == 0 {
+func (r *outOfReach) foundLocked(found map[limiter.Key]reachedRuns) {
+	if len(r.gaps) == 0 || len(found) == 0 {
 		return
 	}
 	if r.found == nil {
-		r.found = map[limiter.Key]bool{}
+		r.found = map[limiter.Key]reachedRuns{}
 	}
-	for _, k := range keys {
-		r.found[k] = true
+	for k, a := range found {
+		r.found[k] = r.found[k].with(a)
 	}
 }
 
@@ -287,10 +347,10 @@ func (c *Core) takeUnreached(now time.Time, us []Unreached) {
 	}
 	h := c.handoff
 	h.mu.Lock()
-	var found []limiter.Key
+	found := map[limiter.Key]reachedRuns{}
 	for k, mk := range h.keys {
-		if mk.counter || mk.hasBase || mk.hasCopy {
-			found = append(found, k)
+		if a, ok := mk.reached(); ok {
+			found[k] = a
 		}
 	}
 	h.mu.Unlock()
@@ -314,9 +374,10 @@ func (c *Core) replaced(p Peer) bool {
 
 // reachedCounters records that counters of the keys states carry arrived
 // (and were counted, or sent on): those whose counters were out of reach
-// count from now on, with what this node admitted for them in fallback.
-// of is the run whose counters they are.
-func (c *Core) reachedCounters(now time.Time, states []limiter.State, of Peer) {
+// count from now on, with what this node admitted for them in fallback,
+// where these hold their counters' counts (see reachGap.holds). of is the
+// run whose counters they are, holds the other runs' counts they hold.
+func (c *Core) reachedCounters(now time.Time, states []limiter.State, of Peer, holds []Held) {
 	if c.unreached.n.Load() == 0 {
 		return
 	}
@@ -327,7 +388,7 @@ func (c *Core) reachedCounters(now time.Time, states []limiter.State, of Peer) {
 			keys = append(keys, s.Key)
 		}
 	}
-	c.unreached.reached(states, of)
+	c.unreached.reached(states, of, holds)
 	keys = slices.DeleteFunc(keys, func(k limiter.Key) bool { return c.lacksCounter(k, m) })
 	if len(keys) > 0 {
 		c.foldFallback(now, c.view.Load(), keys)

@@ -1150,7 +1150,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		case t.ReplicaOf.Name != "":
 			of = t.ReplicaOf
 		}
-		defer c.reachedCounters(now, t.States, of) // once they are counted
+		defer c.reachedCounters(now, t.States, of, t.Holds) // once they are counted
 	}
 	switch t.Mode {
 	case ModeAdd:

@@ -27,7 +27,7 @@ func (c *Core) Handle(now time.Time, from Peer, msg Message) Message {
 	case ScoreQuery:
 		return ScoreReply{Score: c.engine.Reputation(now, m.Client)}
 	case Ack:
-		c.ackedGiven(now, m)
+		c.ackedGiven(now, from, m)
 	}
 	return nil
 }
@@ -54,10 +54,10 @@ func (c *Core) handlePing(now time.Time, from Peer, p Ping) Pong {
 	return pong
 }
 
-// ackedGiven records the acknowledgement of a transfer given in a pull's
-// reply.
-func (c *Core) ackedGiven(now time.Time, a Ack) {
-	c.acked(now, &pendingRequest{seq: a.Seq}, a)
+// ackedGiven records the acknowledgement, by the run from, of a transfer
+// given in a pull's reply.
+func (c *Core) ackedGiven(now time.Time, from Peer, a Ack) {
+	c.acked(now, &pendingRequest{to: from, seq: a.Seq}, a)
 }
 
 // Answered takes the answer to the message with ID id.

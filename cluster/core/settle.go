@@ -60,12 +60,20 @@ func (c *Core) Settle(now, at time.Time, src Source, charge bool, reqs []limiter
 
 // SettlementPending reports whether the settling transfer seq (one Settle
 // returned) is still on its way: not acknowledged by its receiver, nor
-// sent on elsewhere.
+// sent on elsewhere. Refused, it goes again to the same receiver under
+// another number, and is still on its way.
 func (c *Core) SettlementPending(seq uint64) bool {
 	c.out.mu.Lock()
 	defer c.out.mu.Unlock()
-	_, ok := c.out.transfers[seq]
-	return ok
+	if _, ok := c.out.transfers[seq]; ok {
+		return true
+	}
+	for _, pt := range c.out.transfers {
+		if pt.first == seq {
+			return true
+		}
+	}
+	return false
 }
 
 // settleIn applies one settlement to engine e.

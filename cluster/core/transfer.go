@@ -16,8 +16,12 @@ import (
 // own) until the receiver acknowledges it, sent again with the same number
 // until then, and applied once by the receiver, which remembers the numbers
 // it applied from each sender run above the sender's floor. A receiver that
-// will never apply it (it is leaving, or is another run of the node) says
-// so, and the sender places the counts elsewhere. A receiver that dies
+// does not apply it (it is leaving, or is another run of the node, or holds
+// no lease from the sender) says so, and remembers that too: every copy of
+// a number gets the answer its first one got, so a copy the network
+// delivered late, or twice, is never applied beside the counts the sender
+// placed anew on the refusal. The sender places them elsewhere, or sends
+// them again to the same receiver under a new number. A receiver that dies
 // before it acknowledges may have applied it or not: the sender then sends
 // the counts on as copies (ModeNewer), which the new owner keeps only where
 // they are newer than what it holds, so they are neither lost nor counted
@@ -45,6 +49,11 @@ type pendingTransfer struct {
 	inFlight bool  // sent; its outcome is not known yet
 	refused  bool  // the receiver said it did not apply it (last attempt)
 	retryAt  int64 // mono: when to send it again, if not in flight
+	// spent: the receiver refused the transfer's number, and refuses every
+	// copy of it: the transfer goes again under a new one (see
+	// renumberLocked). first is the number it was made with.
+	spent bool
+	first uint64
 	// limbo: the receiver is gone, but may still apply the transfer until
 	// its lease from this node has run out (mono); then the counts go to
 	// their owners now.
@@ -148,7 +157,7 @@ func (o *outbox) transfer(to Peer, t Transfer, p purpose, m int64, queue bool) T
 	o.seq++
 	t.Seq, t.To, t.Epoch = o.seq, to.Inc, o.epoch()
 	states := t.States
-	pt := &pendingTransfer{t: t, to: to, purpose: p}
+	pt := &pendingTransfer{t: t, to: to, purpose: p, first: t.Seq}
 	o.transfers[t.Seq] = pt
 	if t.Mode == ModeCancel {
 		o.cancels.Add(1)
@@ -174,11 +183,47 @@ func (o *outbox) transfer(to Peer, t Transfer, p purpose, m int64, queue bool) T
 	return pt.t
 }
 
-// sendLocked queues pt, with the receiver's floor as of now.
+// sendLocked queues pt, with the receiver's floor as of now, under a new
+// number if its receiver refused the one it had.
 func (o *outbox) sendLocked(pt *pendingTransfer, m int64) {
+	o.renumberLocked(pt)
 	pt.t.Floor = o.floorLocked(pt.to.Name)
 	pt.inFlight, pt.refused = true, false
 	o.requestLocked(pt.to, pt.t, m, pt.t.Seq)
+}
+
+// spend marks transfer seq as refused by by, its receiver, which refuses
+// every copy of that number from then on (see inbox.refuse): whenever it
+// goes again, it goes under a new one. A refusal by another run of the
+// receiver (the transfer was meant for it, and went to the run after it
+// since: see holdingFor) speaks for none of the copies the run after gets.
+func (o *outbox) spend(seq uint64, by Peer) {
+	o.mu.Lock()
+	if pt, ok := o.transfers[seq]; ok && pt.to == by {
+		pt.spent = true
+	}
+	o.mu.Unlock()
+}
+
+// renumberLocked gives pt, if spent, the next number. Answers to its old
+// number find nothing from then on: all of them are refusals, or say it
+// was settled (the floor passed it).
+func (o *outbox) renumberLocked(pt *pendingTransfer) {
+	if !pt.spent {
+		return
+	}
+	old := pt.t.Seq
+	o.seq++
+	pt.t.Seq, pt.spent = o.seq, false
+	delete(o.transfers, old)
+	o.transfers[pt.t.Seq] = pt
+	for _, byKey := range []map[limiter.Key][]uint64{o.holding, o.adding} {
+		for _, s := range pt.t.States {
+			if i := slices.Index(byKey[s.Key], old); i >= 0 {
+				byKey[s.Key][i] = pt.t.Seq
+			}
+		}
+	}
 }
 
 // floorLocked returns the lowest number of a transfer to name not settled.
@@ -366,9 +411,10 @@ func (o *outbox) due(m int64, allow func(Peer) bool, sent func(*pendingTransfer)
 	}
 	slices.Sort(seqs)
 	for _, seq := range seqs {
-		o.sendLocked(o.transfers[seq], m)
+		pt := o.transfers[seq]
+		o.sendLocked(pt, m) // under a new number if it was refused
 		if sent != nil {
-			sent(o.transfers[seq])
+			sent(pt)
 		}
 	}
 }
@@ -505,6 +551,7 @@ func (o *outbox) holdingFor(keys []limiter.Key, to Peer, until int64) (mine []Tr
 	slices.Sort(seqs)
 	for _, seq := range seqs {
 		pt := o.transfers[seq]
+		o.renumberLocked(pt)
 		pt.t.Floor = o.floorLocked(to.Name)
 		pt.refused, pt.given = false, until
 		if !pt.inFlight {
@@ -586,8 +633,9 @@ func cmpUint(a, b uint64) int {
 
 // inbox remembers, for every sender run, the transfers it applied: the
 // sender's floor (every number below it settled) and the numbers above it,
-// whose acknowledgements the sender may not have received. An inbox is
-// safe for concurrent use.
+// whose acknowledgements the sender may not have received; and the numbers
+// above the floor it refused, so that every copy of a transfer gets the
+// answer its first one got. An inbox is safe for concurrent use.
 type inbox struct {
 	mu   sync.Mutex
 	from map[Peer]*applied
@@ -623,7 +671,9 @@ type applied struct {
 	// counters it keeps hold the counts of every one of those keys (see
 	// Core.Keep).
 	later map[uint64][]limiter.Key
-	used  int64 // mono of the last transfer from it
+	// refused are the numbers above floor refused here (see refuse).
+	refused map[uint64]struct{}
+	used    int64 // mono of the last transfer from it
 }
 
 // copyOf names the counts of one key in one transfer.
@@ -694,6 +744,44 @@ func (in *inbox) has(from Peer, seq uint64) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	_, ok := a.seqs[seq]
+	return ok
+}
+
+// refuse records that transfer seq of from, whose sender's floor was
+// floor, is refused here, and reports whether it is: a number applied here
+// already is not (a copy of it came meanwhile, and was applied), and every
+// copy of a number refused is refused (see once). Applied, a copy that the
+// network delivered late, or twice, would count the transfer's counts
+// beside those its sender placed anew when it learnt of the refusal.
+func (in *inbox) refuse(from Peer, seq, floor uint64, m int64) bool {
+	a := in.sender(from)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.used = m
+	a.raiseFloorLocked(floor, m)
+	if _, ok := a.seqs[seq]; ok {
+		return false
+	}
+	if seq >= a.floor {
+		if a.refused == nil {
+			a.refused = map[uint64]struct{}{}
+		}
+		a.refused[seq] = struct{}{}
+	}
+	return true
+}
+
+// refusedHere reports whether transfer seq of from was refused here.
+func (in *inbox) refusedHere(from Peer, seq uint64) bool {
+	in.mu.Lock()
+	a := in.from[from]
+	in.mu.Unlock()
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.refused[seq]
 	return ok
 }
 
@@ -790,24 +878,15 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, app
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.used = m
-	if floor > a.floor {
-		for s := range a.seqs {
-			if s < floor {
-				delete(a.seqs, s)
-				delete(a.later, s)
-				if _, ok := a.additions[s]; ok {
-					delete(a.additions, s)
-					a.past[s] = m
-				}
-			}
-		}
-		a.floor = floor
-	}
+	a.raiseFloorLocked(floor, m)
 	if seq < a.floor {
 		return false // settled at the sender: applied before
 	}
 	if _, ok := a.seqs[seq]; ok {
 		return false
+	}
+	if _, ok := a.refused[seq]; ok {
+		return false // a copy of it was refused meanwhile: so is this one
 	}
 	counted, later := apply()
 	a.seqs[seq] = counted
@@ -821,6 +900,31 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, app
 		a.additions[seq] = struct{}{}
 	}
 	return true
+}
+
+// raiseFloorLocked takes floor, the sender's lowest number not settled,
+// as of mono m: the numbers below it are forgotten but for the additions
+// (see past). a.mu is held.
+func (a *applied) raiseFloorLocked(floor uint64, m int64) {
+	if floor <= a.floor {
+		return
+	}
+	for s := range a.seqs {
+		if s < floor {
+			delete(a.seqs, s)
+			delete(a.later, s)
+			if _, ok := a.additions[s]; ok {
+				delete(a.additions, s)
+				a.past[s] = m
+			}
+		}
+	}
+	for s := range a.refused {
+		if s < floor {
+			delete(a.refused, s)
+		}
+	}
+	a.floor = floor
 }
 
 // sweep forgets senders that are no longer peers and sent nothing for a
@@ -868,7 +972,7 @@ func (c *Core) tickTransfers(now time.Time, m int64) {
 func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool) Ack {
 	if t.To != c.self.Inc {
 		c.debugTransfer("transfer refused: meant for another run", from, t, 0)
-		return Ack{Seq: t.Seq, Refused: true}
+		return c.refuse(now, from, t)
 	}
 	if c.in.has(from, t.Seq) {
 		// Applied already, and its acknowledgement lost: whatever this
@@ -877,6 +981,14 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		c.stats.Duplicates.Add(1)
 		c.debugTransfer("transfer received again: applied before", from, t, 0)
 		return Ack{Seq: t.Seq}
+	}
+	if c.in.refusedHere(from, t.Seq) {
+		// Refused already: whatever this node would answer a new transfer
+		// now, this one is refused, and its sender may have placed its
+		// counts anew on the refusal.
+		c.stats.Duplicates.Add(1)
+		c.debugTransfer("transfer received again: refused before", from, t, 0)
+		return Ack{Seq: t.Seq, Refused: true}
 	}
 	if c.gate.isLeaving() && (t.Mode.carriesCounts() && t.Mode != ModeEvicted || t.Mode == ModeReplica) {
 		// A node leaving has handed its counters over, and counts nothing
@@ -888,7 +1000,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// they would go to a node that knows nothing of those replicas,
 		// and be added whole.
 		c.debugTransfer("transfer refused: leaving", from, t, 0)
-		return Ack{Seq: t.Seq, Refused: true}
+		return c.refuse(now, from, t)
 	}
 	if (t.Mode == ModeAdd || t.Mode == ModeCopy) && t.carriesCounter() && !pulled && !c.Member() {
 		// Outside its ring (declared dead, joining again) this node counts
@@ -901,7 +1013,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// admitted in fallback) are taken as before: refusing them too lost
 		// counts in the simulator.
 		c.debugTransfer("transfer refused: not a member", from, t, 0)
-		return Ack{Seq: t.Seq, Refused: true}
+		return c.refuse(now, from, t)
 	}
 	if t.namesRuns() && t.countersOf(from) != from && !pulled && c.Member() {
 		if v := c.view.Load(); !c.majority(v) && v.self >= 0 {
@@ -919,7 +1031,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 				// sender hands over, are taken as before: the sender has
 				// nowhere else to keep them.
 				c.debugTransfer("transfer refused: another run's counter, and no majority", from, t, 0)
-				return Ack{Seq: t.Seq, Refused: true}
+				return c.refuse(now, from, t)
 			}
 		}
 	}
@@ -943,7 +1055,7 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			if c.debugOn() {
 				c.debugTransfer("transfer refused: no lease from the sender, or its keys taken over", from, t, 0, "pulled", pulled)
 			}
-			return Ack{Seq: t.Seq, Refused: true}
+			return c.refuse(now, from, t)
 		}
 	}
 	// Counts sent again in place of a transfer to this run, which came
@@ -1044,6 +1156,10 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	})
 	if !ran {
 		c.stats.Duplicates.Add(1)
+		if c.in.refusedHere(from, t.Seq) {
+			c.debugTransfer("transfer received again: refused before", from, t, 0)
+			return Ack{Seq: t.Seq, Refused: true}
+		}
 		c.debugTransfer("transfer received again: applied before", from, t, 0)
 	}
 	if again := c.handoff.arrivedFrom(from, came); len(again) > 0 {
@@ -1051,6 +1167,18 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	}
 	c.notifyOutbox()
 	return Ack{Seq: t.Seq}
+}
+
+// refuse answers t, from from, refused, and records the refusal: every copy
+// of it is refused from then on (see inbox.refuse). A copy of it applied
+// meanwhile has it acknowledged instead.
+func (c *Core) refuse(now time.Time, from Peer, t Transfer) Ack {
+	if !c.in.refuse(from, t.Seq, t.Floor, c.mono(now)) {
+		c.stats.Duplicates.Add(1)
+		c.debugTransfer("transfer received again: applied before", from, t, 0)
+		return Ack{Seq: t.Seq}
+	}
+	return Ack{Seq: t.Seq, Refused: true}
 }
 
 // passGivenBackAgain passes on, still naming the give-back they replace,
@@ -2178,9 +2306,10 @@ func (h *heldRefunds) take() []limiter.Request {
 
 // acked records the answer to a transfer. A transfer the receiver refused
 // (it is leaving, or another run, or does not hold a lease from this node
-// now) stays here and goes again a call timeout later: until this node's
-// view of the receiver changes (see deadReceivers), it is still the
-// receiver's.
+// now) stays here and goes again a call timeout later, under a new number
+// (the receiver refuses every copy of the one it refused: see spend):
+// until this node's view of the receiver changes (see deadReceivers), it
+// is still the receiver's.
 func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 	if a.Refused {
 		if c.debugOn() {
@@ -2190,6 +2319,7 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 				c.log.Debug("transfer given in a pull refused by its receiver", "node", c.self.Name, "seq", r.seq)
 			}
 		}
+		c.out.spend(r.seq, r.to)
 		_, sent := r.msg.(Transfer)
 		if c.out.refusedBeforeGiven(r.seq, c.mono(now), !sent) {
 			// The puller may have applied the copy given in its pull's

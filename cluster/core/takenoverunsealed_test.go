@@ -78,6 +78,7 @@ func TestAKeyTakenOverByASuccessorThatDiedBeforeItsHandoffCompletedIsOutOfReach(
 	}
 	h.advance(200*time.Millisecond, "n0", "n2")
 	load.resume()
+	t.Logf("with n2's new run as the key's owner: admitted %d (%v)", load.admitted, load.by)
 	if byOwners := load.admitted - load.by[SourceFallback]; byOwners > quota {
 		t.Errorf("%d admitted by owners of limit %d (%v): the new run of n2 counted the key from nothing while its counter lived on at n1", byOwners, quota, load.by)
 	}

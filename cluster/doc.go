@@ -350,14 +350,18 @@
 // a node just restarted lost its whole count). A single node, or a
 // one-member ring, replicates nothing. A key whose owner
 // and successor were both declared dead (two crashes, or a crash and a
-// split that put the successor on the other side) has no replica where it
+// split that put the successor on the other side; or the successor died
+// after it took the owner for dead and before every survivor sealed to
+// it, so it never counted the key from its replica) has no replica where it
 // is taken over, and its counter may come back when the split heals: its
 // new owner decides it by fallback until a counter of it arrives (the
 // successor, back, sends its replica on), until both runs are known gone
 // (restarted), or for at most HandoffWindow, rather than count it from
 // what the others admitted in fallback
 // (TestAKeyWhoseOwnerAndSuccessorDiedIsDecidedByFallbackUntilItsCounterComes:
-// 16 admitted of 10 by owners before). Units given back to it for such a
+// 16 admitted of 10 by owners before;
+// TestAKeyTakenOverByASuccessorThatDiedBeforeItsHandoffCompletedIsOutOfReach:
+// 16 of 10 by owners before). Units given back to it for such a
 // key meanwhile, and other settlements of it, wait for that counter too
 // and come off it once it is here, or follow the key if it moves on
 // (TestAUnitGivenBackForAKeyOutOfReachWaitsForItsCounter: given back from

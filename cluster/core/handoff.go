@@ -1328,6 +1328,7 @@ func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
 		return SealReply{}
 	}
 	c.sealsGiven.note(from.Name, v.ring)
+	c.unreached.sealedTo(from)
 	if c.debugOn() {
 		c.log.Debug("sealed: nothing more here for the asker's keys", "node", c.self.Name, "peer", from.Name, "ring", q.Ring)
 	}
@@ -1689,8 +1690,9 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 		mk.received, mk.counter = true, true
 		mk.counters = append(mk.counters, arrival{state: g.state, holds: g.holds, own: true, resent: g.resent})
 	}
-	if !forced && len(plan.deadInc) > 1 {
-		// Keys whose dead owner's successor died too have no counter here
+	if gaps := c.gapsOf(plan, v.stable); !forced && len(gaps) > 0 {
+		// Keys whose dead owner's successor died too (with it, or before
+		// it counted them: an heir, see heirsOf) have no counter here
 		// unless one came: fallback decides them until one does (see
 		// outOfReach). Noted before they settle: none is counted from
 		// what arrived meanwhile. A replica whose owner has replicated
@@ -1702,8 +1704,24 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 				found[k] = a
 			}
 		}
-		c.unreached.add(v.stable, plan, plan.since+int64(c.cfg.HandoffWindow), found)
-		c.log.Info("hand-off of members that died together: keys both held are decided by fallback until a counter of theirs comes", "node", c.self.Name, "dead", len(plan.deadInc))
+		for _, g := range gaps {
+			c.unreached.add(g, found)
+		}
+		c.log.Info("hand-off of members that died together: keys both held are decided by fallback until a counter of theirs comes", "node", c.self.Name, "dead", len(plan.deadInc), "gaps", len(gaps))
+	}
+	if !forced && len(plan.deadInc) > 0 {
+		// The members that took the dead runs' keys over beside this node
+		// count them only once this node sealed to them (see heirsOf).
+		heirs := map[string]uint64{}
+		for _, x := range v.stable.members {
+			if _, dead := plan.deadInc[x.Name]; dead || x.Name == c.self.Name {
+				continue
+			}
+			if i, ok := v.ring.index(x.Name); ok && v.ring.member(i).Inc == x.Inc && !c.sealsGiven.gave(x.Name, v.ring.Fingerprint()) {
+				heirs[x.Name] = x.Inc
+			}
+		}
+		c.unreached.addHeirs(v.stable, plan, heirs, plan.since+int64(c.cfg.HandoffWindow), c.mono(now))
 	}
 	// In key order, as settle takes its keys: what the keys gathered is
 	// counted, and units given back that wait for a counter on its way

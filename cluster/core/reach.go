@@ -45,6 +45,20 @@ import (
 // moved to count the key from the fallback counts while the counter
 // lived on (seed 1795873206313035546 of the simulator).
 
+// A hand-off completes here once every source sealed to this node, but the
+// dead runs' keys it moved to other nodes (those whose successors, by the
+// ring it started from, were others: their heirs) settle there only by
+// hand-offs of their own, which wait for this node's seal among the
+// others. Until this node sealed to an heir, the heir counts none of them:
+// the replicas it keeps are their only copies beside the dead runs'
+// counters. An heir that dies before (a crash a moment after it took a
+// frozen owner for dead) leaves them out of reach as if it had died with
+// the runs it was taking over: the hand-off that takes the heir over
+// leaves the gap of the ring the first one started from, with the heir
+// among its dead (see heirsOf). Counted from nothing by the node they
+// move to, they would admit their whole limit again while the dead
+// owner's counter lives on.
+
 // reachGap is what one hand-off took over from dead members: the keys whose
 // owner and successor, in the ring the hand-off started from, both died.
 type reachGap struct {
@@ -127,24 +141,89 @@ func (g *reachGap) lacks(k limiter.Key, self Peer, gone func(Peer) bool) bool {
 	return !gone(o.Peer()) || !gone(s.Peer())
 }
 
+// heirsOf is a hand-off this node completed that took dead runs over: the
+// members of the ring it started from that lived on, by run, to which
+// this node has not sealed since (each an heir of the dead runs' keys it
+// succeeded them in), while the hand-off window lasts.
+type heirsOf struct {
+	ring  *Ring             // the stable ring of the hand-off
+	dead  map[string]uint64 // its members that died, by run
+	heirs map[string]uint64 // not sealed to yet
+	until int64             // mono: the end of the hand-off's window
+}
+
 // outOfReach holds the gaps of this node's hand-offs while their windows
-// last, and what arrived since of the counters of keys (see reachedRuns). It
-// is safe for concurrent use, and cheap to ask when empty.
+// last, what arrived since of the counters of keys (see reachedRuns), and
+// the heirs of its hand-offs that may not have counted their keys yet. It
+// is safe for concurrent use, and cheap to ask when it holds no gap.
 type outOfReach struct {
 	mu    sync.Mutex
 	gaps  []reachGap
 	found map[limiter.Key]reachedRuns
 	n     atomic.Int32 // len(gaps)
+	heirs []heirsOf
 }
 
-// add records the gap a hand-off of plan from stable leaves until until;
-// found is what this node holds already of the keys' counters.
-func (r *outOfReach) add(stable *Ring, plan *handoffPlan, until int64, found map[limiter.Key]reachedRuns) {
+// add records gap; found is what this node holds already of the keys'
+// counters.
+func (r *outOfReach) add(gap reachGap, found map[limiter.Key]reachedRuns) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.gaps = append(r.gaps, reachGap{ring: stable, dead: plan.deadInc, until: until})
+	r.gaps = append(r.gaps, gap)
 	r.n.Store(int32(len(r.gaps)))
 	r.foundLocked(found)
+}
+
+// addHeirs records the heirs of a hand-off of plan from stable completed
+// here, to which this node has not sealed, until until.
+func (r *outOfReach) addHeirs(stable *Ring, plan *handoffPlan, heirs map[string]uint64, until int64, m int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.heirs = slices.DeleteFunc(r.heirs, func(x heirsOf) bool { return m >= x.until })
+	if len(heirs) > 0 {
+		r.heirs = append(r.heirs, heirsOf{ring: stable, dead: plan.deadInc, heirs: heirs, until: until})
+	}
+}
+
+// sealedTo records that this node sealed to p: p may count the keys it is
+// an heir of from now on.
+func (r *outOfReach) sealedTo(p Peer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range r.heirs {
+		if x := &r.heirs[i]; x.heirs[p.Name] == p.Inc {
+			delete(x.heirs, p.Name)
+		}
+	}
+	r.heirs = slices.DeleteFunc(r.heirs, func(x heirsOf) bool { return len(x.heirs) == 0 })
+}
+
+// diedHeirs returns, for a hand-off that takes the runs of dead over and
+// began at since, the gaps the heirs among them leave: each with the ring
+// the hand-off they were heirs of started from, and its dead runs and
+// those heirs as its dead.
+func (r *outOfReach) diedHeirs(dead map[string]uint64, since int64) []reachGap {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []reachGap
+	for _, x := range r.heirs {
+		if since >= x.until {
+			continue
+		}
+		var all map[string]uint64
+		for name, inc := range x.heirs {
+			if dead[name] == inc {
+				if all == nil {
+					all = maps.Clone(x.dead)
+				}
+				all[name] = inc
+			}
+		}
+		if all != nil {
+			out = append(out, reachGap{ring: x.ring, dead: all})
+		}
+	}
+	return out
 }
 
 // export returns the gaps whose windows last at m, to pass on.
@@ -156,18 +235,9 @@ func (r *outOfReach) export(m int64) []Unreached {
 	defer r.mu.Unlock()
 	var out []Unreached
 	for _, g := range r.gaps {
-		if m >= g.until {
-			continue
+		if m < g.until {
+			out = append(out, g.unreached(m))
 		}
-		u := Unreached{Within: time.Duration(g.until - m)}
-		for _, x := range g.ring.members {
-			u.Ring = append(u.Ring, x.Peer())
-		}
-		for name, inc := range g.dead {
-			u.Dead = append(u.Dead, Peer{Name: name, Inc: inc})
-		}
-		slices.SortFunc(u.Dead, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
-		out = append(out, u)
 	}
 	return out
 }
@@ -319,23 +389,49 @@ func (r *outOfReach) foundLocked(found map[limiter.Key]reachedRuns) {
 func (c *Core) passUnreached(now time.Time) []Unreached {
 	m := c.mono(now)
 	var out []Unreached
-	if v := c.view.Load(); v != nil && v.ho != nil && len(v.ho.deadInc) > 1 && v.stable != nil {
-		if within := v.ho.since + int64(c.cfg.HandoffWindow) - m; within > 0 {
-			u := Unreached{Within: time.Duration(within)}
-			for _, x := range v.stable.members {
-				u.Ring = append(u.Ring, x.Peer())
+	if v := c.view.Load(); v != nil && v.ho != nil && v.stable != nil {
+		for _, g := range c.gapsOf(v.ho, v.stable) {
+			if m < g.until {
+				out = append(out, g.unreached(m))
 			}
-			for name, inc := range v.ho.deadInc {
-				u.Dead = append(u.Dead, Peer{Name: name, Inc: inc})
-			}
-			slices.SortFunc(u.Dead, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
-			out = append(out, u)
 		}
 	}
 	if c.unreached.n.Load() == 0 {
 		return out
 	}
 	return append(out, c.unreached.export(m)...)
+}
+
+// gapsOf returns the gaps a hand-off of plan from stable leaves once it
+// completes, for its window: the keys whose owner and successor by stable
+// both died, and those whose heirs died (see heirsOf).
+func (c *Core) gapsOf(plan *handoffPlan, stable *Ring) []reachGap {
+	if len(plan.deadInc) == 0 {
+		return nil
+	}
+	until := plan.since + int64(c.cfg.HandoffWindow)
+	var out []reachGap
+	if len(plan.deadInc) > 1 {
+		out = append(out, reachGap{ring: stable, dead: plan.deadInc, until: until})
+	}
+	for _, g := range c.unreached.diedHeirs(plan.deadInc, plan.since) {
+		g.until = until
+		out = append(out, g)
+	}
+	return out
+}
+
+// unreached is g as passed on at m.
+func (g *reachGap) unreached(m int64) Unreached {
+	u := Unreached{Within: time.Duration(g.until - m)}
+	for _, x := range g.ring.members {
+		u.Ring = append(u.Ring, x.Peer())
+	}
+	for name, inc := range g.dead {
+		u.Dead = append(u.Dead, Peer{Name: name, Inc: inc})
+	}
+	slices.SortFunc(u.Dead, func(a, b Peer) int { return strings.Compare(a.Name, b.Name) })
+	return u
 }
 
 // takeUnreached records the gaps a node passed on to this one: the keys

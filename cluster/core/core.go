@@ -486,9 +486,11 @@ func (c *Core) rePlace(now time.Time, a arrived) {
 // (what others admitted in fallback), each key's naming the transfers of
 // bare additions its counts hold that this node applied, or that came
 // named with them (see keyApplied), as a pull's answer names them: the
-// record goes with the counts. Placed anew naming nothing, they were
-// added again where their sender, its transfer here unacknowledged and
-// this run taken for gone, had sent them again in its place.
+// record goes with the counts. It stays here too (of, not take): counts
+// placed here again, their key still moving here and this node without a
+// majority, wait without renewing it. Placed anew naming nothing, they
+// were added again where their sender, its transfer here unacknowledged
+// and this run taken for gone, had sent them again in its place.
 func (c *Core) placeAdds(now time.Time, adds []limiter.State) {
 	var lists [][]Applied
 	var groups [][]limiter.State

@@ -17,8 +17,19 @@ import (
 // first: what the joiner sends on holds them, and adds nothing (seed
 // 1795873206313038629 of the simulator, where a partition cut the
 // acknowledgement: placed anew, the counts went on naming nothing, and
-// were added twice).
+// were added twice). Also when the joiner, cut off first and taking the
+// others for dead, has placed the counts here again without a majority
+// (the key still moving here by its ring of itself alone): the record
+// stays with them.
 func TestCountsWaitingForTheirKeyPlacedAnewGoOnNamingTheirTransfer(t *testing.T) {
+	for _, alone := range []bool{false, true} {
+		t.Run(map[bool]string{false: "at once", true: "after a ring of itself alone"}[alone], func(t *testing.T) {
+			countsWaitingForTheirKeyPlacedAnew(t, alone)
+		})
+	}
+}
+
+func countsWaitingForTheirKeyPlacedAnew(t *testing.T, alone bool) {
 	h := newHandNet(t, "n0", "n1")
 	h.names = append(h.names, "n2")
 	h.start("n2", true)
@@ -70,6 +81,13 @@ func TestCountsWaitingForTheirKeyPlacedAnewGoOnNamingTheirTransfer(t *testing.T)
 	// count again to n0 in place of its transfer to n2, and it gets there
 	// first.
 	h.cut["n2"] = true
+	if alone {
+		h.list("n2", nil, []Peer{h.member("n0").Peer(), h.member("n1").Peer()})
+		if v := n2.view.Load(); v.ho == nil || n2.majority(v) {
+			t.Fatalf("n2 alone: hand-off %v, majority %v; want a hand-off under way, without a majority", v.ho != nil, n2.majority(v))
+		}
+		h.list("n2", []Member{h.member("n0"), h.member("n1")}, nil)
+	}
 	n2.Leave(h.now)
 	h.pump()
 	n0.handleTransfer(h.now, n1.self, Transfer{Seq: 1000, To: n0.self.Inc, Mode: ModeAdd, States: []limiter.State{one}, Was: sent.Seq, WasTo: n2.self}, true)

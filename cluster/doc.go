@@ -201,9 +201,12 @@
 // skipped wherever they come where the record is
 // (TestCountsSentAgainInPlaceOfATransferALeaverAppliedAreSkippedWhereItsCounterWent).
 // Counts a run applied that did not join its counters at once (kept in
-// fallback for want of a majority, passed on) name the transfer the same
-// way wherever they go, as bare additions or inside the counters they
-// join later (TestCountsAppliedWithoutAMajorityGoOnNamingTheirTransfer).
+// fallback for want of a majority, passed on, waiting for their key) name
+// the transfer the same way wherever they go, as bare additions or inside
+// the counters they join later
+// (TestCountsAppliedWithoutAMajorityGoOnNamingTheirTransfer), placed anew
+// as the run's ring changes before their key settled included
+// (TestCountsWaitingForTheirKeyPlacedAnewGoOnNamingTheirTransfer).
 // Where the counts sent again come first, what comes after naming the
 // transfer (bare additions, a run's counter) is weighed against them, and
 // holds them once

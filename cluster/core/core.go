@@ -475,11 +475,37 @@ func (c *Core) rePlace(now time.Time, a arrived) {
 	c.debugCounts("arrived for keys not settled, placed anew: own counters", a.owns)
 	c.debugCounts("arrived for keys not settled, placed anew: whole copies", a.copies)
 	c.placeBases(now, a)
-	c.place(now, ModeAdd, purposeForward, a.adds)
+	c.placeAdds(now, a.adds)
 	c.placeAs(now, Transfer{Mode: ModeAdd, Own: true}, purposeHandoff, a.owns)
 	c.place(now, ModeCopy, purposeForward, a.copies)
 	c.placeArrivals(now, a.counters)
 	c.refund(now, a.refunds)
+}
+
+// placeAdds places anew the additions that arrived for keys not settled
+// (what others admitted in fallback), each key's naming the transfers of
+// bare additions its counts hold that this node applied, or that came
+// named with them (see keyApplied), as a pull's answer names them: the
+// record goes with the counts. It stays here too (of, not take): counts
+// placed here again, their key still moving here and this node without a
+// majority, wait without renewing it. Placed anew naming nothing, they
+// were added again where their sender, its transfer here unacknowledged
+// and this run taken for gone, had sent them again in its place.
+func (c *Core) placeAdds(now time.Time, adds []limiter.State) {
+	var lists [][]Applied
+	var groups [][]limiter.State
+	for _, s := range adds {
+		list := c.carried.held.of([]limiter.Key{s.Key})
+		i := slices.IndexFunc(lists, func(l []Applied) bool { return slices.Equal(l, list) })
+		if i < 0 {
+			i = len(lists)
+			lists, groups = append(lists, list), append(groups, nil)
+		}
+		groups[i] = append(groups[i], s)
+	}
+	for i, group := range groups {
+		c.placeAs(now, Transfer{Mode: ModeAdd, Applied: lists[i]}, purposeForward, group)
+	}
 }
 
 // placeBases places anew the newest copies that arrived for keys not

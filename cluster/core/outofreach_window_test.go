@@ -1,0 +1,108 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// As in TestAUnitGivenBackForAKeyOutOfReachWaitsForItsCounter, a key's
+// owner n0 crashes and its successor n1 is cut off; the three others take
+// both over, and at the key's new owner n2 the key is out of reach,
+// decided by fallback. n3 gives back one unit (another zone of its
+// request denied it), counted in the key's first window: it waits at n2
+// for the key's counter. No counter comes; the key's window rolls over,
+// the key is decided by fallback in the second window, and then the
+// hand-off window passes: the key counts from what n2 has, and the unit
+// that waited is given back. docs/cluster.md: a refund "carries the
+// instant its units were counted, so it comes out of that window". It
+// comes out of the second window instead (refund sends no instant, and
+// the hold keeps none): the second window is lent a unit, and admits 11
+// of 10.
+func TestAUnitGivenBackForAKeyOutOfReachComesOutOfItsOwnWindow(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	const quota = 10
+	const win = 5 * time.Second
+	k := h.keyOwnedBy("n0", "n1")
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: win}
+	unit := []limiter.Request{{Key: k, Zone: 1, Limit: lim}}
+	take := func(node string) bool {
+		tk := &handTake{node: node, res: make([]limiter.Result, 1)}
+		tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: lim}}
+		d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
+		if done {
+			return d.Allowed
+		}
+		h.drive(tk)
+		h.finish(tk)
+		return tk.d.Allowed
+	}
+	// Start at the beginning of a window.
+	h.advance(h.now.Truncate(win).Add(win).Sub(h.now) + 10*time.Millisecond)
+	w0 := 0
+	for range 6 {
+		if take("n3") {
+			w0++
+		}
+	}
+	h.advance(20 * time.Millisecond) // replicated to n1
+	if st, _, ok := h.cores["n1"].replicas.get(k); w0 != 6 || !ok || windowCount([]limiter.State{st}) != 6 {
+		t.Fatalf("admitted %d, replica at n1 %v; want 6 by the owner and a replica of 6", w0, ok)
+	}
+
+	// n0 crashes; n1 is cut off. The others take both over.
+	h.down["n0"], h.down["n1"] = true, true
+	h.advance(100 * time.Millisecond)
+	for _, name := range []string{"n2", "n3", "n4"} {
+		h.setMembership(name, []string{"n0", "n1"})
+	}
+	h.advance(time.Second, "n2", "n3", "n4")
+	taker, _ := h.cores["n2"].Ring().Owner(k.Route())
+	if !h.cores[taker.Name].lacksCounter(k, h.cores[taker.Name].mono(h.now)) {
+		t.Fatalf("the key is not out of reach at its new owner %s", taker.Name)
+	}
+
+	// n3 gives one of its units (counted in this window) back.
+	h.cores["n3"].refund(h.now, unit)
+	h.advance(200*time.Millisecond, "n2", "n3", "n4")
+
+	// The next window: the key, still out of reach, is decided by fallback.
+	h.advance(h.now.Truncate(win).Add(win).Sub(h.now)+10*time.Millisecond, "n2", "n3", "n4")
+	second := h.now.Truncate(win)
+	if !h.cores[taker.Name].lacksCounter(k, h.cores[taker.Name].mono(h.now)) {
+		t.Fatalf("the key is no longer out of reach at %s in the second window", taker.Name)
+	}
+	w1 := 0
+	for range 3 {
+		for _, node := range []string{"n3", taker.Name} {
+			if take(node) {
+				w1++
+			}
+		}
+	}
+	// The hand-off window passes: the key counts from what it has.
+	h.advance(2*time.Second, "n2", "n3", "n4")
+	if h.cores[taker.Name].lacksCounter(k, h.cores[taker.Name].mono(h.now)) {
+		t.Fatalf("the key is still out of reach at %s", taker.Name)
+	}
+	if h.now.Truncate(win) != second {
+		t.Fatalf("the test left the second window")
+	}
+	if got := h.count(taker.Name, k); got != int64(w1) {
+		t.Errorf("in the second window %d were admitted, and the key's owner %s holds %d of it: the unit given back in the first came out of the second", w1, taker.Name, got)
+	}
+	// What the second window admits from here: at most quota in all.
+	more := 0
+	for range quota {
+		if take(taker.Name) {
+			more++
+		}
+	}
+	if h.now.Truncate(win) != second {
+		t.Fatalf("the test left the second window")
+	}
+	if w1+more > quota {
+		t.Errorf("the second window admitted %d+%d = %d of %d", w1, more, w1+more, quota)
+	}
+}

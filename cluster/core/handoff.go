@@ -639,7 +639,7 @@ func (c *Core) countSettled(now time.Time, done settled) {
 			c.dirty.noteKey(s.Key)
 		}
 	}
-	for _, r := range c.refundAfterCounter(done.refunds) {
+	for _, r := range c.refundAfterCounter(now, 0, done.refunds) {
 		if r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) {
 			// The key settled without its counter here: what this node
 			// held of it went on meanwhile (in a pull's reply to a newer
@@ -647,7 +647,7 @@ func (c *Core) countSettled(now time.Time, done settled) {
 			// engine that lacks the key, the units would be lost and
 			// stay counted where the counter went: they wait, and are
 			// given back as refund gives them back, where the counter is.
-			c.settling.hold(heldSettle{refund: true, req: r})
+			c.settling.hold(heldSettle{refund: true, at: now.UnixNano(), req: r})
 			c.debugGivenBack("units given back as their key settled without its counter wait for it", []limiter.Request{r})
 			continue
 		}

@@ -130,15 +130,15 @@ func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Req
 	return sent
 }
 
-// applySettle applies reqs of a settling transfer like t: a refund without
-// an instant as refunds of a take's other zones are; one with an instant,
-// or a charge, by settleAt.
+// applySettle applies reqs of a settling transfer like t: a refund as
+// refunds of a take's other zones are, out of the window of t.At (of now
+// if it carries none); a charge by settleAt.
 func (c *Core) applySettle(now time.Time, t Transfer, reqs []limiter.Request) {
-	if t.Mode == ModeRefund && t.At == 0 {
-		c.refund(now, reqs)
+	if t.Mode == ModeRefund {
+		c.refundAt(now, t.At, reqs)
 		return
 	}
-	c.settleAt(now, t.At, t.Mode == ModeCharge, reqs)
+	c.settleAt(now, t.At, true, reqs)
 }
 
 // tickSettles settles again what waited for keys on their way here, or
@@ -151,7 +151,7 @@ func (c *Core) tickSettles(now time.Time) {
 	// In the order they came, one at a time: each may wait again.
 	for _, h := range held {
 		if h.refund {
-			c.refund(now, []limiter.Request{h.req})
+			c.refundAt(now, h.at, []limiter.Request{h.req})
 			continue
 		}
 		c.settleAt(now, h.at, h.charge, []limiter.Request{h.req})
@@ -160,6 +160,8 @@ func (c *Core) tickSettles(now time.Time) {
 
 // heldSettle is a settlement waiting for its key's counter.
 type heldSettle struct {
+	// at is the instant the units were counted at (Unix ns): they come out
+	// of its window, however long they waited.
 	at     int64
 	charge bool
 	// refund: units given back as refund gives them back (see refund),

@@ -106,3 +106,105 @@ func TestAUnitGivenBackForAKeyOutOfReachComesOutOfItsOwnWindow(t *testing.T) {
 		t.Errorf("the second window admitted %d+%d = %d of %d", w1, more, w1+more, quota)
 	}
 }
+
+// As above, but n3 spends one more unit of a request the key's first
+// window admitted (Settle with charge: its response cost more than the
+// take counted). The charge, for a key out of reach at its new owner n2,
+// waits there for the key's counter, and the key's window rolls over
+// meanwhile. Spent when the key counts from what it has, it came out of
+// the second window, which never admitted it: that window held one more
+// than it admitted, and refused a request under its limit.
+func TestAUnitChargedForAKeyOutOfReachIsSpentInItsOwnWindow(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	const quota = 10
+	const win = 5 * time.Second
+	k := h.keyOwnedBy("n0", "n1")
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: win}
+	unit := []limiter.Request{{Key: k, Zone: 1, Limit: lim}}
+	take := func(node string) (bool, Source) {
+		tk := &handTake{node: node, res: make([]limiter.Result, 1)}
+		tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: lim}}
+		d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
+		if done {
+			return d.Allowed, d.Source
+		}
+		h.drive(tk)
+		h.finish(tk)
+		return tk.d.Allowed, tk.d.Source
+	}
+	// Start at the beginning of a window.
+	h.advance(h.now.Truncate(win).Add(win).Sub(h.now) + 10*time.Millisecond)
+	first := h.now.Truncate(win)
+	w0 := 0
+	var at time.Time
+	var src Source
+	for range 6 {
+		at = h.now
+		if ok, s := take("n3"); ok {
+			w0++
+			src = s
+		}
+	}
+	h.advance(20 * time.Millisecond) // replicated to n1
+	if st, _, ok := h.cores["n1"].replicas.get(k); w0 != 6 || src != SourcePeer || !ok || windowCount([]limiter.State{st}) != 6 {
+		t.Fatalf("admitted %d (last by %v), replica at n1 %v; want 6 by the owner and a replica of 6", w0, src, ok)
+	}
+
+	// n0 crashes; n1 is cut off. The others take both over.
+	h.down["n0"], h.down["n1"] = true, true
+	h.advance(100 * time.Millisecond)
+	for _, name := range []string{"n2", "n3", "n4"} {
+		h.setMembership(name, []string{"n0", "n1"})
+	}
+	h.advance(time.Second, "n2", "n3", "n4")
+	taker, _ := h.cores["n2"].Ring().Owner(k.Route())
+	if !h.cores[taker.Name].lacksCounter(k, h.cores[taker.Name].mono(h.now)) {
+		t.Fatalf("the key is not out of reach at its new owner %s", taker.Name)
+	}
+	if h.now.Truncate(win) != first {
+		t.Fatalf("the test left the first window")
+	}
+
+	// n3 spends one more unit of its last request, admitted in this window.
+	h.cores["n3"].Settle(h.now, at, src, true, unit)
+	h.advance(200*time.Millisecond, "n2", "n3", "n4")
+
+	// The next window: the key, still out of reach, is decided by fallback.
+	h.advance(h.now.Truncate(win).Add(win).Sub(h.now)+10*time.Millisecond, "n2", "n3", "n4")
+	second := h.now.Truncate(win)
+	if !h.cores[taker.Name].lacksCounter(k, h.cores[taker.Name].mono(h.now)) {
+		t.Fatalf("the key is no longer out of reach at %s in the second window", taker.Name)
+	}
+	w1 := 0
+	for range 3 {
+		for _, node := range []string{"n3", taker.Name} {
+			if ok, _ := take(node); ok {
+				w1++
+			}
+		}
+	}
+	// The hand-off window passes: the key counts from what it has.
+	h.advance(2*time.Second, "n2", "n3", "n4")
+	if h.cores[taker.Name].lacksCounter(k, h.cores[taker.Name].mono(h.now)) {
+		t.Fatalf("the key is still out of reach at %s", taker.Name)
+	}
+	if h.now.Truncate(win) != second {
+		t.Fatalf("the test left the second window")
+	}
+	if got := h.count(taker.Name, k); got != int64(w1) {
+		t.Errorf("in the second window %d were admitted, and the key's owner %s holds %d of it: the unit charged in the first was spent in the second", w1, taker.Name, got)
+	}
+	// What the second window admits from here: its whole quota in all.
+	more := 0
+	for range quota {
+		if ok, _ := take(taker.Name); ok {
+			more++
+		}
+	}
+	if h.now.Truncate(win) != second {
+		t.Fatalf("the test left the second window")
+	}
+	if w1+more != quota {
+		t.Errorf("the second window admitted %d+%d = %d of %d", w1, more, w1+more, quota)
+	}
+}

@@ -71,7 +71,11 @@ func (c *Core) SettlementPending(seq uint64) bool {
 // settleIn applies one settlement to engine e.
 func settleIn(e *limiter.Engine, now time.Time, at int64, charge bool, r limiter.Request) {
 	if charge {
-		e.Charge(now, r)
+		if at == 0 {
+			e.Charge(now, r)
+			return
+		}
+		e.ChargeAt(now, time.Unix(0, at), r)
 		return
 	}
 	if at == 0 {

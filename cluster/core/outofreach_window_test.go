@@ -208,3 +208,100 @@ func TestAUnitChargedForAKeyOutOfReachIsSpentInItsOwnWindow(t *testing.T) {
 		t.Errorf("the second window admitted %d+%d = %d of %d", w1, more, w1+more, quota)
 	}
 }
+
+// A key's owner n0 crashes near the end of a window in which it admitted
+// 6 of 10; its successor n1 takes the key over, and waits for the others'
+// seals before it counts it (n4 does not answer: until the hand-off
+// window passes). n3 gives one of its units back meanwhile: it waits at
+// n1 for the key to settle. The window rolls over; the others decide the
+// key by fallback, and their counts join n1's as the key settles, before
+// the unit that waited is given back. It came out of the second window
+// (given back as of the instant the key settled), which never counted it:
+// that window was lent a unit, and admitted 11 of 10.
+func TestAUnitGivenBackWhileItsKeyIsTakenOverComesOutOfItsOwnWindow(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	const quota = 10
+	const win = 5 * time.Second
+	k := h.keyOwnedBy("n0", "n1")
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: win}
+	unit := []limiter.Request{{Key: k, Zone: 1, Limit: lim}}
+	take := func(node string) bool {
+		tk := &handTake{node: node, res: make([]limiter.Result, 1)}
+		tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: lim}}
+		d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
+		if done {
+			return d.Allowed
+		}
+		h.drive(tk)
+		h.finish(tk)
+		return tk.d.Allowed
+	}
+	// Start at the beginning of a window.
+	h.advance(h.now.Truncate(win).Add(win).Sub(h.now) + 10*time.Millisecond)
+	first := h.now.Truncate(win)
+	w0 := 0
+	for range 6 {
+		if take("n3") {
+			w0++
+		}
+	}
+	// Near the window's end: n0 crashes, and the others take it for dead.
+	h.advance(first.Add(win - 250*time.Millisecond).Sub(h.now))
+	if st, _, ok := h.cores["n1"].replicas.get(k); w0 != 6 || !ok || windowCount([]limiter.State{st}) != 6 {
+		t.Fatalf("admitted %d, replica at n1 %v; want 6 by the owner and a replica of 6", w0, ok)
+	}
+	h.down["n0"], h.down["n4"] = true, true // n4 does not answer: the hand-off waits for its seal
+	for _, name := range []string{"n1", "n2", "n3"} {
+		h.setMembership(name, []string{"n0"})
+	}
+	if owner, _ := h.cores["n1"].Ring().Owner(k.Route()); owner.Name != "n1" || !h.cores["n1"].HandoffUnderway() {
+		t.Fatalf("the key's owner is %s, hand-off under way at n1: %v; want n1 taking it over", owner.Name, h.cores["n1"].HandoffUnderway())
+	}
+
+	// n3 gives one of its units (counted in this window) back.
+	h.cores["n3"].refund(h.now, unit)
+	h.pump()
+	if got := h.count("n1", k); got != 0 || h.now.Truncate(win) != first {
+		t.Fatalf("n1 counts %d before the key settled; want 0 (in the first window: %v)", got, h.now.Truncate(win) == first)
+	}
+
+	// The next window: the key, still taken over, is decided by fallback.
+	h.advance(first.Add(win + 10*time.Millisecond).Sub(h.now))
+	second := h.now.Truncate(win)
+	if !h.cores["n1"].HandoffUnderway() {
+		t.Fatalf("the key settled at n1 in the first window")
+	}
+	w1 := 0
+	for range 3 {
+		for _, node := range []string{"n3", "n2"} {
+			if take(node) {
+				w1++
+			}
+		}
+	}
+	// The hand-off window passes: the key settles at n1 without n4's seal.
+	for h.cores["n1"].HandoffUnderway() && h.now.Truncate(win) == second {
+		h.advance(50 * time.Millisecond)
+	}
+	if h.cores["n1"].HandoffUnderway() {
+		t.Fatalf("the key has not settled at n1")
+	}
+	if h.now.Truncate(win) != second {
+		t.Fatalf("the test left the second window")
+	}
+	if got := h.count("n1", k); got != int64(w1) {
+		t.Errorf("in the second window %d were admitted, and the key's owner n1 holds %d of it: the unit given back in the first came out of the second", w1, got)
+	}
+	more := 0
+	for range quota {
+		if take("n1") {
+			more++
+		}
+	}
+	if h.now.Truncate(win) != second {
+		t.Fatalf("the test left the second window")
+	}
+	if w1+more > quota {
+		t.Errorf("the second window admitted %d+%d = %d of %d", w1, more, w1+more, quota)
+	}
+}

@@ -479,7 +479,7 @@ func (c *Core) rePlace(now time.Time, a arrived) {
 	c.placeAs(now, Transfer{Mode: ModeAdd, Own: true}, purposeHandoff, a.owns)
 	c.place(now, ModeCopy, purposeForward, a.copies)
 	c.placeArrivals(now, a.counters)
-	c.refund(now, a.refunds)
+	c.refundEach(now, a.refunds)
 }
 
 // placeBases places anew the newest copies that arrived for keys not

@@ -2008,7 +2008,7 @@ func (c *Core) refundAt(now time.Time, at int64, reqs []limiter.Request) {
 	}
 	v := c.view.Load()
 	reqs = c.refundAfterCounter(now, at, reqs)
-	reqs, waiting := c.handoff.refundLater(v, c.self.Name, reqs) // keys not settled here wait for their counter
+	reqs, waiting := c.handoff.refundLater(v, c.self.Name, stamped(at, now), reqs) // keys not settled here wait for their counter
 	c.debugGivenBack("units given back wait for their key to settle here", waiting)
 	var away map[string][]limiter.Request
 	owners := map[string]Member{}
@@ -2054,6 +2054,24 @@ func (c *Core) refundAt(now time.Time, at int64, reqs []limiter.Request) {
 	}
 	for _, name := range sortedKeys(away) {
 		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeRefund, At: at, Reqs: away[name]}, purposeRefund)
+	}
+}
+
+// refundEach gives back the units of held as refundAt does, each out of
+// the window it was counted in: in the order they came, those counted at
+// one instant together.
+func (c *Core) refundEach(now time.Time, held []givenBack) {
+	for i := 0; i < len(held); {
+		j := i + 1
+		for j < len(held) && held[j].at == held[i].at {
+			j++
+		}
+		reqs := make([]limiter.Request, 0, j-i)
+		for _, g := range held[i:j] {
+			reqs = append(reqs, g.req)
+		}
+		c.refundAt(now, held[i].at, reqs)
+		i = j
 	}
 }
 

@@ -305,3 +305,86 @@ func TestAUnitGivenBackWhileItsKeyIsTakenOverComesOutOfItsOwnWindow(t *testing.T
 		t.Errorf("the second window admitted %d+%d = %d of %d", w1, more, w1+more, quota)
 	}
 }
+
+// A give-back to a key's owner is lost on its way, near the end of the
+// window that counted its unit, and sent again: it arrives in the next
+// window, after the owner admitted there. Sent without the instant its
+// unit was counted at, it was given back out of the window it arrived in:
+// that window was lent a unit, and admitted 11 of 10.
+func TestAUnitGivenBackThatArrivesInTheNextWindowComesOutOfItsOwn(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	const quota = 10
+	const win = 5 * time.Second
+	k := h.keyOwnedBy("n0", "n1")
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: win}
+	unit := []limiter.Request{{Key: k, Zone: 1, Limit: lim}}
+	take := func(node string) bool {
+		tk := &handTake{node: node, res: make([]limiter.Result, 1)}
+		tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: lim}}
+		d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
+		if done {
+			return d.Allowed
+		}
+		h.drive(tk)
+		h.finish(tk)
+		return tk.d.Allowed
+	}
+	h.advance(h.now.Truncate(win).Add(win).Sub(h.now) + 10*time.Millisecond)
+	first := h.now.Truncate(win)
+	w0 := 0
+	for range 6 {
+		if take("n2") {
+			w0++
+		}
+	}
+	if w0 != 6 {
+		t.Fatalf("admitted %d of 6 in the first window", w0)
+	}
+	second := first.Add(win)
+	h.advance(second.Add(-50 * time.Millisecond).Sub(h.now))
+
+	// n2 gives a unit back; the give-back is lost until the next window.
+	h.drops = func(from string, o Outgoing) bool {
+		x, ok := o.Msg.(Transfer)
+		return ok && x.Mode == ModeRefund && h.now.Before(second.Add(100*time.Millisecond))
+	}
+	h.cores["n2"].refund(h.now, unit)
+	h.advance(second.Add(20 * time.Millisecond).Sub(h.now))
+	if h.now.Truncate(win) != second || !h.cores["n2"].pendingGiveBack() {
+		t.Fatalf("the give-back arrived in the first window")
+	}
+	w1 := 0
+	for range 6 {
+		if take("n0") {
+			w1++
+		}
+	}
+	h.advance(300 * time.Millisecond) // the give-back arrives
+	if h.cores["n2"].pendingGiveBack() || h.now.Truncate(win) != second {
+		t.Fatalf("the give-back has not arrived in the second window")
+	}
+	if got := h.count("n0", k); got != int64(w1) {
+		t.Errorf("in the second window %d were admitted, and the key's owner n0 holds %d of it: the unit given back in the first came out of the second", w1, got)
+	}
+	more := 0
+	for range quota {
+		if take("n0") {
+			more++
+		}
+	}
+	if w1+more > quota {
+		t.Errorf("the second window admitted %d+%d = %d of %d", w1, more, w1+more, quota)
+	}
+}
+
+// pendingGiveBack reports whether a give-back of c's is still on its way.
+func (c *Core) pendingGiveBack() bool {
+	c.out.mu.Lock()
+	defer c.out.mu.Unlock()
+	for _, pt := range c.out.transfers {
+		if pt.t.Mode == ModeRefund {
+			return true
+		}
+	}
+	return false
+}

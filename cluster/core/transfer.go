@@ -1992,23 +1992,24 @@ func (c *Core) pushKeys(now time.Time, keys []limiter.Key) {
 
 // refund gives back the units of reqs, counted now, where their counters
 // are: here, or passed on to the node they moved to.
-func (c *Core) refund(now time.Time, reqs []limiter.Request) { c.refundAt(now, 0, reqs) }
+func (c *Core) refund(now time.Time, reqs []limiter.Request) { c.refundAt(now, now.UnixNano(), reqs) }
 
 // refundAt gives back the units of reqs, counted at the instant at (Unix
-// ns; 0: now, by the clock of the node that gives them back), where their
-// counters are. They come out of the window that counted them, wherever
-// they wait and however long: units that wait (for a counter on its way,
-// out of reach, or for this node to know where its keys are counted) keep
-// the instant, stamped now if they had none, and go on with it. Given
-// back when they are let go, from the count of that later window, they
-// would lend it units it never counted.
+// ns; 0, from a peer that sent none: now), where their counters are. They
+// come out of the window that counted them, wherever they wait and
+// however long: units that wait (for a counter on its way, out of reach,
+// or for this node to know where its keys are counted) keep the instant,
+// and units sent on carry it (Transfer.At). Given back when they are let
+// go, or when they arrive after a delay, from the count of that later
+// window, they would lend it units it never counted.
 func (c *Core) refundAt(now time.Time, at int64, reqs []limiter.Request) {
 	if len(reqs) == 0 {
 		return
 	}
+	at = stamped(at, now)
 	v := c.view.Load()
 	reqs = c.refundAfterCounter(now, at, reqs)
-	reqs, waiting := c.handoff.refundLater(v, c.self.Name, stamped(at, now), reqs) // keys not settled here wait for their counter
+	reqs, waiting := c.handoff.refundLater(v, c.self.Name, at, reqs) // keys not settled here wait for their counter
 	c.debugGivenBack("units given back wait for their key to settle here", waiting)
 	var away map[string][]limiter.Request
 	owners := map[string]Member{}
@@ -2020,7 +2021,7 @@ func (c *Core) refundAt(now time.Time, at int64, reqs []limiter.Request) {
 	for _, r := range reqs {
 		to, self, ok := c.placeOf(v, r.Key)
 		if self && r.Limit.Algorithm != limiter.Concurrency && c.lacksCounter(r.Key, m) {
-			c.refundOutOfReach(stamped(at, now), r)
+			c.refundOutOfReach(at, r)
 			continue
 		}
 		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
@@ -2036,7 +2037,7 @@ func (c *Core) refundAt(now time.Time, at int64, reqs []limiter.Request) {
 				continue
 			}
 			if unsure && r.Limit.Algorithm != limiter.Concurrency && (self || c.engine.Has(now, r.Key)) {
-				c.holdRefund(stamped(at, now), r)
+				c.holdRefund(at, r)
 				continue
 			}
 			if c.debugOn() {
@@ -2076,7 +2077,7 @@ func (c *Core) refundEach(now time.Time, held []givenBack) {
 }
 
 // stamped returns at, the instant units given back were counted, or now
-// if they carry none: the instant they are given back at, once they wait.
+// if they carry none.
 func stamped(at int64, now time.Time) int64 {
 	if at != 0 {
 		return at

@@ -388,3 +388,73 @@ func (c *Core) pendingGiveBack() bool {
 	}
 	return false
 }
+
+// As above, for the units of a request's zone its owner admitted, given
+// back by the caller as another zone of the request denied it (near the
+// end of the window), in a give-back to the owner that is lost on its way
+// and arrives in the next window.
+func TestAUnitOfAZoneGivenBackThatArrivesInTheNextWindowComesOutOfItsOwn(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	const quota = 10
+	const win = 5 * time.Second
+	k := h.keyOwnedBy("n0", "n1")
+	other := h.keyOwnedBy("n2", "n0", k)
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: win}
+	strict := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 1, Window: win}
+	take := func(node string, reqs ...limiter.Request) bool {
+		tk := &handTake{node: node, res: make([]limiter.Result, len(reqs))}
+		tk.reqs = reqs
+		d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
+		if done {
+			return d.Allowed
+		}
+		h.drive(tk)
+		h.finish(tk)
+		return tk.d.Allowed
+	}
+	one := limiter.Request{Key: k, Zone: 1, Limit: lim}
+	h.advance(h.now.Truncate(win).Add(win).Sub(h.now) + 10*time.Millisecond)
+	first := h.now.Truncate(win)
+	second := first.Add(win)
+	if !take("n2", limiter.Request{Key: other, Zone: 2, Limit: strict}) {
+		t.Fatalf("the other zone's first request refused")
+	}
+	h.advance(second.Add(-50 * time.Millisecond).Sub(h.now))
+
+	// n2's request: n0 admits its zone 1, the other zone denies it, and
+	// n2 gives zone 1's unit back; the give-back is lost until the next
+	// window.
+	h.drops = func(from string, o Outgoing) bool {
+		x, ok := o.Msg.(Transfer)
+		return ok && x.Mode == ModeRefund && h.now.Before(second.Add(100*time.Millisecond))
+	}
+	if take("n2", one, limiter.Request{Key: other, Zone: 2, Limit: strict}) {
+		t.Fatalf("a request the other zone denies admitted")
+	}
+	h.advance(second.Add(20 * time.Millisecond).Sub(h.now))
+	if h.now.Truncate(win) != second || !h.cores["n2"].pendingGiveBack() {
+		t.Fatalf("the give-back arrived in the first window, or was never sent")
+	}
+	w1 := 0
+	for range 6 {
+		if take("n0", one) {
+			w1++
+		}
+	}
+	h.advance(300 * time.Millisecond) // the give-back arrives
+	if h.cores["n2"].pendingGiveBack() || h.now.Truncate(win) != second {
+		t.Fatalf("the give-back has not arrived in the second window")
+	}
+	if got := h.count("n0", k); got != int64(w1) {
+		t.Errorf("in the second window %d were admitted, and the key's owner n0 holds %d of it: the unit given back in the first came out of the second", w1, got)
+	}
+	more := 0
+	for range quota {
+		if take("n0", one) {
+			more++
+		}
+	}
+	if w1+more > quota {
+		t.Errorf("the second window admitted %d+%d = %d of %d", w1, more, w1+more, quota)
+	}
+}

@@ -18,9 +18,11 @@ import (
 // goes where the key is now), and one for a key still on its way here, or
 // one this node owns whose counter is out of reach (see outOfReach), waits
 // for its counter. A refund carries the instant its units were
-// counted (Transfer.At): the units come out of the window that counted
-// them, so a refund after the window rolled over never lends the current
-// window a unit. Nodes' clocks differ by little; a refund crossing a
+// counted (Transfer.At), and keeps it while it waits: the units come out
+// of the window that counted them, so a refund after the window rolled
+// over never lends the current window a unit. A charge carries the
+// instant it was charged at, and is spent in that window, so one that
+// waited never holds the current window a unit it did not admit. Nodes' clocks differ by little; a refund crossing a
 // window's end by less than that difference is given to the later window,
 // like one made by the owner just after it.
 

@@ -295,7 +295,14 @@ func (e *Engine) RefundAt(now, at time.Time, req Request) {
 // what it cost). A charge beyond what remains leaves the key exhausted,
 // owing at most req's units, never more. It spends nothing from grants,
 // and nothing of a Concurrency request.
-func (e *Engine) Charge(now time.Time, req Request) {
+func (e *Engine) Charge(now time.Time, req Request) { e.ChargeAt(now, now, req) }
+
+// ChargeAt spends req's units as Charge does, charged at the instant at
+// (at or before now: a charge that waited to be applied). The units of a
+// window limit are spent in the window of at, as RefundAt gives units
+// back out of it: a charge applied after its window rolled over never
+// holds the current window a unit it did not admit.
+func (e *Engine) ChargeAt(now, at time.Time, req Request) {
 	if req.Limit.Algorithm == Concurrency {
 		return
 	}
@@ -305,7 +312,7 @@ func (e *Engine) Charge(now time.Time, req Request) {
 	s.mu.Lock()
 	cur, ok := s.entries[req.Key]
 	if ok || e.makeRoom(s, ns, req.Network) {
-		next := req.Limit.charge(cur.entry, ns, n)
+		next := req.Limit.charge(cur.entry, ns, at.UnixNano(), n)
 		s.put(req.Key, next, cur, !ok, req.Network, true)
 	}
 	s.mu.Unlock()

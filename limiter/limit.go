@@ -504,7 +504,13 @@ func (l Limit) refund(e entry, now, at, n int64) entry {
 // charge spends n more units at now from state e whatever the limit says,
 // for a cost settled after the request was served: the key is left
 // exhausted if that is more than remains, but never owes more than n.
-func (l Limit) charge(e entry, now, n int64) entry {
+// A window's units are spent in the window of the instant at they were
+// charged at (now, or earlier for a charge that waited): in the current
+// one, or in the one before it, which a sliding window still weighs, and
+// not at all in an older one, which is over. Spent in the window they
+// are applied in, they would hold that window units it never admitted.
+// A bucket has no windows: its units are spent at now.
+func (l Limit) charge(e entry, now, at, n int64) entry {
 	if l.Quota < 1 || l.Window <= 0 || n <= 0 {
 		return e
 	}
@@ -522,8 +528,16 @@ func (l Limit) charge(e entry, now, n int64) entry {
 		return entry{stamp: tat, expires: tat, prev: markBucket}
 	}
 	e = l.roll(e, now)
-	at := max(now, e.stamp)
-	_, w := l.span(e.stamp)
+	start, w := l.span(e.stamp)
+	if nowStart, _ := l.span(now); at < nowStart {
+		// Charged in a window before now's: into e's previous window if
+		// it is that one (a booked entry's previous window is now's).
+		if prevStart, _ := l.span(start - 1); at >= prevStart && at < start {
+			e.prev += uint32(max(0, min(n, int64(l.Quota)+n-int64(e.prev))))
+		}
+		return e
+	}
+	at = max(now, e.stamp)
 	used := float64(e.cur)
 	if l.Algorithm == SlidingWindow && e.prev > 0 {
 		used += float64(e.prev) * float64(w-min(at-e.stamp, w-1)) / float64(w)

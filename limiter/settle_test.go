@@ -46,6 +46,47 @@ func TestRefundAtTakesBackFromTheWindowItWasCountedIn(t *testing.T) {
 	}
 }
 
+// A unit charged in a window and applied after it rolled over is spent
+// in the window it was charged in, never the current one: spent there, it
+// would hold the current window a unit it never admitted, and refuse a
+// request under the limit. A window older than the one before is over:
+// nothing is spent.
+func TestChargeAtSpendsInTheWindowItWasChargedIn(t *testing.T) {
+	for _, alg := range []Algorithm{FixedWindow, SlidingWindow} {
+		e := New(Config{})
+		req := Request{Key: 1, Limit: Limit{Algorithm: alg, Quota: 3, Window: time.Minute}}
+		charged := at(50 * time.Second)
+		if !e.TakeOne(charged, req).Allowed {
+			t.Fatalf("%s: a fresh key refused", alg)
+		}
+		old := Request{Key: 2, Limit: req.Limit}
+		if !e.TakeOne(charged, old).Allowed {
+			t.Fatalf("%s: a fresh key refused", alg)
+		}
+		later := at(2*time.Minute + 5*time.Second)
+		e.ChargeAt(later, charged, old) // two windows back: over
+		if got := e.Peek(later, old).Remaining; got != 3 {
+			t.Fatalf("%s: a charge of a window that is over left %d of 3", alg, got)
+		}
+		next := at(time.Minute + 5*time.Second)
+		before := e.Peek(next, req).Remaining
+		e.ChargeAt(next, charged, req)
+		after := e.Peek(next, req).Remaining
+		if alg == FixedWindow && after != 3 {
+			t.Fatalf("%s: a charge of the previous window left %d of 3 in this one", alg, after)
+		}
+		if alg == SlidingWindow && (after > before || after < before-1) {
+			// The previous window weighs 55/60 of its count: one unit
+			// more of it takes at most one from what remains.
+			t.Fatalf("sliding window: a charge of the previous window moved remaining from %d to %d", before, after)
+		}
+		e.ChargeAt(next, next, req) // charged now: spent now
+		if got := e.Peek(next, req).Remaining; got != after-1 {
+			t.Fatalf("%s: a charge of this window left %d, want %d", alg, got, after-1)
+		}
+	}
+}
+
 // A refund of a unit counted now is given back at once: the client who did
 // nothing wrong gets its unit back.
 func TestRefundAtNowGivesTheUnitBack(t *testing.T) {

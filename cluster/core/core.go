@@ -479,7 +479,7 @@ func (c *Core) rePlace(now time.Time, a arrived) {
 	c.placeAs(now, Transfer{Mode: ModeAdd, Own: true}, purposeHandoff, a.owns)
 	c.place(now, ModeCopy, purposeForward, a.copies)
 	c.placeArrivals(now, a.counters)
-	c.refund(now, a.refunds)
+	c.refundEach(now, a.refunds)
 }
 
 // placeAdds places anew the additions that arrived for keys not settled

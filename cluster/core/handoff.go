@@ -96,8 +96,9 @@ type moving struct {
 	// them goes round (see pastPassers).
 	passedBy []string
 	// refunds are units given back before the key settled: they are
-	// given back from its counter once it has one.
-	refunds []limiter.Request
+	// given back from its counter once it has one, out of the windows
+	// they were counted in.
+	refunds []givenBack
 }
 
 // reached returns what came of the key's counters while it moved here
@@ -629,7 +630,7 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 // (what came was only what others admitted in fallback, or nothing).
 type settled struct {
 	states      []limiter.State
-	refunds     []limiter.Request
+	refunds     []givenBack
 	counterless []limiter.Key
 }
 
@@ -662,7 +663,11 @@ func (c *Core) countSettled(now time.Time, done settled) {
 			c.dirty.noteKey(s.Key)
 		}
 	}
-	for _, r := range c.refundAfterCounter(done.refunds) {
+	for _, g := range done.refunds {
+		r := g.req
+		if len(c.refundAfterCounter(now, g.at, []limiter.Request{r})) == 0 {
+			continue
+		}
 		if r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) {
 			// The key settled without its counter here: what this node
 			// held of it went on meanwhile (in a pull's reply to a newer
@@ -670,18 +675,19 @@ func (c *Core) countSettled(now time.Time, done settled) {
 			// engine that lacks the key, the units would be lost and
 			// stay counted where the counter went: they wait, and are
 			// given back as refund gives them back, where the counter is.
-			c.settling.hold(heldSettle{refund: true, req: r})
+			c.settling.hold(heldSettle{refund: true, at: g.at, req: r})
 			c.debugGivenBack("units given back as their key settled without its counter wait for it", []limiter.Request{r})
 			continue
 		}
-		c.engine.Refund(now, r)
+		settleIn(c.engine, now, g.at, false, r)
 		c.dirty.noteKey(r.Key)
 	}
 }
 
-// refundLater keeps units given back for keys not settled here: it
-// reports which of reqs it did not keep, and which it kept.
-func (h *handoffState) refundLater(v *view, self string, reqs []limiter.Request) (rest, kept []limiter.Request) {
+// refundLater keeps units given back for keys not settled here, with the
+// instant at they were counted at: it reports which of reqs it did not
+// keep, and which it kept.
+func (h *handoffState) refundLater(v *view, self string, at int64, reqs []limiter.Request) (rest, kept []limiter.Request) {
 	for _, r := range reqs {
 		if v.ho == nil || r.Limit.Algorithm == limiter.Concurrency || !ownedBy(v, self, r.Key) || !h.incoming(v, self, r.Key) {
 			rest = append(rest, r)
@@ -692,7 +698,7 @@ func (h *handoffState) refundLater(v *view, self string, reqs []limiter.Request)
 		if mk.settled {
 			rest = append(rest, r)
 		} else {
-			mk.refunds = append(mk.refunds, r)
+			mk.refunds = append(mk.refunds, givenBack{at: at, req: r})
 			kept = append(kept, r)
 		}
 		h.mu.Unlock()
@@ -1007,7 +1013,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		if slices.ContainsFunc(awaited, func(a KeyOwner) bool { return a.Key == k }) {
 			continue
 		}
-		if c.heldFor(given, k) || heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(statesOfTaken(earlier), k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.counters, func(a arrival) bool { return a.state.Key == k }) || slices.ContainsFunc(moving.refunds, func(r limiter.Request) bool { return r.Key == k }) {
+		if c.heldFor(given, k) || heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(statesOfTaken(earlier), k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.counters, func(a arrival) bool { return a.state.Key == k }) || slices.ContainsFunc(moving.refunds, func(g givenBack) bool { return g.req.Key == k }) {
 			continue
 		}
 		if to, ok := c.handed.get(k); ok && to.Name != c.self.Name {
@@ -1107,7 +1113,7 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 		c.debugTransfer(msg, from, t, purposePull)
 	}
 	if len(moving.refunds) > 0 {
-		c.refund(now, moving.refunds) // lent on: they follow the counter
+		c.refundEach(now, moving.refunds) // lent on: they follow the counter
 	}
 	for _, k := range take {
 		if slices.Contains(elsewhere, k) {
@@ -1246,7 +1252,7 @@ func (h *handoffState) takeArrived() (a arrived) {
 type arrived struct {
 	bases, adds, owns, copies []limiter.State
 	counters                  []arrival
-	refunds                   []limiter.Request
+	refunds                   []givenBack
 }
 
 // takeLocked moves what came for mk into a.
@@ -1277,7 +1283,7 @@ func (a *arrived) sort() {
 	slices.SortStableFunc(a.counters, func(x, y arrival) int { return cmpUint(uint64(x.state.Key), uint64(y.state.Key)) })
 	// Stable: the units given back for one key keep the order they came
 	// in, whatever the order the keys were walked in.
-	slices.SortStableFunc(a.refunds, func(x, y limiter.Request) int { return cmpUint(uint64(x.Key), uint64(y.Key)) })
+	slices.SortStableFunc(a.refunds, func(x, y givenBack) int { return cmpUint(uint64(x.req.Key), uint64(y.req.Key)) })
 }
 
 // extract removes and returns what arrived for keys not settled here.

@@ -155,8 +155,10 @@ type Transfer struct {
 	Mode   Mode
 	States []limiter.State   // ModeAdd, ModeNewer, ModeReplica, ModeCopy, ModeEvicted
 	Reqs   []limiter.Request // ModeRefund, ModeCancel: the units to give back; ModeCharge: to spend
-	// At (ModeRefund) is when the units given back were counted, in Unix
-	// ns: they come out of that instant's window. Zero: when applied.
+	// At (ModeRefund, ModeCharge) is when the units given back were
+	// counted, or the units charged were charged, in Unix ns: they come
+	// out of (are spent in) that instant's window, however late they
+	// arrive. Zero (a refund from a peer that sends none): when applied.
 	At   int64
 	Take uint64 // ModeCancel: the Seq of the take item given up on
 	// Caller (ModeCancel) is the run that gave the take item up, when not

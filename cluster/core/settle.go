@@ -18,9 +18,11 @@ import (
 // goes where the key is now), and one for a key still on its way here, or
 // one this node owns whose counter is out of reach (see outOfReach), waits
 // for its counter. A refund carries the instant its units were
-// counted (Transfer.At): the units come out of the window that counted
-// them, so a refund after the window rolled over never lends the current
-// window a unit. Nodes' clocks differ by little; a refund crossing a
+// counted (Transfer.At), and keeps it while it waits: the units come out
+// of the window that counted them, so a refund after the window rolled
+// over never lends the current window a unit. A charge carries the
+// instant it was charged at, and is spent in that window, so one that
+// waited never holds the current window a unit it did not admit. Nodes' clocks differ by little; a refund crossing a
 // window's end by less than that difference is given to the later window,
 // like one made by the owner just after it.
 
@@ -79,7 +81,11 @@ func (c *Core) SettlementPending(seq uint64) bool {
 // settleIn applies one settlement to engine e.
 func settleIn(e *limiter.Engine, now time.Time, at int64, charge bool, r limiter.Request) {
 	if charge {
-		e.Charge(now, r)
+		if at == 0 {
+			e.Charge(now, r)
+			return
+		}
+		e.ChargeAt(now, time.Unix(0, at), r)
 		return
 	}
 	if at == 0 {
@@ -138,15 +144,15 @@ func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Req
 	return sent
 }
 
-// applySettle applies reqs of a settling transfer like t: a refund without
-// an instant as refunds of a take's other zones are; one with an instant,
-// or a charge, by settleAt.
+// applySettle applies reqs of a settling transfer like t: a refund as
+// refunds of a take's other zones are, out of the window of t.At (of now
+// if it carries none); a charge by settleAt.
 func (c *Core) applySettle(now time.Time, t Transfer, reqs []limiter.Request) {
-	if t.Mode == ModeRefund && t.At == 0 {
-		c.refund(now, reqs)
+	if t.Mode == ModeRefund {
+		c.refundAt(now, t.At, reqs)
 		return
 	}
-	c.settleAt(now, t.At, t.Mode == ModeCharge, reqs)
+	c.settleAt(now, t.At, true, reqs)
 }
 
 // tickSettles settles again what waited for keys on their way here, or
@@ -159,7 +165,7 @@ func (c *Core) tickSettles(now time.Time) {
 	// In the order they came, one at a time: each may wait again.
 	for _, h := range held {
 		if h.refund {
-			c.refund(now, []limiter.Request{h.req})
+			c.refundAt(now, h.at, []limiter.Request{h.req})
 			continue
 		}
 		c.settleAt(now, h.at, h.charge, []limiter.Request{h.req})
@@ -168,6 +174,8 @@ func (c *Core) tickSettles(now time.Time) {
 
 // heldSettle is a settlement waiting for its key's counter.
 type heldSettle struct {
+	// at is the instant the units were counted at (Unix ns): they come out
+	// of its window, however long they waited.
 	at     int64
 	charge bool
 	// refund: units given back as refund gives them back (see refund),

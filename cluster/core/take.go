@@ -873,7 +873,8 @@ func (c *Core) giveBack(now time.Time, g *takeGroup) {
 	case SourceOwner:
 		c.refund(now, g.reqs)
 	case SourcePeer:
-		c.sendTransfer(now, g.by, Transfer{Mode: ModeRefund, Reqs: slices.Clone(g.reqs)}, purposeRefund)
+		// Stamped: arriving late, they still come out of their window.
+		c.sendTransfer(now, g.by, Transfer{Mode: ModeRefund, At: now.UnixNano(), Reqs: slices.Clone(g.reqs)}, purposeRefund)
 	case SourceFallback:
 		// Where the fallback counter that counted them is: here, or, if
 		// it was sent on to the key's owner (or joined this node's own

@@ -2118,15 +2118,26 @@ func (c *Core) pushKeys(now time.Time, keys []limiter.Key) {
 	}
 }
 
-// refund gives back the units of reqs, where their counters are: here, or
-// passed on to the node they moved to.
-func (c *Core) refund(now time.Time, reqs []limiter.Request) {
+// refund gives back the units of reqs, counted now, where their counters
+// are: here, or passed on to the node they moved to.
+func (c *Core) refund(now time.Time, reqs []limiter.Request) { c.refundAt(now, now.UnixNano(), reqs) }
+
+// refundAt gives back the units of reqs, counted at the instant at (Unix
+// ns; 0, from a peer that sent none: now), where their counters are. They
+// come out of the window that counted them, wherever they wait and
+// however long: units that wait (for a counter on its way, out of reach,
+// or for this node to know where its keys are counted) keep the instant,
+// and units sent on carry it (Transfer.At). Given back when they are let
+// go, or when they arrive after a delay, from the count of that later
+// window, they would lend it units it never counted.
+func (c *Core) refundAt(now time.Time, at int64, reqs []limiter.Request) {
 	if len(reqs) == 0 {
 		return
 	}
+	at = stamped(at, now)
 	v := c.view.Load()
-	reqs = c.refundAfterCounter(reqs)
-	reqs, waiting := c.handoff.refundLater(v, c.self.Name, reqs) // keys not settled here wait for their counter
+	reqs = c.refundAfterCounter(now, at, reqs)
+	reqs, waiting := c.handoff.refundLater(v, c.self.Name, at, reqs) // keys not settled here wait for their counter
 	c.debugGivenBack("units given back wait for their key to settle here", waiting)
 	var away map[string][]limiter.Request
 	owners := map[string]Member{}
@@ -2138,7 +2149,7 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 	for _, r := range reqs {
 		to, self, ok := c.placeOf(v, r.Key)
 		if self && r.Limit.Algorithm != limiter.Concurrency && c.lacksCounter(r.Key, m) {
-			c.refundOutOfReach(r)
+			c.refundOutOfReach(at, r)
 			continue
 		}
 		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
@@ -2149,18 +2160,18 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 				if c.debugOn() {
 					c.log.Debug("units given back from the fallback counts", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
 				}
-				c.fallback.engine.Refund(now, r)
+				settleIn(c.fallback.engine, now, at, false, r)
 				c.fallback.wrote()
 				continue
 			}
 			if unsure && r.Limit.Algorithm != limiter.Concurrency && (self || c.engine.Has(now, r.Key)) {
-				c.holdRefund(r)
+				c.holdRefund(at, r)
 				continue
 			}
 			if c.debugOn() {
 				c.log.Debug("units given back here", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
 			}
-			c.engine.Refund(now, r)
+			settleIn(c.engine, now, at, false, r)
 			c.dirty.noteKey(r.Key) // its successor's replica must not keep the units
 			continue
 		}
@@ -2171,8 +2182,35 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 		owners[to.Name] = to
 	}
 	for _, name := range sortedKeys(away) {
-		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeRefund, Reqs: away[name]}, purposeRefund)
+		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeRefund, At: at, Reqs: away[name]}, purposeRefund)
 	}
+}
+
+// refundEach gives back the units of held as refundAt does, each out of
+// the window it was counted in: in the order they came, those counted at
+// one instant together.
+func (c *Core) refundEach(now time.Time, held []givenBack) {
+	for i := 0; i < len(held); {
+		j := i + 1
+		for j < len(held) && held[j].at == held[i].at {
+			j++
+		}
+		reqs := make([]limiter.Request, 0, j-i)
+		for _, g := range held[i:j] {
+			reqs = append(reqs, g.req)
+		}
+		c.refundAt(now, held[i].at, reqs)
+		i = j
+	}
+}
+
+// stamped returns at, the instant units given back were counted, or now
+// if they carry none.
+func stamped(at int64, now time.Time) int64 {
+	if at != 0 {
+		return at
+	}
+	return now.UnixNano()
 }
 
 // refundOutOfReach keeps r's units, given back for a key this node owns
@@ -2186,12 +2224,14 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) {
 // way here (see tickSettles), until a counter of the key came (they come
 // off the count it joined), or the key counts from what it has (the
 // hand-off window passed, or both runs that held it are gone, and their
-// counts with them), or it moved on (they follow it).
-func (c *Core) refundOutOfReach(r limiter.Request) {
+// counts with them), or it moved on (they follow it). They keep the
+// instant they were counted at (at): let go in a later window, they come
+// out of theirs, not the one they are let go in.
+func (c *Core) refundOutOfReach(at int64, r limiter.Request) {
 	if c.debugOn() {
 		c.log.Debug("units given back wait for their key's counter, out of reach", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
 	}
-	c.settling.hold(heldSettle{refund: true, req: r})
+	c.settling.hold(heldSettle{refund: true, at: at, req: r})
 }
 
 // countingHere returns the requests of reqs whose keys this node counts
@@ -2220,7 +2260,8 @@ func (c *Core) countingHere(v *view, m int64, reqs []limiter.Request) []limiter.
 // where it went: the units wait for it, and follow it once it is placed
 // (see tickSettles). Given back from the count here now, which lacks
 // them, they would be lost, and the counter, back, would still hold them.
-func (c *Core) refundAfterCounter(reqs []limiter.Request) (rest []limiter.Request) {
+// at is the instant they were counted at (0: now), which they keep.
+func (c *Core) refundAfterCounter(now time.Time, at int64, reqs []limiter.Request) (rest []limiter.Request) {
 	for _, r := range reqs {
 		if r.Limit.Algorithm == limiter.Concurrency || !c.out.carries(r.Key) {
 			rest = append(rest, r)
@@ -2229,7 +2270,7 @@ func (c *Core) refundAfterCounter(reqs []limiter.Request) (rest []limiter.Reques
 		if c.debugOn() {
 			c.log.Debug("units given back wait for their counter on its way", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
 		}
-		c.settling.hold(heldSettle{refund: true, req: r})
+		c.settling.hold(heldSettle{refund: true, at: stamped(at, now), req: r})
 	}
 	return rest
 }
@@ -2258,11 +2299,12 @@ func (c *Core) unsureOfItsKeys(v *view, m int64) bool {
 // Given back once the node knows where the key is counted, they come off
 // that counter: here (once what the node kept in fallback meanwhile
 // joined it: see countingHere), or in a refund to the node that counts it.
-func (c *Core) holdRefund(r limiter.Request) {
+// at is the instant they were counted at, which they keep.
+func (c *Core) holdRefund(at int64, r limiter.Request) {
 	if c.debugOn() {
 		c.log.Debug("units given back wait until this node knows where its keys are counted", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
 	}
-	c.unrefunded.hold(r)
+	c.unrefunded.hold(at, r)
 }
 
 // tickRefunds gives back the units that waited (see holdRefund), once this
@@ -2275,33 +2317,45 @@ func (c *Core) tickRefunds(now time.Time) {
 	if c.unsureOfItsKeys(c.view.Load(), c.mono(now)) {
 		return
 	}
-	c.refund(now, c.unrefunded.take())
+	reqs, at := c.unrefunded.take()
+	// In the order they came, those counted at one instant together.
+	for i := 0; i < len(reqs); {
+		j := i + 1
+		for j < len(reqs) && at[j] == at[i] {
+			j++
+		}
+		c.refundAt(now, at[i], reqs[i:j])
+		i = j
+	}
 }
 
 // heldRefunds are units given back that wait for this node to know where
-// its keys are counted (see holdRefund). It is safe for concurrent use.
+// its keys are counted (see holdRefund), each with the instant it was
+// counted at (at[i] for reqs[i]). It is safe for concurrent use.
 type heldRefunds struct {
 	mu   sync.Mutex
 	n    atomic.Int64
 	reqs []limiter.Request
+	at   []int64
 }
 
-func (h *heldRefunds) hold(r limiter.Request) {
+func (h *heldRefunds) hold(at int64, r limiter.Request) {
 	h.mu.Lock()
 	h.reqs = append(h.reqs, r)
+	h.at = append(h.at, at)
 	h.n.Store(int64(len(h.reqs)))
 	h.mu.Unlock()
 }
 
 func (h *heldRefunds) waiting() bool { return h.n.Load() > 0 }
 
-func (h *heldRefunds) take() []limiter.Request {
+func (h *heldRefunds) take() ([]limiter.Request, []int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := h.reqs
-	h.reqs = nil
+	reqs, at := h.reqs, h.at
+	h.reqs, h.at = nil, nil
 	h.n.Store(0)
-	return out
+	return reqs, at
 }
 
 // acked records the answer to a transfer. A transfer the receiver refused

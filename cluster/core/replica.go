@@ -465,6 +465,15 @@ func (r *replicaStore) promotionLocked(k limiter.Key, run Peer, gen uint32) (pro
 	return promotion{}, -1, false
 }
 
+// promotes reports whether this node's counter of k holds a record of
+// run's counter of it of generation gen (see promotion).
+func (r *replicaStore) promotes(k limiter.Key, run Peer, gen uint32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, _, ok := r.promotionLocked(k, run, gen)
+	return ok
+}
+
 // setPromotionLocked records p for k, in place of the record of the same
 // counter (run and generation). r.mu is held.
 func (r *replicaStore) setPromotionLocked(k limiter.Key, p promotion) {
@@ -926,11 +935,11 @@ func (r *replicaStore) lessResentLocked(now time.Time, run Peer, applied []Appli
 }
 
 // takeResent returns the counts of the keys of states added here, and
-// the units given back here, that were sent in place of the transfers of
-// applied to run (see noteResent, noteGivenBack), and forgets them: run
-// applied those transfers, so its counters hold the counts, and lack the
-// units, too.
-func (r *replicaStore) takeResent(run Peer, applied []Applied, states []limiter.State) (adds []limiter.State, given []givenBack) {
+// the units of the keys of givenOf given back here, that were sent in
+// place of the transfers of applied to run (see noteResent,
+// noteGivenBack), and forgets them: run applied those transfers, so its
+// counters hold the counts, and lack the units, too.
+func (r *replicaStore) takeResent(run Peer, applied []Applied, states, givenOf []limiter.State) (adds []limiter.State, given []givenBack) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	set := r.resent[run]
@@ -950,7 +959,7 @@ func (r *replicaStore) takeResent(run Peer, applied []Applied, states []limiter.
 		r.dropResentHeldLocked(run, a, states)
 		left := rec.given[:0:0]
 		for _, g := range rec.given {
-			if heldIn(states, g.req.Key) {
+			if heldIn(givenOf, g.req.Key) {
 				given = append(given, g)
 			} else {
 				left = append(left, g)

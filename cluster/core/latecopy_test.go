@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // A key's owner (n0) admits a unit for n2's caller, which gives it back:
@@ -60,6 +62,36 @@ func TestAGiveBackArrivingAfterTheCopySentInItsPlaceComesOffOnce(t *testing.T) {
 	for i := range 26 {
 		if tk := load.spend("n1"); !tk.done || !tk.d.Allowed {
 			t.Fatalf("request %d of 26 after the give-back: %+v; want admitted (limit 30, 4 counted)", i+1, tk.d)
+		}
+	}
+	if tk := load.spend("n1"); !tk.done || tk.d.Allowed {
+		t.Errorf("the 31st unit: %+v; want refused", tk.d)
+	}
+}
+
+// As above, for counts n2 admitted in fallback: the transfer that adds
+// them to the key's owner, n0, is held up; the copy n2 sends in its place
+// (taking n0 for dead) is passed on to n0 by n1, which takes n0 for
+// alive, and added. The first transfer, late, adds nothing more.
+func TestAnAdditionArrivingAfterTheCopySentInItsPlaceAddsNothing(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n1", 4)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	fallback := counterOf(h.now, k, 2)
+	n0.handleTransfer(h.now, n1.self, Transfer{Seq: 1000, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, States: []limiter.State{fallback}, Was: 50, WasFrom: n2.self, WasTo: n0.self}, false)
+	h.pump()
+	if got := h.count("n0", k); got != 6 {
+		t.Fatalf("n0 counts %d once the copy came; want 6", got)
+	}
+	n0.handleTransfer(h.now, n2.self, Transfer{Seq: 50, To: n0.self.Inc, Epoch: 1, Mode: ModeAdd, States: []limiter.State{fallback}}, false)
+	h.pump()
+	h.advance(time.Second)
+	if got := h.clusterCount(k); got != 6 || h.count("n0", k) != 6 {
+		t.Errorf("the cluster counts %d (n0 %d); 6 were admitted", got, h.count("n0", k))
+	}
+	for i := range 24 {
+		if tk := load.spend("n1"); !tk.done || !tk.d.Allowed {
+			t.Fatalf("request %d of 24: %+v; want admitted (limit 30, 6 counted)", i+1, tk.d)
 		}
 	}
 	if tk := load.spend("n1"); !tk.done || tk.d.Allowed {

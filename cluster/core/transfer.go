@@ -776,7 +776,9 @@ func (in *inbox) forget(before int64) {
 }
 
 // once runs apply for transfer seq of from unless it ran already, and
-// reports whether it ran. apply runs under the sender's record lock: a
+// reports whether it ran. apply is told which keys copies of the
+// transfer's counts (or units given back) sent again in its place brought
+// here first (see firstCopyKeys): it is the same count, late. apply runs under the sender's record lock: a
 // transfer delivered twice at once is applied once. It returns the keys of
 // the counts the transfer added if every one of them joined this run's
 // counters (counted, see counted), else nil and, for bare additions whose
@@ -785,7 +787,7 @@ func (in *inbox) forget(before int64) {
 // (Core.Keep) sees the transfer as it is recorded. additions tells whether
 // the transfer carries bare additions or units given back, whose number is
 // remembered past the floor (see past).
-func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, apply func() (counted, later []limiter.Key)) bool {
+func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, apply func(copied func(limiter.Key) bool) (counted, later []limiter.Key)) bool {
 	a := in.sender(from)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -809,7 +811,10 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, app
 	if _, ok := a.seqs[seq]; ok {
 		return false
 	}
-	counted, later := apply()
+	counted, later := apply(func(k limiter.Key) bool {
+		_, ok := a.copies[copyOf{seq: seq, key: k}]
+		return ok
+	})
 	a.seqs[seq] = counted
 	if counted == nil && len(later) > 0 {
 		if a.later == nil {
@@ -994,10 +999,26 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// transfer to this run: not added again if it holds them.
 		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
 	}
-	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter() || t.Mode == ModeRefund, func() (counted, later []limiter.Key) {
+	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter() || t.Mode == ModeRefund, func(copied func(limiter.Key) bool) (counted, later []limiter.Key) {
 		if mine {
 			c.debugTransfer("transfer skipped: this run applied the one it replaces", from, t, 0)
 			return nil, nil
+		}
+		if t.Mode == ModeAdd && !t.carriesCounter() || t.Mode == ModeRefund {
+			// Counts (or units given back) that came here before, sent
+			// again in place of this transfer (it was held up, and its
+			// sender took this run for dead): those keys' are applied.
+			n := len(t.States) + len(t.Reqs)
+			t.States = slices.DeleteFunc(slices.Clone(t.States), func(s limiter.State) bool { return copied(s.Key) })
+			t.Reqs = slices.DeleteFunc(slices.Clone(t.Reqs), func(r limiter.Request) bool { return copied(r.Key) })
+			if late := n - len(t.States) - len(t.Reqs); late > 0 {
+				if c.debugOn() {
+					c.debugTransfer("transfer late: what it carries of keys a copy sent in its place brought is not applied again", from, t, 0, "late", late)
+				}
+				if len(t.States) == 0 && len(t.Reqs) == 0 {
+					return nil, nil
+				}
+			}
 		}
 		if t.Was != 0 && c.replicas.applied(t.WasTo, t.was(from)) || slices.ContainsFunc(t.Earlier, func(m Replaced) bool {
 			return c.replicas.applied(m.To, Applied{From: m.From, Seq: m.Seq})

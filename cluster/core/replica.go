@@ -1056,7 +1056,8 @@ func (r *replicaStore) forgetApplied(m int64) {
 }
 
 // put keeps owner's states, and the counts they hold of other runs,
-// replacing older ones of the same keys. A full store drops expired
+// replacing older ones of the same keys, but for a later run's of the
+// owner's node. A full store drops expired
 // replicas first, then refuses new keys. It returns the live replicas of
 // other runs that owner's replaced, sorted by key: they may hold counts
 // that owner's counters do not (see Core.sendDisplaced). Each is marked
@@ -1078,6 +1079,15 @@ func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.
 			if len(r.states) >= r.max {
 				continue
 			}
+		}
+		if ok && old.owner.Name == owner.Name && old.owner.Inc > owner.Inc {
+			// A later run of the owner's node replicates the key here:
+			// this replica of an earlier run (held up on the way) is
+			// older than the counter that run's counts went on in.
+			// Standing in for the later run's, it was the counter a
+			// takeover of that run started the key from, and what the
+			// later run counted was admitted again.
+			continue
 		}
 		if ok && old.owner != owner && old.state.Expires > ns {
 			displaced = append(displaced, takenReplica{owner: old.owner, state: old.state, holds: old.holds, at: old.at, passed: old.passed})

@@ -465,6 +465,15 @@ func (r *replicaStore) promotionLocked(k limiter.Key, run Peer, gen uint32) (pro
 	return promotion{}, -1, false
 }
 
+// promotes reports whether this node's counter of k holds a record of
+// run's counter of it of generation gen (see promotion).
+func (r *replicaStore) promotes(k limiter.Key, run Peer, gen uint32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, _, ok := r.promotionLocked(k, run, gen)
+	return ok
+}
+
 // setPromotionLocked records p for k, in place of the record of the same
 // counter (run and generation). r.mu is held.
 func (r *replicaStore) setPromotionLocked(k limiter.Key, p promotion) {
@@ -926,11 +935,11 @@ func (r *replicaStore) lessResentLocked(now time.Time, run Peer, applied []Appli
 }
 
 // takeResent returns the counts of the keys of states added here, and
-// the units given back here, that were sent in place of the transfers of
-// applied to run (see noteResent, noteGivenBack), and forgets them: run
-// applied those transfers, so its counters hold the counts, and lack the
-// units, too.
-func (r *replicaStore) takeResent(run Peer, applied []Applied, states []limiter.State) (adds []limiter.State, given []givenBack) {
+// the units of the keys of givenOf given back here, that were sent in
+// place of the transfers of applied to run (see noteResent,
+// noteGivenBack), and forgets them: run applied those transfers, so its
+// counters hold the counts, and lack the units, too.
+func (r *replicaStore) takeResent(run Peer, applied []Applied, states, givenOf []limiter.State) (adds []limiter.State, given []givenBack) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	set := r.resent[run]
@@ -950,7 +959,7 @@ func (r *replicaStore) takeResent(run Peer, applied []Applied, states []limiter.
 		r.dropResentHeldLocked(run, a, states)
 		left := rec.given[:0:0]
 		for _, g := range rec.given {
-			if heldIn(states, g.req.Key) {
+			if heldIn(givenOf, g.req.Key) {
 				given = append(given, g)
 			} else {
 				left = append(left, g)
@@ -1047,7 +1056,8 @@ func (r *replicaStore) forgetApplied(m int64) {
 }
 
 // put keeps owner's states, and the counts they hold of other runs,
-// replacing older ones of the same keys. A full store drops expired
+// replacing older ones of the same keys, but for a later run's of the
+// owner's node. A full store drops expired
 // replicas first, then refuses new keys. It returns the live replicas of
 // other runs that owner's replaced, sorted by key: they may hold counts
 // that owner's counters do not (see Core.sendDisplaced). Each is marked
@@ -1069,6 +1079,15 @@ func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.
 			if len(r.states) >= r.max {
 				continue
 			}
+		}
+		if ok && old.owner.Name == owner.Name && old.owner.Inc > owner.Inc {
+			// A later run of the owner's node replicates the key here:
+			// this replica of an earlier run (held up on the way) is
+			// older than the counter that run's counts went on in.
+			// Standing in for the later run's, it was the counter a
+			// takeover of that run started the key from, and what the
+			// later run counted was admitted again.
+			continue
 		}
 		if ok && old.owner != owner && old.state.Expires > ns {
 			displaced = append(displaced, takenReplica{owner: old.owner, state: old.state, holds: old.holds, at: old.at, passed: old.passed})

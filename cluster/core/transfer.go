@@ -864,7 +864,9 @@ func (in *inbox) forget(before int64) {
 }
 
 // once runs apply for transfer seq of from unless it ran already, and
-// reports whether it ran. apply runs under the sender's record lock: a
+// reports whether it ran. apply is told which keys copies of the
+// transfer's counts (or units given back) sent again in its place brought
+// here first (see firstCopyKeys): it is the same count, late. apply runs under the sender's record lock: a
 // transfer delivered twice at once is applied once. It returns the keys of
 // the counts the transfer added if every one of them joined this run's
 // counters (counted, see counted), else nil and, for bare additions whose
@@ -873,7 +875,7 @@ func (in *inbox) forget(before int64) {
 // (Core.Keep) sees the transfer as it is recorded. additions tells whether
 // the transfer carries bare additions or units given back, whose number is
 // remembered past the floor (see past).
-func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, apply func() (counted, later []limiter.Key)) bool {
+func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, apply func(copied func(limiter.Key) bool) (counted, later []limiter.Key)) bool {
 	a := in.sender(from)
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -888,7 +890,10 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, app
 	if _, ok := a.refused[seq]; ok {
 		return false // a copy of it was refused meanwhile: so is this one
 	}
-	counted, later := apply()
+	counted, later := apply(func(k limiter.Key) bool {
+		_, ok := a.copies[copyOf{seq: seq, key: k}]
+		return ok
+	})
 	a.seqs[seq] = counted
 	if counted == nil && len(later) > 0 {
 		if a.later == nil {
@@ -1106,10 +1111,26 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		// transfer to this run: not added again if it holds them.
 		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
 	}
-	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter() || t.Mode == ModeRefund, func() (counted, later []limiter.Key) {
+	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter() || t.Mode == ModeRefund, func(copied func(limiter.Key) bool) (counted, later []limiter.Key) {
 		if mine {
 			c.debugTransfer("transfer skipped: this run applied the one it replaces", from, t, 0)
 			return nil, nil
+		}
+		if t.Mode == ModeAdd && !t.carriesCounter() || t.Mode == ModeRefund {
+			// Counts (or units given back) that came here before, sent
+			// again in place of this transfer (it was held up, and its
+			// sender took this run for dead): those keys' are applied.
+			n := len(t.States) + len(t.Reqs)
+			t.States = slices.DeleteFunc(slices.Clone(t.States), func(s limiter.State) bool { return copied(s.Key) })
+			t.Reqs = slices.DeleteFunc(slices.Clone(t.Reqs), func(r limiter.Request) bool { return copied(r.Key) })
+			if late := n - len(t.States) - len(t.Reqs); late > 0 {
+				if c.debugOn() {
+					c.debugTransfer("transfer late: what it carries of keys a copy sent in its place brought is not applied again", from, t, 0, "late", late)
+				}
+				if len(t.States) == 0 && len(t.Reqs) == 0 {
+					return nil, nil
+				}
+			}
 		}
 		if t.Was != 0 && c.replicas.applied(t.WasTo, t.was(from)) || slices.ContainsFunc(t.Earlier, func(m Replaced) bool {
 			return c.replicas.applied(m.To, Applied{From: m.From, Seq: m.Seq})
@@ -1373,9 +1394,6 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		run := t.Evicted
 		v := c.view.Load()
 		states, resent := c.weighResent(now, t.Resent, t.States)
-		if len(t.Applied) > 0 {
-			states = c.evictedApplied(now, run, t.Applied, t.Holds, states)
-		}
 		// Meant for an earlier run of this node, which kept the run's
 		// replicas and may have started keys from them: where this run
 		// restored that earlier run's counter of a key (and sent it as a
@@ -1388,6 +1406,31 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// shares no counts with it: the run's counter goes on as the
 		// run's, and is added where the key is counted.
 		earlier := t.WasTo.Name == c.self.Name && t.WasTo.Inc < c.self.Inc
+		if len(t.Applied) > 0 {
+			// Counts sent again in place of what the run applied are
+			// weighed where its counters are counted, as for any counter
+			// passed on (countersLessResent): here for those whose counts
+			// a counter here holds or will hold; the others go on with
+			// the record (Applied), and are weighed where they arrive,
+			// against the counts sent again that arrived there (this
+			// node passed those it took on, naming the transfer).
+			// Weighed here as well, counts sent again that this node
+			// passed on came off the counter here and again there
+			// (lost); and without the record, counts sent again to the
+			// node they go to were added there beside the counter that
+			// holds them (doubled). Units given back here are weighed
+			// here still: the counter they came off went on without a
+			// record of them.
+			var weighed, onward []limiter.State
+			for _, s := range states {
+				if c.evictedGoesOn(v, from, run, s.Key, t.Holds, earlier) {
+					onward = append(onward, s)
+				} else {
+					weighed = append(weighed, s)
+				}
+			}
+			states = c.evictedApplied(now, run, t.Applied, t.Holds, weighed, onward)
+		}
 		var adds, counters, copies []limiter.State
 		onward := map[string][]limiter.State{}
 		for _, s := range states {
@@ -1420,7 +1463,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		}
 		for _, name := range sortedKeys(onward) {
 			i, _ := v.ring.index(name)
-			t := c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name], Holds: holdsOf(t.Holds, onward[name]), Resent: resentOf(resent, onward[name])}, purposeForward, c.mono(now), false)
+			t := c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name], Holds: holdsOf(t.Holds, onward[name]), Applied: t.Applied, Resent: resentOf(resent, onward[name])}, purposeForward, c.mono(now), false)
 			c.debugTransfer("transfer made: evicted counters sent on", v.ring.member(i).Peer(), t, purposeForward)
 		}
 		// Counts sent again in place of transfers that the run's counters
@@ -1629,7 +1672,7 @@ func (c *Core) countersLessResent(now time.Time, of Peer, applied []Applied, hol
 		byRun[run] = append(byRun[run], a.key())
 	}
 	for _, run := range runs {
-		here = c.evictedApplied(now, run, byRun[run], holds, here)
+		here = c.evictedApplied(now, run, byRun[run], holds, here, nil)
 	}
 	return sortStates(append(here, elsewhere...))
 }
@@ -1716,6 +1759,26 @@ func (c *Core) keepResent(now time.Time, list []Resent) {
 	c.replicas.holdResent(c.mono(now), list)
 }
 
+// evictedGoesOn reports whether the counter of k that run sent as it
+// stopped counting (ModeEvicted, from from) goes on from here as it came,
+// weighed nowhere here: no counter here holds run's counts of k (a
+// replica of run's it was started from), no counter an earlier run of
+// this node restored may hold them (earlier: the transfer was meant for
+// that run), and the key is counted at another node (sent by run itself,
+// the key's owner without run).
+func (c *Core) evictedGoesOn(v *view, from, run Peer, k limiter.Key, holds []Held, earlier bool) bool {
+	if c.replicas.promotes(k, run, genIn(holds, k, run)) || earlier && c.replicas.restoredHolding(k, run) {
+		return false
+	}
+	if from == run {
+		if o, ok := v.ring.OwnerWithout(k.Route(), run.Name); ok && o.Name != c.self.Name {
+			return true
+		}
+	}
+	_, self, ok := c.placeOf(v, k)
+	return ok && !self
+}
+
 // evictedApplied weighs the transfers the evicted run applied (Applied)
 // against states, its counters: one sent here later in place of the one
 // to the run is skipped; the counts of one sent here before were added to
@@ -1730,10 +1793,17 @@ func (c *Core) keepResent(now time.Time, list []Resent) {
 // they are put back into this copy (see givenBackInCopy). holds names the
 // generation of each of the run's counters. It returns states, less what
 // was taken out and with what was put back.
-func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds []Held, states []limiter.State) []limiter.State {
+//
+// onward are more of the run's counters, which go on from here unweighed
+// (see evictedGoesOn): counts sent again that this node took in for
+// their keys went on, naming the transfer they replace, to where the
+// counters go, and are weighed there (the record goes with the
+// counters); units given back here are weighed here, as for states.
+func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds []Held, states, onward []limiter.State) []limiter.State {
 	c.replicas.noteApplied(c.mono(now), run, applied)
 	var less []limiter.State
-	adds, given := c.replicas.takeResent(run, applied, states)
+	adds, given := c.replicas.takeResent(run, applied, states, slices.Concat(states, onward))
+	states = sortStates(slices.Concat(states, onward))
 	for _, x := range adds {
 		if x.Kind >= limiter.KindGrant {
 			continue

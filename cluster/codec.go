@@ -352,6 +352,7 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 		e.u64(t.Cancels[i].Take)
 		encodeReqList(e, t.Cancels[i].Reqs)
 		encodePeer(e, t.Cancels[i].To)
+		e.u64(uint64(t.Cancels[i].At))
 	}
 	e.u32(uint32(len(t.Taken)))
 	for i := range t.Taken {
@@ -365,6 +366,7 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 		for _, w := range t.Taken[i].Waiting {
 			e.u64(w.Take)
 			encodeReqList(e, w.Reqs)
+			e.u64(uint64(w.At))
 		}
 	}
 	resent := make([]limiter.State, len(t.Resent))
@@ -464,7 +466,7 @@ func decodeTransfer(d *decoder) core.Transfer {
 	if n := d.count32(maxList, 8+4+9); n > 0 {
 		t.Cancels = make([]core.Cancel, n)
 		for i := range t.Cancels {
-			t.Cancels[i] = core.Cancel{Take: d.u64(), Reqs: decodeReqList(d), To: decodePeer(d)}
+			t.Cancels[i] = core.Cancel{Take: d.u64(), Reqs: decodeReqList(d), To: decodePeer(d), At: int64(d.u64())}
 		}
 	}
 	if n := d.count32(maxList, 9+4+9); n > 0 {
@@ -481,7 +483,7 @@ func decodeTransfer(d *decoder) core.Transfer {
 			if m := d.count32(maxList, 8+4); m > 0 {
 				t.Taken[i].Waiting = make([]core.Cancel, m)
 				for j := range t.Taken[i].Waiting {
-					t.Taken[i].Waiting[j] = core.Cancel{Take: d.u64(), Reqs: decodeReqList(d)}
+					t.Taken[i].Waiting[j] = core.Cancel{Take: d.u64(), Reqs: decodeReqList(d), At: int64(d.u64())}
 				}
 			}
 		}

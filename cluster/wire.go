@@ -35,7 +35,11 @@ import (
 // again units given back. It also lists, in a pull's reply, the keys the
 // source holds nothing of while it knew an earlier run of the puller
 // (PullReply.Earlier): their replicas may be on their way from elsewhere.
-const ProtocolVersion = 8
+// Version 9 says, in the cancels a transfer repeats or passes on
+// (Transfer.Cancels, Taken.Waiting), when their take items were sent
+// (Cancel.At): their units come out of that window, however late the
+// cancel arrives.
+const ProtocolVersion = 9
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is
 // [kind|replyBit][call ID][status][body]. A take frame carries many take

@@ -360,6 +360,10 @@ type Taken struct {
 type Cancel struct {
 	Take uint64
 	Reqs []limiter.Request
+	// At is when the item was sent (Unix ns), as near as its caller
+	// knows the instant its owner counted it at: its units come out of
+	// that instant's window. Zero: when applied.
+	At int64
 	// To is the run the item was sent to, when not the receiver of the
 	// transfer that carries the cancel.
 	To Peer

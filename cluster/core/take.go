@@ -66,6 +66,10 @@ type TakeOp struct {
 
 	to   Peer     // the peer of the call under way
 	call TakeItem // the call under way
+	// callAt is when the call under way was sent (Unix ns): the instant
+	// its owner counted it at, as near as this node knows, which a cancel
+	// of it carries (Transfer.At).
+	callAt int64
 
 	decision Decision
 	done     bool
@@ -359,6 +363,7 @@ func (c *Core) Step(now time.Time, op *TakeOp) Action {
 		op.to = p.peer
 		op.call = TakeItem{Seq: c.takeSeq.Add(1), Op: op.op, Client: g.client, Reqs: g.reqs}
 		g.seq = op.call.Seq
+		op.callAt = now.UnixNano()
 		return Action{Kind: ActCall, To: p.peer, Msg: op.call}
 	}
 	c.finish(now, op)
@@ -812,7 +817,7 @@ func (c *Core) CallFailed(now time.Time, op *TakeOp, busy bool) {
 	}
 	g := &op.groups[op.cur]
 	if op.op == OpTake && !busy {
-		c.sendTransfer(now, op.to, Transfer{Mode: ModeCancel, Reqs: slices.Clone(g.reqs), Take: op.call.Seq}, purposeCancel)
+		c.sendTransfer(now, op.to, Transfer{Mode: ModeCancel, At: op.callAt, Reqs: slices.Clone(g.reqs), Take: op.call.Seq}, purposeCancel)
 	}
 	v, m := c.view.Load(), c.mono(now)
 	if to, _, ok := c.placeOf(v, g.reqs[0].Key); ok && (to.Name != op.to.Name || c.anotherRun(op.to)) {

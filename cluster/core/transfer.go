@@ -457,7 +457,7 @@ func (o *outbox) cancelsFor(to Peer, states []limiter.State, died func(Peer) boo
 	out := make([]Cancel, 0, len(seqs))
 	for _, seq := range seqs {
 		pt := o.transfers[seq]
-		x := Cancel{Take: pt.t.Take, Reqs: pt.t.Reqs}
+		x := Cancel{Take: pt.t.Take, Reqs: pt.t.Reqs, At: pt.t.At}
 		if pt.to != to {
 			x.To = pt.to
 		}
@@ -1565,10 +1565,10 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			caller = t.Caller
 		}
 		if t.WasTo.Name != "" {
-			c.cancelFor(now, t.WasTo, caller, Cancel{Take: t.Take, Reqs: t.Reqs}, t.WasTo == from)
+			c.cancelFor(now, t.WasTo, caller, Cancel{Take: t.Take, Reqs: t.Reqs, At: t.At}, t.WasTo == from)
 			return
 		}
-		c.cancel(now, caller, Cancel{Take: t.Take, Reqs: t.Reqs})
+		c.cancel(now, caller, Cancel{Take: t.Take, Reqs: t.Reqs, At: t.At})
 	}
 }
 
@@ -1580,7 +1580,7 @@ func (c *Core) passCancel(now time.Time, from Peer, x Cancel) {
 	if len(x.Reqs) == 0 {
 		return
 	}
-	c.sendTransfer(now, x.To, Transfer{Mode: ModeCancel, Reqs: x.Reqs, Take: x.Take, Caller: from}, purposeCancel)
+	c.sendTransfer(now, x.To, Transfer{Mode: ModeCancel, At: x.At, Reqs: x.Reqs, Take: x.Take, Caller: from}, purposeCancel)
 }
 
 // cancelFor applies the cancel of take item x of the caller from, meant
@@ -1595,7 +1595,7 @@ func (c *Core) cancelFor(now time.Time, by, from Peer, x Cancel, admitted bool) 
 		c.log.Debug("take item cancelled by its caller, for the run that left", "node", c.self.Name, "peer", from.Name, "for", by.Name, "take", x.Take, "refund", refund, "reqs", debugReqs(x.Reqs))
 	}
 	if refund {
-		c.refund(now, x.Reqs)
+		c.refundAt(now, x.At, x.Reqs)
 	}
 }
 
@@ -1870,7 +1870,7 @@ func (c *Core) cancel(now time.Time, from Peer, x Cancel) {
 		c.log.Debug("take item cancelled by its caller", "node", c.self.Name, "peer", from.Name, "take", x.Take, "refund", refund, "reqs", debugReqs(x.Reqs))
 	}
 	if refund && !(c.gate.isLeaving() && c.cancelAsListed(now, from, x)) {
-		c.refund(now, x.Reqs)
+		c.refundAt(now, x.At, x.Reqs)
 	}
 }
 
@@ -1903,7 +1903,7 @@ func (c *Core) cancelAsListed(now time.Time, from Peer, x Cancel) bool {
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeCancel, Reqs: byOwner[name], Take: x.Take, Caller: from, WasTo: c.self}, purposeCancel)
+		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeCancel, At: x.At, Reqs: byOwner[name], Take: x.Take, Caller: from, WasTo: c.self}, purposeCancel)
 	}
 	return len(names) > 0
 }
@@ -2724,7 +2724,7 @@ func (c *Core) retargetCancel(now time.Time, pt *pendingTransfer) {
 	if !ok {
 		return
 	}
-	x := Cancel{Take: pt.t.Take, Reqs: pt.t.Reqs}
+	x := Cancel{Take: pt.t.Take, Reqs: pt.t.Reqs, At: pt.t.At}
 	if self {
 		caller := c.self
 		if pt.t.Caller.Name != "" {
@@ -2733,7 +2733,7 @@ func (c *Core) retargetCancel(now time.Time, pt *pendingTransfer) {
 		c.cancelFor(now, pt.to, caller, x, false)
 		return
 	}
-	t := c.out.transfer(to.Peer(), Transfer{Mode: ModeCancel, Reqs: x.Reqs, Take: x.Take, Caller: pt.t.Caller}, purposeCancel, c.mono(now), false)
+	t := c.out.transfer(to.Peer(), Transfer{Mode: ModeCancel, At: x.At, Reqs: x.Reqs, Take: x.Take, Caller: pt.t.Caller}, purposeCancel, c.mono(now), false)
 	t.Was, t.WasTo = pt.t.Seq, pt.to
 	c.out.retargeted(t.Seq, t, c.mono(now))
 	c.debugTransfer("cancel sent to the owner in place of the run that left", to.Peer(), t, purposeCancel)

@@ -16,13 +16,13 @@ func TestInboxRemembersPastNumbersOnlyOfAdditions(t *testing.T) {
 	from := Peer{Name: "n1", Inc: 1}
 	const replicas = 1000
 	for seq := uint64(1); seq <= replicas; seq++ {
-		if !in.once(from, seq, seq, int64(seq), false, func(func(limiter.Key) bool) (counted, later []limiter.Key) { return nil, nil }) {
+		if !in.once(from, seq, seq, int64(seq), false, false, func(func(limiter.Key) bool) (counted, later []limiter.Key) { return nil, nil }) {
 			t.Fatalf("replica transfer %d not applied", seq)
 		}
 	}
 	addition := uint64(replicas + 1)
-	in.once(from, addition, addition, int64(addition), true, func(func(limiter.Key) bool) (counted, later []limiter.Key) { return nil, nil })
-	in.once(from, addition+1, addition+1, int64(addition+1), false, func(func(limiter.Key) bool) (counted, later []limiter.Key) { return nil, nil })
+	in.once(from, addition, addition, int64(addition), true, false, func(func(limiter.Key) bool) (counted, later []limiter.Key) { return nil, nil })
+	in.once(from, addition+1, addition+1, int64(addition+1), false, false, func(func(limiter.Key) bool) (counted, later []limiter.Key) { return nil, nil })
 	a := in.sender(from)
 	if len(a.past) != 1 {
 		t.Fatalf("the record keeps %d numbers the floor passed; want 1, the addition's", len(a.past))
@@ -46,7 +46,7 @@ func TestInboxRecordsAdditionsThatJoinLaterAsTheyAreApplied(t *testing.T) {
 	in := newInbox()
 	from := Peer{Name: "n1", Inc: 1}
 	key := limiter.Key(7)
-	in.once(from, 1, 1, 1, true, func(func(limiter.Key) bool) (counted, later []limiter.Key) { return nil, []limiter.Key{key} })
+	in.once(from, 1, 1, 1, true, false, func(func(limiter.Key) bool) (counted, later []limiter.Key) { return nil, []limiter.Key{key} })
 	got := in.counted(func(KeptApplied) bool { return true })
 	if len(got) != 1 || got[0].From != from || got[0].Seq != 1 || len(got[0].Keys) != 1 || got[0].Keys[0] != key {
 		t.Fatalf("the inbox lists %+v; want transfer 1 of n1, of key %v", got, key)

@@ -875,21 +875,14 @@ func (in *inbox) forget(before int64) {
 // (Core.Keep) sees the transfer as it is recorded. additions tells whether
 // the transfer carries bare additions or units given back, whose number is
 // remembered past the floor (see past).
-func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, apply func(copied func(limiter.Key) bool) (counted, later []limiter.Key)) bool {
+func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions, pulled bool, apply func(copied func(limiter.Key) bool) (counted, later []limiter.Key)) bool {
 	a := in.sender(from)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.used = m
-	a.raiseFloorLocked(floor, m)
-	if seq < a.floor {
-		return false // settled at the sender: applied before
-	}
-	if _, ok := a.seqs[seq]; ok {
+	if !a.takesLocked(seq, floor, m, pulled) {
 		return false
 	}
-	if _, ok := a.refused[seq]; ok {
-		return false // a copy of it was refused meanwhile: so is this one
-	}
+	delete(a.refused, seq) // a copy given in a pull's reply: see takes
 	counted, later := apply(func(k limiter.Key) bool {
 		_, ok := a.copies[copyOf{seq: seq, key: k}]
 		return ok
@@ -903,6 +896,43 @@ func (in *inbox) once(from Peer, seq, floor uint64, m int64, additions bool, app
 	}
 	if additions {
 		a.additions[seq] = struct{}{}
+	}
+	return true
+}
+
+// takes reports whether transfer seq of from, whose sender's floor is
+// floor, is still to be applied here: not settled at its sender (below
+// its floor), not applied here, and not refused here, unless pulled. What
+// is not to be applied leaves no trace either (see firstCopies): a
+// delayed copy of a number refused and passed by the floor would
+// otherwise have its counts taken as held, and the transfer sent again in
+// its place under a new number add none of them. A copy given in the
+// reply to this node's pull overrides a refusal of its number: its
+// sender gives it under the old number only while it has not acted on
+// that refusal (holdingFor renumbers a spent transfer first), and a
+// refusal that comes while a copy given in a pull is awaited spends the
+// number only if that copy was refused too (see Core.acked), so the
+// number stays the transfer's, and every later copy of it is applied
+// before.
+func (in *inbox) takes(from Peer, seq, floor uint64, m int64, pulled bool) bool {
+	a := in.sender(from)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.takesLocked(seq, floor, m, pulled)
+}
+
+// takesLocked is takes with a.mu held.
+func (a *applied) takesLocked(seq, floor uint64, m int64, pulled bool) bool {
+	a.used = m
+	a.raiseFloorLocked(floor, m)
+	if seq < a.floor {
+		return false // settled at the sender: applied before
+	}
+	if _, ok := a.seqs[seq]; ok {
+		return false
+	}
+	if _, ok := a.refused[seq]; ok && !pulled {
+		return false // a copy of it was refused meanwhile: so is this one
 	}
 	return true
 }
@@ -987,10 +1017,11 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		c.debugTransfer("transfer received again: applied before", from, t, 0)
 		return Ack{Seq: t.Seq}
 	}
-	if c.in.refusedHere(from, t.Seq) {
+	if !pulled && c.in.refusedHere(from, t.Seq) {
 		// Refused already: whatever this node would answer a new transfer
 		// now, this one is refused, and its sender may have placed its
-		// counts anew on the refusal.
+		// counts anew on the refusal. A copy given in a pull's reply is
+		// taken (see inbox.takes).
 		c.stats.Duplicates.Add(1)
 		c.debugTransfer("transfer received again: refused before", from, t, 0)
 		return Ack{Seq: t.Seq, Refused: true}
@@ -1067,6 +1098,31 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 	// back, maybe passed on by a node that did not take it over, or sent
 	// again once more: skipped if this run applied that transfer, else
 	// applied once, whichever of their copies comes first.
+	came := t.States
+	ran := false
+	if c.in.takes(from, t.Seq, t.Floor, c.mono(now), pulled) {
+		ran = c.applyOnce(now, from, t, pulled)
+	}
+	if !ran {
+		c.stats.Duplicates.Add(1)
+		if c.in.refusedHere(from, t.Seq) {
+			c.debugTransfer("transfer received again: refused before", from, t, 0)
+			return Ack{Seq: t.Seq, Refused: true}
+		}
+		c.debugTransfer("transfer received again: applied before", from, t, 0)
+	}
+	if again := c.handoff.arrivedFrom(from, came); len(again) > 0 {
+		c.requestKeys(now, c.view.Load(), again)
+	}
+	c.notifyOutbox()
+	return Ack{Seq: t.Seq}
+}
+
+// applyOnce applies t, from from, once (see inbox.once), and reports
+// whether it ran: handleTransfer found it still to be applied (see
+// inbox.takes), so that the copies it records as held (firstCopies,
+// resentHeldHere) are of a transfer taken here.
+func (c *Core) applyOnce(now time.Time, from Peer, t Transfer, pulled bool) bool {
 	mine := false
 	marks := t.marks(from)
 	if t.givenBackAgain() && slices.ContainsFunc(marks, func(m Replaced) bool { return m.To == c.self }) {
@@ -1105,13 +1161,12 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 			t.States = states
 		}
 	}
-	came := t.States
 	if len(t.Resent) > 0 && t.carriesCounter() {
 		// Counts the counters hold that were sent again in place of a
 		// transfer to this run: not added again if it holds them.
 		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
 	}
-	ran := c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter() || t.Mode == ModeRefund, func(copied func(limiter.Key) bool) (counted, later []limiter.Key) {
+	return c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter() || t.Mode == ModeRefund, pulled, func(copied func(limiter.Key) bool) (counted, later []limiter.Key) {
 		if mine {
 			c.debugTransfer("transfer skipped: this run applied the one it replaces", from, t, 0)
 			return nil, nil
@@ -1175,19 +1230,6 @@ func (c *Core) handleTransfer(now time.Time, from Peer, t Transfer, pulled bool)
 		c.apply(now, from, t)
 		return counted, later
 	})
-	if !ran {
-		c.stats.Duplicates.Add(1)
-		if c.in.refusedHere(from, t.Seq) {
-			c.debugTransfer("transfer received again: refused before", from, t, 0)
-			return Ack{Seq: t.Seq, Refused: true}
-		}
-		c.debugTransfer("transfer received again: applied before", from, t, 0)
-	}
-	if again := c.handoff.arrivedFrom(from, came); len(again) > 0 {
-		c.requestKeys(now, c.view.Load(), again)
-	}
-	c.notifyOutbox()
-	return Ack{Seq: t.Seq}
 }
 
 // refuse answers t, from from, refused, and records the refusal: every copy
@@ -2443,16 +2485,18 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 				c.log.Debug("transfer given in a pull refused by its receiver", "node", c.self.Name, "seq", r.seq)
 			}
 		}
-		c.out.spend(r.seq, r.to)
 		_, sent := r.msg.(Transfer)
 		if c.out.refusedBeforeGiven(r.seq, c.mono(now), !sent) {
 			// The puller may have applied the copy given in its pull's
-			// reply since: its answer to that copy tells.
+			// reply since (a copy given in a pull overrides a refusal of
+			// its number: see inbox.takes): its answer to that copy tells,
+			// and the number stays the transfer's until then.
 			if c.debugOn() {
 				c.log.Debug("refusal of a transfer given again in a pull's reply: its answer to that is awaited", "node", c.self.Name, "peer", r.to.Name, "seq", r.seq)
 			}
 			return
 		}
+		c.out.spend(r.seq, r.to)
 		if pt, ok := c.out.takeIfHeld(r.seq); ok {
 			c.debugTransfer("refused transfer: its counters go as a node declared dead sends them", pt.to, pt.t, pt.purpose)
 			c.viewMu.Lock()

@@ -1476,6 +1476,7 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 		return
 	}
 	h.sealed[r.to.Name] = true
+	c.sealedRuns.Store(r.to.Name, r.to.Inc)
 	if c.debugOn() {
 		c.log.Debug("hand-off source sealed", "node", c.self.Name, "peer", r.to.Name, "ring", q.Ring, "moved", len(reply.Moved))
 	}
@@ -2090,8 +2091,24 @@ func (c *Core) runDied(owner Peer) bool {
 			return true // it was a member, and joins again: it was declared dead
 		}
 	}
+	later := false
+	for _, lists := range [][]Member{known.members, known.leaving, known.joining} {
+		for _, m := range lists {
+			if m.Name == owner.Name && m.Inc > owner.Inc {
+				later = true
+			}
+		}
+	}
 	if r, ok := known.run(owner); ok && r.leaving {
-		return false // it left gracefully, handing over what it held
+		// It announced its leaving: gone, it left gracefully, handing over
+		// what it held, if its leave is known complete here (it sealed to
+		// this node's hand-off). Replaced by a later run of its node before
+		// that, it may have crashed while it left and restarted at once,
+		// never declared dead: what it did not hand over lives on only in
+		// its replicas, which go on as a dead run's, weighed against what
+		// it did hand over
+		// (TestAnOwnerThatCrashesWhileLeavingAndRestartsLeavesItsReplica).
+		return later && !c.leaveSealed(owner)
 	}
 	for _, lists := range [][]Member{known.members, known.leaving, known.joining} {
 		for _, m := range lists {
@@ -2101,6 +2118,13 @@ func (c *Core) runDied(owner Peer) bool {
 		}
 	}
 	return false
+}
+
+// leaveSealed reports whether the run owner, leaving, sealed to this
+// node's hand-off: it handed over all it held of this node's keys.
+func (c *Core) leaveSealed(owner Peer) bool {
+	inc, ok := c.sealedRuns.Load(owner.Name)
+	return ok && inc.(uint64) >= owner.Inc
 }
 
 // runLeft reports whether the owner run left gracefully: gone without

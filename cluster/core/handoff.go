@@ -2076,8 +2076,10 @@ func (c *Core) tickGone(now time.Time, m int64) {
 }
 
 // runDied reports whether the owner run died by what is known: declared
-// dead, replaced by a later run, or joining again under the same run (it
-// was declared dead and stopped counting: what it held comes as copies).
+// dead, replaced by a later run (one that was leaving only if it had not
+// sealed here: its leave not known complete), or joining again under the
+// same run (it was declared dead and stopped counting: what it held comes
+// as copies).
 // viewMu is held.
 func (c *Core) runDied(owner Peer) bool {
 	known := c.known.Load()
@@ -2142,8 +2144,9 @@ func (c *Core) leaveSealed(owner Peer) bool {
 // weighed where their keys are counted against what it did hand over, its
 // last word on them (TestAnOwnerThatCrashesWhileLeavingLeavesItsReplica,
 // TestABorrowerThatCrashesWhileLeavingLeavesItsReplicaAtTheLender).
-// Once it is gone, not declared dead, it handed everything over, and
-// what is kept here of it is stale. viewMu is held.
+// Once it is gone, not declared dead nor replaced before it sealed here
+// (see runDied), it handed everything over, and what is kept here of it
+// is stale. viewMu is held.
 func (c *Core) runLeft(owner Peer) bool {
 	if c.runDied(owner) {
 		return false

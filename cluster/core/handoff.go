@@ -1476,7 +1476,9 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 		return
 	}
 	h.sealed[r.to.Name] = true
-	c.sealedRuns.Store(r.to.Name, r.to.Inc)
+	if p := c.peers.get(r.to.Name); p != nil && p.peer.Inc == r.to.Inc {
+		c.sealedRuns.Store(r.to, struct{}{})
+	}
 	if c.debugOn() {
 		c.log.Debug("hand-off source sealed", "node", c.self.Name, "peer", r.to.Name, "ring", q.Ring, "moved", len(reply.Moved))
 	}
@@ -2125,8 +2127,8 @@ func (c *Core) runDied(owner Peer) bool {
 // leaveSealed reports whether the run owner, leaving, sealed to this
 // node's hand-off: it handed over all it held of this node's keys.
 func (c *Core) leaveSealed(owner Peer) bool {
-	inc, ok := c.sealedRuns.Load(owner.Name)
-	return ok && inc.(uint64) >= owner.Inc
+	_, ok := c.sealedRuns.Load(owner)
+	return ok
 }
 
 // runLeft reports whether the owner run left gracefully: gone without

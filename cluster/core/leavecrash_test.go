@@ -150,6 +150,10 @@ func TestALeaverThatCompletesItsLeaveHasNoStaleReplicaCounted(t *testing.T) {
 			if name == "restarted at once" {
 				// A rolling restart: a new run of n1 joins in place of
 				// the run that left, which is never listed gone or dead.
+				// Its leave is known complete at n2, where it sealed.
+				if left := h.member("n1").Peer(); !h.cores["n2"].leaveSealed(left) {
+					t.Fatalf("n2 does not know %v's leave complete", left)
+				}
 				n1 := h.start("n1", true)
 				for _, other := range []string{"n0", "n2"} {
 					h.cores[other].SetMembership(h.now, Membership{Members: h.othersThan(other, "n1"), Joining: []Member{h.member("n1")}})

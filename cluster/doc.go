@@ -339,7 +339,14 @@
 // (TestAnOwnerThatCrashesWhileLeavingLeavesItsReplica: before, the
 // successor dropped the replica as it heard of the leave, and the new
 // owner counted the key from nothing, 50 admitted of 30;
-// TestALeaverThatCompletesItsLeaveHasNoStaleReplicaCounted).
+// TestALeaverThatCompletesItsLeaveHasNoStaleReplicaCounted). So is an
+// owner replaced by a later run of its node before its leave was known
+// complete where the replica is (it had not sealed to that node's
+// hand-off): it may have crashed while it left and restarted at once,
+// never declared dead
+// (TestAnOwnerThatCrashesWhileLeavingAndRestartsLeavesItsReplica: before,
+// the successor took it for a run that left and dropped the replica, 50
+// admitted of 30).
 // So a node may still keep the replica of a leaver's counter that the
 // leaver handed over long before (a rolling restart: the key went on to
 // the restarted owner, whose successor the leaver is) when the leaver

@@ -33,6 +33,10 @@ type Core struct {
 	view   atomic.Pointer[view]            // what it routes by now
 	viewMu sync.Mutex                      // serializes changes of the view
 	known  atomic.Pointer[membershipState] // what the driver said of the others: replaced whole, under viewMu
+	// sealedRuns holds the runs (Peer → struct{}) that sealed
+	// to this node's hand-off: a leaving run in it handed over all it held
+	// of this node's keys, its leave is known complete here (see runDied).
+	sealedRuns sync.Map
 
 	peers      *peerTable    // breakers, leases and liveness of the others
 	out        *outbox       // messages to send, transfers until acknowledged

@@ -1476,6 +1476,9 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 		return
 	}
 	h.sealed[r.to.Name] = true
+	if p := c.peers.get(r.to.Name); p != nil && p.peer.Inc == r.to.Inc {
+		c.sealedRuns.Store(r.to, struct{}{})
+	}
 	if c.debugOn() {
 		c.log.Debug("hand-off source sealed", "node", c.self.Name, "peer", r.to.Name, "ring", q.Ring, "moved", len(reply.Moved))
 	}
@@ -2075,8 +2078,10 @@ func (c *Core) tickGone(now time.Time, m int64) {
 }
 
 // runDied reports whether the owner run died by what is known: declared
-// dead, replaced by a later run, or joining again under the same run (it
-// was declared dead and stopped counting: what it held comes as copies).
+// dead, replaced by a later run (one that was leaving only if it had not
+// sealed here: its leave not known complete), or joining again under the
+// same run (it was declared dead and stopped counting: what it held comes
+// as copies).
 // viewMu is held.
 func (c *Core) runDied(owner Peer) bool {
 	known := c.known.Load()
@@ -2090,8 +2095,24 @@ func (c *Core) runDied(owner Peer) bool {
 			return true // it was a member, and joins again: it was declared dead
 		}
 	}
+	later := false
+	for _, lists := range [][]Member{known.members, known.leaving, known.joining} {
+		for _, m := range lists {
+			if m.Name == owner.Name && m.Inc > owner.Inc {
+				later = true
+			}
+		}
+	}
 	if r, ok := known.run(owner); ok && r.leaving {
-		return false // it left gracefully, handing over what it held
+		// It announced its leaving: gone, it left gracefully, handing over
+		// what it held, if its leave is known complete here (it sealed to
+		// this node's hand-off). Replaced by a later run of its node before
+		// that, it may have crashed while it left and restarted at once,
+		// never declared dead: what it did not hand over lives on only in
+		// its replicas, which go on as a dead run's, weighed against what
+		// it did hand over
+		// (TestAnOwnerThatCrashesWhileLeavingAndRestartsLeavesItsReplica).
+		return later && !c.leaveSealed(owner)
 	}
 	for _, lists := range [][]Member{known.members, known.leaving, known.joining} {
 		for _, m := range lists {
@@ -2101,6 +2122,13 @@ func (c *Core) runDied(owner Peer) bool {
 		}
 	}
 	return false
+}
+
+// leaveSealed reports whether the run owner, leaving, sealed to this
+// node's hand-off: it handed over all it held of this node's keys.
+func (c *Core) leaveSealed(owner Peer) bool {
+	_, ok := c.sealedRuns.Load(owner)
+	return ok
 }
 
 // runLeft reports whether the owner run left gracefully: gone without
@@ -2118,8 +2146,9 @@ func (c *Core) runDied(owner Peer) bool {
 // weighed where their keys are counted against what it did hand over, its
 // last word on them (TestAnOwnerThatCrashesWhileLeavingLeavesItsReplica,
 // TestABorrowerThatCrashesWhileLeavingLeavesItsReplicaAtTheLender).
-// Once it is gone, not declared dead, it handed everything over, and
-// what is kept here of it is stale. viewMu is held.
+// Once it is gone, not declared dead nor replaced before it sealed here
+// (see runDied), it handed everything over, and what is kept here of it
+// is stale. viewMu is held.
 func (c *Core) runLeft(owner Peer) bool {
 	if c.runDied(owner) {
 		return false

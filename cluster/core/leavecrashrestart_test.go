@@ -1,0 +1,65 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// As in TestAnOwnerThatCrashesWhileLeavingLeavesItsReplica, a key's owner
+// n1 has admitted 20 of it, replicated to its successor n2, starts to
+// leave and crashes at once: nothing it hands over arrives. But it is not
+// declared dead: it restarts at once, and the others hear of the leaving
+// run, then of a new run of n1 joining in its place. The leaving run did
+// not leave gracefully (it handed nothing over): its replica is the key's
+// only count. Taken for a run that left (it was once listed as leaving,
+// see runDied), its replica is dropped as stale, and the key is counted
+// from nothing: more than the limit admitted.
+func TestAnOwnerThatCrashesWhileLeavingAndRestartsLeavesItsReplica(t *testing.T) {
+	const quota = 30
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOrdered("n1", "n2", "n0")
+	load := newHandLoad(h, k, quota)
+	for range 20 {
+		load.spend("n1")
+	}
+	load.resume()
+	h.advance(50 * time.Millisecond)
+	if st, _, ok := h.cores["n2"].replicas.get(k); !ok || windowCount([]limiter.State{st}) != 20 {
+		t.Fatalf("n2's replica of the key: %v %v; want 20", st, ok)
+	}
+
+	// n1 starts to leave and crashes: what it sends is lost. The others
+	// hear of it as leaving.
+	h.down["n1"] = true
+	h.cores["n1"].Leave(h.now)
+	h.pump()
+	for _, name := range []string{"n0", "n2"} {
+		h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n1"), Leaving: []Member{h.member("n1")}})
+		h.pump()
+	}
+	h.advance(100 * time.Millisecond)
+
+	// A new run of n1 starts (no snapshot) and joins; the others hear of
+	// it joining in place of the leaving run (a later run of a node tells
+	// that the earlier one died: see Membership.Joining), never of that
+	// run's death, then as a member.
+	n1 := h.start("n1", true)
+	for _, name := range []string{"n0", "n2"} {
+		h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n1"), Joining: []Member{h.member("n1")}})
+		h.pump()
+	}
+	n1.Joined(h.now)
+	h.list("n1", []Member{h.member("n0"), h.member("n2")}, nil)
+	h.advance(100 * time.Millisecond)
+	for _, name := range []string{"n0", "n2"} {
+		h.setMembership(name, nil)
+	}
+	h.advance(h.cfg.HandoffWindow + time.Second)
+	t.Logf("the nodes count %v", h.counts(k))
+	load.staysWithinTheLimit(t, quota, "n1", "n2", "n0")
+	if got := h.clusterCount(k); got != int64(load.admitted-load.by[SourceFallback]) && got != int64(load.admitted) {
+		t.Errorf("the cluster counts %d of the key; %d were admitted (%v)", got, load.admitted, load.by)
+	}
+}

@@ -733,8 +733,9 @@ func (in *inbox) counted(joined func(KeptApplied) bool) []KeptApplied {
 	return out
 }
 
-// has reports whether transfer seq of from was applied here.
-func (in *inbox) has(from Peer, seq uint64) bool {
+// knows reports what asked says of the record of from's transfers, read
+// under its lock: false if nothing of from came here.
+func (in *inbox) knows(from Peer, asked func(a *applied) bool) bool {
 	in.mu.Lock()
 	a := in.from[from]
 	in.mu.Unlock()
@@ -743,8 +744,15 @@ func (in *inbox) has(from Peer, seq uint64) bool {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, ok := a.seqs[seq]
-	return ok
+	return asked(a)
+}
+
+// has reports whether transfer seq of from was applied here.
+func (in *inbox) has(from Peer, seq uint64) bool {
+	return in.knows(from, func(a *applied) bool {
+		_, ok := a.seqs[seq]
+		return ok
+	})
 }
 
 // refuse records that transfer seq of from, whose sender's floor was
@@ -773,16 +781,10 @@ func (in *inbox) refuse(from Peer, seq, floor uint64, m int64) bool {
 
 // refusedHere reports whether transfer seq of from was refused here.
 func (in *inbox) refusedHere(from Peer, seq uint64) bool {
-	in.mu.Lock()
-	a := in.from[from]
-	in.mu.Unlock()
-	if a == nil {
-		return false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.refused[seq]
-	return ok
+	return in.knows(from, func(a *applied) bool {
+		_, ok := a.refused[seq]
+		return ok
+	})
 }
 
 // firstCopies returns the states of states, counts sent again in place
@@ -828,19 +830,13 @@ func (in *inbox) firstCopyKeys(x Applied, keys []limiter.Key, m int64) []limiter
 // appliedOnce reports whether transfer x was applied here: above its
 // sender's floor, or, passed since, within appliedKeep (see past).
 func (in *inbox) appliedOnce(x Applied) bool {
-	in.mu.Lock()
-	a := in.from[x.From]
-	in.mu.Unlock()
-	if a == nil {
-		return false
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if _, ok := a.seqs[x.Seq]; ok {
-		return true
-	}
-	_, ok := a.past[x.Seq]
-	return ok
+	return in.knows(x.From, func(a *applied) bool {
+		if _, ok := a.seqs[x.Seq]; ok {
+			return true
+		}
+		_, ok := a.past[x.Seq]
+		return ok
+	})
 }
 
 // forget drops the numbers the floor passed before mono before.

@@ -533,7 +533,10 @@ func (l Limit) charge(e entry, now, at, n int64) entry {
 		// Charged in a window before now's: into e's previous window if
 		// it is that one (a booked entry's previous window is now's).
 		if prevStart, _ := l.span(start - 1); at >= prevStart && at < start {
-			e.prev += uint32(max(0, min(n, int64(l.Quota)+n-int64(e.prev))))
+			// Never owing more than n: at most Quota + n, and never less
+			// than it held.
+			prev := int64(e.prev)
+			e.prev = uint32(max(prev, min(prev+n, int64(l.Quota)+n)))
 		}
 		return e
 	}

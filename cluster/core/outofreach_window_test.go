@@ -458,3 +458,103 @@ func TestAUnitOfAZoneGivenBackThatArrivesInTheNextWindowComesOutOfItsOwn(t *test
 		t.Errorf("the second window admitted %d+%d = %d of %d", w1, more, w1+more, quota)
 	}
 }
+
+// As above, for a zone its owner admitted near the end of a window, given
+// back by the caller once another zone of the request, its call answered
+// only in the next window, denied it: the give-back is sent in the next
+// window, and the unit must come out of the window it was counted in.
+func TestAUnitOfAZoneGivenBackInTheNextWindowComesOutOfItsOwn(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	const quota = 10
+	const win = 5 * time.Second
+	k := h.keyOwnedBy("n0", "n1")
+	other := h.keyOwnedBy("n1", "n0", k)
+	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: win}
+	strict := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 1, Window: time.Hour}
+	take := func(node string, reqs ...limiter.Request) bool {
+		tk := &handTake{node: node, res: make([]limiter.Result, len(reqs))}
+		tk.reqs = reqs
+		d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
+		if done {
+			return d.Allowed
+		}
+		h.drive(tk)
+		h.finish(tk)
+		return tk.d.Allowed
+	}
+	one := limiter.Request{Key: k, Zone: 1, Limit: lim}
+	h.advance(h.now.Truncate(win).Add(win).Sub(h.now) + 10*time.Millisecond)
+	second := h.now.Truncate(win).Add(win)
+	if !take("n2", limiter.Request{Key: other, Zone: 2, Limit: strict}) {
+		t.Fatalf("the other zone's first request refused")
+	}
+	h.advance(second.Add(-20 * time.Millisecond).Sub(h.now))
+
+	// n2's request: n0 admits zone 1 in the first window; the call for
+	// zone 2 is answered by n1, denying it, in the second.
+	// The give-back is lost until the owner counted more of the second.
+	h.drops = func(from string, o Outgoing) bool {
+		x, ok := o.Msg.(Transfer)
+		return ok && x.Mode == ModeRefund && h.now.Before(second.Add(100*time.Millisecond))
+	}
+	c := h.cores["n2"]
+	tk := &handTake{node: "n2", res: make([]limiter.Result, 2)}
+	tk.reqs = []limiter.Request{one, {Key: other, Zone: 2, Limit: strict}}
+	if _, done := c.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
+		t.Fatalf("n2 decided a request for keys of n0 and n1 itself")
+	}
+	calls := 0
+	var held TakeItem
+	for !tk.done {
+		a := c.Step(h.now, &tk.op)
+		if a.Kind == ActDone {
+			tk.done, tk.d = true, tk.op.Decision()
+			break
+		}
+		item, ok := a.Msg.(TakeItem)
+		if a.Kind != ActCall || !ok {
+			t.Fatalf("n2's step: %+v; want a take item", a)
+		}
+		calls++
+		if a.To.Name == "n1" {
+			held = item
+			h.advance(second.Add(20 * time.Millisecond).Sub(h.now))
+			if h.now.Truncate(win) != second {
+				t.Fatalf("zone 2 answered in the first window")
+			}
+		}
+		reply, _ := h.cores[a.To.Name].Serve(h.now, c.Self(), &item, make([]limiter.Result, len(item.Reqs)), h.now)
+		c.Replied(h.now, &tk.op, reply)
+		h.pump()
+	}
+	if calls != 2 || held.Seq == 0 {
+		t.Fatalf("n2 made %d calls, zone 2's to n1: %v; want one to each owner", calls, held.Seq != 0)
+	}
+	if tk.d.Allowed {
+		t.Fatalf("a request the other zone denies admitted")
+	}
+	if !c.pendingGiveBack() {
+		t.Fatalf("n2 gave nothing back")
+	}
+	admitted := 0
+	for range 6 {
+		if take("n0", one) {
+			admitted++
+		}
+	}
+	h.advance(300 * time.Millisecond) // the give-back arrives
+	if c.pendingGiveBack() || h.now.Truncate(win) != second {
+		t.Fatalf("the give-back has not arrived in the second window")
+	}
+	if got := h.count("n0", k); got != int64(admitted) {
+		t.Errorf("in the second window %d were admitted, and the key's owner n0 holds %d of it: the unit given back in the first came out of the second", admitted, got)
+	}
+	for range quota {
+		if take("n0", one) {
+			admitted++
+		}
+	}
+	if admitted != quota {
+		t.Errorf("the second window admitted %d of %d", admitted, quota)
+	}
+}

@@ -92,6 +92,7 @@ type takeGroup struct {
 	allowed  bool
 	src      Source
 	by       Peer              // the peer that decided it
+	at       int64             // when the call that peer decided was sent (Unix ns): its units given back come out of that window
 	seq      uint64            // the take item that asked it
 	fallback []limiter.Request // the limits fallback decided it with
 	// fallbackMark is the last extraction of fallback counters before
@@ -699,7 +700,7 @@ func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
 		if len(r.Results) > 0 && &r.Results[0] != &g.res[0] {
 			copy(g.res, r.Results)
 		}
-		g.decided, g.allowed, g.src, g.by = true, r.Allowed, SourcePeer, op.to
+		g.decided, g.allowed, g.src, g.by, g.at = true, r.Allowed, SourcePeer, op.to, op.callAt
 		if op.op != OpTake {
 			return
 		}
@@ -878,8 +879,10 @@ func (c *Core) giveBack(now time.Time, g *takeGroup) {
 	case SourceOwner:
 		c.refund(now, g.reqs)
 	case SourcePeer:
-		// Stamped: arriving late, they still come out of their window.
-		c.sendTransfer(now, g.by, Transfer{Mode: ModeRefund, At: now.UnixNano(), Reqs: slices.Clone(g.reqs)}, purposeRefund)
+		// Stamped with the instant they were asked: given back once a
+		// later zone's answer came in the next window, or arriving late,
+		// they still come out of the window they were counted in.
+		c.sendTransfer(now, g.by, Transfer{Mode: ModeRefund, At: g.at, Reqs: slices.Clone(g.reqs)}, purposeRefund)
 	case SourceFallback:
 		// Where the fallback counter that counted them is: here, or, if
 		// it was sent on to the key's owner (or joined this node's own

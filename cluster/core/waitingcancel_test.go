@@ -3,6 +3,8 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // A cancel for a run that left waits where it came, the key's owner, for
@@ -57,5 +59,64 @@ func cancelWaitingGoesWithTheKey(t *testing.T, counterFirst bool) {
 	h.advance(time.Second)
 	if got := h.count("n0", k) + h.count("n1", k) + h.count("n2", k); got != 6+3-1 {
 		t.Errorf("the cluster holds %d of the key (n0 %d, n1 %d, n2 %d); want 8: 6 of n0's, 3 of the run's less the cancelled item", got, h.count("n0", k), h.count("n1", k), h.count("n2", k))
+	}
+}
+
+// A cancel for a run that left, its item sent near the end of a window,
+// waits at the key's owner for the run's counter; the counter, with the
+// list naming the item, comes in the next window, after the owner counted
+// some of it: the item's units come out of the window it was sent in, not
+// out of the one the list came in (11 admitted of 10 in a window).
+func TestACancelWaitingForARunsCounterComesOutOfItsItemsWindow(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	const quota = 10
+	const win = 5 * time.Second
+	k := h.keyOwnedBy("n0", "n2")
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+	one := []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: win}}}
+	take := func() bool {
+		tk := &handTake{node: "n0", reqs: one, res: make([]limiter.Result, 1)}
+		d, done := n0.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
+		if !done {
+			h.drive(tk)
+			h.finish(tk)
+			d = tk.d
+		}
+		return d.Allowed
+	}
+	h.advance(h.now.Truncate(win).Add(win).Sub(h.now) + 10*time.Millisecond)
+	second := h.now.Truncate(win).Add(win)
+	h.advance(second.Add(-100 * time.Millisecond).Sub(h.now))
+	if !take() {
+		t.Fatal("the first request refused")
+	}
+	// The run that left admitted item 5 of n1's in the first window; its
+	// counter (one unit) is on its way. n1's cancel of the item comes
+	// first, and waits.
+	left := Peer{Name: "n9", Inc: 7}
+	counter := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	counter[0].Cur = 1
+	sent := h.now.UnixNano()
+	n0.handleTransfer(h.now, n1.self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeCancel, At: sent, Take: 5, Reqs: one, WasTo: left}, true)
+
+	h.advance(second.Add(20 * time.Millisecond).Sub(h.now))
+	admitted := 0
+	for range 6 {
+		if take() {
+			admitted++
+		}
+	}
+	n0.handleTransfer(h.now, n1.self, Transfer{Seq: 2, To: n0.self.Inc, Mode: ModeAdd, CountersOf: left, States: counter, Taken: []Taken{{Caller: n1.self, Seqs: []uint64{5}}}}, true)
+	h.pump()
+	if got := h.count("n0", k); got != int64(admitted) {
+		t.Errorf("in the second window %d were admitted, and the key's owner holds %d of it: the cancelled item of the first came out of the second", admitted, got)
+	}
+	for range quota {
+		if take() {
+			admitted++
+		}
+	}
+	if admitted != quota {
+		t.Errorf("the second window admitted %d of %d", admitted, quota)
 	}
 }

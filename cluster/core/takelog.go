@@ -42,7 +42,8 @@ type takeLog struct {
 // given back here, once: a list of its items that comes later (another
 // copy, or one still on its way when the run gave an item's units back
 // itself) names them no more. waiting are the cancels that came before
-// any list named their item, with the units their items asked for: the
+// any list named their item, each with the units its item asked for and
+// the instant the item was sent (they come out of its window): the
 // run's counter, which holds the admission, may still be on its way
 // (held up across a split, or passed on by another node), and a list
 // that comes with a counter of one of the item's keys gives the units
@@ -52,7 +53,7 @@ type takeLog struct {
 type adoptedItems struct {
 	lists     []adoptedList
 	cancelled map[uint64]struct{}
-	waiting   map[uint64][]limiter.Request
+	waiting   map[uint64]Cancel
 	at        int64
 }
 
@@ -254,9 +255,10 @@ func (l *takeLog) admitted(caller Peer) []uint64 {
 // adopt records, at m, that the counters of keys, of the run by, which
 // admitted the items of taken (of the run an entry names, if it names
 // one: see Taken.By), are here (or passed on from here). It returns the
-// units of the items whose cancels came here before (waiting) and whose
-// admissions these counters hold: they are to be given back now, once.
-func (l *takeLog) adopt(m int64, by Peer, taken []Taken, keys []limiter.Key) (refund []limiter.Request) {
+// cancels of the items that came here before (waiting) and whose
+// admissions these counters hold: their units are to be given back now,
+// once, from the windows their items were sent in.
+func (l *takeLog) adopt(m int64, by Peer, taken []Taken, keys []limiter.Key) (refund []Cancel) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, t := range taken {
@@ -273,11 +275,11 @@ func (l *takeLog) adopt(m int64, by Peer, taken []Taken, keys []limiter.Key) (re
 			if _, gone := items.cancelled[s]; gone {
 				continue
 			}
-			if reqs, ok := items.waiting[s]; ok {
+			if w, ok := items.waiting[s]; ok {
 				// The item's cancel came first; it goes on waiting if
 				// this list came with no counter of the item's keys.
-				if x.covers(reqKeys(reqs)) {
-					refund = append(refund, reqs...)
+				if x.covers(reqKeys(w.Reqs)) {
+					refund = append(refund, w)
 					delete(items.waiting, s)
 					items.cancelled[s] = struct{}{}
 				}
@@ -291,8 +293,8 @@ func (l *takeLog) adopt(m int64, by Peer, taken []Taken, keys []limiter.Key) (re
 		// Cancels that waited where the counts came from wait here, or
 		// give their units back by a list that came here.
 		for _, w := range t.Waiting {
-			if items.cancelLocked(w.Take, w.Reqs, false) {
-				refund = append(refund, w.Reqs...)
+			if items.cancelLocked(w, false) {
+				refund = append(refund, w)
 			}
 		}
 	}
@@ -336,9 +338,9 @@ func (l *takeLog) adoptedTaken(keys []limiter.Key) []Taken {
 			}
 		}
 		var waiting []Cancel
-		for s, reqs := range items.waiting {
-			if slices.ContainsFunc(reqKeys(reqs), func(k limiter.Key) bool { return slices.Contains(keys, k) }) {
-				waiting = append(waiting, Cancel{Take: s, Reqs: reqs})
+		for _, w := range items.waiting {
+			if slices.ContainsFunc(reqKeys(w.Reqs), func(k limiter.Key) bool { return slices.Contains(keys, k) }) {
+				waiting = append(waiting, w)
 			}
 		}
 		if len(seqs) == 0 && len(waiting) == 0 {
@@ -368,15 +370,15 @@ func (l *takeLog) adoptedTaken(keys []limiter.Key) []Taken {
 func (l *takeLog) adoptedLocked(a adoptedOf, m int64) *adoptedItems {
 	items := l.adopted[a]
 	if items == nil {
-		items = &adoptedItems{cancelled: make(map[uint64]struct{}), waiting: make(map[uint64][]limiter.Request)}
+		items = &adoptedItems{cancelled: make(map[uint64]struct{}), waiting: make(map[uint64]Cancel)}
 		l.adopted[a] = items
 	}
 	items.at = m
 	return items
 }
 
-// cancelAdopted applies, at m, the cancel of item seq of caller, asking
-// for reqs, meant for the run by, whose counters came here or are on
+// cancelAdopted applies, at m, the cancel x of an item of caller's,
+// meant for the run by, whose counters came here or are on
 // their way: it reports whether its units are to be given back here now,
 // once. They are if a list of by's items that came with a counter of one
 // of the item's keys names it, or if by itself sends the cancel, leaving,
@@ -387,19 +389,20 @@ func (l *takeLog) adoptedLocked(a adoptedOf, m int64) *adoptedItems {
 // does yet, and by did not say it admitted the item, the cancel waits
 // for one: by's counter, which holds the admission, may come later (see
 // adopt).
-func (l *takeLog) cancelAdopted(m int64, by, caller Peer, seq uint64, reqs []limiter.Request, admitted bool) (refund bool) {
+func (l *takeLog) cancelAdopted(m int64, by, caller Peer, x Cancel, admitted bool) (refund bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.adoptedLocked(adoptedOf{by: by, caller: caller}, m).cancelLocked(seq, reqs, admitted)
+	return l.adoptedLocked(adoptedOf{by: by, caller: caller}, m).cancelLocked(x, admitted)
 }
 
 // cancelLocked is cancelAdopted for the items of one run and caller. The
 // take log's lock is held.
-func (items *adoptedItems) cancelLocked(seq uint64, reqs []limiter.Request, admitted bool) (refund bool) {
+func (items *adoptedItems) cancelLocked(x Cancel, admitted bool) (refund bool) {
+	seq := x.Take
 	if _, done := items.cancelled[seq]; done {
 		return false
 	}
-	keys := reqKeys(reqs)
+	keys := reqKeys(x.Reqs)
 	refund = admitted
 	for _, x := range items.lists {
 		if _, ok := x.seqs[seq]; ok {
@@ -408,7 +411,8 @@ func (items *adoptedItems) cancelLocked(seq uint64, reqs []limiter.Request, admi
 		}
 	}
 	if !refund {
-		items.waiting[seq] = reqs
+		x.To = Peer{}
+		items.waiting[seq] = x
 		return false
 	}
 	items.cancelled[seq] = struct{}{}

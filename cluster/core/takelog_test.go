@@ -49,22 +49,22 @@ func TestTakeLogACancelBeforeItsRunsCounterGivesBackOnce(t *testing.T) {
 	reqs := []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 10, Window: time.Hour}}}
 	taken := []Taken{{Caller: caller, Seqs: []uint64{7}}}
 
-	if l.cancelAdopted(1, run, caller, 7, reqs, false) {
+	if l.cancelAdopted(1, run, caller, Cancel{Take: 7, Reqs: reqs}, false) {
 		t.Fatal("a cancel before any list of its run's items gives units back")
 	}
 	if got := l.adopt(2, run, taken, []limiter.Key{other}); len(got) != 0 {
 		t.Fatalf("a list that came with another key's counter gives back %v", got)
 	}
-	if got := l.adopt(3, run, taken, []limiter.Key{k}); len(got) != 1 || got[0].Key != k {
+	if got := l.adopt(3, run, taken, []limiter.Key{k}); len(got) != 1 || got[0].Reqs[0].Key != k {
 		t.Fatalf("the list that came with the key's counter gives back %v; want the item's units", got)
 	}
-	if l.cancelAdopted(4, run, caller, 7, reqs, true) {
+	if l.cancelAdopted(4, run, caller, Cancel{Take: 7, Reqs: reqs}, true) {
 		t.Error("the run's own copy of the cancel gives the units back a second time")
 	}
 	if got := l.adopt(5, run, taken, []limiter.Key{k}); len(got) != 0 {
 		t.Errorf("the list, come again, gives back %v", got)
 	}
-	if l.cancelAdopted(6, run, caller, 7, reqs, false) {
+	if l.cancelAdopted(6, run, caller, Cancel{Take: 7, Reqs: reqs}, false) {
 		t.Error("the caller's cancel, come again, gives the units back a second time")
 	}
 }

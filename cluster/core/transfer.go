@@ -1375,7 +1375,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		// in place of one of those transfers are skipped here, and
 		// wherever the counts go on (bare additions name each run, By).
 		c.replicas.noteApplied(c.mono(now), of, t.Applied)
-		var given []limiter.Request
+		var given []Cancel
 		if len(t.Taken) > 0 {
 			given = c.takes.adopt(c.mono(now), of, t.Taken, keysOf(t.States))
 		}
@@ -1408,9 +1408,13 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			// Cancels for the run that came before its counters: the
 			// counters, placed, hold the items' admissions.
 			if c.debugOn() {
-				c.log.Debug("take items cancelled before their run's counters came: units given back", "node", c.self.Name, "peer", from.Name, "counters_of", of.Name, "reqs", debugReqs(given))
+				for _, x := range given {
+					c.log.Debug("take item cancelled before its run's counters came: units given back", "node", c.self.Name, "peer", from.Name, "counters_of", of.Name, "take", x.Take, "reqs", debugReqs(x.Reqs))
+				}
 			}
-			c.refund(now, given)
+			for _, x := range given {
+				c.refundAt(now, x.At, x.Reqs)
+			}
 		}
 	case ModeEvicted:
 		c.stats.Received.Add(uint64(len(t.States)))
@@ -1628,7 +1632,7 @@ func (c *Core) passCancel(now time.Time, from Peer, x Cancel) {
 // leaving, and admitted the item (see cancelAsListed).
 func (c *Core) cancelFor(now time.Time, by, from Peer, x Cancel, admitted bool) {
 	c.stats.Cancelled.Add(1)
-	refund := c.takes.cancelAdopted(c.mono(now), by, from, x.Take, x.Reqs, admitted)
+	refund := c.takes.cancelAdopted(c.mono(now), by, from, x, admitted)
 	if c.debugOn() {
 		c.log.Debug("take item cancelled by its caller, for the run that left", "node", c.self.Name, "peer", from.Name, "for", by.Name, "take", x.Take, "refund", refund, "reqs", debugReqs(x.Reqs))
 	}

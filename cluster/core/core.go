@@ -33,9 +33,10 @@ type Core struct {
 	view   atomic.Pointer[view]            // what it routes by now
 	viewMu sync.Mutex                      // serializes changes of the view
 	known  atomic.Pointer[membershipState] // what the driver said of the others: replaced whole, under viewMu
-	// sealedRuns holds the runs (Peer → struct{}) that sealed
-	// to this node's hand-off: a leaving run in it handed over all it held
-	// of this node's keys, its leave is known complete here (see runDied).
+	// sealedRuns holds the runs (Peer → mono of the seal, int64) that
+	// sealed to this node's hand-off: a leaving run in it handed over all
+	// it held of this node's keys, its leave is known complete here (see
+	// runDied). Kept for appliedKeep after the last seal.
 	sealedRuns sync.Map
 
 	peers      *peerTable    // breakers, leases and liveness of the others
@@ -322,6 +323,7 @@ func (c *Core) Tick(now time.Time) {
 		c.replicas.sweep(now)
 		c.replicas.forgetApplied(m)
 		c.takes.forgetAdopted(m - int64(appliedKeep))
+		c.forgetSealedRuns(m - int64(appliedKeep))
 		c.in.sweep(m, c.peers)
 		c.in.forget(m - int64(appliedKeep))
 		c.carried.held.forget(m - int64(appliedKeep))

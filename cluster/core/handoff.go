@@ -1477,7 +1477,7 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 	}
 	h.sealed[r.to.Name] = true
 	if p := c.peers.get(r.to.Name); p != nil && p.peer.Inc == r.to.Inc {
-		c.sealedRuns.Store(r.to, struct{}{})
+		c.sealedRuns.Store(r.to, c.mono(now))
 	}
 	if c.debugOn() {
 		c.log.Debug("hand-off source sealed", "node", c.self.Name, "peer", r.to.Name, "ring", q.Ring, "moved", len(reply.Moved))
@@ -2115,6 +2115,18 @@ func (c *Core) runDied(owner Peer) bool {
 func (c *Core) leaveSealed(owner Peer) bool {
 	_, ok := c.sealedRuns.Load(owner)
 	return ok
+}
+
+// forgetSealedRuns drops the runs that last sealed to this node before
+// mono before: their leaves, if they left, are long complete, their
+// replicas long handed on.
+func (c *Core) forgetSealedRuns(before int64) {
+	c.sealedRuns.Range(func(run, at any) bool {
+		if at.(int64) < before {
+			c.sealedRuns.Delete(run)
+		}
+		return true
+	})
 }
 
 // runLeft reports whether the owner run left gracefully: gone without

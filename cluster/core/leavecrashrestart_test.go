@@ -63,3 +63,35 @@ func TestAnOwnerThatCrashesWhileLeavingAndRestartsLeavesItsReplica(t *testing.T)
 		t.Errorf("the cluster counts %d of the key; %d were admitted (%v)", got, load.admitted, load.by)
 	}
 }
+
+// A node remembers a leaving run that sealed to it (its leave complete
+// here) long enough for a later run of its node to show up, and no
+// longer: one record per run ever sealed would grow with every restart.
+func TestARunThatSealedIsRememberedForAWhileThenForgotten(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOrdered("n1", "n2", "n0")
+	load := newHandLoad(h, k, 30)
+	load.spend("n1")
+	load.resume()
+	left := h.member("n1").Peer()
+	h.cores["n1"].Leave(h.now)
+	h.pump()
+	for _, name := range []string{"n0", "n2"} {
+		h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n1"), Leaving: []Member{h.member("n1")}})
+		h.pump()
+	}
+	h.advance(200 * time.Millisecond)
+	n2 := h.cores["n2"]
+	if !n2.leaveSealed(left) {
+		t.Fatalf("n2 does not know %v's leave complete", left)
+	}
+	h.down["n1"] = true
+	h.advance(time.Minute, "n0", "n2")
+	if !n2.leaveSealed(left) {
+		t.Fatalf("n2 forgot %v's seal a minute after it", left)
+	}
+	h.advance(appliedKeep, "n0", "n2")
+	if n2.leaveSealed(left) {
+		t.Errorf("n2 still remembers %v's seal %v after it", left, appliedKeep+time.Minute)
+	}
+}

@@ -224,3 +224,58 @@ func TestAGiveBackSentAgainAndPassedOnToTheOwnerThatAppliedItComesOffOnce(t *tes
 		t.Errorf("the 31st unit: %+v; want refused", tk.d)
 	}
 }
+
+// As above, but the node the give-back is sent again to has its own
+// count of the key on its way to the owner (what it admitted in
+// fallback): the units wait for that count to arrive, and then go to the
+// owner still naming the give-back they replace. Sent then as a bare
+// give-back, they came off the owner's counter a second time (a unit
+// lost; seed 1795884982545067724 of the simulator).
+func TestAGiveBackSentAgainThatWaitsForACountOnItsWayGoesOnNamingTheOneItReplaces(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n1", 4)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+
+	var refund uint64
+	h.drops = func(from string, o Outgoing) bool {
+		if t, ok := o.Msg.(Transfer); ok && from == "n2" && o.To.Name == "n0" && t.Mode == ModeRefund {
+			refund = t.Seq
+		}
+		return false
+	}
+	tk := load.spend("n2")
+	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
+		t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
+	}
+	h.unacked[[2]string{"n2", "n0"}] = true
+	n2.sendTransfer(h.now, n0.self, Transfer{Mode: ModeRefund, Reqs: slices.Clone(tk.reqs)}, purposeRefund)
+	h.pump()
+	if got := h.count("n0", k); refund == 0 || got != 4 {
+		t.Fatalf("n0 counts %d after the give-back (refund %d); want 4", got, refund)
+	}
+
+	// n1's count of a unit it admitted in fallback is on its way to n0.
+	h.drops = func(from string, o Outgoing) bool {
+		t, ok := o.Msg.(Transfer)
+		return ok && from == "n1" && o.To.Name == "n0" && t.Mode == ModeAdd
+	}
+	mine := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	mine[0].Cur = 1
+	n1.sendTransfer(h.now, n0.self, Transfer{Mode: ModeAdd, States: mine}, purposeReconcile)
+	h.pump()
+	if !n1.out.carries(k) {
+		t.Fatal("n1 carries no count of the key")
+	}
+
+	// n2 sends the give-back again to n1, in place of refund to n0; n1
+	// takes n0 for alive.
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), Was: refund, WasTo: n0.self}, true)
+	h.pump()
+	h.advance(100 * time.Millisecond)
+	h.drops = nil
+	h.advance(time.Second)
+	total := h.count("n0", k) + h.count("n1", k) + h.count("n2", k)
+	if total != 5 || h.count("n0", k) != 5 {
+		t.Errorf("the cluster counts %d (n0 %d); 5 were admitted (4 by n0, one in fallback; n2's unit was given back once)", total, h.count("n0", k))
+	}
+}

@@ -665,7 +665,7 @@ func (c *Core) countSettled(now time.Time, done settled) {
 	}
 	for _, g := range done.refunds {
 		r := g.req
-		if len(c.refundAfterCounter(now, g.at, []limiter.Request{r})) == 0 {
+		if len(c.refundAfterCounter(now, g.at, []limiter.Request{r}, nil)) == 0 {
 			continue
 		}
 		if r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) {

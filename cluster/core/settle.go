@@ -146,10 +146,11 @@ func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Req
 
 // applySettle applies reqs of a settling transfer like t: a refund as
 // refunds of a take's other zones are, out of the window of t.At (of now
-// if it carries none); a charge by settleAt.
-func (c *Core) applySettle(now time.Time, t Transfer, reqs []limiter.Request) {
+// if it carries none), naming the give-backs marks names if it was sent
+// again in their place (see refundMarked); a charge by settleAt.
+func (c *Core) applySettle(now time.Time, t Transfer, reqs []limiter.Request, marks []Replaced) {
 	if t.Mode == ModeRefund {
-		c.refundAt(now, t.At, reqs)
+		c.refundMarked(now, t.At, reqs, marks)
 		return
 	}
 	c.settleAt(now, t.At, true, reqs)
@@ -165,7 +166,7 @@ func (c *Core) tickSettles(now time.Time) {
 	// In the order they came, one at a time: each may wait again.
 	for _, h := range held {
 		if h.refund {
-			c.refundAt(now, h.at, []limiter.Request{h.req})
+			c.refundMarked(now, h.at, []limiter.Request{h.req}, h.marks)
 			continue
 		}
 		c.settleAt(now, h.at, h.charge, []limiter.Request{h.req})
@@ -182,6 +183,9 @@ type heldSettle struct {
 	// waiting for a counter on its way from this node, or out of reach.
 	refund bool
 	req    limiter.Request
+	// marks: the units were given back again in place of these give-backs
+	// (see refundMarked), and name them wherever they go.
+	marks []Replaced
 }
 
 // heldSettles are the settlements of keys whose counters are on their way

@@ -1600,7 +1600,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		c.sendDisplaced(now, from, c.replicas.put(now, c.mono(now), from, t.States, t.Holds, c.view.Load().ring, c.self.Name))
 		c.replicas.noteApplied(c.mono(now), from, t.Applied)
 	case ModeRefund, ModeCharge:
-		c.applySettle(now, t, t.Reqs)
+		c.applySettle(now, t, t.Reqs, t.marks(from))
 	case ModeCancel:
 		caller := from
 		if t.Caller.Name != "" {
@@ -2243,12 +2243,22 @@ func (c *Core) refund(now time.Time, reqs []limiter.Request) { c.refundAt(now, n
 // go, or when they arrive after a delay, from the count of that later
 // window, they would lend it units it never counted.
 func (c *Core) refundAt(now time.Time, at int64, reqs []limiter.Request) {
+	c.refundMarked(now, at, reqs, nil)
+}
+
+// refundMarked is refundAt for units given back again in place of the
+// give-backs marks names (see Transfer.Was), to runs taken for dead that
+// may have applied them: units that wait here for a counter on its way,
+// then go on to the node that counts their keys, still name them, and a
+// run among them that applied its give-back skips them. Sent on bare,
+// they came off that run's counter a second time.
+func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, marks []Replaced) {
 	if len(reqs) == 0 {
 		return
 	}
 	at = stamped(at, now)
 	v := c.view.Load()
-	reqs = c.refundAfterCounter(now, at, reqs)
+	reqs = c.refundAfterCounter(now, at, reqs, marks)
 	reqs, waiting := c.handoff.refundLater(v, c.self.Name, at, reqs) // keys not settled here wait for their counter
 	c.debugGivenBack("units given back wait for their key to settle here", waiting)
 	var away map[string][]limiter.Request
@@ -2294,7 +2304,9 @@ func (c *Core) refundAt(now time.Time, at int64, reqs []limiter.Request) {
 		owners[to.Name] = to
 	}
 	for _, name := range sortedKeys(away) {
-		c.sendTransfer(now, owners[name].Peer(), Transfer{Mode: ModeRefund, At: at, Reqs: away[name]}, purposeRefund)
+		t := Transfer{Mode: ModeRefund, At: at, Reqs: away[name]}
+		t.markWith(marks, c.self)
+		c.sendTransfer(now, owners[name].Peer(), t, purposeRefund)
 	}
 }
 
@@ -2373,7 +2385,7 @@ func (c *Core) countingHere(v *view, m int64, reqs []limiter.Request) []limiter.
 // (see tickSettles). Given back from the count here now, which lacks
 // them, they would be lost, and the counter, back, would still hold them.
 // at is the instant they were counted at (0: now), which they keep.
-func (c *Core) refundAfterCounter(now time.Time, at int64, reqs []limiter.Request) (rest []limiter.Request) {
+func (c *Core) refundAfterCounter(now time.Time, at int64, reqs []limiter.Request, marks []Replaced) (rest []limiter.Request) {
 	for _, r := range reqs {
 		if r.Limit.Algorithm == limiter.Concurrency || !c.out.carries(r.Key) {
 			rest = append(rest, r)
@@ -2382,7 +2394,7 @@ func (c *Core) refundAfterCounter(now time.Time, at int64, reqs []limiter.Reques
 		if c.debugOn() {
 			c.log.Debug("units given back wait for their counter on its way", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
 		}
-		c.settling.hold(heldSettle{refund: true, at: stamped(at, now), req: r})
+		c.settling.hold(heldSettle{refund: true, at: stamped(at, now), req: r, marks: marks})
 	}
 	return rest
 }
@@ -2890,7 +2902,9 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 		}
 		c.notePromotedHere(now, pt.t.ReplicaOf, here, pt.t.Holds)
 		c.placeHere(now, v, like, here)
-		c.applySettle(now, pt.t, hereReqs)
+		// Units that wait here for a counter on its way, then go on,
+		// name the give-back they replace, as the parts sent now do.
+		c.applySettle(now, pt.t, hereReqs, append(slices.Clip(mark.Earlier), Replaced{From: mark.was(c.self).From, Seq: mark.Was, To: mark.WasTo}))
 		c.placeAs(now, Transfer{Mode: pt.t.Mode, CountersOf: pt.t.countersOf(c.self), Last: pt.t.lastWord(), Holds: holdsOf(pt.t.Holds, kept), Resent: resentOf(pt.t.Resent, kept)}, purposeForward, kept)
 	}
 	for _, name := range sortedKeys(parts) {

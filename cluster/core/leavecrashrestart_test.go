@@ -95,3 +95,57 @@ func TestARunThatSealedIsRememberedForAWhileThenForgotten(t *testing.T) {
 		t.Errorf("n2 still remembers %v's seal %v after it", left, appliedKeep+time.Minute)
 	}
 }
+
+// As in TestAnOwnerThatCrashesWhileLeavingAndRestartsLeavesItsReplica,
+// the leaving run crashes and a new run of its node starts at once; the
+// successor, not told of the new run yet, asks the leaving run, at its
+// address, whether it handed everything over. The new run answers: it
+// holds nothing and knows the successor's ring. Its answer is not the
+// leaving run's: taken for it, the leave was complete, the replica
+// dropped, and the key counted from nothing.
+func TestASealAnsweredByALaterRunOfTheLeaverIsNotTheLeaversSeal(t *testing.T) {
+	const quota = 30
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOrdered("n1", "n2", "n0")
+	load := newHandLoad(h, k, quota)
+	for range 20 {
+		load.spend("n1")
+	}
+	load.resume()
+	h.advance(50 * time.Millisecond)
+	left := h.member("n1")
+
+	h.down["n1"] = true
+	h.cores["n1"].Leave(h.now)
+	h.pump()
+	for _, name := range []string{"n0", "n2"} {
+		h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n1"), Leaving: []Member{left}})
+		h.pump()
+	}
+	h.advance(20 * time.Millisecond)
+
+	// The new run starts and hears of the others; they have not heard of
+	// it yet. The successor asks again.
+	n1 := h.start("n1", true)
+	n1.SetMembership(h.now, Membership{Members: []Member{h.member("n0"), h.member("n2")}})
+	h.pump()
+	h.advance(200*time.Millisecond, "n0", "n2")
+	if h.cores["n2"].leaveSealed(left.Peer()) {
+		t.Errorf("n2 takes the answer of %s's new run for the leaving run's seal", left.Name)
+	}
+
+	// Then everyone hears of the new run, joining.
+	for _, name := range []string{"n0", "n2"} {
+		h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n1"), Joining: []Member{h.member("n1")}})
+		h.pump()
+	}
+	n1.Joined(h.now)
+	h.list("n1", []Member{h.member("n0"), h.member("n2")}, nil)
+	h.advance(100 * time.Millisecond)
+	for _, name := range []string{"n0", "n2"} {
+		h.setMembership(name, nil)
+	}
+	h.advance(h.cfg.HandoffWindow + time.Second)
+	t.Logf("the nodes count %v", h.counts(k))
+	load.staysWithinTheLimit(t, quota, "n1", "n2", "n0")
+}

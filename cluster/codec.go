@@ -68,6 +68,7 @@ func encodeMessage(e *encoder, msg core.Message) {
 		encodeKeys(e, m.Earlier)
 	case core.SealQuery:
 		e.str(m.Ring)
+		e.u64(m.To)
 	case core.SealReply:
 		e.flag(m.Sealed)
 		encodeUnreached(e, m.Unreached)
@@ -106,7 +107,7 @@ func decodeRequest(kind byte, d *decoder) (core.Message, error) {
 	case msgPull:
 		msg = core.Pull{To: d.u64(), Keys: decodeKeys(d)}
 	case msgSeal:
-		msg = core.SealQuery{Ring: d.str()}
+		msg = core.SealQuery{Ring: d.str(), To: d.u64()}
 	case msgPing:
 		msg = core.Ping{Epoch: d.u64(), Counting: d.flag()}
 	case msgScore:

@@ -38,8 +38,10 @@ import (
 // Version 9 says, in the cancels a transfer repeats or passes on
 // (Transfer.Cancels, Taken.Waiting), when their take items were sent
 // (Cancel.At): their units come out of that window, however late the
-// cancel arrives.
-const ProtocolVersion = 9
+// cancel arrives. Version 10 names, in a seal query, the run asked
+// (SealQuery.To): a later run of a leaving node, restarted at its address,
+// answered for the leaving run, and completed a leave the run had not.
+const ProtocolVersion = 10
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is
 // [kind|replyBit][call ID][status][body]. A take frame carries many take

@@ -96,7 +96,7 @@ func TestCodecRoundTrips(t *testing.T) {
 		{msgTransfer, core.Transfer{Seq: 5, To: 8, Epoch: 1, Mode: core.ModeCopy, States: states, CountersOf: core.Peer{Name: "e", Inc: 5},
 			Applied: []core.Applied{{From: core.Peer{Name: "f", Inc: 6}, Seq: 12}, {From: core.Peer{Name: "g", Inc: 1}, Seq: 3}}}, core.Ack{Seq: 5}},
 		{msgPull, core.Pull{To: 3, Keys: []limiter.Key{1, 2}}, core.PullReply{Given: []core.Transfer{transfer}, Moved: []core.KeyOwner{{Key: 3, Owner: "x"}}, Refused: true, Sending: []limiter.Key{4, 5}, Earlier: []limiter.Key{6}}},
-		{msgSeal, core.SealQuery{Ring: "abc"}, core.SealReply{Sealed: true}},
+		{msgSeal, core.SealQuery{Ring: "abc", To: 7}, core.SealReply{Sealed: true}},
 		// Keys out of reach are passed on with a pull's reply or a seal.
 		{msgSeal, core.SealQuery{Ring: "abc"}, core.SealReply{Sealed: true, Unreached: []core.Unreached{{
 			Ring: []core.Peer{{Name: "a", Inc: 1}, {Name: "b", Inc: 2}, {Name: "c", Inc: 3}}, Dead: []core.Peer{{Name: "a", Inc: 1}, {Name: "b", Inc: 2}}, Within: 4 * time.Second}}}},

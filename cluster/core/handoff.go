@@ -1303,8 +1303,15 @@ func (h *handoffState) extract(keys []limiter.Key) (a arrived) {
 }
 
 // handleSeal answers whether this node holds nothing more, under ring, for
-// the keys from owns.
+// the keys from owns. Asked of another run of this node (q.To), it does
+// not seal: that run's counters are not here.
 func (c *Core) handleSeal(now time.Time, from Peer, q SealQuery) SealReply {
+	if q.To != c.self.Inc {
+		if c.debugOn() {
+			c.log.Debug("seal refused: meant for another run", "node", c.self.Name, "peer", from.Name, "run", q.To)
+		}
+		return SealReply{}
+	}
 	v := c.view.Load()
 	if v.ring.Fingerprint() != q.Ring {
 		return SealReply{}
@@ -1568,7 +1575,7 @@ func (c *Core) tickHandoff(now time.Time, m int64) {
 	}
 	for _, src := range ask {
 		if p := c.peers.get(src); p != nil {
-			c.out.request(p.peer, SealQuery{Ring: plan.ring}, m, nil)
+			c.out.request(p.peer, SealQuery{Ring: plan.ring, To: p.peer.Inc}, m, nil)
 		}
 	}
 	if all {

@@ -630,7 +630,15 @@ type KeyOwner struct {
 // SealQuery asks a node whether it holds nothing more, under the ring
 // named by its fingerprint, for the keys the asker owns: no transfer to the
 // asker unacknowledged, no fallback count for its keys unsent.
-type SealQuery struct{ Ring string }
+type SealQuery struct {
+	Ring string
+	// To is the incarnation of the run asked: another run of the same name
+	// (the node restarted, at the same address) never held what that run
+	// did, and does not answer for it. Taken for the asked run's seal, the
+	// answer of a new run would complete the leave of a run that crashed
+	// while it left, and its replica would be dropped.
+	To uint64
+}
 
 // SealReply answers a SealQuery.
 type SealReply struct {

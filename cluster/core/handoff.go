@@ -18,8 +18,8 @@ import (
 // from: its owner there. Until a key is settled here, requests for it wait
 // (a call timeout) and are then decided by fallback; a key is settled when
 // its source answers a pull for it (with its counts, or with nothing, but
-// for a joining node's key that the source knew an earlier run of it to
-// have counted: see PullReply.Earlier), or when every source has sealed: told this node that, under the same ring,
+// for a joining node's key that the source holds no counter of and knew
+// an earlier run of it to have counted: see PullReply.Earlier), or when every source has sealed: told this node that, under the same ring,
 // it holds nothing more of this node's keys, no transfer to it
 // unacknowledged, no fallback count for its keys unsent and no dead run's
 // replica of them unsent. The sources
@@ -840,11 +840,12 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			continue
 		}
 		if slices.Contains(reply.Earlier, k) && c.handoff.plan != nil && c.handoff.plan.joined {
-			// The source holds nothing of it, but knew this node's
-			// earlier run, which crashed: that run's replica of the key
-			// may be with any node this hand-off waits for, and comes
-			// here before that node seals. The key settles when every
-			// source has sealed, as a dead owner's key does.
+			// The source holds no counter of it (nothing, or only
+			// fallback units), but knew this node's earlier run, which
+			// crashed: that run's replica of the key may be with any
+			// node this hand-off waits for, and comes here before that
+			// node seals. The key settles when every source has sealed,
+			// as a dead owner's key does.
 			mk.source = Peer{}
 			earlier = append(earlier, k)
 			continue
@@ -1007,13 +1008,14 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	// completed hand-off) and its ring names the asker the owner since,
 	// the asker guessed right: what this node had of it went, or goes,
 	// to the asker, and nothing here means there was nothing.
-	var elsewhere, earlierRun []limiter.Key
+	var elsewhere, earlierRun, heldHere []limiter.Key
 	knewEarlier := c.knewEarlierRun(from)
 	for _, k := range take {
 		if slices.ContainsFunc(awaited, func(a KeyOwner) bool { return a.Key == k }) {
 			continue
 		}
 		if c.heldFor(given, k) || heldIn(states, k) || heldIn(adds, k) || heldIn(bases, k) || heldIn(statesOfTaken(earlier), k) || heldIn(moving.copies, k) || slices.ContainsFunc(moving.counters, func(a arrival) bool { return a.state.Key == k }) || slices.ContainsFunc(moving.refunds, func(g givenBack) bool { return g.req.Key == k }) {
+			heldHere = append(heldHere, k)
 			continue
 		}
 		if to, ok := c.handed.get(k); ok && to.Name != c.self.Name {
@@ -1104,6 +1106,18 @@ func (c *Core) handlePull(now time.Time, from Peer, p Pull) PullReply {
 	for _, g := range takenByRun(earlier) {
 		states := statesOfTaken(g)
 		given = append(given, c.out.transfer(from, Transfer{Mode: ModeNewer, ReplicaOf: g[0].owner, States: sortStates(states), Holds: holdsOf(holdsOfTaken(g), states)}, purposePull, m+int64(2*c.cfg.CallTimeout), false))
+	}
+	// A key held here without a counter of it (what is given of it is
+	// only what others admitted in fallback, additions) is, for the
+	// puller's earlier run, as one held nothing of: that run's counter may
+	// be a replica at a node that has not heard of the puller yet, and
+	// the additions say nothing of it.
+	if knewEarlier {
+		for _, k := range heldHere {
+			if !counterGiven(given, k) {
+				earlierRun = append(earlierRun, k)
+			}
+		}
 	}
 	for i, t := range given {
 		msg := "transfer given in a pull's reply"
@@ -1218,6 +1232,14 @@ func keysOf(states []limiter.State) []limiter.Key {
 // heldIn reports whether states hold a counter of k.
 func heldIn(states []limiter.State, k limiter.Key) bool {
 	return slices.ContainsFunc(states, func(s limiter.State) bool { return s.Key == k })
+}
+
+// counterGiven reports whether one of ts carries a counter of k (see
+// Transfer.carriesCounter).
+func counterGiven(ts []Transfer, k limiter.Key) bool {
+	return slices.ContainsFunc(ts, func(t Transfer) bool {
+		return t.carriesCounter() && heldIn(t.States, k)
+	})
 }
 
 // heldFor reports whether one of ts carries k.

@@ -595,15 +595,16 @@ type PullReply struct {
 	// looks for them there, but asks this node again. Once the receiver
 	// acknowledged them, this node names it (Moved).
 	Sending []limiter.Key
-	// Earlier lists keys this node holds nothing of, where it knew an
-	// earlier run of the asker as a member that did not leave: that run
-	// crashed, and what it counted of them lives in its replicas, which
-	// may be with nodes that have not heard of the asker yet (a node that
-	// became the keys' successor while the run lay crashed, this one
-	// among them, never got their counters afresh). "Nothing here" says
-	// nothing of those: a joining asker counts the keys only once every
-	// node its hand-off waits for has sealed (each sent it what it keeps
-	// of the run first).
+	// Earlier lists keys this node holds no counter of (nothing, or only
+	// what others admitted in fallback: additions, given here), where it
+	// knew an earlier run of the asker as a member that did not leave:
+	// that run crashed, and what it counted of them lives in its replicas,
+	// which may be with nodes that have not heard of the asker yet (a node
+	// that became the keys' successor while the run lay crashed, this one
+	// among them, never got their counters afresh). "Nothing here", or
+	// fallback units, say nothing of those: a joining asker counts the
+	// keys only once every node its hand-off waits for has sealed (each
+	// sent it what it keeps of the run first).
 	Earlier []limiter.Key
 }
 

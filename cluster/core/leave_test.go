@@ -723,3 +723,41 @@ func TestALeaverDoesNotSealWhileAKeysCounterIsOnItsWayElsewhere(t *testing.T) {
 		t.Errorf("a request for the key through its new owner, %d of 5 spent: allowed by %v; want denied", load.admitted, late.d.Source)
 	}
 }
+
+// A leaving node has a request of its own out at a key's owner (held
+// there, or its answer on its way) when it has handed everything over.
+// Stopped then, its request was never answered to its client, while the
+// owner counted it: the cluster holds one unit nobody was admitted, and
+// refuses a client under its limit later (seed 1795892022131145455 of
+// the simulator). It is drained only once its calls are answered, or
+// given up on and their cancels acknowledged.
+func TestALeaverIsNotDrainedWhileItsOwnRequestIsOut(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n0", "n2")
+	n1 := h.cores["n1"]
+	tk := h.admitUnanswered("n1", "n0", k, 10)
+	n1.Leave(h.now)
+	h.pump()
+	for _, name := range []string{"n0", "n2"} {
+		h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n1"), Leaving: []Member{h.member("n1")}})
+		h.pump()
+	}
+	h.advance(300 * time.Millisecond)
+	if n1.Drained() {
+		t.Errorf("n1 is drained with its request for the key out at n0, which counted it")
+	}
+	n1.CallFailed(h.now, &tk.op, false) // given up on: decided by fallback, the item cancelled
+	h.pump()
+	h.drive(tk)
+	h.finish(tk)
+	h.advance(300 * time.Millisecond)
+	if !n1.Drained() {
+		t.Errorf("n1 is not drained once its request was decided and its item cancelled")
+	}
+	if !tk.d.Allowed || tk.d.Source != SourceFallback {
+		t.Fatalf("the request given up on: %+v; want admitted by fallback", tk.d)
+	}
+	if got := h.count("n0", k); got != 1 {
+		t.Errorf("n0 counts %d of the key; 1 was admitted (by fallback at the leaver, the item n0 admitted cancelled)", got)
+	}
+}

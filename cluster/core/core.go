@@ -38,6 +38,10 @@ type Core struct {
 	// it held of this node's keys, its leave is known complete here (see
 	// runDied). Kept for appliedKeep after the last seal.
 	sealedRuns sync.Map
+	// calling counts this node's take items awaiting their owners' answers:
+	// a leaving node is not drained while one is out (its owner may have
+	// counted it; stopped then, its client is never answered).
+	calling atomic.Int64
 
 	peers      *peerTable    // breakers, leases and liveness of the others
 	out        *outbox       // messages to send, transfers until acknowledged

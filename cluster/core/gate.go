@@ -427,13 +427,18 @@ func (c *Core) Leaving() bool { return c.gate.isLeaving() }
 // Drained reports whether a leaving node has handed everything over: no
 // transfer unacknowledged but replicas, nothing left in fallback, no
 // counter in its engine, no units given back waiting for their counter
-// (see refundAfterCounter), and no cancel of a take item it admitted still
-// on its way to it (see callersSettled). A hand-off given up on because its receiver was
+// (see refundAfterCounter), no cancel of a take item it admitted still
+// on its way to it (see callersSettled), and no take item of its own
+// awaiting its owner's answer (the owner may have counted it: stopped
+// then, the node never answers its client, and the unit stays counted
+// for nobody; given up on, its cancel is a transfer like the others). A
+// hand-off given up on because its receiver was
 // declared dead comes back to the engine while no member is left to take
 // it (the node is cut off): it is held, not handed over, until the split
 // heals and the ring names its owner again.
 func (c *Core) Drained() bool {
-	return c.out.moving("") == 0 &&
+	return c.calling.Load() == 0 &&
+		c.out.moving("") == 0 &&
 		c.fallback.empty() &&
 		c.engine.Stats().Keys == 0 &&
 		c.settling.empty() &&

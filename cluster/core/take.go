@@ -70,6 +70,9 @@ type TakeOp struct {
 	// its owner counted it at, as near as this node knows, which a cancel
 	// of it carries (Transfer.At).
 	callAt int64
+	// calling: the take item under way awaits its answer (counted in
+	// Core.calling until Replied or CallFailed).
+	calling bool
 
 	decision Decision
 	done     bool
@@ -365,6 +368,8 @@ func (c *Core) Step(now time.Time, op *TakeOp) Action {
 		op.call = TakeItem{Seq: c.takeSeq.Add(1), Op: op.op, Client: g.client, Reqs: g.reqs}
 		g.seq = op.call.Seq
 		op.callAt = now.UnixNano()
+		op.calling = true
+		c.calling.Add(1)
 		return Action{Kind: ActCall, To: p.peer, Msg: op.call}
 	}
 	c.finish(now, op)
@@ -678,6 +683,7 @@ func (c *Core) next(now time.Time, op *TakeOp) bool {
 // may come as an *ItemReply, read only during the call: a driver passes
 // the reply where it decoded it, without boxing a copy.
 func (c *Core) Replied(now time.Time, op *TakeOp, reply Message) {
+	c.answered(op)
 	c.noteHeard(op.to, now)
 	if op.scoreStep {
 		op.scoreStep = false
@@ -805,6 +811,7 @@ const maxResealWaits = 2
 // node a ring between gave the keys, they would reach that node only once
 // it counted past them. Else fallback decides.
 func (c *Core) CallFailed(now time.Time, op *TakeOp, busy bool) {
+	c.answered(op)
 	p := c.peers.get(op.to.Name)
 	if !busy && p != nil && p.peer.Inc == op.to.Inc {
 		c.peerFailed(p)
@@ -826,6 +833,15 @@ func (c *Core) CallFailed(now time.Time, op *TakeOp, busy bool) {
 		return
 	}
 	c.decideByFallback(now, v, op, g)
+}
+
+// answered notes that op's take item, if one was under way, has its
+// answer, or was given up on.
+func (c *Core) answered(op *TakeOp) {
+	if op.calling {
+		op.calling = false
+		c.calling.Add(-1)
+	}
 }
 
 // anotherRun reports whether a call to called's name would go to another

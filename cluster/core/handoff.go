@@ -454,6 +454,34 @@ func (h *handoffState) reweighHeld(run Peer, gen uint32, k limiter.Key, f func(l
 	return false
 }
 
+// unmark drops mark from the counts of k sent again in place of
+// transfers (arrivals naming the transfers they replace) that wait here
+// for k to settle.
+func (h *handoffState) unmark(k limiter.Key, mark Replaced) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	mk := h.keys[k]
+	if mk == nil || mk.settled {
+		return
+	}
+	for i := range mk.counters {
+		a := &mk.counters[i]
+		marks := a.marks()
+		if !slices.Contains(marks, mark) {
+			continue
+		}
+		marks = slices.DeleteFunc(marks, func(m Replaced) bool { return m == mark })
+		a.was, a.wasTo, a.earlier = Applied{}, Peer{}, nil
+		if n := len(marks); n > 0 {
+			last := marks[n-1]
+			a.was, a.wasTo = Applied{From: last.From, Seq: last.Seq}, last.To
+			if n > 1 {
+				a.earlier = marks[:n-1]
+			}
+		}
+	}
+}
+
 // ownedBy reports whether self owns k by v's ring: the keys whose counts
 // may be moving here.
 func ownedBy(v *view, self string, k limiter.Key) bool {

@@ -934,12 +934,13 @@ func (r *replicaStore) lessResentLocked(now time.Time, run Peer, applied []Appli
 	return out, less, used
 }
 
-// takeResent returns the counts of the keys of states added here, and
+// takeResent returns the counts of the keys of states added here, each
+// with the transfer it was sent in place of (Resent.Marks, one mark), and
 // the units of the keys of givenOf given back here, that were sent in
 // place of the transfers of applied to run (see noteResent,
 // noteGivenBack), and forgets them: run applied those transfers, so its
 // counters hold the counts, and lack the units, too.
-func (r *replicaStore) takeResent(run Peer, applied []Applied, states, givenOf []limiter.State) (adds []limiter.State, given []givenBack) {
+func (r *replicaStore) takeResent(run Peer, applied []Applied, states, givenOf []limiter.State) (adds []Resent, given []givenBack) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	set := r.resent[run]
@@ -951,7 +952,7 @@ func (r *replicaStore) takeResent(run Peer, applied []Applied, states, givenOf [
 		rest := rec.states[:0:0]
 		for _, x := range rec.states {
 			if heldIn(states, x.Key) {
-				adds = append(adds, x)
+				adds = append(adds, Resent{Marks: []Replaced{{From: a.From, Seq: a.Seq, To: run}}, State: x})
 			} else {
 				rest = append(rest, x)
 			}

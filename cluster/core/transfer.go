@@ -1846,7 +1846,8 @@ func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds 
 	var less []limiter.State
 	adds, given := c.replicas.takeResent(run, applied, states, slices.Concat(states, onward))
 	states = sortStates(slices.Concat(states, onward))
-	for _, x := range adds {
+	for _, r := range adds {
+		x := r.State
 		if x.Kind >= limiter.KindGrant {
 			continue
 		}
@@ -1856,6 +1857,13 @@ func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds 
 			continue
 		}
 		less = append(less, x)
+		// They come out of this copy of the run's counter: the counts
+		// sent again stand for them from now on, wherever they go. Still
+		// waiting here for their key, they name the transfer they replace
+		// no more: gone on naming it, the run, which applied it, skipped
+		// them, and the count was lost
+		// (TestCountsSentAgainTakenOutOfAnEvictedCounterNameTheirTransferNoMore).
+		c.handoff.unmark(x.Key, r.Marks[0])
 	}
 	// Units given back here in place of a transfer the run applied: the
 	// run's counter lacks them too, so the record of the run's counts

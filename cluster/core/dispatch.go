@@ -51,6 +51,14 @@ func (c *Core) handlePing(now time.Time, from Peer, p Ping) Pong {
 	}
 	pong := Pong{Owed: c.out.owedTo(from, purposeReconcile, purposeForward, purposeCancel, purposeRefund), Run: run}
 	pong.Recovering = ps.reachState() != reachable
+	// The pinger holds a lease from this node once the answer reaches it:
+	// transfers it refused for want of one go again now
+	// (TestATransferRefusedForWantOfALeaseGoesAgainOnceTheReceiverPinged).
+	m := c.mono(now)
+	ps.pinged.Store(m)
+	if c.out.refusedDue(from, m) {
+		c.notifyOutbox()
+	}
 	return pong
 }
 

@@ -68,6 +68,11 @@ type peerState struct {
 	// pass the first (see Core.callersSettled).
 	mayCancel   atomic.Int64
 	owesNothing atomic.Int64
+	// pinged: the mono ns of its last ping here, not yet taken by a
+	// refusal of a transfer to it (see Core.refusedRetry): a receiver that
+	// refuses counts for want of a lease pings their sender at once, and
+	// holds the lease once the answer reaches it.
+	pinged atomic.Int64
 
 	mu       sync.Mutex
 	pinging  bool  // a ping is in flight

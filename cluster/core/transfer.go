@@ -386,6 +386,20 @@ func (o *outbox) refusedNotFor(misplaced func(*pendingTransfer) bool) []*pending
 	return out
 }
 
+// refusedDue makes the transfers to the run to that it refused go again
+// at m, and reports whether there are any.
+func (o *outbox) refusedDue(to Peer, m int64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	any := false
+	for _, pt := range o.transfers {
+		if pt.to == to && pt.refused && !pt.inFlight && pt.retryAt > m {
+			pt.retryAt, any = m, true
+		}
+	}
+	return any
+}
+
 // failed marks a transfer whose sending failed (refused: its receiver
 // said it did not apply it): it goes again at retryAt.
 func (o *outbox) failed(seq uint64, retryAt int64, refused bool) {
@@ -1226,6 +1240,22 @@ func (c *Core) applyOnce(now time.Time, from Peer, t Transfer, pulled bool) bool
 		c.apply(now, from, t)
 		return counted, later
 	})
+}
+
+// refusedRetry is when a transfer to the run to, refused at m, goes
+// again: a call timeout later, or at once if to pinged this node since
+// its last refusal. A receiver that refuses counts for want of a lease
+// pings their sender as it refuses them, and its ping may come before
+// the refusal; it holds the lease once the answer reaches it. Each ping
+// lets one refusal go again at once: one that refuses again for another
+// reason waits a call timeout.
+func (c *Core) refusedRetry(to Peer, m int64) int64 {
+	if p := c.peers.get(to.Name); p != nil && p.peer.Inc == to.Inc {
+		if at := p.pinged.Swap(0); at != 0 && m-at < int64(c.cfg.CallTimeout) {
+			return m
+		}
+	}
+	return m + int64(c.cfg.CallTimeout)
 }
 
 // refuse answers t, from from, refused, and records the refusal: every copy
@@ -2525,7 +2555,7 @@ func (c *Core) acked(now time.Time, r *pendingRequest, a Ack) {
 			c.notifySettled()
 			return
 		}
-		c.out.failed(r.seq, c.mono(now)+int64(c.cfg.CallTimeout), true)
+		c.out.failed(r.seq, c.refusedRetry(r.to, c.mono(now)), true)
 		c.viewMu.Lock()
 		c.replaceRefusedLocked(now)
 		c.viewMu.Unlock()

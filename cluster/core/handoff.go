@@ -319,6 +319,20 @@ func stableSource(v *view, self string, k limiter.Key) (Peer, bool) {
 	return owner.Peer(), true
 }
 
+// ofTheDead reports whether k, which this node owns by v's ring, was
+// owned by a run that died, by the stable ring of v's hand-off: it starts
+// from that run's replica as the hand-off completes, and settles then,
+// whatever came for it before (a pull's answer, a source's seal). Settled
+// on those, it was counted without the replica, which came too late to
+// join it (TestADeadOwnersKeyPulledFromAnotherNodeWaitsForItsReplica).
+func ofTheDead(v *view, self string, k limiter.Key) bool {
+	if v.ho == nil {
+		return false
+	}
+	src, moves := stableSource(v, self, k)
+	return moves && src.Name == ""
+}
+
 // incoming reports whether k, which this node owns by v's ring, may still
 // have counts on their way here. v.ho is not nil.
 func (h *handoffState) incoming(v *view, self string, k limiter.Key) bool {
@@ -876,6 +890,12 @@ func (c *Core) pulled(now time.Time, r *pendingRequest, reply PullReply) {
 			// as a dead owner's key does.
 			mk.source = Peer{}
 			earlier = append(earlier, k)
+			continue
+		}
+		if ofTheDead(v, c.self.Name, k) {
+			// What the pull gave is here: the key waits for the hand-off
+			// to complete, and starts from its dead owner's replica then.
+			mk.source, mk.away = Peer{}, false
 			continue
 		}
 		if !counters[k] && !mk.counter {
@@ -1559,7 +1579,7 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 	for k, mk := range h.keys {
 		// A joining node's keys wait for every seal (see planHandoff):
 		// the source it guessed sealing says nothing of the others.
-		if !mk.settled && mk.source == r.to && !h.plan.joined {
+		if !mk.settled && mk.source == r.to && !h.plan.joined && !ofTheDead(v, c.self.Name, k) {
 			done = append(done, k)
 		}
 	}

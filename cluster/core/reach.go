@@ -143,12 +143,16 @@ func (g *reachGap) lacks(k limiter.Key, self Peer, gone func(Peer) bool) bool {
 
 // heirsOf is a hand-off this node completed that took dead runs over: the
 // members of the ring it started from that lived on, by run, to which
-// this node has not sealed since (each an heir of the dead runs' keys it
-// succeeded them in), while the hand-off window lasts.
+// this node had not sealed then (each an heir of the dead runs' keys it
+// succeeded them in), while the hand-off window lasts. A seal this node
+// gives one later does not make it less of an heir: the answer may be
+// lost, the heir's hand-off still under way, and should it die then it
+// never counted those keys. One that did count them left its replicas at
+// its successor, which end the gap its death leaves (see reachGap.holds).
 type heirsOf struct {
 	ring  *Ring             // the stable ring of the hand-off
 	dead  map[string]uint64 // its members that died, by run
-	heirs map[string]uint64 // not sealed to yet
+	heirs map[string]uint64 // not sealed to as the hand-off completed
 	until int64             // mono: the end of the hand-off's window
 }
 
@@ -183,19 +187,6 @@ func (r *outOfReach) addHeirs(stable *Ring, plan *handoffPlan, heirs map[string]
 	if len(heirs) > 0 {
 		r.heirs = append(r.heirs, heirsOf{ring: stable, dead: plan.deadInc, heirs: heirs, until: until})
 	}
-}
-
-// sealedTo records that this node sealed to p: p may count the keys it is
-// an heir of from now on.
-func (r *outOfReach) sealedTo(p Peer) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for i := range r.heirs {
-		if x := &r.heirs[i]; x.heirs[p.Name] == p.Inc {
-			delete(x.heirs, p.Name)
-		}
-	}
-	r.heirs = slices.DeleteFunc(r.heirs, func(x heirsOf) bool { return len(x.heirs) == 0 })
 }
 
 // diedHeirs returns, for a hand-off that takes the runs of dead over and

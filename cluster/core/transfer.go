@@ -1448,124 +1448,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		}
 	case ModeEvicted:
 		c.stats.Received.Add(uint64(len(t.States)))
-		// Counters of keys whose counters here hold the run's counts (this
-		// node started them from the run's replicas) are copies of those
-		// counts: what the run counted beyond them is added, wherever the
-		// keys are counted now. A replica of the run's not taken yet never
-		// will be: the counters themselves came. The others go on naming
-		// their run: where their keys are counted, the counters there hold
-		// the records of the run's counts they hold (see Transfer.Holds).
-		//
-		// The run chose this node by the rings it replicated under, which
-		// may not be the ring the others took its keys over by (it may
-		// have replicated to a node it alone still saw). A key this node
-		// did not start from the run's replica, sent by the run itself,
-		// goes on, once, to the node that counts it where the run does not,
-		// to be weighed against the replica that node may have started it
-		// from. Added here, it would count twice what that replica held.
-		run := t.Evicted
-		v := c.view.Load()
-		states, resent := c.weighResent(now, t.Resent, t.States)
-		// Meant for an earlier run of this node, which kept the run's
-		// replicas and may have started keys from them: where this run
-		// restored that earlier run's counter of a key (and sent it as a
-		// copy to the key's owner) and that counter may hold the run's
-		// counts (its snapshot records them among those it holds, or
-		// names no run), this one raises the count as a copy, never adds.
-		// A restored counter that holds none of the run's (the earlier run
-		// counted the key from its own counter, and the run counted it
-		// elsewhere meanwhile, cut off or after the earlier run died)
-		// shares no counts with it: the run's counter goes on as the
-		// run's, and is added where the key is counted.
-		earlier := t.WasTo.Name == c.self.Name && t.WasTo.Inc < c.self.Inc
-		if len(t.Applied) > 0 {
-			// Counts sent again in place of what the run applied are
-			// weighed where its counters are counted, as for any counter
-			// passed on (countersLessResent): here for those whose counts
-			// a counter here holds or will hold; the others go on with
-			// the record (Applied), and are weighed where they arrive,
-			// against the counts sent again that arrived there (this
-			// node passed those it took on, naming the transfer).
-			// Weighed here as well, counts sent again that this node
-			// passed on came off the counter here and again there
-			// (lost); and without the record, counts sent again to the
-			// node they go to were added there beside the counter that
-			// holds them (doubled). Units given back here are weighed
-			// here still: the counter they came off went on without a
-			// record of them.
-			var weighed, onward []limiter.State
-			for _, s := range states {
-				if c.evictedGoesOn(v, from, run, s.Key, t.Holds, earlier) {
-					onward = append(onward, s)
-				} else {
-					weighed = append(weighed, s)
-				}
-			}
-			states = c.evictedApplied(now, run, t.Applied, t.Holds, weighed, onward)
-		}
-		var adds, counters, copies []limiter.State
-		onward := map[string][]limiter.State{}
-		for _, s := range states {
-			d, more, ok, less, lowered := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, run, genIn(t.Holds, s.Key, run), s, t.Holds, true)
-			if lowered {
-				// The copy of the run's counter counted here (its
-				// replica) held units the run gave back since.
-				c.debugCounts("evicted counters: a copy counted here held units given back since: they come off", []limiter.State{less}, "evicted", run.Name)
-				c.engine.Lower(now, []limiter.State{less})
-				c.dirty.noteKey(s.Key)
-			}
-			if ok {
-				if more {
-					adds = append(adds, d)
-				}
-				continue
-			}
-			c.replicas.dropOf(s.Key, run)
-			if earlier && c.replicas.restoredHolding(s.Key, run) {
-				copies = append(copies, s)
-				continue
-			}
-			if from == run {
-				if o, ok := v.ring.OwnerWithout(s.Key.Route(), run.Name); ok && o.Name != c.self.Name {
-					onward[o.Name] = append(onward[o.Name], s)
-					continue
-				}
-			}
-			counters = append(counters, s)
-		}
-		for _, name := range sortedKeys(onward) {
-			i, _ := v.ring.index(name)
-			t := c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name], Holds: holdsOf(t.Holds, onward[name]), Applied: t.Applied, Resent: resentOf(resent, onward[name])}, purposeForward, c.mono(now), false)
-			c.debugTransfer("transfer made: evicted counters sent on", v.ring.member(i).Peer(), t, purposeForward)
-		}
-		// Counts sent again in place of transfers that the run's counters
-		// hold: those of the counters sent on, placed, or sent as copies
-		// go with them; the others are held here, where the keys'
-		// counters are (started from the run's replicas). Those of keys
-		// counted elsewhere now are no counts of a counter here: kept,
-		// they would go with a later hand-off of it, and its receiver
-		// would take out counts it never held.
-		carried := map[limiter.Key]bool{}
-		for _, s := range counters {
-			carried[s.Key] = true
-		}
-		for _, list := range onward {
-			for _, s := range list {
-				carried[s.Key] = true
-			}
-		}
-		c.keepResent(now, slices.DeleteFunc(slices.Clone(resent), func(x Resent) bool {
-			_, self, ok := c.placeOf(v, x.State.Key)
-			return carried[x.State.Key] || ok && !self
-		}))
-		c.place(now, ModeAdd, purposeForward, adds)
-		// The run's counters that this node holds no record of go on as
-		// the run's, and as its last word on them: where they are
-		// counted, they are weighed against what is held there of the run
-		// (a replica of it, inside another counter that was started from
-		// it), and what that held beyond them comes off.
-		c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Last: true, Holds: holdsOf(t.Holds, counters), Resent: resentOf(resent, counters)}, purposeForward, counters)
-		c.placeAs(now, Transfer{Mode: ModeCopy, Resent: resentOf(resent, copies)}, purposeForward, copies)
+		c.placeEvicted(now, from, t)
 	case ModeCopy:
 		// A snapshot read back holds what an earlier run of its node
 		// counted (the run CountersOf names, or one before the sender):
@@ -1642,6 +1525,131 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		}
 		c.cancel(now, caller, Cancel{Take: t.Take, Reqs: t.Reqs, At: t.At})
 	}
+}
+
+// placeEvicted places the counters t carries, which the run t.Evicted sent
+// as it stopped counting, declared dead (ModeEvicted), from from: applied
+// here, or given up on by this node on their way to a receiver that went,
+// their keys counted here now (see retarget).
+func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
+	// Counters of keys whose counters here hold the run's counts (this
+	// node started them from the run's replicas) are copies of those
+	// counts: what the run counted beyond them is added, wherever the
+	// keys are counted now. A replica of the run's not taken yet never
+	// will be: the counters themselves came. The others go on naming
+	// their run: where their keys are counted, the counters there hold
+	// the records of the run's counts they hold (see Transfer.Holds).
+	//
+	// The run chose this node by the rings it replicated under, which
+	// may not be the ring the others took its keys over by (it may
+	// have replicated to a node it alone still saw). A key this node
+	// did not start from the run's replica, sent by the run itself,
+	// goes on, once, to the node that counts it where the run does not,
+	// to be weighed against the replica that node may have started it
+	// from. Added here, it would count twice what that replica held.
+	run := t.Evicted
+	v := c.view.Load()
+	states, resent := c.weighResent(now, t.Resent, t.States)
+	// Meant for an earlier run of this node, which kept the run's
+	// replicas and may have started keys from them: where this run
+	// restored that earlier run's counter of a key (and sent it as a
+	// copy to the key's owner) and that counter may hold the run's
+	// counts (its snapshot records them among those it holds, or
+	// names no run), this one raises the count as a copy, never adds.
+	// A restored counter that holds none of the run's (the earlier run
+	// counted the key from its own counter, and the run counted it
+	// elsewhere meanwhile, cut off or after the earlier run died)
+	// shares no counts with it: the run's counter goes on as the
+	// run's, and is added where the key is counted.
+	earlier := t.WasTo.Name == c.self.Name && t.WasTo.Inc < c.self.Inc
+	if len(t.Applied) > 0 {
+		// Counts sent again in place of what the run applied are
+		// weighed where its counters are counted, as for any counter
+		// passed on (countersLessResent): here for those whose counts
+		// a counter here holds or will hold; the others go on with
+		// the record (Applied), and are weighed where they arrive,
+		// against the counts sent again that arrived there (this
+		// node passed those it took on, naming the transfer).
+		// Weighed here as well, counts sent again that this node
+		// passed on came off the counter here and again there
+		// (lost); and without the record, counts sent again to the
+		// node they go to were added there beside the counter that
+		// holds them (doubled). Units given back here are weighed
+		// here still: the counter they came off went on without a
+		// record of them.
+		var weighed, onward []limiter.State
+		for _, s := range states {
+			if c.evictedGoesOn(v, from, run, s.Key, t.Holds, earlier) {
+				onward = append(onward, s)
+			} else {
+				weighed = append(weighed, s)
+			}
+		}
+		states = c.evictedApplied(now, run, t.Applied, t.Holds, weighed, onward)
+	}
+	var adds, counters, copies []limiter.State
+	onward := map[string][]limiter.State{}
+	for _, s := range states {
+		d, more, ok, less, lowered := c.replicas.beyondPromoted(now, c.mono(now), c.self, s.Key, run, genIn(t.Holds, s.Key, run), s, t.Holds, true)
+		if lowered {
+			// The copy of the run's counter counted here (its
+			// replica) held units the run gave back since.
+			c.debugCounts("evicted counters: a copy counted here held units given back since: they come off", []limiter.State{less}, "evicted", run.Name)
+			c.engine.Lower(now, []limiter.State{less})
+			c.dirty.noteKey(s.Key)
+		}
+		if ok {
+			if more {
+				adds = append(adds, d)
+			}
+			continue
+		}
+		c.replicas.dropOf(s.Key, run)
+		if earlier && c.replicas.restoredHolding(s.Key, run) {
+			copies = append(copies, s)
+			continue
+		}
+		if from == run {
+			if o, ok := v.ring.OwnerWithout(s.Key.Route(), run.Name); ok && o.Name != c.self.Name {
+				onward[o.Name] = append(onward[o.Name], s)
+				continue
+			}
+		}
+		counters = append(counters, s)
+	}
+	for _, name := range sortedKeys(onward) {
+		i, _ := v.ring.index(name)
+		t := c.out.transfer(v.ring.member(i).Peer(), Transfer{Mode: ModeEvicted, Evicted: run, States: onward[name], Holds: holdsOf(t.Holds, onward[name]), Applied: t.Applied, Resent: resentOf(resent, onward[name])}, purposeForward, c.mono(now), false)
+		c.debugTransfer("transfer made: evicted counters sent on", v.ring.member(i).Peer(), t, purposeForward)
+	}
+	// Counts sent again in place of transfers that the run's counters
+	// hold: those of the counters sent on, placed, or sent as copies
+	// go with them; the others are held here, where the keys'
+	// counters are (started from the run's replicas). Those of keys
+	// counted elsewhere now are no counts of a counter here: kept,
+	// they would go with a later hand-off of it, and its receiver
+	// would take out counts it never held.
+	carried := map[limiter.Key]bool{}
+	for _, s := range counters {
+		carried[s.Key] = true
+	}
+	for _, list := range onward {
+		for _, s := range list {
+			carried[s.Key] = true
+		}
+	}
+	c.keepResent(now, slices.DeleteFunc(slices.Clone(resent), func(x Resent) bool {
+		_, self, ok := c.placeOf(v, x.State.Key)
+		return carried[x.State.Key] || ok && !self
+	}))
+	c.place(now, ModeAdd, purposeForward, adds)
+	// The run's counters that this node holds no record of go on as
+	// the run's, and as its last word on them: where they are
+	// counted, they are weighed against what is held there of the run
+	// (a replica of it, inside another counter that was started from
+	// it), and what that held beyond them comes off.
+	c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Last: true, Holds: holdsOf(t.Holds, counters), Resent: resentOf(resent, counters)}, purposeForward, counters)
+	c.placeAs(now, Transfer{Mode: ModeCopy, Resent: resentOf(resent, copies)}, purposeForward, copies)
 }
 
 // passCancel sends on the cancel x of the caller from, carried by the

@@ -2947,7 +2947,17 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 			}
 		}
 		c.notePromotedHere(now, pt.t.ReplicaOf, here, pt.t.Holds)
-		c.placeHere(now, v, like, here)
+		if pt.t.Mode == ModeEvicted && pt.t.Evicted != c.self {
+			// Another run's evicted counters this node sent on, their keys
+			// counted here now: placed as their receiver would have, named
+			// as that run's last word and weighed against what is held
+			// here of it. Placed as they came, they were bare additions,
+			// and counted beside the replica of the run's counts a counter
+			// here was started from (45 held of 33 admitted).
+			c.placeEvicted(now, c.self, Transfer{Mode: ModeEvicted, Evicted: pt.t.Evicted, States: here, Holds: holdsOf(pt.t.Holds, here), Applied: pt.t.Applied, Resent: resentOf(pt.t.Resent, here)})
+		} else {
+			c.placeHere(now, v, like, here)
+		}
 		// Units that wait here for a counter on its way, then go on,
 		// name the give-back they replace, as the parts sent now do.
 		c.applySettle(now, pt.t, hereReqs, append(slices.Clip(mark.Earlier), Replaced{From: mark.was(c.self).From, Seq: mark.Was, To: mark.WasTo}))

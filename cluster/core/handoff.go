@@ -1551,7 +1551,7 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 	}
 	delete(h.querying, r.to.Name)
 	if !reply.Sealed {
-		h.next[r.to.Name] = c.mono(now) + int64(c.cfg.CallTimeout)
+		h.next[r.to.Name] = c.mono(now) + c.sealRetry()
 		h.mu.Unlock()
 		return
 	}
@@ -1596,7 +1596,21 @@ func (c *Core) sealReplied(now time.Time, r *pendingRequest, reply SealReply) {
 	c.tickHandoff(now, c.mono(now))
 }
 
-// sealFailed makes a seal query go again later.
+// sealRetry is how long a hand-off waits before it asks again a source
+// that answered its seal query without sealing: a quarter of a call
+// timeout. Such a source is about to seal, as a rule: it has not heard of
+// the ring yet (gossip reaches the nodes of a cluster a few milliseconds
+// apart), or counts it sent the asker wait for their acknowledgement.
+// Meanwhile the asker holds the requests for its keys that reach it, each
+// for a call timeout: asked again a call timeout later, a source that
+// heard of the ring just after it refused sealed only after a request
+// held since then was answered NotYetMine, and its caller decided it by
+// fallback in a graceful join
+// (TestASealRefusedForARingTheSourceHadNotHeardOfIsAskedAgainWithinAHold).
+func (c *Core) sealRetry() int64 { return int64(c.cfg.CallTimeout / 4) }
+
+// sealFailed makes a seal query go again later: a call timeout later, the
+// query having gone unanswered.
 func (c *Core) sealFailed(now time.Time, r *pendingRequest) {
 	h := c.handoff
 	h.mu.Lock()

@@ -31,7 +31,15 @@
 // pulls it from the old owner; until the counts are there it holds the
 // request for up to a peer timeout, then answers "not yet mine" and the
 // caller decides by fallback: a new owner never denies a request it could
-// not count (TestNewOwnerThatCannotPullDeniesNobody). A reply that comes
+// not count (TestNewOwnerThatCannotPullDeniesNobody). A source that its
+// hand-off asks whether it holds anything more of its keys (a seal) and
+// cannot say so yet (it has not heard of the new ring: gossip reaches the
+// nodes a few milliseconds apart) is asked again a quarter of a peer
+// timeout later, so a request held meanwhile is served once the sources
+// have heard of the change
+// (TestASealRefusedForARingTheSourceHadNotHeardOfIsAskedAgainWithinAHold:
+// before, asked again a peer timeout later, just after the held request
+// was answered, the caller decided it by fallback). A reply that comes
 // later than its caller waited loses nothing and a transfer sent again
 // doubles nothing: the giver keeps the counts until the receiver
 // acknowledges them, and the receiver applies a transfer's number once

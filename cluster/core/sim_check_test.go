@@ -72,10 +72,16 @@ type simDecision struct {
 }
 
 type simHistory struct {
-	reqs      []*simReq
-	served    map[servedKey]time.Time
-	decisions []simDecision
-	loss      map[limiter.Key]int64 // C: what crashes and takeovers lost, at most
+	// replicasSent are the replicas on the wire, not delivered yet (or
+	// lost on the way), by the copy sent: a successor may apply one after
+	// its sender crashed, though the sender forgot it (its receiver taken
+	// for unreachable), and start the key from it.
+	replicasSent map[uint64]sentReplica
+	replicaIDs   uint64
+	reqs         []*simReq
+	served       map[servedKey]time.Time
+	decisions    []simDecision
+	loss         map[limiter.Key]int64 // C: what crashes and takeovers lost, at most
 	// lostRuns are the runs that crashed or whose keys were taken over
 	// while they ran: a cancel cannot reach their replicas, so an item
 	// they admitted and their caller decided by fallback may count twice.
@@ -760,6 +766,65 @@ func replicaOnItsWay(n *simNode, k limiter.Key) int64 {
 	return best
 }
 
+// sentReplica is a replica of one key on the wire: its sender's run and
+// the count it carries.
+type sentReplica struct {
+	from  Peer
+	key   limiter.Key
+	count int64
+}
+
+// noteReplicaSent records the replicas t, a transfer n sends, carries; it
+// returns the ids to forget them by once delivered.
+func (s *sim) noteReplicaSent(n *simNode, t Transfer) []uint64 {
+	if t.Mode != ModeReplica {
+		return nil
+	}
+	if s.hist.replicasSent == nil {
+		s.hist.replicasSent = map[uint64]sentReplica{}
+	}
+	var ids []uint64
+	for _, st := range t.States {
+		if st.Kind >= limiter.KindGrant {
+			continue
+		}
+		s.hist.replicaIDs++
+		s.hist.replicasSent[s.hist.replicaIDs] = sentReplica{from: n.peer(), key: st.Key, count: windowCount([]limiter.State{st})}
+		ids = append(ids, s.hist.replicaIDs)
+	}
+	return ids
+}
+
+// lowestReplicaOnTheWire returns the smallest count of k in the replicas
+// of n's run on the wire, if any.
+func (s *sim) lowestReplicaOnTheWire(n *simNode, k limiter.Key) (low int64, ok bool) {
+	run := n.peer()
+	for _, r := range s.hist.replicasSent {
+		if r.from == run && r.key == k && (!ok || r.count < low) {
+			low, ok = r.count, true
+		}
+	}
+	return low, ok
+}
+
+// lowestReplicaOnItsWay returns the smallest count of k in the replicas
+// node n sent and has not had acknowledged, if any.
+func lowestReplicaOnItsWay(n *simNode, k limiter.Key) (low int64, ok bool) {
+	n.core.out.mu.Lock()
+	defer n.core.out.mu.Unlock()
+	for _, pt := range n.core.out.transfers {
+		if pt.t.Mode != ModeReplica {
+			continue
+		}
+		for _, st := range pt.t.States {
+			if c := windowCount([]limiter.State{st}); st.Key == k && (!ok || c < low) {
+				low, ok = c, true
+			}
+		}
+	}
+	return low, ok
+}
+
 // noteCrash adds to C what a crashing node takes with it: its count less
 // the replica, and all it held in flight.
 func (s *sim) noteCrash(n *simNode) {
@@ -767,7 +832,18 @@ func (s *sim) noteCrash(n *simNode) {
 	s.noteCancelsLost(n)
 	for _, key := range s.keys {
 		k := key.key
-		lost := max(0, s.engineCount(n.engine, k)-s.replicaOf(k, n.name)) + s.heldBy(n, k) - s.keptOfUnsettled(n, k)
+		// The replica its successor starts the key from: the one it
+		// holds, or one on its way, applied after the crash, which holds
+		// less where units were given back in between
+		// (TestSimCrashAllowsTheLossAfterALowerReplicaOnItsWay).
+		base := s.replicaOf(k, n.name)
+		if low, ok := lowestReplicaOnItsWay(n, k); ok && low < base {
+			base = low
+		}
+		if low, ok := s.lowestReplicaOnTheWire(n, k); ok && low < base {
+			base = low
+		}
+		lost := max(0, s.engineCount(n.engine, k)-base) + s.heldBy(n, k) - s.keptOfUnsettled(n, k)
 		if o, ok := n.core.view.Load().ring.Owner(k.Route()); ok && o.Name == n.name {
 			// The replica its successor starts the key from: the one it
 			// holds, or the one on its way, applied after the crash.

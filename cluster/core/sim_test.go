@@ -830,8 +830,15 @@ func (s *sim) send(n *simNode, o Outgoing) {
 		return
 	}
 	s.traceMsg(n.name, o.To.Name, o.Msg)
+	var replicas []uint64
+	if t, ok := o.Msg.(Transfer); ok {
+		replicas = s.noteReplicaSent(n, t)
+	}
 	s.call(n, o.To, o.Msg,
 		func(dest *simNode, m Message, respond func(Message)) {
+			for _, id := range replicas {
+				delete(s.hist.replicasSent, id)
+			}
 			reply := dest.core.Handle(s.now, n.peer(), m)
 			if s.record != nil {
 				s.logf("reply %s -> %s %T %+v", dest.name, n.name, reply, reply)

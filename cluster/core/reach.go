@@ -427,17 +427,22 @@ func (g *reachGap) unreached(m int64) Unreached {
 
 // takeUnreached records the gaps a node passed on to this one: the keys
 // this node owns in them are decided by fallback until their counters
-// come, but those whose counters arrived here already.
+// come, but those whose counters arrived here already: waiting for their
+// keys to settle, or counted here, started from a dead run's replica or
+// restored from an earlier run's snapshot (counted without a gap here, a
+// restored counter was taken for lacking when a gap came later, and its
+// key decided by fallback for the gap's window:
+// TestACounterRestoredBeforeAGapCameIsInReach).
 func (c *Core) takeUnreached(now time.Time, us []Unreached) {
 	if len(us) == 0 {
 		return
 	}
+	found := c.replicas.reachedHere()
 	h := c.handoff
 	h.mu.Lock()
-	found := map[limiter.Key]reachedRuns{}
 	for k, mk := range h.keys {
 		if a, ok := mk.reached(); ok {
-			found[k] = a
+			found[k] = found[k].with(a)
 		}
 	}
 	h.mu.Unlock()

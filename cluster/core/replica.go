@@ -509,7 +509,7 @@ func (r *replicaStore) noteRestored(m int64, k Kept) {
 		if s.Kind >= limiter.KindGrant {
 			continue
 		}
-		r.restored[s.Key] = restoredCounter{at: m, unnamed: k.Run.Name == "", holds: holds[s.Key]}
+		r.restored[s.Key] = restoredCounter{at: m, run: k.Run, unnamed: k.Run.Name == "", holds: holds[s.Key]}
 	}
 }
 
@@ -518,8 +518,32 @@ func (r *replicaStore) noteRestored(m int64, k Kept) {
 // whose counts it may hold.
 type restoredCounter struct {
 	at      int64
+	run     Peer   // the earlier run that kept it (none: not named)
 	unnamed bool   // the snapshot named no run: it may hold any run's counts
 	holds   []Peer // the runs whose counts it holds (Kept.Holds)
+}
+
+// reachedHere returns, for the keys whose counters here were started from
+// runs' replicas or restored from an earlier run's snapshot, the runs
+// whose counts they hold (see reachedRuns): those counters are here, and
+// a gap that names those runs leaves the keys in reach.
+func (r *replicaStore) reachedHere() map[limiter.Key]reachedRuns {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[limiter.Key]reachedRuns, len(r.promoted)+len(r.restored))
+	for k, ps := range r.promoted {
+		for _, p := range ps {
+			out[k] = out[k].with(reachedRuns{runs: []Peer{p.owner}})
+		}
+	}
+	for k, rc := range r.restored {
+		a := reachedRuns{unnamed: rc.unnamed, runs: slices.Clone(rc.holds)}
+		if rc.run.Name != "" && !slices.Contains(a.runs, rc.run) {
+			a.runs = append(a.runs, rc.run)
+		}
+		out[k] = out[k].with(a)
+	}
+	return out
 }
 
 // noteCounterless records keys that settled here without a counter.

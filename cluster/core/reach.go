@@ -128,7 +128,15 @@ func (g *reachGap) holds(k limiter.Key, a reachedRuns) bool {
 // lacks reports whether g leaves k without a reachable counter at self:
 // k's owner and successor in g's ring both died, self is not the
 // successor's run (a later run of it holds no replica), and one of the two
-// runs may still come back (gone: a later run replaced it).
+// runs may still come back (gone: a later run replaced it). For a gap
+// this node's own eviction left, the run evicted is no run that may come
+// back with counts: its counters came back here, or are on their way
+// (the evicted run is this one). Only the successor they went to may: once
+// a later run replaced it, what it counted beyond them died with it, and
+// the keys count on from what is here
+// (TestAKeyWhoseEvictedCounterWentToASuccessorThatDiedUncountedIsInReach;
+// one that counted beyond them left a replica, which ends the gap:
+// TestAKeyWhoseEvictedCounterWentToASuccessorThatRestartedIsInReach).
 func (g *reachGap) lacks(k limiter.Key, self Peer, gone func(Peer) bool) bool {
 	first, second := g.ring.top2(k.Route())
 	if first < 0 || second < 0 {
@@ -136,6 +144,14 @@ func (g *reachGap) lacks(k limiter.Key, self Peer, gone func(Peer) bool) bool {
 	}
 	o, s := g.ring.member(first), g.ring.member(second)
 	if s.Peer() == self || g.dead[o.Name] != o.Inc || g.dead[s.Name] != s.Inc {
+		return false
+	}
+	if g.evicted.Name != "" {
+		for _, x := range []Member{o, s} {
+			if x.Peer() != g.evicted && !gone(x.Peer()) {
+				return true
+			}
+		}
 		return false
 	}
 	return !gone(o.Peer()) || !gone(s.Peer())

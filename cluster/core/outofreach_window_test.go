@@ -401,22 +401,11 @@ func TestAUnitOfAZoneGivenBackThatArrivesInTheNextWindowComesOutOfItsOwn(t *test
 	other := h.keyOwnedBy("n2", "n0", k)
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: win}
 	strict := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 1, Window: win}
-	take := func(node string, reqs ...limiter.Request) bool {
-		tk := &handTake{node: node, res: make([]limiter.Result, len(reqs))}
-		tk.reqs = reqs
-		d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
-		if done {
-			return d.Allowed
-		}
-		h.drive(tk)
-		h.finish(tk)
-		return tk.d.Allowed
-	}
 	one := limiter.Request{Key: k, Zone: 1, Limit: lim}
 	h.advance(h.now.Truncate(win).Add(win).Sub(h.now) + 10*time.Millisecond)
 	first := h.now.Truncate(win)
 	second := first.Add(win)
-	if !take("n2", limiter.Request{Key: other, Zone: 2, Limit: strict}) {
+	if !h.takeZones("n2", limiter.Request{Key: other, Zone: 2, Limit: strict}) {
 		t.Fatalf("the other zone's first request refused")
 	}
 	h.advance(second.Add(-50 * time.Millisecond).Sub(h.now))
@@ -428,7 +417,7 @@ func TestAUnitOfAZoneGivenBackThatArrivesInTheNextWindowComesOutOfItsOwn(t *test
 		x, ok := o.Msg.(Transfer)
 		return ok && x.Mode == ModeRefund && h.now.Before(second.Add(100*time.Millisecond))
 	}
-	if take("n2", one, limiter.Request{Key: other, Zone: 2, Limit: strict}) {
+	if h.takeZones("n2", one, limiter.Request{Key: other, Zone: 2, Limit: strict}) {
 		t.Fatalf("a request the other zone denies admitted")
 	}
 	h.advance(second.Add(20 * time.Millisecond).Sub(h.now))
@@ -437,7 +426,7 @@ func TestAUnitOfAZoneGivenBackThatArrivesInTheNextWindowComesOutOfItsOwn(t *test
 	}
 	w1 := 0
 	for range 6 {
-		if take("n0", one) {
+		if h.takeZones("n0", one) {
 			w1++
 		}
 	}
@@ -450,7 +439,7 @@ func TestAUnitOfAZoneGivenBackThatArrivesInTheNextWindowComesOutOfItsOwn(t *test
 	}
 	more := 0
 	for range quota {
-		if take("n0", one) {
+		if h.takeZones("n0", one) {
 			more++
 		}
 	}
@@ -471,21 +460,10 @@ func TestAUnitOfAZoneGivenBackInTheNextWindowComesOutOfItsOwn(t *testing.T) {
 	other := h.keyOwnedBy("n1", "n0", k)
 	lim := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: win}
 	strict := limiter.Limit{Algorithm: limiter.FixedWindow, Quota: 1, Window: time.Hour}
-	take := func(node string, reqs ...limiter.Request) bool {
-		tk := &handTake{node: node, res: make([]limiter.Result, len(reqs))}
-		tk.reqs = reqs
-		d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
-		if done {
-			return d.Allowed
-		}
-		h.drive(tk)
-		h.finish(tk)
-		return tk.d.Allowed
-	}
 	one := limiter.Request{Key: k, Zone: 1, Limit: lim}
 	h.advance(h.now.Truncate(win).Add(win).Sub(h.now) + 10*time.Millisecond)
 	second := h.now.Truncate(win).Add(win)
-	if !take("n2", limiter.Request{Key: other, Zone: 2, Limit: strict}) {
+	if !h.takeZones("n2", limiter.Request{Key: other, Zone: 2, Limit: strict}) {
 		t.Fatalf("the other zone's first request refused")
 	}
 	h.advance(second.Add(-20 * time.Millisecond).Sub(h.now))
@@ -538,7 +516,7 @@ func TestAUnitOfAZoneGivenBackInTheNextWindowComesOutOfItsOwn(t *testing.T) {
 	}
 	admitted := 0
 	for range 6 {
-		if take("n0", one) {
+		if h.takeZones("n0", one) {
 			admitted++
 		}
 	}
@@ -550,11 +528,24 @@ func TestAUnitOfAZoneGivenBackInTheNextWindowComesOutOfItsOwn(t *testing.T) {
 		t.Errorf("in the second window %d were admitted, and the key's owner n0 holds %d of it: the unit given back in the first came out of the second", admitted, got)
 	}
 	for range quota {
-		if take("n0", one) {
+		if h.takeZones("n0", one) {
 			admitted++
 		}
 	}
 	if admitted != quota {
 		t.Errorf("the second window admitted %d of %d", admitted, quota)
 	}
+}
+
+// takeZones decides through node one request for the zones of reqs,
+// driven to its end, and reports whether it was admitted.
+func (h *handNet) takeZones(node string, reqs ...limiter.Request) bool {
+	tk := &handTake{node: node, reqs: reqs, res: make([]limiter.Result, len(reqs))}
+	d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
+	if done {
+		return d.Allowed
+	}
+	h.drive(tk)
+	h.finish(tk)
+	return tk.d.Allowed
 }

@@ -74,16 +74,7 @@ func TestACancelWaitingForARunsCounterComesOutOfItsItemsWindow(t *testing.T) {
 	k := h.keyOwnedBy("n0", "n2")
 	n0, n1 := h.cores["n0"], h.cores["n1"]
 	one := []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: win}}}
-	take := func() bool {
-		tk := &handTake{node: "n0", reqs: one, res: make([]limiter.Result, 1)}
-		d, done := n0.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
-		if !done {
-			h.drive(tk)
-			h.finish(tk)
-			d = tk.d
-		}
-		return d.Allowed
-	}
+	take := func() bool { return h.takeZones("n0", one...) }
 	h.advance(h.now.Truncate(win).Add(win).Sub(h.now) + 10*time.Millisecond)
 	second := h.now.Truncate(win).Add(win)
 	h.advance(second.Add(-100 * time.Millisecond).Sub(h.now))

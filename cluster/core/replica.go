@@ -577,6 +577,16 @@ func (r *replicaStore) restoredHolding(k limiter.Key, run Peer) bool {
 	return ok && (rc.unnamed || slices.Contains(rc.holds, run))
 }
 
+// restoredUnnamed reports whether this run restored a counter of k that
+// an earlier run kept and whose snapshot names no run: it may hold any
+// run's counts, and no record says which, or up to what.
+func (r *replicaStore) restoredUnnamed(k limiter.Key) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rc, ok := r.restored[k]
+	return ok && rc.unnamed
+}
+
 // absorbCopy keeps, of states copied from a snapshot that a later run of
 // their node sent (from) or sent on (naming the run of, if it did), the
 // newer of each and the replica that run (or, naming none, an earlier run

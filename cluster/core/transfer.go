@@ -1553,14 +1553,19 @@ func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
 	// Meant for an earlier run of this node, which kept the run's
 	// replicas and may have started keys from them: where this run
 	// restored that earlier run's counter of a key (and sent it as a
-	// copy to the key's owner) and that counter may hold the run's
-	// counts (its snapshot records them among those it holds, or
-	// names no run), this one raises the count as a copy, never adds.
-	// A restored counter that holds none of the run's (the earlier run
-	// counted the key from its own counter, and the run counted it
-	// elsewhere meanwhile, cut off or after the earlier run died)
-	// shares no counts with it: the run's counter goes on as the
-	// run's, and is added where the key is counted.
+	// copy to the key's owner) and that counter's snapshot names no
+	// run, it may hold the run's counts with no record of them, and
+	// this one raises the count as a copy, never adds. A restored
+	// counter whose snapshot names the runs whose counts it holds
+	// went with that record (Transfer.Holds) wherever it went: the
+	// run's counter goes on as the run's, and where the key is
+	// counted it adds only what it holds beyond the record (nothing,
+	// if the restored counter holds all of it; all of it, if the
+	// restored counter holds none of the run's). Taken as a copy once
+	// the key was counted elsewhere, it raised a count that units had
+	// come off since, or that held only part of the restored counter
+	// (the rest kept apart, in fallback), and counts were doubled or
+	// lost.
 	earlier := t.WasTo.Name == c.self.Name && t.WasTo.Inc < c.self.Inc
 	if len(t.Applied) > 0 {
 		// Counts sent again in place of what the run applied are
@@ -1605,7 +1610,7 @@ func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
 			continue
 		}
 		c.replicas.dropOf(s.Key, run)
-		if earlier && c.replicas.restoredHolding(s.Key, run) {
+		if earlier && c.replicas.restoredUnnamed(s.Key) {
 			copies = append(copies, s)
 			continue
 		}

@@ -279,3 +279,70 @@ func TestAGiveBackSentAgainThatWaitsForACountOnItsWayGoesOnNamingTheOneItReplace
 		t.Errorf("the cluster counts %d (n0 %d); 5 were admitted (4 by n0, one in fallback; n2's unit was given back once)", total, h.count("n0", k))
 	}
 }
+
+// As above, but the node the give-back is sent again to is cut off alone,
+// takes the owner for dead and itself for the key's owner, and holds a
+// unit of the key it admitted in fallback meanwhile, for want of a
+// majority. The give-back still names the transfer it replaces: the
+// owner may have applied it, so it does not come off what the node
+// admitted in fallback; it waits until the node knows where the key is
+// counted, and goes there naming that transfer. Taken off the fallback
+// count, it took the node's own unit with it, and the owner, which had
+// applied the give-back, lacked it too: a unit lost.
+func TestAGiveBackSentAgainToANodeWithoutAMajorityDoesNotComeOffItsFallbackCount(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n1", 4)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+
+	var refund uint64
+	h.drops = func(from string, o Outgoing) bool {
+		if t, ok := o.Msg.(Transfer); ok && from == "n2" && o.To.Name == "n0" && t.Mode == ModeRefund {
+			refund = t.Seq
+		}
+		return false
+	}
+	tk := load.spend("n2")
+	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
+		t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
+	}
+	h.unacked[[2]string{"n2", "n0"}] = true
+	n2.sendTransfer(h.now, n0.self, Transfer{Mode: ModeRefund, Reqs: slices.Clone(tk.reqs)}, purposeRefund)
+	h.pump()
+	h.drops = nil
+	load.admitted-- // n2's unit, given back
+	if got := h.count("n0", k); refund == 0 || got != 4 {
+		t.Fatalf("n0 counts %d after the give-back (refund %d); want 4", got, refund)
+	}
+
+	// n1 is cut off alone and takes n0 for dead: it finds no majority,
+	// and admits a unit of the key in fallback.
+	h.cut["n1"] = true
+	h.list("n1", []Member{h.member("n2")}, []Peer{n0.self})
+	h.advance(time.Second)
+	if n1.majority(n1.view.Load()) {
+		t.Fatal("n1 has a majority while cut off")
+	}
+	if _, self, _ := n1.placeOf(n1.view.Load(), k); !self {
+		t.Fatal("n1 does not take itself for the key's owner")
+	}
+	if tk := load.spend("n1"); !tk.done || !tk.d.Allowed || tk.d.Source != SourceFallback {
+		t.Fatalf("n1's request: %+v; want admitted by fallback", tk.d)
+	}
+	load.resume()
+	if !n1.fallback.engine.Has(h.now, k) {
+		t.Fatal("n1 holds no fallback count of the key")
+	}
+
+	// n2 sends the give-back again to n1, in place of refund to n0.
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), Was: refund, WasTo: n0.self}, true)
+	h.pump()
+
+	// The cut heals; n0 was never declared dead by the others.
+	h.cut["n1"] = false
+	h.list("n1", h.othersThan("n1"), nil)
+	h.advance(3 * time.Second)
+	total := h.count("n0", k) + h.count("n1", k) + h.count("n2", k)
+	if total != int64(load.admitted) {
+		t.Errorf("the cluster counts %d (n0 %d, n1 %d); %d were admitted (n2's unit was given back once)", total, h.count("n0", k), h.count("n1", k), load.admitted)
+	}
+}

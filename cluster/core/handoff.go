@@ -707,7 +707,7 @@ func (c *Core) countSettled(now time.Time, done settled) {
 	}
 	for _, g := range done.refunds {
 		r := g.req
-		if len(c.refundAfterCounter(now, g.at, []limiter.Request{r}, nil)) == 0 {
+		if len(c.refundAfterCounter(now, g.at, []limiter.Request{r}, g.marks)) == 0 {
 			continue
 		}
 		if r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) {
@@ -717,7 +717,7 @@ func (c *Core) countSettled(now time.Time, done settled) {
 			// engine that lacks the key, the units would be lost and
 			// stay counted where the counter went: they wait, and are
 			// given back as refund gives them back, where the counter is.
-			c.settling.hold(heldSettle{refund: true, at: g.at, req: r})
+			c.settling.hold(heldSettle{refund: true, at: g.at, req: r, marks: g.marks})
 			c.debugGivenBack("units given back as their key settled without its counter wait for it", []limiter.Request{r})
 			continue
 		}
@@ -727,9 +727,9 @@ func (c *Core) countSettled(now time.Time, done settled) {
 }
 
 // refundLater keeps units given back for keys not settled here, with the
-// instant at they were counted at: it reports which of reqs it did not
-// keep, and which it kept.
-func (h *handoffState) refundLater(v *view, self string, at int64, reqs []limiter.Request) (rest, kept []limiter.Request) {
+// instant at they were counted at and the give-backs they replace
+// (marks): it reports which of reqs it did not keep, and which it kept.
+func (h *handoffState) refundLater(v *view, self string, at int64, reqs []limiter.Request, marks []Replaced) (rest, kept []limiter.Request) {
 	for _, r := range reqs {
 		if v.ho == nil || r.Limit.Algorithm == limiter.Concurrency || !ownedBy(v, self, r.Key) || !h.incoming(v, self, r.Key) {
 			rest = append(rest, r)
@@ -740,7 +740,7 @@ func (h *handoffState) refundLater(v *view, self string, at int64, reqs []limite
 		if mk.settled {
 			rest = append(rest, r)
 		} else {
-			mk.refunds = append(mk.refunds, givenBack{at: at, req: r})
+			mk.refunds = append(mk.refunds, givenBack{at: at, req: r, marks: marks})
 			kept = append(kept, r)
 		}
 		h.mu.Unlock()

@@ -122,10 +122,13 @@ type resentCounts struct {
 }
 
 // givenBack is a request whose units were given back, counted at the
-// instant at (Unix ns).
+// instant at (Unix ns); marks, if any, are the give-backs it was given
+// back again in place of (see refundMarked): it names them wherever it
+// waits and goes.
 type givenBack struct {
-	req limiter.Request
-	at  int64
+	req   limiter.Request
+	at    int64
+	marks []Replaced
 }
 
 // promotion records counts of a run that this node's counter of a key

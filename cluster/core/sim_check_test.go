@@ -1077,8 +1077,8 @@ func (s *sim) noteCancelsLost(n *simNode) {
 		s.hist.refundsLost[r.Key] += max(r.Cost, 1)
 	}
 	n.core.unrefunded.mu.Lock()
-	for _, r := range n.core.unrefunded.reqs {
-		lostRefund(r)
+	for _, g := range n.core.unrefunded.list {
+		lostRefund(g.req)
 	}
 	n.core.unrefunded.mu.Unlock()
 	n.core.settling.mu.Lock()

@@ -2310,7 +2310,7 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 	at = stamped(at, now)
 	v := c.view.Load()
 	reqs = c.refundAfterCounter(now, at, reqs, marks)
-	reqs, waiting := c.handoff.refundLater(v, c.self.Name, at, reqs) // keys not settled here wait for their counter
+	reqs, waiting := c.handoff.refundLater(v, c.self.Name, at, reqs, marks) // keys not settled here wait for their counter
 	c.debugGivenBack("units given back wait for their key to settle here", waiting)
 	var away map[string][]limiter.Request
 	owners := map[string]Member{}
@@ -2322,11 +2322,11 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 	for _, r := range reqs {
 		to, self, ok := c.placeOf(v, r.Key)
 		if self && r.Limit.Algorithm != limiter.Concurrency && c.lacksCounter(r.Key, m) {
-			c.refundOutOfReach(at, r)
+			c.refundOutOfReach(givenBack{at: at, req: r, marks: marks})
 			continue
 		}
 		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
-			if r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) && c.fallback.engine.Has(now, r.Key) {
+			if len(marks) == 0 && r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) && c.fallback.engine.Has(now, r.Key) {
 				// The key's counter waits in the fallback counts (it came
 				// while this node had no majority): they join the engine,
 				// or go to the key's owner, as additions.
@@ -2337,8 +2337,8 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 				c.fallback.wrote()
 				continue
 			}
-			if unsure && r.Limit.Algorithm != limiter.Concurrency && (self || c.engine.Has(now, r.Key)) {
-				c.holdRefund(at, r)
+			if unsure && r.Limit.Algorithm != limiter.Concurrency && (self || c.engine.Has(now, r.Key) || len(marks) > 0) {
+				c.holdRefund(givenBack{at: at, req: r, marks: marks})
 				continue
 			}
 			if c.debugOn() {
@@ -2361,20 +2361,21 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 	}
 }
 
-// refundEach gives back the units of held as refundAt does, each out of
-// the window it was counted in: in the order they came, those counted at
-// one instant together.
+// refundEach gives back the units of held as refundMarked does, each out
+// of the window it was counted in and naming the give-backs it replaces:
+// in the order they came, those counted at one instant and naming the
+// same give-backs together.
 func (c *Core) refundEach(now time.Time, held []givenBack) {
 	for i := 0; i < len(held); {
 		j := i + 1
-		for j < len(held) && held[j].at == held[i].at {
+		for j < len(held) && held[j].at == held[i].at && slices.Equal(held[j].marks, held[i].marks) {
 			j++
 		}
 		reqs := make([]limiter.Request, 0, j-i)
 		for _, g := range held[i:j] {
 			reqs = append(reqs, g.req)
 		}
-		c.refundAt(now, held[i].at, reqs)
+		c.refundMarked(now, held[i].at, reqs, held[i].marks)
 		i = j
 	}
 }
@@ -2388,7 +2389,7 @@ func stamped(at int64, now time.Time) int64 {
 	return now.UnixNano()
 }
 
-// refundOutOfReach keeps r's units, given back for a key this node owns
+// refundOutOfReach keeps g's units, given back for a key this node owns
 // whose counter is out of reach (see outOfReach): the key's owner and
 // successor died together, and its counter may live on, on the far side
 // of a split, holding the units. What this node holds of the key is what
@@ -2401,12 +2402,13 @@ func stamped(at int64, now time.Time) int64 {
 // hand-off window passed, or both runs that held it are gone, and their
 // counts with them), or it moved on (they follow it). They keep the
 // instant they were counted at (at): let go in a later window, they come
-// out of theirs, not the one they are let go in.
-func (c *Core) refundOutOfReach(at int64, r limiter.Request) {
+// out of theirs, not the one they are let go in; and the give-backs they
+// replace (g.marks), which they name wherever they go.
+func (c *Core) refundOutOfReach(g givenBack) {
 	if c.debugOn() {
-		c.log.Debug("units given back wait for their key's counter, out of reach", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
+		c.log.Debug("units given back wait for their key's counter, out of reach", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{g.req}))
 	}
-	c.settling.hold(heldSettle{refund: true, at: at, req: r})
+	c.settling.hold(heldSettle{refund: true, at: g.at, req: g.req, marks: g.marks})
 }
 
 // countingHere returns the requests of reqs whose keys this node counts
@@ -2474,12 +2476,16 @@ func (c *Core) unsureOfItsKeys(v *view, m int64) bool {
 // Given back once the node knows where the key is counted, they come off
 // that counter: here (once what the node kept in fallback meanwhile
 // joined it: see countingHere), or in a refund to the node that counts it.
-// at is the instant they were counted at, which they keep.
-func (c *Core) holdRefund(at int64, r limiter.Request) {
+// They keep the instant they were counted at (g.at) and the give-backs
+// they replace (g.marks). Units that replace give-backs wait so whatever
+// this node holds of the key: the run the replaced give-back went to may
+// have applied it, and its counts, not this node's fallback counts, held
+// the units.
+func (c *Core) holdRefund(g givenBack) {
 	if c.debugOn() {
-		c.log.Debug("units given back wait until this node knows where its keys are counted", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
+		c.log.Debug("units given back wait until this node knows where its keys are counted", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{g.req}))
 	}
-	c.unrefunded.hold(at, r)
+	c.unrefunded.hold(g)
 }
 
 // tickRefunds gives back the units that waited (see holdRefund), once this
@@ -2492,45 +2498,34 @@ func (c *Core) tickRefunds(now time.Time) {
 	if c.unsureOfItsKeys(c.view.Load(), c.mono(now)) {
 		return
 	}
-	reqs, at := c.unrefunded.take()
-	// In the order they came, those counted at one instant together.
-	for i := 0; i < len(reqs); {
-		j := i + 1
-		for j < len(reqs) && at[j] == at[i] {
-			j++
-		}
-		c.refundAt(now, at[i], reqs[i:j])
-		i = j
-	}
+	c.refundEach(now, c.unrefunded.take())
 }
 
 // heldRefunds are units given back that wait for this node to know where
-// its keys are counted (see holdRefund), each with the instant it was
-// counted at (at[i] for reqs[i]). It is safe for concurrent use.
+// its keys are counted (see holdRefund), in the order they came. It is
+// safe for concurrent use.
 type heldRefunds struct {
 	mu   sync.Mutex
 	n    atomic.Int64
-	reqs []limiter.Request
-	at   []int64
+	list []givenBack
 }
 
-func (h *heldRefunds) hold(at int64, r limiter.Request) {
+func (h *heldRefunds) hold(g givenBack) {
 	h.mu.Lock()
-	h.reqs = append(h.reqs, r)
-	h.at = append(h.at, at)
-	h.n.Store(int64(len(h.reqs)))
+	h.list = append(h.list, g)
+	h.n.Store(int64(len(h.list)))
 	h.mu.Unlock()
 }
 
 func (h *heldRefunds) waiting() bool { return h.n.Load() > 0 }
 
-func (h *heldRefunds) take() ([]limiter.Request, []int64) {
+func (h *heldRefunds) take() []givenBack {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	reqs, at := h.reqs, h.at
-	h.reqs, h.at = nil, nil
+	list := h.list
+	h.list = nil
 	h.n.Store(0)
-	return reqs, at
+	return list
 }
 
 // acked records the answer to a transfer. A transfer the receiver refused

@@ -26,8 +26,14 @@ func TestATransferRefusedForWantOfALeaseGoesAgainOnceTheReceiverPinged(t *testin
 	if n := h.pendingTo("n1", n0.self); n != 1 || h.count("n0", k) != 0 {
 		t.Fatalf("n1 has %d transfers to n0 pending, n0 counts %d; want the transfer refused for want of a lease", n, h.count("n0", k))
 	}
+	if got := n1.out.refusals.Load(); got != 1 {
+		t.Fatalf("n1's outbox counts %d refused transfers; want 1 (pings walk the outbox only while one waits)", got)
+	}
 	h.advance(h.cfg.CallTimeout / 4)
 	if got := h.count("n0", k); got != 2 {
 		t.Errorf("n0 counts %d of the key a quarter of a call timeout after it pinged the sender; want the 2 sent again once it answered", got)
+	}
+	if got := n1.out.refusals.Load(); got != 0 {
+		t.Errorf("n1's outbox counts %d refused transfers once the transfer was applied; want 0", got)
 	}
 }

@@ -86,6 +86,7 @@ type outbox struct {
 	epoch     func() uint64 // the sender's join epoch now
 	held      atomic.Int64  // len(holding), read without the lock
 	cancels   atomic.Int64  // the cancels among transfers, read without the lock
+	refusals  atomic.Int64  // the transfers whose last send was refused, read without the lock
 	mu        sync.Mutex
 	seq       uint64 // the last transfer number used
 	id        uint64 // the last message ID used
@@ -188,7 +189,8 @@ func (o *outbox) transfer(to Peer, t Transfer, p purpose, m int64, queue bool) T
 func (o *outbox) sendLocked(pt *pendingTransfer, m int64) {
 	o.renumberLocked(pt)
 	pt.t.Floor = o.floorLocked(pt.to.Name)
-	pt.inFlight, pt.refused = true, false
+	pt.inFlight = true
+	o.refusedLocked(pt, false)
 	o.requestLocked(pt.to, pt.t, m, pt.t.Seq)
 }
 
@@ -284,6 +286,7 @@ func (o *outbox) forgetLocked(seq uint64, pt *pendingTransfer) {
 	if pt.t.Mode == ModeCancel {
 		o.cancels.Add(-1)
 	}
+	o.refusedLocked(pt, false)
 	dropSeq(o.holding, pt.t.States, seq)
 	o.held.Store(int64(len(o.holding)))
 	if pt.purpose == purposeReconcile {
@@ -386,9 +389,23 @@ func (o *outbox) refusedNotFor(misplaced func(*pendingTransfer) bool) []*pending
 	return out
 }
 
+// refusedLocked records whether pt's last send was refused. o.mu is held.
+func (o *outbox) refusedLocked(pt *pendingTransfer, refused bool) {
+	switch {
+	case refused && !pt.refused:
+		o.refusals.Add(1)
+	case !refused && pt.refused:
+		o.refusals.Add(-1)
+	}
+	pt.refused = refused
+}
+
 // refusedDue makes the transfers to the run to that it refused go again
 // at m, and reports whether there are any.
 func (o *outbox) refusedDue(to Peer, m int64) bool {
+	if o.refusals.Load() == 0 {
+		return false // most pings: nothing refused, no walk of the outbox
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	any := false
@@ -406,7 +423,7 @@ func (o *outbox) failed(seq uint64, retryAt int64, refused bool) {
 	o.mu.Lock()
 	if pt, ok := o.transfers[seq]; ok {
 		pt.inFlight = false
-		pt.refused = refused
+		o.refusedLocked(pt, refused)
 		pt.retryAt = retryAt
 	}
 	o.mu.Unlock()
@@ -567,7 +584,8 @@ func (o *outbox) holdingFor(keys []limiter.Key, to Peer, until int64) (mine []Tr
 		pt := o.transfers[seq]
 		o.renumberLocked(pt)
 		pt.t.Floor = o.floorLocked(to.Name)
-		pt.refused, pt.given = false, until
+		o.refusedLocked(pt, false)
+		pt.given = until
 		if !pt.inFlight {
 			pt.retryAt = max(pt.retryAt, until)
 		}
@@ -592,7 +610,8 @@ func (o *outbox) refusedBeforeGiven(seq uint64, m int64, pulled bool) bool {
 		pt.given = 0
 		return false
 	}
-	pt.inFlight, pt.refused, pt.retryAt = false, false, max(pt.retryAt, pt.given)
+	pt.inFlight, pt.retryAt = false, max(pt.retryAt, pt.given)
+	o.refusedLocked(pt, false)
 	return true
 }
 

@@ -171,6 +171,21 @@ func TestAnEvictedCounterForAnEarlierRunThatRestoredTheKeyIsACopy(t *testing.T) 
 // 1795895577426450985 of the simulator: the copy went on to a node whose
 // count did not hold it; the cluster held 31 of key 2, 36 were admitted.)
 func TestAnEvictedCounterForAnEarlierRunIsWeighedWhereTheRestoredCounterWent(t *testing.T) {
+	evictedForAnEarlierRunAfterAHandOff(t, 0)
+}
+
+// As above, but the snapshot is older than keptNamedWithin when the later
+// run sends its counters: they go as copies that name no run, with no
+// record of whose counts they hold, and the evicted counter meant for the
+// earlier run is a copy of the restored one too. Sent on as its run's
+// counter, it was added beside the copy that held it (doubled).
+func TestAnEvictedCounterForAnEarlierRunWhoseSnapshotWentUnnamedIsACopy(t *testing.T) {
+	evictedForAnEarlierRunAfterAHandOff(t, keptNamedWithin+time.Second)
+}
+
+// evictedForAnEarlierRunAfterAHandOff plays the two tests above, the
+// snapshot aged by age when it is read back.
+func evictedForAnEarlierRunAfterAHandOff(t *testing.T, age time.Duration) {
 	h := newHandNet(t, "n0", "n1", "n2")
 	h.names = append(h.names, "n3")
 	n3 := h.start("n3", true)
@@ -203,6 +218,7 @@ func TestAnEvictedCounterForAnEarlierRunIsWeighedWhereTheRestoredCounterWent(t *
 
 	// n1 crashes; its next run restores its counters and owns the key.
 	snapshot := h.cores["n1"].Keep(h.now, h.cores["n1"].engine.StatesOf(h.now, []limiter.Key{k}))
+	snapshot.At -= int64(age)
 	earlier := h.cores["n1"].self
 	n1 := h.start("n1", true)
 	n1.RestoreCounters(h.now, snapshot)

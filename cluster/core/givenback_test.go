@@ -185,24 +185,7 @@ func TestAGiveBackSentAgainAndPassedOnToTheOwnerThatAppliedItComesOffOnce(t *tes
 	h := newHandNet(t, "n0", "n1", "n2")
 	k, load := h.spentKey("n0", "n1", 4)
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-
-	var refund uint64
-	h.drops = func(from string, o Outgoing) bool {
-		if t, ok := o.Msg.(Transfer); ok && from == "n2" && o.To.Name == "n0" && t.Mode == ModeRefund {
-			refund = t.Seq
-		}
-		return false
-	}
-	tk := load.spend("n2")
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
-		t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
-	}
-	h.unacked[[2]string{"n2", "n0"}] = true
-	n2.sendTransfer(h.now, n0.self, Transfer{Mode: ModeRefund, Reqs: slices.Clone(tk.reqs)}, purposeRefund)
-	h.pump()
-	if got := h.count("n0", k); refund == 0 || got != 4 {
-		t.Fatalf("n0 counts %d after the give-back (refund %d); want 4", got, refund)
-	}
+	tk, refund := h.giveBackAppliedUnacknowledged(k, load)
 
 	// n2 sends the give-back again to n1, in place of refund to n0; n1
 	// takes n0 for alive and passes it on.
@@ -235,24 +218,7 @@ func TestAGiveBackSentAgainThatWaitsForACountOnItsWayGoesOnNamingTheOneItReplace
 	h := newHandNet(t, "n0", "n1", "n2")
 	k, load := h.spentKey("n0", "n1", 4)
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-
-	var refund uint64
-	h.drops = func(from string, o Outgoing) bool {
-		if t, ok := o.Msg.(Transfer); ok && from == "n2" && o.To.Name == "n0" && t.Mode == ModeRefund {
-			refund = t.Seq
-		}
-		return false
-	}
-	tk := load.spend("n2")
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
-		t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
-	}
-	h.unacked[[2]string{"n2", "n0"}] = true
-	n2.sendTransfer(h.now, n0.self, Transfer{Mode: ModeRefund, Reqs: slices.Clone(tk.reqs)}, purposeRefund)
-	h.pump()
-	if got := h.count("n0", k); refund == 0 || got != 4 {
-		t.Fatalf("n0 counts %d after the give-back (refund %d); want 4", got, refund)
-	}
+	tk, refund := h.giveBackAppliedUnacknowledged(k, load)
 
 	// n1's count of a unit it admitted in fallback is on its way to n0.
 	h.drops = func(from string, o Outgoing) bool {
@@ -293,26 +259,8 @@ func TestAGiveBackSentAgainToANodeWithoutAMajorityDoesNotComeOffItsFallbackCount
 	h := newHandNet(t, "n0", "n1", "n2")
 	k, load := h.spentKey("n0", "n1", 4)
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-
-	var refund uint64
-	h.drops = func(from string, o Outgoing) bool {
-		if t, ok := o.Msg.(Transfer); ok && from == "n2" && o.To.Name == "n0" && t.Mode == ModeRefund {
-			refund = t.Seq
-		}
-		return false
-	}
-	tk := load.spend("n2")
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
-		t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
-	}
-	h.unacked[[2]string{"n2", "n0"}] = true
-	n2.sendTransfer(h.now, n0.self, Transfer{Mode: ModeRefund, Reqs: slices.Clone(tk.reqs)}, purposeRefund)
-	h.pump()
-	h.drops = nil
+	tk, refund := h.giveBackAppliedUnacknowledged(k, load)
 	load.admitted-- // n2's unit, given back
-	if got := h.count("n0", k); refund == 0 || got != 4 {
-		t.Fatalf("n0 counts %d after the give-back (refund %d); want 4", got, refund)
-	}
 
 	// n1 is cut off alone and takes n0 for dead: it finds no majority,
 	// and admits a unit of the key in fallback.
@@ -345,4 +293,31 @@ func TestAGiveBackSentAgainToANodeWithoutAMajorityDoesNotComeOffItsFallbackCount
 	if total != int64(load.admitted) {
 		t.Errorf("the cluster counts %d (n0 %d, n1 %d); %d were admitted (n2's unit was given back once)", total, h.count("n0", k), h.count("n1", k), load.admitted)
 	}
+}
+
+// giveBackAppliedUnacknowledged has n2 spend a unit of k through n0, its
+// owner (of 4 spent), and give it back; n0 applies the give-back, but its
+// acknowledgement is lost. It returns n2's request and the give-back's
+// transfer number.
+func (h *handNet) giveBackAppliedUnacknowledged(k limiter.Key, load *handLoad) (*handTake, uint64) {
+	h.t.Helper()
+	var refund uint64
+	h.drops = func(from string, o Outgoing) bool {
+		if t, ok := o.Msg.(Transfer); ok && from == "n2" && o.To.Name == "n0" && t.Mode == ModeRefund {
+			refund = t.Seq
+		}
+		return false
+	}
+	tk := load.spend("n2")
+	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
+		h.t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
+	}
+	h.unacked[[2]string{"n2", "n0"}] = true
+	h.cores["n2"].sendTransfer(h.now, h.cores["n0"].self, Transfer{Mode: ModeRefund, Reqs: slices.Clone(tk.reqs)}, purposeRefund)
+	h.pump()
+	h.drops = nil
+	if got := h.count("n0", k); refund == 0 || got != 4 {
+		h.t.Fatalf("n0 counts %d after the give-back (refund %d); want 4", got, refund)
+	}
+	return tk, refund
 }

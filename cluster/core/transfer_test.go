@@ -123,32 +123,9 @@ func TestAnEvictedCounterForAnEarlierRunThatRestoredTheKeyIsACopy(t *testing.T) 
 	evicted := h.cores["n0"].engine.StatesOf(h.now, []limiter.Key{k})
 
 	// n0 stops answering; n1 and n2 declare it dead, and n1 takes its key
-	// over from the replica and counts on.
-	h.down["n0"] = true
-	h.setMembership("n1", []string{"n0"})
-	h.setMembership("n2", []string{"n0"})
-	h.advance(time.Second, "n1", "n2")
-	load.resume()
-	load.spend("n1")
-	if got := h.count("n1", k); got != 8 || load.admitted != 8 {
-		t.Fatalf("n1 counts %d after taking over; %d admitted; want 8 and 8", got, load.admitted)
-	}
-
-	// n1 crashes and its next run restores its counters.
-	snapshot := h.cores["n1"].Keep(h.now, h.cores["n1"].engine.StatesOf(h.now, []limiter.Key{k}))
-	earlier := h.cores["n1"].self
-	n1 := h.start("n1", true)
-	n1.RestoreCounters(h.now, snapshot)
-	n1.Joined(h.now)
-	// n2 hears of the new run as joining, then as a member.
-	h.cores["n2"].SetMembership(h.now, Membership{Joining: []Member{{Name: "n1", Inc: n1.self.Inc, PeerAddr: "n1"}}, Dead: []Peer{{Name: "n0", Inc: h.incs["n0"]}}})
-	h.setMembership("n1", []string{"n0"})
-	h.advance(100*time.Millisecond, "n1", "n2")
-	h.setMembership("n2", []string{"n0"})
-	h.advance(time.Second, "n1", "n2")
-	if !n1.Member() || n1.HandoffUnderway() {
-		t.Fatalf("the new run of n1: member %v, hand-off under way %v", n1.Member(), n1.HandoffUnderway())
-	}
+	// over from the replica and counts on. n1 crashes and its next run
+	// restores its counters.
+	n1, earlier := h.n1TakesN0sKeyOverAndRestarts(k, load, 0)
 
 	// n0's counter, sent to the run that kept its replicas, reaches the
 	// later run.
@@ -201,36 +178,11 @@ func evictedForAnEarlierRunAfterAHandOff(t *testing.T, age time.Duration) {
 		t.Fatalf("successor %s, admitted %d; want n1 and 7", succ.Name, load.admitted)
 	}
 	evicted := h.cores["n0"].engine.StatesOf(h.now, []limiter.Key{k})
-	three := []Member{h.member("n1"), h.member("n2")}
-	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
-
 	// n0 stops answering; n1 takes its key over from the replica and
-	// counts on.
-	h.down["n0"] = true
-	h.list("n1", three[1:], dead)
-	h.list("n2", three[:1], dead)
-	h.advance(time.Second, "n1", "n2")
-	load.resume()
-	load.spend("n1")
-	if got := h.count("n1", k); got != 8 || load.admitted != 8 {
-		t.Fatalf("n1 counts %d after taking over; %d admitted; want 8 and 8", got, load.admitted)
-	}
-
-	// n1 crashes; its next run restores its counters and owns the key.
-	snapshot := h.cores["n1"].Keep(h.now, h.cores["n1"].engine.StatesOf(h.now, []limiter.Key{k}))
-	snapshot.At -= int64(age)
-	earlier := h.cores["n1"].self
-	n1 := h.start("n1", true)
-	n1.RestoreCounters(h.now, snapshot)
-	n1.Joined(h.now)
-	h.cores["n2"].SetMembership(h.now, Membership{Joining: []Member{h.member("n1")}, Dead: dead})
-	h.list("n1", []Member{h.member("n2")}, dead)
-	h.advance(100*time.Millisecond, "n1", "n2")
-	h.list("n2", []Member{h.member("n1")}, dead)
-	h.advance(time.Second, "n1", "n2")
-	if !n1.Member() || n1.HandoffUnderway() || h.count("n1", k) != 8 {
-		t.Fatalf("the new run of n1: member %v, hand-off under way %v, counts %d; want 8", n1.Member(), n1.HandoffUnderway(), h.count("n1", k))
-	}
+	// counts on. n1 crashes; its next run restores its counters and owns
+	// the key.
+	n1, earlier := h.n1TakesN0sKeyOverAndRestarts(k, load, age)
+	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
 
 	// n3 joins and takes the key over from n1.
 	n3.Joined(h.now)
@@ -578,4 +530,40 @@ func TestARefusedHandoffPlacedAnewAddsToTheNewOwnersCount(t *testing.T) {
 	if got := h.count("n2", k); got != 9 {
 		t.Errorf("the owner counts %d; 4 were admitted there and 5 at n0", got)
 	}
+}
+
+// n1TakesN0sKeyOverAndRestarts plays, on a key of n0's with successor n1
+// and 7 spent: n0 stops answering, n1 and n2 declare it dead, and n1
+// takes the key over from its replica and admits one more; n1 then
+// crashes, and its next run restores its counters from a snapshot (aged
+// by age) and joins again. It returns the new run and the crashed one.
+func (h *handNet) n1TakesN0sKeyOverAndRestarts(k limiter.Key, load *handLoad, age time.Duration) (*Core, Peer) {
+	h.t.Helper()
+	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
+	h.down["n0"] = true
+	h.list("n1", []Member{h.member("n2")}, dead)
+	h.list("n2", []Member{h.member("n1")}, dead)
+	h.advance(time.Second, "n1", "n2")
+	load.resume()
+	load.spend("n1")
+	if got := h.count("n1", k); got != 8 || load.admitted != 8 {
+		h.t.Fatalf("n1 counts %d after taking over; %d admitted; want 8 and 8", got, load.admitted)
+	}
+
+	snapshot := h.cores["n1"].Keep(h.now, h.cores["n1"].engine.StatesOf(h.now, []limiter.Key{k}))
+	snapshot.At -= int64(age)
+	earlier := h.cores["n1"].self
+	n1 := h.start("n1", true)
+	n1.RestoreCounters(h.now, snapshot)
+	n1.Joined(h.now)
+	// n2 hears of the new run as joining, then as a member.
+	h.cores["n2"].SetMembership(h.now, Membership{Joining: []Member{h.member("n1")}, Dead: dead})
+	h.list("n1", []Member{h.member("n2")}, dead)
+	h.advance(100*time.Millisecond, "n1", "n2")
+	h.list("n2", []Member{h.member("n1")}, dead)
+	h.advance(time.Second, "n1", "n2")
+	if !n1.Member() || n1.HandoffUnderway() || h.count("n1", k) != 8 {
+		h.t.Fatalf("the new run of n1: member %v, hand-off under way %v, counts %d; want 8", n1.Member(), n1.HandoffUnderway(), h.count("n1", k))
+	}
+	return n1, earlier
 }

@@ -22,29 +22,7 @@ import (
 // fallback and 4 lost to the crash). The key is out of reach until the
 // owner's counter comes: decided by fallback meanwhile.
 func TestAKeyTakenOverByASuccessorThatDiedBeforeItsHandoffCompletedIsOutOfReach(t *testing.T) {
-	cfg := handTiming
-	cfg.FallbackRatio = 0.1
-	h := newHandNetWith(t, cfg, "n0", "n1", "n2")
-	const quota = 10
-	k := h.keyOwnedBy("n1", "n2")
-	load := newHandLoad(h, k, quota)
-	for range 6 {
-		load.spend("n1")
-	}
-	h.advance(20 * time.Millisecond) // replicated to n2
-	if st, _, ok := h.cores["n2"].replicas.get(k); load.admitted != 6 || !ok || windowCount([]limiter.State{st}) != 6 {
-		t.Fatalf("admitted %d, replica at n2 %v; want 6 and 6", load.admitted, ok)
-	}
-
-	// n1 stands still. n2 declares it dead: its hand-off waits for n0's
-	// seal, which n0, still listing n1, cannot give.
-	h.down["n1"] = true
-	h.advance(100*time.Millisecond, "n0", "n2")
-	h.setMembership("n2", []string{"n1"})
-	h.advance(50*time.Millisecond, "n0", "n2")
-	if !h.cores["n2"].HandoffUnderway() {
-		t.Fatal("n2 took n1's keys over at once")
-	}
+	h, k, load := successorWaitsForASealOfItsStandingOwner(t)
 	// n0 declares n1 dead too and completes its hand-off (n2 seals to it),
 	// ticking alone: n2 does not ask it again before it crashes.
 	h.setMembership("n0", []string{"n1"})
@@ -56,7 +34,45 @@ func TestAKeyTakenOverByASuccessorThatDiedBeforeItsHandoffCompletedIsOutOfReach(
 		t.Fatal("n2 completed its hand-off from n1: n0 sealed to it")
 	}
 
-	// n2 crashes; n0 declares it dead. A new run of n2 joins n0 and owns
+	successorRestartsThenItsOwnerComesBack(t, h, k, load)
+}
+
+// successorWaitsForASealOfItsStandingOwner starts n0, n1, n2 (fallback
+// ratio 0.1) with 6 of 10 spent of a key n1 owns, replicated to n2; n1
+// stands still, and n2 declares it dead: n2's hand-off waits for n0's
+// seal, which n0, still listing n1, cannot give.
+func successorWaitsForASealOfItsStandingOwner(t *testing.T) (*handNet, limiter.Key, *handLoad) {
+	t.Helper()
+	cfg := handTiming
+	cfg.FallbackRatio = 0.1
+	h := newHandNetWith(t, cfg, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n1", "n2")
+	load := newHandLoad(h, k, 10)
+	for range 6 {
+		load.spend("n1")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n2
+	if st, _, ok := h.cores["n2"].replicas.get(k); load.admitted != 6 || !ok || windowCount([]limiter.State{st}) != 6 {
+		t.Fatalf("admitted %d, replica at n2 %v; want 6 and 6", load.admitted, ok)
+	}
+	h.down["n1"] = true
+	h.advance(100*time.Millisecond, "n0", "n2")
+	h.setMembership("n2", []string{"n1"})
+	h.advance(50*time.Millisecond, "n0", "n2")
+	if !h.cores["n2"].HandoffUnderway() {
+		t.Fatal("n2 took n1's keys over at once")
+	}
+	return h, k, load
+}
+
+// successorRestartsThenItsOwnerComesBack plays the end of the tests above:
+// n2 crashes and n0 declares it dead; a new run of n2 joins n0 and owns
+// the key again, and requests through both must not be admitted by owners
+// beyond the limit (10); then n1 comes back, and the key counts on from
+// the counters it held.
+func successorRestartsThenItsOwnerComesBack(t *testing.T, h *handNet, k limiter.Key, load *handLoad) {
+	t.Helper()
+	const quota = 10
 	// the key again.
 	h.down["n2"] = true
 	h.list("n0", nil, []Peer{{Name: "n1", Inc: h.incs["n1"]}, {Name: "n2", Inc: h.incs["n2"]}})

@@ -19,16 +19,7 @@ import (
 func TestAnOwnerThatCrashesWhileLeavingLeavesItsReplica(t *testing.T) {
 	const quota = 30
 	h := newHandNet(t, "n0", "n1", "n2")
-	k := h.keyOrdered("n1", "n2", "n0")
-	load := newHandLoad(h, k, quota)
-	for range 20 {
-		load.spend("n1")
-	}
-	load.resume()
-	h.advance(50 * time.Millisecond)
-	if st, _, ok := h.cores["n2"].replicas.get(k); !ok || windowCount([]limiter.State{st}) != 20 {
-		t.Fatalf("n2's replica of the key: %v %v; want 20", st, ok)
-	}
+	_, load := h.twentySpentThroughN1()
 
 	// n1 starts to leave and crashes: what it sends is lost.
 	h.down["n1"] = true

@@ -19,26 +19,11 @@ import (
 func TestAnOwnerThatCrashesWhileLeavingAndRestartsLeavesItsReplica(t *testing.T) {
 	const quota = 30
 	h := newHandNet(t, "n0", "n1", "n2")
-	k := h.keyOrdered("n1", "n2", "n0")
-	load := newHandLoad(h, k, quota)
-	for range 20 {
-		load.spend("n1")
-	}
-	load.resume()
-	h.advance(50 * time.Millisecond)
-	if st, _, ok := h.cores["n2"].replicas.get(k); !ok || windowCount([]limiter.State{st}) != 20 {
-		t.Fatalf("n2's replica of the key: %v %v; want 20", st, ok)
-	}
+	k, load := h.twentySpentThroughN1()
 
 	// n1 starts to leave and crashes: what it sends is lost. The others
 	// hear of it as leaving.
-	h.down["n1"] = true
-	h.cores["n1"].Leave(h.now)
-	h.pump()
-	for _, name := range []string{"n0", "n2"} {
-		h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n1"), Leaving: []Member{h.member("n1")}})
-		h.pump()
-	}
+	h.leavesAndCrashes("n1")
 	h.advance(100 * time.Millisecond)
 
 	// A new run of n1 starts (no snapshot) and joins; the others hear of
@@ -46,16 +31,7 @@ func TestAnOwnerThatCrashesWhileLeavingAndRestartsLeavesItsReplica(t *testing.T)
 	// that the earlier one died: see Membership.Joining), never of that
 	// run's death, then as a member.
 	n1 := h.start("n1", true)
-	for _, name := range []string{"n0", "n2"} {
-		h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n1"), Joining: []Member{h.member("n1")}})
-		h.pump()
-	}
-	n1.Joined(h.now)
-	h.list("n1", []Member{h.member("n0"), h.member("n2")}, nil)
-	h.advance(100 * time.Millisecond)
-	for _, name := range []string{"n0", "n2"} {
-		h.setMembership(name, nil)
-	}
+	h.joinsInPlaceOfItsLeavingRun(n1)
 	h.advance(h.cfg.HandoffWindow + time.Second)
 	t.Logf("the nodes count %v", h.counts(k))
 	load.staysWithinTheLimit(t, quota, "n1", "n2", "n0")
@@ -106,13 +82,7 @@ func TestARunThatSealedIsRememberedForAWhileThenForgotten(t *testing.T) {
 func TestASealAnsweredByALaterRunOfTheLeaverIsNotTheLeaversSeal(t *testing.T) {
 	const quota = 30
 	h := newHandNet(t, "n0", "n1", "n2")
-	k := h.keyOrdered("n1", "n2", "n0")
-	load := newHandLoad(h, k, quota)
-	for range 20 {
-		load.spend("n1")
-	}
-	load.resume()
-	h.advance(50 * time.Millisecond)
+	k, load := h.twentySpentThroughN1()
 	left := h.member("n1")
 
 	h.down["n1"] = true
@@ -135,17 +105,63 @@ func TestASealAnsweredByALaterRunOfTheLeaverIsNotTheLeaversSeal(t *testing.T) {
 	}
 
 	// Then everyone hears of the new run, joining.
-	for _, name := range []string{"n0", "n2"} {
-		h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n1"), Joining: []Member{h.member("n1")}})
-		h.pump()
-	}
-	n1.Joined(h.now)
-	h.list("n1", []Member{h.member("n0"), h.member("n2")}, nil)
-	h.advance(100 * time.Millisecond)
-	for _, name := range []string{"n0", "n2"} {
-		h.setMembership(name, nil)
-	}
+	h.joinsInPlaceOfItsLeavingRun(n1)
 	h.advance(h.cfg.HandoffWindow + time.Second)
 	t.Logf("the nodes count %v", h.counts(k))
 	load.staysWithinTheLimit(t, quota, "n1", "n2", "n0")
+}
+
+// twentySpentThroughN1 returns a key n1 owns, with n2 and then n0 after
+// it, and the load that spent 20 of it (of 30) through n1, replicated to
+// n2 by now.
+func (h *handNet) twentySpentThroughN1() (limiter.Key, *handLoad) {
+	h.t.Helper()
+	k := h.keyOrdered("n1", "n2", "n0")
+	load := newHandLoad(h, k, 30)
+	for range 20 {
+		load.spend("n1")
+	}
+	load.resume()
+	h.advance(50 * time.Millisecond)
+	if st, _, ok := h.cores["n2"].replicas.get(k); !ok || windowCount([]limiter.State{st}) != 20 {
+		h.t.Fatalf("n2's replica of the key: %v %v; want 20", st, ok)
+	}
+	return k, load
+}
+
+// leavesAndCrashes has name start to leave and crash at once (what it
+// sends is lost); the others hear of it as leaving, one after the other.
+func (h *handNet) leavesAndCrashes(name string) {
+	h.down[name] = true
+	h.cores[name].Leave(h.now)
+	h.pump()
+	for _, o := range h.names {
+		if o == name {
+			continue
+		}
+		h.cores[o].SetMembership(h.now, Membership{Members: h.othersThan(o, name), Leaving: []Member{h.member(name)}})
+		h.pump()
+	}
+}
+
+// joinsInPlaceOfItsLeavingRun has the others hear of run, a new run of a
+// node they knew as leaving, as joining in its place (a later run of a
+// node tells that the earlier one died: see Membership.Joining), then
+// run join, then everyone hear of it as a member.
+func (h *handNet) joinsInPlaceOfItsLeavingRun(run *Core) {
+	name := run.self.Name
+	for _, o := range h.names {
+		if o != name {
+			h.cores[o].SetMembership(h.now, Membership{Members: h.othersThan(o, name), Joining: []Member{h.member(name)}})
+			h.pump()
+		}
+	}
+	run.Joined(h.now)
+	h.list(name, h.othersThan(name), nil)
+	h.advance(100 * time.Millisecond)
+	for _, o := range h.names {
+		if o != name {
+			h.setMembership(o, nil)
+		}
+	}
 }

@@ -327,28 +327,10 @@ func TestANodeDeclaredDeadThatJoinsAgainAloneTakesItsKeysFromTheOthers(t *testin
 // the owner's own comes (the successor's, or its replica once the others
 // declare it dead), or a hand-off window passes.
 func TestAnEvictedCounterWhoseSuccessorIsOutOfReachIsNotTheKeysCounter(t *testing.T) {
-	cfg := handTiming
-	cfg.FallbackRatio = 0.1
-	h := newHandNetWith(t, cfg, "n0", "n1", "n2", "n3")
-	k := h.keyOwnedBy("n0", "n2")
-	const quota = evictionQuota
-	load := newHandLoad(h, k, quota)
-	for range 3 {
-		load.spend("n0")
-	}
-	h.advance(20 * time.Millisecond) // replicated to n2
 	// n0 is cut off: the others declare it dead, and n2 takes its keys
 	// over; n0 has declared n2 dead.
-	h.down["n0"] = true
-	h.advance(100 * time.Millisecond)
-	for _, name := range []string{"n1", "n2", "n3"} {
-		h.setMembership(name, []string{"n0"})
-	}
-	h.setMembership("n0", []string{"n2"})
-	h.advance(time.Second, "n1", "n2", "n3")
-	if h.count("n2", k) != 3 {
-		t.Fatalf("n2 did not take the key over from its replica: count %d", h.count("n2", k))
-	}
+	h, k, load := cutOwnerTakenOverBySuccessor(t)
+	const quota = evictionQuota
 	for range quota {
 		load.spend("n2")
 	}
@@ -361,13 +343,7 @@ func TestAnEvictedCounterWhoseSuccessorIsOutOfReachIsNotTheKeysCounter(t *testin
 	// n2 stands still; the cut heals: n0 hears from n1 that it was
 	// declared dead, sends its counter toward n2, and joins again.
 	h.down["n2"] = true
-	h.down["n0"] = false
-	for range 300 {
-		h.advance(10 * time.Millisecond)
-		if h.cores["n0"].gate.joinEpoch() > 1 {
-			break
-		}
-	}
+	h.learnsItWasDeclaredDead("n0")
 	// n1 and n3 list n0 again, and take n2 for dead.
 	h.setMembership("n1", []string{"n2"})
 	h.setMembership("n3", []string{"n2"})
@@ -401,26 +377,10 @@ func TestAnEvictedCounterWhoseSuccessorIsOutOfReachIsNotTheKeysCounter(t *testin
 // client under its limit is admitted by the owner, not refused by
 // fallback for the rest of the window.
 func TestAKeyWhoseEvictedCounterWentToASuccessorThatRestartedIsInReach(t *testing.T) {
-	cfg := handTiming
-	cfg.FallbackRatio = 0.1
-	h := newHandNetWith(t, cfg, "n0", "n1", "n2", "n3")
-	k := h.keyOwnedBy("n0", "n2")
+	// n0 is cut off: the others declare it dead, and n2 takes its keys
+	// over; n0 has declared n2 dead.
+	h, k, load := cutOwnerTakenOverBySuccessor(t)
 	const quota = evictionQuota
-	load := newHandLoad(h, k, quota)
-	for range 3 {
-		load.spend("n0")
-	}
-	h.advance(20 * time.Millisecond)
-	h.down["n0"] = true
-	h.advance(100 * time.Millisecond)
-	for _, name := range []string{"n1", "n2", "n3"} {
-		h.setMembership(name, []string{"n0"})
-	}
-	h.setMembership("n0", []string{"n2"})
-	h.advance(time.Second, "n1", "n2", "n3")
-	if h.count("n2", k) != 3 {
-		t.Fatalf("n2 did not take the key over from its replica: count %d", h.count("n2", k))
-	}
 	for range quota - 5 {
 		load.spend("n2")
 	}
@@ -431,13 +391,7 @@ func TestAKeyWhoseEvictedCounterWentToASuccessorThatRestartedIsInReach(t *testin
 	// declared dead, sends its counter toward n2's old run, and joins
 	// again; the others take n2's old run for dead.
 	h.down["n2"] = true
-	h.down["n0"] = false
-	for range 300 {
-		h.advance(10 * time.Millisecond)
-		if h.cores["n0"].gate.joinEpoch() > 1 {
-			break
-		}
-	}
+	h.learnsItWasDeclaredDead("n0")
 	old := Peer{Name: "n2", Inc: h.incs["n2"]}
 	n2 := h.start("n2", true)
 	for _, name := range []string{"n0", "n1", "n3"} {
@@ -516,13 +470,7 @@ func TestAKeyWhoseEvictedCounterWentToASuccessorThatDiedUncountedIsInReach(t *te
 	n2.Joined(h.now)
 	h.pump()
 	h.advance(500*time.Millisecond, "n1", "n2", "n3", "n4")
-	h.down["n0"] = false
-	for range 300 {
-		h.advance(10 * time.Millisecond)
-		if h.cores["n0"].gate.joinEpoch() > 1 {
-			break
-		}
-	}
+	h.learnsItWasDeclaredDead("n0")
 	for _, name := range h.names {
 		h.setMembership(name, nil)
 	}
@@ -545,5 +493,46 @@ func TestAKeyWhoseEvictedCounterWentToASuccessorThatDiedUncountedIsInReach(t *te
 	}
 	if n := load.by[SourceOwner] + load.by[SourcePeer]; n > quota {
 		t.Errorf("owners admitted %d of limit %d (%v)", n, quota, load.by)
+	}
+}
+
+// cutOwnerTakenOverBySuccessor starts n0 to n3 (fallback ratio 0.1) with 3
+// spent of a key n0 owns (limit evictionQuota), replicated to its
+// successor n2; n0 is cut off: the others declare it dead, and n2 takes
+// the key over from its replica; n0 declares n2 dead.
+func cutOwnerTakenOverBySuccessor(t *testing.T) (*handNet, limiter.Key, *handLoad) {
+	t.Helper()
+	cfg := handTiming
+	cfg.FallbackRatio = 0.1
+	h := newHandNetWith(t, cfg, "n0", "n1", "n2", "n3")
+	k := h.keyOwnedBy("n0", "n2")
+	load := newHandLoad(h, k, evictionQuota)
+	for range 3 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n2
+	h.down["n0"] = true
+	h.advance(100 * time.Millisecond)
+	for _, name := range []string{"n1", "n2", "n3"} {
+		h.setMembership(name, []string{"n0"})
+	}
+	h.setMembership("n0", []string{"n2"})
+	h.advance(time.Second, "n1", "n2", "n3")
+	if h.count("n2", k) != 3 {
+		t.Fatalf("n2 did not take the key over from its replica: count %d", h.count("n2", k))
+	}
+	return h, k, load
+}
+
+// learnsItWasDeclaredDead lets name, cut off until now, be heard again
+// and runs the cluster until name has learnt it was declared dead and
+// begun to join again (its join epoch moved on), for 3 s at most.
+func (h *handNet) learnsItWasDeclaredDead(name string) {
+	h.down[name] = false
+	for range 300 {
+		h.advance(10 * time.Millisecond)
+		if h.cores[name].gate.joinEpoch() > 1 {
+			break
+		}
 	}
 }

@@ -346,6 +346,12 @@ func (c *Core) deliverHeld(now time.Time, held []Kept) {
 			// copies: skipped here, it counts once.
 			c.replicas.noteApplied(c.mono(now), k.Run, like.Applied)
 		}
+		if !named {
+			// Sent as copies that name no run, with no record of whose
+			// counts they hold: this run's record of them says so too
+			// (see restoredUnnamed).
+			c.replicas.unnameRestored(k.States)
+		}
 		c.placeAs(now, like, purposeHeld, sortStates(keep))
 		if named {
 			c.log.Info("restoring counters kept from before: weighed at their owners by the run that counted them", "node", c.self.Name, "run", k.Run.Name, "run_inc", k.Run.Inc, "counters", len(keep), "not_ours", len(k.States)-len(keep))

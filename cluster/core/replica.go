@@ -522,7 +522,7 @@ func (r *replicaStore) noteRestored(m int64, k Kept) {
 type restoredCounter struct {
 	at      int64
 	run     Peer   // the earlier run that kept it (none: not named)
-	unnamed bool   // the snapshot named no run: it may hold any run's counts
+	unnamed bool   // the snapshot named no run, or went out naming none: it may hold any run's counts
 	holds   []Peer // the runs whose counts it holds (Kept.Holds)
 }
 
@@ -578,6 +578,20 @@ func (r *replicaStore) restoredHolding(k limiter.Key, run Peer) bool {
 	defer r.mu.Unlock()
 	rc, ok := r.restored[k]
 	return ok && (rc.unnamed || slices.Contains(rc.holds, run))
+}
+
+// unnameRestored records that the restored counters of states went to
+// their owners as copies that name no run (their snapshot was too old to
+// be weighed): no record of whose counts they hold went with them.
+func (r *replicaStore) unnameRestored(states []limiter.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range states {
+		if rc, ok := r.restored[s.Key]; ok {
+			rc.unnamed, rc.holds = true, nil
+			r.restored[s.Key] = rc
+		}
+	}
 }
 
 // restoredUnnamed reports whether this run restored a counter of k that

@@ -125,7 +125,7 @@ func TestAnEvictedCounterForAnEarlierRunThatRestoredTheKeyIsACopy(t *testing.T) 
 	// n0 stops answering; n1 and n2 declare it dead, and n1 takes its key
 	// over from the replica and counts on. n1 crashes and its next run
 	// restores its counters.
-	n1, earlier := h.n1TakesN0sKeyOverAndRestarts(k, load, 0)
+	n1, earlier := h.n1TakesN0sKeyOverAndRestarts(k, load)
 
 	// n0's counter, sent to the run that kept its replicas, reaches the
 	// later run.
@@ -148,21 +148,6 @@ func TestAnEvictedCounterForAnEarlierRunThatRestoredTheKeyIsACopy(t *testing.T) 
 // 1795895577426450985 of the simulator: the copy went on to a node whose
 // count did not hold it; the cluster held 31 of key 2, 36 were admitted.)
 func TestAnEvictedCounterForAnEarlierRunIsWeighedWhereTheRestoredCounterWent(t *testing.T) {
-	evictedForAnEarlierRunAfterAHandOff(t, 0)
-}
-
-// As above, but the snapshot is older than keptNamedWithin when the later
-// run sends its counters: they go as copies that name no run, with no
-// record of whose counts they hold, and the evicted counter meant for the
-// earlier run is a copy of the restored one too. Sent on as its run's
-// counter, it was added beside the copy that held it (doubled).
-func TestAnEvictedCounterForAnEarlierRunWhoseSnapshotWentUnnamedIsACopy(t *testing.T) {
-	evictedForAnEarlierRunAfterAHandOff(t, keptNamedWithin+time.Second)
-}
-
-// evictedForAnEarlierRunAfterAHandOff plays the two tests above, the
-// snapshot aged by age when it is read back.
-func evictedForAnEarlierRunAfterAHandOff(t *testing.T, age time.Duration) {
 	h := newHandNet(t, "n0", "n1", "n2")
 	h.names = append(h.names, "n3")
 	n3 := h.start("n3", true)
@@ -181,7 +166,7 @@ func evictedForAnEarlierRunAfterAHandOff(t *testing.T, age time.Duration) {
 	// n0 stops answering; n1 takes its key over from the replica and
 	// counts on. n1 crashes; its next run restores its counters and owns
 	// the key.
-	n1, earlier := h.n1TakesN0sKeyOverAndRestarts(k, load, age)
+	n1, earlier := h.n1TakesN0sKeyOverAndRestarts(k, load)
 	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
 
 	// n3 joins and takes the key over from n1.
@@ -535,9 +520,9 @@ func TestARefusedHandoffPlacedAnewAddsToTheNewOwnersCount(t *testing.T) {
 // n1TakesN0sKeyOverAndRestarts plays, on a key of n0's with successor n1
 // and 7 spent: n0 stops answering, n1 and n2 declare it dead, and n1
 // takes the key over from its replica and admits one more; n1 then
-// crashes, and its next run restores its counters from a snapshot (aged
-// by age) and joins again. It returns the new run and the crashed one.
-func (h *handNet) n1TakesN0sKeyOverAndRestarts(k limiter.Key, load *handLoad, age time.Duration) (*Core, Peer) {
+// crashes, and its next run restores its counters from a snapshot and
+// joins again. It returns the new run and the crashed one.
+func (h *handNet) n1TakesN0sKeyOverAndRestarts(k limiter.Key, load *handLoad) (*Core, Peer) {
 	h.t.Helper()
 	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
 	h.down["n0"] = true
@@ -551,7 +536,6 @@ func (h *handNet) n1TakesN0sKeyOverAndRestarts(k limiter.Key, load *handLoad, ag
 	}
 
 	snapshot := h.cores["n1"].Keep(h.now, h.cores["n1"].engine.StatesOf(h.now, []limiter.Key{k}))
-	snapshot.At -= int64(age)
 	earlier := h.cores["n1"].self
 	n1 := h.start("n1", true)
 	n1.RestoreCounters(h.now, snapshot)

@@ -1760,6 +1760,17 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	c.debugCounts("hand-off completing: replicas of counts held here add what they hold beyond them", beyond)
 	c.replicas.notePromoted(c.mono(now), kept)
 	c.replicas.noteHeld(c.mono(now), holdsOfTaken(kept))
+	// Gaps other nodes passed on while the hand-off was under way were
+	// weighed without these replicas (see takeUnreached): they reach
+	// their keys now, as counters of their runs. Else a key whose heir
+	// counted it, replicated it here and died was decided by fallback
+	// for the gap's window, its counter in hand
+	// (TestAKeyAnHeirCountedAndReplicatedIsInReachAfterTheHeirDies).
+	for _, t := range kept {
+		if !t.superseded {
+			c.unreached.reached([]limiter.State{t.state}, t.owner, t.holds)
+		}
+	}
 
 	var done settled
 	h := c.handoff

@@ -481,7 +481,11 @@ func (n *Node) Leave(timeout time.Duration) error {
 				break
 			}
 			if now.After(deadline) {
-				n.log.Warn("leaving before every hand-off was acknowledged", "node", n.Name(), "timeout", timeout.String())
+				if c := n.core(); c.HandedOver() {
+					n.log.Warn("leaving with requests it forwarded still awaiting their owners' answers", "node", n.Name(), "calls", c.Calling(), "timeout", timeout.String())
+				} else {
+					n.log.Warn("leaving before every hand-off was acknowledged", "node", n.Name(), "timeout", timeout.String())
+				}
 				break
 			}
 			time.Sleep(5 * time.Millisecond)

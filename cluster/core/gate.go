@@ -443,13 +443,25 @@ func (c *Core) Leaving() bool { return c.gate.isLeaving() }
 // it (the node is cut off): it is held, not handed over, until the split
 // heals and the ring names its owner again.
 func (c *Core) Drained() bool {
-	return c.calling.Load() == 0 &&
-		c.out.moving("") == 0 &&
+	return c.calling.Load() == 0 && c.HandedOver()
+}
+
+// HandedOver reports whether a leaving node has handed everything over
+// and been told so (Drained but for its own take items still awaiting
+// their owners' answers, which Calling counts). A node that keeps
+// forwarding requests as it leaves may find none out only now and then:
+// its driver tells the two apart when it stops waiting.
+func (c *Core) HandedOver() bool {
+	return c.out.moving("") == 0 &&
 		c.fallback.empty() &&
 		c.engine.Stats().Keys == 0 &&
 		c.settling.empty() &&
 		c.callersSettled()
 }
+
+// Calling returns how many of this node's take items await their
+// owners' answers now.
+func (c *Core) Calling() int64 { return c.calling.Load() }
 
 // evict stops this node counting, because by told it that it was declared
 // dead: everything it holds goes to the owners as copies, and it pings

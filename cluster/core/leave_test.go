@@ -746,6 +746,9 @@ func TestALeaverIsNotDrainedWhileItsOwnRequestIsOut(t *testing.T) {
 	if n1.Drained() {
 		t.Errorf("n1 is drained with its request for the key out at n0, which counted it")
 	}
+	if !n1.HandedOver() || n1.Calling() != 1 {
+		t.Errorf("n1: handed over %v, %d calls out; want everything handed over and its one request out", n1.HandedOver(), n1.Calling())
+	}
 	n1.CallFailed(h.now, &tk.op, false) // given up on: decided by fallback, the item cancelled
 	h.pump()
 	h.drive(tk)

@@ -2344,6 +2344,16 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 			c.refundOutOfReach(givenBack{at: at, req: r, marks: marks})
 			continue
 		}
+		if !ok && r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) && !c.fallback.engine.Has(now, r.Key) {
+			// No ring names where the key is counted (this node is in
+			// none: declared dead, it counts nothing until it joins
+			// again), and nothing here holds it. Given back here, the
+			// units would come off nothing and be lost, while the
+			// counter that holds them stands elsewhere: they wait until
+			// a ring names the key's owner (see tickRefunds).
+			c.holdRefund(givenBack{at: at, req: r, marks: marks})
+			continue
+		}
 		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
 			if len(marks) == 0 && r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) && c.fallback.engine.Has(now, r.Key) {
 				// The key's counter waits in the fallback counts (it came
@@ -2509,13 +2519,14 @@ func (c *Core) holdRefund(g givenBack) {
 
 // tickRefunds gives back the units that waited (see holdRefund), once this
 // node knows where its keys are counted: it has a majority and heard from
-// its peers after a pause, or it is out of its ring.
+// its peers after a pause, or it is out of its ring, and a ring names the
+// keys' owners.
 func (c *Core) tickRefunds(now time.Time) {
 	if !c.unrefunded.waiting() {
 		return
 	}
-	if c.unsureOfItsKeys(c.view.Load(), c.mono(now)) {
-		return
+	if v := c.view.Load(); c.unsureOfItsKeys(v, c.mono(now)) || v.ring.Len() == 0 {
+		return // a node in no ring knows no place for them yet
 	}
 	c.refundEach(now, c.unrefunded.take())
 }

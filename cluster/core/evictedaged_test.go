@@ -25,15 +25,7 @@ func TestAnEvictedCounterForAnEarlierRunThatRestoredTheKeyLateIsACopy(t *testing
 	h.advance(20 * time.Millisecond) // replicated to n1
 	evicted := h.cores["n0"].engine.StatesOf(h.now, []limiter.Key{k})
 
-	h.down["n0"] = true
-	h.setMembership("n1", []string{"n0"})
-	h.setMembership("n2", []string{"n0"})
-	h.advance(time.Second, "n1", "n2")
-	load.resume()
-	load.spend("n1")
-	if got := h.count("n1", k); got != 8 || load.admitted != 8 {
-		t.Fatalf("n1 counts %d after taking over; %d admitted; want 8 and 8", got, load.admitted)
-	}
+	h.n1TakesN0sKeyOver(k, load)
 
 	// n1 crashes, stays down past keptNamedWithin, and its next run
 	// restores its counters.

@@ -97,4 +97,9 @@ func TestAKeyAnHeirCountedAndReplicatedIsInReachAfterTheHeirDies(t *testing.T) {
 	if h.cores["n3"].lacksCounter(k, h.cores["n3"].mono(h.now)) {
 		t.Errorf("n3 takes the key for lacking its counter")
 	}
+	// The other side: nothing past the limit, the key counted on from the
+	// heir's replica.
+	if load.admitted > quota || h.count("n3", k) != int64(load.admitted) {
+		t.Errorf("admitted %d of limit %d (%v), n3 counts %d: the key was not counted on from the heir's replica", load.admitted, quota, load.by, h.count("n3", k))
+	}
 }

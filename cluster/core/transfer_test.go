@@ -524,16 +524,8 @@ func TestARefusedHandoffPlacedAnewAddsToTheNewOwnersCount(t *testing.T) {
 // joins again. It returns the new run and the crashed one.
 func (h *handNet) n1TakesN0sKeyOverAndRestarts(k limiter.Key, load *handLoad) (*Core, Peer) {
 	h.t.Helper()
+	h.n1TakesN0sKeyOver(k, load)
 	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
-	h.down["n0"] = true
-	h.list("n1", []Member{h.member("n2")}, dead)
-	h.list("n2", []Member{h.member("n1")}, dead)
-	h.advance(time.Second, "n1", "n2")
-	load.resume()
-	load.spend("n1")
-	if got := h.count("n1", k); got != 8 || load.admitted != 8 {
-		h.t.Fatalf("n1 counts %d after taking over; %d admitted; want 8 and 8", got, load.admitted)
-	}
 
 	snapshot := h.cores["n1"].Keep(h.now, h.cores["n1"].engine.StatesOf(h.now, []limiter.Key{k}))
 	earlier := h.cores["n1"].self
@@ -550,4 +542,21 @@ func (h *handNet) n1TakesN0sKeyOverAndRestarts(k limiter.Key, load *handLoad) (*
 		h.t.Fatalf("the new run of n1: member %v, hand-off under way %v, counts %d; want 8", n1.Member(), n1.HandoffUnderway(), h.count("n1", k))
 	}
 	return n1, earlier
+}
+
+// n1TakesN0sKeyOver plays, on a key of n0's with successor n1 and 7
+// spent: n0 stops answering, n1 and n2 declare it dead, and n1 takes the
+// key over from its replica and admits one more.
+func (h *handNet) n1TakesN0sKeyOver(k limiter.Key, load *handLoad) {
+	h.t.Helper()
+	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
+	h.down["n0"] = true
+	h.list("n1", []Member{h.member("n2")}, dead)
+	h.list("n2", []Member{h.member("n1")}, dead)
+	h.advance(time.Second, "n1", "n2")
+	load.resume()
+	load.spend("n1")
+	if got := h.count("n1", k); got != 8 || load.admitted != 8 {
+		h.t.Fatalf("n1 counts %d after taking over; %d admitted; want 8 and 8", got, load.admitted)
+	}
 }

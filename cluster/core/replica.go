@@ -567,19 +567,6 @@ func (r *replicaStore) takeCounterless(k limiter.Key) bool {
 	return r.counterless.take(k)
 }
 
-// restoredHolding reports whether this run restored a counter of k that
-// an earlier run kept and that may hold counts of run: one whose snapshot
-// names no run, or records run's counts among those it holds. A counter
-// of run's that reaches this run may then be a later copy of counts the
-// restored counter holds; otherwise it holds counts the restored counter
-// does not.
-func (r *replicaStore) restoredHolding(k limiter.Key, run Peer) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	rc, ok := r.restored[k]
-	return ok && (rc.unnamed || slices.Contains(rc.holds, run))
-}
-
 // unnameRestored records that the restored counters of states went to
 // their owners as copies that name no run (their snapshot was too old to
 // be weighed): no record of whose counts they hold went with them.

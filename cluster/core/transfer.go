@@ -1866,12 +1866,18 @@ func (c *Core) keepResent(now time.Time, list []Resent) {
 // evictedGoesOn reports whether the counter of k that run sent as it
 // stopped counting (ModeEvicted, from from) goes on from here as it came,
 // weighed nowhere here: no counter here holds run's counts of k (a
-// replica of run's it was started from), no counter an earlier run of
-// this node restored may hold them (earlier: the transfer was meant for
-// that run), and the key is counted at another node (sent by run itself,
-// the key's owner without run).
+// replica of run's it was started from), it is no copy of a counter an
+// earlier run of this node restored from a snapshot naming no run
+// (earlier: the transfer was meant for that run; see placeEvicted), and
+// the key is counted at another node (sent by run itself, the key's owner
+// without run). A restored counter whose snapshot names the runs whose
+// counts it holds went with that record to where the key is counted: the
+// run's counter goes on there as the run's, with the record of what the
+// run applied, and is weighed there. Weighed here as well, counts sent
+// again that this node passed on came off it here and again there
+// (TestAnEvictedCounterForAnEarlierRunIsWeighedOnceAgainstCountsSentAgain).
 func (c *Core) evictedGoesOn(v *view, from, run Peer, k limiter.Key, holds []Held, earlier bool) bool {
-	if c.replicas.promotes(k, run, genIn(holds, k, run)) || earlier && c.replicas.restoredHolding(k, run) {
+	if c.replicas.promotes(k, run, genIn(holds, k, run)) || earlier && c.replicas.restoredUnnamed(k) {
 		return false
 	}
 	if from == run {

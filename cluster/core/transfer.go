@@ -1230,9 +1230,16 @@ func (c *Core) applyOnce(now time.Time, from Peer, t Transfer, pulled bool) bool
 		}
 		if t.Was != 0 && t.Mode == ModeAdd && !t.carriesCounter() {
 			// Counts the dead receiver may have applied: a snapshot of its
-			// that comes later, and holds them, adds them no more.
+			// that comes later, and holds them, adds them no more. Only
+			// those placed here are added here: those passed on go naming
+			// the transfer, and are recorded where they are added. Recorded
+			// here as well, they came off the key's counter again when it
+			// came back here with its record of the transfers the run
+			// applied, weighed against them where it was counted
+			// (TestCountsSentAgainPassedOnAreNotTakenOutOfTheCounterThatComesBack).
+			here := c.placedHere(c.view.Load(), t.States)
 			for _, m := range marks {
-				c.replicas.noteResent(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, t.States)
+				c.replicas.noteResent(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, here)
 			}
 		}
 		if t.givenBackAgain() {
@@ -2054,6 +2061,18 @@ func (c *Core) placeOf(v *view, k limiter.Key) (to Member, self, ok bool) {
 		return Member{}, false, false
 	}
 	return owner, owner.Name == c.self.Name, true
+}
+
+// placedHere returns, of states, those placeAs keeps here by view v: of
+// keys this node owns, or that nobody owns yet.
+func (c *Core) placedHere(v *view, states []limiter.State) []limiter.State {
+	var here []limiter.State
+	for _, s := range states {
+		if _, self, ok := c.placeOf(v, s.Key); self || !ok {
+			here = append(here, s)
+		}
+	}
+	return here
 }
 
 // place puts states where they belong by the current view: those of keys

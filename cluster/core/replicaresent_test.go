@@ -1,0 +1,68 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// A dead owner (n0) applied a transfer of n2's (2 counts) after it last
+// replicated to its successor n1, which took the key over from the
+// replica. n2, its transfer unacknowledged, sends the 2 again in place of
+// it to n1, which counts them and replicates its counter to its own
+// successor n2; then n1 dies too, and n2 takes the key over from that
+// replica. n0's counter, saying it applied the transfer, comes to n2: the
+// replica held the 2 as counts sent again in place of that transfer, so
+// the counter adds nothing (it added them again: 11 held of 9 admitted).
+func TestCountsSentAgainInAReplicaAreNotAddedAgainByTheDeadRunsCounter(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	k := h.keyWhere(func(owner func(names ...string) Member) bool {
+		return owner("n0", "n1", "n2", "n3", "n4").Name == "n0" && owner("n1", "n2", "n3", "n4").Name == "n1" && owner("n2", "n3", "n4").Name == "n2"
+	})
+	load := newHandLoad(h, k, 30)
+	for range 7 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n1
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	if s, _ := n0.view.Load().ring.Successor(k.Route()); s.Name != "n1" {
+		t.Fatalf("the key's successor is %s; want n1", s.Name)
+	}
+	n0.handleTransfer(h.now, n2.self, Transfer{Seq: 50, To: n0.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}}, false)
+	load.admitted += 2
+	evicted := n0.engine.StatesOf(h.now, []limiter.Key{k})
+
+	h.down["n0"] = true
+	for _, name := range []string{"n1", "n2", "n3", "n4"} {
+		h.setMembership(name, []string{"n0"})
+	}
+	h.advance(time.Second, "n1", "n2", "n3", "n4")
+	if got := h.count("n1", k); got != 7 {
+		t.Fatalf("n1 counts %d after taking the key over; want 7", got)
+	}
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 51, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}, Was: 50, WasTo: n0.self}, false)
+	h.advance(100*time.Millisecond, "n1", "n2", "n3", "n4") // replicated to n2
+	if s, _ := n1.view.Load().ring.Successor(k.Route()); s.Name != "n2" || h.count("n1", k) != 9 {
+		t.Fatalf("n1: successor %s, counts %d; want n2 and 9", s.Name, h.count("n1", k))
+	}
+
+	h.down["n1"] = true
+	for _, name := range []string{"n2", "n3", "n4"} {
+		h.setMembership(name, []string{"n0", "n1"})
+	}
+	h.advance(2*time.Second, "n2", "n3", "n4")
+	if n2.HandoffUnderway() || h.count("n2", k) != 9 {
+		t.Fatalf("n2: hand-off under way %v, counts %d; want 9", n2.HandoffUnderway(), h.count("n2", k))
+	}
+	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 40, To: n2.self.Inc, Mode: ModeEvicted, Evicted: n0.self, Was: 30, WasTo: n1.self, States: evicted,
+		Applied: []Applied{{From: n2.self, Seq: 50}}}, true)
+	h.advance(time.Second, "n2", "n3", "n4")
+	var held int64
+	for _, name := range []string{"n2", "n3", "n4"} {
+		held += h.count(name, k)
+	}
+	if held != int64(load.admitted) {
+		t.Errorf("the cluster holds %d of the key (n2 %d); %d were admitted", held, h.count("n2", k), load.admitted)
+	}
+}

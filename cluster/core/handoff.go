@@ -1760,6 +1760,14 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	c.debugCounts("hand-off completing: replicas of counts held here add what they hold beyond them", beyond)
 	c.replicas.notePromoted(c.mono(now), kept)
 	c.replicas.noteHeld(c.mono(now), holdsOfTaken(kept))
+	// The counts sent again in place of transfers to runs taken for dead
+	// that the replicas' counters held are held here now: a counter of
+	// such a run that comes saying it applied one adds them no more, and
+	// they go with the key's counter wherever it goes
+	// (TestCountsSentAgainInAReplicaAreNotAddedAgainByTheDeadRunsCounter).
+	for _, t := range kept {
+		c.keepResent(now, t.resent)
+	}
 	// Gaps other nodes passed on while the hand-off was under way were
 	// weighed without these replicas (see takeUnreached): they reach
 	// their keys now, as counters of their runs. Else a key whose heir

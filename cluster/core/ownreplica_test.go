@@ -78,7 +78,7 @@ func TestAnOlderCopyOfARunsCounterDoesNotDropTheNewerReplica(t *testing.T) {
 		t.Fatalf("admitted %d, the counter holds %d; want 5 and 5", load.admitted, got)
 	}
 	dead := Peer{Name: "n1", Inc: h.incs["n1"] + 7}
-	n0.replicas.put(h.now, n0.mono(h.now), dead, newer, nil, n0.Ring(), "n0")
+	n0.replicas.put(h.now, n0.mono(h.now), dead, newer, nil, nil, n0.Ring(), "n0")
 	n0.handleTransfer(h.now, h.cores["n2"].self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeAdd, CountersOf: dead, States: older}, true)
 	h.pump()
 	if got := h.count("n0", k); got != 5 {

@@ -27,6 +27,9 @@ type replica struct {
 	state  limiter.State
 	owner  Peer
 	holds  []Held
+	// resent: what the counter holds of counts sent again in place of
+	// transfers to runs taken for dead (Transfer.Resent).
+	resent []Resent
 	at     int64 // mono
 	passed bool  // a leaving node passed it on: when its owner sent it is not known
 	// superseded: its owner, the key's owner still, replicates the key
@@ -623,6 +626,7 @@ type takenReplica struct {
 	owner      Peer
 	state      limiter.State
 	holds      []Held
+	resent     []Resent
 	at         int64
 	passed     bool
 	superseded bool
@@ -786,6 +790,21 @@ func (r *replicaStore) holdResent(m int64, list []Resent) {
 		k := x.State.Key
 		r.resentHeld[k] = append(r.resentHeld[k], resentHeld{marks: slices.Clone(x.Marks), state: x.State, at: m})
 	}
+}
+
+// resentHeldOf returns the records of counts sent in place of transfers
+// that this node's counters of keys hold (see holdResent), keeping them:
+// they go with the counters' replicas.
+func (r *replicaStore) resentHeldOf(keys []limiter.Key) []Resent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Resent
+	for _, k := range keys {
+		for _, h := range r.resentHeld[k] {
+			out = append(out, Resent{Marks: slices.Clone(h.marks), State: h.state})
+		}
+	}
+	return out
 }
 
 // takeResentHeld returns the records of counts sent in place of
@@ -1107,7 +1126,7 @@ func (r *replicaStore) forgetApplied(m int64) {
 // does (TestAReplicaItsOwnerSentByAnOlderRingIsNoCounterOfAKeyOutOfReach:
 // before, the replica undid the mark, and a node that took the key over
 // counted it on from it).
-func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.State, holds []Held, ring *Ring, self string) (displaced []takenReplica) {
+func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.State, holds []Held, resent []Resent, ring *Ring, self string) (displaced []takenReplica) {
 	ns := now.UnixNano()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -1131,7 +1150,7 @@ func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.
 		if ok && old.owner != owner && old.state.Expires > ns {
 			displaced = append(displaced, takenReplica{owner: old.owner, state: old.state, holds: old.holds, at: old.at, passed: old.passed})
 		}
-		r.states[s.Key] = replica{state: s, owner: owner, holds: holdsOf(holds, []limiter.State{s}), at: m, superseded: supersededBy(ring, self, owner, s.Key)}
+		r.states[s.Key] = replica{state: s, owner: owner, holds: holdsOf(holds, []limiter.State{s}), resent: resentOf(resent, []limiter.State{s}), at: m, superseded: supersededBy(ring, self, owner, s.Key)}
 		if g, ok := r.given[s.Key]; ok && g.to == owner {
 			delete(r.given, s.Key) // counted there, and replicated: the replica holds it
 		}
@@ -1313,7 +1332,7 @@ func (r *replicaStore) takeOwned(now time.Time, pick func(owner Peer, k limiter.
 		}
 		delete(r.states, k)
 		if rep.state.Expires > ns {
-			out = append(out, takenReplica{owner: rep.owner, state: rep.state, holds: rep.holds, at: rep.at, passed: rep.passed, superseded: rep.superseded})
+			out = append(out, takenReplica{owner: rep.owner, state: rep.state, holds: rep.holds, resent: rep.resent, at: rep.at, passed: rep.passed, superseded: rep.superseded})
 		}
 	}
 	r.mu.Unlock()
@@ -1519,7 +1538,7 @@ func (c *Core) replicate(now time.Time, m int64) {
 		}
 		for i, part := range parts {
 			c.stats.ReplicaStates.Add(uint64(len(part)))
-			t := c.out.transfer(succs[name].Peer(), Transfer{Mode: ModeReplica, States: part, Holds: holdsOf(held, part)}, purposeReplica, m, false)
+			t := c.out.transfer(succs[name].Peer(), Transfer{Mode: ModeReplica, States: part, Holds: holdsOf(held, part), Resent: c.replicas.resentHeldOf(keysOf(part))}, purposeReplica, m, false)
 			if c.majority(v) {
 				c.out.tagRing(t.Seq, v.ring) // a ring without a majority promotes nothing
 			}

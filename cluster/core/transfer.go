@@ -1536,7 +1536,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		if r, ok := c.known.Load().run(from); ok && r.leaving {
 			return // it hands its counters over instead: a replica now is stale
 		}
-		c.sendDisplaced(now, from, c.replicas.put(now, c.mono(now), from, t.States, t.Holds, c.view.Load().ring, c.self.Name))
+		c.sendDisplaced(now, from, c.replicas.put(now, c.mono(now), from, t.States, t.Holds, t.Resent, c.view.Load().ring, c.self.Name))
 		c.replicas.noteApplied(c.mono(now), from, t.Applied)
 	case ModeRefund, ModeCharge:
 		c.applySettle(now, t, t.Reqs, t.marks(from))

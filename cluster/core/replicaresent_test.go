@@ -66,3 +66,48 @@ func TestCountsSentAgainInAReplicaAreNotAddedAgainByTheDeadRunsCounter(t *testin
 		t.Errorf("the cluster holds %d of the key (n2 %d); %d were admitted", held, h.count("n2", k), load.admitted)
 	}
 }
+
+// As above, but the node that counted the counts sent again keeps a
+// snapshot of its counter and crashes, and its next run reads it back and
+// owns the key again: the snapshot holds the 2 as counts sent again in
+// place of the dead owner's transfer, so the dead owner's counter, saying
+// it applied the transfer, adds nothing (it added them again: 12 held of
+// 10 admitted).
+func TestCountsSentAgainInASnapshotAreNotAddedAgainByTheDeadRunsCounter(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n1", 7)
+	h.advance(20 * time.Millisecond) // replicated to n1
+	n0, n2 := h.cores["n0"], h.cores["n2"]
+	n0.handleTransfer(h.now, n2.self, Transfer{Seq: 50, To: n0.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}}, false)
+	evicted := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	h.n1TakesN0sKeyOver(k, load)
+	load.admitted += 2 // n2's transfer, in n0's counter alone
+	n1 := h.cores["n1"]
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 51, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}, Was: 50, WasTo: n0.self}, false)
+	h.pump()
+	if got := h.count("n1", k); got != int64(load.admitted) {
+		t.Fatalf("n1 counts %d after the counts sent again; %d were admitted", got, load.admitted)
+	}
+
+	// n1 keeps a snapshot and crashes; its next run reads it back, joins,
+	// and owns the key.
+	snapshot := n1.Keep(h.now, n1.engine.StatesOf(h.now, []limiter.Key{k}))
+	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
+	h.down["n1"] = true
+	n1 = h.start("n1", true)
+	n1.RestoreCounters(h.now, snapshot)
+	n1.Joined(h.now)
+	h.cores["n2"].SetMembership(h.now, Membership{Joining: []Member{h.member("n1")}, Dead: dead})
+	h.list("n1", []Member{h.member("n2")}, dead)
+	h.advance(100*time.Millisecond, "n1", "n2")
+	h.list("n2", []Member{h.member("n1")}, dead)
+	h.advance(time.Second, "n1", "n2")
+	if !n1.Member() || n1.HandoffUnderway() || h.count("n1", k) != int64(load.admitted) {
+		t.Fatalf("the new run of n1: member %v, hand-off under way %v, counts %d; want %d", n1.Member(), n1.HandoffUnderway(), h.count("n1", k), load.admitted)
+	}
+
+	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 40, To: n1.self.Inc, Mode: ModeEvicted, Evicted: n0.self, States: evicted,
+		Applied: []Applied{{From: n2.self, Seq: 50}}}, true)
+	h.advance(time.Second, "n1", "n2")
+	h.holdsAdmitted(k, load.admitted, "n0")
+}

@@ -111,3 +111,75 @@ func TestCountsSentAgainInASnapshotAreNotAddedAgainByTheDeadRunsCounter(t *testi
 	h.advance(time.Second, "n1", "n2")
 	h.holdsAdmitted(k, load.admitted, "n0")
 }
+
+// As TestCountsSentAgainInAReplicaAreNotAddedAgainByTheDeadRunsCounter,
+// but n1 admits one more and keeps a snapshot before it replicates again,
+// and its next run reads the snapshot back and owns the key again once n2
+// took it over from the replica: the record of the counts sent again
+// comes back twice, with the replica's counter handed back and with the
+// snapshot's copy, which holds the one more. The 2 are one record, and the
+// dead owner's counter adds nothing (without the record it added them
+// again: 12 held of 10 admitted; kept twice, they came out of its counter
+// twice: 8 held).
+func TestCountsSentAgainInAReplicaAndASnapshotOfTheSameCounterAreOneRecord(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	k := h.keyWhere(func(owner func(names ...string) Member) bool {
+		return owner("n0", "n1", "n2", "n3", "n4").Name == "n0" && owner("n1", "n2", "n3", "n4").Name == "n1" && owner("n2", "n3", "n4").Name == "n2"
+	})
+	load := newHandLoad(h, k, 30)
+	for range 7 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n1
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	n0.handleTransfer(h.now, n2.self, Transfer{Seq: 50, To: n0.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}}, false)
+	load.admitted += 2
+	evicted := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	h.down["n0"] = true
+	for _, name := range []string{"n1", "n2", "n3", "n4"} {
+		h.setMembership(name, []string{"n0"})
+	}
+	h.advance(time.Second, "n1", "n2", "n3", "n4")
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 51, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}, Was: 50, WasTo: n0.self}, false)
+	h.advance(100*time.Millisecond, "n1", "n2", "n3", "n4") // replicated to n2
+	load.resume()
+	load.spend("n1")
+	snapshot := n1.Keep(h.now, n1.engine.StatesOf(h.now, []limiter.Key{k}))
+	if got := windowCount(snapshot.States); got != 10 || load.admitted != 10 {
+		t.Fatalf("the snapshot holds %d, %d admitted; want 10 and 10", got, load.admitted)
+	}
+
+	// n1 crashes before it replicates the one more; n2 takes the key over.
+	earlier := n1.self
+	h.down["n1"] = true
+	for _, name := range []string{"n2", "n3", "n4"} {
+		h.setMembership(name, []string{"n0", "n1"})
+	}
+	h.advance(2*time.Second, "n2", "n3", "n4")
+	if n2.HandoffUnderway() || h.count("n2", k) != 9 {
+		t.Fatalf("n2: hand-off under way %v, counts %d; want 9", n2.HandoffUnderway(), h.count("n2", k))
+	}
+
+	// n1's next run reads the snapshot back, joins, and owns the key.
+	n1 = h.start("n1", true)
+	n1.RestoreCounters(h.now, snapshot)
+	n1.Joined(h.now)
+	for _, name := range []string{"n2", "n3", "n4"} {
+		h.cores[name].SetMembership(h.now, Membership{Joining: []Member{h.member("n1")}, Dead: []Peer{{Name: "n0", Inc: h.incs["n0"]}, earlier}})
+	}
+	h.pump()
+	h.setMembership("n1", []string{"n0"})
+	h.advance(100*time.Millisecond, "n1", "n2", "n3", "n4")
+	for _, name := range []string{"n2", "n3", "n4"} {
+		h.setMembership(name, []string{"n0"})
+	}
+	h.advance(2*time.Second, "n1", "n2", "n3", "n4")
+	if n1.HandoffUnderway() || h.count("n1", k) != 10 {
+		t.Fatalf("the new run of n1: hand-off under way %v, counts %d; want 10", n1.HandoffUnderway(), h.count("n1", k))
+	}
+
+	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 40, To: n1.self.Inc, Mode: ModeEvicted, Evicted: n0.self, States: evicted,
+		Applied: []Applied{{From: n2.self, Seq: 50}}}, true)
+	h.advance(time.Second, "n1", "n2", "n3", "n4")
+	h.holdsAdmitted(k, load.admitted, "n0")
+}

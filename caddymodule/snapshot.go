@@ -40,14 +40,19 @@ const defaultSnapshotInterval = time.Minute
 // the counters hold (each with the generation of its counter, and whether
 // the counts are that run's last word on it, see cluster.Held) with those
 // counts, and the transfers the run applied to them whose senders may not
-// have had them acknowledged (see encodeSnapshot).
+// have had them acknowledged, and the counts sent again in place of
+// transfers to runs taken for dead that the counters hold (see
+// encodeSnapshot).
+// snapshotMagicV4 starts one of the fourth format: the same, without the
+// counts sent again.
 // snapshotMagicV3 starts one of the third format: the same, without the
 // last-word marks (each record read back as a copy's).
 // snapshotMagicV2 starts one of the second format: as the third, without
 // the generations (each the run's first counter of its key).
 // snapshotMagicV1 starts one of the first format: the states alone.
 const (
-	snapshotMagic   = "TGSN4"
+	snapshotMagic   = "TGSN5"
+	snapshotMagicV4 = "TGSN4"
 	snapshotMagicV3 = "TGSN3"
 	snapshotMagicV2 = "TGSN2"
 	snapshotMagicV1 = "TGSN1"
@@ -63,8 +68,11 @@ const maxRunName = 1024
 // the run's last word on its counter), and the counts held of them as
 // states, in the same order; the number of
 // transfers applied, each its sender's run, its number (64 bits) and the
-// number of its keys and the keys (64 bits each). Numbers are
-// little-endian, lengths and counts 32 bits.
+// number of its keys and the keys (64 bits each); the number of counts
+// sent again held, each the number of transfers it replaces and each of
+// those (its sender's run, its number, the run it was sent to), and the
+// counts as states, in the same order. Numbers are little-endian, lengths
+// and counts 32 bits.
 func encodeSnapshot(k cluster.Kept) []byte {
 	b := []byte(snapshotMagic)
 	b = appendRun(b, k.Run)
@@ -79,8 +87,26 @@ func encodeSnapshot(k cluster.Kept) []byte {
 		held[i] = h.State
 	}
 	b = limiter.AppendStates(b, held)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(k.Applied)))
-	for _, a := range k.Applied {
+	b = appendApplied(b, k.Applied)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(k.Resent)))
+	resent := make([]limiter.State, len(k.Resent))
+	for i, x := range k.Resent {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(x.Marks)))
+		for _, m := range x.Marks {
+			b = appendRun(b, m.From)
+			b = binary.LittleEndian.AppendUint64(b, m.Seq)
+			b = appendRun(b, m.To)
+		}
+		resent[i] = x.State
+	}
+	return limiter.AppendStates(b, resent)
+}
+
+// appendApplied appends the transfers applied, as encodeSnapshot writes
+// them.
+func appendApplied(b []byte, applied []cluster.KeptApplied) []byte {
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(applied)))
+	for _, a := range applied {
 		b = appendRun(b, a.From)
 		b = binary.LittleEndian.AppendUint64(b, a.Seq)
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(a.Keys)))
@@ -102,14 +128,16 @@ func appendRun(b []byte, p cluster.Peer) []byte {
 // bounded by the input's size.
 func decodeSnapshot(b []byte) (cluster.Kept, error) {
 	var k cluster.Kept
-	gens, marks := true, true
+	gens, marks, resent := true, true, true
 	switch {
 	case strings.HasPrefix(string(b), snapshotMagic):
 		b = b[len(snapshotMagic):]
+	case strings.HasPrefix(string(b), snapshotMagicV4):
+		b, resent = b[len(snapshotMagicV4):], false
 	case strings.HasPrefix(string(b), snapshotMagicV3):
-		b, marks = b[len(snapshotMagicV3):], false
+		b, marks, resent = b[len(snapshotMagicV3):], false, false
 	case strings.HasPrefix(string(b), snapshotMagicV2):
-		b, gens, marks = b[len(snapshotMagicV2):], false, false
+		b, gens, marks, resent = b[len(snapshotMagicV2):], false, false, false
 	case strings.HasPrefix(string(b), snapshotMagicV1):
 		states, err := decodeStates(b[len(snapshotMagicV1):])
 		k.States = states
@@ -177,6 +205,11 @@ func decodeSnapshot(b []byte) (cluster.Kept, error) {
 	if k.Applied, b, err = readApplied(b); err != nil {
 		return k, err
 	}
+	if resent {
+		if k.Resent, b, err = readResent(b); err != nil {
+			return k, err
+		}
+	}
 	if len(b) != 0 {
 		return k, fmt.Errorf("%d bytes left over", len(b))
 	}
@@ -216,6 +249,63 @@ func readApplied(b []byte) ([]cluster.KeptApplied, []byte, error) {
 		}
 		b = b[8*keys:]
 		out = append(out, a)
+	}
+	return out, b, nil
+}
+
+// readResent reads the counts sent again that encodeSnapshot wrote, and
+// returns what follows them.
+func readResent(b []byte) ([]cluster.Resent, []byte, error) {
+	if len(b) < 4 {
+		return nil, b, limiter.ErrTruncated
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	if n > len(b)/4 { // a record takes 4 bytes at least
+		return nil, b, fmt.Errorf("%d counts sent again: more than the input holds", n)
+	}
+	var out []cluster.Resent
+	if n > 0 {
+		out = make([]cluster.Resent, n)
+	}
+	for i := range out {
+		if len(b) < 4 {
+			return nil, b, limiter.ErrTruncated
+		}
+		marks := int(binary.LittleEndian.Uint32(b))
+		b = b[4:]
+		if marks > len(b)/32 { // a transfer replaced takes 32 bytes at least
+			return nil, b, fmt.Errorf("counts sent again in place of %d transfers: more than the input holds", marks)
+		}
+		out[i].Marks = make([]cluster.Replaced, marks)
+		for j := range out[i].Marks {
+			from, rest, err := readRun(b)
+			if err != nil {
+				return nil, rest, err
+			}
+			if len(rest) < 8 {
+				return nil, rest, limiter.ErrTruncated
+			}
+			seq := binary.LittleEndian.Uint64(rest)
+			to, rest, err := readRun(rest[8:])
+			if err != nil {
+				return nil, rest, err
+			}
+			out[i].Marks[j], b = cluster.Replaced{From: from, Seq: seq, To: to}, rest
+		}
+	}
+	if len(b) < 4 {
+		return nil, b, limiter.ErrTruncated
+	}
+	states, b, err := limiter.DecodeStates(b, n)
+	if err != nil {
+		return nil, b, err
+	}
+	if len(states) != n {
+		return nil, b, fmt.Errorf("%d counts for %d records of counts sent again", len(states), n)
+	}
+	for i := range out {
+		out[i].State = states[i]
 	}
 	return out, b, nil
 }

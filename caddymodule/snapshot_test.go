@@ -105,6 +105,7 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 			{From: cluster.Peer{Name: "node-c:7946", Inc: 3}, Seq: 12, Keys: []limiter.Key{1, 2}},
 			{From: cluster.Peer{Name: "node-b:7946", Inc: 7}, Seq: 40, Keys: []limiter.Key{2}},
 		},
+		Resent: []cluster.Resent{{Marks: []cluster.Replaced{{From: cluster.Peer{Name: "node-c:7946", Inc: 3}, Seq: 13, To: cluster.Peer{Name: "node-b:7946", Inc: 7}}}, State: state(2, 1)}},
 	}
 	got, err := decodeSnapshot(encodeSnapshot(kept))
 	if err != nil {
@@ -124,12 +125,13 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 		held = append(held, h.State)
 	}
 	v2 = limiter.AppendStates(v2, held)
-	v2 = append(v2, encodeSnapshot(cluster.Kept{Applied: kept.Applied})[len(encodeSnapshot(cluster.Kept{}))-4:]...)
+	v2 = appendApplied(v2, kept.Applied)
 	second, err := decodeSnapshot(v2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := kept
+	want.Resent = nil
 	want.Holds = slices.Clone(kept.Holds)
 	for i := range want.Holds {
 		want.Holds[i].Gen, want.Holds[i].Last = 0, false
@@ -147,7 +149,7 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 		v3 = binary.LittleEndian.AppendUint32(v3, h.Gen)
 	}
 	v3 = limiter.AppendStates(v3, held)
-	v3 = append(v3, encodeSnapshot(cluster.Kept{Applied: kept.Applied})[len(encodeSnapshot(cluster.Kept{}))-4:]...)
+	v3 = appendApplied(v3, kept.Applied)
 	third, err := decodeSnapshot(v3)
 	if err != nil {
 		t.Fatal(err)
@@ -158,6 +160,18 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 	}
 	if !reflect.DeepEqual(third, want) {
 		t.Errorf("a snapshot of the third format read back as %+v; want %+v (no last-word marks)", third, want)
+	}
+
+	noResent := kept
+	noResent.Resent = nil
+	v4 := encodeSnapshot(noResent)
+	v4 = append([]byte(snapshotMagicV4), v4[len(snapshotMagic):len(v4)-8]...) // less the counts sent again: none, and no states
+	fourth, err := decodeSnapshot(v4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fourth, noResent) {
+		t.Errorf("a snapshot of the fourth format read back as %+v; want %+v (no counts sent again)", fourth, noResent)
 	}
 
 	old, err := decodeSnapshot(limiter.AppendStates([]byte(snapshotMagicV1), kept.States))

@@ -361,6 +361,14 @@ type Held = core.Held
 // core.KeptApplied).
 type KeptApplied = core.KeptApplied
 
+// Resent is what a counter holds of counts sent again in place of a
+// transfer to a run taken for dead (see core.Resent).
+type Resent = core.Resent
+
+// Replaced names a transfer that counts sent again replace (see
+// core.Replaced).
+type Replaced = core.Replaced
+
 // Peer is a run of a node: its name and incarnation (see core.Peer).
 type Peer = core.Peer
 

@@ -192,6 +192,11 @@ type Kept struct {
 	// its counts on in place of it, and the copies of these counters must
 	// not add them again (see Transfer.Applied).
 	Applied []KeptApplied
+	// Resent are the counts sent again in place of transfers to runs
+	// taken for dead that the counters hold (see Transfer.Resent): a
+	// counter of such a run that comes saying it applied one must not add
+	// them again.
+	Resent []Resent
 }
 
 // KeptApplied is a transfer a run applied whose counts all joined the
@@ -241,7 +246,7 @@ func (c *Core) Keep(now time.Time, states []limiter.State) Kept {
 		}
 	}
 	holds := sortHolds(append(c.replicas.heldOf(keys), c.replicas.ownHeld(c.self, states)...))
-	return Kept{Run: c.self, At: now.UnixNano(), States: states, Holds: holds, Applied: applied}
+	return Kept{Run: c.self, At: now.UnixNano(), States: states, Holds: holds, Applied: applied, Resent: c.replicas.resentHeldOf(keys)}
 }
 
 // countedApplied returns, sorted by sender and number, the transfers of
@@ -341,6 +346,7 @@ func (c *Core) deliverHeld(now time.Time, held []Kept) {
 		named := k.Run.Name != "" && now.UnixNano()-k.At <= int64(keptNamedWithin)
 		if named {
 			like.CountersOf, like.Holds, like.Applied = k.Run, holdsOf(k.Holds, keep), appliedIn(k.Applied, keep)
+			like.Resent = resentOf(k.Resent, keep)
 			// A transfer the earlier run applied, sent again to this run
 			// in place of it (its acknowledgement was lost), is in these
 			// copies: skipped here, it counts once.

@@ -759,7 +759,12 @@ func (r *replicaStore) resentOfLocked(run Peer) map[Applied]resentCounts {
 }
 
 // noteResent records that the counts states, sent in place of transfer a
-// to the dead run, were added here.
+// to the dead run, were added here. The counts of a key are those of
+// the transfer's for that key, added once (see inbox.firstCopies): a
+// record of them that comes again (with a copy of the counter that holds
+// them, by another path: its replica taken over, and a snapshot of it
+// read back) is the same record, and is not kept twice. Kept twice, they
+// came out of the run's counter twice.
 func (r *replicaStore) noteResent(m int64, run Peer, a Applied, states []limiter.State) {
 	if len(states) == 0 {
 		return
@@ -768,7 +773,12 @@ func (r *replicaStore) noteResent(m int64, run Peer, a Applied, states []limiter
 	defer r.mu.Unlock()
 	set := r.resentOfLocked(run)
 	rec := set[a]
-	rec.states, rec.at = append(rec.states, states...), m
+	for _, s := range states {
+		if !heldIn(rec.states, s.Key) {
+			rec.states = append(rec.states, s)
+		}
+	}
+	rec.at = m
 	set[a] = rec
 }
 
@@ -788,6 +798,9 @@ func (r *replicaStore) holdResent(m int64, list []Resent) {
 			continue
 		}
 		k := x.State.Key
+		if slices.ContainsFunc(r.resentHeld[k], func(h resentHeld) bool { return slices.Equal(h.marks, x.Marks) }) {
+			continue // the same record, come again (see noteResent)
+		}
 		r.resentHeld[k] = append(r.resentHeld[k], resentHeld{marks: slices.Clone(x.Marks), state: x.State, at: m})
 	}
 }

@@ -1496,7 +1496,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			c.debugCounts("copy: counts sent here in place of transfers its run applied are not added again", less, "counters_of", t.CountersOf.Name)
 		}
 		rest := c.replicas.absorbCopy(from, t.CountersOf, states, t.Holds)
-		c.placeAs(now, Transfer{Mode: t.Mode, CountersOf: t.CountersOf, Holds: holdsOf(t.Holds, rest), Applied: t.Applied}, purposeForward, rest)
+		c.placeAs(now, Transfer{Mode: t.Mode, CountersOf: t.CountersOf, Holds: holdsOf(t.Holds, rest), Applied: t.Applied, Resent: resentOf(t.Resent, rest)}, purposeForward, rest)
 	case ModeNewer:
 		// A replica of a dead run sent on, of a key whose counter here holds
 		// that run's counts (this node started it from the run's replica,
@@ -2286,9 +2286,10 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		if c.debugOn() {
 			c.debugCounts("counts join the engine", []limiter.State{s}, "mode", mode.String())
 		}
-		if mode == ModeAdd {
+		if mode == ModeAdd || namedCopy {
 			// Counts sent again in place of transfers join this run's
-			// counter: it names them wherever it goes (Transfer.Resent).
+			// counter: it names them wherever it goes (Transfer.Resent);
+			// so do those a copy read back from a snapshot holds.
 			if marks := a.marks(); len(marks) > 0 {
 				c.replicas.holdResent(c.mono(now), []Resent{{Marks: marks, State: s}})
 			}

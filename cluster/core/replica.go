@@ -24,9 +24,9 @@ import (
 // replica is a counter kept for the owner run that sent it, the other
 // runs' counts the counter holds (see Transfer.Holds), and when it came.
 type replica struct {
-	state  limiter.State
-	owner  Peer
-	holds  []Held
+	state limiter.State
+	owner Peer
+	holds []Held
 	// resent: what the counter holds of counts sent again in place of
 	// transfers to runs taken for dead (Transfer.Resent).
 	resent []Resent

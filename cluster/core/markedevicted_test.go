@@ -15,19 +15,35 @@ import (
 // may they come off the node's engine, which holds nothing of the key:
 // they came off nothing and were lost, while the owner, which never
 // applied the give-back they replace, kept them counted. They wait until
-// a ring names the key's owner, and go there naming the give-back.
+// a ring names the key's owner, and go there naming the give-back: the
+// owner applies them if it never applied the give-back, and skips them if
+// it did.
 func TestAGiveBackSentAgainToANodeDeclaredDeadWithAFallbackCountComesOffWhereTheKeyIsCounted(t *testing.T) {
+	for _, applied := range []bool{false, true} {
+		t.Run(map[bool]string{false: "lost", true: "applied"}[applied], func(t *testing.T) {
+			giveBackSentAgainToANodeDeclaredDead(t, applied)
+		})
+	}
+}
+
+func giveBackSentAgainToANodeDeclaredDead(t *testing.T, applied bool) {
 	h := newHandNet(t, "n0", "n1", "n2")
 	k, load := h.spentKey("n0", "n1", 4)
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 
-	// n2 spends a unit through n0; its give-back to n0 is lost on the way.
-	tk := load.spend("n2")
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
-		t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
+	// n2 spends a unit through n0 and gives it back: n0 never gets the
+	// give-back, or applies it and its acknowledgement is lost.
+	var tk *handTake
+	var was uint64
+	if applied {
+		tk, was = h.giveBackAppliedUnacknowledged(k, load)
+	} else {
+		tk, was = load.spend("n2"), 77
+		if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
+			t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
+		}
 	}
 	load.admitted-- // given back
-	const lost = 77 // the give-back n0 never got
 
 	// n1 is cut off alone and takes n0 for dead: it finds no majority,
 	// and admits a unit of the key in fallback.
@@ -58,7 +74,7 @@ func TestAGiveBackSentAgainToANodeDeclaredDeadWithAFallbackCountComesOffWhereThe
 	}
 
 	// n2 gives the unit back again to n1, in place of the lost give-back.
-	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: h.now.UnixNano(), Was: lost, WasTo: n0.self}, true)
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: h.now.UnixNano(), Was: was, WasTo: n0.self}, true)
 	h.pump()
 
 	// n1 joins again.

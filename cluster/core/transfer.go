@@ -2391,6 +2391,11 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 	for _, name := range sortedKeys(away) {
 		t := Transfer{Mode: ModeRefund, At: at, Reqs: away[name]}
 		t.markWith(marks, c.self)
+		// They come off no counter here: the record that they did (see
+		// noteGivenBack) goes.
+		for _, m := range marks {
+			c.replicas.forgetGivenBack(m.To, Applied{From: m.From, Seq: m.Seq}, away[name], at)
+		}
 		c.sendTransfer(now, owners[name].Peer(), t, purposeRefund)
 	}
 }

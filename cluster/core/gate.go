@@ -439,7 +439,9 @@ func (c *Core) Leaving() bool { return c.gate.isLeaving() }
 // Drained reports whether a leaving node has handed everything over: no
 // transfer unacknowledged but replicas, nothing left in fallback, no
 // counter in its engine, no units given back waiting for their counter
-// (see refundAfterCounter), no cancel of a take item it admitted still
+// (see refundAfterCounter) or for the node to know where their keys are
+// counted (see holdRefund: a node in no ring, cut off, holds them until
+// the ring names their owners again), no cancel of a take item it admitted still
 // on its way to it (see callersSettled), and no take item of its own
 // awaiting its owner's answer (the owner may have counted it: stopped
 // then, the node never answers its client, and the unit stays counted
@@ -462,6 +464,7 @@ func (c *Core) HandedOver() bool {
 		c.fallback.empty() &&
 		c.engine.Stats().Keys == 0 &&
 		c.settling.empty() &&
+		!c.unrefunded.waiting() &&
 		c.callersSettled()
 }
 

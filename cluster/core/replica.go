@@ -895,6 +895,36 @@ func (r *replicaStore) noteGivenBack(m int64, run Peer, a Applied, reqs []limite
 	set[a] = rec
 }
 
+// forgetGivenBack drops the record noteGivenBack made of the units of
+// reqs, counted at the instant at and given back in place of transfer a
+// to run, which went on from here without coming off a counter here (to
+// the node that counts their key, naming a): the counter here does not
+// lack them, and that node weighs them. Kept, the record put them back
+// into run's counters if they came here, which lacked them once already
+// (TestUnitsGivenBackAgainThatWaitedForARingAreNotPutBackIntoTheOwnersCounters).
+func (r *replicaStore) forgetGivenBack(run Peer, a Applied, reqs []limiter.Request, at int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	set := r.resent[run]
+	rec, ok := set[a]
+	if !ok || len(rec.given) == 0 {
+		return
+	}
+	for _, q := range reqs {
+		if i := slices.IndexFunc(rec.given, func(g givenBack) bool { return g.req.Key == q.Key && g.at == at }); i >= 0 {
+			rec.given = slices.Delete(slices.Clone(rec.given), i, i+1)
+		}
+	}
+	if len(rec.states) == 0 && len(rec.given) == 0 {
+		delete(set, a)
+		if len(set) == 0 {
+			delete(r.resent, run)
+		}
+		return
+	}
+	set[a] = rec
+}
+
 // lessResent returns states, copies of run's counters (a snapshot read
 // back) that hold the counts of the transfers applied lists, less the
 // counts added here that were sent in place of those transfers (see

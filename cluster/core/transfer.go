@@ -2370,13 +2370,18 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 			c.refundOutOfReach(givenBack{at: at, req: r, marks: marks})
 			continue
 		}
-		if !ok && r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) && !c.fallback.engine.Has(now, r.Key) {
+		if !ok && r.Limit.Algorithm != limiter.Concurrency && (len(marks) > 0 || !c.engine.Has(now, r.Key) && !c.fallback.engine.Has(now, r.Key)) {
 			// No ring names where the key is counted (this node is in
 			// none: declared dead, it counts nothing until it joins
 			// again), and nothing here holds it. Given back here, the
 			// units would come off nothing and be lost, while the
 			// counter that holds them stands elsewhere: they wait until
-			// a ring names the key's owner (see tickRefunds).
+			// a ring names the key's owner (see tickRefunds). Units that
+			// replace give-backs wait so whatever this node holds of the
+			// key: they come off no fallback count (see holdRefund), and
+			// given back here they came off an engine that holds nothing
+			// of the key, or a count that lacks them where the run the
+			// replaced give-back went to applied it.
 			c.holdRefund(givenBack{at: at, req: r, marks: marks})
 			continue
 		}
@@ -2412,6 +2417,11 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 	for _, name := range sortedKeys(away) {
 		t := Transfer{Mode: ModeRefund, At: at, Reqs: away[name]}
 		t.markWith(marks, c.self)
+		// They come off no counter here: the record that they did (see
+		// noteGivenBack) goes.
+		for _, m := range marks {
+			c.replicas.forgetGivenBack(m.To, Applied{From: m.From, Seq: m.Seq}, away[name], at)
+		}
 		c.sendTransfer(now, owners[name].Peer(), t, purposeRefund)
 	}
 }

@@ -1248,11 +1248,19 @@ func (c *Core) applyOnce(now time.Time, from Peer, t Transfer, pulled bool) bool
 			}
 			// Units the dead receiver may have given back: its counter,
 			// if it comes saying so, lacks them as the counter here does.
+			// So may every run the give-backs they replace went to (a
+			// chain names them all, as the given-up-on path records them):
+			// recorded for the last alone, the counter of a run that
+			// applied an earlier one came lacking them, and they came off
+			// twice
+			// (TestUnitsGivenBackAgainNamingAChainArePutBackForTheRunThatAppliedTheFirst).
 			at := t.At
 			if at == 0 {
 				at = now.UnixNano()
 			}
-			c.replicas.noteGivenBack(c.mono(now), t.WasTo, t.was(from), t.Reqs, at)
+			for _, m := range marks {
+				c.replicas.noteGivenBack(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, t.Reqs, at)
+			}
 		}
 		counted = c.countedHere(now, t)
 		if counted == nil && t.Mode == ModeAdd && !t.carriesCounter() && len(t.States) > 0 {

@@ -1,0 +1,112 @@
+package core
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// resentInTakenOverCounter has n0 count 7 of a key (replicated to n1)
+// and apply a transfer of n4's (2 counts, seq 50) before it dies
+// unreplicated; n1 takes the key over from the replica and counts the 2
+// sent again in place of the transfer to n0. It returns the key, the
+// load, and n0's counter as it stopped counting (9, naming the transfer
+// as applied).
+func resentInTakenOverCounter(t *testing.T, h *handNet, k limiter.Key) (*handLoad, []limiter.State) {
+	t.Helper()
+	load := newHandLoad(h, k, 30)
+	for range 7 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n1
+	n0, n1, n4 := h.cores["n0"], h.cores["n1"], h.cores["n4"]
+	n0.handleTransfer(h.now, n4.self, Transfer{Seq: 50, To: n0.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}}, false)
+	load.admitted += 2
+	evicted := n0.engine.StatesOf(h.now, []limiter.Key{k})
+
+	h.down["n0"] = true
+	alive := slices.DeleteFunc(slices.Clone(h.names), func(n string) bool { return n == "n0" })
+	for _, name := range alive {
+		h.setMembership(name, []string{"n0"})
+	}
+	h.advance(time.Second, alive...)
+	if got := h.count("n1", k); got != 7 {
+		t.Fatalf("n1 counts %d after taking the key over; want 7", got)
+	}
+	n1.handleTransfer(h.now, n4.self, Transfer{Seq: 51, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}, Was: 50, WasTo: n0.self}, false)
+	h.advance(100*time.Millisecond, alive...) // replicated to n1's successor
+	if got := h.count("n1", k); got != 9 {
+		t.Fatalf("n1 counts %d; want 9", got)
+	}
+	return load, evicted
+}
+
+// n0's counter, sent as it stopped counting, naming n4's transfer as
+// applied, comes to node name.
+func evictedNamingTheTransfer(h *handNet, name string, evicted []limiter.State) {
+	n0, n4, to := h.cores["n0"], h.cores["n4"], h.cores[name]
+	to.handleTransfer(h.now, n0.self, Transfer{Seq: 40, To: to.self.Inc, Mode: ModeEvicted, Evicted: n0.self, States: evicted,
+		Applied: []Applied{{From: n4.self, Seq: 50}}}, true)
+}
+
+// As TestCountsSentAgainInAReplicaAreNotAddedAgainByTheDeadRunsCounter,
+// but n1's successor for the key (n2), which keeps the replica holding
+// the 2 sent again, leaves and passes it on to n3, which succeeds n1
+// without it; n1 crashes before it replicates again, and n3 takes the
+// key over from the replica passed on. n0's counter, saying it applied
+// the transfer, comes to n3: the replica held the 2 as counts sent again
+// in place of that transfer, so it adds nothing.
+func TestCountsSentAgainInAReplicaPassedOnAreNotAddedAgainByTheDeadRunsCounter(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4", "n5", "n6")
+	k := h.keyWhere(func(owner func(names ...string) Member) bool {
+		return owner("n0", "n1", "n2", "n3", "n4", "n5", "n6").Name == "n0" && owner("n1", "n2", "n3", "n4", "n5", "n6").Name == "n1" &&
+			owner("n2", "n3", "n4", "n5", "n6").Name == "n2" && owner("n3", "n4", "n5", "n6").Name == "n3"
+	})
+	load, evicted := resentInTakenOverCounter(t, h, k)
+	n2, n3 := h.cores["n2"], h.cores["n3"]
+	if _, owner, ok := n2.replicas.get(k); !ok || owner.Name != "n1" {
+		t.Fatalf("n2 keeps no replica of n1's counter (%v %v)", owner, ok)
+	}
+
+	// n2 leaves and passes n1's replica on to n3; n1 crashes.
+	n2.Leave(h.now)
+	h.pump()
+	if _, owner, ok := n3.replicas.get(k); !ok || owner.Name != "n1" {
+		t.Fatalf("n3 keeps no replica of n1's counter passed on (%v %v)", owner, ok)
+	}
+	h.down["n1"] = true
+	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}, h.cores["n1"].self}
+	for _, name := range []string{"n3", "n4", "n5", "n6"} {
+		h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n0", "n1", "n2"), Leaving: []Member{h.member("n2")}, Dead: dead})
+		h.pump()
+	}
+	h.advance(200*time.Millisecond, "n2", "n3", "n4", "n5", "n6")
+	h.down["n2"] = true
+	for _, name := range []string{"n3", "n4", "n5", "n6"} {
+		h.list(name, h.othersThan(name, "n0", "n1", "n2"), dead)
+	}
+	h.advance(h.cfg.HandoffWindow+time.Second, "n3", "n4", "n5", "n6")
+	if n3.HandoffUnderway() || h.count("n3", k) != 9 {
+		t.Fatalf("n3: hand-off under way %v, counts %d; want 9", n3.HandoffUnderway(), h.count("n3", k))
+	}
+
+	evictedNamingTheTransfer(h, "n3", evicted)
+	h.advance(time.Second, "n3", "n4", "n5", "n6")
+	h.heldBy(k, load.admitted, "n3", "n4", "n5", "n6")
+}
+
+// heldBy checks that the nodes named hold, counted and in fallback,
+// admitted of k: nothing lost, nothing counted twice.
+func (h *handNet) heldBy(k limiter.Key, admitted int, names ...string) {
+	h.t.Helper()
+	var held int64
+	by := h.counts(k)
+	for _, name := range names {
+		held += by[name]
+	}
+	if held != int64(admitted) {
+		h.t.Errorf("%v hold %d of the key (%v); %d were admitted", names, held, by, admitted)
+	}
+}

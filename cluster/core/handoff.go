@@ -1983,7 +1983,7 @@ func (c *Core) passReplicasOn(now time.Time, v *view) {
 	byDest := map[dest][]limiter.State{}
 	members := map[string]Member{}
 	taken := c.replicas.takeOwned(now, func(Peer, limiter.Key) bool { return true })
-	held := holdsOfTaken(taken)
+	held, resent := holdsOfTaken(taken), resentOfTaken(taken)
 	for _, t := range taken {
 		to, ok := v.ring.OwnerWithout(t.state.Key.Route(), t.owner.Name)
 		if !ok || to.Name == c.self.Name {
@@ -2002,7 +2002,7 @@ func (c *Core) passReplicasOn(now time.Time, v *view) {
 	})
 	for _, d := range dests {
 		for _, part := range SplitStates(byDest[d], TransferBytes) {
-			c.sendTransfer(now, members[d.to].Peer(), Transfer{Mode: ModeReplica, ReplicaOf: d.owner, States: part, Holds: holdsOf(held, part)}, purposeReplica)
+			c.sendTransfer(now, members[d.to].Peer(), Transfer{Mode: ModeReplica, ReplicaOf: d.owner, States: part, Holds: holdsOf(held, part), Resent: resentOf(resent, part)}, purposeReplica)
 		}
 	}
 }

@@ -1529,7 +1529,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			// owner's successor without it: kept where this node keeps
 			// none of the key newer, unless the owner left too.
 			if !c.runLeft(t.ReplicaOf) {
-				c.replicas.putPassed(c.mono(now), t.ReplicaOf, t.States, t.Holds)
+				c.replicas.putPassed(c.mono(now), t.ReplicaOf, t.States, t.Holds, t.Resent)
 			}
 			return
 		}

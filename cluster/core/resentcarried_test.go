@@ -110,3 +110,50 @@ func (h *handNet) heldBy(k limiter.Key, admitted int, names ...string) {
 		h.t.Errorf("%v hold %d of the key (%v); %d were admitted", names, held, by, admitted)
 	}
 }
+
+// As above, but n1 crashes first, and its successor n2, declared n1
+// dead, leaves before its hand-off takes n1 over: it sends n1's replica,
+// which holds the 2 sent again, to the key's owner without it (n3) as
+// n1's counter. n0's counter, saying it applied the transfer, comes to
+// n3: the counter sent on held the 2 as counts sent again in place of
+// that transfer, so it adds nothing.
+func TestCountsSentAgainInADeadRunsReplicaSentOnAreNotAddedAgainByTheDeadRunsCounter(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4", "n5", "n6")
+	k := h.keyWhere(func(owner func(names ...string) Member) bool {
+		return owner("n0", "n1", "n2", "n3", "n4", "n5", "n6").Name == "n0" && owner("n1", "n2", "n3", "n4", "n5", "n6").Name == "n1" &&
+			owner("n2", "n3", "n4", "n5", "n6").Name == "n2" && owner("n3", "n4", "n5", "n6").Name == "n3"
+	})
+	load, evicted := resentInTakenOverCounter(t, h, k)
+	n2, n3 := h.cores["n2"], h.cores["n3"]
+	if _, owner, ok := n2.replicas.get(k); !ok || owner.Name != "n1" {
+		t.Fatalf("n2 keeps no replica of n1's counter (%v %v)", owner, ok)
+	}
+
+	// n1 crashes and is declared dead; n2 leaves before it takes n1 over.
+	h.down["n1"] = true
+	alive := []string{"n2", "n3", "n4", "n5", "n6"}
+	for _, name := range alive {
+		h.setMembership(name, []string{"n0", "n1"})
+	}
+	h.pump()
+	n2.Leave(h.now)
+	h.pump()
+	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}, h.cores["n1"].self}
+	for _, name := range alive[1:] {
+		h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n0", "n1", "n2"), Leaving: []Member{h.member("n2")}, Dead: dead})
+		h.pump()
+	}
+	h.advance(200*time.Millisecond, alive...)
+	h.down["n2"] = true
+	for _, name := range alive[1:] {
+		h.list(name, h.othersThan(name, "n0", "n1", "n2"), dead)
+	}
+	h.advance(h.cfg.HandoffWindow+time.Second, alive[1:]...)
+	if n3.HandoffUnderway() || h.count("n3", k) != 9 {
+		t.Fatalf("n3: hand-off under way %v, counts %d; want 9", n3.HandoffUnderway(), h.count("n3", k))
+	}
+
+	evictedNamingTheTransfer(h, "n3", evicted)
+	h.advance(time.Second, alive[1:]...)
+	h.heldBy(k, load.admitted, alive[1:]...)
+}

@@ -157,3 +157,64 @@ func TestCountsSentAgainInADeadRunsReplicaSentOnAreNotAddedAgainByTheDeadRunsCou
 	h.advance(time.Second, alive[1:]...)
 	h.heldBy(k, load.admitted, alive[1:]...)
 }
+
+// The 2 sent again in place of n0's transfer come to n1 while it has no
+// majority: kept in fallback, they join its counter of the key once the
+// majority answers again. n1 replicates, and dies; n2 takes the key over
+// from the replica, and n0's counter, saying it applied the transfer,
+// comes to n2: the replica held the 2 as counts sent again in place of
+// that transfer, so it adds nothing.
+func TestCountsSentAgainKeptInFallbackAreNotAddedAgainByTheDeadRunsCounter(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	k := h.keyWhere(func(owner func(names ...string) Member) bool {
+		return owner("n0", "n1", "n2", "n3", "n4").Name == "n0" && owner("n1", "n2", "n3", "n4").Name == "n1" && owner("n2", "n3", "n4").Name == "n2"
+	})
+	load := newHandLoad(h, k, 30)
+	for range 7 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n1
+	n0, n1, n2, n4 := h.cores["n0"], h.cores["n1"], h.cores["n2"], h.cores["n4"]
+	n0.handleTransfer(h.now, n4.self, Transfer{Seq: 50, To: n0.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}}, false)
+	load.admitted += 2
+	evicted := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	h.down["n0"] = true
+	alive := []string{"n1", "n2", "n3", "n4"}
+	for _, name := range alive {
+		h.setMembership(name, []string{"n0"})
+	}
+	h.advance(time.Second, alive...)
+	if got := h.count("n1", k); got != 7 {
+		t.Fatalf("n1 counts %d after taking the key over; want 7", got)
+	}
+
+	h.cut["n1"], h.cut["n4"] = true, true
+	h.advance(time.Second, alive...)
+	if n1.majority(n1.view.Load()) {
+		t.Fatal("n1 has a majority while cut off")
+	}
+	if a, _ := n1.Handle(h.now, n4.Self(), Transfer{Seq: 51, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}, Was: 50, WasTo: n0.self}).(Ack); a.Refused {
+		t.Fatal("n1 refused the counts sent again")
+	}
+	h.pump()
+	if got := windowCount(n1.fallback.engine.StatesOf(h.now, []limiter.Key{k})); got != 2 {
+		t.Fatalf("n1 keeps %d in fallback; want 2", got)
+	}
+	h.cut["n1"], h.cut["n4"] = false, false
+	h.advance(3*time.Second, alive...)
+	if !n1.majority(n1.view.Load()) || h.count("n1", k) != 9 {
+		t.Fatalf("n1: majority %v, counts %d; want 9", n1.majority(n1.view.Load()), h.count("n1", k))
+	}
+
+	h.down["n1"] = true
+	for _, name := range alive[1:] {
+		h.setMembership(name, []string{"n0", "n1"})
+	}
+	h.advance(2*time.Second, alive[1:]...)
+	if n2.HandoffUnderway() || h.count("n2", k) != 9 {
+		t.Fatalf("n2: hand-off under way %v, counts %d; want 9", n2.HandoffUnderway(), h.count("n2", k))
+	}
+	evictedNamingTheTransfer(h, "n2", evicted)
+	h.advance(time.Second, alive[1:]...)
+	h.heldBy(k, load.admitted, alive[1:]...)
+}

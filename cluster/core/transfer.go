@@ -2276,6 +2276,12 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			if c.debugOn() {
 				c.debugCounts("counts kept in fallback: no majority", []limiter.State{s})
 			}
+			// So do the records of the counts sent again they hold.
+			kept := a.resent
+			if marks := a.marks(); len(marks) > 0 && mode == ModeAdd {
+				kept = append(slices.Clip(kept), Resent{Marks: marks, State: s})
+			}
+			c.fallback.keepResent(kept, now.UnixNano())
 			c.fallback.engine.Merge(now, []limiter.State{s})
 			c.fallback.wrote()
 			if mode == ModeAdd {

@@ -218,3 +218,19 @@ func TestCountsSentAgainKeptInFallbackAreNotAddedAgainByTheDeadRunsCounter(t *te
 	h.advance(time.Second, alive[1:]...)
 	h.heldBy(k, load.admitted, alive[1:]...)
 }
+
+// Fallback counts that hold a count sent again in place of a transfer
+// the key's owner applied (its acknowledgement lost) go to the owner as
+// additions with the record of it (see reconcileTo): the owner, which
+// holds the count already, takes it out and adds the rest.
+func TestFallbackCountsGoToTheOwnerWithTheRecordOfTheCountsSentAgainTheyHold(t *testing.T) {
+	h, k, load, one, rec := resentToAnOwner(t)
+	n1, n2 := h.cores["n1"], h.cores["n2"]
+	two := one
+	two.Cur = 3
+	load.admitted += 2 // admitted by n2 in fallback, beside the one
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{two}, Resent: []Resent{rec}}, true)
+	h.pump()
+	h.advance(time.Second)
+	h.holdsAdmitted(k, load.admitted, "")
+}

@@ -1190,8 +1190,9 @@ func (c *Core) applyOnce(now time.Time, from Peer, t Transfer, pulled bool) bool
 			t.States = states
 		}
 	}
-	if len(t.Resent) > 0 && t.carriesCounter() {
-		// Counts the counters hold that were sent again in place of a
+	if len(t.Resent) > 0 && (t.carriesCounter() || t.Mode == ModeAdd) {
+		// Counts the counters (or fallback counts: see
+		// fallback.keepResent) hold that were sent again in place of a
 		// transfer to this run: not added again if it holds them.
 		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
 	}
@@ -1451,6 +1452,15 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			var less []limiter.State
 			states, less, like.Applied = c.replicas.lessResentBy(now, t.Applied, states)
 			c.debugCounts("counts sent here in place of transfers their runs applied are not added again", less)
+		}
+		if !t.carriesCounter() && len(t.Resent) > 0 {
+			// Fallback counts that hold counts sent again in place of
+			// transfers (see fallback.keepResent): weighed as a
+			// counter's are, and the record goes on with them. Added
+			// whole, the counts were counted twice where the run that
+			// applied the transfer held them
+			// (TestFallbackCountsGoToTheOwnerWithTheRecordOfTheCountsSentAgainTheyHold).
+			states, like.Resent = c.weighResent(now, t.Resent, states)
 		}
 		if t.resent() {
 			// Counts sent again in place of a transfer to a run this node

@@ -234,3 +234,44 @@ func TestFallbackCountsGoToTheOwnerWithTheRecordOfTheCountsSentAgainTheyHold(t *
 	h.advance(time.Second)
 	h.holdsAdmitted(k, load.admitted, "")
 }
+
+// A node whose counter of a key holds a count sent again in place of a
+// transfer the key's owner applied hands the counter over to the owner,
+// which refuses it; the node is then declared dead while alive, and its
+// counter, refused, goes out with the others as a dead node's: with the
+// record, so the owner takes the count out of it (without it the count
+// was added again: 7 held of 6 admitted).
+func TestCountsKeptInPlaceOfATransferGoWithARefusedCounterOfANodeDeclaredDead(t *testing.T) {
+	h, k, load, one, rec := resentToAnOwner(t)
+	n1, n2 := h.cores["n1"], h.cores["n2"]
+	holdInItsCounter(h, n2, one, rec)
+	n2.pushKeys(h.now, []limiter.Key{k})
+	var handed *Outgoing
+	for _, o := range n2.Outbox() {
+		if tr, ok := o.Msg.(Transfer); ok && tr.Mode == ModeAdd && tr.Own && slices.ContainsFunc(tr.States, func(s limiter.State) bool { return s.Key == k }) {
+			handed = &o
+		}
+	}
+	if handed == nil || len(handed.Msg.(Transfer).Resent) != 1 {
+		t.Fatalf("n2 handed no counter of the key over with the record: %+v", handed)
+	}
+	n2.Answered(h.now, handed.ID, Ack{Seq: handed.Msg.(Transfer).Seq, Refused: true})
+
+	n2.evict(h.now, "n1")
+	var sent []Transfer
+	for _, o := range n2.Outbox() {
+		if tr, ok := o.Msg.(Transfer); ok && tr.Mode == ModeEvicted && slices.ContainsFunc(tr.States, func(s limiter.State) bool { return s.Key == k }) {
+			sent = append(sent, tr)
+		}
+	}
+	if len(sent) != 1 {
+		t.Fatalf("the dead node sent %d counters of the key; want 1", len(sent))
+	}
+	if len(sent[0].Resent) != 1 {
+		t.Errorf("the dead node's counter went without the record: %+v", sent[0].Resent)
+	}
+	sent[0].To = n1.self.Inc
+	n1.handleTransfer(h.now, n2.self, sent[0], true)
+	h.pump()
+	h.holdsAdmitted(k, load.admitted, "n2")
+}

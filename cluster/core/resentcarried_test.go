@@ -275,3 +275,25 @@ func TestCountsKeptInPlaceOfATransferGoWithARefusedCounterOfANodeDeclaredDead(t 
 	h.pump()
 	h.holdsAdmitted(k, load.admitted, "n2")
 }
+
+// A node whose counter of a key holds a count sent again in place of a
+// transfer the key's owner applied leaves: the counter it hands over
+// goes with the record, and the owner takes the count out of it.
+func TestCountsKeptInPlaceOfATransferGoWithACounterHandedOverOnLeave(t *testing.T) {
+	h, k, load, one, rec := resentToAnOwner(t)
+	n2 := h.cores["n2"]
+	holdInItsCounter(h, n2, one, rec)
+	n2.Leave(h.now)
+	var handed []Transfer
+	for _, o := range n2.Outbox() {
+		if tr, ok := o.Msg.(Transfer); ok && tr.Mode == ModeAdd && slices.ContainsFunc(tr.States, func(s limiter.State) bool { return s.Key == k }) {
+			handed = append(handed, tr)
+		}
+	}
+	if len(handed) != 1 || len(handed[0].Resent) != 1 {
+		t.Errorf("the leaving node's counter went without the record: %+v", handed)
+	}
+	h.pump()
+	h.othersSeeLeaveAndGo("n2")
+	h.holdsAdmitted(k, load.admitted, "n2")
+}

@@ -297,3 +297,47 @@ func TestCountsKeptInPlaceOfATransferGoWithACounterHandedOverOnLeave(t *testing.
 	h.othersSeeLeaveAndGo("n2")
 	h.holdsAdmitted(k, load.admitted, "n2")
 }
+
+// As TestCountsSentAgainInAReplicaAreNotAddedAgainByTheDeadRunsCounter,
+// but n1 crashes, and before n2 (which keeps n1's replica, holding the 2
+// sent again) hears of it, a replica of the key comes to n2 from n3,
+// which counted one of it by a ring n2 does not follow yet: it displaces
+// n1's, which n2 sends to n3 as n1's counter, and which comes back to n2
+// once the key is n2's. n0's counter, saying it applied the transfer,
+// comes to n2: the counter sent on held the 2 as counts sent again in
+// place of that transfer, so it adds nothing.
+func TestCountsSentAgainInADisplacedReplicaAreNotAddedAgainByTheDeadRunsCounter(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4", "n5", "n6")
+	k := h.keyWhere(func(owner func(names ...string) Member) bool {
+		return owner("n0", "n1", "n2", "n3", "n4", "n5", "n6").Name == "n0" && owner("n1", "n2", "n3", "n4", "n5", "n6").Name == "n1" &&
+			owner("n2", "n3", "n4", "n5", "n6").Name == "n2" && owner("n3", "n4", "n5", "n6").Name == "n3"
+	})
+	load, evicted := resentInTakenOverCounter(t, h, k)
+	n2, n3 := h.cores["n2"], h.cores["n3"]
+	if _, owner, ok := n2.replicas.get(k); !ok || owner.Name != "n1" {
+		t.Fatalf("n2 keeps no replica of n1's counter (%v %v)", owner, ok)
+	}
+
+	h.down["n1"] = true
+	alive := []string{"n2", "n3", "n4", "n5", "n6"}
+	for _, name := range alive[1:] {
+		h.setMembership(name, []string{"n0", "n1"})
+	}
+	h.pump()
+	one := counterOf(h.now, k, 1)
+	n3.engine.Merge(h.now, []limiter.State{one})
+	load.admitted++
+	n2.handleTransfer(h.now, n3.self, Transfer{Seq: 900, To: n2.self.Inc, Mode: ModeReplica, States: []limiter.State{one}}, false)
+	if _, owner, ok := n2.replicas.get(k); !ok || owner.Name != "n3" {
+		t.Fatalf("n2's replica of the key is not n3's (%v %v)", owner, ok)
+	}
+	h.setMembership("n2", []string{"n0", "n1"})
+	h.advance(h.cfg.HandoffWindow+time.Second, alive...)
+	if n2.HandoffUnderway() || h.count("n2", k) != 10 {
+		t.Fatalf("n2: hand-off under way %v, counts %d; want 10 (%v)", n2.HandoffUnderway(), h.count("n2", k), h.counts(k))
+	}
+
+	evictedNamingTheTransfer(h, "n2", evicted)
+	h.advance(time.Second, alive...)
+	h.heldBy(k, load.admitted, alive...)
+}

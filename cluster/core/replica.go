@@ -1213,7 +1213,11 @@ func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.
 			continue
 		}
 		if ok && old.owner != owner && old.state.Expires > ns {
-			displaced = append(displaced, takenReplica{owner: old.owner, state: old.state, holds: old.holds, at: old.at, passed: old.passed})
+			// With the records of the counts sent again its counter
+			// holds: sent on without them, the counter of a run that
+			// applied the transfer they replace added them again
+			// (TestCountsSentAgainInADisplacedReplicaAreNotAddedAgainByTheDeadRunsCounter).
+			displaced = append(displaced, takenReplica{owner: old.owner, state: old.state, holds: old.holds, resent: old.resent, at: old.at, passed: old.passed})
 		}
 		r.states[s.Key] = replica{state: s, owner: owner, holds: holdsOf(holds, []limiter.State{s}), resent: resentOf(resent, []limiter.State{s}), at: m, superseded: supersededBy(ring, self, owner, s.Key)}
 		if g, ok := r.given[s.Key]; ok && g.to == owner {

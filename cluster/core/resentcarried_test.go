@@ -341,3 +341,49 @@ func TestCountsSentAgainInADisplacedReplicaAreNotAddedAgainByTheDeadRunsCounter(
 	h.advance(time.Second, alive...)
 	h.heldBy(k, load.admitted, alive...)
 }
+
+// As TestCountsSentAgainInASnapshotAreNotAddedAgainByTheDeadRunsCounter,
+// but n1 restarts without a snapshot: once its next run joins and owns
+// the key, n2 sends it the replica of n1's earlier run, which holds the
+// 2 sent again, as that run's counter. n0's counter, saying it applied
+// the transfer, comes to n1: the counter sent on held the 2 as counts
+// sent again in place of that transfer, so it adds nothing (without the
+// record it added them again: 12 held of 10 admitted).
+func TestCountsSentAgainInAnEarlierRunsReplicaPulledAreNotAddedAgainByTheDeadRunsCounter(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k, load := h.spentKey("n0", "n1", 7)
+	h.advance(20 * time.Millisecond) // replicated to n1
+	n0, n2 := h.cores["n0"], h.cores["n2"]
+	n0.handleTransfer(h.now, n2.self, Transfer{Seq: 50, To: n0.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}}, false)
+	evicted := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	h.n1TakesN0sKeyOver(k, load)
+	load.admitted += 2 // n2's transfer, in n0's counter alone
+	n1 := h.cores["n1"]
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 51, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}, Was: 50, WasTo: n0.self}, false)
+	h.advance(50 * time.Millisecond) // replicated to n2
+	if got := h.count("n1", k); got != int64(load.admitted) {
+		t.Fatalf("n1 counts %d after the counts sent again; %d were admitted", got, load.admitted)
+	}
+	if st, owner, ok := n2.replicas.get(k); !ok || owner != n1.self || windowCount([]limiter.State{st}) != int64(load.admitted) {
+		t.Fatalf("n2's replica of the key: %v of %v (%v); want n1's %d", st, owner, ok, load.admitted)
+	}
+
+	// n1 crashes; its next run, without a snapshot, joins and owns the key.
+	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
+	h.down["n1"] = true
+	n1 = h.start("n1", true)
+	n1.Joined(h.now)
+	n2.SetMembership(h.now, Membership{Joining: []Member{h.member("n1")}, Dead: dead})
+	h.list("n1", []Member{h.member("n2")}, dead)
+	h.advance(100*time.Millisecond, "n1", "n2")
+	h.list("n2", []Member{h.member("n1")}, dead)
+	h.advance(time.Second, "n1", "n2")
+	if !n1.Member() || n1.HandoffUnderway() || h.count("n1", k) != int64(load.admitted) {
+		t.Fatalf("the new run of n1: member %v, hand-off under way %v, counts %d; want %d", n1.Member(), n1.HandoffUnderway(), h.count("n1", k), load.admitted)
+	}
+
+	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 40, To: n1.self.Inc, Mode: ModeEvicted, Evicted: n0.self, States: evicted,
+		Applied: []Applied{{From: n2.self, Seq: 50}}}, true)
+	h.advance(time.Second, "n1", "n2")
+	h.holdsAdmitted(k, load.admitted, "n0")
+}

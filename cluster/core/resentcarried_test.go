@@ -387,3 +387,41 @@ func TestCountsSentAgainInAnEarlierRunsReplicaPulledAreNotAddedAgainByTheDeadRun
 	h.advance(time.Second, "n1", "n2")
 	h.holdsAdmitted(k, load.admitted, "n0")
 }
+
+// The other side of the record: a counter holding a count sent again in
+// place of a transfer to the key's owner that the owner never applied
+// (it was held up) comes to the owner, which adds the count (it holds
+// none of it); the transfer, come late, adds it no more.
+func TestCountsKeptInPlaceOfATransferTheOwnerNeverAppliedAreAddedOnce(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k := h.keyOrdered("n1", "n3", "n2")
+	load := newHandLoad(h, k, 30)
+	for range 5 {
+		load.spend("n1")
+	}
+	h.advance(20 * time.Millisecond)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	one := n1.engine.StatesOf(h.now, []limiter.Key{k})[0]
+	one.Cur = 1
+	n0.sendTransfer(h.now, n1.self, Transfer{Mode: ModeAdd, States: []limiter.State{one}}, purposeReconcile)
+	var late Outgoing
+	for _, o := range n0.Outbox() {
+		late = o
+		n0.Failed(h.now, o.ID)
+	}
+	sent := late.Msg.(Transfer)
+	n0.out.settle(sent.Seq) // given up on
+	load.admitted++
+	rec := Resent{Marks: []Replaced{{From: n0.self, Seq: sent.Seq, To: n1.self}}, State: one}
+
+	holdInItsCounter(h, n2, one, rec)
+	n2.pushKeys(h.now, []limiter.Key{k})
+	h.pump()
+	if got := h.count("n1", k); got != 6 {
+		t.Fatalf("n1 counts %d once the counter came; want 6", got)
+	}
+	n1.Handle(h.now, n0.Self(), late.Msg)
+	h.pump()
+	h.advance(time.Second)
+	h.holdsAdmitted(k, load.admitted, "")
+}

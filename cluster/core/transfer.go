@@ -1195,6 +1195,26 @@ func (c *Core) applyOnce(now time.Time, from Peer, t Transfer, pulled bool) bool
 		// fallback.keepResent) hold that were sent again in place of a
 		// transfer to this run: not added again if it holds them.
 		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
+		if t.Mode == ModeAdd {
+			// Counts sent again in place of a transfer to this run that
+			// it has not applied, held by counters of keys counted here:
+			// this run holds them now, as it does counts sent again that
+			// come bare, and the transfer, if it comes late, adds them
+			// no more for those keys. Added by it too, they were counted
+			// twice
+			// (TestCountsKeptInPlaceOfATransferTheOwnerNeverAppliedAreAddedOnce).
+			here := c.placedHere(c.view.Load(), t.States)
+			for _, x := range t.Resent {
+				if !heldIn(here, x.State.Key) {
+					continue
+				}
+				for _, m := range x.Marks {
+					if m.To == c.self {
+						c.in.firstCopyKeys(Applied{From: m.From, Seq: m.Seq}, []limiter.Key{x.State.Key}, c.mono(now))
+					}
+				}
+			}
+		}
 	}
 	return c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter() || t.Mode == ModeRefund, pulled, func(copied func(limiter.Key) bool) (counted, later []limiter.Key) {
 		if mine {

@@ -49,6 +49,11 @@ type fallback struct {
 	// majority wait here as additions, and the records go with them
 	// wherever they go (see keepHeld, takeHeld).
 	held map[limiter.Key][]Held
+	// resent records, per key, the counts the engine's counts of the key
+	// hold that were sent again in place of transfers to runs taken for
+	// dead (see Transfer.Resent): they go with the counts wherever they
+	// go (see keepResent, takeResent).
+	resent map[limiter.Key][]Resent
 
 	// outMu orders what engine admits against the counters that leave
 	// it (see extract, take): outs numbers the extractions, and outAt
@@ -164,6 +169,51 @@ func (f *fallback) takeHeld(states []limiter.State) []Held {
 		}
 	}
 	return sortHolds(out)
+}
+
+// keepResent records that the engine's counts hold the counts of list,
+// sent again in place of transfers, and forgets the records of windows
+// over by now (Unix ns). Kept here without them, the counts joined their
+// key's counter with no record of them, and the counter of a run that
+// applied the transfer they replace added them again where it met them
+// (TestCountsSentAgainKeptInFallbackAreNotAddedAgainByTheDeadRunsCounter).
+func (f *fallback) keepResent(list []Resent, now int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for k, xs := range f.resent {
+		xs = slices.DeleteFunc(xs, func(x Resent) bool { return x.State.Expires <= now })
+		if len(xs) == 0 {
+			delete(f.resent, k)
+		} else {
+			f.resent[k] = xs
+		}
+	}
+	if len(list) == 0 {
+		return
+	}
+	if f.resent == nil {
+		f.resent = map[limiter.Key][]Resent{}
+	}
+	for _, x := range list {
+		k := x.State.Key
+		f.resent[k] = withResent(f.resent[k], []Resent{x})
+	}
+}
+
+// takeResent returns the records of counts sent again that the counts
+// states, taken out of the engine, hold, and forgets them here: they go
+// with the counts.
+func (f *fallback) takeResent(states []limiter.State) []Resent {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []Resent
+	for _, s := range states {
+		if xs, ok := f.resent[s.Key]; ok {
+			out = append(out, xs...)
+			delete(f.resent, s.Key)
+		}
+	}
+	return out
 }
 
 func (f *fallback) mode() FallbackMode { return FallbackMode(f.modeBits.Load()) }
@@ -421,7 +471,7 @@ func (c *Core) reconcile(now time.Time, v *view) {
 	c.spent(states, ns)
 	c.stats.Reconciled.Add(uint64(len(states)))
 	c.debugCounts("fallback counts go to their owners", states)
-	c.placeAs(now, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states), Applied: c.carried.fallback.take(keysOf(states))}, purposeReconcile, sortStates(states))
+	c.placeAs(now, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states), Applied: c.carried.fallback.take(keysOf(states)), Resent: c.fallback.takeResent(states)}, purposeReconcile, sortStates(states))
 }
 
 // reconcileTo sends to the node called to what this node admitted in
@@ -442,9 +492,9 @@ func (c *Core) reconcileTo(now time.Time, v *view, to Peer) bool {
 	if c.debugOn() {
 		c.debugCounts("fallback counts go to the owner that asked for a seal or answers again", states, "to", to.Name)
 	}
-	holds := c.fallback.takeHeld(states)
+	holds, resent := c.fallback.takeHeld(states), c.fallback.takeResent(states)
 	for _, part := range SplitStates(sortStates(states), TransferBytes) {
-		t := Transfer{Mode: ModeAdd, States: part, Holds: holdsOf(holds, part), Cancels: c.out.cancelsFor(to, part, c.runDied)}
+		t := Transfer{Mode: ModeAdd, States: part, Holds: holdsOf(holds, part), Resent: resentOf(resent, part), Cancels: c.out.cancelsFor(to, part, c.runDied)}
 		if len(t.Holds) > 0 {
 			t.Applied = c.appliedHeld(part, false, Peer{}, t.Holds)
 		}
@@ -485,5 +535,5 @@ func (c *Core) foldFallback(now time.Time, v *view, keys []limiter.Key) {
 	c.spent(states, now.UnixNano())
 	c.stats.Reconciled.Add(uint64(len(states)))
 	c.debugCounts("fallback counts folded into keys this node counts now", states)
-	c.placeHere(now, v, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states), Applied: c.carried.fallback.take(keysOf(states))}, sortStates(states))
+	c.placeHere(now, v, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states), Applied: c.carried.fallback.take(keysOf(states)), Resent: c.fallback.takeResent(states)}, sortStates(states))
 }

@@ -500,6 +500,12 @@ func (c *Core) evict(now time.Time, by string) {
 	}) {
 		held = append(held, pt.t.States...)
 		holds = append(holds, pt.t.Holds...)
+		// The records of the counts sent again they hold are this
+		// node's counters' again, and go out with them (sendEvicted):
+		// without them, the counter of a run that applied the transfer
+		// those replace, where it met them, added them again
+		// (TestCountsKeptInPlaceOfATransferGoWithARefusedCounterOfANodeDeclaredDead).
+		c.replicas.holdResent(c.mono(now), pt.t.Resent)
 	}
 	c.out.markHeldIfRefused(func(pt *pendingTransfer) bool {
 		return pt.purpose == purposeHandoff && pt.t.Mode == ModeAdd && pt.t.Own

@@ -1983,7 +1983,7 @@ func (c *Core) passReplicasOn(now time.Time, v *view) {
 	byDest := map[dest][]limiter.State{}
 	members := map[string]Member{}
 	taken := c.replicas.takeOwned(now, func(Peer, limiter.Key) bool { return true })
-	held := holdsOfTaken(taken)
+	held, resent := holdsOfTaken(taken), resentOfTaken(taken)
 	for _, t := range taken {
 		to, ok := v.ring.OwnerWithout(t.state.Key.Route(), t.owner.Name)
 		if !ok || to.Name == c.self.Name {
@@ -2002,7 +2002,7 @@ func (c *Core) passReplicasOn(now time.Time, v *view) {
 	})
 	for _, d := range dests {
 		for _, part := range SplitStates(byDest[d], TransferBytes) {
-			c.sendTransfer(now, members[d.to].Peer(), Transfer{Mode: ModeReplica, ReplicaOf: d.owner, States: part, Holds: holdsOf(held, part)}, purposeReplica)
+			c.sendTransfer(now, members[d.to].Peer(), Transfer{Mode: ModeReplica, ReplicaOf: d.owner, States: part, Holds: holdsOf(held, part), Resent: resentOf(resent, part)}, purposeReplica)
 		}
 	}
 }
@@ -2044,7 +2044,7 @@ func (c *Core) sendDisplaced(now time.Time, from Peer, displaced []takenReplica)
 	c.sendDeadReplicas(now, dead, func(like Transfer, p purpose, states []limiter.State) {
 		for _, part := range SplitStates(states, TransferBytes) {
 			t := like
-			t.States, t.Holds = part, holdsOf(like.Holds, part)
+			t.States, t.Holds, t.Resent = part, holdsOf(like.Holds, part), resentOf(like.Resent, part)
 			c.sendTransfer(now, from, t, p)
 		}
 	})
@@ -2084,7 +2084,12 @@ func (c *Core) sendDeadReplicas(now time.Time, taken []takenReplica, send func(l
 		part := byGroup[g]
 		states, held := statesOfTaken(part), holdsOfTaken(part)
 		if g.named {
-			send(Transfer{Mode: ModeAdd, CountersOf: g.run, Holds: holdsOf(held, states)}, purposeForward, states)
+			// With the records of the counts sent again that the run's
+			// counters hold: without them, where the counter of a run
+			// that applied the transfer those replace met them, it added
+			// them again
+			// (TestCountsSentAgainInADeadRunsReplicaSentOnAreNotAddedAgainByTheDeadRunsCounter).
+			send(Transfer{Mode: ModeAdd, CountersOf: g.run, Holds: holdsOf(held, states), Resent: resentOf(resentOfTaken(part), states)}, purposeForward, states)
 		} else {
 			send(Transfer{Mode: ModeNewer, ReplicaOf: g.run, Holds: holdsOf(held, states)}, purposeHandoff, states)
 		}

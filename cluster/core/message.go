@@ -281,11 +281,12 @@ type Transfer struct {
 	// cancels for such runs that wait at the sender for a list naming
 	// their items (Taken.Waiting): they go where the counts go.
 	Taken []Taken
-	// Resent (ModeAdd, ModeEvicted carrying counters) names counts the
-	// counters carried hold that were sent again in place of transfers to
-	// runs taken for dead, which may have applied them (see Was): counts
-	// that joined a counter once their key settled, or at once. The
-	// record goes with the counter wherever it goes. A run named in it
+	// Resent (ModeAdd, ModeEvicted carrying counters, ModeReplica) names
+	// counts the counters carried hold that were sent again in place of
+	// transfers to runs taken for dead, which may have applied them (see
+	// Was): counts that joined a counter once their key settled, or at
+	// once. The record goes with the counter wherever it goes, and with
+	// its replicas. A run named in it
 	// that applied its transfer takes the counts out of the counter, as
 	// does a node that knows it did (its replicas, or its counter, came
 	// there); elsewhere the record stays with the counts, and a counter of

@@ -641,6 +641,28 @@ func holdsOfTaken(taken []takenReplica) []Held {
 	return out
 }
 
+// resentOfTaken returns the records of counts sent again that the
+// counters of taken hold (see Transfer.Resent): they go wherever the
+// replicas go.
+func resentOfTaken(taken []takenReplica) []Resent {
+	var out []Resent
+	for _, t := range taken {
+		out = append(out, t.resent...)
+	}
+	return out
+}
+
+// withResent returns list with the records of more it does not hold
+// already (the same transfers' counts of the same key: see noteResent).
+func withResent(list, more []Resent) []Resent {
+	for _, x := range more {
+		if !slices.ContainsFunc(list, func(y Resent) bool { return y.State.Key == x.State.Key && slices.Equal(y.Marks, x.Marks) }) {
+			list = append(list, x)
+		}
+	}
+	return list
+}
+
 // beyondPromoted returns what s, a copy of owner's counter of its key of
 // generation gen, counted beyond the counts of that counter that this
 // node's counter of the key holds (ok false: it holds none on record: see
@@ -1191,7 +1213,11 @@ func (r *replicaStore) put(now time.Time, m int64, owner Peer, states []limiter.
 			continue
 		}
 		if ok && old.owner != owner && old.state.Expires > ns {
-			displaced = append(displaced, takenReplica{owner: old.owner, state: old.state, holds: old.holds, at: old.at, passed: old.passed})
+			// With the records of the counts sent again its counter
+			// holds: sent on without them, the counter of a run that
+			// applied the transfer they replace added them again
+			// (TestCountsSentAgainInADisplacedReplicaAreNotAddedAgainByTheDeadRunsCounter).
+			displaced = append(displaced, takenReplica{owner: old.owner, state: old.state, holds: old.holds, resent: old.resent, at: old.at, passed: old.passed})
 		}
 		r.states[s.Key] = replica{state: s, owner: owner, holds: holdsOf(holds, []limiter.State{s}), resent: resentOf(resent, []limiter.State{s}), at: m, superseded: supersededBy(ring, self, owner, s.Key)}
 		if g, ok := r.given[s.Key]; ok && g.to == owner {
@@ -1286,22 +1312,29 @@ func (r *replicaStore) givenTo(k limiter.Key, to Peer) (limiter.State, bool) {
 // putPassed keeps states of owner that another node kept and passed on:
 // each where this node keeps no replica of its key, an older one of the
 // same run, or one of a counter whose run's last word on it the passed
-// one holds (see lastWordOn). A full store refuses new keys.
-func (r *replicaStore) putPassed(m int64, owner Peer, states []limiter.State, holds []Held) {
+// one holds (see lastWordOn). A full store refuses new keys. The records
+// of counts sent again that the counters hold (resent) stay with the
+// replicas: a replica passed on without them was taken over holding the
+// counts with no record of them, and the counter of a run that applied
+// the transfer they replace added them again
+// (TestCountsSentAgainInAReplicaPassedOnAreNotAddedAgainByTheDeadRunsCounter).
+func (r *replicaStore) putPassed(m int64, owner Peer, states []limiter.State, holds []Held, resent []Resent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range states {
 		rep, ok := r.states[s.Key]
 		held := holdsOf(holds, []limiter.State{s})
+		again := resentOf(resent, []limiter.State{s})
 		switch {
 		case !ok && len(r.states) < r.max:
-			r.states[s.Key] = replica{state: s, owner: owner, holds: held, at: m, passed: true}
+			r.states[s.Key] = replica{state: s, owner: owner, holds: held, resent: again, at: m, passed: true}
 		case ok && rep.owner == owner && genIn(rep.holds, s.Key, owner) == genIn(held, s.Key, owner):
 			rep.state = limiter.NewerState(rep.state, s)
 			rep.holds = newerHolds(rep.holds, held)
+			rep.resent = withResent(slices.Clone(rep.resent), again)
 			r.states[s.Key] = rep
 		case ok && rep.owner != owner && lastWordOn(held, rep):
-			r.states[s.Key] = replica{state: s, owner: owner, holds: held, at: m, passed: true}
+			r.states[s.Key] = replica{state: s, owner: owner, holds: held, resent: again, at: m, passed: true}
 		}
 	}
 }

@@ -1190,10 +1190,31 @@ func (c *Core) applyOnce(now time.Time, from Peer, t Transfer, pulled bool) bool
 			t.States = states
 		}
 	}
-	if len(t.Resent) > 0 && t.carriesCounter() {
-		// Counts the counters hold that were sent again in place of a
+	if len(t.Resent) > 0 && (t.carriesCounter() || t.Mode == ModeAdd) {
+		// Counts the counters (or fallback counts: see
+		// fallback.keepResent) hold that were sent again in place of a
 		// transfer to this run: not added again if it holds them.
 		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
+		if t.Mode == ModeAdd {
+			// Counts sent again in place of a transfer to this run that
+			// it has not applied, held by counters of keys counted here:
+			// this run holds them now, as it does counts sent again that
+			// come bare, and the transfer, if it comes late, adds them
+			// no more for those keys. Added by it too, they were counted
+			// twice
+			// (TestCountsKeptInPlaceOfATransferTheOwnerNeverAppliedAreAddedOnce).
+			here := c.placedHere(c.view.Load(), t.States)
+			for _, x := range t.Resent {
+				if !heldIn(here, x.State.Key) {
+					continue
+				}
+				for _, m := range x.Marks {
+					if m.To == c.self {
+						c.in.firstCopyKeys(Applied{From: m.From, Seq: m.Seq}, []limiter.Key{x.State.Key}, c.mono(now))
+					}
+				}
+			}
+		}
 	}
 	return c.in.once(from, t.Seq, t.Floor, c.mono(now), t.Mode == ModeAdd && !t.carriesCounter() || t.Mode == ModeRefund, pulled, func(copied func(limiter.Key) bool) (counted, later []limiter.Key) {
 		if mine {
@@ -1460,6 +1481,15 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			states, less, like.Applied = c.replicas.lessResentBy(now, t.Applied, states)
 			c.debugCounts("counts sent here in place of transfers their runs applied are not added again", less)
 		}
+		if !t.carriesCounter() && len(t.Resent) > 0 {
+			// Fallback counts that hold counts sent again in place of
+			// transfers (see fallback.keepResent): weighed as a
+			// counter's are, and the record goes on with them. Added
+			// whole, the counts were counted twice where the run that
+			// applied the transfer held them
+			// (TestFallbackCountsGoToTheOwnerWithTheRecordOfTheCountsSentAgainTheyHold).
+			states, like.Resent = c.weighResent(now, t.Resent, states)
+		}
 		if t.resent() {
 			// Counts sent again in place of a transfer to a run this node
 			// may not have taken over: wherever they go, they name that
@@ -1537,7 +1567,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			// owner's successor without it: kept where this node keeps
 			// none of the key newer, unless the owner left too.
 			if !c.runLeft(t.ReplicaOf) {
-				c.replicas.putPassed(c.mono(now), t.ReplicaOf, t.States, t.Holds)
+				c.replicas.putPassed(c.mono(now), t.ReplicaOf, t.States, t.Holds, t.Resent)
 			}
 			return
 		}
@@ -2284,6 +2314,12 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			if c.debugOn() {
 				c.debugCounts("counts kept in fallback: no majority", []limiter.State{s})
 			}
+			// So do the records of the counts sent again they hold.
+			kept := a.resent
+			if marks := a.marks(); len(marks) > 0 && mode == ModeAdd {
+				kept = append(slices.Clip(kept), Resent{Marks: marks, State: s})
+			}
+			c.fallback.keepResent(kept, now.UnixNano())
 			c.fallback.engine.Merge(now, []limiter.State{s})
 			c.fallback.wrote()
 			if mode == ModeAdd {

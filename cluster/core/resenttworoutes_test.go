@@ -68,3 +68,33 @@ func TestACountSentAgainThatComesOnItsOwnAfterACounterHoldingItIsNotAddedAgain(t
 	h.advance(time.Second)
 	h.holdsAdmitted(k, load.admitted, "")
 }
+
+// As TestACountSentAgainThatCameOnItsOwnIsNotAddedAgainWithACounterHoldingIt,
+// but the count comes on its own while n1 has no majority: kept in
+// fallback, it joins n1's counter once the majority answers again, and
+// the counter holding it, come later, comes in less it.
+func TestACountSentAgainKeptInFallbackIsNotAddedAgainWithACounterHoldingIt(t *testing.T) {
+	h, k, load, one, bare, rec := resentByTwoRoutes(t)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	h.cut["n0"], h.cut["n1"] = true, true
+	h.advance(time.Second)
+	if n1.majority(n1.view.Load()) {
+		t.Fatal("n1 has a majority while cut off")
+	}
+	if a, _ := n1.Handle(h.now, n0.Self(), bare).(Ack); a.Refused {
+		t.Fatal("n1 refused the count sent again")
+	}
+	if got := windowCount(n1.fallback.engine.StatesOf(h.now, []limiter.Key{k})); got != 1 {
+		t.Fatalf("n1 keeps %d in fallback; want 1", got)
+	}
+	h.cut["n0"], h.cut["n1"] = false, false
+	h.advance(3 * time.Second)
+	if !n1.majority(n1.view.Load()) || h.count("n1", k) != 6 {
+		t.Fatalf("n1: majority %v, counts %d; want 6", n1.majority(n1.view.Load()), h.count("n1", k))
+	}
+	holdInItsCounter(h, n2, one, rec)
+	n2.pushKeys(h.now, []limiter.Key{k})
+	h.pump()
+	h.advance(time.Second)
+	h.holdsAdmitted(k, load.admitted, "")
+}

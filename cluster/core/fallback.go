@@ -471,7 +471,14 @@ func (c *Core) reconcile(now time.Time, v *view) {
 	c.spent(states, ns)
 	c.stats.Reconciled.Add(uint64(len(states)))
 	c.debugCounts("fallback counts go to their owners", states)
-	c.placeAs(now, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states), Applied: c.carried.fallback.take(keysOf(states)), Resent: c.fallback.takeResent(states)}, purposeReconcile, sortStates(states))
+	// The records of counts sent again the counts hold go with them, and
+	// are recorded where they are placed (this node, for keys it counts):
+	// kept here as well, where the counts went on, the counter of the run
+	// that applied the transfer they replace came in less them here and
+	// again there.
+	resent := c.fallback.takeResent(states)
+	c.replicas.forgetNoted(resent)
+	c.placeAs(now, Transfer{Mode: ModeAdd, Holds: c.fallback.takeHeld(states), Applied: c.carried.fallback.take(keysOf(states)), Resent: resent}, purposeReconcile, sortStates(states))
 }
 
 // reconcileTo sends to the node called to what this node admitted in
@@ -493,6 +500,7 @@ func (c *Core) reconcileTo(now time.Time, v *view, to Peer) bool {
 		c.debugCounts("fallback counts go to the owner that asked for a seal or answers again", states, "to", to.Name)
 	}
 	holds, resent := c.fallback.takeHeld(states), c.fallback.takeResent(states)
+	c.replicas.forgetNoted(resent) // recorded where they are placed (see reconcile)
 	for _, part := range SplitStates(sortStates(states), TransferBytes) {
 		t := Transfer{Mode: ModeAdd, States: part, Holds: holdsOf(holds, part), Resent: resentOf(resent, part), Cancels: c.out.cancelsFor(to, part, c.runDied)}
 		if len(t.Holds) > 0 {

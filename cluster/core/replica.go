@@ -995,6 +995,20 @@ func (r *replicaStore) lessResentBy(now time.Time, applied []Applied, states []l
 	return rest, less, still
 }
 
+// forgetNoted forgets the records of the counts of list as added here
+// (see noteResent) and as held by this node's counters (see holdResent):
+// they go on with the counts, and are recorded where the counts are
+// placed.
+func (r *replicaStore) forgetNoted(list []Resent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, x := range list {
+		for _, m := range x.Marks {
+			r.forgetResentLocked(m.To, Applied{From: m.From, Seq: m.Seq}, []limiter.State{x.State})
+		}
+	}
+}
+
 // forgetResentLocked drops, from the record of counts sent in place of
 // transfer a to run, those of the keys of gone. r.mu is held.
 func (r *replicaStore) forgetResentLocked(run Peer, a Applied, gone []limiter.State) {

@@ -1,0 +1,110 @@
+package core
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tollgate/tollgate/limiter"
+)
+
+// As TestCountsSentAgainPassedOnAreNotTakenOutOfTheCounterThatComesBack,
+// but the 2 sent again in place of n4's transfer to n0 come to n1 while
+// it owns the key and has no majority: kept in fallback, they go, once
+// the majority answers again, to the key's owner by then (n3, which
+// joined), with the record of the transfer they replace, and are
+// recorded there. n0's counter, saying it applied the transfer, comes to
+// n1 and goes on to n3, where the 2 are weighed against it; n3 then
+// leaves and hands the key back to n1 with the record of the transfers
+// n0 applied. The 2 never joined a counter of n1's: its record of them,
+// as counts sent again that it added, must not take them out of the
+// counter that comes back.
+func TestCountsSentAgainKeptInFallbackAndSentToAnotherOwnerAreNotTakenOutOfTheCounterThatComesBack(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n4")
+	h.names = append(h.names, "n3")
+	n3 := h.start("n3", true)
+	k := h.keyWhere(func(owner func(names ...string) Member) bool {
+		return owner("n0", "n1", "n2", "n4").Name == "n0" && owner("n1", "n2", "n4").Name == "n1" && owner("n1", "n2", "n3", "n4").Name == "n3"
+	})
+	load := newHandLoad(h, k, 30)
+	for range 7 {
+		load.spend("n0")
+	}
+	h.advance(20 * time.Millisecond) // replicated to n1
+	n0, n1, n4 := h.cores["n0"], h.cores["n1"], h.cores["n4"]
+	n0.handleTransfer(h.now, n4.self, Transfer{Seq: 50, To: n0.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}}, false)
+	if got := h.count("n0", k); got != 9 {
+		t.Fatalf("n0 counts %d after applying n4's transfer; want 9", got)
+	}
+	evicted := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	load.admitted += 2 // n4's transfer, in n0's counter alone
+	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
+	h.down["n0"] = true
+	h.listAll(dead, "n1", "n2", "n4")
+	h.advance(time.Second, "n1", "n2", "n4")
+	if got := h.count("n1", k); got != 7 {
+		t.Fatalf("n1 counts %d after taking the key over; want 7", got)
+	}
+
+	h.cut["n1"], h.cut["n4"] = true, true
+	h.advance(time.Second, "n1", "n2", "n4")
+	if n1.majority(n1.view.Load()) {
+		t.Fatal("n1 has a majority while cut off")
+	}
+	if a, _ := n1.Handle(h.now, n4.Self(), Transfer{Seq: 51, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}, Was: 50, WasTo: n0.self}).(Ack); a.Refused {
+		t.Fatal("n1 refused the counts sent again")
+	}
+	h.pump()
+	if got := windowCount(n1.fallback.engine.StatesOf(h.now, []limiter.Key{k})); got != 2 {
+		t.Fatalf("n1 keeps %d in fallback; want 2", got)
+	}
+
+	n3.Joined(h.now)
+	h.listAll(dead, "n1", "n2", "n3", "n4")
+	h.cut["n1"], h.cut["n4"] = false, false
+	h.advance(3*time.Second, "n1", "n2", "n3", "n4")
+	if n3.HandoffUnderway() || h.count("n3", k) != int64(load.admitted) {
+		t.Fatalf("n3: hand-off under way %v, counts %d; want %d", n3.HandoffUnderway(), h.count("n3", k), load.admitted)
+	}
+	if got := windowCount(n1.fallback.engine.StatesOf(h.now, []limiter.Key{k})); got != 0 {
+		t.Fatalf("n1 still keeps %d in fallback", got)
+	}
+
+	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 40, To: n1.self.Inc, Mode: ModeEvicted, Evicted: n0.self, Was: 30, WasTo: n1.self, States: evicted,
+		Applied: []Applied{{From: n4.self, Seq: 50}}}, true)
+	h.advance(time.Second, "n1", "n2", "n3", "n4")
+	if got := h.count("n3", k); got != int64(load.admitted) {
+		t.Fatalf("n3 counts %d; %d were admitted", got, load.admitted)
+	}
+
+	n3.Leave(h.now)
+	leaving := []Member{h.member("n3")}
+	for _, name := range []string{"n1", "n2", "n4"} {
+		var ms []Member
+		for _, x := range []string{"n1", "n2", "n4"} {
+			if x != name {
+				ms = append(ms, h.member(x))
+			}
+		}
+		h.cores[name].SetMembership(h.now, Membership{Members: ms, Leaving: leaving, Dead: dead})
+	}
+	h.pump()
+	h.advance(2*time.Second, "n1", "n2", "n3", "n4")
+	if n1.HandoffUnderway() {
+		t.Fatal("n1 has not taken the key back")
+	}
+	h.holdsAdmitted(k, load.admitted, "n0")
+}
+
+// listAll tells each node of names that the others of names are its
+// members, and dead dead.
+func (h *handNet) listAll(dead []Peer, names ...string) {
+	for _, name := range names {
+		var ms []Member
+		for _, x := range names {
+			if x != name {
+				ms = append(ms, h.member(x))
+			}
+		}
+		h.list(name, ms, dead)
+	}
+}

@@ -2354,7 +2354,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			c.engine.Merge(now, []limiter.State{s})
 		} else if mode == ModeNewer || mode == ModeCopy && !namedCopy {
 			c.engine.MergeNewer(now, []limiter.State{s})
-		} else if len(part) > 0 && mode != ModeNewer && mode != ModeCopy {
+		} else if len(part) > 0 && mode != ModeCopy {
 			// This run's counter is what it was and the counter that
 			// joined it, nothing else: a record says so (see unionRecord).
 			before := c.engine.StatesOf(now, []limiter.Key{s.Key})

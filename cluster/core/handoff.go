@@ -591,7 +591,21 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 	}
 	var lower limiter.State
 	hasLess := false
+	// What the key gathers is the counters that arrive, and nothing
+	// else, where each names its run (or is this run's own, come back):
+	// a record says so (see unionRecord).
+	union := !mk.hasBase && !mk.hasAdds && !mk.hasCopy && !mk.hasOwn
+	var parts []Held
 	for _, a := range mk.counters {
+		switch {
+		case !union:
+		case a.of.Name != "":
+			parts = append(parts, Held{Run: a.of, Gen: genIn(a.holds, k, a.of), State: a.state})
+		case a.own:
+			parts = append(parts, Held{Run: c.self, Gen: genIn(a.holds, k, c.self), State: a.state})
+		default:
+			union = false
+		}
 		if len(a.resent) > 0 {
 			// What the counter holds of counts sent again in place of a
 			// transfer that a run this node knows of applied (its counter
@@ -662,6 +676,9 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 	}
 	if has {
 		into.states = append(into.states, out)
+		if union && !hasLess && len(parts) > 0 {
+			into.unions = append(into.unions, settledUnion{key: k, parts: parts})
+		}
 	}
 	into.refunds = append(into.refunds, mk.refunds...)
 	mk.hasBase, mk.hasAdds, mk.hasCopy, mk.refunds = false, false, false, nil
@@ -674,6 +691,14 @@ type settled struct {
 	states      []limiter.State
 	refunds     []givenBack
 	counterless []limiter.Key
+	unions      []settledUnion
+}
+
+// settledUnion names the counters a key that settled gathered, where
+// they are all it gathered (see unionRecord).
+type settledUnion struct {
+	key   limiter.Key
+	parts []Held
 }
 
 // settle settles keys and counts what they gathered.
@@ -700,9 +725,22 @@ func (c *Core) countSettled(now time.Time, done settled) {
 	c.replicas.noteCounterless(c.mono(now), done.counterless)
 	c.debugCounts("keys settled: what arrived for them joins the engine", done.states)
 	if len(done.states) > 0 {
+		before := make([][]limiter.State, len(done.unions))
+		for i, u := range done.unions {
+			before[i] = c.engine.StatesOf(now, []limiter.Key{u.key})
+		}
 		c.engine.Merge(now, sortStates(done.states))
 		for _, s := range done.states {
 			c.dirty.noteKey(s.Key)
+		}
+		for i, u := range done.unions {
+			if after := c.engine.StatesOf(now, []limiter.Key{u.key}); len(after) == 1 {
+				var prefix limiter.State
+				if len(before[i]) == 1 {
+					prefix = before[i][0]
+				}
+				c.replicas.noteUnion(c.mono(now), u.key, prefix, len(before[i]) == 1, u.parts, after[0])
+			}
 		}
 	}
 	for _, g := range done.refunds {

@@ -76,6 +76,50 @@ type replicaStore struct {
 	// and has not replicated them here since, where this node succeeds
 	// that run in their keys (see Core.keepGiven), by key.
 	given map[limiter.Key]givenCounter
+	// unions: per key, what this run's counter of it held as counters
+	// that named their runs joined it (see unionRecord).
+	unions map[limiter.Key][]unionRecord
+}
+
+// unionRecord is what this run's counter of a key (of generation gen)
+// held once counters that named their runs joined it: all of it (value)
+// was the counter as it was before (prefix, if it held any) and the
+// counters that joined (parts), nothing else. Their counts overlap where
+// one holds part of another, so value is less than their sum, and may be
+// more than any one of them holds: a counter that arrives holding every
+// one of them holds value of the counter here (see weighing.unions).
+type unionRecord struct {
+	at        int64 // mono
+	gen       uint32
+	prefix    limiter.State
+	hasPrefix bool
+	parts     []Held
+	value     limiter.State
+}
+
+// unionsKept is how many union records a key keeps: the newest.
+const unionsKept = 8
+
+// noteUnion records that this run's counter of k, prefix before (if
+// hasPrefix), is value now that the counters parts joined it, and held
+// nothing else (see unionRecord). Records of an earlier generation of
+// the counter go.
+func (r *replicaStore) noteUnion(m int64, k limiter.Key, prefix limiter.State, hasPrefix bool, parts []Held, value limiter.State) {
+	if len(parts) == 0 || value.Kind >= limiter.KindGrant {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	gen := r.gens[k].gen
+	if r.unions == nil {
+		r.unions = map[limiter.Key][]unionRecord{}
+	}
+	list := slices.DeleteFunc(r.unions[k], func(u unionRecord) bool { return u.gen != gen })
+	list = append(list, unionRecord{at: m, gen: gen, prefix: prefix, hasPrefix: hasPrefix, parts: slices.Clone(parts), value: value})
+	if len(list) > unionsKept {
+		list = slices.Delete(list, 0, len(list)-unionsKept)
+	}
+	r.unions[k] = list
 }
 
 // givenCounter is this run's own counter of a key, handed to run to
@@ -275,7 +319,10 @@ func (r *replicaStore) ownHeldLocked(self Peer, states []limiter.State) []Held {
 // counted beyond the largest such share, and from now on this node holds
 // the newer of each. The largest, not the sum: the counts a counter holds
 // nest (a counter started from a replica of one that was started from
-// another's), and counts held twice are only ever those of one counter.
+// another's), and counts held twice are only ever those of one counter;
+// where the counter here is several counters joined, each holding part of
+// another, and s holds them all, s holds all they made of it (see
+// weighing.unions), more than any one of them.
 // Two counters of one run are two counters: neither shares the other's
 // counts. Counts of this run (self) a counter holds, or that s holds as
 // this run's own counter (of is self), are in this run's own counter of
@@ -312,8 +359,73 @@ func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limite
 		w.weigh(of, gen, s)
 	}
 	w.holds(self, cur, of, gen, holds)
+	w.unions(self, cur, of, gen, s, holds)
 	delta, ok = w.beyond(s)
 	return delta, ok, w.less, w.lowered
+}
+
+// unions weighs what the counter here held as counters joined it (see
+// unionRecord) against s, the arriving counter (run of, generation gen),
+// and the counters it holds: where s, or a counter it holds, holds each
+// counter a record names, up to what the record says, and holds the
+// counter here as it was before they joined (the counter here of this
+// generation, as s holds it, or as an earlier record held it that s
+// holds too), s holds all the counter here held then. The counts of the
+// counters that joined, where one held part of another, are no one
+// counter's, so the largest share of one alone is less
+// (TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing).
+func (w *weighing) unions(self Peer, cur uint32, of Peer, gen uint32, s limiter.State, holds []Held) {
+	recs := w.r.unions[w.k]
+	if len(recs) == 0 {
+		return
+	}
+	holdsAll := func(a, b limiter.State) bool {
+		_, more := limiter.SubState(w.now, b, a)
+		return !more
+	}
+	heldOf := func(run Peer, g uint32, level limiter.State) bool {
+		if run == of && g == gen && of.Name != "" && holdsAll(s, level) {
+			return true
+		}
+		for _, h := range holds {
+			if h.State.Key == w.k && h.Run == run && h.Gen == g && holdsAll(h.State, level) {
+				return true
+			}
+		}
+		return false
+	}
+	covered := make([]bool, len(recs))
+	ownHeld := func(level limiter.State, upTo int) bool {
+		if heldOf(self, cur, level) {
+			return true
+		}
+		for j := range upTo {
+			if covered[j] && holdsAll(recs[j].value, level) {
+				return true
+			}
+		}
+		return false
+	}
+	for i, u := range recs {
+		if u.gen != cur || u.hasPrefix && !ownHeld(u.prefix, i) {
+			continue
+		}
+		all := true
+		for _, p := range u.parts {
+			if p.Run == self && p.Gen == cur {
+				all = ownHeld(p.State, i)
+			} else {
+				all = heldOf(p.Run, p.Gen, p.State)
+			}
+			if !all {
+				break
+			}
+		}
+		if all {
+			covered[i] = true
+			w.share(u.value)
+		}
+	}
 }
 
 // weighing is the weighing of a counter of key k that arrives against
@@ -705,6 +817,7 @@ func (r *replicaStore) beyondPromoted(now time.Time, m int64, self Peer, k limit
 	}
 	r.setPromotionLocked(k, p)
 	w.holds(self, r.gens[k].gen, owner, gen, holds)
+	w.unions(self, r.gens[k].gen, owner, gen, s, holds)
 	delta, more = w.beyond(s)
 	return delta, more, true, w.less, w.lowered
 }
@@ -1160,6 +1273,14 @@ func (r *replicaStore) forgetApplied(m int64) {
 	for k, g := range r.gens {
 		if m-g.at > int64(appliedKeep) {
 			delete(r.gens, k)
+		}
+	}
+	for k, list := range r.unions {
+		list = slices.DeleteFunc(list, func(u unionRecord) bool { return m-u.at > int64(appliedKeep) })
+		if len(list) == 0 {
+			delete(r.unions, k)
+		} else {
+			r.unions[k] = list
 		}
 	}
 	for k, list := range r.resentHeld {

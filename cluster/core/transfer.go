@@ -2285,6 +2285,14 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			}
 			continue // moving here: settled with the rest of its counts
 		}
+		var part []Held // the counter that joins this run's, as it named its run
+		if named {
+			if a.of.Name != "" {
+				part = []Held{{Run: a.of, Gen: genIn(a.holds, s.Key, a.of), State: s}}
+			} else if own {
+				part = []Held{{Run: c.self, Gen: genIn(a.holds, s.Key, c.self), State: s}}
+			}
+		}
 		if named {
 			// What this node holds of the runs the counter names is not
 			// added again.
@@ -2346,6 +2354,18 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			c.engine.Merge(now, []limiter.State{s})
 		} else if mode == ModeNewer || mode == ModeCopy && !namedCopy {
 			c.engine.MergeNewer(now, []limiter.State{s})
+		} else if len(part) > 0 && mode != ModeCopy {
+			// This run's counter is what it was and the counter that
+			// joined it, nothing else: a record says so (see unionRecord).
+			before := c.engine.StatesOf(now, []limiter.Key{s.Key})
+			c.engine.Merge(now, []limiter.State{s})
+			if after := c.engine.StatesOf(now, []limiter.Key{s.Key}); len(after) == 1 {
+				var prefix limiter.State
+				if len(before) == 1 {
+					prefix = before[0]
+				}
+				c.replicas.noteUnion(c.mono(now), s.Key, prefix, len(before) == 1, part, after[0])
+			}
 		} else {
 			c.engine.Merge(now, []limiter.State{s})
 		}

@@ -366,65 +366,98 @@ func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limite
 
 // unions weighs what the counter here held as counters joined it (see
 // unionRecord) against s, the arriving counter (run of, generation gen),
-// and the counters it holds: where s, or a counter it holds, holds each
-// counter a record names, up to what the record says, and holds the
-// counter here as it was before they joined (the counter here of this
-// generation, as s holds it, or as an earlier record held it that s
-// holds too), s holds all the counter here held then. The counts of the
-// counters that joined, where one held part of another, are no one
-// counter's, so the largest share of one alone is less
-// (TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing).
+// and the counters it holds: where s, or a counter it holds, holds a copy
+// of each counter a record names, and of the counter here as it was
+// before they joined (the counter here of this generation, as s holds it,
+// or as an earlier record held it that s holds too), s holds all the
+// counter here held then but what those copies lack of what the record
+// says they were: the joined counts lose at most what a part loses. The
+// counts of the counters that joined, where one held part of another, are
+// no one counter's, so the largest share of one alone is less
+// (TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing,
+// TestACounterHoldingAnOlderCopyOfOnePartIsNotTakenForHoldingTheJoin).
 func (w *weighing) unions(self Peer, cur uint32, of Peer, gen uint32, s limiter.State, holds []Held) {
 	recs := w.r.unions[w.k]
 	if len(recs) == 0 {
 		return
 	}
-	holdsAll := func(a, b limiter.State) bool {
-		_, more := limiter.SubState(w.now, b, a)
-		return !more
+	// lacks returns what copy lacks of level (ok false: nothing).
+	lacks := func(copy, level limiter.State) (limiter.State, bool) {
+		return limiter.SubState(w.now, level, copy)
 	}
-	heldOf := func(run Peer, g uint32, level limiter.State) bool {
-		if run == of && g == gen && of.Name != "" && holdsAll(s, level) {
-			return true
+	// heldOf returns what the copies s holds of run's counter of
+	// generation g lack of level, the least (lacking false: nothing),
+	// and whether s holds any.
+	heldOf := func(run Peer, g uint32, level limiter.State, more []limiter.State) (less limiter.State, lacking, found bool) {
+		var copies []limiter.State
+		if run == of && g == gen && of.Name != "" {
+			copies = append(copies, s)
 		}
 		for _, h := range holds {
-			if h.State.Key == w.k && h.Run == run && h.Gen == g && holdsAll(h.State, level) {
-				return true
+			if h.State.Key == w.k && h.Run == run && h.Gen == g {
+				copies = append(copies, h.State)
 			}
 		}
-		return false
-	}
-	covered := make([]bool, len(recs))
-	ownHeld := func(level limiter.State, upTo int) bool {
-		if heldOf(self, cur, level) {
-			return true
-		}
-		for j := range upTo {
-			if covered[j] && holdsAll(recs[j].value, level) {
-				return true
+		copies = append(copies, more...)
+		for _, c := range copies {
+			d, ok := lacks(c, level)
+			if !ok {
+				return limiter.State{}, false, true
+			}
+			if !found || !lacking {
+				less, lacking, found = d, true, true
+			} else if _, more := limiter.SubState(w.now, less, d); more {
+				less = d
 			}
 		}
-		return false
+		return less, lacking, found
 	}
-	for i, u := range recs {
-		if u.gen != cur || u.hasPrefix && !ownHeld(u.prefix, i) {
+	held := make([]limiter.State, 0, len(recs)) // what s holds of each record weighed so far
+	for _, u := range recs {
+		if u.gen != cur {
 			continue
 		}
-		all := true
-		for _, p := range u.parts {
-			if p.Run == self && p.Gen == cur {
-				all = ownHeld(p.State, i)
-			} else {
-				all = heldOf(p.Run, p.Gen, p.State)
+		var less limiter.State
+		lacking, all := false, true
+		note := func(d limiter.State, ok, found bool) {
+			switch {
+			case !found:
+				all = false
+			case !ok:
+			case lacking:
+				less = limiter.AddState(w.now, less, d)
+			default:
+				less, lacking = d, true
 			}
+		}
+		if u.hasPrefix {
+			note(heldOf(self, cur, u.prefix, held))
+		}
+		for _, p := range u.parts {
 			if !all {
 				break
 			}
+			if p.Run == self && p.Gen == cur {
+				note(heldOf(self, cur, p.State, held))
+			} else {
+				note(heldOf(p.Run, p.Gen, p.State, nil))
+			}
 		}
-		if all {
-			covered[i] = true
-			w.share(u.value)
+		if !all {
+			continue
 		}
+		v := u.value
+		if lacking {
+			var ok bool
+			if less.Kind != u.value.Kind {
+				continue // not what the record's counter lacks
+			}
+			if v, ok = limiter.SubState(w.now, u.value, less); !ok {
+				continue
+			}
+		}
+		held = append(held, v)
+		w.share(v)
 	}
 }
 

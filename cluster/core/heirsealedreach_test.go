@@ -23,14 +23,43 @@ import (
 // the heir forgotten at the seal, as before b5fd702, all 6 are admitted
 // by the owner.
 func TestAKeyAnHeirCountedAndReplicatedIsInReachAfterTheHeirDies(t *testing.T) {
+	h, k, load := heirCountsAndReplicates(t)
+	const quota = 10
+
+	heirDiesAndItsSuccessorTakesOver(t, h, k)
+	before := load.by[SourceFallback]
+	for range 3 {
+		load.spend("n3")
+		load.spend("n0")
+	}
+	load.resume()
+	t.Logf("admitted %d (%v); n3 counts %d", load.admitted, load.by, h.count("n3", k))
+	if n := load.by[SourceFallback] - before; n > 0 {
+		t.Errorf("%d of 6 requests decided by fallback (%v): n3 holds the key's counter (n2's replica, 5 of 10), yet takes the key for out of reach", n, load.by)
+	}
+	if h.cores["n3"].lacksCounter(k, h.cores["n3"].mono(h.now)) {
+		t.Errorf("n3 takes the key for lacking its counter")
+	}
+	// The other side: nothing past the limit, the key counted on from the
+	// heir's replica.
+	if load.admitted > quota || h.count("n3", k) != int64(load.admitted) {
+		t.Errorf("admitted %d of limit %d (%v), n3 counts %d: the key was not counted on from the heir's replica", load.admitted, quota, load.by, h.count("n3", k))
+	}
+}
+
+// heirCountsAndReplicates sets up the heir: n1, a key's owner, counts 3
+// of 10 and stands still; everyone declares it dead, and n0 completes
+// its hand-off before n2 (n1's successor) has sealed to it, so n2 is an
+// heir at n0. n2 then counts 2 and replicates the key (5) to n3.
+func heirCountsAndReplicates(t *testing.T) (*handNet, limiter.Key, *handLoad) {
+	t.Helper()
 	cfg := handTiming
 	cfg.FallbackRatio = 0.1
 	h := newHandNetWith(t, cfg, "n0", "n1", "n2", "n3", "n4")
 	k := h.keyWhere(func(owner func(names ...string) Member) bool {
 		return owner("n0", "n1", "n2", "n3", "n4").Name == "n1" && owner("n0", "n2", "n3", "n4").Name == "n2" && owner("n0", "n3", "n4").Name == "n3"
 	})
-	const quota = 10
-	load := newHandLoad(h, k, quota)
+	load := newHandLoad(h, k, 10)
 	for range 3 {
 		load.spend("n1")
 	}
@@ -69,9 +98,13 @@ func TestAKeyAnHeirCountedAndReplicatedIsInReachAfterTheHeirDies(t *testing.T) {
 	if st, of, ok := h.cores["n3"].replicas.get(k); !ok || of.Name != "n2" || windowCount([]limiter.State{st}) != 5 {
 		t.Fatalf("n3's replica of the key: %v of %v; want 5 of n2", ok, of)
 	}
+	return h, k, load
+}
 
-	// n2 crashes; the others declare it dead, and n3 takes the key over
-	// from its replica.
+// heirDiesAndItsSuccessorTakesOver crashes the heir n2: the others
+// declare it dead, and n3 takes the key over from its replica (5).
+func heirDiesAndItsSuccessorTakesOver(t *testing.T, h *handNet, k limiter.Key) {
+	t.Helper()
 	h.down["n2"] = true
 	h.advance(100*time.Millisecond, "n0", "n3", "n4")
 	for _, name := range []string{"n0", "n3", "n4"} {
@@ -83,23 +116,5 @@ func TestAKeyAnHeirCountedAndReplicatedIsInReachAfterTheHeirDies(t *testing.T) {
 	}
 	if got := h.count("n3", k); got != 5 {
 		t.Fatalf("n3 counts %d of the key; want 5 (from n2's replica)", got)
-	}
-	before := load.by[SourceFallback]
-	for range 3 {
-		load.spend("n3")
-		load.spend("n0")
-	}
-	load.resume()
-	t.Logf("admitted %d (%v); n3 counts %d", load.admitted, load.by, h.count("n3", k))
-	if n := load.by[SourceFallback] - before; n > 0 {
-		t.Errorf("%d of 6 requests decided by fallback (%v): n3 holds the key's counter (n2's replica, 5 of 10), yet takes the key for out of reach", n, load.by)
-	}
-	if h.cores["n3"].lacksCounter(k, h.cores["n3"].mono(h.now)) {
-		t.Errorf("n3 takes the key for lacking its counter")
-	}
-	// The other side: nothing past the limit, the key counted on from the
-	// heir's replica.
-	if load.admitted > quota || h.count("n3", k) != int64(load.admitted) {
-		t.Errorf("admitted %d of limit %d (%v), n3 counts %d: the key was not counted on from the heir's replica", load.admitted, quota, load.by, h.count("n3", k))
 	}
 }

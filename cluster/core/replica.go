@@ -382,9 +382,6 @@ func (w *weighing) unions(self Peer, cur uint32, of Peer, gen uint32, s limiter.
 		return
 	}
 	// lacks returns what copy lacks of level (ok false: nothing).
-	lacks := func(copy, level limiter.State) (limiter.State, bool) {
-		return limiter.SubState(w.now, level, copy)
-	}
 	// heldOf returns what the copies s holds of run's counter of
 	// generation g lack of level, the least (lacking false: nothing),
 	// and whether s holds any.
@@ -400,7 +397,7 @@ func (w *weighing) unions(self Peer, cur uint32, of Peer, gen uint32, s limiter.
 		}
 		copies = append(copies, more...)
 		for _, c := range copies {
-			d, ok := lacks(c, level)
+			d, ok := limiter.SubState(w.now, level, c) // what copy c lacks of level
 			if !ok {
 				return limiter.State{}, false, true
 			}
@@ -979,6 +976,9 @@ func (r *replicaStore) holdResent(m int64, list []Resent) {
 func (r *replicaStore) resentHeldOf(keys []limiter.Key) []Resent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if len(r.resentHeld) == 0 {
+		return nil // most replication batches: no record to look a key up in
+	}
 	var out []Resent
 	for _, k := range keys {
 		for _, h := range r.resentHeld[k] {

@@ -14,8 +14,7 @@ import (
 // When n0, declared dead, comes back and its counters come to where the
 // key is counted, they lack the units as the counter there does: the
 // units must be put back once, wherever the counter went, and the key
-// count what was admitted. The record stays at n1, which no longer holds
-// the counter: a known limit, pinned here until it is closed.
+// count what was admitted: the record of them goes with the counter.
 func TestUnitsGivenBackAgainArePutBackWhereTheKeysCounterWent(t *testing.T) {
 	h := newHandNet(t, "n0", "n1", "n2", "n3")
 	k, load := h.spentKey("n0", "n1", 4)
@@ -87,17 +86,19 @@ func TestUnitsGivenBackAgainArePutBackWhereTheKeysCounterWent(t *testing.T) {
 	}
 	h.advance(3 * time.Second)
 	total := h.count("n0", k) + h.count("n2", k) + h.count("n3", k)
-	// A known limit (docs/cluster.md, "Known limits"): the record stays at
-	// n1, and the unit is not put back. The test pins it both ways, as the
-	// simulator's list of known violations does: it fails if the count
-	// comes out exact (the limit is closed: assert that, and strike it
-	// from the docs) and if it comes out any other way.
-	switch total {
-	case int64(load.admitted) - 1:
-		t.Logf("known limit: the cluster counts %d; %d were admitted (the unit given back again in n0's place is not put back where the key's counter went)", total, load.admitted)
-	case int64(load.admitted):
-		t.Fatalf("the cluster counts %d, as admitted: the known limit is closed; assert the exact count here and strike the limit from docs/cluster.md", total)
-	default:
-		t.Errorf("the cluster counts %d (n0 %d, n2 %d, n3 %d); %d were admitted (n2's unit was given back once), at worst one short (a known limit)", total, h.count("n0", k), h.count("n2", k), h.count("n3", k), load.admitted)
+	if total != int64(load.admitted) {
+		t.Fatalf("the cluster counts %d (n0 %d, n2 %d, n3 %d); %d were admitted (n2's unit was given back once)", total, h.count("n0", k), h.count("n2", k), h.count("n3", k), load.admitted)
+	}
+
+	// The other side: the key is spent up to its limit, and no request
+	// under it is refused.
+	for i := 0; int64(load.admitted) < load.quota; i++ {
+		at := []string{"n0", "n2", "n3"}[i%3]
+		if tk := load.spend(at); !tk.done || !tk.d.Allowed {
+			t.Fatalf("request at %s refused with %d of %d admitted: %+v", at, load.admitted, load.quota, tk.d)
+		}
+	}
+	if tk := load.spend("n2"); tk.done && tk.d.Allowed {
+		t.Fatalf("request past the limit admitted: %d of %d", load.admitted, load.quota)
 	}
 }

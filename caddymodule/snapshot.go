@@ -42,7 +42,10 @@ const defaultSnapshotInterval = time.Minute
 // counts, and the transfers the run applied to them whose senders may not
 // have had them acknowledged, and the counts sent again in place of
 // transfers to runs taken for dead that the counters hold (see
-// encodeSnapshot).
+// encodeSnapshot), and the units given back again in place of
+// give-backs to runs taken for dead that they lack.
+// snapshotMagicV5 starts one of the fifth format: the same, without the
+// units given back again.
 // snapshotMagicV4 starts one of the fourth format: the same, without the
 // counts sent again.
 // snapshotMagicV3 starts one of the third format: the same, without the
@@ -51,7 +54,8 @@ const defaultSnapshotInterval = time.Minute
 // the generations (each the run's first counter of its key).
 // snapshotMagicV1 starts one of the first format: the states alone.
 const (
-	snapshotMagic   = "TGSN5"
+	snapshotMagic   = "TGSN6"
+	snapshotMagicV5 = "TGSN5"
 	snapshotMagicV4 = "TGSN4"
 	snapshotMagicV3 = "TGSN3"
 	snapshotMagicV2 = "TGSN2"
@@ -71,8 +75,12 @@ const maxRunName = 1024
 // number of its keys and the keys (64 bits each); the number of counts
 // sent again held, each the number of transfers it replaces and each of
 // those (its sender's run, its number, the run it was sent to), and the
-// counts as states, in the same order. Numbers are little-endian, lengths
-// and counts 32 bits.
+// counts as states, in the same order (a zero state for a record of units
+// given back); then the number of records of units given back again,
+// each the position of its record (32 bits), its request as the peer
+// protocol writes it (cluster.AppendRequest) and the instant it was
+// counted at (Unix ns). Numbers are little-endian, lengths and counts 32
+// bits.
 func encodeSnapshot(k cluster.Kept) []byte {
 	b := []byte(snapshotMagic)
 	b = appendRun(b, k.Run)
@@ -99,7 +107,22 @@ func encodeSnapshot(k cluster.Kept) []byte {
 		}
 		resent[i] = x.State
 	}
-	return limiter.AppendStates(b, resent)
+	b = limiter.AppendStates(b, resent)
+	var given int
+	for _, x := range k.Resent {
+		if x.Given != nil {
+			given++
+		}
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(given))
+	for i, x := range k.Resent {
+		if x.Given != nil {
+			b = binary.LittleEndian.AppendUint32(b, uint32(i))
+			b = cluster.AppendRequest(b, x.Given.Req)
+			b = binary.LittleEndian.AppendUint64(b, uint64(x.Given.At))
+		}
+	}
+	return b
 }
 
 // appendApplied appends the transfers applied, as encodeSnapshot writes
@@ -128,10 +151,12 @@ func appendRun(b []byte, p cluster.Peer) []byte {
 // bounded by the input's size.
 func decodeSnapshot(b []byte) (cluster.Kept, error) {
 	var k cluster.Kept
-	gens, marks, resent := true, true, true
+	gens, marks, resent, given := true, true, true, true
 	switch {
 	case strings.HasPrefix(string(b), snapshotMagic):
 		b = b[len(snapshotMagic):]
+	case strings.HasPrefix(string(b), snapshotMagicV5):
+		b, given = b[len(snapshotMagicV5):], false
 	case strings.HasPrefix(string(b), snapshotMagicV4):
 		b, resent = b[len(snapshotMagicV4):], false
 	case strings.HasPrefix(string(b), snapshotMagicV3):
@@ -207,6 +232,11 @@ func decodeSnapshot(b []byte) (cluster.Kept, error) {
 	}
 	if resent {
 		if k.Resent, b, err = readResent(b); err != nil {
+			return k, err
+		}
+	}
+	if resent && given {
+		if b, err = readGivenAgain(b, k.Resent); err != nil {
 			return k, err
 		}
 	}
@@ -308,6 +338,39 @@ func readResent(b []byte) ([]cluster.Resent, []byte, error) {
 		out[i].State = states[i]
 	}
 	return out, b, nil
+}
+
+// readGivenAgain reads the units given back again that encodeSnapshot
+// wrote into the records of resent they belong to, and returns what
+// follows them.
+func readGivenAgain(b []byte, resent []cluster.Resent) ([]byte, error) {
+	if len(b) < 4 {
+		return b, limiter.ErrTruncated
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	if n > len(resent) {
+		return b, fmt.Errorf("%d records of units given back again for %d records", n, len(resent))
+	}
+	for range n {
+		if len(b) < 4 {
+			return b, limiter.ErrTruncated
+		}
+		i := binary.LittleEndian.Uint32(b)
+		req, rest, err := cluster.ReadRequest(b[4:])
+		if err != nil {
+			return rest, err
+		}
+		if len(rest) < 8 {
+			return rest, limiter.ErrTruncated
+		}
+		if uint64(i) >= uint64(len(resent)) || resent[i].Given != nil {
+			return rest, fmt.Errorf("units given back again for record %d of %d records, or twice", i, len(resent))
+		}
+		resent[i].Given = &cluster.GivenAgain{Req: req, At: int64(binary.LittleEndian.Uint64(rest))}
+		b = rest[8:]
+	}
+	return b, nil
 }
 
 // decodeStates reads states alone (the first format).

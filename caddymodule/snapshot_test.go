@@ -105,7 +105,9 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 			{From: cluster.Peer{Name: "node-c:7946", Inc: 3}, Seq: 12, Keys: []limiter.Key{1, 2}},
 			{From: cluster.Peer{Name: "node-b:7946", Inc: 7}, Seq: 40, Keys: []limiter.Key{2}},
 		},
-		Resent: []cluster.Resent{{Marks: []cluster.Replaced{{From: cluster.Peer{Name: "node-c:7946", Inc: 3}, Seq: 13, To: cluster.Peer{Name: "node-b:7946", Inc: 7}}}, State: state(2, 1)}},
+		Resent: []cluster.Resent{{Marks: []cluster.Replaced{{From: cluster.Peer{Name: "node-c:7946", Inc: 3}, Seq: 13, To: cluster.Peer{Name: "node-b:7946", Inc: 7}}}, State: state(2, 1)},
+			{Marks: []cluster.Replaced{{From: cluster.Peer{Name: "node-c:7946", Inc: 3}, Seq: 14, To: cluster.Peer{Name: "node-b:7946", Inc: 7}}}, Given: &cluster.GivenAgain{
+				Req: limiter.Request{Key: 1, Zone: 9, Cost: 2, Limit: limiter.Limit{Quota: 10, Window: time.Minute}}, At: now.UnixNano()}}},
 	}
 	got, err := decodeSnapshot(encodeSnapshot(kept))
 	if err != nil {
@@ -162,10 +164,22 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 		t.Errorf("a snapshot of the third format read back as %+v; want %+v (no last-word marks)", third, want)
 	}
 
+	counts := kept
+	counts.Resent = kept.Resent[:1]
+	v5 := encodeSnapshot(counts)
+	v5 = append([]byte(snapshotMagicV5), v5[len(snapshotMagic):len(v5)-4]...) // less the units given back again: none
+	fifth, err := decodeSnapshot(v5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(fifth, counts) {
+		t.Errorf("a snapshot of the fifth format read back as %+v; want %+v (no units given back again)", fifth, counts)
+	}
+
 	noResent := kept
 	noResent.Resent = nil
 	v4 := encodeSnapshot(noResent)
-	v4 = append([]byte(snapshotMagicV4), v4[len(snapshotMagic):len(v4)-8]...) // less the counts sent again: none, and no states
+	v4 = append([]byte(snapshotMagicV4), v4[len(snapshotMagic):len(v4)-12]...) // less the counts sent again: none, no states, no units given back
 	fourth, err := decodeSnapshot(v4)
 	if err != nil {
 		t.Fatal(err)

@@ -382,6 +382,22 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 		resent[i] = t.Resent[i].State
 	}
 	encodeStates(e, resent)
+	// The units given back that the records name (Resent.Given), each
+	// with the position of its record.
+	var given int
+	for i := range t.Resent {
+		if t.Resent[i].Given != nil {
+			given++
+		}
+	}
+	e.u32(uint32(given))
+	for i := range t.Resent {
+		if g := t.Resent[i].Given; g != nil {
+			e.u32(uint32(i))
+			encodeZoneReq(e, &g.Req)
+			e.u64(uint64(g.At))
+		}
+	}
 }
 
 // A list of zone requests: the units a transfer gives back or spends, or
@@ -511,6 +527,25 @@ func decodeTransfer(d *decoder) core.Transfer {
 		t.Resent = make([]core.Resent, len(marks))
 		for i := range marks {
 			t.Resent[i] = core.Resent{Marks: marks[i], State: resent[i]}
+		}
+	}
+	if n := d.count32(maxList, 4+zoneReqSize+8); n > 0 {
+		for range n {
+			i := d.u32()
+			q, err := decodeZoneReq(d)
+			at := int64(d.u64())
+			if d.err != nil {
+				return t
+			}
+			if err != nil {
+				d.err = err
+				return t
+			}
+			if uint64(i) >= uint64(len(t.Resent)) || t.Resent[i].Given != nil {
+				d.err = fmt.Errorf("units given back again for record %d of %d records, or twice", i, len(t.Resent))
+				return t
+			}
+			t.Resent[i].Given = &core.GivenAgain{Req: q, At: at}
 		}
 	}
 	return t

@@ -361,9 +361,14 @@ type Held = core.Held
 // core.KeptApplied).
 type KeptApplied = core.KeptApplied
 
-// Resent is what a counter holds of counts sent again in place of a
-// transfer to a run taken for dead (see core.Resent).
+// Resent is what a counter holds of counts sent again, or lacks of units
+// given back again, in place of a transfer to a run taken for dead (see
+// core.Resent).
 type Resent = core.Resent
+
+// GivenAgain is units given back again that a counter lacks (see
+// core.GivenAgain).
+type GivenAgain = core.GivenAgain
 
 // Replaced names a transfer that counts sent again replace (see
 // core.Replaced).

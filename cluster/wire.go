@@ -41,7 +41,11 @@ import (
 // cancel arrives. Version 10 names, in a seal query, the run asked
 // (SealQuery.To): a later run of a leaving node, restarted at its address,
 // answered for the leaving run, and completed a leave the run had not.
-const ProtocolVersion = 10
+// Version 11 names, in the records a counter carries of transfers sent
+// again in place of transfers to runs taken for dead (Transfer.Resent),
+// the units it lacks that were given back again (Resent.Given): a node of
+// version 10 would read them as counts.
+const ProtocolVersion = 11
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is
 // [kind|replyBit][call ID][status][body]. A take frame carries many take
@@ -148,6 +152,26 @@ func (d *decoder) count(bound, each int) int {
 		return 0
 	}
 	return n
+}
+
+// AppendRequest appends r as the peer protocol writes a zone's request: a
+// snapshot keeps the units given back again that its counters lack
+// (Resent.Given) this way.
+func AppendRequest(b []byte, r limiter.Request) []byte {
+	e := &encoder{b: b}
+	encodeZoneReq(e, &r)
+	return e.b
+}
+
+// ReadRequest reads a request AppendRequest wrote, and returns what
+// follows it. A request cut short, or out of range, is an error.
+func ReadRequest(b []byte) (limiter.Request, []byte, error) {
+	d := &decoder{b: b}
+	r, err := decodeZoneReq(d)
+	if err == nil {
+		err = d.err
+	}
+	return r, d.b, err
 }
 
 func encodeZoneReq(e *encoder, r *limiter.Request) {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -37,14 +38,66 @@ func FuzzDecodeMessages(f *testing.F) {
 }
 
 // resentTransfer carries a counter with the counts it holds of other
-// runs (Transfer.Holds, one of them its run's last word) and counts sent
-// again in place of a transfer (Transfer.Resent), the last list on the
-// wire: each a list of names then a list of counts, one for each.
+// runs (Transfer.Holds, one of them its run's last word), counts sent
+// again in place of a transfer and units given back again in place of
+// another (Transfer.Resent), the last lists on the wire: each record's
+// names, then a list of counts, one for each, then the units given back
+// with the position of their record.
 var resentTransfer = core.Transfer{Seq: 2, Mode: core.ModeAdd, Own: true, CountersOf: core.Peer{Name: "a", Inc: 1},
 	States: []limiter.State{{Key: 4, Cur: 3, Stamp: 1, Expires: 9}},
 	Holds: []core.Held{{Run: core.Peer{Name: "d", Inc: 4}, Gen: 2, State: limiter.State{Key: 4, Cur: 2, Stamp: 1, Expires: 9}},
 		{Run: core.Peer{Name: "e", Inc: 5}, State: limiter.State{Key: 4, Cur: 1, Stamp: 1, Expires: 9}, Last: true}},
-	Resent: []core.Resent{{Marks: []core.Replaced{{From: core.Peer{Name: "b", Inc: 2}, Seq: 5, To: core.Peer{Name: "c", Inc: 3}}}, State: limiter.State{Key: 4, Cur: 1, Stamp: 1, Expires: 9}}}}
+	Resent: []core.Resent{{Marks: []core.Replaced{{From: core.Peer{Name: "b", Inc: 2}, Seq: 5, To: core.Peer{Name: "c", Inc: 3}}}, State: limiter.State{Key: 4, Cur: 1, Stamp: 1, Expires: 9}},
+		{Marks: []core.Replaced{{From: core.Peer{Name: "f", Inc: 1}, Seq: 8, To: core.Peer{Name: "c", Inc: 3}}}, Given: &core.GivenAgain{
+			Req: limiter.Request{Key: 4, Zone: 1, Cost: 2, Limit: limiter.Limit{Quota: 10, Window: time.Minute}}, At: 7}}}}
+
+// The records of units given back again (Resent.Given) cross the wire
+// with their requests and instants, each at the position of its record;
+// the records of counts beside them stay counts.
+func TestUnitsGivenBackAgainCrossTheWireWithTheirRecords(t *testing.T) {
+	e := &encoder{}
+	encodeTransfer(e, &resentTransfer)
+	m, err := decodeRequest(msgTransfer, &decoder{b: e.b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.(core.Transfer)
+	if len(got.Resent) != 2 {
+		t.Fatalf("%d records came; want 2", len(got.Resent))
+	}
+	if got.Resent[0].Given != nil || fmtOf(got.Resent[0]) != fmtOf(resentTransfer.Resent[0]) {
+		t.Errorf("the record of counts came as %+v; want %+v", got.Resent[0], resentTransfer.Resent[0])
+	}
+	want := resentTransfer.Resent[1]
+	if g := got.Resent[1]; g.Given == nil || fmtOf(*g.Given) != fmtOf(*want.Given) || fmtOf(g.Marks) != fmtOf(want.Marks) {
+		t.Errorf("the record of units given back came as %+v (given %+v); want given %+v", g, g.Given, *want.Given)
+	}
+	// A record named twice, or one past the list, is refused.
+	for _, at := range []uint32{1, 2} {
+		forged := resentTransfer
+		forged.Resent = slices.Clone(resentTransfer.Resent)
+		e := &encoder{}
+		encodeTransfer(e, &forged)
+		b := slices.Clone(e.b)
+		// The last list: its count, then each entry's position.
+		pos := len(b) - (8 + zoneReqSizeOf(t, *want.Given)) - 4
+		b[pos], b[pos+1], b[pos+2], b[pos+3] = byte(at), 0, 0, 0
+		if at == 1 {
+			b = append(b[:pos-4], append([]byte{2, 0, 0, 0}, append(b[pos:], b[pos:]...)...)...)
+		}
+		if _, err := decodeRequest(msgTransfer, &decoder{b: b}); err == nil {
+			t.Errorf("units given back again for record %d (twice: %v) decode without an error", at, at == 1)
+		}
+	}
+}
+
+// zoneReqSizeOf returns the size of g's request on the wire.
+func zoneReqSizeOf(t *testing.T, g core.GivenAgain) int {
+	t.Helper()
+	e := &encoder{}
+	encodeZoneReq(e, &g.Req)
+	return len(e.b)
+}
 
 // A transfer cut short anywhere, a frame truncated or forged by a peer,
 // is an error to its reader: never a panic of the node.

@@ -181,7 +181,7 @@ func (f *fallback) keepResent(list []Resent, now int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for k, xs := range f.resent {
-		xs = slices.DeleteFunc(xs, func(x Resent) bool { return x.State.Expires <= now })
+		xs = slices.DeleteFunc(xs, func(x Resent) bool { return x.expires() <= now })
 		if len(xs) == 0 {
 			delete(f.resent, k)
 		} else {
@@ -195,7 +195,7 @@ func (f *fallback) keepResent(list []Resent, now int64) {
 		f.resent = map[limiter.Key][]Resent{}
 	}
 	for _, x := range list {
-		k := x.State.Key
+		k := x.key()
 		f.resent[k] = withResent(f.resent[k], []Resent{x})
 	}
 }

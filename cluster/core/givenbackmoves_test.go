@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // A give-back the key's owner n0 applied (its answer lost, its replicas
@@ -17,41 +19,8 @@ import (
 // count what was admitted: the record of them goes with the counter.
 func TestUnitsGivenBackAgainArePutBackWhereTheKeysCounterWent(t *testing.T) {
 	h := newHandNet(t, "n0", "n1", "n2", "n3")
-	k, load := h.spentKey("n0", "n1", 4)
-	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-
-	tk := load.spend("n2")
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
-		t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
-	}
-	h.advance(100 * time.Millisecond) // replicated to n1
-	h.drops = func(from string, o Outgoing) bool {
-		t, ok := o.Msg.(Transfer)
-		return ok && from == "n0" && o.To.Name == "n1" && t.Mode == ModeReplica
-	}
-	const refund = 77
-	at := h.now.UnixNano()
-	n0.handleTransfer(h.now, n2.self, Transfer{Seq: refund, To: n0.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: at}, true)
-	h.pump()
-	load.admitted--
-	h.advance(100 * time.Millisecond)
-
-	// n0 stops answering; n1 takes the key over from its stale replica.
-	h.down["n0"] = true
-	h.advance(100 * time.Millisecond)
-	for _, x := range []string{"n1", "n2", "n3"} {
-		h.setMembership(x, []string{"n0"})
-	}
-	h.advance(2*time.Second, "n1", "n2", "n3")
-	if got := h.count("n1", k); got != 5 {
-		t.Fatalf("n1 counts %d after taking the key over; want 5 (the stale replica)", got)
-	}
-	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: at, Was: refund, WasTo: n0.self}, true)
-	h.pump()
-	if got := h.count("n1", k); got != int64(load.admitted) {
-		t.Fatalf("n1 counts %d after the give-back again; %d were admitted", got, load.admitted)
-	}
-	h.advance(200 * time.Millisecond)
+	k, load := h.n1GivesBackAgainInN0sPlace()
+	n0, n1 := h.cores["n0"], h.cores["n1"]
 
 	// n1 leaves gracefully: the key's counter goes to n3.
 	n1.Leave(h.now)
@@ -75,30 +44,158 @@ func TestUnitsGivenBackAgainArePutBackWhereTheKeysCounterWent(t *testing.T) {
 	if got := h.count("n2", k) + h.count("n3", k); got != int64(load.admitted) {
 		t.Fatalf("n2 and n3 count %d after n1 left; %d were admitted", got, load.admitted)
 	}
+	h.n0ComesBackAndCountsWhatWasAdmitted(k, load, "n1")
+}
 
-	// n0 comes back, learns it was declared dead; its counters go to
-	// where the key is counted, and it joins again.
+// The same, but n1 crashes instead of leaving (of five nodes: three stay,
+// a majority): the key is taken over from the replica of n1's counter,
+// which carries the record of the units it lacks, and n0's counters meet
+// it there.
+func TestUnitsGivenBackAgainArePutBackWhereTheReplicaOfTheKeysCounterWasTakenOver(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	k, load := h.n1GivesBackAgainInN0sPlace()
+
+	h.down["n1"] = true
+	h.advance(100 * time.Millisecond)
+	survivors := []string{"n2", "n3", "n4"}
+	for _, x := range survivors {
+		h.setMembership(x, []string{"n0", "n1"})
+	}
+	h.advance(2*time.Second, survivors...)
+	load.spend("n2") // the key settles where it is counted now
+	h.advance(time.Second, survivors...)
+	load.resume()
+	var got int64
+	for _, x := range survivors {
+		got += h.count(x, k)
+	}
+	if got != int64(load.admitted) {
+		t.Fatalf("the survivors count %d after n1 crashed (%v); %d were admitted", got, h.counts(k), load.admitted)
+	}
+	h.n0ComesBackAndCountsWhatWasAdmitted(k, load, "n1")
+}
+
+// The same, and n1 restarts from a snapshot it wrote after the units came
+// off its counter: the snapshot's counter comes to the key's owner with
+// the same record the replica brought. It is one record: put back twice,
+// the key counted a unit the client had back.
+func TestUnitsGivenBackAgainOnRecordInAReplicaAndASnapshotArePutBackOnce(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	k, load := h.n1GivesBackAgainInN0sPlace()
+	n1 := h.cores["n1"]
+	snapshot := n1.Keep(h.now, n1.engine.StatesOf(h.now, []limiter.Key{k}))
+	if !slices.ContainsFunc(snapshot.Resent, func(x Resent) bool { return x.Given != nil && x.Given.Req.Key == k }) {
+		t.Fatalf("n1's snapshot carries no record of the unit given back again: %+v", snapshot.Resent)
+	}
+
+	h.down["n1"] = true
+	h.advance(100 * time.Millisecond)
+	survivors := []string{"n2", "n3", "n4"}
+	for _, x := range survivors {
+		h.setMembership(x, []string{"n0", "n1"})
+	}
+	h.advance(2*time.Second, survivors...)
+	load.spend("n2")
+	h.advance(time.Second, survivors...)
+	load.resume()
+
+	// n1 restarts from its snapshot and joins again.
+	n1 = h.start("n1", true)
+	n1.RestoreCounters(h.now, snapshot)
+	n1.Joined(h.now)
+	for _, x := range []string{"n1", "n2", "n3", "n4"} {
+		h.setMembership(x, []string{"n0"})
+	}
+	h.advance(3*time.Second, "n1", "n2", "n3", "n4")
+	h.n0ComesBackAndCountsWhatWasAdmitted(k, load, "")
+}
+
+// n1GivesBackAgainInN0sPlace plays, in a cluster of n0–n3 or more, on a key of
+// n0's with successor n1 and 4 spent: n2's request is admitted by n0 and
+// given back; n0 applies the give-back, but its answer and its replica to
+// n1 are lost. n0 stops answering, and the others declare it dead; n1
+// takes the key over from the stale replica, and the give-back is given
+// back again to it in n0's place: the unit comes off n1's counter, which
+// then replicates.
+func (h *handNet) n1GivesBackAgainInN0sPlace() (limiter.Key, *handLoad) {
+	h.t.Helper()
+	k, load := h.spentKey("n0", "n1", 4)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+
+	tk := load.spend("n2")
+	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
+		h.t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
+	}
+	h.advance(100 * time.Millisecond) // replicated to n1
+	h.drops = func(from string, o Outgoing) bool {
+		t, ok := o.Msg.(Transfer)
+		return ok && from == "n0" && o.To.Name == "n1" && t.Mode == ModeReplica
+	}
+	const refund = 77
+	at := h.now.UnixNano()
+	n0.handleTransfer(h.now, n2.self, Transfer{Seq: refund, To: n0.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: at}, true)
+	h.pump()
+	load.admitted--
+	h.advance(100 * time.Millisecond)
+
+	// n0 stops answering; n1 takes the key over from its stale replica.
+	h.down["n0"] = true
+	h.advance(100 * time.Millisecond)
+	others := slices.DeleteFunc(slices.Clone(h.names), func(x string) bool { return x == "n0" })
+	for _, x := range others {
+		h.setMembership(x, []string{"n0"})
+	}
+	h.advance(2*time.Second, others...)
+	if got := h.count("n1", k); got != 5 {
+		h.t.Fatalf("n1 counts %d after taking the key over; want 5 (the stale replica)", got)
+	}
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: at, Was: refund, WasTo: n0.self}, true)
+	h.pump()
+	if got := h.count("n1", k); got != int64(load.admitted) {
+		h.t.Fatalf("n1 counts %d after the give-back again; %d were admitted", got, load.admitted)
+	}
+	h.advance(200*time.Millisecond, others...)
+	return k, load
+}
+
+// n0ComesBackAndCountsWhatWasAdmitted plays n0, declared dead while
+// alive, coming back: it learns it was declared dead, its counters go to
+// where the key is counted, and it joins again, gone (crashed or left),
+// if named, being out. The cluster must then count what was admitted of k, and
+// admit it up to its limit with no request under it refused.
+func (h *handNet) n0ComesBackAndCountsWhatWasAdmitted(k limiter.Key, load *handLoad, gone string) {
+	h.t.Helper()
 	h.drops = nil
 	h.learnsItWasDeclaredDead("n0")
 	h.advance(2 * time.Second)
-	for _, name := range []string{"n0", "n2", "n3"} {
-		h.setMembership(name, []string{"n1"})
+	var alive []string
+	for _, name := range h.names {
+		if name != gone {
+			var dead []string
+			if gone != "" {
+				dead = []string{gone}
+			}
+			h.setMembership(name, dead)
+			alive = append(alive, name)
+		}
 	}
 	h.advance(3 * time.Second)
-	total := h.count("n0", k) + h.count("n2", k) + h.count("n3", k)
-	if total != int64(load.admitted) {
-		t.Fatalf("the cluster counts %d (n0 %d, n2 %d, n3 %d); %d were admitted (n2's unit was given back once)", total, h.count("n0", k), h.count("n2", k), h.count("n3", k), load.admitted)
+	var total int64
+	for _, name := range alive {
+		total += h.count(name, k)
 	}
-
+	if total != int64(load.admitted) {
+		h.t.Fatalf("the cluster counts %d (%v); %d were admitted (n2's unit was given back once)", total, h.counts(k), load.admitted)
+	}
 	// The other side: the key is spent up to its limit, and no request
 	// under it is refused.
 	for i := 0; int64(load.admitted) < load.quota; i++ {
-		at := []string{"n0", "n2", "n3"}[i%3]
+		at := alive[i%len(alive)]
 		if tk := load.spend(at); !tk.done || !tk.d.Allowed {
-			t.Fatalf("request at %s refused with %d of %d admitted: %+v", at, load.admitted, load.quota, tk.d)
+			h.t.Fatalf("request at %s refused with %d of %d admitted: %+v", at, load.admitted, load.quota, tk.d)
 		}
 	}
-	if tk := load.spend("n2"); tk.done && tk.d.Allowed {
-		t.Fatalf("request past the limit admitted: %d of %d", load.admitted, load.quota)
+	if tk := load.spend(alive[0]); tk.done && tk.d.Allowed {
+		h.t.Fatalf("request past the limit admitted: %d of %d", load.admitted, load.quota)
 	}
 }

@@ -293,7 +293,13 @@ type Transfer struct {
 	// that run that meets them comes in less them (see noteResent).
 	// Without it, the counts joined the counter naming nothing, and where
 	// it met the counter of the run that had applied the transfer they
-	// were added twice.
+	// were added twice. It names too the units the counters lack that
+	// were given back again in place of give-backs to runs taken for dead
+	// (Resent.Given): a counter of such a run that comes saying it
+	// applied one lacks them as well, and they are put back once where it
+	// meets the record (see evictedApplied). Left at the node the units
+	// came off, the record met no such counter where the key went, and
+	// the key counted them once too few.
 	Resent []Resent
 	// Last (ModeAdd, counters naming their run, CountersOf): they are
 	// that run's last word on them, as a counter it handed over itself
@@ -308,17 +314,69 @@ type Transfer struct {
 	Last bool
 }
 
-// Resent is counts a counter holds that were sent again in place of
-// transfers (Marks, first sent first: Earlier, then Was): one count with
-// each of theirs.
+// Resent is a record a counter carries of a transfer sent again in place
+// of transfers to runs taken for dead (Marks, first sent first: Earlier,
+// then Was): counts the counter holds, one count with each of theirs
+// (State), or, where the transfer gave units back (Given, State unset),
+// units it lacks, as the counter of a run that applied one of those
+// give-backs does.
 type Resent struct {
 	Marks []Replaced
 	State limiter.State
+	Given *GivenAgain
+}
+
+// GivenAgain is units given back again in place of a give-back to a run
+// taken for dead: the request, and the instant it was counted at (Unix
+// ns).
+type GivenAgain struct {
+	Req limiter.Request
+	At  int64
+}
+
+// key returns the key of the counter x is a record of.
+func (x Resent) key() limiter.Key {
+	if x.Given != nil {
+		return x.Given.Req.Key
+	}
+	return x.State.Key
+}
+
+// expires returns when x is of no more use (Unix ns): when the counts'
+// window is over, or, for units given back, when the window they were
+// counted in and the one after it are.
+func (x Resent) expires() int64 {
+	if x.Given != nil {
+		return x.Given.At + 2*int64(x.Given.Req.Limit.Window)
+	}
+	return x.State.Expires
+}
+
+// same reports whether x and y are the same record: of the same key and
+// transfers, and, for units given back, of the same instant.
+func (x Resent) same(y Resent) bool {
+	if x.key() != y.key() || (x.Given == nil) != (y.Given == nil) || !slices.Equal(x.Marks, y.Marks) {
+		return false
+	}
+	return x.Given == nil || x.Given.At == y.Given.At
+}
+
+// givenAgain returns the records of reqs, units counted at the instant
+// at and given back again in place of the give-backs marks, that the
+// counters they came off carry.
+func givenAgain(marks []Replaced, reqs []limiter.Request, at int64) []Resent {
+	var out []Resent
+	for _, q := range reqs {
+		if q.Limit.Algorithm != limiter.Concurrency {
+			out = append(out, Resent{Marks: slices.Clone(marks), Given: &GivenAgain{Req: q, At: at}})
+		}
+	}
+	return out
 }
 
 // resentOf returns, of list, the records of the keys of states.
 func resentOf(list []Resent, states []limiter.State) []Resent {
-	return ofKeysOf(list, states, func(r Resent) limiter.Key { return r.State.Key })
+	return ofKeysOf(list, states, Resent.key)
 }
 
 // ofKeysOf returns the items of list whose key is among the keys of

@@ -68,9 +68,11 @@ type replicaStore struct {
 	resent map[Peer]map[Applied]resentCounts
 	// resentHeld: per key, the counts sent in place of transfers to runs
 	// taken for dead that this node's counter of the key holds (they
-	// joined it), by the transfers they replace: they go with the counter
-	// (Transfer.Resent). A record of resent taken out (the run's counter
-	// came, less the counts) drops its entry here too.
+	// joined it), and the units given back in place of such transfers
+	// that it lacks (they came off it), by the transfers they replace:
+	// they go with the counter (Transfer.Resent). A record of resent
+	// taken out (the run's counter came, less the counts, or lacking the
+	// units too) drops its entry here too.
 	resentHeld map[limiter.Key][]resentHeld
 	// given: this run's own counters handed to a run that applied them
 	// and has not replicated them here since, where this node succeeds
@@ -143,12 +145,11 @@ func statesOfGiven(given []givenCounter) []limiter.State {
 	return out
 }
 
-// resentHeld is counts a counter holds that were sent in place of the
-// transfers marks, and when they joined it (mono).
+// resentHeld is a record a counter carries (see Resent), and when its
+// counts joined the counter, or its units came off it (mono).
 type resentHeld struct {
-	marks []Replaced
-	state limiter.State
-	at    int64
+	rec Resent
+	at  int64
 }
 
 // keyGen is the generation of this run's counter of a key, and when the
@@ -798,7 +799,7 @@ func resentOfTaken(taken []takenReplica) []Resent {
 // already (the same transfers' counts of the same key: see noteResent).
 func withResent(list, more []Resent) []Resent {
 	for _, x := range more {
-		if !slices.ContainsFunc(list, func(y Resent) bool { return y.State.Key == x.State.Key && slices.Equal(y.Marks, x.Marks) }) {
+		if !slices.ContainsFunc(list, x.same) {
 			list = append(list, x)
 		}
 	}
@@ -959,14 +960,15 @@ func (r *replicaStore) holdResent(m int64, list []Resent) {
 		r.resentHeld = map[limiter.Key][]resentHeld{}
 	}
 	for _, x := range list {
-		if x.State.Kind >= limiter.KindGrant || len(x.Marks) == 0 {
+		if x.Given == nil && x.State.Kind >= limiter.KindGrant || len(x.Marks) == 0 {
 			continue
 		}
-		k := x.State.Key
-		if slices.ContainsFunc(r.resentHeld[k], func(h resentHeld) bool { return slices.Equal(h.marks, x.Marks) }) {
+		k := x.key()
+		if slices.ContainsFunc(r.resentHeld[k], func(h resentHeld) bool { return h.rec.same(x) }) {
 			continue // the same record, come again (see noteResent)
 		}
-		r.resentHeld[k] = append(r.resentHeld[k], resentHeld{marks: slices.Clone(x.Marks), state: x.State, at: m})
+		x.Marks = slices.Clone(x.Marks)
+		r.resentHeld[k] = append(r.resentHeld[k], resentHeld{rec: x, at: m})
 	}
 }
 
@@ -982,7 +984,9 @@ func (r *replicaStore) resentHeldOf(keys []limiter.Key) []Resent {
 	var out []Resent
 	for _, k := range keys {
 		for _, h := range r.resentHeld[k] {
-			out = append(out, Resent{Marks: slices.Clone(h.marks), State: h.state})
+			x := h.rec
+			x.Marks = slices.Clone(x.Marks)
+			out = append(out, x)
 		}
 	}
 	return out
@@ -1006,12 +1010,10 @@ func (r *replicaStore) takeResentHeld(keys []limiter.Key) []Resent {
 		}
 		delete(r.resentHeld, k)
 		for _, h := range list {
-			out = append(out, Resent{Marks: h.marks, State: h.state})
+			out = append(out, h.rec)
 		}
 		for _, h := range list {
-			for _, m := range h.marks {
-				r.forgetResentLocked(m.To, Applied{From: m.From, Seq: m.Seq}, []limiter.State{h.state})
-			}
+			r.forgetNotedLocked(h.rec)
 		}
 	}
 	return out
@@ -1026,7 +1028,7 @@ func (r *replicaStore) dropResentHeldLocked(run Peer, a Applied, gone []limiter.
 	}
 	mark := Replaced{From: a.From, Seq: a.Seq, To: run}
 	for _, s := range gone {
-		list := slices.DeleteFunc(r.resentHeld[s.Key], func(h resentHeld) bool { return slices.Contains(h.marks, mark) })
+		list := slices.DeleteFunc(r.resentHeld[s.Key], func(h resentHeld) bool { return h.rec.Given == nil && slices.Contains(h.rec.Marks, mark) })
 		if len(list) == 0 {
 			delete(r.resentHeld, s.Key)
 		} else {
@@ -1045,7 +1047,10 @@ func (r *replicaStore) anyResent() bool {
 
 // noteGivenBack records that the units of reqs, counted at the instant at
 // (Unix ns) and given back in place of transfer a to the dead run, were
-// given back here.
+// given back here. A record of them that comes again (with a copy of the
+// counter they came off, by another path: its replica taken over, and a
+// snapshot of it read back) is the same record, and is not kept twice:
+// kept twice, they were put back twice.
 func (r *replicaStore) noteGivenBack(m int64, run Peer, a Applied, reqs []limiter.Request, at int64) {
 	if len(reqs) == 0 {
 		return
@@ -1055,7 +1060,7 @@ func (r *replicaStore) noteGivenBack(m int64, run Peer, a Applied, reqs []limite
 	set := r.resentOfLocked(run)
 	rec := set[a]
 	for _, q := range reqs {
-		if q.Limit.Algorithm != limiter.Concurrency {
+		if q.Limit.Algorithm != limiter.Concurrency && !slices.ContainsFunc(rec.given, func(g givenBack) bool { return g.req.Key == q.Key && g.at == at }) {
 			rec.given = append(rec.given, givenBack{req: q, at: at})
 		}
 	}
@@ -1073,15 +1078,24 @@ func (r *replicaStore) noteGivenBack(m int64, run Peer, a Applied, reqs []limite
 func (r *replicaStore) forgetGivenBack(run Peer, a Applied, reqs []limiter.Request, at int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	for _, q := range reqs {
+		r.forgetGivenBackLocked(run, a, q.Key, at)
+	}
+}
+
+// forgetGivenBackLocked drops the record of the units of k, counted at
+// the instant at and given back in place of transfer a to run: as given
+// back here (see noteGivenBack), and as lacked by the counter here (see
+// holdResent). r.mu is held.
+func (r *replicaStore) forgetGivenBackLocked(run Peer, a Applied, k limiter.Key, at int64) {
+	r.dropGivenHeldLocked(run, a, k, at)
 	set := r.resent[run]
 	rec, ok := set[a]
 	if !ok || len(rec.given) == 0 {
 		return
 	}
-	for _, q := range reqs {
-		if i := slices.IndexFunc(rec.given, func(g givenBack) bool { return g.req.Key == q.Key && g.at == at }); i >= 0 {
-			rec.given = slices.Delete(slices.Clone(rec.given), i, i+1)
-		}
+	if i := slices.IndexFunc(rec.given, func(g givenBack) bool { return g.req.Key == k && g.at == at }); i >= 0 {
+		rec.given = slices.Delete(slices.Clone(rec.given), i, i+1)
 	}
 	if len(rec.states) == 0 && len(rec.given) == 0 {
 		delete(set, a)
@@ -1091,6 +1105,25 @@ func (r *replicaStore) forgetGivenBack(run Peer, a Applied, reqs []limiter.Reque
 		return
 	}
 	set[a] = rec
+}
+
+// dropGivenHeldLocked forgets the record, carried by the counter of k
+// here, of its units counted at the instant at that were given back in
+// place of transfer a to run (see holdResent). r.mu is held.
+func (r *replicaStore) dropGivenHeldLocked(run Peer, a Applied, k limiter.Key, at int64) {
+	list, ok := r.resentHeld[k]
+	if !ok {
+		return
+	}
+	mark := Replaced{From: a.From, Seq: a.Seq, To: run}
+	list = slices.DeleteFunc(list, func(h resentHeld) bool {
+		return h.rec.Given != nil && h.rec.Given.At == at && slices.Contains(h.rec.Marks, mark)
+	})
+	if len(list) == 0 {
+		delete(r.resentHeld, k)
+	} else {
+		r.resentHeld[k] = list
+	}
 }
 
 // lessResent returns states, copies of run's counters (a snapshot read
@@ -1149,8 +1182,20 @@ func (r *replicaStore) forgetNoted(list []Resent) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, x := range list {
-		for _, m := range x.Marks {
-			r.forgetResentLocked(m.To, Applied{From: m.From, Seq: m.Seq}, []limiter.State{x.State})
+		r.forgetNotedLocked(x)
+	}
+}
+
+// forgetNotedLocked forgets the records of x, for each transfer it
+// names, as added or given back here, and as held by the counter here.
+// r.mu is held.
+func (r *replicaStore) forgetNotedLocked(x Resent) {
+	for _, m := range x.Marks {
+		a := Applied{From: m.From, Seq: m.Seq}
+		if x.Given != nil {
+			r.forgetGivenBackLocked(m.To, a, x.Given.Req.Key, x.Given.At)
+		} else {
+			r.forgetResentLocked(m.To, a, []limiter.State{x.State})
 		}
 	}
 }
@@ -1244,6 +1289,8 @@ func (r *replicaStore) takeResent(run Peer, applied []Applied, states, givenOf [
 		for _, g := range rec.given {
 			if heldIn(givenOf, g.req.Key) {
 				given = append(given, g)
+				// Weighed here: the record goes no further.
+				r.dropGivenHeldLocked(run, a, g.req.Key, g.at)
 			} else {
 				left = append(left, g)
 			}

@@ -1205,12 +1205,12 @@ func (c *Core) applyOnce(now time.Time, from Peer, t Transfer, pulled bool) bool
 			// (TestCountsKeptInPlaceOfATransferTheOwnerNeverAppliedAreAddedOnce).
 			here := c.placedHere(c.view.Load(), t.States)
 			for _, x := range t.Resent {
-				if !heldIn(here, x.State.Key) {
+				if !heldIn(here, x.key()) {
 					continue
 				}
 				for _, m := range x.Marks {
 					if m.To == c.self {
-						c.in.firstCopyKeys(Applied{From: m.From, Seq: m.Seq}, []limiter.Key{x.State.Key}, c.mono(now))
+						c.in.firstCopyKeys(Applied{From: m.From, Seq: m.Seq}, []limiter.Key{x.key()}, c.mono(now))
 					}
 				}
 			}
@@ -1282,6 +1282,9 @@ func (c *Core) applyOnce(now time.Time, from Peer, t Transfer, pulled bool) bool
 			for _, m := range marks {
 				c.replicas.noteGivenBack(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, t.Reqs, at)
 			}
+			// The counter they come off carries the record wherever it
+			// goes (Resent.Given).
+			c.replicas.holdResent(c.mono(now), givenAgain(marks, t.Reqs, at))
 		}
 		counted = c.countedHere(now, t)
 		if counted == nil && t.Mode == ModeAdd && !t.carriesCounter() && len(t.States) > 0 {
@@ -1708,8 +1711,8 @@ func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
 		}
 	}
 	c.keepResent(now, slices.DeleteFunc(slices.Clone(resent), func(x Resent) bool {
-		_, self, ok := c.placeOf(v, x.State.Key)
-		return carried[x.State.Key] || ok && !self
+		_, self, ok := c.placeOf(v, x.key())
+		return carried[x.key()] || ok && !self
 	}))
 	c.place(now, ModeAdd, purposeForward, adds)
 	// The run's counters that this node holds no record of go on as
@@ -1838,7 +1841,9 @@ func (c *Core) weighResent(now time.Time, list []Resent, states []limiter.State)
 }
 
 // lessResentHeld returns states less the counts of the records of list
-// that held reports are held already, and the other records.
+// that held reports are held already, with the units of those that held
+// reports are lacked already put back (see Resent.Given), and the other
+// records.
 func (c *Core) lessResentHeld(now time.Time, list []Resent, states []limiter.State, held func(Resent) bool) ([]limiter.State, []Resent) {
 	if len(list) == 0 {
 		return states, nil
@@ -1847,12 +1852,21 @@ func (c *Core) lessResentHeld(now time.Time, list []Resent, states []limiter.Sta
 	drop := make([]bool, len(states))
 	var keep []Resent
 	for _, x := range list {
-		i := slices.IndexFunc(states, func(s limiter.State) bool { return s.Key == x.State.Key && s.Kind < limiter.KindGrant })
+		i := slices.IndexFunc(states, func(s limiter.State) bool { return s.Key == x.key() && s.Kind < limiter.KindGrant })
 		if i < 0 || drop[i] {
 			continue
 		}
 		if !held(x) {
 			keep = append(keep, x)
+			continue
+		}
+		if x.Given != nil {
+			// The counter lacks units the counter they would meet lacks
+			// too: they are put back, once.
+			if c.debugOn() {
+				c.log.Debug("counter: units given back in place of a give-back its receiver applied are put back", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{x.Given.Req}))
+			}
+			states[i] = withUnitsBack(now, states[i], *x.Given)
 			continue
 		}
 		c.debugCounts("counter: counts sent in place of a transfer its receiver applied are not added again", []limiter.State{x.State})
@@ -1875,7 +1889,9 @@ func (c *Core) lessResentHeld(now time.Time, list []Resent, states []limiter.Sta
 // transfers, are held by the counter of another run that applied one of
 // those transfers, by what this node knows of it (see weighResent).
 func (c *Core) appliedResent(x Resent) bool {
-	return slices.ContainsFunc(x.Marks, func(m Replaced) bool {
+	// Units given back go on with the counter, on record: a counter of
+	// the run that comes to it later lacks them too (see evictedApplied).
+	return x.Given == nil && slices.ContainsFunc(x.Marks, func(m Replaced) bool {
 		return m.To != c.self && c.replicas.applied(m.To, Applied{From: m.From, Seq: m.Seq})
 	})
 }
@@ -1902,7 +1918,11 @@ func (c *Core) resentHeldHere(now time.Time, list []Resent, states []limiter.Sta
 func (c *Core) keepResent(now time.Time, list []Resent) {
 	for _, x := range list {
 		for _, m := range x.Marks {
-			c.replicas.noteResent(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, []limiter.State{x.State})
+			if x.Given != nil {
+				c.replicas.noteGivenBack(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, []limiter.Request{x.Given.Req}, x.Given.At)
+			} else {
+				c.replicas.noteResent(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, []limiter.State{x.State})
+			}
 		}
 	}
 	c.replicas.holdResent(c.mono(now), list)
@@ -3075,6 +3095,8 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 			for _, m := range mark.Earlier {
 				c.replicas.noteGivenBack(c.mono(now), m.To, Applied{From: m.From, Seq: m.Seq}, hereReqs, at)
 			}
+			was := mark.was(c.self)
+			c.replicas.holdResent(c.mono(now), givenAgain(append(slices.Clip(mark.Earlier), Replaced{From: was.From, Seq: was.Seq, To: mark.WasTo}), hereReqs, at))
 		}
 		c.notePromotedHere(now, pt.t.ReplicaOf, here, pt.t.Holds)
 		if pt.t.Mode == ModeEvicted && pt.t.Evicted != c.self {
@@ -3180,6 +3202,16 @@ func foreignApplied(list []Applied, of Peer, holds []Held) []Applied {
 	return out
 }
 
+// withUnitsBack returns s with the units of g put back: the units as s
+// holds them, what giving them back would take off it.
+func withUnitsBack(now time.Time, s limiter.State, g GivenAgain) limiter.State {
+	unit, ok := limiter.SubState(now, s, limiter.RefundState(now, time.Unix(0, g.At), s, g.Req))
+	if !ok {
+		return s
+	}
+	return limiter.AddState(now, s, unit)
+}
+
 // givenBackInCopy returns states, copies of run's counters, with the
 // units of given put back in: units given back here in place of a
 // transfer the run applied, where no counter here holds a record of the
@@ -3198,13 +3230,7 @@ func (c *Core) givenBackInCopy(now time.Time, run Peer, given []givenBack, state
 			if out[i].Key != g.req.Key || out[i].Kind >= limiter.KindGrant {
 				continue
 			}
-			// The units as the copy holds them: what giving them back
-			// would take off it.
-			unit, ok := limiter.SubState(now, out[i], limiter.RefundState(now, time.Unix(0, g.at), out[i], g.req))
-			if !ok {
-				break
-			}
-			out[i] = limiter.AddState(now, out[i], unit)
+			out[i] = withUnitsBack(now, out[i], GivenAgain{Req: g.req, At: g.at})
 			if c.debugOn() {
 				c.log.Debug("evicted counters: units given back here in place of a transfer their run applied, off a counter not here, are put back in its copy", "node", c.self.Name, "evicted", run.Name, "reqs", debugReqs([]limiter.Request{g.req}))
 			}

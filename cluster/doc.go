@@ -233,7 +233,12 @@
 // lowered by them, or, where that counter went on, the run's counter
 // goes on with them put back in
 // (TestAGiveBackSentAgainThatTheDeadOwnerAppliedComesOffOnce,
-// TestAGiveBackSentAgainOffACounterThatWentOnComesOffOnce).
+// TestAGiveBackSentAgainOffACounterThatWentOnComesOffOnce). The counter
+// they came off carries the record of them wherever it goes, as it does
+// the record of counts sent again (Transfer.Resent, Resent.Given): where
+// the run's counter meets it, the units are put back once
+// (TestUnitsGivenBackAgainArePutBackWhereTheKeysCounterWent,
+// TestUnitsGivenBackAgainArePutBackWhereTheReplicaOfTheKeysCounterWasTakenOver).
 // Tested with processes:
 // TestProcessClusterBusyOwnerCountsExactly (three processes and the load
 // generator on two busy cores, each process stopped again and again, the
@@ -549,16 +554,14 @@
 // keys over, where the copies of the snapshot go too, and there they count
 // once, whichever comes first (the later transfer is skipped, or its counts
 // taken out of the copy: TestASnapshotAndATransferItsRunAppliedAreCountedOnce).
-// A snapshot does not keep the record of the counts its counters hold that
-// were sent again in place of a transfer to a run taken for dead
-// (Transfer.Resent): where that run had applied the transfer, and its
-// counter and the snapshot's copy meet where the key is counted, those
-// counts are held twice. That takes a lost acknowledgement, the receiver
-// then taken for dead (a split), and a restart of the node whose counter
-// held the counts from a snapshot written within appliedKeep of them. It
-// adds to what the cluster holds, never to what it admits: the key is
-// denied early by at most those counts, and the bound above stands (it is
-// not part of S, which counts admissions).
+// A snapshot keeps the record of the counts its counters hold that were
+// sent again in place of a transfer to a run taken for dead (from
+// TGSN5), and of the units they lack that were given back again in place
+// of a give-back to one (from TGSN6) (Transfer.Resent): where that run
+// had applied the transfer, and its counter and the snapshot's copy meet
+// where the key is counted, the counts are held once, and the units put
+// back once
+// (TestUnitsGivenBackAgainOnRecordInAReplicaAndASnapshotArePutBackOnce).
 // The counters a node declared dead sends to the node that kept their
 // replicas list the same transfers: counts sent there in place of one of
 // them, added to a counter started from the run's replica, are the run's

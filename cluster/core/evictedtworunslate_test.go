@@ -130,8 +130,8 @@ func TestAnEvictedCounterForAnEarlierRunWhoseKeyWasRestoredLateButCountedFromANe
 			}
 			h.advance(time.Second, others...)
 			load.resume()
-			if got := h.count("n1", k); false {
-				t.Fatalf("n1 counts %d after the second takeover, %d admitted; want 13 and 14", got, load.admitted)
+			if got := h.count("n1", k); got != 15 || load.admitted != 16 {
+				t.Fatalf("n1 counts %d after the second takeover, %d admitted; want 15 and 16", got, load.admitted)
 			}
 			restart()
 			h.learnsItWasDeclaredDead("n0")
@@ -150,7 +150,13 @@ func TestAnEvictedCounterForAnEarlierRunWhoseKeyWasRestoredLateButCountedFromANe
 			if len(evicted) != 2 || evicted[0] != [2]uint64{1, 2} || evicted[1] != [2]uint64{2, 3} {
 				t.Fatalf("evicted counters sent again, (meant for, to) runs of n1: %v; want [[1 2] [2 3]]", evicted)
 			}
+			// Nothing lost, nothing counted twice: 18 held of 18 admitted.
+			if load.admitted != 18 {
+				t.Fatalf("%d admitted; want 18", load.admitted)
+			}
 			h.holdsAdmitted(k, load.admitted, "")
+			// The owner admits up to the limit, refusing nothing under it,
+			// and nothing beyond.
 			owner, _ := h.cores["n1"].view.Load().ring.Owner(k.Route())
 			for load.admitted < 30 {
 				tk := load.spend(owner.Name)
@@ -160,6 +166,13 @@ func TestAnEvictedCounterForAnEarlierRunWhoseKeyWasRestoredLateButCountedFromANe
 					t.Fatalf("the owner %s refused a request with %d of 30 admitted (%v)", owner.Name, load.admitted, h.counts(k))
 				}
 			}
+			tk := load.spend(owner.Name)
+			h.advance(20 * time.Millisecond)
+			load.resume()
+			if tk.d.Allowed || load.admitted != 30 {
+				t.Fatalf("the owner %s admitted a request beyond the limit: %d admitted of 30 (%v)", owner.Name, load.admitted, h.counts(k))
+			}
+			h.holdsAdmitted(k, 30, "")
 		})
 	}
 }

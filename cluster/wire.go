@@ -41,7 +41,13 @@ import (
 // cancel arrives. Version 10 names, in a seal query, the run asked
 // (SealQuery.To): a later run of a leaving node, restarted at its address,
 // answered for the leaving run, and completed a leave the run had not.
-const ProtocolVersion = 10
+// Version 11 sends a run's counter, sent as it stopped counting, on as a
+// copy naming its run that is its last word (ModeCopy with CountersOf and
+// Last), where a copy naming no run went ahead of it: weighed where a
+// record of the run's counter is held, a copy elsewhere. A node of
+// version 10 would weigh it as a snapshot's copy naming its run, and add
+// it whole where no record is held.
+const ProtocolVersion = 11
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is
 // [kind|replyBit][call ID][status][body]. A take frame carries many take

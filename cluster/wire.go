@@ -45,6 +45,12 @@ import (
 // again in place of transfers to runs taken for dead (Transfer.Resent),
 // the units it lacks that were given back again (Resent.Given): a node of
 // version 10 would read them as counts.
+// It also sends a run's counter, sent as it stopped counting, on as a
+// copy naming its run that is its last word (ModeCopy with CountersOf and
+// Last), where a copy naming no run went ahead of it: weighed where a
+// record of the run's counter is held, a copy elsewhere. A node of
+// version 10 would weigh it as a snapshot's copy naming its run, and add
+// it whole where no record is held.
 const ProtocolVersion = 11
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is

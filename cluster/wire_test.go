@@ -148,6 +148,10 @@ func TestCodecRoundTrips(t *testing.T) {
 		// A snapshot's copy names its run and the transfers the run applied.
 		{msgTransfer, core.Transfer{Seq: 5, To: 8, Epoch: 1, Mode: core.ModeCopy, States: states, CountersOf: core.Peer{Name: "e", Inc: 5},
 			Applied: []core.Applied{{From: core.Peer{Name: "f", Inc: 6}, Seq: 12}, {From: core.Peer{Name: "g", Inc: 1}, Seq: 3}}}, core.Ack{Seq: 5}},
+		// A run's counter sent as it stopped counting, sent on as a copy
+		// that is its last word, naming its counter.
+		{msgTransfer, core.Transfer{Seq: 6, To: 8, Epoch: 1, Mode: core.ModeCopy, States: states, CountersOf: core.Peer{Name: "e", Inc: 5}, Last: true,
+			Holds: []core.Held{{Run: core.Peer{Name: "e", Inc: 5}, Gen: 2, State: limiter.State{Key: 9, Cur: 4, Stamp: 1, Expires: 3}}}}, core.Ack{Seq: 6}},
 		{msgPull, core.Pull{To: 3, Keys: []limiter.Key{1, 2}}, core.PullReply{Given: []core.Transfer{transfer}, Moved: []core.KeyOwner{{Key: 3, Owner: "x"}}, Refused: true, Sending: []limiter.Key{4, 5}, Earlier: []limiter.Key{6}}},
 		{msgSeal, core.SealQuery{Ring: "abc", To: 7}, core.SealReply{Sealed: true}},
 		// Keys out of reach are passed on with a pull's reply or a seal.

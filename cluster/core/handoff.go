@@ -156,6 +156,12 @@ type arrival struct {
 	resent []Resent
 }
 
+// lastCopy reports whether a is its run's last word sent as a copy, after
+// a copy naming no run that may hold its counts (see Transfer.Last): it
+// is weighed where a record of the run's counter is held, and is a copy
+// elsewhere.
+func (a arrival) lastCopy() bool { return a.copy && a.last && a.of.Name != "" }
+
 // marks returns, for additions sent again, the transfers they replace,
 // first sent first (see Transfer.marks).
 func (a arrival) marks() []Replaced {
@@ -596,7 +602,32 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 	// a record says so (see unionRecord).
 	union := !mk.hasBase && !mk.hasAdds && !mk.hasCopy && !mk.hasOwn
 	var parts []Held
+	// A run's last word sent as a copy after a copy naming no run (see
+	// placeEvicted) is weighed against the record of the run's counter
+	// where one is held, after the counters that came with the records
+	// they hold: in the order they came, it was taken for a copy where a
+	// counter that came after it held the record, and what it held
+	// beyond was lost.
+	slices.SortStableFunc(mk.counters, func(a, b arrival) int {
+		switch {
+		case a.lastCopy() == b.lastCopy():
+			return 0
+		case a.lastCopy():
+			return 1
+		}
+		return -1
+	})
 	for _, a := range mk.counters {
+		if a.lastCopy() && !c.replicas.promotes(k, a.of, genIn(a.holds, k, a.of)) {
+			// No record of the run's counter: a copy, the newer stands.
+			union = false
+			if mk.hasCopy {
+				mk.copy = limiter.NewerState(mk.copy, a.state)
+			} else {
+				mk.copy, mk.hasCopy = a.state, true
+			}
+			continue
+		}
 		switch {
 		case !union:
 		case a.of.Name != "":

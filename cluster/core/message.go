@@ -311,6 +311,19 @@ type Transfer struct {
 	// a later copy adds nothing. Passed on as the run's counters like
 	// any, they were weighed as a copy, the larger standing, and a unit
 	// the run gave back before it let them go counted again.
+	//
+	// With ModeCopy naming its run: counters the run sent as it stopped
+	// counting, meant for an earlier run of the sender that took its
+	// keys over, sent on as copies because the sender restored their
+	// keys from a snapshot too old to name its run, whose copy went to
+	// the keys' owners ahead of them and may hold the run's counts with
+	// no record of them (see Core.placeEvicted). Where the key's counter
+	// holds a record of the run's counter (of the generation Holds
+	// names), they are weighed against it as the run's last word, and
+	// add what they hold beyond; elsewhere they are copies, the newer
+	// standing. Sent as copies naming no run, they were taken for copies
+	// where the record was held too, and what the run counted beyond its
+	// last replica was lost.
 	Last bool
 }
 

@@ -1536,8 +1536,19 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			states, less = c.replicas.lessResent(now, t.CountersOf, t.Applied, states)
 			c.debugCounts("copy: counts sent here in place of transfers its run applied are not added again", less, "counters_of", t.CountersOf.Name)
 		}
-		rest := c.replicas.absorbCopy(from, t.CountersOf, states, t.Holds)
-		c.placeAs(now, Transfer{Mode: t.Mode, CountersOf: t.CountersOf, Holds: holdsOf(t.Holds, rest), Applied: t.Applied, Resent: resentOf(t.Resent, rest)}, purposeForward, rest)
+		// A copy that is its run's last word (Last: the run's counter as
+		// it stopped counting, sent on after a copy naming no run, see
+		// placeEvicted) is no snapshot: as for the run's counter itself,
+		// a replica of the run not taken yet never will be.
+		rest := states
+		if t.Last && t.CountersOf.Name != "" {
+			for _, s := range states {
+				c.replicas.dropOf(s.Key, t.CountersOf)
+			}
+		} else {
+			rest = c.replicas.absorbCopy(from, t.CountersOf, states, t.Holds)
+		}
+		c.placeAs(now, Transfer{Mode: t.Mode, CountersOf: t.CountersOf, Last: t.Last, Holds: holdsOf(t.Holds, rest), Applied: t.Applied, Resent: resentOf(t.Resent, rest)}, purposeForward, rest)
 	case ModeNewer:
 		// A replica of a dead run sent on, of a key whose counter here holds
 		// that run's counts (this node started it from the run's replica,
@@ -1622,7 +1633,10 @@ func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
 	// restored that earlier run's counter of a key (and sent it as a
 	// copy to the key's owner) and that counter's snapshot names no
 	// run, it may hold the run's counts with no record of them, and
-	// this one raises the count as a copy, never adds. A restored
+	// this one raises the count as a copy, never adds, but where the
+	// key's counter holds a record of the run's counter (it was started
+	// from a replica taken after the snapshot): weighed against that,
+	// it adds what it holds beyond (see Transfer.Last). A restored
 	// counter whose snapshot names the runs whose counts it holds
 	// went with that record (Transfer.Holds) wherever it went: the
 	// run's counter goes on as the run's, and where the key is
@@ -1721,7 +1735,17 @@ func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
 	// (a replica of it, inside another counter that was started from
 	// it), and what that held beyond them comes off.
 	c.placeAs(now, Transfer{Mode: ModeAdd, CountersOf: run, Last: true, Holds: holdsOf(t.Holds, counters), Resent: resentOf(resent, counters)}, purposeForward, counters)
-	c.placeAs(now, Transfer{Mode: ModeCopy, Resent: resentOf(resent, copies)}, purposeForward, copies)
+	// Those of keys this run restored from a snapshot naming no run go
+	// as copies, the copy of the snapshot having gone ahead of them
+	// holding perhaps the run's counts with no record of them; but
+	// naming their run and its counter (Holds), as its last word: where
+	// the key is counted from a counter holding a record of the run's
+	// counter (a replica taken after the snapshot), they are weighed
+	// against it, and add what they hold beyond; elsewhere the newer
+	// stands. Sent as copies naming nothing, they were taken for copies
+	// there too, the newer counter holding the record stood, and what
+	// the run counted beyond its replica was lost.
+	c.placeAs(now, Transfer{Mode: ModeCopy, CountersOf: run, Last: true, Holds: holdsOf(t.Holds, copies), Resent: resentOf(resent, copies)}, purposeForward, copies)
 }
 
 // passCancel sends on the cancel x of the caller from, carried by the
@@ -2304,6 +2328,16 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 				c.debugCounts("counts kept until their key settles here", []limiter.State{s}, "mode", mode.String())
 			}
 			continue // moving here: settled with the rest of its counts
+		}
+		if a.lastCopy() && !c.replicas.promotes(s.Key, a.of, genIn(a.holds, s.Key, a.of)) {
+			// The run's last word, sent on after a copy naming no run
+			// that may hold its counts (see placeEvicted), where no
+			// record of the run's counter is held: a copy, the newer
+			// stands, as that copy did.
+			c.debugCounts("a run's last word sent after a copy naming no run, no record of its counter here: the newer stands", []limiter.State{s}, "counters_of", a.of.Name)
+			c.engine.MergeNewer(now, []limiter.State{s})
+			c.dirty.noteKey(s.Key)
+			continue
 		}
 		var part []Held // the counter that joins this run's, as it named its run
 		if named {

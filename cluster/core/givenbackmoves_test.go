@@ -54,24 +54,7 @@ func TestUnitsGivenBackAgainArePutBackWhereTheKeysCounterWent(t *testing.T) {
 func TestUnitsGivenBackAgainArePutBackWhereTheReplicaOfTheKeysCounterWasTakenOver(t *testing.T) {
 	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
 	k, load := h.n1GivesBackAgainInN0sPlace()
-
-	h.down["n1"] = true
-	h.advance(100 * time.Millisecond)
-	survivors := []string{"n2", "n3", "n4"}
-	for _, x := range survivors {
-		h.setMembership(x, []string{"n0", "n1"})
-	}
-	h.advance(2*time.Second, survivors...)
-	load.spend("n2") // the key settles where it is counted now
-	h.advance(time.Second, survivors...)
-	load.resume()
-	var got int64
-	for _, x := range survivors {
-		got += h.count(x, k)
-	}
-	if got != int64(load.admitted) {
-		t.Fatalf("the survivors count %d after n1 crashed (%v); %d were admitted", got, h.counts(k), load.admitted)
-	}
+	h.n1CrashesAndTheSurvivorsCountTheKey(k, load)
 	h.n0ComesBackAndCountsWhatWasAdmitted(k, load, "n1")
 }
 
@@ -87,17 +70,7 @@ func TestUnitsGivenBackAgainOnRecordInAReplicaAndASnapshotArePutBackOnce(t *test
 	if !slices.ContainsFunc(snapshot.Resent, func(x Resent) bool { return x.Given != nil && x.Given.Req.Key == k }) {
 		t.Fatalf("n1's snapshot carries no record of the unit given back again: %+v", snapshot.Resent)
 	}
-
-	h.down["n1"] = true
-	h.advance(100 * time.Millisecond)
-	survivors := []string{"n2", "n3", "n4"}
-	for _, x := range survivors {
-		h.setMembership(x, []string{"n0", "n1"})
-	}
-	h.advance(2*time.Second, survivors...)
-	load.spend("n2")
-	h.advance(time.Second, survivors...)
-	load.resume()
+	h.n1CrashesAndTheSurvivorsCountTheKey(k, load)
 
 	// n1 restarts from its snapshot and joins again.
 	n1 = h.start("n1", true)
@@ -156,6 +129,31 @@ func (h *handNet) n1GivesBackAgainInN0sPlace() (limiter.Key, *handLoad) {
 	}
 	h.advance(200*time.Millisecond, others...)
 	return k, load
+}
+
+// n1CrashesAndTheSurvivorsCountTheKey plays, in a cluster of n0–n4 with
+// n0 declared dead: n1 crashes, the survivors declare it dead and count
+// k where it goes (from the replica of n1's counter), one more request
+// spent. They must count what was admitted.
+func (h *handNet) n1CrashesAndTheSurvivorsCountTheKey(k limiter.Key, load *handLoad) {
+	h.t.Helper()
+	h.down["n1"] = true
+	h.advance(100 * time.Millisecond)
+	survivors := []string{"n2", "n3", "n4"}
+	for _, x := range survivors {
+		h.setMembership(x, []string{"n0", "n1"})
+	}
+	h.advance(2*time.Second, survivors...)
+	load.spend("n2") // the key settles where it is counted now
+	h.advance(time.Second, survivors...)
+	load.resume()
+	var got int64
+	for _, x := range survivors {
+		got += h.count(x, k)
+	}
+	if got != int64(load.admitted) {
+		h.t.Fatalf("the survivors count %d after n1 crashed (%v); %d were admitted", got, h.counts(k), load.admitted)
+	}
 }
 
 // n0ComesBackAndCountsWhatWasAdmitted plays n0, declared dead while

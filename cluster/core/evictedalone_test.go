@@ -59,4 +59,5 @@ func TestUnitsGivenBackToANodeDeclaredDeadThatCountsAloneComeOffWhereTheKeyIsCou
 	if held != int64(load.admitted) {
 		t.Errorf("the cluster counts %d (n1 %d); %d were admitted once the unit was given back", held, h.count("n1", k), load.admitted)
 	}
+	load.spendsToTheLimit(t, "n1", "n0", "n2")
 }

@@ -58,4 +58,5 @@ func TestUnitsGivenBackToANodeDeclaredDeadComeOffTheKeyItOwnsOnceItJoinsAgain(t 
 	if held != int64(load.admitted) || h.count("n0", k) != int64(load.admitted) {
 		t.Errorf("the cluster counts %d (n0 %d, n1 %d); %d were admitted once the unit was given back", held, h.count("n0", k), h.count("n1", k), load.admitted)
 	}
+	load.spendsToTheLimit(t, "n0", "n1", "n2")
 }

@@ -77,6 +77,7 @@ func TestAnEvictedCounterForAnEarlierRunIsWeighedOnceAgainstCountsSentAgain(t *t
 			}
 			h.advance(time.Second, "n1", "n2", "n3")
 			h.holdsAdmitted(k, load.admitted, "n0")
+			load.spendsToTheLimit(t, "n3", "n1", "n2")
 		})
 	}
 }

@@ -144,15 +144,7 @@ func TestEvictedCountersOfTwoDeathsOfOneNodeForTwoRunsOfTheSuccessorCountOnce(t 
 				t.Fatalf("evicted counters sent again, (meant for, to) runs of n1: %v; want [[1 2] [2 3]]", evicted)
 			}
 			h.holdsAdmitted(k, load.admitted, "")
-			owner, _ := h.cores["n1"].view.Load().ring.Owner(k.Route())
-			for load.admitted < 30 {
-				tk := load.spend(owner.Name)
-				h.advance(20 * time.Millisecond)
-				load.resume()
-				if !tk.d.Allowed {
-					t.Fatalf("the owner %s refused a request with %d of 30 admitted (%v)", owner.Name, load.admitted, h.counts(k))
-				}
-			}
+			load.spendsToTheLimit(t, "n0", "n1", "n2")
 		})
 	}
 }

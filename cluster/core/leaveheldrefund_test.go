@@ -54,4 +54,5 @@ func TestALeavingNodeHoldingUnitsGivenBackIsNotDrained(t *testing.T) {
 	if held != int64(load.admitted) {
 		t.Errorf("the cluster counts %d (n1 %d); %d were admitted once the unit was given back (n0 drained: %v)", held, h.count("n1", k), load.admitted, h.down["n0"])
 	}
+	load.spendsToTheLimit(t, "n1", "n2")
 }

@@ -75,5 +75,6 @@ func TestUnitsGivenBackAgainNamingAChainArePutBackForTheRunThatAppliedTheFirst(t
 		if total != int64(load.admitted) {
 			t.Errorf("chain %v: the cluster counts %d (n0 %d, n1 %d, n2 %d); %d were admitted (n2's unit was given back once)", chain, total, h.count("n0", k), h.count("n1", k), h.count("n2", k), load.admitted)
 		}
+		load.spendsToTheLimit(t, "n0", "n1", "n2")
 	}
 }

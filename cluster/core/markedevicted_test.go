@@ -89,4 +89,7 @@ func giveBackSentAgainToANodeDeclaredDead(t *testing.T, applied bool) {
 	if total != int64(load.admitted) {
 		t.Errorf("the cluster counts %d (n0 %d, n1 %d); %d were admitted (n2's unit was given back once)", total, h.count("n0", k), h.count("n1", k), load.admitted)
 	}
+	delete(h.unacked, [2]string{"n2", "n0"})
+	h.advance(time.Second)
+	load.spendsToTheLimit(t, "n0", "n1", "n2")
 }

@@ -65,6 +65,7 @@ func TestCountsSentAgainInAReplicaAreNotAddedAgainByTheDeadRunsCounter(t *testin
 	if held != int64(load.admitted) {
 		t.Errorf("the cluster holds %d of the key (n2 %d); %d were admitted", held, h.count("n2", k), load.admitted)
 	}
+	load.spendsToTheLimit(t, "n2", "n3", "n4")
 }
 
 // As above, but the node that counted the counts sent again keeps a
@@ -110,6 +111,7 @@ func TestCountsSentAgainInASnapshotAreNotAddedAgainByTheDeadRunsCounter(t *testi
 		Applied: []Applied{{From: n2.self, Seq: 50}}}, true)
 	h.advance(time.Second, "n1", "n2")
 	h.holdsAdmitted(k, load.admitted, "n0")
+	load.spendsToTheLimit(t, "n1", "n2")
 }
 
 // As TestCountsSentAgainInAReplicaAreNotAddedAgainByTheDeadRunsCounter,
@@ -182,4 +184,5 @@ func TestCountsSentAgainInAReplicaAndASnapshotOfTheSameCounterAreOneRecord(t *te
 		Applied: []Applied{{From: n2.self, Seq: 50}}}, true)
 	h.advance(time.Second, "n1", "n2", "n3", "n4")
 	h.holdsAdmitted(k, load.admitted, "n0")
+	load.spendsToTheLimit(t, "n1", "n2", "n3")
 }

@@ -95,6 +95,7 @@ func TestCountsSentAgainInAReplicaPassedOnAreNotAddedAgainByTheDeadRunsCounter(t
 	evictedNamingTheTransfer(h, "n3", evicted)
 	h.advance(time.Second, "n3", "n4", "n5", "n6")
 	h.heldBy(k, load.admitted, "n3", "n4", "n5", "n6")
+	load.spendsToTheLimit(t, "n3", "n4", "n5")
 }
 
 // heldBy checks that the nodes named hold, counted and in fallback,
@@ -156,6 +157,7 @@ func TestCountsSentAgainInADeadRunsReplicaSentOnAreNotAddedAgainByTheDeadRunsCou
 	evictedNamingTheTransfer(h, "n3", evicted)
 	h.advance(time.Second, alive[1:]...)
 	h.heldBy(k, load.admitted, alive[1:]...)
+	load.spendsToTheLimit(t, "n3", "n4")
 }
 
 // The 2 sent again in place of n0's transfer come to n1 while it has no
@@ -217,6 +219,7 @@ func TestCountsSentAgainKeptInFallbackAreNotAddedAgainByTheDeadRunsCounter(t *te
 	evictedNamingTheTransfer(h, "n2", evicted)
 	h.advance(time.Second, alive[1:]...)
 	h.heldBy(k, load.admitted, alive[1:]...)
+	load.spendsToTheLimit(t, "n2", "n3", "n4")
 }
 
 // Fallback counts that hold a count sent again in place of a transfer
@@ -233,6 +236,7 @@ func TestFallbackCountsGoToTheOwnerWithTheRecordOfTheCountsSentAgainTheyHold(t *
 	h.pump()
 	h.advance(time.Second)
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n1", "n0", "n2")
 }
 
 // A node whose counter of a key holds a count sent again in place of a
@@ -274,6 +278,8 @@ func TestCountsKeptInPlaceOfATransferGoWithARefusedCounterOfANodeDeclaredDead(t 
 	n1.handleTransfer(h.now, n2.self, sent[0], true)
 	h.pump()
 	h.holdsAdmitted(k, load.admitted, "n2")
+	h.advance(time.Second) // n0 hears from n1 again
+	load.spendsToTheLimit(t, "n1", "n0")
 }
 
 // A node whose counter of a key holds a count sent again in place of a
@@ -296,6 +302,7 @@ func TestCountsKeptInPlaceOfATransferGoWithACounterHandedOverOnLeave(t *testing.
 	h.pump()
 	h.othersSeeLeaveAndGo("n2")
 	h.holdsAdmitted(k, load.admitted, "n2")
+	load.spendsToTheLimit(t, "n1", "n0", "n3")
 }
 
 // As TestCountsSentAgainInAReplicaAreNotAddedAgainByTheDeadRunsCounter,
@@ -340,6 +347,7 @@ func TestCountsSentAgainInADisplacedReplicaAreNotAddedAgainByTheDeadRunsCounter(
 	evictedNamingTheTransfer(h, "n2", evicted)
 	h.advance(time.Second, alive...)
 	h.heldBy(k, load.admitted, alive...)
+	load.spendsToTheLimit(t, "n2", "n3", "n4")
 }
 
 // As TestCountsSentAgainInASnapshotAreNotAddedAgainByTheDeadRunsCounter,
@@ -386,6 +394,7 @@ func TestCountsSentAgainInAnEarlierRunsReplicaPulledAreNotAddedAgainByTheDeadRun
 		Applied: []Applied{{From: n2.self, Seq: 50}}}, true)
 	h.advance(time.Second, "n1", "n2")
 	h.holdsAdmitted(k, load.admitted, "n0")
+	load.spendsToTheLimit(t, "n1", "n2")
 }
 
 // The other side of the record: a counter holding a count sent again in
@@ -424,4 +433,5 @@ func TestCountsKeptInPlaceOfATransferTheOwnerNeverAppliedAreAddedOnce(t *testing
 	h.pump()
 	h.advance(time.Second)
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n1", "n0", "n2")
 }

@@ -93,6 +93,7 @@ func TestCountsSentAgainKeptInFallbackAndSentToAnotherOwnerAreNotTakenOutOfTheCo
 		t.Fatal("n1 has not taken the key back")
 	}
 	h.holdsAdmitted(k, load.admitted, "n0")
+	load.spendsToTheLimit(t, "n1", "n2", "n4")
 }
 
 // listAll tells each node of names that the others of names are its

@@ -74,4 +74,5 @@ func TestCountsSentAgainPassedOnAreNotTakenOutOfTheCounterThatComesBack(t *testi
 		t.Fatal("n1 has not taken the key back")
 	}
 	h.holdsAdmitted(k, load.admitted, "n0")
+	load.spendsToTheLimit(t, "n1", "n2")
 }

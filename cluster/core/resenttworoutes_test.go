@@ -49,6 +49,7 @@ func TestACountSentAgainThatCameOnItsOwnIsNotAddedAgainWithACounterHoldingIt(t *
 	h.pump()
 	h.advance(time.Second)
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n1", "n0", "n2")
 }
 
 // As TestACountSentAgainThatCameOnItsOwnIsNotAddedAgainWithACounterHoldingIt,
@@ -67,6 +68,7 @@ func TestACountSentAgainThatComesOnItsOwnAfterACounterHoldingItIsNotAddedAgain(t
 	h.pump()
 	h.advance(time.Second)
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n1", "n0", "n2")
 }
 
 // As TestACountSentAgainThatCameOnItsOwnIsNotAddedAgainWithACounterHoldingIt,
@@ -97,4 +99,5 @@ func TestACountSentAgainKeptInFallbackIsNotAddedAgainWithACounterHoldingIt(t *te
 	h.pump()
 	h.advance(time.Second)
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n1", "n0", "n2")
 }

@@ -55,4 +55,5 @@ func TestARecordOfAJoinWeighsNothingOfALaterGenerationsCounter(t *testing.T) {
 	load.resume()
 	t.Logf("admitted %d %v; counts n0 %d n1 %d n2 %d; n2's generation %d", load.admitted, load.by, h.count("n0", k), h.count("n1", k), h.count("n2", k), n2.replicas.genOf(k))
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n2", "n0")
 }

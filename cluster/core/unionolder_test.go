@@ -65,4 +65,5 @@ func TestACounterHoldingAnOlderCopyOfOnePartIsNotTakenForHoldingTheJoin(t *testi
 	load.resume()
 	t.Logf("admitted %d %v; counts n0 %d n1 %d n2 %d", load.admitted, load.by, h.count("n0", k), h.count("n1", k), h.count("n2", k))
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n2", "n0")
 }

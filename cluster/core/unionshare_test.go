@@ -40,6 +40,7 @@ func TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing(t *testi
 	load.resume()
 	t.Logf("admitted %d %v; counts n0 %d n1 %d n2 %d", load.admitted, load.by, h.count("n0", k), h.count("n1", k), h.count("n2", k))
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n2", "n0")
 }
 
 // As in TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing,
@@ -85,6 +86,7 @@ func TestCountersThatSettledTogetherAreSharedWholeByACounterHoldingThemAll(t *te
 	load.resume()
 	t.Logf("admitted %d %v; counts n0 %d n1 %d n2 %d", load.admitted, load.by, h.count("n0", k), h.count("n1", k), h.count("n2", k))
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n2", "n0")
 }
 
 // overlappingTakeover counts 8 of a key at its owner n1 (successor n2,

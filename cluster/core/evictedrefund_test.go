@@ -58,15 +58,15 @@ func (h *handNet) spent(k limiter.Key, node string, n int) *handLoad {
 func (h *handNet) standsStillAndIsDeclaredDead(name string) {
 	h.down[name] = true
 	h.advance(100 * time.Millisecond)
-	h.othersDeclareDead(name)
+	h.declareDead(name)
 }
 
-// othersDeclareDead has every node but name declare it dead, and lets a
+// declareDead has every node but dead declare them dead, and lets a
 // second pass at them.
-func (h *handNet) othersDeclareDead(name string) {
-	others := slices.DeleteFunc(slices.Clone(h.names), func(x string) bool { return x == name })
+func (h *handNet) declareDead(dead ...string) {
+	others := slices.DeleteFunc(slices.Clone(h.names), func(x string) bool { return slices.Contains(dead, x) })
 	for _, x := range others {
-		h.setMembership(x, []string{name})
+		h.setMembership(x, dead)
 	}
 	h.advance(time.Second, others...)
 }

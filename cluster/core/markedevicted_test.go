@@ -57,7 +57,7 @@ func giveBackSentAgainToANodeDeclaredDead(t *testing.T, applied bool) {
 
 	// The others declare n1 dead; it learns so: in no ring, knowing no
 	// member.
-	h.othersDeclareDead("n1")
+	h.declareDead("n1")
 	h.cut["n1"] = false
 	h.learnsItWasDeclaredDeadKnowingNoMember("n1", k)
 	if !n1.fallback.engine.Has(h.now, k) {

@@ -3,8 +3,6 @@ package core
 import (
 	"testing"
 	"time"
-
-	"github.com/tollgate/tollgate/limiter"
 )
 
 // As in TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing,
@@ -14,17 +12,10 @@ import (
 // and nothing more comes off.
 func TestAUnitGivenBackAfterAJoinStaysOffWhenACounterHoldingThePartsArrives(t *testing.T) {
 	h, k, load, early, rep := overlappingTakeover(t)
-	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-
+	n0, n2 := h.cores["n0"], h.cores["n2"]
 	h.down["n1"] = false
-	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n1.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: rep.owner, States: []limiter.State{rep.state}, Holds: rep.holds}, true)
-	if got := h.count("n1", k); got != 16 {
-		t.Fatalf("n1 counts %d of the key with n2's counter in; want 16", got)
-	}
-	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1001, To: n2.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: early}, true)
-	if got := h.count("n2", k); got != 16 {
-		t.Fatalf("n2 counts %d of the key with n1's earlier counter in; want 16", got)
-	}
+	h.n1AppliesN2sCounter(k, rep, 16)
+	h.n2AppliesN1sEarlierCounter(k, early)
 
 	// A unit is given back at n2, the key's counter now.
 	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1002, To: n2.self.Inc, Mode: ModeRefund, Reqs: load.unitOf(k), At: h.now.UnixNano()}, true)

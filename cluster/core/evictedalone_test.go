@@ -27,13 +27,7 @@ func TestUnitsGivenBackToANodeDeclaredDeadThatCountsAloneComeOffWhereTheKeyIsCou
 	t.Logf("n0 alone: member %v, ring %d, units waiting %v", n0.Member(), n0.view.Load().ring.Len(), n0.unrefunded.waiting())
 	h.cut["n0"] = false
 
-	for _, name := range h.names {
-		h.setMembership(name, nil)
-	}
-	h.advance(3 * time.Second)
-	if !n0.Member() {
-		t.Fatal("n0 did not join again")
-	}
+	h.joinsAgain("n0", 3*time.Second)
 	h.heldBy(k, load.admitted, h.names...)
 	load.spendsToTheLimit(t, "n1", "n0", "n2")
 }

@@ -31,13 +31,7 @@ func TestUnitsGivenBackToANodeDeclaredDeadComeOffWhereTheKeyIsCounted(t *testing
 	h.unitGivenBackWaitsAtN0(k, load)
 
 	// n0 joins again.
-	for _, name := range h.names {
-		h.setMembership(name, nil)
-	}
-	h.advance(2 * time.Second)
-	if !h.cores["n0"].Member() {
-		t.Fatal("n0 did not join again")
-	}
+	h.joinsAgain("n0", 2*time.Second)
 	h.heldBy(k, load.admitted, h.names...)
 	load.spendsToTheLimit(t, "n1", "n0", "n2")
 }
@@ -59,6 +53,19 @@ func (h *handNet) standsStillAndIsDeclaredDead(name string) {
 	h.down[name] = true
 	h.advance(100 * time.Millisecond)
 	h.declareDead(name)
+}
+
+// joinsAgain has every node list every other as a member, and lets d
+// pass: name, declared dead, joins again.
+func (h *handNet) joinsAgain(name string, d time.Duration) {
+	h.t.Helper()
+	for _, x := range h.names {
+		h.setMembership(x, nil)
+	}
+	h.advance(d)
+	if !h.cores[name].Member() {
+		h.t.Fatalf("%s did not join again", name)
+	}
 }
 
 // declareDead has every node but dead declare them dead, and lets a

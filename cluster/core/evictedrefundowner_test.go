@@ -19,13 +19,7 @@ func TestUnitsGivenBackToANodeDeclaredDeadComeOffTheKeyItOwnsOnceItJoinsAgain(t 
 	h.learnsItWasDeclaredDeadKnowingNoMember("n0", k)
 	h.unitGivenBackWaitsAtN0(k, load)
 
-	for _, name := range h.names {
-		h.setMembership(name, nil)
-	}
-	h.advance(3 * time.Second)
-	if !n0.Member() {
-		t.Fatal("n0 did not join again")
-	}
+	h.joinsAgain("n0", 3*time.Second)
 	if _, self, _ := n0.placeOf(n0.view.Load(), k); !self || n0.unrefunded.waiting() {
 		t.Fatalf("n0 owns the key: %v; the unit still waits: %v", self, n0.unrefunded.waiting())
 	}

@@ -43,10 +43,7 @@ func TestEvictedCountersOfTwoDeathsOfOneNodeForTwoRunsOfTheSuccessorCountOnce(t 
 			load.spend("n0")
 			load.spend("n0")
 			h.down["n0"] = true
-			for _, name := range others {
-				h.setMembership(name, []string{"n0"})
-			}
-			h.advance(time.Second, others...)
+			h.declareDead("n0")
 			load.resume()
 			load.spend("n1")
 			if got := h.count("n1", k); got != 8 || load.admitted != 10 {
@@ -118,10 +115,7 @@ func TestEvictedCountersOfTwoDeathsOfOneNodeForTwoRunsOfTheSuccessorCountOnce(t 
 			h.advance(20 * time.Millisecond)
 			load.spend("n0")
 			h.down["n0"] = true
-			for _, name := range others {
-				h.setMembership(name, []string{"n0"})
-			}
-			h.advance(time.Second, others...)
+			h.declareDead("n0")
 			load.resume()
 			if got := h.count("n1", k); got != 13 || load.admitted != 14 {
 				t.Fatalf("n1 counts %d after the second takeover, %d admitted; want 13 and 14", got, load.admitted)

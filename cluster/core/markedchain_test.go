@@ -83,10 +83,8 @@ func (h *handNet) n0AppliesAGiveBackN1Misses(k limiter.Key, load *handLoad) (*ha
 // others, come back and learn so; its counters go out, and it joins
 // again.
 func (h *handNet) learnsItWasDeclaredDeadAndJoinsAgain(name string) {
+	h.t.Helper()
 	h.learnsItWasDeclaredDead(name)
 	h.advance(2 * time.Second)
-	for _, x := range h.names {
-		h.setMembership(x, nil)
-	}
-	h.advance(3 * time.Second)
+	h.joinsAgain(name, 3*time.Second)
 }

@@ -69,13 +69,7 @@ func giveBackSentAgainToANodeDeclaredDead(t *testing.T, applied bool) {
 	h.pump()
 
 	// n1 joins again.
-	for _, name := range h.names {
-		h.setMembership(name, nil)
-	}
-	h.advance(3 * time.Second)
-	if !n1.Member() {
-		t.Fatal("n1 did not join again")
-	}
+	h.joinsAgain("n1", 3*time.Second)
 	h.heldBy(k, load.admitted, h.names...)
 	// n0's acknowledgements reach n2 again: the cluster has healed.
 	delete(h.unacked, [2]string{"n2", "n0"})

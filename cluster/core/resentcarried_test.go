@@ -381,10 +381,7 @@ func TestCountsSentAgainInAnEarlierRunsReplicaPulledAreNotAddedAgainByTheDeadRun
 
 	// n1 crashes; its next run, without a snapshot, joins and owns the key.
 	h.down["n1"] = true
-	n1 := h.n1RestartsAndJoins(nil)
-	if !n1.Member() || n1.HandoffUnderway() || h.count("n1", k) != int64(load.admitted) {
-		t.Fatalf("the new run of n1: member %v, hand-off under way %v, counts %d; want %d", n1.Member(), n1.HandoffUnderway(), h.count("n1", k), load.admitted)
-	}
+	h.n1RestartsAndJoins(k, nil, int64(load.admitted))
 
 	h.n0sCounterComesTo("n1", "n2", evicted, Peer{})
 	h.advance(time.Second)
@@ -414,8 +411,10 @@ func resentAfterN1TookN0sKeyOver(t *testing.T) (*handNet, limiter.Key, *handLoad
 
 // n1RestartsAndJoins starts n1's next run in a net of n0 (dead), n1 and
 // n2, reading snapshot back if there is one, and has it join: n2 hears of
-// it as joining, then as a member.
-func (h *handNet) n1RestartsAndJoins(snapshot *Kept) *Core {
+// it as joining, then as a member, and the run owns k again, counting
+// want.
+func (h *handNet) n1RestartsAndJoins(k limiter.Key, snapshot *Kept, want int64) *Core {
+	h.t.Helper()
 	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
 	n1 := h.start("n1", true)
 	if snapshot != nil {
@@ -427,6 +426,9 @@ func (h *handNet) n1RestartsAndJoins(snapshot *Kept) *Core {
 	h.advance(100*time.Millisecond, "n1", "n2")
 	h.list("n2", []Member{h.member("n1")}, dead)
 	h.advance(time.Second, "n1", "n2")
+	if !n1.Member() || n1.HandoffUnderway() || h.count("n1", k) != want {
+		h.t.Fatalf("the new run of n1: member %v, hand-off under way %v, counts %d; want %d", n1.Member(), n1.HandoffUnderway(), h.count("n1", k), want)
+	}
 	return n1
 }
 
@@ -435,14 +437,8 @@ func (h *handNet) n1RestartsAndJoins(snapshot *Kept) *Core {
 // (it was held up) comes to the owner, which adds the count (it holds
 // none of it); the transfer, come late, adds it no more.
 func TestCountsKeptInPlaceOfATransferTheOwnerNeverAppliedAreAddedOnce(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2", "n3")
-	k := h.keyOrdered("n1", "n3", "n2")
-	load := newHandLoad(h, k, 30)
-	for range 5 {
-		load.spend("n1")
-	}
-	h.advance(20 * time.Millisecond)
-	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	h, k, load := n1CountsFiveOfFour(t)
+	n0, n1 := h.cores["n0"], h.cores["n1"]
 	one := n1.engine.StatesOf(h.now, []limiter.Key{k})[0]
 	one.Cur = 1
 	n0.sendTransfer(h.now, n1.self, Transfer{Mode: ModeAdd, States: []limiter.State{one}}, purposeReconcile)
@@ -456,9 +452,7 @@ func TestCountsKeptInPlaceOfATransferTheOwnerNeverAppliedAreAddedOnce(t *testing
 	load.admitted++
 	rec := Resent{Marks: []Replaced{{From: n0.self, Seq: sent.Seq, To: n1.self}}, State: one}
 
-	holdInItsCounter(h, n2, one, rec)
-	n2.pushKeys(h.now, []limiter.Key{k})
-	h.pump()
+	h.n2HandsOverItsCounterHolding(k, one, rec)
 	if got := h.count("n1", k); got != 6 {
 		t.Fatalf("n1 counts %d once the counter came; want 6", got)
 	}

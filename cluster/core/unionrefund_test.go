@@ -1,9 +1,6 @@
 package core
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
 // As in TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing,
 // but a unit is given back at n2 after its counter and n1's earlier one
@@ -25,9 +22,7 @@ func TestAUnitGivenBackAfterAJoinStaysOffWhenACounterHoldingThePartsArrives(t *t
 		t.Fatalf("n2 counts %d of the key with a unit given back; want 15", got)
 	}
 
-	h.advance(2 * time.Second)
-	load.resume()
-	t.Logf("admitted %d %v; counts n0 %d n1 %d n2 %d", load.admitted, load.by, h.count("n0", k), h.count("n1", k), h.count("n2", k))
+	h.n1HearsItWasDeclaredDead(load)
 	h.holdsAdmitted(k, load.admitted, "")
 	load.spendsToTheLimit(t, "n2", "n0")
 }

@@ -27,10 +27,7 @@ func TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing(t *testi
 	h.n1AppliesN2sCounter(k, rep, 16)
 	h.n2AppliesN1sEarlierCounter(k, early)
 
-	// n1 hears it was declared dead: its counter goes out, to n2.
-	h.advance(2 * time.Second)
-	load.resume()
-	t.Logf("admitted %d %v; counts n0 %d n1 %d n2 %d", load.admitted, load.by, h.count("n0", k), h.count("n1", k), h.count("n2", k))
+	h.n1HearsItWasDeclaredDead(load)
 	h.holdsAdmitted(k, load.admitted, "")
 	load.spendsToTheLimit(t, "n2", "n0")
 }
@@ -69,13 +66,18 @@ func TestCountersThatSettledTogetherAreSharedWholeByACounterHoldingThemAll(t *te
 		t.Fatalf("n2 counts %d of the key once it settled; want 16", got)
 	}
 
-	// n1 comes back, hears it was declared dead: its counter goes to n2.
 	h.down["n1"] = false
-	h.advance(2 * time.Second)
-	load.resume()
-	t.Logf("admitted %d %v; counts n0 %d n1 %d n2 %d", load.admitted, load.by, h.count("n0", k), h.count("n1", k), h.count("n2", k))
+	h.n1HearsItWasDeclaredDead(load)
 	h.holdsAdmitted(k, load.admitted, "")
 	load.spendsToTheLimit(t, "n2", "n0")
+}
+
+// n1HearsItWasDeclaredDead lets n1, back, hear it was declared dead: its
+// counter goes out, to n2.
+func (h *handNet) n1HearsItWasDeclaredDead(load *handLoad) {
+	h.advance(2 * time.Second)
+	load.resume()
+	h.t.Logf("admitted %d %v; counts %v", load.admitted, load.by, h.counts(load.k))
 }
 
 // overlappingTakeover counts 8 of a key at its owner n1 (successor n2,

@@ -3,8 +3,6 @@ package core
 import (
 	"testing"
 	"time"
-
-	"github.com/tollgate/tollgate/limiter"
 )
 
 // A dead owner (n0) applied a transfer of n2's (2 counts) after it last
@@ -23,50 +21,20 @@ func TestAnEvictedCounterForAnEarlierRunIsWeighedOnceAgainstCountsSentAgain(t *t
 			name = "counter first"
 		}
 		t.Run(name, func(t *testing.T) {
-			h := newHandNet(t, "n0", "n1", "n2")
-			h.names = append(h.names, "n3")
-			n3 := h.start("n3", true)
-			k := h.keyWhere(func(owner func(names ...string) Member) bool {
-				return owner("n0", "n1", "n2").Name == "n0" && owner("n1", "n2").Name == "n1" && owner("n1", "n2", "n3").Name == "n3"
-			})
-			load := newHandLoad(h, k, 30)
-			for range 7 {
-				load.spend("n0")
-			}
-			h.advance(20 * time.Millisecond) // replicated to n1
-			n0, n2 := h.cores["n0"], h.cores["n2"]
-			n0.handleTransfer(h.now, n2.self, Transfer{Seq: 50, To: n0.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}}, false)
-			if got := h.count("n0", k); got != 9 {
-				t.Fatalf("n0 counts %d after applying n2's transfer; want 9", got)
-			}
-			evicted := n0.engine.StatesOf(h.now, []limiter.Key{k})
-
-			n1, earlier := h.n1TakesN0sKeyOverAndRestarts(k, load)
+			h, k := joinerN3Waits(t)
+			load := h.spent(k, "n0", 7)
+			evicted := h.n0AppliesATransferUnreplicated(k, "n2")
+			_, earlier := h.n1TakesN0sKeyOverAndRestarts(k, load)
 			load.admitted += 2 // n2's transfer, in n0's counter alone
-			dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
-			n3.Joined(h.now)
-			for _, name := range []string{"n1", "n2", "n3"} {
-				var ms []Member
-				for _, x := range []string{"n1", "n2", "n3"} {
-					if x != name {
-						ms = append(ms, h.member(x))
-					}
-				}
-				h.list(name, ms, dead)
-			}
-			h.advance(time.Second, "n1", "n2", "n3")
-			if n3.HandoffUnderway() || h.count("n3", k) != 8 {
-				t.Fatalf("n3: hand-off under way %v, counts %d; want 8", n3.HandoffUnderway(), h.count("n3", k))
-			}
+			h.n3JoinsAndTakesTheKey(k, 8)
 
 			resend := func() {
-				n1.handleTransfer(h.now, n2.self, Transfer{Seq: 51, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}, Was: 50, WasTo: n0.self}, false)
-				h.advance(100*time.Millisecond, "n1", "n2", "n3")
+				h.sentAgainTo("n1", "n2", k)
+				h.advance(100 * time.Millisecond)
 			}
 			counter := func() {
-				n1.handleTransfer(h.now, n0.self, Transfer{Seq: 40, To: n1.self.Inc, Mode: ModeEvicted, Evicted: n0.self, Was: 30, WasTo: earlier, States: evicted,
-					Applied: []Applied{{From: n2.self, Seq: 50}}}, true)
-				h.advance(100*time.Millisecond, "n1", "n2", "n3")
+				h.n0sCounterComesTo("n1", "n2", evicted, earlier)
+				h.advance(100 * time.Millisecond)
 			}
 			if counterFirst {
 				counter()
@@ -75,8 +43,9 @@ func TestAnEvictedCounterForAnEarlierRunIsWeighedOnceAgainstCountsSentAgain(t *t
 				resend()
 				counter()
 			}
-			h.advance(time.Second, "n1", "n2", "n3")
+			h.advance(time.Second)
 			h.holdsAdmitted(k, load.admitted, "n0")
+			load.spendsToTheLimit(t, "n3", "n1", "n2")
 		})
 	}
 }

@@ -43,10 +43,7 @@ func TestEvictedCountersOfTwoDeathsOfOneNodeForTwoRunsOfTheSuccessorCountOnce(t 
 			load.spend("n0")
 			load.spend("n0")
 			h.down["n0"] = true
-			for _, name := range others {
-				h.setMembership(name, []string{"n0"})
-			}
-			h.advance(time.Second, others...)
+			h.declareDead("n0")
 			load.resume()
 			load.spend("n1")
 			if got := h.count("n1", k); got != 8 || load.admitted != 10 {
@@ -99,15 +96,7 @@ func TestEvictedCountersOfTwoDeathsOfOneNodeForTwoRunsOfTheSuccessorCountOnce(t 
 					h.pump()
 				}
 			}
-			for _, name := range h.names {
-				h.setMembership(name, nil)
-			}
-			for range 300 {
-				h.advance(10 * time.Millisecond)
-				if n0.Member() && !n0.HandoffUnderway() {
-					break
-				}
-			}
+			h.joinsAgainAndTakesItsKeysBack("n0")
 			h.advance(time.Second)
 			if !n0.Member() || h.count("n0", k) != int64(load.admitted) {
 				t.Fatalf("n0 joined again: member %v, counts %d of %d admitted", n0.Member(), h.count("n0", k), load.admitted)
@@ -118,10 +107,7 @@ func TestEvictedCountersOfTwoDeathsOfOneNodeForTwoRunsOfTheSuccessorCountOnce(t 
 			h.advance(20 * time.Millisecond)
 			load.spend("n0")
 			h.down["n0"] = true
-			for _, name := range others {
-				h.setMembership(name, []string{"n0"})
-			}
-			h.advance(time.Second, others...)
+			h.declareDead("n0")
 			load.resume()
 			if got := h.count("n1", k); got != 13 || load.admitted != 14 {
 				t.Fatalf("n1 counts %d after the second takeover, %d admitted; want 13 and 14", got, load.admitted)
@@ -129,30 +115,30 @@ func TestEvictedCountersOfTwoDeathsOfOneNodeForTwoRunsOfTheSuccessorCountOnce(t 
 			restart()
 			h.learnsItWasDeclaredDead("n0")
 			h.advance(100 * time.Millisecond)
-			for _, name := range h.names {
-				h.setMembership(name, nil)
-			}
-			for range 300 {
-				h.advance(10 * time.Millisecond)
-				if n0.Member() && !n0.HandoffUnderway() {
-					break
-				}
-			}
+			h.joinsAgainAndTakesItsKeysBack("n0")
 			h.advance(2 * time.Second)
 			load.resume()
 			if len(evicted) != 2 || evicted[0] != [2]uint64{1, 2} || evicted[1] != [2]uint64{2, 3} {
 				t.Fatalf("evicted counters sent again, (meant for, to) runs of n1: %v; want [[1 2] [2 3]]", evicted)
 			}
 			h.holdsAdmitted(k, load.admitted, "")
-			owner, _ := h.cores["n1"].view.Load().ring.Owner(k.Route())
-			for load.admitted < 30 {
-				tk := load.spend(owner.Name)
-				h.advance(20 * time.Millisecond)
-				load.resume()
-				if !tk.d.Allowed {
-					t.Fatalf("the owner %s refused a request with %d of 30 admitted (%v)", owner.Name, load.admitted, h.counts(k))
-				}
-			}
+			load.spendsToTheLimit(t, "n0", "n1", "n2")
 		})
+	}
+}
+
+// joinsAgainAndTakesItsKeysBack has every node list every other as a
+// member, and lets time pass until name, declared dead, is a member
+// again and its hand-off is done (3s at the most).
+func (h *handNet) joinsAgainAndTakesItsKeysBack(name string) {
+	for _, x := range h.names {
+		h.setMembership(x, nil)
+	}
+	c := h.cores[name]
+	for range 300 {
+		h.advance(10 * time.Millisecond)
+		if c.Member() && !c.HandoffUnderway() {
+			break
+		}
 	}
 }

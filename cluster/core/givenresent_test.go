@@ -18,7 +18,7 @@ import (
 // key comes, naming the transfer, the count is not added again. Kept
 // without the record, the count was held twice.
 func TestCountsKeptInPlaceOfATransferComeBackWithACounterTheGiverKept(t *testing.T) {
-	h, k, _ := spentBeforeAJoin(t)
+	h, k, load := spentBeforeAJoin(t)
 	n0, n1 := h.cores["n0"], h.cores["n1"]
 	// n0 sent n1 (counting the key by a ring since left) one count; n1
 	// applied it, the acknowledgement was lost, and n0 counted it in its
@@ -28,6 +28,7 @@ func TestCountsKeptInPlaceOfATransferComeBackWithACounterTheGiverKept(t *testing
 	const seq = 9999
 	rec := Resent{Marks: []Replaced{{From: n0.self, Seq: seq, To: n1.self}}, State: one}
 	n0.engine.Merge(h.now, []limiter.State{one})
+	load.admitted++
 	n0.keepResent(h.now, []Resent{rec})
 	if got := h.count("n0", k); got != 6 {
 		t.Fatalf("n0 counts %d of the key; want 6", got)
@@ -49,6 +50,7 @@ func TestCountsKeptInPlaceOfATransferComeBackWithACounterTheGiverKept(t *testing
 	if got := h.count("n0", k); got != 6 {
 		t.Fatalf("n0 counts %d of the key after n1's counter came; want 6: the count n1 applied is held once", got)
 	}
+	load.spendsToTheLimit(t, "n0", "n1")
 }
 
 // A dead run's counter comes to a node whose earlier run restored the

@@ -45,6 +45,7 @@ func TestAKeyAnHeirCountedAndReplicatedIsInReachAfterTheHeirDies(t *testing.T) {
 	if load.admitted > quota || h.count("n3", k) != int64(load.admitted) {
 		t.Errorf("admitted %d of limit %d (%v), n3 counts %d: the key was not counted on from the heir's replica", load.admitted, quota, load.by, h.count("n3", k))
 	}
+	load.spendsToTheLimit(t, "n3", "n0", "n4")
 }
 
 // heirCountsAndReplicates sets up the heir: n1, a key's owner, counts 3

@@ -57,18 +57,9 @@ func giveBackSentAgainToANodeDeclaredDead(t *testing.T, applied bool) {
 
 	// The others declare n1 dead; it learns so: in no ring, knowing no
 	// member.
-	h.setMembership("n0", []string{"n1"})
-	h.setMembership("n2", []string{"n1"})
-	h.advance(time.Second, "n0", "n2")
+	h.declareDead("n1")
 	h.cut["n1"] = false
-	h.learnsItWasDeclaredDead("n1")
-	if n1.Member() {
-		t.Fatal("n1 is a member again at once")
-	}
-	h.list("n1", nil, []Peer{n0.self, n2.self})
-	if _, _, ok := n1.placeOf(n1.view.Load(), k); ok {
-		t.Fatal("n1 knows a place for the key")
-	}
+	h.learnsItWasDeclaredDeadKnowingNoMember("n1", k)
 	if !n1.fallback.engine.Has(h.now, k) {
 		t.Fatal("n1 holds no fallback count of the key")
 	}
@@ -78,15 +69,10 @@ func giveBackSentAgainToANodeDeclaredDead(t *testing.T, applied bool) {
 	h.pump()
 
 	// n1 joins again.
-	for _, name := range h.names {
-		h.setMembership(name, nil)
-	}
-	h.advance(3 * time.Second)
-	if !n1.Member() {
-		t.Fatal("n1 did not join again")
-	}
-	total := h.count("n0", k) + h.count("n1", k) + h.count("n2", k)
-	if total != int64(load.admitted) {
-		t.Errorf("the cluster counts %d (n0 %d, n1 %d); %d were admitted (n2's unit was given back once)", total, h.count("n0", k), h.count("n1", k), load.admitted)
-	}
+	h.joinsAgain("n1", 3*time.Second)
+	h.heldBy(k, load.admitted, h.names...)
+	// n0's acknowledgements reach n2 again: the cluster has healed.
+	delete(h.unacked, [2]string{"n2", "n0"})
+	h.advance(time.Second)
+	load.spendsToTheLimit(t, "n0", "n1", "n2")
 }

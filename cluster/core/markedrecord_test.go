@@ -20,43 +20,17 @@ func TestUnitsGivenBackAgainThatWaitedForARingAreNotPutBackIntoTheOwnersCounters
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 
 	// n2 spends a unit through n0 and gives it back; n0 applies the
-	// give-back.
-	tk := load.spend("n2")
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
-		t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
-	}
-	h.advance(100 * time.Millisecond) // replicated to n1
-	// n0's replicas to n1 are lost from now on: n1 does not learn that n0
-	// applied the give-back.
-	h.drops = func(from string, o Outgoing) bool {
-		t, ok := o.Msg.(Transfer)
-		return ok && from == "n0" && o.To.Name == "n1" && t.Mode == ModeReplica
-	}
-	const refund = 77
-	n0.handleTransfer(h.now, n2.self, Transfer{Seq: refund, To: n0.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: h.now.UnixNano()}, true)
-	h.pump()
-	load.admitted--
-	if got := h.count("n0", k); got != 4 {
-		t.Fatalf("n0 counts %d after the give-back; want 4", got)
-	}
-	h.advance(100 * time.Millisecond)
+	// give-back, and n1, its replicas lost, does not learn of it.
+	tk, given := h.n0AppliesAGiveBackN1Misses(k, load)
 
 	// n1 stops answering; the others declare it dead. It comes back and
 	// learns so: in no ring, knowing no member.
-	h.down["n1"] = true
-	h.advance(100 * time.Millisecond)
-	h.setMembership("n0", []string{"n1"})
-	h.setMembership("n2", []string{"n1"})
-	h.advance(time.Second, "n0", "n2")
-	h.learnsItWasDeclaredDead("n1")
-	h.list("n1", nil, []Peer{n0.self, n2.self})
-	if _, _, ok := n1.placeOf(n1.view.Load(), k); ok {
-		t.Fatal("n1 knows a place for the key")
-	}
+	h.standsStillAndIsDeclaredDead("n1")
+	h.learnsItWasDeclaredDeadKnowingNoMember("n1", k)
 
 	// n2, taking n0 for dead, gives the unit back again to n1, in place of
 	// its give-back to n0.
-	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: h.now.UnixNano(), Was: refund, WasTo: n0.self}, true)
+	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: h.now.UnixNano(), Was: given.Seq, WasTo: n0.self}, true)
 	h.pump()
 	if !n1.unrefunded.waiting() {
 		t.Fatal("the units given back again do not wait at n1")
@@ -77,22 +51,12 @@ func TestUnitsGivenBackAgainThatWaitedForARingAreNotPutBackIntoTheOwnersCounters
 
 	// n0 stops answering; n1 takes the key over from its replica. n0
 	// comes back, learns it was declared dead, and its counters go to n1.
-	h.down["n0"] = true
-	h.advance(100 * time.Millisecond)
-	h.setMembership("n1", []string{"n0"})
-	h.setMembership("n2", []string{"n0"})
-	h.advance(2*time.Second, "n1", "n2")
+	h.standsStillAndIsDeclaredDead("n0")
+	h.advance(time.Second, "n1", "n2")
 	if got := h.count("n1", k); got != int64(load.admitted) {
 		t.Fatalf("n1 counts %d after taking the key over; %d were admitted", got, load.admitted)
 	}
-	h.learnsItWasDeclaredDead("n0")
-	h.advance(2 * time.Second)
-	for _, name := range h.names {
-		h.setMembership(name, nil)
-	}
-	h.advance(3 * time.Second)
-	total := h.count("n0", k) + h.count("n1", k) + h.count("n2", k)
-	if total != int64(load.admitted) {
-		t.Errorf("the cluster counts %d (n0 %d, n1 %d); %d were admitted (n2's unit was given back once)", total, h.count("n0", k), h.count("n1", k), load.admitted)
-	}
+	h.learnsItWasDeclaredDeadAndJoinsAgain("n0")
+	h.heldBy(k, load.admitted, h.names...)
+	load.spendsToTheLimit(t, "n0", "n1", "n2")
 }

@@ -94,7 +94,8 @@ func TestAReplicaPassedOnReplacesAStaleReplicaOfTheRunItsCounterHolds(t *testing
 			h.list("n2", h.othersThan("n2", "n0", "n1"), dead)
 			h.list("n3", h.othersThan("n3", "n0", "n1"), dead)
 			h.advance(h.cfg.HandoffWindow + time.Second)
-			load.staysWithinTheLimit(t, quota, "n2", "n3")
+			h.heldBy(k, load.admitted, "n2", "n3")
+			load.spendsToTheLimit(t, "n2", "n3")
 		})
 	}
 }

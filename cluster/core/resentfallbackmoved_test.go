@@ -25,17 +25,8 @@ func TestCountsSentAgainKeptInFallbackAndSentToAnotherOwnerAreNotTakenOutOfTheCo
 	k := h.keyWhere(func(owner func(names ...string) Member) bool {
 		return owner("n0", "n1", "n2", "n4").Name == "n0" && owner("n1", "n2", "n4").Name == "n1" && owner("n1", "n2", "n3", "n4").Name == "n3"
 	})
-	load := newHandLoad(h, k, 30)
-	for range 7 {
-		load.spend("n0")
-	}
-	h.advance(20 * time.Millisecond) // replicated to n1
-	n0, n1, n4 := h.cores["n0"], h.cores["n1"], h.cores["n4"]
-	n0.handleTransfer(h.now, n4.self, Transfer{Seq: 50, To: n0.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}}, false)
-	if got := h.count("n0", k); got != 9 {
-		t.Fatalf("n0 counts %d after applying n4's transfer; want 9", got)
-	}
-	evicted := n0.engine.StatesOf(h.now, []limiter.Key{k})
+	load := h.spent(k, "n0", 7)
+	evicted := h.n0AppliesATransferUnreplicated(k, "n4")
 	load.admitted += 2 // n4's transfer, in n0's counter alone
 	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
 	h.down["n0"] = true
@@ -45,54 +36,26 @@ func TestCountsSentAgainKeptInFallbackAndSentToAnotherOwnerAreNotTakenOutOfTheCo
 		t.Fatalf("n1 counts %d after taking the key over; want 7", got)
 	}
 
-	h.cut["n1"], h.cut["n4"] = true, true
-	h.advance(time.Second, "n1", "n2", "n4")
-	if n1.majority(n1.view.Load()) {
-		t.Fatal("n1 has a majority while cut off")
-	}
-	if a, _ := n1.Handle(h.now, n4.Self(), Transfer{Seq: 51, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}, Was: 50, WasTo: n0.self}).(Ack); a.Refused {
-		t.Fatal("n1 refused the counts sent again")
-	}
-	h.pump()
-	if got := windowCount(n1.fallback.engine.StatesOf(h.now, []limiter.Key{k})); got != 2 {
-		t.Fatalf("n1 keeps %d in fallback; want 2", got)
-	}
-
+	h.n1KeepsTheCountsSentAgainInFallback(k, "n1", "n2", "n4")
+	n1, n3 := h.cores["n1"], h.cores["n3"]
 	n3.Joined(h.now)
 	h.listAll(dead, "n1", "n2", "n3", "n4")
 	h.cut["n1"], h.cut["n4"] = false, false
-	h.advance(3*time.Second, "n1", "n2", "n3", "n4")
+	h.advance(3 * time.Second)
 	if n3.HandoffUnderway() || h.count("n3", k) != int64(load.admitted) {
 		t.Fatalf("n3: hand-off under way %v, counts %d; want %d", n3.HandoffUnderway(), h.count("n3", k), load.admitted)
 	}
 	if got := windowCount(n1.fallback.engine.StatesOf(h.now, []limiter.Key{k})); got != 0 {
 		t.Fatalf("n1 still keeps %d in fallback", got)
 	}
-
-	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 40, To: n1.self.Inc, Mode: ModeEvicted, Evicted: n0.self, Was: 30, WasTo: n1.self, States: evicted,
-		Applied: []Applied{{From: n4.self, Seq: 50}}}, true)
-	h.advance(time.Second, "n1", "n2", "n3", "n4")
+	h.n0sCounterComesTo("n1", "n4", evicted, n1.self)
+	h.advance(time.Second)
 	if got := h.count("n3", k); got != int64(load.admitted) {
 		t.Fatalf("n3 counts %d; %d were admitted", got, load.admitted)
 	}
-
-	n3.Leave(h.now)
-	leaving := []Member{h.member("n3")}
-	for _, name := range []string{"n1", "n2", "n4"} {
-		var ms []Member
-		for _, x := range []string{"n1", "n2", "n4"} {
-			if x != name {
-				ms = append(ms, h.member(x))
-			}
-		}
-		h.cores[name].SetMembership(h.now, Membership{Members: ms, Leaving: leaving, Dead: dead})
-	}
-	h.pump()
-	h.advance(2*time.Second, "n1", "n2", "n3", "n4")
-	if n1.HandoffUnderway() {
-		t.Fatal("n1 has not taken the key back")
-	}
+	h.n3LeavesAndN1TakesTheKeyBack("n1", "n2", "n4")
 	h.holdsAdmitted(k, load.admitted, "n0")
+	load.spendsToTheLimit(t, "n1", "n2", "n4")
 }
 
 // listAll tells each node of names that the others of names are its

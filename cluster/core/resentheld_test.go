@@ -34,15 +34,30 @@ func (h *handNet) resentToOwner(k limiter.Key, load *handLoad) (limiter.State, R
 // n0 gives up on (see resentToOwner).
 func resentToAnOwner(t *testing.T) (*handNet, limiter.Key, *handLoad, limiter.State, Resent) {
 	t.Helper()
-	h := newHandNet(t, "n0", "n1", "n2", "n3")
-	k := h.keyOrdered("n1", "n3", "n2")
-	load := newHandLoad(h, k, 30)
-	for range 5 {
-		load.spend("n1")
-	}
-	h.advance(20 * time.Millisecond)
+	h, k, load := n1CountsFiveOfFour(t)
 	one, rec := h.resentToOwner(k, load)
 	return h, k, load, one, rec
+}
+
+// n1CountsFiveOfFour starts four nodes and has n1, the owner of a key
+// (n3 its successor, then n2), count 5 of it, replicated.
+func n1CountsFiveOfFour(t *testing.T) (*handNet, limiter.Key, *handLoad) {
+	t.Helper()
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k := h.keyOrdered("n1", "n3", "n2")
+	load := h.spent(k, "n1", 5)
+	h.advance(20 * time.Millisecond)
+	return h, k, load
+}
+
+// n2HandsOverItsCounterHolding has n2 count one in its counter of k, as
+// counts sent again in place of the transfer rec names, and hand the
+// counter over to the key's owner.
+func (h *handNet) n2HandsOverItsCounterHolding(k limiter.Key, one limiter.State, rec Resent) {
+	n2 := h.cores["n2"]
+	holdInItsCounter(h, n2, one, rec)
+	n2.pushKeys(h.now, []limiter.Key{k})
+	h.pump()
 }
 
 // holdInItsCounter has c count one in its counter of its key, as counts

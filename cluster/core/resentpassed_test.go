@@ -19,59 +19,70 @@ import (
 // not take them out of the counter that comes back (8 held of 10
 // admitted).
 func TestCountsSentAgainPassedOnAreNotTakenOutOfTheCounterThatComesBack(t *testing.T) {
+	h, k := joinerN3Waits(t)
+	load := h.spent(k, "n0", 7)
+	evicted := h.n0AppliesATransferUnreplicated(k, "n2")
+	h.n1TakesN0sKeyOver(k, load)
+	load.admitted += 2 // n2's transfer, in n0's counter alone
+	h.n3JoinsAndTakesTheKey(k, 8)
+
+	h.sentAgainTo("n1", "n2", k)
+	h.advance(100 * time.Millisecond)
+	h.n0sCounterComesTo("n1", "n2", evicted, h.cores["n1"].self)
+	h.advance(time.Second)
+	if got := h.count("n3", k); got != int64(load.admitted) {
+		t.Fatalf("n3 counts %d; %d were admitted", got, load.admitted)
+	}
+	h.n3LeavesAndN1TakesTheKeyBack("n1", "n2")
+	h.holdsAdmitted(k, load.admitted, "n0")
+	load.spendsToTheLimit(t, "n1", "n2")
+}
+
+// joinerN3Waits starts n0, n1 and n2, and n3, which waits to join, with
+// a key that is n0's, n1's once n0 is gone, and n3's once n3 joins.
+func joinerN3Waits(t *testing.T) (*handNet, limiter.Key) {
+	t.Helper()
 	h := newHandNet(t, "n0", "n1", "n2")
 	h.names = append(h.names, "n3")
-	n3 := h.start("n3", true)
+	h.start("n3", true)
 	k := h.keyWhere(func(owner func(names ...string) Member) bool {
 		return owner("n0", "n1", "n2").Name == "n0" && owner("n1", "n2").Name == "n1" && owner("n1", "n2", "n3").Name == "n3"
 	})
-	load := newHandLoad(h, k, 30)
-	for range 7 {
-		load.spend("n0")
-	}
-	h.advance(20 * time.Millisecond) // replicated to n1
-	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-	n0.handleTransfer(h.now, n2.self, Transfer{Seq: 50, To: n0.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}}, false)
-	if got := h.count("n0", k); got != 9 {
-		t.Fatalf("n0 counts %d after applying n2's transfer; want 9", got)
-	}
-	evicted := n0.engine.StatesOf(h.now, []limiter.Key{k})
-	h.n1TakesN0sKeyOver(k, load)
-	load.admitted += 2 // n2's transfer, in n0's counter alone
+	return h, k
+}
 
-	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
+// n3JoinsAndTakesTheKey has n3 join n1 and n2 (n0 dead) and take k over
+// from n1, counting want.
+func (h *handNet) n3JoinsAndTakesTheKey(k limiter.Key, want int64) {
+	h.t.Helper()
+	n3 := h.cores["n3"]
 	n3.Joined(h.now)
-	for _, name := range []string{"n1", "n2", "n3"} {
+	h.listAll([]Peer{{Name: "n0", Inc: h.incs["n0"]}}, "n1", "n2", "n3")
+	h.advance(time.Second)
+	if n3.HandoffUnderway() || h.count("n3", k) != want {
+		h.t.Fatalf("n3: hand-off under way %v, counts %d; want %d", n3.HandoffUnderway(), h.count("n3", k), want)
+	}
+}
+
+// n3LeavesAndN1TakesTheKeyBack has n3 leave: the nodes that stay (n0
+// dead) hear so, and n1 takes the key back.
+func (h *handNet) n3LeavesAndN1TakesTheKeyBack(stay ...string) {
+	h.t.Helper()
+	h.cores["n3"].Leave(h.now)
+	leaving := []Member{h.member("n3")}
+	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
+	for _, name := range stay {
 		var ms []Member
-		for _, x := range []string{"n1", "n2", "n3"} {
+		for _, x := range stay {
 			if x != name {
 				ms = append(ms, h.member(x))
 			}
 		}
-		h.list(name, ms, dead)
+		h.cores[name].SetMembership(h.now, Membership{Members: ms, Leaving: leaving, Dead: dead})
 	}
-	h.advance(time.Second, "n1", "n2", "n3")
-	if n3.HandoffUnderway() || h.count("n3", k) != 8 {
-		t.Fatalf("n3: hand-off under way %v, counts %d; want 8", n3.HandoffUnderway(), h.count("n3", k))
-	}
-
-	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 51, To: n1.self.Inc, Mode: ModeAdd, States: []limiter.State{counterOf(h.now, k, 2)}, Was: 50, WasTo: n0.self}, false)
-	h.advance(100*time.Millisecond, "n1", "n2", "n3")
-	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 40, To: n1.self.Inc, Mode: ModeEvicted, Evicted: n0.self, Was: 30, WasTo: n1.self, States: evicted,
-		Applied: []Applied{{From: n2.self, Seq: 50}}}, true)
-	h.advance(time.Second, "n1", "n2", "n3")
-	if got := h.count("n3", k); got != int64(load.admitted) {
-		t.Fatalf("n3 counts %d; %d were admitted", got, load.admitted)
-	}
-
-	n3.Leave(h.now)
-	leaving := []Member{h.member("n3")}
-	n1.SetMembership(h.now, Membership{Members: []Member{h.member("n2")}, Leaving: leaving, Dead: dead})
-	n2.SetMembership(h.now, Membership{Members: []Member{h.member("n1")}, Leaving: leaving, Dead: dead})
 	h.pump()
-	h.advance(2*time.Second, "n1", "n2", "n3")
-	if n1.HandoffUnderway() {
-		t.Fatal("n1 has not taken the key back")
+	h.advance(2 * time.Second)
+	if h.cores["n1"].HandoffUnderway() {
+		h.t.Fatal("n1 has not taken the key back")
 	}
-	h.holdsAdmitted(k, load.admitted, "n0")
 }

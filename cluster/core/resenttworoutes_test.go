@@ -15,13 +15,7 @@ import (
 // transfer to n1 when n0 gave it up too: it names both.
 func resentByTwoRoutes(t *testing.T) (*handNet, limiter.Key, *handLoad, limiter.State, Transfer, Resent) {
 	t.Helper()
-	h := newHandNet(t, "n0", "n1", "n2", "n3")
-	k := h.keyOrdered("n1", "n3", "n2")
-	load := newHandLoad(h, k, 30)
-	for range 5 {
-		load.spend("n1")
-	}
-	h.advance(20 * time.Millisecond)
+	h, k, load := n1CountsFiveOfFour(t)
 	n0, n1, n3 := h.cores["n0"], h.cores["n1"], h.cores["n3"]
 	one := n1.engine.StatesOf(h.now, []limiter.Key{k})[0]
 	one.Cur = 1
@@ -38,17 +32,16 @@ func resentByTwoRoutes(t *testing.T) (*handNet, limiter.Key, *handLoad, limiter.
 // already, and the counter comes in less it.
 func TestACountSentAgainThatCameOnItsOwnIsNotAddedAgainWithACounterHoldingIt(t *testing.T) {
 	h, k, load, one, bare, rec := resentByTwoRoutes(t)
-	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	n0, n1 := h.cores["n0"], h.cores["n1"]
 	n1.Handle(h.now, n0.Self(), bare) // applied, the acknowledgement lost
 	h.pump()
 	if got := h.count("n1", k); got != 6 {
 		t.Fatalf("n1 counts %d once the count came on its own; want 6", got)
 	}
-	holdInItsCounter(h, n2, one, rec)
-	n2.pushKeys(h.now, []limiter.Key{k})
-	h.pump()
+	h.n2HandsOverItsCounterHolding(k, one, rec)
 	h.advance(time.Second)
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n1", "n0", "n2")
 }
 
 // As TestACountSentAgainThatCameOnItsOwnIsNotAddedAgainWithACounterHoldingIt,
@@ -56,10 +49,8 @@ func TestACountSentAgainThatCameOnItsOwnIsNotAddedAgainWithACounterHoldingIt(t *
 // that comes on its own, late, is not added again.
 func TestACountSentAgainThatComesOnItsOwnAfterACounterHoldingItIsNotAddedAgain(t *testing.T) {
 	h, k, load, one, bare, rec := resentByTwoRoutes(t)
-	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-	holdInItsCounter(h, n2, one, rec)
-	n2.pushKeys(h.now, []limiter.Key{k})
-	h.pump()
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+	h.n2HandsOverItsCounterHolding(k, one, rec)
 	if got := h.count("n1", k); got != 6 {
 		t.Fatalf("n1 counts %d once the counter came; want 6", got)
 	}
@@ -67,6 +58,7 @@ func TestACountSentAgainThatComesOnItsOwnAfterACounterHoldingItIsNotAddedAgain(t
 	h.pump()
 	h.advance(time.Second)
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n1", "n0", "n2")
 }
 
 // As TestACountSentAgainThatCameOnItsOwnIsNotAddedAgainWithACounterHoldingIt,
@@ -75,7 +67,7 @@ func TestACountSentAgainThatComesOnItsOwnAfterACounterHoldingItIsNotAddedAgain(t
 // the counter holding it, come later, comes in less it.
 func TestACountSentAgainKeptInFallbackIsNotAddedAgainWithACounterHoldingIt(t *testing.T) {
 	h, k, load, one, bare, rec := resentByTwoRoutes(t)
-	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	n0, n1 := h.cores["n0"], h.cores["n1"]
 	h.cut["n0"], h.cut["n1"] = true, true
 	h.advance(time.Second)
 	if n1.majority(n1.view.Load()) {
@@ -92,9 +84,8 @@ func TestACountSentAgainKeptInFallbackIsNotAddedAgainWithACounterHoldingIt(t *te
 	if !n1.majority(n1.view.Load()) || h.count("n1", k) != 6 {
 		t.Fatalf("n1: majority %v, counts %d; want 6", n1.majority(n1.view.Load()), h.count("n1", k))
 	}
-	holdInItsCounter(h, n2, one, rec)
-	n2.pushKeys(h.now, []limiter.Key{k})
-	h.pump()
+	h.n2HandsOverItsCounterHolding(k, one, rec)
 	h.advance(time.Second)
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n1", "n0", "n2")
 }

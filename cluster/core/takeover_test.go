@@ -342,6 +342,46 @@ func (l *handLoad) count(tk *handTake) {
 	}
 }
 
+// spendsToTheLimit is the other side of a count held once: the cluster
+// healed, it spends the rest of the load's limit through owner, the node
+// that counts the key, and through each node of through in turn,
+// forwarded to it. Every request up to the limit is admitted by the owner
+// (no false denial, none by fallback), the first past it is refused
+// through every one of them, and the owner then counts the limit.
+func (l *handLoad) spendsToTheLimit(t *testing.T, owner string, through ...string) {
+	t.Helper()
+	h := l.h
+	for _, name := range append([]string{owner}, through...) {
+		if o, _ := h.cores[name].Ring().Owner(l.k.Route()); o.Name != owner {
+			t.Fatalf("%s's ring names %s the key's owner; want %s", name, o.Name, owner)
+		}
+	}
+	at := append([]string{owner}, through...)
+	for i := 0; l.admitted < int(l.quota); i++ {
+		node, want := at[i%len(at)], SourcePeer
+		if node == owner {
+			want = SourceOwner
+		}
+		tk := h.take(node, l.k, l.quota)
+		h.finish(tk)
+		l.count(tk)
+		if !tk.d.Allowed || tk.d.Source != want {
+			t.Fatalf("through %s, %d of %d admitted: allowed %v by %v; want admitted by %v (counts %v)", node, l.admitted, l.quota, tk.d.Allowed, tk.d.Source, want, h.counts(l.k))
+		}
+	}
+	for _, node := range at {
+		tk := h.take(node, l.k, l.quota)
+		h.finish(tk)
+		l.count(tk)
+		if tk.d.Allowed {
+			t.Errorf("through %s, past the limit of %d: admitted by %v (%d admitted; counts %v)", node, l.quota, tk.d.Source, l.admitted, h.counts(l.k))
+		}
+	}
+	if got := h.count(owner, l.k); got != l.quota {
+		t.Errorf("the owner %s counts %d of the key spent to its limit %d (counts %v)", owner, got, l.quota, h.counts(l.k))
+	}
+}
+
 func (h *handNet) count(name string, k limiter.Key) int64 {
 	return windowCount(h.cores[name].engine.StatesOf(h.now, []limiter.Key{k}))
 }

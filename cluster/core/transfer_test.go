@@ -148,16 +148,9 @@ func TestAnEvictedCounterForAnEarlierRunThatRestoredTheKeyIsACopy(t *testing.T) 
 // 1795895577426450985 of the simulator: the copy went on to a node whose
 // count did not hold it; the cluster held 31 of key 2, 36 were admitted.)
 func TestAnEvictedCounterForAnEarlierRunIsWeighedWhereTheRestoredCounterWent(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2")
-	h.names = append(h.names, "n3")
-	n3 := h.start("n3", true)
-	k := h.keyWhere(func(owner func(names ...string) Member) bool {
-		return owner("n0", "n1", "n2").Name == "n0" && owner("n1", "n2").Name == "n1" && owner("n1", "n2", "n3").Name == "n3"
-	})
-	load := newHandLoad(h, k, 30)
-	for range 7 {
-		load.spend("n0")
-	}
+	h, k := joinerN3Waits(t)
+	n3 := h.cores["n3"]
+	load := h.spent(k, "n0", 7)
 	h.advance(20 * time.Millisecond)
 	if succ, _ := h.cores["n0"].view.Load().ring.Successor(k.Route()); succ.Name != "n1" || load.admitted != 7 {
 		t.Fatalf("successor %s, admitted %d; want n1 and 7", succ.Name, load.admitted)
@@ -165,25 +158,9 @@ func TestAnEvictedCounterForAnEarlierRunIsWeighedWhereTheRestoredCounterWent(t *
 	evicted := h.cores["n0"].engine.StatesOf(h.now, []limiter.Key{k})
 	// n0 stops answering; n1 takes its key over from the replica and
 	// counts on. n1 crashes; its next run restores its counters and owns
-	// the key.
+	// the key. n3 joins and takes the key over from n1.
 	n1, earlier := h.n1TakesN0sKeyOverAndRestarts(k, load)
-	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
-
-	// n3 joins and takes the key over from n1.
-	n3.Joined(h.now)
-	for _, name := range []string{"n1", "n2", "n3"} {
-		var ms []Member
-		for _, x := range []string{"n1", "n2", "n3"} {
-			if x != name {
-				ms = append(ms, h.member(x))
-			}
-		}
-		h.list(name, ms, dead)
-	}
-	h.advance(time.Second, "n1", "n2", "n3")
-	if n3.HandoffUnderway() || h.count("n3", k) != 8 {
-		t.Fatalf("n3: hand-off under way %v, counts %d; want 8", n3.HandoffUnderway(), h.count("n3", k))
-	}
+	h.n3JoinsAndTakesTheKey(k, 8)
 
 	// Three units are given back where the key is counted now.
 	for range 3 {
@@ -525,22 +502,9 @@ func TestARefusedHandoffPlacedAnewAddsToTheNewOwnersCount(t *testing.T) {
 func (h *handNet) n1TakesN0sKeyOverAndRestarts(k limiter.Key, load *handLoad) (*Core, Peer) {
 	h.t.Helper()
 	h.n1TakesN0sKeyOver(k, load)
-	dead := []Peer{{Name: "n0", Inc: h.incs["n0"]}}
-
 	snapshot := h.cores["n1"].Keep(h.now, h.cores["n1"].engine.StatesOf(h.now, []limiter.Key{k}))
 	earlier := h.cores["n1"].self
-	n1 := h.start("n1", true)
-	n1.RestoreCounters(h.now, snapshot)
-	n1.Joined(h.now)
-	// n2 hears of the new run as joining, then as a member.
-	h.cores["n2"].SetMembership(h.now, Membership{Joining: []Member{h.member("n1")}, Dead: dead})
-	h.list("n1", []Member{h.member("n2")}, dead)
-	h.advance(100*time.Millisecond, "n1", "n2")
-	h.list("n2", []Member{h.member("n1")}, dead)
-	h.advance(time.Second, "n1", "n2")
-	if !n1.Member() || n1.HandoffUnderway() || h.count("n1", k) != 8 {
-		h.t.Fatalf("the new run of n1: member %v, hand-off under way %v, counts %d; want 8", n1.Member(), n1.HandoffUnderway(), h.count("n1", k))
-	}
+	n1 := h.n1RestartsAndJoins(k, &snapshot, 8)
 	return n1, earlier
 }
 

@@ -20,26 +20,16 @@ import (
 // 1795922762223411046 of the simulator: key 6 held 20, 18 admitted).
 func TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing(t *testing.T) {
 	h, k, load, early, rep := overlappingTakeover(t)
-	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 
-	// n1 comes back and applies n2's counter.
+	// n1 comes back and applies n2's counter; n1's earlier counter
+	// reaches n2, sent on by n0.
 	h.down["n1"] = false
-	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n1.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: rep.owner, States: []limiter.State{rep.state}, Holds: rep.holds}, true)
-	if got := h.count("n1", k); got != 16 {
-		t.Fatalf("n1 counts %d of the key with n2's counter in; want 16", got)
-	}
+	h.n1AppliesN2sCounter(k, rep, 16)
+	h.n2AppliesN1sEarlierCounter(k, early)
 
-	// n1's earlier counter reaches n2, sent on by n0.
-	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1001, To: n2.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: early}, true)
-	if got := h.count("n2", k); got != 16 {
-		t.Fatalf("n2 counts %d of the key with n1's earlier counter in; want 16", got)
-	}
-
-	// n1 hears it was declared dead: its counter goes out, to n2.
-	h.advance(2 * time.Second)
-	load.resume()
-	t.Logf("admitted %d %v; counts n0 %d n1 %d n2 %d", load.admitted, load.by, h.count("n0", k), h.count("n1", k), h.count("n2", k))
+	h.n1HearsItWasDeclaredDead(load)
 	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n2", "n0")
 }
 
 // As in TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing,
@@ -53,10 +43,7 @@ func TestCountersThatSettledTogetherAreSharedWholeByACounterHoldingThemAll(t *te
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 
 	// n1 (not ticking yet) applies n2's counter, sent on by n0.
-	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n1.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: rep.owner, States: []limiter.State{rep.state}, Holds: rep.holds}, true)
-	if got := h.count("n1", k); got != 16 {
-		t.Fatalf("n1 counts %d of the key with n2's counter in; want 16", got)
-	}
+	h.n1AppliesN2sCounter(k, rep, 16)
 
 	// n2 sees n1 again and hands the key back; n1, down, does not answer.
 	h.setMembership("n0", nil)
@@ -79,12 +66,18 @@ func TestCountersThatSettledTogetherAreSharedWholeByACounterHoldingThemAll(t *te
 		t.Fatalf("n2 counts %d of the key once it settled; want 16", got)
 	}
 
-	// n1 comes back, hears it was declared dead: its counter goes to n2.
 	h.down["n1"] = false
+	h.n1HearsItWasDeclaredDead(load)
+	h.holdsAdmitted(k, load.admitted, "")
+	load.spendsToTheLimit(t, "n2", "n0")
+}
+
+// n1HearsItWasDeclaredDead lets n1, back, hear it was declared dead: its
+// counter goes out, to n2.
+func (h *handNet) n1HearsItWasDeclaredDead(load *handLoad) {
 	h.advance(2 * time.Second)
 	load.resume()
-	t.Logf("admitted %d %v; counts n0 %d n1 %d n2 %d", load.admitted, load.by, h.count("n0", k), h.count("n1", k), h.count("n2", k))
-	h.holdsAdmitted(k, load.admitted, "")
+	h.t.Logf("admitted %d %v; counts %v", load.admitted, load.by, h.counts(load.k))
 }
 
 // overlappingTakeover counts 8 of a key at its owner n1 (successor n2,
@@ -93,6 +86,20 @@ func TestCountersThatSettledTogetherAreSharedWholeByACounterHoldingThemAll(t *te
 // and replicates its counter (14, holding 6 of n1's) to n0. It returns
 // n1's counter as it stopped (early) and n0's replica of n2's counter.
 func overlappingTakeover(t *testing.T) (*handNet, limiter.Key, *handLoad, []limiter.State, replica) {
+	t.Helper()
+	h, k, load, early := n1CountsPastItsReplicaAndStandsStill(t)
+	h.n2CountsOn(load, 8)
+	if got := h.count("n2", k); got != 14 {
+		t.Fatalf("n2 counts %d of the key after the takeover; want 14", got)
+	}
+	return h, k, load, early, h.n0sReplicaOfN2s(k, 14)
+}
+
+// n1CountsPastItsReplicaAndStandsStill counts 8 of a key at its owner n1
+// (successor n2, then n0), of which n1 replicated 6 to n2, and has n1
+// stand still: n0 and n2 declare it dead, and n2 takes the key over from
+// n1's replica. It returns n1's counter as it stopped (early).
+func n1CountsPastItsReplicaAndStandsStill(t *testing.T) (*handNet, limiter.Key, *handLoad, []limiter.State) {
 	t.Helper()
 	h := newHandNet(t, "n0", "n1", "n2")
 	k := h.keyOrdered("n1", "n2", "n0")
@@ -111,20 +118,50 @@ func overlappingTakeover(t *testing.T) (*handNet, limiter.Key, *handLoad, []limi
 	h.setMembership("n0", []string{"n1"})
 	h.setMembership("n2", []string{"n1"})
 	h.advance(2 * time.Second)
-	for range 8 {
+	return h, k, load, early
+}
+
+// n2CountsOn has n2, counting n1's key, admit n more, replicated to n0.
+func (h *handNet) n2CountsOn(load *handLoad, n int) {
+	for range n {
 		load.spend("n2")
 	}
 	load.resume()
 	h.advance(100 * time.Millisecond) // replicated to n0
-	if got := h.count("n2", k); got != 14 {
-		t.Fatalf("n2 counts %d of the key after the takeover; want 14", got)
-	}
+}
+
+// n0sReplicaOfN2s returns n0's replica of n2's counter of k, which must
+// hold want.
+func (h *handNet) n0sReplicaOfN2s(k limiter.Key, want int64) replica {
+	h.t.Helper()
 	n0 := h.cores["n0"]
 	n0.replicas.mu.Lock()
 	rep, ok := n0.replicas.states[k]
 	n0.replicas.mu.Unlock()
-	if !ok || rep.owner.Name != "n2" {
-		t.Fatalf("n0 keeps no replica of n2's counter of the key")
+	if !ok || rep.owner.Name != "n2" || windowCount([]limiter.State{rep.state}) != want {
+		h.t.Fatalf("n0 keeps no replica of n2's counter of the key at %d (%v)", want, rep)
 	}
-	return h, k, load, early, rep
+	return rep
+}
+
+// n1AppliesN2sCounter has n1 apply n2's counter of k as n0's replica
+// holds it, sent on by n0: n1 then counts want.
+func (h *handNet) n1AppliesN2sCounter(k limiter.Key, rep replica, want int64) {
+	h.t.Helper()
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n1.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: rep.owner, States: []limiter.State{rep.state}, Holds: rep.holds}, true)
+	if got := h.count("n1", k); got != want {
+		h.t.Fatalf("n1 counts %d of the key with n2's counter in; want %d", got, want)
+	}
+}
+
+// n2AppliesN1sEarlierCounter has n1's counter as it stopped (early), sent
+// on by n0, reach n2, which joins it with its own: 16.
+func (h *handNet) n2AppliesN1sEarlierCounter(k limiter.Key, early []limiter.State) {
+	h.t.Helper()
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1001, To: n2.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: early}, true)
+	if got := h.count("n2", k); got != 16 {
+		h.t.Fatalf("n2 counts %d of the key with n1's earlier counter in; want 16", got)
+	}
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"testing"
 	"time"
-
-	"github.com/tollgate/tollgate/limiter"
 )
 
 // As TestEvictedCountersOfTwoDeathsOfOneNodeForTwoRunsOfTheSuccessorCountOnce,
@@ -25,154 +23,25 @@ func TestAnEvictedCounterForAnEarlierRunWhoseKeyWasRestoredLateButCountedFromANe
 	for _, newRun := range []bool{false, true} {
 		t.Run(fmt.Sprintf("rejoins as a new process %v", newRun), func(t *testing.T) {
 			h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
-			others := []string{"n1", "n2", "n3", "n4"}
-			k, load := h.spentKey("n0", "n1", 7)
-			h.advance(20 * time.Millisecond) // replicated to n1
-			n0 := h.cores["n0"]
-			// The evicted counters applied: to which run of n1, meant for which.
-			var evicted [][2]uint64
-			h.drops = func(from string, o Outgoing) bool {
-				if tr, ok := o.Msg.(Transfer); ok && from == "n0" && tr.Mode == ModeEvicted && tr.WasTo.Name != "" && !h.lost(from, o.To.Name) {
-					evicted = append(evicted, [2]uint64{tr.WasTo.Inc, tr.To})
-				}
-				return false
-			}
-			// Two more admitted at n0, never replicated: it stops answering.
-			load.spend("n0")
-			load.spend("n0")
-			h.down["n0"] = true
-			for _, name := range others {
-				h.setMembership(name, []string{"n0"})
-			}
-			h.advance(time.Second, others...)
-			load.resume()
-			load.spend("n1")
-			if got := h.count("n1", k); got != 8 || load.admitted != 10 {
-				t.Fatalf("n1 counts %d after taking over, %d admitted; want 8 and 10", got, load.admitted)
-			}
-			late := false
-			restart := func() *Core {
-				snapshot := h.cores["n1"].Keep(h.now, h.cores["n1"].engine.StatesOf(h.now, []limiter.Key{k}))
+			k, load := h.n0DiesTwiceAndN1RestartsAfterEachTakeover(newRun, 15, func(load *handLoad, snapshot Kept, second bool) {
 				// Two more, replicated to n2, after the snapshot.
 				load.spend("n1")
 				load.spend("n1")
-				h.advance(20*time.Millisecond, others...)
+				h.advance(20*time.Millisecond, "n1", "n2", "n3", "n4")
 				h.down["n1"] = true
-				if late { // the second restart comes too late to be named
+				if second { // the second restart comes too late to be named
 					h.advance(keptNamedWithin+10*time.Second, "n2", "n3", "n4")
 				}
-				late = true
-				n1 := h.start("n1", true)
-				n1.RestoreCounters(h.now, snapshot)
-				n1.Joined(h.now)
-				dead := []Peer{h.cores["n0"].self}
-				for _, name := range []string{"n2", "n3", "n4"} {
-					h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n0", "n1"), Joining: []Member{h.member("n1")}, Dead: dead})
-					h.pump()
-				}
-				h.setMembership("n1", []string{"n0"})
-				h.advance(100*time.Millisecond, others...)
-				for _, name := range []string{"n2", "n3", "n4"} {
-					h.setMembership(name, []string{"n0"})
-				}
-				h.advance(time.Second, others...)
-				if !n1.Member() || n1.HandoffUnderway() {
-					t.Fatalf("the new run of n1: member %v, hand-off under way %v", n1.Member(), n1.HandoffUnderway())
-				}
-				return n1
-			}
-			restart()
-
-			// n0 learns it was declared dead, sends its counter on, and joins again.
-			h.learnsItWasDeclaredDead("n0")
-			if newRun {
-				// It learns of n1's new run, stops once its counter is
-				// acknowledged, and starts again.
-				h.setMembership("n0", nil)
-				for range 300 {
-					h.advance(10 * time.Millisecond)
-					if n0.out.pendingFor("", purposeHeld) == 0 {
-						break
-					}
-				}
-				if n0.out.pendingFor("", purposeHeld) > 0 {
-					t.Fatalf("n0's counter was not acknowledged")
-				}
-				h.down["n0"] = true
-				n0 = h.start("n0", true)
-				n0.Joined(h.now)
-				for _, name := range others {
-					h.cores[name].SetMembership(h.now, Membership{Members: h.othersThan(name, "n0"), Joining: []Member{h.member("n0")}})
-					h.pump()
-				}
-			}
-			for _, name := range h.names {
-				h.setMembership(name, nil)
-			}
-			for range 300 {
-				h.advance(10 * time.Millisecond)
-				if n0.Member() && !n0.HandoffUnderway() {
-					break
-				}
-			}
-			h.advance(time.Second)
-			if !n0.Member() || h.count("n0", k) != int64(load.admitted) {
-				t.Fatalf("n0 joined again: member %v, counts %d of %d admitted", n0.Member(), h.count("n0", k), load.admitted)
-			}
-			for range 3 {
-				load.spend("n0")
-			}
-			h.advance(20 * time.Millisecond)
-			load.spend("n0")
-			h.down["n0"] = true
-			for _, name := range others {
-				h.setMembership(name, []string{"n0"})
-			}
-			h.advance(time.Second, others...)
-			load.resume()
-			if got := h.count("n1", k); got != 15 || load.admitted != 16 {
-				t.Fatalf("n1 counts %d after the second takeover, %d admitted; want 15 and 16", got, load.admitted)
-			}
-			restart()
-			h.learnsItWasDeclaredDead("n0")
-			h.advance(100 * time.Millisecond)
-			for _, name := range h.names {
-				h.setMembership(name, nil)
-			}
-			for range 300 {
-				h.advance(10 * time.Millisecond)
-				if n0.Member() && !n0.HandoffUnderway() {
-					break
-				}
-			}
-			h.advance(2 * time.Second)
-			load.resume()
-			if len(evicted) != 2 || evicted[0] != [2]uint64{1, 2} || evicted[1] != [2]uint64{2, 3} {
-				t.Fatalf("evicted counters sent again, (meant for, to) runs of n1: %v; want [[1 2] [2 3]]", evicted)
-			}
+				h.n1RestartsFrom(snapshot)
+			})
 			// Nothing lost, nothing counted twice: 18 held of 18 admitted.
 			if load.admitted != 18 {
 				t.Fatalf("%d admitted; want 18", load.admitted)
 			}
 			h.holdsAdmitted(k, load.admitted, "")
 			// The owner admits up to the limit, refusing nothing under it,
-			// and nothing beyond.
-			owner, _ := h.cores["n1"].view.Load().ring.Owner(k.Route())
-			for load.admitted < 30 {
-				tk := load.spend(owner.Name)
-				h.advance(20 * time.Millisecond)
-				load.resume()
-				if !tk.d.Allowed {
-					t.Fatalf("the owner %s refused a request with %d of 30 admitted (%v)", owner.Name, load.admitted, h.counts(k))
-				}
-			}
-			tk := load.spend(owner.Name)
-			h.advance(20 * time.Millisecond)
-			load.resume()
-			if tk.d.Allowed || load.admitted != 30 {
-				t.Fatalf("the owner %s admitted a request beyond the limit: %d admitted of 30 (%v)", owner.Name, load.admitted, h.counts(k))
-			}
-			h.holdsAdmitted(k, 30, "")
+			// through itself or forwarded, and nothing beyond.
+			load.spendsToTheLimit(t, "n0", "n1", "n2")
 		})
 	}
 }

@@ -348,7 +348,7 @@ func (l *handLoad) count(tk *handTake) {
 // forwarded to it. Every request up to the limit is admitted by the owner
 // (no false denial, none by fallback), the first past it is refused
 // through every one of them, and the owner then counts the limit.
-func (l *handLoad) spendsToTheLimit(t *testing.T, owner string, through ...string) {
+func (l *handLoad) spendsToTheLimit(t testing.TB, owner string, through ...string) {
 	t.Helper()
 	h := l.h
 	for _, name := range append([]string{owner}, through...) {

@@ -102,7 +102,10 @@ const unionsKept = 8
 // noteUnion records that this run's counter of k, prefix before (nil:
 // there was none), is value now that the counters parts joined it, and held
 // nothing else (see unionRecord). Records of an earlier generation of
-// the counter go.
+// the counter go. A store that keeps records of as many keys as its size
+// takes none of a new key (as keepGiven): without one, a counter that
+// holds all the join made is weighed as before, its counts beyond any one
+// part's counted again, never fewer.
 func (r *replicaStore) noteUnion(m int64, k limiter.Key, prefix *limiter.State, parts []Held, value limiter.State) {
 	if len(parts) == 0 || value.Kind >= limiter.KindGrant {
 		return
@@ -112,6 +115,9 @@ func (r *replicaStore) noteUnion(m int64, k limiter.Key, prefix *limiter.State, 
 	gen := r.gens[k].gen
 	if r.unions == nil {
 		r.unions = map[limiter.Key][]unionRecord{}
+	}
+	if _, ok := r.unions[k]; !ok && len(r.unions) >= r.max {
+		return
 	}
 	list := slices.DeleteFunc(r.unions[k], func(u unionRecord) bool { return u.gen != gen })
 	list = append(list, unionRecord{at: m, gen: gen, prefix: prefix, parts: slices.Clone(parts), value: value})

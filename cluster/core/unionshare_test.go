@@ -94,9 +94,17 @@ func TestCountersThatSettledTogetherAreSharedWholeByACounterHoldingThemAll(t *te
 // n1's counter as it stopped (early) and n0's replica of n2's counter.
 func overlappingTakeover(t *testing.T) (*handNet, limiter.Key, *handLoad, []limiter.State, replica) {
 	t.Helper()
+	return overlappingTakeoverUnder(t, hourly)
+}
+
+// overlappingTakeoverUnder is overlappingTakeover under the limit of the
+// load's quota that limit makes.
+func overlappingTakeoverUnder(t *testing.T, limit func(quota int64) limiter.Limit) (*handNet, limiter.Key, *handLoad, []limiter.State, replica) {
+	t.Helper()
 	h := newHandNet(t, "n0", "n1", "n2")
 	k := h.keyOrdered("n1", "n2", "n0")
 	load := newHandLoad(h, k, 40)
+	load.limit = limit(load.quota)
 	for range 6 {
 		load.spend("n1")
 	}
@@ -116,7 +124,7 @@ func overlappingTakeover(t *testing.T) (*handNet, limiter.Key, *handLoad, []limi
 	}
 	load.resume()
 	h.advance(100 * time.Millisecond) // replicated to n0
-	if got := h.count("n2", k); got != 14 {
+	if got := load.units("n2"); got != 14 {
 		t.Fatalf("n2 counts %d of the key after the takeover; want 14", got)
 	}
 	n0 := h.cores["n0"]
@@ -127,4 +135,39 @@ func overlappingTakeover(t *testing.T) (*handNet, limiter.Key, *handLoad, []limi
 		t.Fatalf("n0 keeps no replica of n2's counter of the key")
 	}
 	return h, k, load, early, rep
+}
+
+// As in TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing,
+// under a token bucket: the join's record and the copies weighed against
+// it are arrival times, and what an older copy lacks of a part is time
+// its bucket spent beyond the copy's (see limiter.SubState). The counter
+// that holds all the join made adds nothing, and its owner admits what
+// the bucket has left, not more.
+func TestABucketThatHoldsAllTheBucketsTheReceiversIsMadeOfAddsNothing(t *testing.T) {
+	bucket := func(quota int64) limiter.Limit {
+		return limiter.Limit{Algorithm: limiter.TokenBucket, Quota: quota, Window: time.Hour}
+	}
+	h, _, load, early, rep := overlappingTakeoverUnder(t, bucket)
+	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
+
+	// n1 comes back and applies n2's counter.
+	h.down["n1"] = false
+	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n1.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: rep.owner, States: []limiter.State{rep.state}, Holds: rep.holds}, true)
+	if got := load.units("n1"); got != 16 {
+		t.Fatalf("n1 counts %d of the key with n2's counter in; want 16", got)
+	}
+
+	// n1's earlier counter reaches n2, sent on by n0.
+	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1001, To: n2.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: early}, true)
+	if got := load.units("n2"); got != 16 {
+		t.Fatalf("n2 counts %d of the key with n1's earlier counter in; want 16", got)
+	}
+
+	// n1 hears it was declared dead: its counter goes out, to n2.
+	h.advance(2 * time.Second)
+	load.resume()
+	t.Logf("admitted %d %v; counts n0 %d n1 %d n2 %d", load.admitted, load.by, load.units("n0"), load.units("n1"), load.units("n2"))
+	load.holdsAdmitted()
+	load.admitsTheRest("n2")
+	load.holdsAdmitted()
 }

@@ -17,7 +17,7 @@ import (
 // both are copies of the counter n1 started from, the 4 beyond it are
 // added once, and n1 admits what the quota leaves.
 func TestAReplicaSentOutsideTheRingAndTheDeadRunsCounterAddOnceToAnOlderReplicaTakenOver(t *testing.T) {
-	replicatedOutsideTheRing(t, false)
+	replicatedOutsideTheRing(t, false, 0)
 }
 
 // As TestAReplicaSentOutsideTheRingAndTheDeadRunsCounterAddOnceToAnOlderReplicaTakenOver,
@@ -25,12 +25,23 @@ func TestAReplicaSentOutsideTheRingAndTheDeadRunsCounterAddOnceToAnOlderReplicaT
 // (n1's key waits in a hand-off for n2 meanwhile, counted nowhere: no
 // unit admitted over the quota, none lost once it settles).
 func TestTheDeadRunsCounterThenAReplicaSentOutsideTheRingAddOnceToAnOlderReplicaTakenOver(t *testing.T) {
-	replicatedOutsideTheRing(t, true)
+	replicatedOutsideTheRing(t, true, 0)
 }
 
-// replicatedOutsideTheRing plays the two tests above: counterFirst, n0's
-// counter goes before n2's copies of it are let through.
-func replicatedOutsideTheRing(t *testing.T, counterFirst bool) {
+// As TestAReplicaSentOutsideTheRingAndTheDeadRunsCounterAddOnceToAnOlderReplicaTakenOver,
+// but n1 counts 5 more once it took the key over (11) and replicates its
+// counter to its successor, n2: the replica displaces n2's replica of the
+// dead run (10), which n2 sends on to n1 (see Core.sendDisplaced). The 4
+// it holds beyond what n1 started from are added once, n0's counter adds
+// nothing more: 15.
+func TestADisplacedReplicaSentOutsideTheRingAddsOnceToACounterThatWentOn(t *testing.T) {
+	replicatedOutsideTheRing(t, false, 5)
+}
+
+// replicatedOutsideTheRing plays the tests above: counterFirst, n0's
+// counter goes before n2's copies of it are let through; n1 counts more
+// once it took the key over.
+func replicatedOutsideTheRing(t *testing.T, counterFirst bool, more int) {
 	h := newHandNet(t, "n0", "n1", "n2", "n3")
 	k := h.keyOrdered("n0", "n1", "n2")
 	load := newHandLoad(h, k, 30)
@@ -66,12 +77,20 @@ func replicatedOutsideTheRing(t *testing.T, counterFirst bool) {
 	if n1.HandoffUnderway() || load.units("n1") != 6 {
 		t.Fatalf("n1: hand-off under way %v, counts %d; want the older replica, 6", n1.HandoffUnderway(), load.units("n1"))
 	}
+	for range more {
+		load.spend("n1")
+	}
+	load.resume()
+	h.advance(30*time.Millisecond, "n1", "n2", "n3") // replicated to n2
+	if s, owner, ok := n2.replicas.get(k); more > 0 && (!ok || owner.Name != "n1") {
+		t.Fatalf("n2 keeps no replica of n1's counter (%v %v %v)", s, owner, ok)
+	}
 	replica := func() {
 		held = false
 		h.advance(time.Second, "n1", "n2", "n3")
 		if !counterFirst {
-			if got := load.units("n1"); got != 10 {
-				t.Fatalf("n1 counts %d with n2's replica of n0's counter in; want 10", got)
+			if got := load.units("n1"); got != 10+int64(more) {
+				t.Fatalf("n1 counts %d with n2's replica of n0's counter in; want %d", got, 10+more)
 			}
 		}
 	}
@@ -90,4 +109,10 @@ func replicatedOutsideTheRing(t *testing.T, counterFirst bool) {
 	h.holdsAdmitted(k, load.admitted, "")
 	load.admitsTheRest("n1")
 	h.holdsAdmitted(k, load.admitted, "")
+}
+
+// As TestADisplacedReplicaSentOutsideTheRingAddsOnceToACounterThatWentOn,
+// but n0's counter goes to n1 before n2's displaced replica of it.
+func TestTheDeadRunsCounterThenADisplacedReplicaAddOnceToACounterThatWentOn(t *testing.T) {
+	replicatedOutsideTheRing(t, true, 5)
 }

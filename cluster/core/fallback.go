@@ -124,28 +124,22 @@ func (f *fallback) empty() bool {
 
 // keepHeld records that the engine's counts hold the runs' counters holds
 // names (of each counter, the record that stands: see newerHeld), and forgets the records of
-// windows over by now (Unix ns). A counter kept here as additions without
+// their keys' windows over by now (Unix ns); the others' go with the
+// timed sweep (see sweep). A counter kept here as additions without
 // them would be added again wherever a copy of it (a replica sent on, a
 // snapshot read back) meets the counts.
 func (f *fallback) keepHeld(holds []Held, now int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for k, hs := range f.held {
-		hs = slices.DeleteFunc(hs, func(h Held) bool { return h.State.Expires <= now })
-		if len(hs) == 0 {
-			delete(f.held, k)
-		} else {
-			f.held[k] = hs
-		}
-	}
 	if len(holds) == 0 {
 		return
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.held == nil {
 		f.held = map[limiter.Key][]Held{}
 	}
 	for _, h := range holds {
 		k := h.State.Key
+		f.held[k] = slices.DeleteFunc(f.held[k], func(x Held) bool { return x.State.Expires <= now })
 		i := slices.IndexFunc(f.held[k], func(x Held) bool { return x.Run == h.Run && x.Gen == h.Gen })
 		if i < 0 {
 			f.held[k] = append(f.held[k], h)
@@ -172,31 +166,25 @@ func (f *fallback) takeHeld(states []limiter.State) []Held {
 }
 
 // keepResent records that the engine's counts hold the counts of list,
-// sent again in place of transfers, and forgets the records of windows
-// over by now (Unix ns). Kept here without them, the counts joined their
+// sent again in place of transfers, and forgets the records of their
+// keys' windows over by now (Unix ns); the others' go with the timed
+// sweep (see sweep). Kept here without them, the counts joined their
 // key's counter with no record of them, and the counter of a run that
 // applied the transfer they replace added them again where it met them
 // (TestCountsSentAgainKeptInFallbackAreNotAddedAgainByTheDeadRunsCounter).
 func (f *fallback) keepResent(list []Resent, now int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for k, xs := range f.resent {
-		xs = slices.DeleteFunc(xs, func(x Resent) bool { return x.expires() <= now })
-		if len(xs) == 0 {
-			delete(f.resent, k)
-		} else {
-			f.resent[k] = xs
-		}
-	}
 	if len(list) == 0 {
 		return
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.resent == nil {
 		f.resent = map[limiter.Key][]Resent{}
 	}
 	for _, x := range list {
 		k := x.key()
-		f.resent[k] = withResent(f.resent[k], []Resent{x})
+		xs := slices.DeleteFunc(f.resent[k], func(y Resent) bool { return y.expires() <= now })
+		f.resent[k] = withResent(xs, []Resent{x})
 	}
 }
 
@@ -265,16 +253,32 @@ func (f *fallback) spend(k limiter.Key, used int64, now int64) {
 	f.mu.Unlock()
 }
 
-// sweep drops expired shares, the records of extractions of windows
-// over, and one shard of expired fallback counters.
+// sweep drops expired shares, the records of extractions, of counters
+// held and of counts sent again of windows over, and one shard of
+// expired fallback counters.
 func (f *fallback) sweep(now time.Time) {
 	f.engine.Sweep(now)
+	ns := now.UnixNano()
 	f.mu.Lock()
-	f.sweepLocked(now.UnixNano())
+	f.sweepLocked(ns)
+	for k, hs := range f.held {
+		if hs = slices.DeleteFunc(hs, func(h Held) bool { return h.State.Expires <= ns }); len(hs) == 0 {
+			delete(f.held, k)
+		} else {
+			f.held[k] = hs
+		}
+	}
+	for k, xs := range f.resent {
+		if xs = slices.DeleteFunc(xs, func(x Resent) bool { return x.expires() <= ns }); len(xs) == 0 {
+			delete(f.resent, k)
+		} else {
+			f.resent[k] = xs
+		}
+	}
 	f.mu.Unlock()
 	f.outMu.Lock()
 	for k, e := range f.outAt {
-		if e.expires <= now.UnixNano() {
+		if e.expires <= ns {
 			delete(f.outAt, k)
 		}
 	}

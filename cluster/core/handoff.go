@@ -766,11 +766,11 @@ func (c *Core) countSettled(now time.Time, done settled) {
 		}
 		for i, u := range done.unions {
 			if after := c.engine.StatesOf(now, []limiter.Key{u.key}); len(after) == 1 {
-				var prefix limiter.State
+				var prefix *limiter.State
 				if len(before[i]) == 1 {
-					prefix = before[i][0]
+					prefix = &before[i][0]
 				}
-				c.replicas.noteUnion(c.mono(now), u.key, prefix, len(before[i]) == 1, u.parts, after[0])
+				c.replicas.noteUnion(c.mono(now), u.key, prefix, u.parts, after[0])
 			}
 		}
 	}

@@ -85,28 +85,30 @@ type replicaStore struct {
 
 // unionRecord is what this run's counter of a key (of generation gen)
 // held once counters that named their runs joined it: all of it (value)
-// was the counter as it was before (prefix, if it held any) and the
+// was the counter as it was before (prefix; nil: it held none) and the
 // counters that joined (parts), nothing else. Their counts overlap where
 // one holds part of another, so value is less than their sum, and may be
 // more than any one of them holds: a counter that arrives holding every
 // one of them holds value of the counter here (see weighing.unions).
 type unionRecord struct {
-	at        int64 // mono
-	gen       uint32
-	prefix    limiter.State
-	hasPrefix bool
-	parts     []Held
-	value     limiter.State
+	at     int64 // mono
+	gen    uint32
+	prefix *limiter.State
+	parts  []Held
+	value  limiter.State
 }
 
 // unionsKept is how many union records a key keeps: the newest.
 const unionsKept = 8
 
-// noteUnion records that this run's counter of k, prefix before (if
-// hasPrefix), is value now that the counters parts joined it, and held
+// noteUnion records that this run's counter of k, prefix before (nil:
+// there was none), is value now that the counters parts joined it, and held
 // nothing else (see unionRecord). Records of an earlier generation of
-// the counter go.
-func (r *replicaStore) noteUnion(m int64, k limiter.Key, prefix limiter.State, hasPrefix bool, parts []Held, value limiter.State) {
+// the counter go. A store that keeps records of as many keys as its size
+// takes none of a new key (as keepGiven): without one, a counter that
+// holds all the join made is weighed as before, its counts beyond any one
+// part's counted again, never fewer.
+func (r *replicaStore) noteUnion(m int64, k limiter.Key, prefix *limiter.State, parts []Held, value limiter.State) {
 	if len(parts) == 0 || value.Kind >= limiter.KindGrant {
 		return
 	}
@@ -116,8 +118,11 @@ func (r *replicaStore) noteUnion(m int64, k limiter.Key, prefix limiter.State, h
 	if r.unions == nil {
 		r.unions = map[limiter.Key][]unionRecord{}
 	}
+	if _, ok := r.unions[k]; !ok && len(r.unions) >= r.max {
+		return
+	}
 	list := slices.DeleteFunc(r.unions[k], func(u unionRecord) bool { return u.gen != gen })
-	list = append(list, unionRecord{at: m, gen: gen, prefix: prefix, hasPrefix: hasPrefix, parts: slices.Clone(parts), value: value})
+	list = append(list, unionRecord{at: m, gen: gen, prefix: prefix, parts: slices.Clone(parts), value: value})
 	if len(list) > unionsKept {
 		list = slices.Delete(list, 0, len(list)-unionsKept)
 	}
@@ -428,8 +433,8 @@ func (w *weighing) unions(self Peer, cur uint32, of Peer, gen uint32, s limiter.
 				less, lacking = d, true
 			}
 		}
-		if u.hasPrefix {
-			note(heldOf(self, cur, u.prefix, held))
+		if u.prefix != nil {
+			note(heldOf(self, cur, *u.prefix, held))
 		}
 		for _, p := range u.parts {
 			if !all {

@@ -193,8 +193,19 @@ type handTake struct {
 // take starts a request for k (limit quota an hour) through node and
 // drives it as far as it goes now.
 func (h *handNet) take(node string, k limiter.Key, quota int64) *handTake {
+	return h.takeUnder(node, k, hourly(quota))
+}
+
+// hourly is the limit of quota an hour, in fixed windows.
+func hourly(quota int64) limiter.Limit {
+	return limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: time.Hour}
+}
+
+// takeUnder starts a request for k under limit through node and drives
+// it as far as it goes now.
+func (h *handNet) takeUnder(node string, k limiter.Key, limit limiter.Limit) *handTake {
 	tk := &handTake{node: node, res: make([]limiter.Result, 1)}
-	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: time.Hour}}}
+	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limit}}
 	d, done := h.cores[node].Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res)
 	if done {
 		tk.done, tk.d = true, d
@@ -306,18 +317,19 @@ type handLoad struct {
 	h        *handNet
 	k        limiter.Key
 	quota    int64
+	limit    limiter.Limit // hourly(quota) unless a test sets another
 	admitted int
 	by       map[Source]int
 	waiting  []*handTake
 }
 
 func newHandLoad(h *handNet, k limiter.Key, quota int64) *handLoad {
-	return &handLoad{h: h, k: k, quota: quota, by: map[Source]int{}}
+	return &handLoad{h: h, k: k, quota: quota, limit: hourly(quota), by: map[Source]int{}}
 }
 
 // spend starts one request through node.
 func (l *handLoad) spend(node string) *handTake {
-	tk := l.h.take(node, l.k, l.quota)
+	tk := l.h.takeUnder(node, l.k, l.limit)
 	if tk.done {
 		l.count(tk)
 	} else {
@@ -379,6 +391,62 @@ func (l *handLoad) spendsToTheLimit(t testing.TB, owner string, through ...strin
 	}
 	if got := h.count(owner, l.k); got != l.quota {
 		t.Errorf("the owner %s counts %d of the key spent to its limit %d (counts %v)", owner, got, l.quota, h.counts(l.k))
+	}
+}
+
+// units is what node's engine counts of the load's key, in units of the
+// load's limit (see unitsOf).
+func (l *handLoad) units(node string) int64 {
+	return l.unitsOf(l.h.cores[node].engine.StatesOf(l.h.now, []limiter.Key{l.k}))
+}
+
+// unitsOf is what the counters states count, in units of the load's
+// limit: a window's count, or a bucket's debt (its arrival time beyond
+// now) in intervals of one unit's refill, rounded up.
+func (l *handLoad) unitsOf(states []limiter.State) int64 {
+	var n int64
+	for _, s := range states {
+		switch {
+		case s.Kind >= limiter.KindGrant:
+		case l.limit.Algorithm == limiter.TokenBucket:
+			every := int64(l.limit.Window) / l.limit.Quota
+			if debt := s.Stamp - l.h.now.UnixNano(); debt > 0 {
+				n += (debt + every - 1) / every
+			}
+		default:
+			n += int64(s.Cur)
+		}
+	}
+	return n
+}
+
+// holdsAdmitted fails the test unless the nodes' engines and fallback
+// counters hold, in units of the load's limit, what the load admitted.
+func (l *handLoad) holdsAdmitted() {
+	l.h.t.Helper()
+	var held int64
+	by := map[string]int64{}
+	for _, name := range l.h.names {
+		c := l.h.cores[name]
+		by[name] = l.units(name) + l.unitsOf(c.fallback.engine.StatesOf(l.h.now, []limiter.Key{l.k}))
+		held += by[name]
+	}
+	if held != int64(l.admitted) {
+		l.h.t.Errorf("the cluster holds %d of the key (%v); %d were admitted", held, by, l.admitted)
+	}
+}
+
+// admitsTheRest fails the test unless node admits what the load's quota
+// leaves of what it admitted, and refuses the next.
+func (l *handLoad) admitsTheRest(node string) {
+	l.h.t.Helper()
+	before, want := l.admitted, l.quota-int64(l.admitted)
+	for range want + 1 {
+		l.spend(node)
+		l.resume()
+	}
+	if got := int64(l.admitted - before); got != want {
+		l.h.t.Errorf("%s admitted %d more of the key after %d; the quota %d leaves %d", node, got, before, l.quota, want)
 	}
 }
 

@@ -2414,11 +2414,11 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			before := c.engine.StatesOf(now, []limiter.Key{s.Key})
 			c.engine.Merge(now, []limiter.State{s})
 			if after := c.engine.StatesOf(now, []limiter.Key{s.Key}); len(after) == 1 {
-				var prefix limiter.State
+				var prefix *limiter.State
 				if len(before) == 1 {
-					prefix = before[0]
+					prefix = &before[0]
 				}
-				c.replicas.noteUnion(c.mono(now), s.Key, prefix, len(before) == 1, part, after[0])
+				c.replicas.noteUnion(c.mono(now), s.Key, prefix, part, after[0])
 			}
 		} else {
 			c.engine.Merge(now, []limiter.State{s})

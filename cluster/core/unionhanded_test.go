@@ -15,8 +15,8 @@ func TestARecordOfAJoinWeighsNothingOfALaterGenerationsCounter(t *testing.T) {
 	h, k, load, early, rep := overlappingTakeover(t)
 	n2 := h.cores["n2"]
 	h.down["n1"] = false
-	h.n1AppliesN2sCounter(k, rep, 16)
-	h.n2AppliesN1sEarlierCounter(k, early)
+	h.n1AppliesN2sCounter(load, rep, 16)
+	h.n2AppliesN1sEarlierCounter(load, early)
 	gen0 := n2.replicas.genOf(k)
 
 	// n1 is back; the key goes back to it.

@@ -11,8 +11,8 @@ func TestAUnitGivenBackAfterAJoinStaysOffWhenACounterHoldingThePartsArrives(t *t
 	h, k, load, early, rep := overlappingTakeover(t)
 	n0, n2 := h.cores["n0"], h.cores["n2"]
 	h.down["n1"] = false
-	h.n1AppliesN2sCounter(k, rep, 16)
-	h.n2AppliesN1sEarlierCounter(k, early)
+	h.n1AppliesN2sCounter(load, rep, 16)
+	h.n2AppliesN1sEarlierCounter(load, early)
 
 	// A unit is given back at n2, the key's counter now.
 	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1002, To: n2.self.Inc, Mode: ModeRefund, Reqs: load.unitOf(k), At: h.now.UnixNano()}, true)

@@ -24,8 +24,8 @@ func TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing(t *testi
 	// n1 comes back and applies n2's counter; n1's earlier counter
 	// reaches n2, sent on by n0.
 	h.down["n1"] = false
-	h.n1AppliesN2sCounter(k, rep, 16)
-	h.n2AppliesN1sEarlierCounter(k, early)
+	h.n1AppliesN2sCounter(load, rep, 16)
+	h.n2AppliesN1sEarlierCounter(load, early)
 
 	h.n1HearsItWasDeclaredDead(load)
 	h.holdsAdmitted(k, load.admitted, "")
@@ -43,7 +43,7 @@ func TestCountersThatSettledTogetherAreSharedWholeByACounterHoldingThemAll(t *te
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 
 	// n1 (not ticking yet) applies n2's counter, sent on by n0.
-	h.n1AppliesN2sCounter(k, rep, 16)
+	h.n1AppliesN2sCounter(load, rep, 16)
 
 	// n2 sees n1 again and hands the key back; n1, down, does not answer.
 	h.setMembership("n0", nil)
@@ -87,23 +87,32 @@ func (h *handNet) n1HearsItWasDeclaredDead(load *handLoad) {
 // n1's counter as it stopped (early) and n0's replica of n2's counter.
 func overlappingTakeover(t *testing.T) (*handNet, limiter.Key, *handLoad, []limiter.State, replica) {
 	t.Helper()
-	h, k, load, early := n1CountsPastItsReplicaAndStandsStill(t)
+	return overlappingTakeoverUnder(t, hourly)
+}
+
+// overlappingTakeoverUnder is overlappingTakeover under the limit of the
+// load's quota that limit makes.
+func overlappingTakeoverUnder(t *testing.T, limit func(quota int64) limiter.Limit) (*handNet, limiter.Key, *handLoad, []limiter.State, replica) {
+	t.Helper()
+	h, k, load, early := n1CountsPastItsReplicaAndStandsStill(t, limit)
 	h.n2CountsOn(load, 8)
-	if got := h.count("n2", k); got != 14 {
+	if got := load.units("n2"); got != 14 {
 		t.Fatalf("n2 counts %d of the key after the takeover; want 14", got)
 	}
-	return h, k, load, early, h.n0sReplicaOfN2s(k, 14)
+	return h, k, load, early, h.n0sReplicaOfN2s(load, 14)
 }
 
 // n1CountsPastItsReplicaAndStandsStill counts 8 of a key at its owner n1
 // (successor n2, then n0), of which n1 replicated 6 to n2, and has n1
 // stand still: n0 and n2 declare it dead, and n2 takes the key over from
-// n1's replica. It returns n1's counter as it stopped (early).
-func n1CountsPastItsReplicaAndStandsStill(t *testing.T) (*handNet, limiter.Key, *handLoad, []limiter.State) {
+// n1's replica. It returns n1's counter as it stopped (early). The load's
+// limit is what limit makes of its quota.
+func n1CountsPastItsReplicaAndStandsStill(t *testing.T, limit func(quota int64) limiter.Limit) (*handNet, limiter.Key, *handLoad, []limiter.State) {
 	t.Helper()
 	h := newHandNet(t, "n0", "n1", "n2")
 	k := h.keyOrdered("n1", "n2", "n0")
 	load := newHandLoad(h, k, 40)
+	load.limit = limit(load.quota)
 	for range 6 {
 		load.spend("n1")
 	}
@@ -130,38 +139,60 @@ func (h *handNet) n2CountsOn(load *handLoad, n int) {
 	h.advance(100 * time.Millisecond) // replicated to n0
 }
 
-// n0sReplicaOfN2s returns n0's replica of n2's counter of k, which must
-// hold want.
-func (h *handNet) n0sReplicaOfN2s(k limiter.Key, want int64) replica {
+// n0sReplicaOfN2s returns n0's replica of n2's counter of the load's
+// key, which must hold want.
+func (h *handNet) n0sReplicaOfN2s(load *handLoad, want int64) replica {
 	h.t.Helper()
 	n0 := h.cores["n0"]
 	n0.replicas.mu.Lock()
-	rep, ok := n0.replicas.states[k]
+	rep, ok := n0.replicas.states[load.k]
 	n0.replicas.mu.Unlock()
-	if !ok || rep.owner.Name != "n2" || windowCount([]limiter.State{rep.state}) != want {
+	if !ok || rep.owner.Name != "n2" || load.unitsOf([]limiter.State{rep.state}) != want {
 		h.t.Fatalf("n0 keeps no replica of n2's counter of the key at %d (%v)", want, rep)
 	}
 	return rep
 }
 
-// n1AppliesN2sCounter has n1 apply n2's counter of k as n0's replica
-// holds it, sent on by n0: n1 then counts want.
-func (h *handNet) n1AppliesN2sCounter(k limiter.Key, rep replica, want int64) {
+// n1AppliesN2sCounter has n1 apply n2's counter of the load's key as
+// n0's replica holds it, sent on by n0: n1 then counts want.
+func (h *handNet) n1AppliesN2sCounter(load *handLoad, rep replica, want int64) {
 	h.t.Helper()
 	n0, n1 := h.cores["n0"], h.cores["n1"]
 	n1.handleTransfer(h.now, n0.self, Transfer{Seq: 1000, To: n1.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: rep.owner, States: []limiter.State{rep.state}, Holds: rep.holds}, true)
-	if got := h.count("n1", k); got != want {
+	if got := load.units("n1"); got != want {
 		h.t.Fatalf("n1 counts %d of the key with n2's counter in; want %d", got, want)
 	}
 }
 
 // n2AppliesN1sEarlierCounter has n1's counter as it stopped (early), sent
 // on by n0, reach n2, which joins it with its own: 16.
-func (h *handNet) n2AppliesN1sEarlierCounter(k limiter.Key, early []limiter.State) {
+func (h *handNet) n2AppliesN1sEarlierCounter(load *handLoad, early []limiter.State) {
 	h.t.Helper()
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 	n2.handleTransfer(h.now, n0.self, Transfer{Seq: 1001, To: n2.self.Inc, Epoch: 1, Mode: ModeAdd, CountersOf: n1.self, States: early}, true)
-	if got := h.count("n2", k); got != 16 {
+	if got := load.units("n2"); got != 16 {
 		h.t.Fatalf("n2 counts %d of the key with n1's earlier counter in; want 16", got)
 	}
+}
+
+// tokenBucket is a token bucket of quota an hour.
+func tokenBucket(quota int64) limiter.Limit {
+	return limiter.Limit{Algorithm: limiter.TokenBucket, Quota: quota, Window: time.Hour}
+}
+
+// As in TestACounterThatHoldsAllTheCountersTheReceiversIsMadeOfAddsNothing,
+// under a token bucket: the join's record and the copies weighed against
+// it are arrival times, and what an older copy lacks of a part is time
+// its bucket spent beyond the copy's (see limiter.SubState). The counter
+// that holds all the join made adds nothing, and its owner admits what
+// the bucket has left, not more.
+func TestABucketThatHoldsAllTheBucketsTheReceiversIsMadeOfAddsNothing(t *testing.T) {
+	h, _, load, early, rep := overlappingTakeoverUnder(t, tokenBucket)
+	h.down["n1"] = false
+	h.n1AppliesN2sCounter(load, rep, 16)
+	h.n2AppliesN1sEarlierCounter(load, early)
+	h.n1HearsItWasDeclaredDead(load)
+	load.holdsAdmitted()
+	load.admitsTheRest("n2")
+	load.holdsAdmitted()
 }

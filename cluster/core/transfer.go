@@ -1548,7 +1548,19 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		} else {
 			rest = c.replicas.absorbCopy(from, t.CountersOf, states, t.Holds)
 		}
-		c.placeAs(now, Transfer{Mode: t.Mode, CountersOf: t.CountersOf, Last: t.Last, Holds: holdsOf(t.Holds, rest), Applied: t.Applied, Resent: resentOf(t.Resent, rest)}, purposeForward, rest)
+		resent := resentOf(t.Resent, rest)
+		if t.CountersOf.Name != "" {
+			// Weighed where it is counted, as a counter handed over is:
+			// what it holds of counts sent again in place of a transfer
+			// that another run here is known to have applied is in that
+			// run's counter too, and comes out of it here, as it does
+			// where its key is moving here (at settling). Weighed only
+			// against the record of its run's counter, it added them
+			// again where the key was counted
+			// (TestACopyNamingItsRunIsWeighedAgainstTheCountsSentAgainItHolds).
+			rest, resent = c.weighResent(now, resent, rest)
+		}
+		c.placeAs(now, Transfer{Mode: t.Mode, CountersOf: t.CountersOf, Last: t.Last, Holds: holdsOf(t.Holds, rest), Applied: t.Applied, Resent: resent}, purposeForward, rest)
 	case ModeNewer:
 		// A replica of a dead run sent on, of a key whose counter here holds
 		// that run's counts (this node started it from the run's replica,

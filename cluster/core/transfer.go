@@ -1548,19 +1548,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		} else {
 			rest = c.replicas.absorbCopy(from, t.CountersOf, states, t.Holds)
 		}
-		resent := resentOf(t.Resent, rest)
-		if t.CountersOf.Name != "" {
-			// Weighed where it is counted, as a counter handed over is:
-			// what it holds of counts sent again in place of a transfer
-			// that another run here is known to have applied is in that
-			// run's counter too, and comes out of it here, as it does
-			// where its key is moving here (at settling). Weighed only
-			// against the record of its run's counter, it added them
-			// again where the key was counted
-			// (TestACopyNamingItsRunIsWeighedAgainstTheCountsSentAgainItHolds).
-			rest, resent = c.weighResent(now, resent, rest)
-		}
-		c.placeAs(now, Transfer{Mode: t.Mode, CountersOf: t.CountersOf, Last: t.Last, Holds: holdsOf(t.Holds, rest), Applied: t.Applied, Resent: resent}, purposeForward, rest)
+		c.placeAs(now, Transfer{Mode: t.Mode, CountersOf: t.CountersOf, Last: t.Last, Holds: holdsOf(t.Holds, rest), Applied: t.Applied, Resent: resentOf(t.Resent, rest)}, purposeForward, rest)
 	case ModeNewer:
 		// A replica of a dead run sent on, of a key whose counter here holds
 		// that run's counts (this node started it from the run's replica,
@@ -2350,6 +2338,21 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			c.engine.MergeNewer(now, []limiter.State{s})
 			c.dirty.noteKey(s.Key)
 			continue
+		}
+		if namedCopy && len(a.resent) > 0 {
+			// Weighed as a counter handed over is (see apply), and as it
+			// is where its key is moving here (settleLocked): what it
+			// holds of counts sent again in place of a transfer that
+			// another run is known here to have applied is in that
+			// run's counter too, and comes out of it. Weighed only
+			// against the records of the runs' counters, it added them
+			// again where its key was counted
+			// (TestACopyNamingItsRunIsWeighedAgainstTheCountsSentAgainItHolds).
+			var rest []limiter.State
+			if rest, a.resent = c.weighResent(now, a.resent, []limiter.State{s}); len(rest) == 0 {
+				continue
+			}
+			s = rest[0]
 		}
 		var part []Held // the counter that joins this run's, as it named its run
 		if named {

@@ -225,7 +225,13 @@ func (r *replicaStore) notePromoted(m int64, taken []takenReplica) {
 
 // takeHeld returns, for the counters of keys that leave this node, the
 // runs' counts they hold (see promotion), sorted by key and run, and
-// forgets them here: they go with the counters.
+// forgets them here: they go with the counters. So does what this node's
+// counter of each was made of (see unionRecord): the records of its parts
+// gone, a counter that comes naming them is weighed against no record
+// here but the union. Counts that leave for this node's fallback (see
+// placeHere) come back into the same counter, naming those parts, and
+// were taken for a counter holding the whole union: they added nothing
+// (TestFallbackCountsKeepingTheRecordsOfAJoinedCounterAreAddedWhenTheyJoinIt).
 func (r *replicaStore) takeHeld(keys []limiter.Key) []Held {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -235,6 +241,7 @@ func (r *replicaStore) takeHeld(keys []limiter.Key) []Held {
 			out = append(out, p.held())
 		}
 		delete(r.promoted, k)
+		delete(r.unions, k)
 	}
 	return sortHolds(out)
 }

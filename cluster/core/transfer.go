@@ -2339,6 +2339,21 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			c.dirty.noteKey(s.Key)
 			continue
 		}
+		if namedCopy && len(a.resent) > 0 {
+			// Weighed as a counter handed over is (see apply), and as it
+			// is where its key is moving here (settleLocked): what it
+			// holds of counts sent again in place of a transfer that
+			// another run is known here to have applied is in that
+			// run's counter too, and comes out of it. Weighed only
+			// against the records of the runs' counters, it added them
+			// again where its key was counted
+			// (TestACopyNamingItsRunIsWeighedAgainstTheCountsSentAgainItHolds).
+			var rest []limiter.State
+			if rest, a.resent = c.weighResent(now, a.resent, []limiter.State{s}); len(rest) == 0 {
+				continue
+			}
+			s = rest[0]
+		}
 		var part []Held // the counter that joins this run's, as it named its run
 		if named {
 			if a.of.Name != "" {

@@ -110,6 +110,37 @@ func TestUnitsGivenBackAgainOnRecordInAReplicaAndASnapshotArePutBackOnce(t *test
 	h.n0ComesBackAndCountsWhatWasAdmitted(k, load, "")
 }
 
+// The same, and a node joins (n4) and takes the key's counter, with the
+// record, from n1 before n0 comes back. n0, back, replicates its counter
+// to n1, which sends on the replica of n4's counter it displaces, naming
+// what n0 applied (the give-back) and holding a copy of n0's counter
+// taken before it. That copy is not n0's counter as n0 let it go: the
+// record must wait for n0's counters, which lack the unit. Taken by the
+// copy, it lowered the record of n0's counter here, which the copy's own
+// stale one raised again, and n0's counters, coming last, took the unit
+// off the key's counter a second time.
+func TestUnitsGivenBackAgainPulledByAJoinerAreNotTakenByACopyOfTheirRunsCounter(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k := h.keyWhere(func(owner func(names ...string) Member) bool {
+		return owner("n0", "n1", "n2", "n3").Name == "n0" && owner("n1", "n2", "n3").Name == "n1" && owner("n1", "n2", "n3", "n4").Name == "n4"
+	})
+	k, load := h.n1GivesBackAgainInN0sPlaceOn(k)
+
+	// n4 joins and pulls the key from n1.
+	h.names = append(h.names, "n4")
+	n4 := h.start("n4", true)
+	n4.Joined(h.now)
+	dead := []Peer{h.cores["n0"].self}
+	for _, x := range []string{"n1", "n2", "n3", "n4"} {
+		h.list(x, h.othersThan(x, "n0"), dead)
+	}
+	h.advance(2*time.Second, "n1", "n2", "n3", "n4")
+	if got := h.count("n4", k); !n4.Member() || got != int64(load.admitted) {
+		t.Fatalf("n4: member %v, counts %d; %d were admitted", n4.Member(), got, load.admitted)
+	}
+	h.n0ComesBackAndCountsWhatWasAdmitted(k, load, "")
+}
+
 // n1GivesBackAgainInN0sPlace plays, in a cluster of n0–n3 or more, on a key of
 // n0's with successor n1 and 4 spent: n2's request is admitted by n0 and
 // given back; n0 applies the give-back, but its answer and its replica to
@@ -119,7 +150,17 @@ func TestUnitsGivenBackAgainOnRecordInAReplicaAndASnapshotArePutBackOnce(t *test
 // then replicates.
 func (h *handNet) n1GivesBackAgainInN0sPlace() (limiter.Key, *handLoad) {
 	h.t.Helper()
-	k, load := h.spentKey("n0", "n1", 4)
+	return h.n1GivesBackAgainInN0sPlaceOn(h.keyOwnedBy("n0", "n1"))
+}
+
+// n1GivesBackAgainInN0sPlaceOn is n1GivesBackAgainInN0sPlace on k, a key
+// of n0's with successor n1.
+func (h *handNet) n1GivesBackAgainInN0sPlaceOn(k limiter.Key) (limiter.Key, *handLoad) {
+	h.t.Helper()
+	load := newHandLoad(h, k, 30)
+	for range 4 {
+		load.spend("n0")
+	}
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 
 	tk := load.spend("n2")

@@ -1471,7 +1471,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		like.Applied = t.Applied
 		if t.carriesCounter() {
 			like.Applied = foreignApplied(t.Applied, of, t.Holds)
-			states = c.countersLessResent(now, of, t.Applied, t.Holds, states)
+			states = c.countersLessResent(now, of, last, t.Applied, t.Holds, states)
 			states, like.Resent = c.weighResent(now, t.Resent, states)
 		} else if len(t.Applied) > 0 {
 			// Bare additions holding the counts of transfers their runs
@@ -1671,7 +1671,7 @@ func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
 				weighed = append(weighed, s)
 			}
 		}
-		states = c.evictedApplied(now, run, t.Applied, t.Holds, weighed, onward)
+		states = c.evictedApplied(now, run, t.Applied, t.Holds, weighed, onward, slices.Concat(weighed, onward))
 	}
 	var adds, counters, copies []limiter.State
 	onward := map[string][]limiter.State{}
@@ -1816,7 +1816,7 @@ func (c *Core) cancellable() []Taken {
 // to the key's owner, as the counters do, and are weighed there. holds
 // names the generation of each run's counter. It returns states, less
 // what was taken out.
-func (c *Core) countersLessResent(now time.Time, of Peer, applied []Applied, holds []Held, states []limiter.State) []limiter.State {
+func (c *Core) countersLessResent(now time.Time, of Peer, last bool, applied []Applied, holds []Held, states []limiter.State) []limiter.State {
 	if len(applied) == 0 || !c.replicas.anyResent() {
 		return states
 	}
@@ -1848,9 +1848,32 @@ func (c *Core) countersLessResent(now time.Time, of Peer, applied []Applied, hol
 		byRun[run] = append(byRun[run], a.key())
 	}
 	for _, run := range runs {
-		here = c.evictedApplied(now, run, byRun[run], holds, here, nil)
+		here = c.evictedApplied(now, run, byRun[run], holds, here, nil, lastWordsOf(run, of, last, holds, here))
 	}
 	return sortStates(append(here, elsewhere...))
+}
+
+// lastWordsOf returns, of states, counters of the run of (its last word
+// on them: last), those that are run's counter as run let it go, or hold
+// it (Held.Last in holds). A counter that holds a copy of run's counter
+// that is not its last word (a replica sent on, taken perhaps before run
+// applied a give-back) may hold units run's counter lacks: the record of
+// units given back in place of that give-back is no record of this copy
+// (see evictedApplied). Taken by it, it lowered the record of run's
+// counter here, which the copy, weighed next, raised again; run's own
+// counter, coming later, then took the units off a second time
+// (TestUnitsGivenBackAgainPulledByAJoinerAreNotTakenByACopyOfTheirRunsCounter).
+func lastWordsOf(run, of Peer, last bool, holds []Held, states []limiter.State) []limiter.State {
+	if run == of && last {
+		return states
+	}
+	var out []limiter.State
+	for _, s := range states {
+		if slices.ContainsFunc(holds, func(h Held) bool { return h.Last && h.Run == run && h.State.Key == s.Key }) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // weighResent weighs list, what counters states hold of counts sent again
@@ -1998,10 +2021,16 @@ func (c *Core) evictedGoesOn(v *view, from, run Peer, k limiter.Key, holds []Hel
 // their keys went on, naming the transfer they replace, to where the
 // counters go, and are weighed there (the record goes with the
 // counters); units given back here are weighed here, as for states.
-func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds []Held, states, onward []limiter.State) []limiter.State {
+//
+// Units given back are weighed only for the keys of lacking: those
+// whose counters are, or hold, the run's counter as the run let it go
+// (see lastWordsOf), which lacks them. A copy of the run's counter taken
+// before it applied the give-back holds them: the record waits for the
+// run's counter itself.
+func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds []Held, states, onward, lacking []limiter.State) []limiter.State {
 	c.replicas.noteApplied(c.mono(now), run, applied)
 	var less []limiter.State
-	adds, given := c.replicas.takeResent(run, applied, states, slices.Concat(states, onward))
+	adds, given := c.replicas.takeResent(run, applied, states, lacking)
 	states = sortStates(slices.Concat(states, onward))
 	for _, r := range adds {
 		x := r.State

@@ -3189,11 +3189,19 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 }
 
 // copyApplied returns, for a copy (ModeCopy) placed anew, the transfers
-// its run applied, and for bare additions (ModeAdd carrying no counter)
-// the transfers whose counts they hold (see keyApplied): they go with
-// them. Nil for other transfers, whose lists are made anew.
+// its run applied, for the counters of a run declared dead (ModeEvicted)
+// sent again to another receiver, those the run applied to them (see
+// sendEvicted), and for bare additions (ModeAdd carrying no counter) the
+// transfers whose counts they hold (see keyApplied): they go with them.
+// Nil for other transfers, whose lists are made anew. An evicted run's
+// list is made by the run alone, as it stops counting: sent again
+// without it, its counters met no record of what was sent in place of
+// the transfers it applied where their keys are counted, and the units
+// given back again in place of a give-back it applied came off the key's
+// counter a second time
+// (TestUnitsGivenBackAgainArePutBackForTheRunsCountersSentAgainInPlaceOfThoseToAGoneNode).
 func copyApplied(t Transfer) []Applied {
-	if t.Mode != ModeCopy && (t.Mode != ModeAdd || t.carriesCounter()) {
+	if t.Mode != ModeCopy && t.Mode != ModeEvicted && (t.Mode != ModeAdd || t.carriesCounter()) {
 		return nil
 	}
 	return t.Applied

@@ -60,6 +60,52 @@ func TestUnitsGivenBackAgainArePutBackForTheRunsCountersSentAgainInPlaceOfThoseT
 	}
 }
 
+// n0 joins again before its counters, sent to n1 as it learnt it was
+// declared dead, reach n1: n1 hands the key's counter, with the record,
+// over to n0, which applied the give-back, and then sends n0's counters
+// on to it. The key's counter lacks the units n0's counter lacks, and
+// holds a copy of n0's counter (the stale replica) that holds them: where
+// n0's counter came, that copy lacked them too. Put back into the key's
+// counter instead, they were to come off again as n0's counter came,
+// holding less than the copy: a bucket, which nothing comes off, counted
+// them once too many (5 counted of 4 admitted, a request under the limit
+// refused).
+func TestUnitsGivenBackAgainComingToTheRunThatAppliedTheGiveBackAreOffTheCopyOfItsCounter(t *testing.T) {
+	for _, bucket := range []bool{false, true} {
+		h := newHandNet(t, "n0", "n1", "n2", "n3")
+		h.bucket.on = bucket
+		k, load := h.n1GivesBackAgainInN0sPlace()
+		h.drops = func(from string, o Outgoing) bool {
+			t, ok := o.Msg.(Transfer)
+			return ok && from == "n0" && t.Mode == ModeEvicted
+		}
+		h.learnsItWasDeclaredDead("n0")
+		h.advance(500 * time.Millisecond)
+		for _, x := range h.names {
+			h.list(x, h.othersThan(x), nil)
+		}
+		h.advance(2 * time.Second)
+		h.drops = nil
+		h.advance(3 * time.Second)
+		var total int64
+		for _, x := range h.names {
+			total += h.count(x, k)
+		}
+		if total != int64(load.admitted) {
+			t.Fatalf("bucket %v: the cluster counts %d (%v); %d were admitted (n2's unit was given back once)", bucket, total, h.counts(k), load.admitted)
+		}
+		for i := 0; int64(load.admitted) < load.quota; i++ {
+			at := h.names[i%len(h.names)]
+			if tk := load.spend(at); !tk.done || !tk.d.Allowed {
+				t.Fatalf("bucket %v: request at %s refused with %d of %d admitted: %+v", bucket, at, load.admitted, load.quota, tk.d)
+			}
+		}
+		if tk := load.spend("n0"); tk.done && tk.d.Allowed {
+			t.Fatalf("bucket %v: request past the limit admitted: %d of %d", bucket, load.admitted, load.quota)
+		}
+	}
+}
+
 // n1LeavesForN3 has n1 leave gracefully, n0 taken for dead: the key's
 // counter goes to n3, and n2 and n3 then count what was admitted of k.
 func (h *handNet) n1LeavesForN3(k limiter.Key, load *handLoad) {

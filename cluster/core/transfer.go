@@ -1194,7 +1194,7 @@ func (c *Core) applyOnce(now time.Time, from Peer, t Transfer, pulled bool) bool
 		// Counts the counters (or fallback counts: see
 		// fallback.keepResent) hold that were sent again in place of a
 		// transfer to this run: not added again if it holds them.
-		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
+		t.States, t.Holds, t.Resent = c.resentHeldHere(now, t.Resent, t.States, t.Holds)
 		if t.Mode == ModeAdd {
 			// Counts sent again in place of a transfer to this run that
 			// it has not applied, held by counters of keys counted here:
@@ -1945,17 +1945,56 @@ func (c *Core) appliedResent(x Resent) bool {
 
 // resentHeldHere returns counters states less the counts they hold (list,
 // see Transfer.Resent) that were sent again in place of a transfer to
-// this run that it applied, and the other records. Weighed before the
-// transfer that carries them is applied: the inbox's record of a sender
-// is locked then. A counter that comes here holding counts sent again in
-// place of a transfer this run did not apply is no copy held here: it
-// may go on (passed on, refused), and come back.
-func (c *Core) resentHeldHere(now time.Time, list []Resent, states []limiter.State) ([]limiter.State, []Resent) {
-	return c.lessResentHeld(now, list, states, func(x Resent) bool {
+// this run that it applied, holds (the copies of other counters they
+// hold) with the units given back again in place of a give-back this run
+// applied taken off the copy of this run's counter, and the other
+// records. Weighed before the transfer that carries them is applied: the
+// inbox's record of a sender is locked then. A counter that comes here
+// holding counts sent again in place of a transfer this run did not
+// apply is no copy held here: it may go on (passed on, refused), and come
+// back.
+//
+// A counter that lacks units given back again in place of a give-back
+// this run applied was started from a copy of this run's counter taken
+// before it (a stale replica), which holds them: this run's counter, as
+// it let it go, lacks them too. So the copy the counter holds lacks them
+// from now on, as evictedApplied lowers the record of it, and this run's
+// counter, weighed against it, holds no less. Put back into the counter
+// instead, they were to come off again as this run's counter came
+// holding less than the copy: nothing comes off a token bucket, and it
+// counted them twice
+// (TestUnitsGivenBackAgainComingToTheRunThatAppliedTheGiveBackAreOffTheCopyOfItsCounter).
+// A counter holding no copy of this run's counter gets them back.
+func (c *Core) resentHeldHere(now time.Time, list []Resent, states []limiter.State, holds []Held) ([]limiter.State, []Held, []Resent) {
+	applied := func(x Resent) bool {
 		return slices.ContainsFunc(x.Marks, func(m Replaced) bool {
 			return m.To == c.self && c.in.appliedOnce(Applied{From: m.From, Seq: m.Seq})
 		})
-	})
+	}
+	rest := list[:0:0]
+	for _, x := range list {
+		if x.Given == nil || !applied(x) || !heldIn(states, x.key()) {
+			rest = append(rest, x)
+			continue
+		}
+		i := -1
+		for j, h := range holds {
+			if h.Run == c.self && h.State.Key == x.key() && h.State.Kind < limiter.KindGrant && (i < 0 || h.Gen > holds[i].Gen) {
+				i = j
+			}
+		}
+		if i < 0 {
+			rest = append(rest, x)
+			continue
+		}
+		if c.debugOn() {
+			c.log.Debug("counter: units given back in place of a give-back this run applied come off the copy of its counter the counter holds", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{x.Given.Req}))
+		}
+		holds = slices.Clone(holds)
+		holds[i].State = limiter.RefundState(now, time.Unix(0, x.Given.At), holds[i].State, x.Given.Req)
+	}
+	states, keep := c.lessResentHeld(now, rest, states, applied)
+	return states, holds, keep
 }
 
 // keepResent records that this node's counters hold the counts of list,

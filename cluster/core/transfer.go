@@ -1964,7 +1964,9 @@ func (c *Core) appliedResent(x Resent) bool {
 // holding less than the copy: nothing comes off a token bucket, and it
 // counted them twice
 // (TestUnitsGivenBackAgainComingToTheRunThatAppliedTheGiveBackAreOffTheCopyOfItsCounter).
-// A counter holding no copy of this run's counter gets them back.
+// A counter holding no copy of this run's counter, or holding its last
+// word (which lacks them: they came off the counter as it joined), gets
+// them back.
 func (c *Core) resentHeldHere(now time.Time, list []Resent, states []limiter.State, holds []Held) ([]limiter.State, []Held, []Resent) {
 	applied := func(x Resent) bool {
 		return slices.ContainsFunc(x.Marks, func(m Replaced) bool {
@@ -1983,7 +1985,7 @@ func (c *Core) resentHeldHere(now time.Time, list []Resent, states []limiter.Sta
 				i = j
 			}
 		}
-		if i < 0 {
+		if i < 0 || holds[i].Last {
 			rest = append(rest, x)
 			continue
 		}

@@ -20,9 +20,97 @@ import (
 func TestUnitsGivenBackAgainArePutBackWhereTheKeysCounterWent(t *testing.T) {
 	h := newHandNet(t, "n0", "n1", "n2", "n3")
 	k, load := h.n1GivesBackAgainInN0sPlace()
-	n0, n1 := h.cores["n0"], h.cores["n1"]
+	h.n1LeavesForN3(k, load)
+	h.n0ComesBackAndCountsWhatWasAdmitted(k, load, "n1")
+}
 
-	// n1 leaves gracefully: the key's counter goes to n3.
+// The same, but n0, back, crashes for good once it has sent its counters
+// (to n1, gone: sent again in their place to n3, where the key is
+// counted). They lack the units, and must come to the record saying that
+// n0 applied the give-back. Sent again without the list of the transfers
+// n0 applied, they met the record of n0's counter there (the stale
+// replica) as n0's last word that held the units no more, and the units
+// came off the key's counter a second time; the record waited for a
+// counter of n0's saying so, which never came (3 counted of 4 admitted).
+// (Where the key's counter went on to n0 later, it got them back there.)
+func TestUnitsGivenBackAgainArePutBackForTheRunsCountersSentAgainInPlaceOfThoseToAGoneNode(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k, load := h.n1GivesBackAgainInN0sPlace()
+	h.n1LeavesForN3(k, load)
+
+	h.drops = nil
+	h.learnsItWasDeclaredDead("n0")
+	h.advance(2 * time.Second)
+	// n0 hears that n1 is gone: its counters go to n3 in place of n1.
+	h.list("n0", h.othersThan("n0", "n1"), []Peer{{Name: "n1", Inc: h.incs["n1"]}})
+	h.advance(500 * time.Millisecond)
+	h.down["n0"] = true
+	h.advance(2*time.Second, "n2", "n3")
+	if got := h.count("n2", k) + h.count("n3", k); got != int64(load.admitted) {
+		t.Fatalf("n2 and n3 count %d (%v); %d were admitted (n2's unit was given back once)", got, h.counts(k), load.admitted)
+	}
+	for i := 0; int64(load.admitted) < load.quota; i++ {
+		at := []string{"n2", "n3"}[i%2]
+		if tk := load.spend(at); !tk.done || !tk.d.Allowed {
+			t.Fatalf("request at %s refused with %d of %d admitted: %+v", at, load.admitted, load.quota, tk.d)
+		}
+	}
+	if tk := load.spend("n2"); tk.done && tk.d.Allowed {
+		t.Fatalf("request past the limit admitted: %d of %d", load.admitted, load.quota)
+	}
+}
+
+// n0 joins again before its counters, sent to n1 as it learnt it was
+// declared dead, reach n1: n1 hands the key's counter, with the record,
+// over to n0, which applied the give-back, and then sends n0's counters
+// on to it. The key's counter lacks the units n0's counter lacks, and
+// holds a copy of n0's counter (the stale replica) that holds them: where
+// n0's counter came, that copy lacked them too. Put back into the key's
+// counter instead, they were to come off again as n0's counter came,
+// holding less than the copy: a bucket, which nothing comes off, counted
+// them once too many (5 counted of 4 admitted, a request under the limit
+// refused).
+func TestUnitsGivenBackAgainComingToTheRunThatAppliedTheGiveBackAreOffTheCopyOfItsCounter(t *testing.T) {
+	for _, bucket := range []bool{false, true} {
+		h := newHandNet(t, "n0", "n1", "n2", "n3")
+		h.bucket.on = bucket
+		k, load := h.n1GivesBackAgainInN0sPlace()
+		h.drops = func(from string, o Outgoing) bool {
+			t, ok := o.Msg.(Transfer)
+			return ok && from == "n0" && t.Mode == ModeEvicted
+		}
+		h.learnsItWasDeclaredDead("n0")
+		h.advance(500 * time.Millisecond)
+		for _, x := range h.names {
+			h.list(x, h.othersThan(x), nil)
+		}
+		h.advance(2 * time.Second)
+		h.drops = nil
+		h.advance(3 * time.Second)
+		var total int64
+		for _, x := range h.names {
+			total += h.count(x, k)
+		}
+		if total != int64(load.admitted) {
+			t.Fatalf("bucket %v: the cluster counts %d (%v); %d were admitted (n2's unit was given back once)", bucket, total, h.counts(k), load.admitted)
+		}
+		for i := 0; int64(load.admitted) < load.quota; i++ {
+			at := h.names[i%len(h.names)]
+			if tk := load.spend(at); !tk.done || !tk.d.Allowed {
+				t.Fatalf("bucket %v: request at %s refused with %d of %d admitted: %+v", bucket, at, load.admitted, load.quota, tk.d)
+			}
+		}
+		if tk := load.spend("n0"); tk.done && tk.d.Allowed {
+			t.Fatalf("bucket %v: request past the limit admitted: %d of %d", bucket, load.admitted, load.quota)
+		}
+	}
+}
+
+// n1LeavesForN3 has n1 leave gracefully, n0 taken for dead: the key's
+// counter goes to n3, and n2 and n3 then count what was admitted of k.
+func (h *handNet) n1LeavesForN3(k limiter.Key, load *handLoad) {
+	h.t.Helper()
+	n0, n1 := h.cores["n0"], h.cores["n1"]
 	n1.Leave(h.now)
 	leaving := []Member{h.member("n1")}
 	h.cores["n2"].SetMembership(h.now, Membership{Members: []Member{h.member("n3")}, Dead: []Peer{n0.self}, Leaving: leaving})
@@ -35,16 +123,15 @@ func TestUnitsGivenBackAgainArePutBackWhereTheKeysCounterWent(t *testing.T) {
 		}
 	}
 	if !n1.Drained() {
-		t.Fatal("n1 did not hand everything over")
+		h.t.Fatal("n1 did not hand everything over")
 	}
 	h.down["n1"] = true
 	h.cores["n2"].SetMembership(h.now, Membership{Members: []Member{h.member("n3")}, Dead: []Peer{n0.self}})
 	h.cores["n3"].SetMembership(h.now, Membership{Members: []Member{h.member("n2")}, Dead: []Peer{n0.self}})
 	h.advance(time.Second, "n2", "n3")
 	if got := h.count("n2", k) + h.count("n3", k); got != int64(load.admitted) {
-		t.Fatalf("n2 and n3 count %d after n1 left; %d were admitted", got, load.admitted)
+		h.t.Fatalf("n2 and n3 count %d after n1 left; %d were admitted", got, load.admitted)
 	}
-	h.n0ComesBackAndCountsWhatWasAdmitted(k, load, "n1")
 }
 
 // The same, but n1 crashes instead of leaving (of five nodes: three stay,
@@ -83,6 +170,37 @@ func TestUnitsGivenBackAgainOnRecordInAReplicaAndASnapshotArePutBackOnce(t *test
 	h.n0ComesBackAndCountsWhatWasAdmitted(k, load, "")
 }
 
+// The same, and a node joins (n4) and takes the key's counter, with the
+// record, from n1 before n0 comes back. n0, back, replicates its counter
+// to n1, which sends on the replica of n4's counter it displaces, naming
+// what n0 applied (the give-back) and holding a copy of n0's counter
+// taken before it. That copy is not n0's counter as n0 let it go: the
+// record must wait for n0's counters, which lack the unit. Taken by the
+// copy, it lowered the record of n0's counter here, which the copy's own
+// stale one raised again, and n0's counters, coming last, took the unit
+// off the key's counter a second time.
+func TestUnitsGivenBackAgainPulledByAJoinerAreNotTakenByACopyOfTheirRunsCounter(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3")
+	k := h.keyWhere(func(owner func(names ...string) Member) bool {
+		return owner("n0", "n1", "n2", "n3").Name == "n0" && owner("n1", "n2", "n3").Name == "n1" && owner("n1", "n2", "n3", "n4").Name == "n4"
+	})
+	k, load := h.n1GivesBackAgainInN0sPlaceOn(k)
+
+	// n4 joins and pulls the key from n1.
+	h.names = append(h.names, "n4")
+	n4 := h.start("n4", true)
+	n4.Joined(h.now)
+	dead := []Peer{h.cores["n0"].self}
+	for _, x := range []string{"n1", "n2", "n3", "n4"} {
+		h.list(x, h.othersThan(x, "n0"), dead)
+	}
+	h.advance(2*time.Second, "n1", "n2", "n3", "n4")
+	if got := h.count("n4", k); !n4.Member() || got != int64(load.admitted) {
+		t.Fatalf("n4: member %v, counts %d; %d were admitted", n4.Member(), got, load.admitted)
+	}
+	h.n0ComesBackAndCountsWhatWasAdmitted(k, load, "")
+}
+
 // n1GivesBackAgainInN0sPlace plays, in a cluster of n0–n3 or more, on a key of
 // n0's with successor n1 and 4 spent: n2's request is admitted by n0 and
 // given back; n0 applies the give-back, but its answer and its replica to
@@ -92,7 +210,17 @@ func TestUnitsGivenBackAgainOnRecordInAReplicaAndASnapshotArePutBackOnce(t *test
 // then replicates.
 func (h *handNet) n1GivesBackAgainInN0sPlace() (limiter.Key, *handLoad) {
 	h.t.Helper()
-	k, load := h.spentKey("n0", "n1", 4)
+	return h.n1GivesBackAgainInN0sPlaceOn(h.keyOwnedBy("n0", "n1"))
+}
+
+// n1GivesBackAgainInN0sPlaceOn is n1GivesBackAgainInN0sPlace on k, a key
+// of n0's with successor n1.
+func (h *handNet) n1GivesBackAgainInN0sPlaceOn(k limiter.Key) (limiter.Key, *handLoad) {
+	h.t.Helper()
+	load := newHandLoad(h, k, 30)
+	for range 4 {
+		load.spend("n0")
+	}
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
 
 	tk := load.spend("n2")

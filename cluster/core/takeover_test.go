@@ -37,6 +37,13 @@ type handNet struct {
 	unanswered func(from string, o Outgoing) bool
 	hash       keyhash.Hasher
 	cfg        Config // timings and ratios of every core
+	// bucket, if set, has take ask for token buckets (Burst the quota,
+	// refilled at the quota an hour) instead of fixed windows, and count
+	// count the tokens a bucket owes (of limit quota).
+	bucket struct {
+		on    bool
+		quota int64
+	}
 }
 
 // lost reports whether a message between from and to is lost.
@@ -193,7 +200,7 @@ type handTake struct {
 // take starts a request for k (limit quota an hour) through node and
 // drives it as far as it goes now.
 func (h *handNet) take(node string, k limiter.Key, quota int64) *handTake {
-	return h.takeUnder(node, k, hourly(quota))
+	return h.takeUnder(node, k, h.limitOf(quota))
 }
 
 // hourly is the limit of quota an hour, in fixed windows.
@@ -253,7 +260,7 @@ func (h *handNet) admitUnanswered(caller, owner string, k limiter.Key, quota int
 	h.t.Helper()
 	c := h.cores[caller]
 	tk := &handTake{node: caller, res: make([]limiter.Result, 1)}
-	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: time.Hour}}}
+	tk.reqs = []limiter.Request{{Key: k, Zone: 1, Limit: h.limitOf(quota)}}
 	if _, done := c.Take(h.now, &tk.op, OpTake, 0, tk.reqs, tk.res); done {
 		h.t.Fatalf("%s decided %s's key itself", caller, owner)
 	}
@@ -317,14 +324,14 @@ type handLoad struct {
 	h        *handNet
 	k        limiter.Key
 	quota    int64
-	limit    limiter.Limit // hourly(quota) unless a test sets another
+	limit    limiter.Limit // the handNet's (see limitOf) unless a test sets another
 	admitted int
 	by       map[Source]int
 	waiting  []*handTake
 }
 
 func newHandLoad(h *handNet, k limiter.Key, quota int64) *handLoad {
-	return &handLoad{h: h, k: k, quota: quota, limit: hourly(quota), by: map[Source]int{}}
+	return &handLoad{h: h, k: k, quota: quota, limit: h.limitOf(quota), by: map[Source]int{}}
 }
 
 // spend starts one request through node.
@@ -451,7 +458,35 @@ func (l *handLoad) admitsTheRest(node string) {
 }
 
 func (h *handNet) count(name string, k limiter.Key) int64 {
-	return windowCount(h.cores[name].engine.StatesOf(h.now, []limiter.Key{k}))
+	states := h.cores[name].engine.StatesOf(h.now, []limiter.Key{k})
+	if h.bucket.on {
+		return h.bucketCount(states)
+	}
+	return windowCount(states)
+}
+
+// limitOf returns the limit take asks for: quota an hour, in a fixed
+// window, or a token bucket (see handNet.bucket).
+func (h *handNet) limitOf(quota int64) limiter.Limit {
+	if h.bucket.on {
+		h.bucket.quota = quota
+		return limiter.Limit{Algorithm: limiter.TokenBucket, Quota: quota, Window: time.Hour}
+	}
+	return limiter.Limit{Algorithm: limiter.FixedWindow, Quota: quota, Window: time.Hour}
+}
+
+// bucketCount returns the tokens the buckets of states owe now, to the
+// nearest token: how far each bucket's arrival time is ahead of now, in
+// intervals of one token.
+func (h *handNet) bucketCount(states []limiter.State) int64 {
+	every := int64(time.Hour) / h.bucket.quota
+	var n int64
+	for _, st := range states {
+		if st.Kind < limiter.KindGrant && st.Stamp > h.now.UnixNano() {
+			n += (st.Stamp - h.now.UnixNano() + every/2) / every
+		}
+	}
+	return n
 }
 
 // A member dies with 6 of 10 spent; its successor takes its keys over,

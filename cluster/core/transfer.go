@@ -1194,7 +1194,7 @@ func (c *Core) applyOnce(now time.Time, from Peer, t Transfer, pulled bool) bool
 		// Counts the counters (or fallback counts: see
 		// fallback.keepResent) hold that were sent again in place of a
 		// transfer to this run: not added again if it holds them.
-		t.States, t.Resent = c.resentHeldHere(now, t.Resent, t.States)
+		t.States, t.Holds, t.Resent = c.resentHeldHere(now, t.Resent, t.States, t.Holds)
 		if t.Mode == ModeAdd {
 			// Counts sent again in place of a transfer to this run that
 			// it has not applied, held by counters of keys counted here:
@@ -1471,7 +1471,7 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 		like.Applied = t.Applied
 		if t.carriesCounter() {
 			like.Applied = foreignApplied(t.Applied, of, t.Holds)
-			states = c.countersLessResent(now, of, t.Applied, t.Holds, states)
+			states = c.countersLessResent(now, of, last, t.Applied, t.Holds, states)
 			states, like.Resent = c.weighResent(now, t.Resent, states)
 		} else if len(t.Applied) > 0 {
 			// Bare additions holding the counts of transfers their runs
@@ -1671,7 +1671,7 @@ func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
 				weighed = append(weighed, s)
 			}
 		}
-		states = c.evictedApplied(now, run, t.Applied, t.Holds, weighed, onward)
+		states = c.evictedApplied(now, run, t.Applied, t.Holds, weighed, onward, slices.Concat(weighed, onward))
 	}
 	var adds, counters, copies []limiter.State
 	onward := map[string][]limiter.State{}
@@ -1816,7 +1816,7 @@ func (c *Core) cancellable() []Taken {
 // to the key's owner, as the counters do, and are weighed there. holds
 // names the generation of each run's counter. It returns states, less
 // what was taken out.
-func (c *Core) countersLessResent(now time.Time, of Peer, applied []Applied, holds []Held, states []limiter.State) []limiter.State {
+func (c *Core) countersLessResent(now time.Time, of Peer, last bool, applied []Applied, holds []Held, states []limiter.State) []limiter.State {
 	if len(applied) == 0 || !c.replicas.anyResent() {
 		return states
 	}
@@ -1848,9 +1848,32 @@ func (c *Core) countersLessResent(now time.Time, of Peer, applied []Applied, hol
 		byRun[run] = append(byRun[run], a.key())
 	}
 	for _, run := range runs {
-		here = c.evictedApplied(now, run, byRun[run], holds, here, nil)
+		here = c.evictedApplied(now, run, byRun[run], holds, here, nil, lastWordsOf(run, of, last, holds, here))
 	}
 	return sortStates(append(here, elsewhere...))
+}
+
+// lastWordsOf returns, of states, counters of the run of (its last word
+// on them: last), those that are run's counter as run let it go, or hold
+// it (Held.Last in holds). A counter that holds a copy of run's counter
+// that is not its last word (a replica sent on, taken perhaps before run
+// applied a give-back) may hold units run's counter lacks: the record of
+// units given back in place of that give-back is no record of this copy
+// (see evictedApplied). Taken by it, it lowered the record of run's
+// counter here, which the copy, weighed next, raised again; run's own
+// counter, coming later, then took the units off a second time
+// (TestUnitsGivenBackAgainPulledByAJoinerAreNotTakenByACopyOfTheirRunsCounter).
+func lastWordsOf(run, of Peer, last bool, holds []Held, states []limiter.State) []limiter.State {
+	if run == of && last {
+		return states
+	}
+	var out []limiter.State
+	for _, s := range states {
+		if slices.ContainsFunc(holds, func(h Held) bool { return h.Last && h.Run == run && h.State.Key == s.Key }) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // weighResent weighs list, what counters states hold of counts sent again
@@ -1922,17 +1945,58 @@ func (c *Core) appliedResent(x Resent) bool {
 
 // resentHeldHere returns counters states less the counts they hold (list,
 // see Transfer.Resent) that were sent again in place of a transfer to
-// this run that it applied, and the other records. Weighed before the
-// transfer that carries them is applied: the inbox's record of a sender
-// is locked then. A counter that comes here holding counts sent again in
-// place of a transfer this run did not apply is no copy held here: it
-// may go on (passed on, refused), and come back.
-func (c *Core) resentHeldHere(now time.Time, list []Resent, states []limiter.State) ([]limiter.State, []Resent) {
-	return c.lessResentHeld(now, list, states, func(x Resent) bool {
+// this run that it applied, holds (the copies of other counters they
+// hold) with the units given back again in place of a give-back this run
+// applied taken off the copy of this run's counter, and the other
+// records. Weighed before the transfer that carries them is applied: the
+// inbox's record of a sender is locked then. A counter that comes here
+// holding counts sent again in place of a transfer this run did not
+// apply is no copy held here: it may go on (passed on, refused), and come
+// back.
+//
+// A counter that lacks units given back again in place of a give-back
+// this run applied was started from a copy of this run's counter taken
+// before it (a stale replica), which holds them: this run's counter, as
+// it let it go, lacks them too. So the copy the counter holds lacks them
+// from now on, as evictedApplied lowers the record of it, and this run's
+// counter, weighed against it, holds no less. Put back into the counter
+// instead, they were to come off again as this run's counter came
+// holding less than the copy: nothing comes off a token bucket, and it
+// counted them twice
+// (TestUnitsGivenBackAgainComingToTheRunThatAppliedTheGiveBackAreOffTheCopyOfItsCounter).
+// A counter holding no copy of this run's counter, or holding its last
+// word (which lacks them: they came off the counter as it joined), gets
+// them back.
+func (c *Core) resentHeldHere(now time.Time, list []Resent, states []limiter.State, holds []Held) ([]limiter.State, []Held, []Resent) {
+	applied := func(x Resent) bool {
 		return slices.ContainsFunc(x.Marks, func(m Replaced) bool {
 			return m.To == c.self && c.in.appliedOnce(Applied{From: m.From, Seq: m.Seq})
 		})
-	})
+	}
+	rest := list[:0:0]
+	for _, x := range list {
+		if x.Given == nil || !applied(x) || !heldIn(states, x.key()) {
+			rest = append(rest, x)
+			continue
+		}
+		i := -1
+		for j, h := range holds {
+			if h.Run == c.self && h.State.Key == x.key() && h.State.Kind < limiter.KindGrant && (i < 0 || h.Gen > holds[i].Gen) {
+				i = j
+			}
+		}
+		if i < 0 || holds[i].Last {
+			rest = append(rest, x)
+			continue
+		}
+		if c.debugOn() {
+			c.log.Debug("counter: units given back in place of a give-back this run applied come off the copy of its counter the counter holds", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{x.Given.Req}))
+		}
+		holds = slices.Clone(holds)
+		holds[i].State = limiter.RefundState(now, time.Unix(0, x.Given.At), holds[i].State, x.Given.Req)
+	}
+	states, keep := c.lessResentHeld(now, rest, states, applied)
+	return states, holds, keep
 }
 
 // keepResent records that this node's counters hold the counts of list,
@@ -1998,10 +2062,16 @@ func (c *Core) evictedGoesOn(v *view, from, run Peer, k limiter.Key, holds []Hel
 // their keys went on, naming the transfer they replace, to where the
 // counters go, and are weighed there (the record goes with the
 // counters); units given back here are weighed here, as for states.
-func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds []Held, states, onward []limiter.State) []limiter.State {
+//
+// Units given back are weighed only for the keys of lacking: those
+// whose counters are, or hold, the run's counter as the run let it go
+// (see lastWordsOf), which lacks them. A copy of the run's counter taken
+// before it applied the give-back holds them: the record waits for the
+// run's counter itself.
+func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds []Held, states, onward, lacking []limiter.State) []limiter.State {
 	c.replicas.noteApplied(c.mono(now), run, applied)
 	var less []limiter.State
-	adds, given := c.replicas.takeResent(run, applied, states, slices.Concat(states, onward))
+	adds, given := c.replicas.takeResent(run, applied, states, lacking)
 	states = sortStates(slices.Concat(states, onward))
 	for _, r := range adds {
 		x := r.State
@@ -3175,11 +3245,19 @@ func (c *Core) retarget(now time.Time, pt *pendingTransfer, states []limiter.Sta
 }
 
 // copyApplied returns, for a copy (ModeCopy) placed anew, the transfers
-// its run applied, and for bare additions (ModeAdd carrying no counter)
-// the transfers whose counts they hold (see keyApplied): they go with
-// them. Nil for other transfers, whose lists are made anew.
+// its run applied, for the counters of a run declared dead (ModeEvicted)
+// sent again to another receiver, those the run applied to them (see
+// sendEvicted), and for bare additions (ModeAdd carrying no counter) the
+// transfers whose counts they hold (see keyApplied): they go with them.
+// Nil for other transfers, whose lists are made anew. An evicted run's
+// list is made by the run alone, as it stops counting: sent again
+// without it, its counters met no record of what was sent in place of
+// the transfers it applied where their keys are counted, and the units
+// given back again in place of a give-back it applied came off the key's
+// counter a second time
+// (TestUnitsGivenBackAgainArePutBackForTheRunsCountersSentAgainInPlaceOfThoseToAGoneNode).
 func copyApplied(t Transfer) []Applied {
-	if t.Mode != ModeCopy && (t.Mode != ModeAdd || t.carriesCounter()) {
+	if t.Mode != ModeCopy && t.Mode != ModeEvicted && (t.Mode != ModeAdd || t.carriesCounter()) {
 		return nil
 	}
 	return t.Applied

@@ -246,6 +246,28 @@ func (r *replicaStore) takeHeld(keys []limiter.Key) []Held {
 	return sortHolds(out)
 }
 
+// takeHeldBut returns the records of the runs' counts of k that are not
+// of the counters had names (run and generation), sorted, and forgets
+// them here: the records a counter that arrived brought, which go with
+// its counts where those leave the counter here (the records had names
+// are its own, and stay).
+func (r *replicaStore) takeHeldBut(k limiter.Key, had []Held) []Held {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Held
+	r.promoted[k] = slices.DeleteFunc(r.promoted[k], func(p promotion) bool {
+		if slices.ContainsFunc(had, func(h Held) bool { return h.Run == p.owner && h.Gen == p.gen }) {
+			return false
+		}
+		out = append(out, p.held())
+		return true
+	})
+	if len(r.promoted[k]) == 0 {
+		delete(r.promoted, k)
+	}
+	return sortHolds(out)
+}
+
 // held returns the record p as it goes with its counter.
 func (p promotion) held() Held {
 	return Held{Run: p.owner, Gen: p.gen, State: p.state, Last: p.last}

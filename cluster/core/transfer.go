@@ -2432,7 +2432,12 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 				part = []Held{{Run: c.self, Gen: genIn(a.holds, s.Key, c.self), State: s}}
 			}
 		}
+		waits := (mode == ModeAdd || namedCopy) && !c.majority(v) && v.self >= 0
+		var had []Held // the records of the counter here, before s is weighed
 		if named {
+			if waits {
+				had = c.replicas.heldOf([]limiter.Key{s.Key})
+			}
 			// What this node holds of the runs the counter names is not
 			// added again.
 			d, ok, less, lowered := c.replicas.weighHere(now, c.mono(now), c.self, a.of, s, a.holds, a.last)
@@ -2449,11 +2454,15 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			}
 			s = d
 		}
-		if (mode == ModeAdd || namedCopy) && !c.majority(v) && v.self >= 0 {
+		if waits {
 			if named {
 				// The records of the runs' counters they hold go with
-				// the fallback counts, wherever those go.
-				c.fallback.keepHeld(c.replicas.takeHeld([]limiter.Key{s.Key}), now.UnixNano())
+				// the fallback counts, wherever those go. Those of the
+				// counter here stay with it: the counts it holds stay
+				// in the engine, and the fallback counts, weighed against
+				// them, hold what it does not; naming its runs' counters,
+				// they would be weighed as holding it where they join it.
+				c.fallback.keepHeld(c.replicas.takeHeldBut(s.Key, had), now.UnixNano())
 			}
 			// Without a majority this node counts nothing as an owner: what
 			// is added here waits with its fallback counts for the key's

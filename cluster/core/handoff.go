@@ -162,6 +162,19 @@ type arrival struct {
 // elsewhere.
 func (a arrival) lastCopy() bool { return a.copy && a.last && a.of.Name != "" }
 
+// lastCopyHeld returns the records a, its run's last word sent as a copy
+// (see lastCopy), leaves where it is taken for a copy (no record of its
+// run's counter held): the key's counter holds the newer of it and what
+// it held, so holds the run's counter as the run let it go, and the
+// counters it holds. A counter that comes later holding a record of the
+// run's counter is weighed against it, and adds what it holds beyond;
+// with no record left, it was added whole beside the copy (33 held of
+// 18: TestARunsLastWordSentAsACopyBeforeTheCounterThatHoldsItsRecordIsWeighedAgainstIt).
+func (a arrival) lastCopyHeld() []Held {
+	k := a.state.Key
+	return append(slices.Clip(a.holds), Held{Run: a.of, Gen: genIn(a.holds, k, a.of), State: a.state, Last: true})
+}
+
 // marks returns, for additions sent again, the transfers they replace,
 // first sent first (see Transfer.marks).
 func (a arrival) marks() []Replaced {
@@ -617,10 +630,12 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 		}
 		return -1
 	})
+	var copied []Held // what the last words taken for copies leave held (see lastCopyHeld)
 	for _, a := range mk.counters {
 		if a.lastCopy() && !c.replicas.promotes(k, a.of, genIn(a.holds, k, a.of)) {
 			// No record of the run's counter: a copy, the newer stands.
 			union = false
+			copied = append(copied, a.lastCopyHeld()...)
 			if mk.hasCopy {
 				mk.copy = limiter.NewerState(mk.copy, a.state)
 			} else {
@@ -675,6 +690,7 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 		}
 	}
 	mk.counters = nil
+	c.replicas.noteHeld(c.mono(now), copied)
 	if mk.hasOwn {
 		if mk.hasAdds {
 			mk.adds = limiter.AddState(now, mk.adds, mk.own)

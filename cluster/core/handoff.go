@@ -170,6 +170,10 @@ func (a arrival) lastCopy() bool { return a.copy && a.last && a.of.Name != "" }
 // run's counter is weighed against it, and adds what it holds beyond;
 // with no record left, it was added whole beside the copy (33 held of
 // 18: TestARunsLastWordSentAsACopyBeforeTheCounterThatHoldsItsRecordIsWeighedAgainstIt).
+// So with the counts sent again the copy holds (a.resent, kept with
+// Core.keepResent): the counter of a run that applied the transfer they
+// replace, coming later, added them again (18 held of 16:
+// TestARunsLastWordTakenForACopyKeepsTheRecordOfTheCountsSentAgainItHolds).
 func (a arrival) lastCopyHeld() []Held {
 	k := a.state.Key
 	return append(slices.Clip(a.holds), Held{Run: a.of, Gen: genIn(a.holds, k, a.of), State: a.state, Last: true})
@@ -630,12 +634,15 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 		}
 		return -1
 	})
-	var copied []Held // what the last words taken for copies leave held (see lastCopyHeld)
+	// What the last words taken for copies leave held (see lastCopyHeld).
+	var copied []Held
+	var copiedResent []Resent
 	for _, a := range mk.counters {
 		if a.lastCopy() && !c.replicas.promotes(k, a.of, genIn(a.holds, k, a.of)) {
 			// No record of the run's counter: a copy, the newer stands.
 			union = false
 			copied = append(copied, a.lastCopyHeld()...)
+			copiedResent = append(copiedResent, a.resent...)
 			if mk.hasCopy {
 				mk.copy = limiter.NewerState(mk.copy, a.state)
 			} else {
@@ -691,6 +698,7 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 	}
 	mk.counters = nil
 	c.replicas.noteHeld(c.mono(now), copied)
+	c.keepResent(now, copiedResent)
 	if mk.hasOwn {
 		if mk.hasAdds {
 			mk.adds = limiter.AddState(now, mk.adds, mk.own)

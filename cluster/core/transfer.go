@@ -2404,10 +2404,12 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			// that may hold its counts (see placeEvicted), where no
 			// record of the run's counter is held: a copy, the newer
 			// stands, as that copy did. From now on the key's counter
-			// holds it (see lastCopyHeld).
+			// holds it, and the counts sent again it holds (see
+			// lastCopyHeld).
 			c.debugCounts("a run's last word sent after a copy naming no run, no record of its counter here: the newer stands", []limiter.State{s}, "counters_of", a.of.Name)
 			c.engine.MergeNewer(now, []limiter.State{s})
 			c.replicas.noteHeld(c.mono(now), a.lastCopyHeld())
+			c.keepResent(now, a.resent)
 			c.dirty.noteKey(s.Key)
 			continue
 		}

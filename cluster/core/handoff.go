@@ -162,6 +162,31 @@ type arrival struct {
 // elsewhere.
 func (a arrival) lastCopy() bool { return a.copy && a.last && a.of.Name != "" }
 
+// keepLastCopy leaves with the key's counter, count now, what a, its
+// run's last word sent as a copy (see lastCopy), holds where it is taken
+// for a copy (no record of its run's counter held): where count holds
+// nothing beyond it (the copy is the newer), the key's counter holds the
+// run's counter as the run let it go, the counters it holds, and the
+// counts sent again it holds (a.resent). A counter that comes later
+// holding a record of the run's counter is weighed against it, and adds
+// what it holds beyond; with no record left, it was added whole beside
+// the copy (33 held of 18:
+// TestARunsLastWordSentAsACopyBeforeTheCounterThatHoldsItsRecordIsWeighedAgainstIt).
+// The counter of a run that applied a transfer the counts sent again
+// replace, coming later, added them again (18 held of 16:
+// TestARunsLastWordTakenForACopyKeepsTheRecordOfTheCountsSentAgainItHolds).
+// Where count holds more than the copy, the copy may hold counts the
+// counter lacks: no record is left, and what comes later is added whole
+// (counted again, never fewer).
+func (c *Core) keepLastCopy(now time.Time, a arrival, count limiter.State) {
+	if _, more := limiter.SubState(now, count, a.state); more {
+		return
+	}
+	k := a.state.Key
+	c.replicas.noteHeld(c.mono(now), append(slices.Clip(a.holds), Held{Run: a.of, Gen: genIn(a.holds, k, a.of), State: a.state, Last: true}))
+	c.keepResent(now, a.resent)
+}
+
 // marks returns, for additions sent again, the transfers they replace,
 // first sent first (see Transfer.marks).
 func (a arrival) marks() []Replaced {
@@ -617,10 +642,12 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 		}
 		return -1
 	})
+	var copied []arrival // last words taken for copies (see keepLastCopy)
 	for _, a := range mk.counters {
 		if a.lastCopy() && !c.replicas.promotes(k, a.of, genIn(a.holds, k, a.of)) {
 			// No record of the run's counter: a copy, the newer stands.
 			union = false
+			copied = append(copied, a)
 			if mk.hasCopy {
 				mk.copy = limiter.NewerState(mk.copy, a.state)
 			} else {
@@ -706,6 +733,9 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 		out, has = mk.copy, true
 	}
 	if has {
+		for _, a := range copied {
+			c.keepLastCopy(now, a, out)
+		}
 		into.states = append(into.states, out)
 		if union && !hasLess && len(parts) > 0 {
 			into.unions = append(into.unions, settledUnion{key: k, parts: parts})

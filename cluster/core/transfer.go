@@ -2403,9 +2403,13 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 			// The run's last word, sent on after a copy naming no run
 			// that may hold its counts (see placeEvicted), where no
 			// record of the run's counter is held: a copy, the newer
-			// stands, as that copy did.
+			// stands, as that copy did. Where it is the newer, the key's
+			// counter holds it from now on (see keepLastCopy).
 			c.debugCounts("a run's last word sent after a copy naming no run, no record of its counter here: the newer stands", []limiter.State{s}, "counters_of", a.of.Name)
 			c.engine.MergeNewer(now, []limiter.State{s})
+			if after := c.engine.StatesOf(now, []limiter.Key{s.Key}); len(after) == 1 {
+				c.keepLastCopy(now, a, after[0])
+			}
 			c.dirty.noteKey(s.Key)
 			continue
 		}

@@ -1141,22 +1141,37 @@ func (r *replicaStore) forgetGivenBackLocked(run Peer, a Applied, k limiter.Key,
 	set[a] = rec
 }
 
-// dropGivenHeldLocked forgets the record, carried by the counter of k
-// here, of its units counted at the instant at that were given back in
-// place of transfer a to run (see holdResent). r.mu is held.
+// dropGivenHeldLocked forgets, of the record carried by the counter of k
+// here of its units counted at the instant at that were given back in
+// place of transfers to runs taken for dead (see holdResent), the
+// transfer a to run: the record goes on naming the others, and goes when
+// it names none. Each run that applied one of those give-backs lacks the
+// units in its counters, and gets them back once where they meet the
+// record: dropped whole as the first run's counters took it, the record
+// left the second run's note here, and its counters, meeting the key's
+// counter where it went, lacked the units a second time
+// (TestUnitsGivenBackAgainInPlaceOfTwoRunsArePutBackForEachWhereTheKeysCounterWent).
+// r.mu is held.
 func (r *replicaStore) dropGivenHeldLocked(run Peer, a Applied, k limiter.Key, at int64) {
 	list, ok := r.resentHeld[k]
 	if !ok {
 		return
 	}
 	mark := Replaced{From: a.From, Seq: a.Seq, To: run}
-	list = slices.DeleteFunc(list, func(h resentHeld) bool {
-		return h.rec.Given != nil && h.rec.Given.At == at && slices.Contains(h.rec.Marks, mark)
-	})
-	if len(list) == 0 {
+	out := list[:0:0]
+	for _, h := range list {
+		if h.rec.Given != nil && h.rec.Given.At == at && slices.Contains(h.rec.Marks, mark) {
+			h.rec.Marks = slices.DeleteFunc(slices.Clone(h.rec.Marks), func(m Replaced) bool { return m == mark })
+			if len(h.rec.Marks) == 0 {
+				continue
+			}
+		}
+		out = append(out, h)
+	}
+	if len(out) == 0 {
 		delete(r.resentHeld, k)
 	} else {
-		r.resentHeld[k] = list
+		r.resentHeld[k] = out
 	}
 }
 
@@ -1323,7 +1338,8 @@ func (r *replicaStore) takeResent(run Peer, applied []Applied, states, givenOf [
 		for _, g := range rec.given {
 			if heldIn(givenOf, g.req.Key) {
 				given = append(given, g)
-				// Weighed here: the record goes no further.
+				// Weighed here for run: the record goes on for the
+				// other runs it names, if any.
 				r.dropGivenHeldLocked(run, a, g.req.Key, g.at)
 			} else {
 				left = append(left, g)

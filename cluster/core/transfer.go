@@ -2617,6 +2617,18 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 				c.holdRefund(givenBack{at: at, req: r, marks: marks})
 				continue
 			}
+			if len(marks) > 0 && r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) {
+				// They come off no counter here (this node holds none of
+				// the key: it took the key over with no replica of it):
+				// the record that they did (see noteGivenBack) goes. The
+				// counter of a run that applied a give-back they replace
+				// lacks them, and nothing here does: put back where it
+				// came, they were counted once more than admitted
+				// (TestUnitsGivenBackAgainWhereNoCounterHeldThemArePutBackNowhere).
+				for _, m := range marks {
+					c.replicas.forgetGivenBack(m.To, Applied{From: m.From, Seq: m.Seq}, []limiter.Request{r}, at)
+				}
+			}
 			if c.debugOn() {
 				c.log.Debug("units given back here", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
 			}

@@ -17,10 +17,9 @@ import (
 // admitted; the owner then admits one past the limit).
 //
 // Open (pinned below as a known limit): bounding what the arriving
-// counter shares with the counter here
-// by that counter broke the tests where the counter here gave units back
-// itself; the record of the copy held should say what the counter
-// started from the replica holds of it.
+// counter shares with the counter here by that counter broke the tests
+// where the counter here gave units back itself; the record of the copy
+// held should say what the counter started from the replica holds of it.
 func TestACounterBelowTheCopyItHoldsAddsWhatItAdmittedBeyondItsReplica(t *testing.T) {
 	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
 		h := newHandNet(t, "n0", "n1", "n2", "n3", "n4", "n5")

@@ -52,13 +52,7 @@ func TestCountsSentAgainInPlaceOfTwoRunsAreTakenOutForEachWhereTheKeysCounterWen
 	if got := h.count("n1", k); got != 7 {
 		t.Fatalf("n1 counts %d after the give-back again; want 7", got)
 	}
-	h.advance(100 * time.Millisecond)
-	h.down["n1"] = true
-	h.declareDead("n0", "n1")
-	h.advance(time.Second, "n2", "n3", "n4", "n5")
-	if got := h.count("n2", k); got != 5 {
-		t.Fatalf("n2 counts %d after taking the key over; want 5 (n1's stale replica)", got)
-	}
+	h.n1StopsAndN2TakesTheKeyOverFromItsStaleReplica(k)
 
 	// n2 applies it in place of both.
 	n2.handleTransfer(h.now, from, Transfer{Seq: 1000, To: n2.self.Inc, Mode: ModeAdd, States: two, Was: 500, WasTo: n1.self, Earlier: []Replaced{{From: from, Seq: 77, To: n0.self}}}, false)
@@ -68,42 +62,5 @@ func TestCountsSentAgainInPlaceOfTwoRunsAreTakenOutForEachWhereTheKeysCounterWen
 	}
 	h.advance(200*time.Millisecond, "n2", "n3", "n4", "n5")
 
-	// n0 comes back (n1 still out): its counters come to n2; n0 then
-	// stops for good.
-	h.drops = func(f string, o Outgoing) bool { return f == "n1" }
-	h.learnsItWasDeclaredDead("n0")
-	h.advance(500 * time.Millisecond)
-	// n0 hears that n1 is gone: its counters go to n2 in place of n1.
-	h.list("n0", h.othersThan("n0", "n1"), []Peer{n1.self})
-	h.advance(time.Second, "n0", "n2", "n3", "n4", "n5")
-	h.down["n0"] = true
-	alive := []string{"n2", "n3", "n4", "n5"}
-	h.advance(time.Second, alive...)
-	var total int64
-	for _, x := range alive {
-		total += h.count(x, k)
-	}
-	if total != int64(load.admitted) {
-		t.Fatalf("after n0's counters came the cluster counts %d (%v); %d were admitted", total, h.counts(k), load.admitted)
-	}
-
-	// The key's owner leaves; then n1 comes back.
-	o, _ := h.cores["n3"].Ring().Owner(k.Route())
-	leaver := o.Name
-	h.down["n1"] = true
-	h.leavesWhileN0IsDead(leaver, "n1")
-	h.drops = nil
-	h.learnsItWasDeclaredDead("n1")
-	h.advance(2 * time.Second)
-	var rest []string
-	for _, x := range h.names {
-		if x != leaver && x != "n0" {
-			rest = append(rest, x)
-		}
-	}
-	for _, x := range rest {
-		h.list(x, h.othersThan(x, leaver, "n0"), []Peer{{Name: "n0", Inc: h.incs["n0"]}})
-	}
-	h.advance(3*time.Second, rest...)
-	h.countsAndLimits(k, load, rest)
+	h.n0ThenN1ComeBackAndTheKeysOwnerLeaves(k, load)
 }

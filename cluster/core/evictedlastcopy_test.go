@@ -27,24 +27,8 @@ func TestARunsLastWordSentAsACopyIsWeighedWhereItsCounterIsOnRecord(t *testing.T
 				}
 				t.Run(fmt.Sprintf("%s, record %v, copy first %v", where, record, copyFirst), func(t *testing.T) {
 					h := newHandNet(t, "n0", "n1", "n2")
-					owner, second := "n0", "n1"
-					if where == "moving" {
-						owner, second = "n1", "n0"
-					}
-					k, _ := h.spentKey(owner, second, 1)
-					base := h.cores[owner].engine.ExtractKeys(h.now, []limiter.Key{k})[0]
+					k, at := h.keyCountedOrMovingToN0(where == "moving")
 					n0 := h.cores["n0"]
-					if where == "moving" {
-						// n1, which owned the key and replicated none of
-						// it, dies: the key moves to n0.
-						h.down["n1"] = true
-						h.setMembership("n0", []string{"n1"})
-						h.setMembership("n2", []string{"n1"})
-						if !n0.HandoffUnderway() {
-							t.Fatal("no hand-off under way at n0")
-						}
-					}
-					at := func(n uint32) limiter.State { s := base; s.Cur = n; return s }
 					dead, other := Peer{Name: "n9", Inc: 7}, Peer{Name: "n8", Inc: 3}
 					var holds []Held
 					if record {
@@ -81,4 +65,27 @@ func TestARunsLastWordSentAsACopyIsWeighedWhereItsCounterIsOnRecord(t *testing.T
 			}
 		}
 	}
+}
+
+// keyCountedOrMovingToN0 gives, in a cluster of n0–n2, a key with 1 spent
+// that n0 owns and counts, or (moving) one that moves to n0: its owner
+// n1, which replicated none of it, dies, and n0's hand-off is under way.
+// It returns the key and the key's counter at n.
+func (h *handNet) keyCountedOrMovingToN0(moving bool) (limiter.Key, func(n uint32) limiter.State) {
+	h.t.Helper()
+	owner, second := "n0", "n1"
+	if moving {
+		owner, second = "n1", "n0"
+	}
+	k, _ := h.spentKey(owner, second, 1)
+	base := h.cores[owner].engine.ExtractKeys(h.now, []limiter.Key{k})[0]
+	if moving {
+		h.down["n1"] = true
+		h.setMembership("n0", []string{"n1"})
+		h.setMembership("n2", []string{"n1"})
+		if !h.cores["n0"].HandoffUnderway() {
+			h.t.Fatal("no hand-off under way at n0")
+		}
+	}
+	return k, func(n uint32) limiter.State { s := base; s.Cur = n; return s }
 }

@@ -22,24 +22,8 @@ func TestARunsLastWordSentAsACopyBeforeTheCounterThatHoldsItsRecordIsWeighedAgai
 	for _, where := range []string{"counted", "settled"} {
 		t.Run(where, func(t *testing.T) {
 			h := newHandNet(t, "n0", "n1", "n2")
-			owner, second := "n0", "n1"
-			if where == "settled" {
-				owner, second = "n1", "n0"
-			}
-			k, _ := h.spentKey(owner, second, 1)
-			base := h.cores[owner].engine.ExtractKeys(h.now, []limiter.Key{k})[0]
+			k, at := h.keyCountedOrMovingToN0(where == "settled")
 			n0 := h.cores["n0"]
-			if where == "settled" {
-				// n1, which owned the key and replicated none of it,
-				// dies: the key moves to n0.
-				h.down["n1"] = true
-				h.setMembership("n0", []string{"n1"})
-				h.setMembership("n2", []string{"n1"})
-				if !n0.HandoffUnderway() {
-					t.Fatal("no hand-off under way at n0")
-				}
-			}
-			at := func(n uint32) limiter.State { s := base; s.Cur = n; return s }
 			dead, other := Peer{Name: "n9", Inc: 7}, Peer{Name: "n8", Inc: 3}
 			n0.handleTransfer(h.now, h.cores["n2"].self, Transfer{Seq: 1, To: n0.self.Inc, Mode: ModeCopy, CountersOf: dead, Last: true, Holds: []Held{{Run: dead, Gen: 1, State: at(16)}}, States: []limiter.State{at(16)}}, true)
 			h.pump()

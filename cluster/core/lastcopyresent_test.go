@@ -21,24 +21,8 @@ func TestARunsLastWordTakenForACopyKeepsTheRecordOfTheCountsSentAgainItHolds(t *
 	for _, where := range []string{"counted", "settled"} {
 		t.Run(where, func(t *testing.T) {
 			h := newHandNet(t, "n0", "n1", "n2")
-			owner, second := "n0", "n1"
-			if where == "settled" {
-				owner, second = "n1", "n0"
-			}
-			k, _ := h.spentKey(owner, second, 1)
-			base := h.cores[owner].engine.ExtractKeys(h.now, []limiter.Key{k})[0]
+			k, at := h.keyCountedOrMovingToN0(where == "settled")
 			n0 := h.cores["n0"]
-			if where == "settled" {
-				// n1, which owned the key and replicated none of it,
-				// dies: the key moves to n0.
-				h.down["n1"] = true
-				h.setMembership("n0", []string{"n1"})
-				h.setMembership("n2", []string{"n1"})
-				if !n0.HandoffUnderway() {
-					t.Fatal("no hand-off under way at n0")
-				}
-			}
-			at := func(n uint32) limiter.State { s := base; s.Cur = n; return s }
 			dead, applier, caller := Peer{Name: "n9", Inc: 7}, Peer{Name: "n7", Inc: 5}, Peer{Name: "n6", Inc: 4}
 			var seq uint64
 			send := func(tr Transfer) {

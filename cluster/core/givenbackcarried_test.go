@@ -28,7 +28,13 @@ func forWindowsAndBuckets(t *testing.T, play func(t *testing.T, bucket bool)) {
 // a run since gone that itself replaced the one to n0 (Earlier).
 func (h *handNet) givesBackAgainInN0sPlace(applied, chain bool) (limiter.Key, *handLoad) {
 	h.t.Helper()
-	k := h.keyOwnedBy("n0", "n1")
+	return h.givesBackAgainInN0sPlaceOn(h.keyOwnedBy("n0", "n1"), applied, chain)
+}
+
+// givesBackAgainInN0sPlaceOn is givesBackAgainInN0sPlace on k, a key of
+// n0's with successor n1.
+func (h *handNet) givesBackAgainInN0sPlaceOn(k limiter.Key, applied, chain bool) (limiter.Key, *handLoad) {
+	h.t.Helper()
 	load := newHandLoad(h, k, 30)
 	for range 4 {
 		load.spend("n0")

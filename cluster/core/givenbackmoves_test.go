@@ -217,46 +217,7 @@ func (h *handNet) n1GivesBackAgainInN0sPlace() (limiter.Key, *handLoad) {
 // of n0's with successor n1.
 func (h *handNet) n1GivesBackAgainInN0sPlaceOn(k limiter.Key) (limiter.Key, *handLoad) {
 	h.t.Helper()
-	load := newHandLoad(h, k, 30)
-	for range 4 {
-		load.spend("n0")
-	}
-	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-
-	tk := load.spend("n2")
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
-		h.t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
-	}
-	h.advance(100 * time.Millisecond) // replicated to n1
-	h.drops = func(from string, o Outgoing) bool {
-		t, ok := o.Msg.(Transfer)
-		return ok && from == "n0" && o.To.Name == "n1" && t.Mode == ModeReplica
-	}
-	const refund = 77
-	at := h.now.UnixNano()
-	n0.handleTransfer(h.now, n2.self, Transfer{Seq: refund, To: n0.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: at}, true)
-	h.pump()
-	load.admitted--
-	h.advance(100 * time.Millisecond)
-
-	// n0 stops answering; n1 takes the key over from its stale replica.
-	h.down["n0"] = true
-	h.advance(100 * time.Millisecond)
-	others := slices.DeleteFunc(slices.Clone(h.names), func(x string) bool { return x == "n0" })
-	for _, x := range others {
-		h.setMembership(x, []string{"n0"})
-	}
-	h.advance(2*time.Second, others...)
-	if got := h.count("n1", k); got != 5 {
-		h.t.Fatalf("n1 counts %d after taking the key over; want 5 (the stale replica)", got)
-	}
-	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: at, Was: refund, WasTo: n0.self}, true)
-	h.pump()
-	if got := h.count("n1", k); got != int64(load.admitted) {
-		h.t.Fatalf("n1 counts %d after the give-back again; %d were admitted", got, load.admitted)
-	}
-	h.advance(200*time.Millisecond, others...)
-	return k, load
+	return h.givesBackAgainInN0sPlaceOn(k, true, false)
 }
 
 // n1CrashesAndTheSurvivorsCountTheKey plays, in a cluster of n0–n4 with

@@ -184,7 +184,28 @@ func (tc *testCaddy) reload(globals, site string) {
 	if resp.StatusCode != http.StatusOK {
 		tc.t.Fatalf("/load answered %d: %s", resp.StatusCode, body)
 	}
+	tc.awaitOldServersClosed()
 	tc.client.CloseIdleConnections() // those are the old config's servers'
+}
+
+// awaitOldServersClosed waits until the replaced config's server has
+// closed its listener on the site's port. /load returns once the old
+// servers' shutdowns have been started, not once they have closed their
+// listeners (Caddy shuts each down in a goroutine of its own), and each
+// config binds the port with SO_REUSEPORT: until the old socket closes,
+// the kernel may hand a new connection to the old server, which serves it
+// with the old config.
+func (tc *testCaddy) awaitOldServersClosed() {
+	tc.t.Helper()
+	addr := fmt.Sprintf(":%d", tc.port) // a site of 127.0.0.1 listens on every interface
+	deadline := time.Now().Add(10 * time.Second)
+	for caddy.ListenerUsage("tcp", addr) > 1 {
+		if time.Now().After(deadline) {
+			tc.t.Fatalf("10 s after /load, %d servers still listen on %s; want the new config's alone",
+				caddy.ListenerUsage("tcp", addr), addr)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // get sends a GET for path with optional header pairs.

@@ -2352,10 +2352,23 @@ func (c *Core) cameBack(s limiter.State, holds []Held) []Held {
 
 // placeHere keeps states of keys this node owns (or that nobody owns yet),
 // as transfers like carry them. Own adds are this node's own counters,
-// handed over and come back; while their keys wait to settle here they
+// handed over and come back (and so are those it sent as it was declared
+// dead, ModeEvicted naming it); while their keys wait to settle here they
 // are kept apart from what others sent, so that if they move on first
 // they go as this node's hand-off.
 func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter.State) {
+	if like.Mode == ModeEvicted && like.Evicted == c.self {
+		// This run's own counters, sent as it stopped counting (declared
+		// dead), kept here because it knows no node to send them to, or
+		// given up on with their keys counted here now: they came back,
+		// as a hand-off of them that came back does, and are placed as
+		// one. The run counts their keys in new counters since (see
+		// gaveAway): merged as plain counts, they joined the next
+		// counter with no record of the counter they were, and a counter
+		// started from its replica that came here later added them again
+		// (TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsWeighedAsItsCounter).
+		like = Transfer{Mode: ModeAdd, Own: true, Holds: like.Holds, Resent: like.Resent}
+	}
 	mode, own := like.Mode, like.Mode == ModeAdd && like.Own
 	// A copy that names its run (a snapshot read back) is weighed like a
 	// counter handed over: what it holds beyond the counts of its runs

@@ -2617,20 +2617,13 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 				c.holdRefund(givenBack{at: at, req: r, marks: marks})
 				continue
 			}
-			if len(marks) > 0 && r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) {
-				// They come off no counter here (this node holds none of
-				// the key: it took the key over with no replica of it):
-				// the record that they did (see noteGivenBack) goes. The
-				// counter of a run that applied a give-back they replace
-				// lacks them, and nothing here does: put back where it
-				// came, they were counted once more than admitted
-				// (TestUnitsGivenBackAgainWhereNoCounterHeldThemArePutBackNowhere).
-				for _, m := range marks {
-					c.replicas.forgetGivenBack(m.To, Applied{From: m.From, Seq: m.Seq}, []limiter.Request{r}, at)
-				}
-			}
 			if c.debugOn() {
 				c.log.Debug("units given back here", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
+			}
+			if len(marks) > 0 && r.Limit.Algorithm != limiter.Concurrency {
+				c.refundMarkedHere(now, at, r, marks)
+				c.dirty.noteKey(r.Key)
+				continue
 			}
 			settleIn(c.engine, now, at, false, r)
 			c.dirty.noteKey(r.Key) // its successor's replica must not keep the units
@@ -2652,6 +2645,54 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 		}
 		c.sendTransfer(now, owners[name].Peer(), t, purposeRefund)
 	}
+}
+
+// refundMarkedHere gives back the units of r, counted at the instant at
+// and given back again in place of the give-backs marks names, from the
+// engine, and leaves the record that they did (see noteGivenBack) as
+// what came off: the counter of a run that applied a give-back they
+// replace lacks them, and gets back, where it meets the record, what the
+// counter here lacks of them. Units that come off no counter here (this
+// node holds none of the key: it took the key over with no replica of
+// it), or off a counter holding fewer (a window at nothing: units of its
+// own given back), did not all come off: put back whole where the run's
+// counter came, they were counted more than admitted
+// (TestUnitsGivenBackAgainWhereNoCounterHeldThemArePutBackNowhere,
+// TestUnitsGivenBackAgainToACounterAtNothingArePutBackNowhere). A
+// bucket's units are taken to come off where it holds a counter: its
+// debt refills as time goes, and is not weighed.
+func (c *Core) refundMarkedHere(now time.Time, at int64, r limiter.Request, marks []Replaced) {
+	has := c.engine.Has(now, r.Key)
+	var before []limiter.State
+	if has {
+		before = c.engine.StatesOf(now, []limiter.Key{r.Key})
+	}
+	settleIn(c.engine, now, at, false, r)
+	cost, off := max(r.Cost, 1), int64(0)
+	switch {
+	case !has:
+	case r.Limit.Algorithm == limiter.TokenBucket:
+		off = cost
+	default:
+		off = windowUnits(before) - windowUnits(c.engine.StatesOf(now, []limiter.Key{r.Key}))
+	}
+	if off < cost {
+		for _, m := range marks {
+			c.replicas.givenBackOnly(m.To, Applied{From: m.From, Seq: m.Seq}, r.Key, at, off)
+		}
+	}
+}
+
+// windowUnits returns the units window counters states hold, the current
+// window's and the one before's.
+func windowUnits(states []limiter.State) int64 {
+	var n int64
+	for _, s := range states {
+		if s.Kind < limiter.KindGrant {
+			n += int64(s.Cur) + int64(s.Prev)
+		}
+	}
+	return n
 }
 
 // refundEach gives back the units of held as refundMarked does, each out

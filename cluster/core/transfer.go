@@ -2654,45 +2654,23 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 // replace lacks them, and gets back, where it meets the record, what the
 // counter here lacks of them. Units that come off no counter here (this
 // node holds none of the key: it took the key over with no replica of
-// it), or off a counter holding fewer (a window at nothing: units of its
-// own given back), did not all come off: put back whole where the run's
-// counter came, they were counted more than admitted
+// it), or off a counter holding fewer (at nothing: units of its own given
+// back), did not all come off: put back whole where the run's counter
+// came, they were counted more than admitted
 // (TestUnitsGivenBackAgainWhereNoCounterHeldThemArePutBackNowhere,
-// TestUnitsGivenBackAgainToACounterAtNothingArePutBackNowhere). A
-// bucket's units are taken to come off where it holds a counter: its
-// debt refills as time goes, and is not weighed.
+// TestUnitsGivenBackAgainToACounterAtNothingArePutBackNowhere,
+// TestUnitsGivenBackAgainOfWhichTheCounterHereHeldFewerArePutBackAsFarAsTheyCameOff).
 func (c *Core) refundMarkedHere(now time.Time, at int64, r limiter.Request, marks []Replaced) {
-	has := c.engine.Has(now, r.Key)
-	var before []limiter.State
-	if has {
-		before = c.engine.StatesOf(now, []limiter.Key{r.Key})
+	var off int64
+	if before := c.engine.StatesOf(now, []limiter.Key{r.Key}); len(before) == 1 && c.engine.Has(now, r.Key) {
+		off = limiter.UnitsOff(r, before[0], limiter.RefundState(now, time.Unix(0, at), before[0], r))
 	}
 	settleIn(c.engine, now, at, false, r)
-	cost, off := max(r.Cost, 1), int64(0)
-	switch {
-	case !has:
-	case r.Limit.Algorithm == limiter.TokenBucket:
-		off = cost
-	default:
-		off = windowUnits(before) - windowUnits(c.engine.StatesOf(now, []limiter.Key{r.Key}))
-	}
-	if off < cost {
+	if off < max(r.Cost, 1) {
 		for _, m := range marks {
 			c.replicas.givenBackOnly(m.To, Applied{From: m.From, Seq: m.Seq}, r.Key, at, off)
 		}
 	}
-}
-
-// windowUnits returns the units window counters states hold, the current
-// window's and the one before's.
-func windowUnits(states []limiter.State) int64 {
-	var n int64
-	for _, s := range states {
-		if s.Kind < limiter.KindGrant {
-			n += int64(s.Cur) + int64(s.Prev)
-		}
-	}
-	return n
 }
 
 // refundEach gives back the units of held as refundMarked does, each out

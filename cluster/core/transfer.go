@@ -2660,6 +2660,9 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 // (TestUnitsGivenBackAgainWhereNoCounterHeldThemArePutBackNowhere,
 // TestUnitsGivenBackAgainToACounterAtNothingArePutBackNowhere,
 // TestUnitsGivenBackAgainOfWhichTheCounterHereHeldFewerArePutBackAsFarAsTheyCameOff).
+// So where they waited for their key to settle here and come off the
+// counter it gathered (see countSettled;
+// TestUnitsGivenBackAgainWhileTheKeyMovesArePutBackAsFarAsTheyCameOffTheCounterItGathered).
 func (c *Core) refundMarkedHere(now time.Time, at int64, r limiter.Request, marks []Replaced) {
 	var off int64
 	if before := c.engine.StatesOf(now, []limiter.Key{r.Key}); len(before) == 1 && c.engine.Has(now, r.Key) {

@@ -1535,6 +1535,18 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			var less []limiter.State
 			states, less = c.replicas.lessResent(now, t.CountersOf, t.Applied, states)
 			c.debugCounts("copy: counts sent here in place of transfers its run applied are not added again", less, "counters_of", t.CountersOf.Name)
+			if t.Last {
+				// The run's last word lacks the units given back here in
+				// place of give-backs it applied, as the counter here
+				// does: they are put back once, as for the run's evicted
+				// counters (see evictedApplied). Weighed against the
+				// record of the run's counter without them, the last word
+				// was taken for below it by units given back since, and
+				// they came off a second time
+				// (TestARunsLastWordSentAsACopyBelowItsRecordByUnitsGivenBackAgainHereTakesThemOffOnce).
+				_, given := c.replicas.takeResent(t.CountersOf, t.Applied, nil, states)
+				states = c.givenBackInRun(now, t.CountersOf, t.Holds, given, states)
+			}
 		}
 		// A copy that is its run's last word (Last: the run's counter as
 		// it stopped counting, sent on after a copy naming no run, see
@@ -1745,7 +1757,7 @@ func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
 	// stands. Sent as copies naming nothing, they were taken for copies
 	// there too, the newer counter holding the record stood, and what
 	// the run counted beyond its replica was lost.
-	c.placeAs(now, Transfer{Mode: ModeCopy, CountersOf: run, Last: true, Holds: holdsOf(t.Holds, copies), Resent: resentOf(resent, copies)}, purposeForward, copies)
+	c.placeAs(now, Transfer{Mode: ModeCopy, CountersOf: run, Last: true, Holds: holdsOf(t.Holds, copies), Applied: t.Applied, Resent: resentOf(resent, copies)}, purposeForward, copies)
 }
 
 // passCancel sends on the cancel x of the caller from, carried by the
@@ -2097,19 +2109,7 @@ func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds 
 	// that the counter here holds lacks them as well. Weighed against the
 	// record as it was, the give-back in the run's counter would come off
 	// a second time.
-	var back []givenBack
-	for _, g := range given {
-		k := g.req.Key
-		lower := func(s limiter.State) limiter.State { return limiter.RefundState(now, time.Unix(0, g.at), s, g.req) }
-		if gen := genIn(holds, k, run); c.replicas.reweighPromoted(run, gen, k, lower) || c.handoff.reweighHeld(run, gen, k, lower) {
-			if c.debugOn() {
-				c.log.Debug("evicted counters: units given back here in place of a transfer their run applied are given back in its counts", "node", c.self.Name, "evicted", run.Name, "reqs", debugReqs([]limiter.Request{g.req}))
-			}
-			continue
-		}
-		back = append(back, g)
-	}
-	states = c.givenBackInCopy(now, run, back, states)
+	states = c.givenBackInRun(now, run, holds, given, states)
 	if len(less) == 0 {
 		return states
 	}
@@ -3394,6 +3394,29 @@ func withUnitsBack(now time.Time, s limiter.State, g GivenAgain) limiter.State {
 // where the two meet, they would come off twice. As evictedApplied takes
 // counts added here in place of such a transfer out of the copy, it puts
 // units given back here into it.
+// givenBackInRun weighs given, units given back here in place of
+// give-backs run applied, against states, run's counters as it let them
+// go, which lack them as the counter here does: they are put back once,
+// into the record of run's counts the counter here holds (where it is
+// here, counted or waiting for its key), or else into this copy of the
+// counter (see givenBackInCopy). holds names the generation of each of
+// run's counters. It returns states with what was put back.
+func (c *Core) givenBackInRun(now time.Time, run Peer, holds []Held, given []givenBack, states []limiter.State) []limiter.State {
+	var back []givenBack
+	for _, g := range given {
+		k := g.req.Key
+		lower := func(s limiter.State) limiter.State { return limiter.RefundState(now, time.Unix(0, g.at), s, g.req) }
+		if gen := genIn(holds, k, run); c.replicas.reweighPromoted(run, gen, k, lower) || c.handoff.reweighHeld(run, gen, k, lower) {
+			if c.debugOn() {
+				c.log.Debug("evicted counters: units given back here in place of a transfer their run applied are given back in its counts", "node", c.self.Name, "evicted", run.Name, "reqs", debugReqs([]limiter.Request{g.req}))
+			}
+			continue
+		}
+		back = append(back, g)
+	}
+	return c.givenBackInCopy(now, run, back, states)
+}
+
 func (c *Core) givenBackInCopy(now time.Time, run Peer, given []givenBack, states []limiter.State) []limiter.State {
 	if len(given) == 0 {
 		return states

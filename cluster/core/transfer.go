@@ -3386,14 +3386,6 @@ func withUnitsBack(now time.Time, s limiter.State, g GivenAgain) limiter.State {
 	return limiter.AddState(now, s, unit)
 }
 
-// givenBackInCopy returns states, copies of run's counters, with the
-// units of given put back in: units given back here in place of a
-// transfer the run applied, where no counter here holds a record of the
-// run's counts to lower (the key's counter went on, or never held the
-// run's counts). The counter they came off lacks them, as the run's does:
-// where the two meet, they would come off twice. As evictedApplied takes
-// counts added here in place of such a transfer out of the copy, it puts
-// units given back here into it.
 // givenBackInRun weighs given, units given back here in place of
 // give-backs run applied, against states, run's counters as it let them
 // go, which lack them as the counter here does: they are put back once,
@@ -3417,6 +3409,14 @@ func (c *Core) givenBackInRun(now time.Time, run Peer, holds []Held, given []giv
 	return c.givenBackInCopy(now, run, back, states)
 }
 
+// givenBackInCopy returns states, copies of run's counters, with the
+// units of given put back in: units given back here in place of a
+// transfer the run applied, where no counter here holds a record of the
+// run's counts to lower (the key's counter went on, or never held the
+// run's counts). The counter they came off lacks them, as the run's does:
+// where the two meet, they would come off twice. As evictedApplied takes
+// counts added here in place of such a transfer out of the copy, it puts
+// units given back here into it.
 func (c *Core) givenBackInCopy(now time.Time, run Peer, given []givenBack, states []limiter.State) []limiter.State {
 	if len(given) == 0 {
 		return states

@@ -298,6 +298,30 @@ func RefundState(now, at time.Time, s State, req Request) State {
 	return stateOf(s.Key, req.Limit.refund(s.entry(), now.UnixNano(), at.UnixNano(), req.cost()))
 }
 
+// UnitsOff returns the units of req that came off counter s to leave
+// after, s given back req's units (RefundState): a window's counts, or a
+// bucket's debt in whole units, rounded up. A counter holding fewer than
+// req's units gives back what it holds, and no more. Grants and leases
+// hold no units.
+func UnitsOff(req Request, s, after State) int64 {
+	if s.Kind >= KindGrant || after.Kind >= KindGrant {
+		return 0
+	}
+	a, b := s.entry(), after.entry()
+	switch {
+	case a.kind() == kindBucket && b.kind() == kindBucket:
+		d := a.stamp - b.stamp
+		if d <= 0 {
+			return 0
+		}
+		iv := req.Limit.interval()
+		return (d + iv - 1) / iv
+	case a.kind() == kindWindow && b.kind() == kindWindow:
+		return int64(a.cur) + int64(a.prev) - int64(b.cur) - int64(b.prev)
+	}
+	return 0
+}
+
 // SubState returns what later counted beyond earlier, an earlier copy of
 // the same counter (a replica of it), as a counter to add where earlier's
 // counts are held already; ok is false when later counted nothing more.

@@ -1,6 +1,7 @@
 package limiter
 
 import (
+	"fmt"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -234,6 +235,38 @@ func TestRefundStateIsTheCounterRefunded(t *testing.T) {
 				t.Fatalf("RefundState gives %+v; the engine's counter is %+v", got, want)
 			}
 		})
+	}
+}
+
+// TestUnitsOffAreWhatTheRefundTookOff: a counter that holds a refund's
+// units gives back all of them; one that holds fewer, only those it
+// holds, for every algorithm (a bucket's debt in whole units, rounded
+// up).
+func TestUnitsOffAreWhatTheRefundTookOff(t *testing.T) {
+	for _, alg := range []Algorithm{SlidingWindow, FixedWindow, TokenBucket} {
+		for _, held := range []int{5, 1, 0} {
+			t.Run(fmt.Sprintf("%s, %d held", alg, held), func(t *testing.T) {
+				lim := Limit{Algorithm: alg, Quota: 20, Window: time.Minute}
+				req := Request{Key: 7, Limit: lim, Cost: 2}
+				e := New(Config{})
+				e.TakeOne(t0, Request{Key: 7, Limit: lim})
+				e.RefundAt(t0, t0, Request{Key: 7, Limit: lim})
+				for range held {
+					e.TakeOne(t0, Request{Key: 7, Limit: lim})
+				}
+				states := e.StatesOf(t0, []Key{7})
+				if len(states) != 1 {
+					if alg == TokenBucket && held == 0 {
+						return // a bucket that owes nothing is no counter
+					}
+					t.Fatalf("%d counters of the key; want 1", len(states))
+				}
+				want := int64(min(held, 2))
+				if got := UnitsOff(req, states[0], RefundState(t0, t0, states[0], req)); got != want {
+					t.Fatalf("%d units came off; want %d", got, want)
+				}
+			})
+		}
 	}
 }
 

@@ -820,7 +820,11 @@ func (c *Core) countSettled(now time.Time, done settled) {
 			c.debugGivenBack("units given back as their key settled without its counter wait for it", []limiter.Request{r})
 			continue
 		}
-		settleIn(c.engine, now, g.at, false, r)
+		if len(g.marks) > 0 && r.Limit.Algorithm != limiter.Concurrency {
+			c.refundMarkedHere(now, g.at, r, g.marks) // the record says what came off
+		} else {
+			settleIn(c.engine, now, g.at, false, r)
+		}
 		c.dirty.noteKey(r.Key)
 	}
 }

@@ -1141,6 +1141,40 @@ func (r *replicaStore) forgetGivenBackLocked(run Peer, a Applied, k limiter.Key,
 	set[a] = rec
 }
 
+// givenBackOnly leaves the record of the units of k, counted at the
+// instant at and given back here in place of transfer a to run (see
+// noteGivenBack, holdResent), as off units: what came off the counter
+// here. With none, it goes, as forgetGivenBack drops it.
+func (r *replicaStore) givenBackOnly(run Peer, a Applied, k limiter.Key, at, off int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if off <= 0 {
+		r.forgetGivenBackLocked(run, a, k, at)
+		return
+	}
+	if set := r.resent[run]; set != nil {
+		if rec, ok := set[a]; ok {
+			if i := slices.IndexFunc(rec.given, func(g givenBack) bool { return g.req.Key == k && g.at == at }); i >= 0 {
+				rec.given = slices.Clone(rec.given)
+				rec.given[i].req.Cost = off
+				set[a] = rec
+			}
+		}
+	}
+	mark := Replaced{From: a.From, Seq: a.Seq, To: run}
+	list := slices.Clone(r.resentHeld[k])
+	for i, h := range list {
+		if h.rec.Given != nil && h.rec.Given.At == at && slices.Contains(h.rec.Marks, mark) {
+			g := *h.rec.Given
+			g.Req.Cost = off
+			list[i].rec.Given = &g
+		}
+	}
+	if len(list) > 0 {
+		r.resentHeld[k] = list
+	}
+}
+
 // dropGivenHeldLocked forgets, of the record carried by the counter of k
 // here of its units counted at the instant at that were given back in
 // place of transfers to runs taken for dead (see holdResent), the

@@ -1535,6 +1535,18 @@ func (c *Core) apply(now time.Time, from Peer, t Transfer) {
 			var less []limiter.State
 			states, less = c.replicas.lessResent(now, t.CountersOf, t.Applied, states)
 			c.debugCounts("copy: counts sent here in place of transfers its run applied are not added again", less, "counters_of", t.CountersOf.Name)
+			if t.Last {
+				// The run's last word lacks the units given back here in
+				// place of give-backs it applied, as the counter here
+				// does: they are put back once, as for the run's evicted
+				// counters (see evictedApplied). Weighed against the
+				// record of the run's counter without them, the last word
+				// was taken for below it by units given back since, and
+				// they came off a second time
+				// (TestARunsLastWordSentAsACopyBelowItsRecordByUnitsGivenBackAgainHereTakesThemOffOnce).
+				_, given := c.replicas.takeResent(t.CountersOf, t.Applied, nil, states)
+				states = c.givenBackInRun(now, t.CountersOf, t.Holds, given, states)
+			}
 		}
 		// A copy that is its run's last word (Last: the run's counter as
 		// it stopped counting, sent on after a copy naming no run, see
@@ -1745,7 +1757,7 @@ func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
 	// stands. Sent as copies naming nothing, they were taken for copies
 	// there too, the newer counter holding the record stood, and what
 	// the run counted beyond its replica was lost.
-	c.placeAs(now, Transfer{Mode: ModeCopy, CountersOf: run, Last: true, Holds: holdsOf(t.Holds, copies), Resent: resentOf(resent, copies)}, purposeForward, copies)
+	c.placeAs(now, Transfer{Mode: ModeCopy, CountersOf: run, Last: true, Holds: holdsOf(t.Holds, copies), Applied: t.Applied, Resent: resentOf(resent, copies)}, purposeForward, copies)
 }
 
 // passCancel sends on the cancel x of the caller from, carried by the
@@ -2097,19 +2109,7 @@ func (c *Core) evictedApplied(now time.Time, run Peer, applied []Applied, holds 
 	// that the counter here holds lacks them as well. Weighed against the
 	// record as it was, the give-back in the run's counter would come off
 	// a second time.
-	var back []givenBack
-	for _, g := range given {
-		k := g.req.Key
-		lower := func(s limiter.State) limiter.State { return limiter.RefundState(now, time.Unix(0, g.at), s, g.req) }
-		if gen := genIn(holds, k, run); c.replicas.reweighPromoted(run, gen, k, lower) || c.handoff.reweighHeld(run, gen, k, lower) {
-			if c.debugOn() {
-				c.log.Debug("evicted counters: units given back here in place of a transfer their run applied are given back in its counts", "node", c.self.Name, "evicted", run.Name, "reqs", debugReqs([]limiter.Request{g.req}))
-			}
-			continue
-		}
-		back = append(back, g)
-	}
-	states = c.givenBackInCopy(now, run, back, states)
+	states = c.givenBackInRun(now, run, holds, given, states)
 	if len(less) == 0 {
 		return states
 	}
@@ -2630,20 +2630,13 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 				c.holdRefund(givenBack{at: at, req: r, marks: marks})
 				continue
 			}
-			if len(marks) > 0 && r.Limit.Algorithm != limiter.Concurrency && !c.engine.Has(now, r.Key) {
-				// They come off no counter here (this node holds none of
-				// the key: it took the key over with no replica of it):
-				// the record that they did (see noteGivenBack) goes. The
-				// counter of a run that applied a give-back they replace
-				// lacks them, and nothing here does: put back where it
-				// came, they were counted once more than admitted
-				// (TestUnitsGivenBackAgainWhereNoCounterHeldThemArePutBackNowhere).
-				for _, m := range marks {
-					c.replicas.forgetGivenBack(m.To, Applied{From: m.From, Seq: m.Seq}, []limiter.Request{r}, at)
-				}
-			}
 			if c.debugOn() {
 				c.log.Debug("units given back here", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
+			}
+			if len(marks) > 0 && r.Limit.Algorithm != limiter.Concurrency {
+				c.refundMarkedHere(now, at, r, marks)
+				c.dirty.noteKey(r.Key)
+				continue
 			}
 			settleIn(c.engine, now, at, false, r)
 			c.dirty.noteKey(r.Key) // its successor's replica must not keep the units
@@ -2664,6 +2657,35 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 			c.replicas.forgetGivenBack(m.To, Applied{From: m.From, Seq: m.Seq}, away[name], at)
 		}
 		c.sendTransfer(now, owners[name].Peer(), t, purposeRefund)
+	}
+}
+
+// refundMarkedHere gives back the units of r, counted at the instant at
+// and given back again in place of the give-backs marks names, from the
+// engine, and leaves the record that they did (see noteGivenBack) as
+// what came off: the counter of a run that applied a give-back they
+// replace lacks them, and gets back, where it meets the record, what the
+// counter here lacks of them. Units that come off no counter here (this
+// node holds none of the key: it took the key over with no replica of
+// it), or off a counter holding fewer (at nothing: units of its own given
+// back), did not all come off: put back whole where the run's counter
+// came, they were counted more than admitted
+// (TestUnitsGivenBackAgainWhereNoCounterHeldThemArePutBackNowhere,
+// TestUnitsGivenBackAgainToACounterAtNothingArePutBackNowhere,
+// TestUnitsGivenBackAgainOfWhichTheCounterHereHeldFewerArePutBackAsFarAsTheyCameOff).
+// So where they waited for their key to settle here and come off the
+// counter it gathered (see countSettled;
+// TestUnitsGivenBackAgainWhileTheKeyMovesArePutBackAsFarAsTheyCameOffTheCounterItGathered).
+func (c *Core) refundMarkedHere(now time.Time, at int64, r limiter.Request, marks []Replaced) {
+	var off int64
+	if before := c.engine.StatesOf(now, []limiter.Key{r.Key}); len(before) == 1 && c.engine.Has(now, r.Key) {
+		off = limiter.UnitsOff(r, before[0], limiter.RefundState(now, time.Unix(0, at), before[0], r))
+	}
+	settleIn(c.engine, now, at, false, r)
+	if off < max(r.Cost, 1) {
+		for _, m := range marks {
+			c.replicas.givenBackOnly(m.To, Applied{From: m.From, Seq: m.Seq}, r.Key, at, off)
+		}
 	}
 }
 
@@ -3375,6 +3397,29 @@ func withUnitsBack(now time.Time, s limiter.State, g GivenAgain) limiter.State {
 		return s
 	}
 	return limiter.AddState(now, s, unit)
+}
+
+// givenBackInRun weighs given, units given back here in place of
+// give-backs run applied, against states, run's counters as it let them
+// go, which lack them as the counter here does: they are put back once,
+// into the record of run's counts the counter here holds (where it is
+// here, counted or waiting for its key), or else into this copy of the
+// counter (see givenBackInCopy). holds names the generation of each of
+// run's counters. It returns states with what was put back.
+func (c *Core) givenBackInRun(now time.Time, run Peer, holds []Held, given []givenBack, states []limiter.State) []limiter.State {
+	var back []givenBack
+	for _, g := range given {
+		k := g.req.Key
+		lower := func(s limiter.State) limiter.State { return limiter.RefundState(now, time.Unix(0, g.at), s, g.req) }
+		if gen := genIn(holds, k, run); c.replicas.reweighPromoted(run, gen, k, lower) || c.handoff.reweighHeld(run, gen, k, lower) {
+			if c.debugOn() {
+				c.log.Debug("evicted counters: units given back here in place of a transfer their run applied are given back in its counts", "node", c.self.Name, "evicted", run.Name, "reqs", debugReqs([]limiter.Request{g.req}))
+			}
+			continue
+		}
+		back = append(back, g)
+	}
+	return c.givenBackInCopy(now, run, back, states)
 }
 
 // givenBackInCopy returns states, copies of run's counters, with the

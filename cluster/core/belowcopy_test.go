@@ -12,14 +12,8 @@ import (
 // and is declared dead while alive: n2 takes the key over from n1's
 // replica (4), and n1's counters, its last word, come to n2. They hold
 // the one n1 admitted beyond its replica, and the copy of n0's counter
-// both hold: the largest of what they share with the counter here, 5,
-// was taken for held here, and nothing was added (4 counted of 5
-// admitted; the owner then admits one past the limit).
-//
-// Open (pinned below as a known limit): bounding what the arriving
-// counter shares with the counter here by that counter broke the tests
-// where the counter here gave units back itself; the record of the copy
-// held should say what the counter started from the replica holds of it.
+// both hold: n2 counts the one (5 of 5 admitted), and the owner admits
+// up to the limit, no further.
 func TestACounterBelowTheCopyItHoldsAddsWhatItAdmittedBeyondItsReplica(t *testing.T) {
 	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
 		h := newHandNet(t, "n0", "n1", "n2", "n3", "n4", "n5")
@@ -63,23 +57,13 @@ func TestACounterBelowTheCopyItHoldsAddsWhatItAdmittedBeyondItsReplica(t *testin
 			h.setMembership(x, []string{"n0", "n1"})
 		}
 		h.advance(2*time.Second, alive...)
-		// A known limit (docs/cluster.md, "Known limits"): the one n1
-		// admitted beyond its replica is lost. The test pins it both
-		// ways, as the simulator's list of known violations does: it
-		// fails if the count comes out exact (the limit is closed: check
-		// it with h.countsAndLimits here, and strike it from the docs)
-		// and if it comes out any other way.
 		var total int64
 		for _, name := range alive {
 			total += h.count(name, k)
 		}
-		switch total {
-		case int64(load.admitted) - 1:
-			t.Logf("known limit: the cluster counts %d; %d were admitted", total, load.admitted)
-		case int64(load.admitted):
-			t.Fatalf("the cluster counts %d, as admitted: the known limit is closed; check both sides with countsAndLimits and strike it from docs/cluster.md", total)
-		default:
-			t.Errorf("the cluster counts %d (%v); %d were admitted, at worst one short (a known limit)", total, h.counts(k), load.admitted)
+		if total != int64(load.admitted) {
+			t.Fatalf("the cluster counts %d (%v); %d were admitted", total, h.counts(k), load.admitted)
 		}
+		load.spendsToTheLimit(t, "n2", "n3", "n4", "n5")
 	})
 }

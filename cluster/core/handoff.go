@@ -821,6 +821,7 @@ func (c *Core) countSettled(now time.Time, done settled) {
 			continue
 		}
 		settleIn(c.engine, now, g.at, false, r)
+		c.heldBelow(now, r.Key)
 		c.dirty.noteKey(r.Key)
 	}
 }

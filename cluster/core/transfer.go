@@ -1682,6 +1682,7 @@ func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
 			// replica) held units the run gave back since.
 			c.debugCounts("evicted counters: a copy counted here held units given back since: they come off", []limiter.State{less}, "evicted", run.Name)
 			c.engine.Lower(now, []limiter.State{less})
+			c.heldBelow(now, s.Key)
 			c.dirty.noteKey(s.Key)
 		}
 		if ok {
@@ -2450,6 +2451,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 				// held units the run gave back since: they come off.
 				c.debugCounts("a run's counter handed over holds less than its copy counted here: the difference comes off", []limiter.State{less}, "counters_of", a.of.Name)
 				c.engine.Lower(now, []limiter.State{less})
+				c.heldBelow(now, s.Key)
 				c.dirty.noteKey(s.Key)
 			}
 			if !ok {
@@ -2633,6 +2635,7 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 				c.log.Debug("units given back here", "node", c.self.Name, "reqs", debugReqs([]limiter.Request{r}))
 			}
 			settleIn(c.engine, now, at, false, r)
+			c.heldBelow(now, r.Key)
 			c.dirty.noteKey(r.Key) // its successor's replica must not keep the units
 			continue
 		}

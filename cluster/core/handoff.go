@@ -183,7 +183,7 @@ func (c *Core) keepLastCopy(now time.Time, a arrival, count limiter.State) {
 		return
 	}
 	k := a.state.Key
-	c.replicas.noteHeld(c.mono(now), append(slices.Clip(a.holds), Held{Run: a.of, Gen: genIn(a.holds, k, a.of), State: a.state, Last: true}))
+	c.replicas.noteHeld(now, c.mono(now), append(slices.Clip(a.holds), Held{Run: a.of, Gen: genIn(a.holds, k, a.of), State: a.state, Last: true}))
 	c.keepResent(now, a.resent)
 }
 
@@ -1859,7 +1859,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	}
 	c.debugCounts("hand-off completing: replicas of counts held here add what they hold beyond them", beyond)
 	c.replicas.notePromoted(c.mono(now), kept)
-	c.replicas.noteHeld(c.mono(now), holdsOfTaken(kept))
+	c.replicas.noteHeld(now, c.mono(now), holdsOfTaken(kept))
 	// The counts sent again in place of transfers to runs taken for dead
 	// that the replicas' counters held are held here now: a counter of
 	// such a run that comes saying it applied one adds them no more, and

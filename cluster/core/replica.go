@@ -262,6 +262,25 @@ func (r *replicaStore) heldBelow(now time.Time, counter limiter.State) {
 	}
 }
 
+// heldOfBoth returns what a counter holds of a run's counter, where it
+// held a (its record) and took in a counter that held b of it: no more
+// than the more of what each held (Held.In; the zero State: all of its
+// record), window by window. Not the sum: both hold the same counter's
+// counts, up to the units given back to either.
+func heldOfBoth(now time.Time, a, b Held) limiter.State {
+	x, y := a.State, b.State
+	if a.In.Kind != 0 {
+		x = a.In
+	}
+	if b.In.Kind != 0 {
+		y = b.In
+	}
+	if x.Kind != y.Kind || x.Kind >= limiter.KindGrant {
+		return limiter.State{}
+	}
+	return limiter.NewerState(x, y)
+}
+
 // takeHeld returns, for the counters of keys that leave this node, the
 // runs' counts they hold (see promotion), sorted by key and run, and
 // forgets them here: they go with the counters. So does what this node's
@@ -316,14 +335,25 @@ func (p promotion) held() Held {
 // names: a copy of a counter that holds them is kept here (of each run's
 // counts, the record that stands: see newerHeld). A run's last word
 // stands as it was said: a copy does not raise it, and it replaces the
-// record of an earlier copy.
-func (r *replicaStore) noteHeld(m int64, holds []Held) {
+// record of an earlier copy. Where a record is held already, the counter
+// here holds of it what it held, or what the counter that holds holds
+// does, the more (see heldOfBoth).
+func (r *replicaStore) noteHeld(now time.Time, m int64, holds []Held) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, h := range holds {
 		p, _, found := r.promotionLocked(h.State.Key, h.Run, h.Gen)
 		if found {
+			in := heldOfBoth(now, p.held(), h)
 			h = newerHeld(p.held(), h)
+			h.In = in
+			if in.Kind != 0 && in.Kind == h.State.Kind {
+				if _, below := limiter.SubState(now, h.State, in); !below {
+					h.In = limiter.State{} // all of it
+				} else {
+					h.In = olderState(now, in, h.State)
+				}
+			}
 		}
 		r.setPromotionLocked(h.State.Key, promotion{owner: h.Run, gen: h.Gen, state: h.State, at: m, last: h.Last, in: h.In})
 	}

@@ -2373,7 +2373,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		}
 		named := mode == ModeAdd && (!own && like.CountersOf.Name != "" || len(holds) > 0) || namedCopy
 		if !named && len(holds) > 0 {
-			c.replicas.noteHeld(c.mono(now), holds) // a copy: the newer stands
+			c.replicas.noteHeld(now, c.mono(now), holds) // a copy: the newer stands
 		}
 		a := arrival{state: s, copy: namedCopy}
 		if namedCopy {

@@ -43,9 +43,12 @@ const defaultSnapshotInterval = time.Minute
 // have had them acknowledged, and the counts sent again in place of
 // transfers to runs taken for dead that the counters hold (see
 // encodeSnapshot), and the units given back again in place of
-// give-backs to runs taken for dead that they lack.
-// snapshotMagicV5 starts one of the fifth format: the same, without the
-// units given back again.
+// give-backs to runs taken for dead that they lack, and what the counters
+// hold of the runs' counts they hold less of (cluster.Held.In).
+// snapshotMagicV6 starts one of the sixth format: the same, without what
+// the counters hold less of (each record read back as held whole).
+// snapshotMagicV5 starts one of the fifth format: as the sixth, without
+// the units given back again.
 // snapshotMagicV4 starts one of the fourth format: the same, without the
 // counts sent again.
 // snapshotMagicV3 starts one of the third format: the same, without the
@@ -54,7 +57,8 @@ const defaultSnapshotInterval = time.Minute
 // the generations (each the run's first counter of its key).
 // snapshotMagicV1 starts one of the first format: the states alone.
 const (
-	snapshotMagic   = "TGSN6"
+	snapshotMagic   = "TGSN7"
+	snapshotMagicV6 = "TGSN6"
 	snapshotMagicV5 = "TGSN5"
 	snapshotMagicV4 = "TGSN4"
 	snapshotMagicV3 = "TGSN3"
@@ -79,8 +83,10 @@ const maxRunName = 1024
 // given back); then the number of records of units given back again,
 // each the position of its record (32 bits), its request as the peer
 // protocol writes it (cluster.AppendRequest) and the instant it was
-// counted at (Unix ns). Numbers are little-endian, lengths and counts 32
-// bits.
+// counted at (Unix ns); then the number of records of runs' counts held
+// in part, each the position of its record (32 bits), and what the
+// counters hold of them as states, in the same order. Numbers are
+// little-endian, lengths and counts 32 bits.
 func encodeSnapshot(k cluster.Kept) []byte {
 	b := []byte(snapshotMagic)
 	b = appendRun(b, k.Run)
@@ -122,7 +128,19 @@ func encodeSnapshot(k cluster.Kept) []byte {
 			b = binary.LittleEndian.AppendUint64(b, uint64(x.Given.At))
 		}
 	}
-	return b
+	var in []limiter.State
+	for _, h := range k.Holds {
+		if h.In.Kind != 0 {
+			in = append(in, h.In)
+		}
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(in)))
+	for i, h := range k.Holds {
+		if h.In.Kind != 0 {
+			b = binary.LittleEndian.AppendUint32(b, uint32(i))
+		}
+	}
+	return limiter.AppendStates(b, in)
 }
 
 // appendApplied appends the transfers applied, as encodeSnapshot writes
@@ -151,18 +169,20 @@ func appendRun(b []byte, p cluster.Peer) []byte {
 // bounded by the input's size.
 func decodeSnapshot(b []byte) (cluster.Kept, error) {
 	var k cluster.Kept
-	gens, marks, resent, given := true, true, true, true
+	gens, marks, resent, given, in := true, true, true, true, true
 	switch {
 	case strings.HasPrefix(string(b), snapshotMagic):
 		b = b[len(snapshotMagic):]
+	case strings.HasPrefix(string(b), snapshotMagicV6):
+		b, in = b[len(snapshotMagicV6):], false
 	case strings.HasPrefix(string(b), snapshotMagicV5):
-		b, given = b[len(snapshotMagicV5):], false
+		b, given, in = b[len(snapshotMagicV5):], false, false
 	case strings.HasPrefix(string(b), snapshotMagicV4):
-		b, resent = b[len(snapshotMagicV4):], false
+		b, resent, in = b[len(snapshotMagicV4):], false, false
 	case strings.HasPrefix(string(b), snapshotMagicV3):
-		b, marks, resent = b[len(snapshotMagicV3):], false, false
+		b, marks, resent, in = b[len(snapshotMagicV3):], false, false, false
 	case strings.HasPrefix(string(b), snapshotMagicV2):
-		b, gens, marks, resent = b[len(snapshotMagicV2):], false, false, false
+		b, gens, marks, resent, in = b[len(snapshotMagicV2):], false, false, false, false
 	case strings.HasPrefix(string(b), snapshotMagicV1):
 		states, err := decodeStates(b[len(snapshotMagicV1):])
 		k.States = states
@@ -240,10 +260,53 @@ func decodeSnapshot(b []byte) (cluster.Kept, error) {
 			return k, err
 		}
 	}
+	if in {
+		if b, err = readHeldIn(b, k.Holds); err != nil {
+			return k, err
+		}
+	}
 	if len(b) != 0 {
 		return k, fmt.Errorf("%d bytes left over", len(b))
 	}
 	return k, nil
+}
+
+// readHeldIn reads what the counters hold of the records holds they hold
+// less of, as encodeSnapshot wrote it, into holds, and returns what
+// follows.
+func readHeldIn(b []byte, holds []cluster.Held) ([]byte, error) {
+	if len(b) < 4 {
+		return b, limiter.ErrTruncated
+	}
+	n := int(binary.LittleEndian.Uint32(b))
+	b = b[4:]
+	if n > len(holds) || n > len(b)/4 {
+		return b, fmt.Errorf("%d records held in part: more than the %d records, or than the input holds", n, len(holds))
+	}
+	at := make([]int, n)
+	for i := range at {
+		at[i], b = int(binary.LittleEndian.Uint32(b)), b[4:]
+		if at[i] >= len(holds) {
+			return b, fmt.Errorf("a record held in part at position %d of %d", at[i], len(holds))
+		}
+	}
+	if len(b) < 4 {
+		return b, limiter.ErrTruncated
+	}
+	states, b, err := limiter.DecodeStates(b, n)
+	if err != nil {
+		return b, err
+	}
+	if len(states) != n {
+		return b, fmt.Errorf("%d counts held in part for %d records", len(states), n)
+	}
+	for i, s := range states {
+		if s.Kind == 0 {
+			return b, fmt.Errorf("a count held in part of no kind at position %d", at[i])
+		}
+		holds[at[i]].In = s
+	}
+	return b, nil
 }
 
 // readApplied reads the transfers applied that encodeSnapshot wrote, and

@@ -100,7 +100,8 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 		Run:    cluster.Peer{Name: "node-a:7946", Inc: 42},
 		At:     now.UnixNano(),
 		States: []limiter.State{state(1, 3), state(2, 5)},
-		Holds:  []cluster.Held{{Run: cluster.Peer{Name: "node-b:7946", Inc: 7}, State: state(2, 4), Last: true}, {Run: cluster.Peer{Name: "node-a:7946", Inc: 42}, Gen: 2, State: state(2, 5)}},
+		Holds: []cluster.Held{{Run: cluster.Peer{Name: "node-b:7946", Inc: 7}, State: state(2, 4), Last: true,
+			In: limiter.State{Key: 2, Kind: 1, Stamp: now.UnixNano(), Expires: now.Add(time.Hour).UnixNano(), Cur: 3}}, {Run: cluster.Peer{Name: "node-a:7946", Inc: 42}, Gen: 2, State: state(2, 5)}},
 		Applied: []cluster.KeptApplied{
 			{From: cluster.Peer{Name: "node-c:7946", Inc: 3}, Seq: 12, Keys: []limiter.Key{1, 2}},
 			{From: cluster.Peer{Name: "node-b:7946", Inc: 7}, Seq: 40, Keys: []limiter.Key{2}},
@@ -136,7 +137,7 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 	want.Resent = nil
 	want.Holds = slices.Clone(kept.Holds)
 	for i := range want.Holds {
-		want.Holds[i].Gen, want.Holds[i].Last = 0, false
+		want.Holds[i].Gen, want.Holds[i].Last, want.Holds[i].In = 0, false, limiter.State{}
 	}
 	if !reflect.DeepEqual(second, want) {
 		t.Errorf("a snapshot of the second format read back as %+v; want %+v", second, want)
@@ -158,16 +159,29 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 	}
 	want.Holds = slices.Clone(kept.Holds)
 	for i := range want.Holds {
-		want.Holds[i].Last = false
+		want.Holds[i].Last, want.Holds[i].In = false, limiter.State{}
 	}
 	if !reflect.DeepEqual(third, want) {
 		t.Errorf("a snapshot of the third format read back as %+v; want %+v (no last-word marks)", third, want)
 	}
 
-	counts := kept
+	whole := kept
+	whole.Holds = slices.Clone(kept.Holds)
+	whole.Holds[0].In = limiter.State{}
+	v6 := encodeSnapshot(whole)
+	v6 = append([]byte(snapshotMagicV6), v6[len(snapshotMagic):len(v6)-8]...) // less the records held in part: none, no states
+	sixth, err := decodeSnapshot(v6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(sixth, whole) {
+		t.Errorf("a snapshot of the sixth format read back as %+v; want %+v (each record held whole)", sixth, whole)
+	}
+
+	counts := whole
 	counts.Resent = kept.Resent[:1]
 	v5 := encodeSnapshot(counts)
-	v5 = append([]byte(snapshotMagicV5), v5[len(snapshotMagic):len(v5)-4]...) // less the units given back again: none
+	v5 = append([]byte(snapshotMagicV5), v5[len(snapshotMagic):len(v5)-12]...) // less the units given back again, and the records held in part: none
 	fifth, err := decodeSnapshot(v5)
 	if err != nil {
 		t.Fatal(err)
@@ -176,10 +190,10 @@ func TestSnapshotNamesItsRunAndReadsBackBothFormats(t *testing.T) {
 		t.Errorf("a snapshot of the fifth format read back as %+v; want %+v (no units given back again)", fifth, counts)
 	}
 
-	noResent := kept
+	noResent := whole
 	noResent.Resent = nil
 	v4 := encodeSnapshot(noResent)
-	v4 = append([]byte(snapshotMagicV4), v4[len(snapshotMagic):len(v4)-12]...) // less the counts sent again: none, no states, no units given back
+	v4 = append([]byte(snapshotMagicV4), v4[len(snapshotMagic):len(v4)-20]...) // less the counts sent again: none, no states, no units given back, no records held in part
 	fourth, err := decodeSnapshot(v4)
 	if err != nil {
 		t.Fatal(err)

@@ -339,6 +339,21 @@ func encodeTransfer(e *encoder, t *core.Transfer) {
 		held[i] = t.Holds[i].State
 	}
 	encodeStates(e, held)
+	// What the counter holds of the records it holds less of (Held.In),
+	// each with the position of its record.
+	var ins []limiter.State
+	for i := range t.Holds {
+		if t.Holds[i].In.Kind != 0 {
+			ins = append(ins, t.Holds[i].In)
+		}
+	}
+	e.u32(uint32(len(ins)))
+	for i := range t.Holds {
+		if t.Holds[i].In.Kind != 0 {
+			e.u32(uint32(i))
+		}
+	}
+	encodeStates(e, ins)
 	encodePeer(e, t.ReplicaOf)
 	encodePeer(e, t.Evicted)
 	e.u32(uint32(len(t.Applied)))
@@ -460,15 +475,37 @@ func decodeTransfer(d *decoder) core.Transfer {
 		}
 	}
 	held := decodeStates(d)
+	var inAt []uint32
+	if n := d.count32(maxList, 4); n > 0 {
+		inAt = make([]uint32, n)
+		for i := range inAt {
+			inAt[i] = d.u32()
+		}
+	}
+	ins := decodeStates(d)
 	if d.err != nil {
 		return t // cut short: the reader reports d.err
 	}
-	if len(held) != len(runs) {
+	switch {
+	case len(held) != len(runs):
 		d.err = fmt.Errorf("%d counts held for %d runs", len(held), len(runs))
-	} else if len(runs) > 0 {
+	case len(ins) != len(inAt):
+		d.err = fmt.Errorf("%d counts held in part for %d positions", len(ins), len(inAt))
+	case len(runs) > 0:
 		t.Holds = make([]core.Held, len(runs))
 		for i := range runs {
 			t.Holds[i] = core.Held{Run: runs[i], Gen: gens[i], State: held[i], Last: lasts[i]}
+		}
+		for i, at := range inAt {
+			if int(at) >= len(runs) || ins[i].Kind == 0 {
+				d.err = fmt.Errorf("a count held in part at position %d of %d records, or of no kind", at, len(runs))
+				return t
+			}
+			t.Holds[at].In = ins[i]
+		}
+	default:
+		if len(inAt) > 0 {
+			d.err = fmt.Errorf("%d counts held in part of no record", len(inAt))
 		}
 	}
 	t.ReplicaOf = decodePeer(d)

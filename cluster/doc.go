@@ -557,7 +557,9 @@
 // A snapshot keeps the record of the counts its counters hold that were
 // sent again in place of a transfer to a run taken for dead (from
 // TGSN5), and of the units they lack that were given back again in place
-// of a give-back to one (from TGSN6) (Transfer.Resent): where that run
+// of a give-back to one (from TGSN6) (Transfer.Resent), and what its
+// counters hold of the runs' counts they hold less of (from TGSN7,
+// Held.In): where that run
 // had applied the transfer, and its counter and the snapshot's copy meet
 // where the key is counted, the counts are held once, and the units put
 // back once

@@ -51,7 +51,12 @@ import (
 // record of the run's counter is held, a copy elsewhere. A node of
 // version 10 would weigh it as a snapshot's copy naming its run, and add
 // it whole where no record is held.
-const ProtocolVersion = 11
+// Version 12 says, in the records of the runs' counts a counter holds,
+// what the counter holds of each it holds less of (Held.In: units given
+// back to it took it below the copy): a node of version 11 would read
+// the transfer short, and one that dropped it would take the counter for
+// holding the whole copy, and add nothing of what it admitted beyond.
+const ProtocolVersion = 12
 
 // Frames. A request frame is [kind][call ID u32][body]; its reply is
 // [kind|replyBit][call ID][status][body]. A take frame carries many take

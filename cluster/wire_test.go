@@ -141,10 +141,11 @@ func TestCodecRoundTrips(t *testing.T) {
 		// it replaces: WasFrom goes on the wire only beside a Was.
 		{msgTransfer, core.Transfer{Seq: 6, Mode: core.ModeCancel, Reqs: reqs, Take: 14, Caller: core.Peer{Name: "i", Inc: 9}, WasTo: core.Peer{Name: "b", Inc: 2}}, core.Ack{Seq: 6}},
 		// A counter handed over by its run, passed on: its run's last word
-		// on it, holding another run's last word and a copy of a third's.
+		// on it, holding another run's last word and a copy of a third's,
+		// and less than the last of those (units given back to it).
 		{msgTransfer, core.Transfer{Seq: 7, To: 8, Epoch: 1, Mode: core.ModeAdd, States: states, CountersOf: core.Peer{Name: "e", Inc: 5}, Last: true,
 			Holds: []core.Held{{Run: core.Peer{Name: "f", Inc: 6}, Gen: 1, State: limiter.State{Key: 9, Cur: 4, Stamp: 1, Expires: 3}, Last: true},
-				{Run: core.Peer{Name: "g", Inc: 1}, State: limiter.State{Key: 9, Cur: 2, Stamp: 1, Expires: 3}}}}, core.Ack{Seq: 7}},
+				{Run: core.Peer{Name: "g", Inc: 1}, State: limiter.State{Key: 9, Kind: 1, Cur: 2, Stamp: 1, Expires: 3}, In: limiter.State{Key: 9, Kind: 1, Cur: 1, Stamp: 1, Expires: 3}}}}, core.Ack{Seq: 7}},
 		// A snapshot's copy names its run and the transfers the run applied.
 		{msgTransfer, core.Transfer{Seq: 5, To: 8, Epoch: 1, Mode: core.ModeCopy, States: states, CountersOf: core.Peer{Name: "e", Inc: 5},
 			Applied: []core.Applied{{From: core.Peer{Name: "f", Inc: 6}, Seq: 12}, {From: core.Peer{Name: "g", Inc: 1}, Seq: 3}}}, core.Ack{Seq: 5}},

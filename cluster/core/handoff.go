@@ -183,7 +183,7 @@ func (c *Core) keepLastCopy(now time.Time, a arrival, count limiter.State) {
 		return
 	}
 	k := a.state.Key
-	c.replicas.noteHeld(c.mono(now), append(slices.Clip(a.holds), Held{Run: a.of, Gen: genIn(a.holds, k, a.of), State: a.state, Last: true}))
+	c.replicas.noteHeld(now, c.mono(now), append(slices.Clip(a.holds), Held{Run: a.of, Gen: genIn(a.holds, k, a.of), State: a.state, Last: true}))
 	c.keepResent(now, a.resent)
 }
 
@@ -824,6 +824,7 @@ func (c *Core) countSettled(now time.Time, done settled) {
 			c.refundMarkedHere(now, g.at, r, g.marks) // the record says what came off
 		} else {
 			settleIn(c.engine, now, g.at, false, r)
+			c.heldBelow(now, r.Key)
 		}
 		c.dirty.noteKey(r.Key)
 	}
@@ -1862,7 +1863,7 @@ func (c *Core) completeHandoff(now time.Time, plan *handoffPlan, forced bool) {
 	}
 	c.debugCounts("hand-off completing: replicas of counts held here add what they hold beyond them", beyond)
 	c.replicas.notePromoted(c.mono(now), kept)
-	c.replicas.noteHeld(c.mono(now), holdsOfTaken(kept))
+	c.replicas.noteHeld(now, c.mono(now), holdsOfTaken(kept))
 	// The counts sent again in place of transfers to runs taken for dead
 	// that the replicas' counters held are held here now: a counter of
 	// such a run that comes saying it applied one adds them no more, and

@@ -556,12 +556,24 @@ type Held struct {
 	// way: a record that lost it weighed an older copy as the newer, and
 	// the unit given back counted again.
 	Last bool
+	// In, where set, is what the counter that carries the record holds of
+	// State, less than State: units given back to that counter took it
+	// below the copy it holds (the zero State, of no kind: it holds all
+	// of State). The record
+	// stays State, so a copy of the run's counter that comes later adds
+	// nothing the counter gave back; but where that counter, or one that
+	// went on from it, comes to a node holding the same record, the two
+	// share no more of the run's counts than In: the rest is what the
+	// counter admitted itself after the give-back, and is added
+	// (TestACounterBelowTheCopyItHoldsAddsWhatItAdmittedBeyondItsReplica).
+	In limiter.State
 }
 
 // newerHeld returns, of two records of one run's counter (run and
 // generation) that a counter holds, the one that stands: the run's last
 // word on it where one is (a copy holds nothing beyond it), else the
-// newer. Two last words of one counter are the same word.
+// newer, with what the counter that carries it holds of it (Held.In) as
+// the newer says. Two last words of one counter are the same word.
 func newerHeld(a, b Held) Held {
 	switch {
 	case a.Last && !b.Last:
@@ -569,8 +581,20 @@ func newerHeld(a, b Held) Held {
 	case b.Last && !a.Last:
 		return b
 	}
-	a.State = limiter.NewerState(a.State, b.State)
+	newer := limiter.NewerState(a.State, b.State)
+	switch {
+	case sameCounts(newer, b.State):
+		a.In = b.In
+	case !sameCounts(newer, a.State):
+		a.In = limiter.State{} // each newer in part: the counter may hold all of both
+	}
+	a.State = newer
 	return a
+}
+
+// sameCounts reports whether two counters of a key count the same.
+func sameCounts(x, y limiter.State) bool {
+	return x.Kind == y.Kind && x.Stamp == y.Stamp && x.Expires == y.Expires && x.Cur == y.Cur && x.Prev == y.Prev
 }
 
 // genIn returns the generation of run's counter of k that holds, the

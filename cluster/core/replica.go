@@ -200,6 +200,10 @@ type promotion struct {
 	// nothing beyond (what a copy holds more was given back since). It
 	// goes with the record (Held.Last).
 	last bool
+	// in: what this node's counter holds of state, where less (units
+	// given back to it took it below state; see Held.In). Of no kind
+	// (the zero State): all of it.
+	in limiter.State
 }
 
 // appliedKeep is how long a successor remembers what its owners applied:
@@ -221,6 +225,60 @@ func (r *replicaStore) notePromoted(m int64, taken []takenReplica) {
 	for _, t := range taken {
 		r.setPromotionLocked(t.state.Key, promotion{owner: t.owner, gen: genIn(t.holds, t.state.Key, t.owner), state: t.state, at: m})
 	}
+}
+
+// holdsRecords reports whether this node's counter of k holds records of
+// runs' counts (see promotion).
+func (r *replicaStore) holdsRecords(k limiter.Key) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.promoted[k]) > 0
+}
+
+// heldBelow notes that this node's counter of its key came down to
+// counter (units given back, or given back since a copy it counted was
+// taken): of each record of a run's counts it holds above it, it holds
+// no more than counter now (promotion.in), whatever it counts later; the
+// record stays, and goes with the counter with what the counter holds of
+// it (Held.In).
+func (r *replicaStore) heldBelow(now time.Time, counter limiter.State) {
+	if counter.Kind >= limiter.KindGrant {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i, p := range r.promoted[counter.Key] {
+		base := p.state
+		if p.in.Kind != 0 {
+			base = p.in
+		}
+		if base.Kind != counter.Kind {
+			continue
+		}
+		if _, above := limiter.SubState(now, base, counter); !above {
+			continue
+		}
+		r.promoted[counter.Key][i].in = olderState(now, base, counter)
+	}
+}
+
+// heldOfBoth returns what a counter holds of a run's counter, where it
+// held a (its record) and took in a counter that held b of it: no more
+// than the more of what each held (Held.In; the zero State: all of its
+// record), window by window. Not the sum: both hold the same counter's
+// counts, up to the units given back to either.
+func heldOfBoth(now time.Time, a, b Held) limiter.State {
+	x, y := a.State, b.State
+	if a.In.Kind != 0 {
+		x = a.In
+	}
+	if b.In.Kind != 0 {
+		y = b.In
+	}
+	if x.Kind != y.Kind || x.Kind >= limiter.KindGrant {
+		return limiter.State{}
+	}
+	return limiter.NewerState(x, y)
 }
 
 // takeHeld returns, for the counters of keys that leave this node, the
@@ -270,23 +328,34 @@ func (r *replicaStore) takeHeldBut(k limiter.Key, had []Held) []Held {
 
 // held returns the record p as it goes with its counter.
 func (p promotion) held() Held {
-	return Held{Run: p.owner, Gen: p.gen, State: p.state, Last: p.last}
+	return Held{Run: p.owner, Gen: p.gen, State: p.state, Last: p.last, In: p.in}
 }
 
 // noteHeld records that this node's counters hold the runs' counts holds
 // names: a copy of a counter that holds them is kept here (of each run's
 // counts, the record that stands: see newerHeld). A run's last word
 // stands as it was said: a copy does not raise it, and it replaces the
-// record of an earlier copy.
-func (r *replicaStore) noteHeld(m int64, holds []Held) {
+// record of an earlier copy. Where a record is held already, the counter
+// here holds of it what it held, or what the counter that holds holds
+// does, the more (see heldOfBoth).
+func (r *replicaStore) noteHeld(now time.Time, m int64, holds []Held) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, h := range holds {
 		p, _, found := r.promotionLocked(h.State.Key, h.Run, h.Gen)
 		if found {
+			in := heldOfBoth(now, p.held(), h)
 			h = newerHeld(p.held(), h)
+			h.In = in
+			if in.Kind != 0 && in.Kind == h.State.Kind {
+				if _, below := limiter.SubState(now, h.State, in); !below {
+					h.In = limiter.State{} // all of it
+				} else {
+					h.In = olderState(now, in, h.State)
+				}
+			}
 		}
-		r.setPromotionLocked(h.State.Key, promotion{owner: h.Run, gen: h.Gen, state: h.State, at: m, last: h.Last})
+		r.setPromotionLocked(h.State.Key, promotion{owner: h.Run, gen: h.Gen, state: h.State, at: m, last: h.Last, in: h.In})
 	}
 }
 
@@ -358,6 +427,10 @@ func (r *replicaStore) ownHeldLocked(self Peer, states []limiter.State) []Held {
 // where the counter here is several counters joined, each holding part of
 // another, and s holds them all, s holds all they made of it (see
 // weighing.unions), more than any one of them.
+// Of each counter s holds, s shares no more than it holds of it: units
+// given back to s (or to a counter it went on from) may have taken it
+// below the copy it holds, and what it counted after is its own
+// (Held.In; TestACounterBelowTheCopyItHoldsAddsWhatItAdmittedBeyondItsReplica).
 // Two counters of one run are two counters: neither shares the other's
 // counts. Counts of this run (self) a counter holds, or that s holds as
 // this run's own counter (of is self), are in this run's own counter of
@@ -389,9 +462,9 @@ func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limite
 		// counter here.
 		w.share(s)
 	case last:
-		w.weighLast(of, gen, s)
+		w.weighLast(of, gen, s, limiter.State{})
 	default:
-		w.weigh(of, gen, s)
+		w.weigh(of, gen, s, limiter.State{})
 	}
 	w.holds(self, cur, of, gen, holds)
 	w.unions(self, cur, of, gen, s, holds)
@@ -526,22 +599,41 @@ func (w *weighing) share(x limiter.State) {
 // weigh notes x, run's counter of generation gen as the arriving counter
 // holds it: where this node's counter holds a record of that counter, both
 // hold the older of the two; from now on this node holds the newer.
-func (w *weighing) weigh(run Peer, gen uint32, x limiter.State) {
+//
+// in, where of a kind, is what the arriving counter holds of x (see Held.In):
+// both hold no more of the run's counts than that, whatever the record
+// here says. What the counter here holds of its record (promotion.in)
+// grows by what x holds beyond the record.
+func (w *weighing) weigh(run Peer, gen uint32, x limiter.State, in limiter.State) {
 	r := w.r
 	p, _, found := r.promotionLocked(w.k, run, gen)
 	if !found {
-		r.setPromotionLocked(w.k, promotion{owner: run, gen: gen, state: x, at: w.m})
+		r.setPromotionLocked(w.k, promotion{owner: run, gen: gen, state: x, at: w.m, in: in})
 		return
 	}
 	if p.last {
 		// The run handed the counter over, and it is held here as
 		// handed: x, a copy of it, holds nothing more.
-		w.share(x)
+		w.shareIn(x, in)
 		return
 	}
-	w.share(olderState(w.now, x, p.state))
+	w.shareIn(olderState(w.now, x, p.state), in)
+	if p.in.Kind != 0 {
+		if d, ok := limiter.SubState(w.now, x, p.state); ok && d.Kind == p.in.Kind {
+			p.in = limiter.AddState(w.now, p.in, d)
+		}
+	}
 	p.state, p.at = limiter.NewerState(p.state, x), w.m
 	r.setPromotionLocked(w.k, p)
+}
+
+// shareIn notes x as counts both hold, no more than in (where of x's
+// kind): what the arriving counter holds of the counter x is a copy of.
+func (w *weighing) shareIn(x limiter.State, in limiter.State) {
+	if in.Kind != 0 && in.Kind == x.Kind {
+		x = olderState(w.now, x, in)
+	}
+	w.share(x)
 }
 
 // weighLast notes x, run's counter of generation gen as the run itself
@@ -556,18 +648,29 @@ func (w *weighing) weigh(run Peer, gen uint32, x limiter.State) {
 // counter, a generation later, once it let this one go, so no counter
 // of this generation counted more since; a record of another
 // generation is another counter's, never lowered by x.
-func (w *weighing) weighLast(run Peer, gen uint32, x limiter.State) {
+//
+// in is what the arriving counter holds of x, as weigh takes it.
+func (w *weighing) weighLast(run Peer, gen uint32, x limiter.State, in limiter.State) {
 	r := w.r
 	p, _, found := r.promotionLocked(w.k, run, gen)
 	if found && p.last {
-		w.share(olderState(w.now, x, p.state))
+		w.shareIn(olderState(w.now, x, p.state), in)
 		return
 	}
-	r.setPromotionLocked(w.k, promotion{owner: run, gen: gen, state: x, at: w.m, last: true})
 	if !found {
+		r.setPromotionLocked(w.k, promotion{owner: run, gen: gen, state: x, at: w.m, last: true, in: in})
 		return
 	}
-	w.share(olderState(w.now, x, p.state))
+	held := p.in
+	switch {
+	case held.Kind == 0:
+	case held.Kind != x.Kind:
+		held = limiter.State{} // another counter's: x holds all of itself
+	default:
+		held = olderState(w.now, held, x)
+	}
+	r.setPromotionLocked(w.k, promotion{owner: run, gen: gen, state: x, at: w.m, last: true, in: held})
+	w.shareIn(olderState(w.now, x, p.state), in)
 	w.lower(givenBackSince(w.now, p.state, x))
 }
 
@@ -597,7 +700,8 @@ func givenBackSince(now time.Time, rec, last limiter.State) (limiter.State, bool
 // (run of, generation gen) holds: this run's (self's) own counter of its
 // current generation cur is the counter here, whole; the others are
 // weighed against the records of them, a run's last word on its counter
-// as weighLast weighs it.
+// as weighLast weighs it. Of each, the arriving counter shares no more
+// than it holds of it (Held.In).
 func (w *weighing) holds(self Peer, cur uint32, of Peer, gen uint32, holds []Held) {
 	for _, h := range holds {
 		if h.State.Key != w.k || h.Run == of && h.Gen == gen {
@@ -605,11 +709,11 @@ func (w *weighing) holds(self Peer, cur uint32, of Peer, gen uint32, holds []Hel
 		}
 		switch {
 		case h.Run == self && h.Gen == cur:
-			w.share(h.State)
+			w.shareIn(h.State, h.In)
 		case h.Last:
-			w.weighLast(h.Run, h.Gen, h.State)
+			w.weighLast(h.Run, h.Gen, h.State, h.In)
 		default:
-			w.weigh(h.Run, h.Gen, h.State)
+			w.weigh(h.Run, h.Gen, h.State, h.In)
 		}
 	}
 }

@@ -78,6 +78,19 @@ func (c *Core) SettlementPending(seq uint64) bool {
 	return false
 }
 
+// heldBelow notes, for the keys given back to here, where their counters
+// came down below the records of the runs' counts they hold (see
+// replicaStore.heldBelow).
+func (c *Core) heldBelow(now time.Time, keys ...limiter.Key) {
+	keys = slices.DeleteFunc(keys, func(k limiter.Key) bool { return !c.replicas.holdsRecords(k) })
+	if len(keys) == 0 {
+		return
+	}
+	for _, s := range c.engine.StatesOf(now, keys) {
+		c.replicas.heldBelow(now, s)
+	}
+}
+
 // settleIn applies one settlement to engine e.
 func settleIn(e *limiter.Engine, now time.Time, at int64, charge bool, r limiter.Request) {
 	if charge {
@@ -121,6 +134,9 @@ func (c *Core) settleAt(now time.Time, at int64, charge bool, reqs []limiter.Req
 		}
 		if self || !ok || c.engine.Has(now, r.Key) || r.Limit.Algorithm == limiter.Concurrency {
 			settleIn(c.engine, now, at, charge, r)
+			if !charge {
+				c.heldBelow(now, r.Key)
+			}
 			c.dirty.noteKey(r.Key) // its successor's replica must see it
 			continue
 		}

@@ -1694,6 +1694,7 @@ func (c *Core) placeEvicted(now time.Time, from Peer, t Transfer) {
 			// replica) held units the run gave back since.
 			c.debugCounts("evicted counters: a copy counted here held units given back since: they come off", []limiter.State{less}, "evicted", run.Name)
 			c.engine.Lower(now, []limiter.State{less})
+			c.heldBelow(now, s.Key)
 			c.dirty.noteKey(s.Key)
 		}
 		if ok {
@@ -2385,7 +2386,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 		}
 		named := mode == ModeAdd && (!own && like.CountersOf.Name != "" || len(holds) > 0) || namedCopy
 		if !named && len(holds) > 0 {
-			c.replicas.noteHeld(c.mono(now), holds) // a copy: the newer stands
+			c.replicas.noteHeld(now, c.mono(now), holds) // a copy: the newer stands
 		}
 		a := arrival{state: s, copy: namedCopy}
 		if namedCopy {
@@ -2463,6 +2464,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 				// held units the run gave back since: they come off.
 				c.debugCounts("a run's counter handed over holds less than its copy counted here: the difference comes off", []limiter.State{less}, "counters_of", a.of.Name)
 				c.engine.Lower(now, []limiter.State{less})
+				c.heldBelow(now, s.Key)
 				c.dirty.noteKey(s.Key)
 			}
 			if !ok {
@@ -2639,6 +2641,7 @@ func (c *Core) refundMarked(now time.Time, at int64, reqs []limiter.Request, mar
 				continue
 			}
 			settleIn(c.engine, now, at, false, r)
+			c.heldBelow(now, r.Key)
 			c.dirty.noteKey(r.Key) // its successor's replica must not keep the units
 			continue
 		}
@@ -2682,6 +2685,7 @@ func (c *Core) refundMarkedHere(now time.Time, at int64, r limiter.Request, mark
 		off = limiter.UnitsOff(r, before[0], limiter.RefundState(now, time.Unix(0, at), before[0], r))
 	}
 	settleIn(c.engine, now, at, false, r)
+	c.heldBelow(now, r.Key)
 	if off < max(r.Cost, 1) {
 		for _, m := range marks {
 			c.replicas.givenBackOnly(m.To, Applied{From: m.From, Seq: m.Seq}, r.Key, at, off)

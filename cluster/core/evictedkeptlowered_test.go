@@ -1,0 +1,46 @@
+package core
+
+import (
+	"testing"
+	"time"
+)
+
+// As in TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsWeighedAsItsCounter,
+// but n0 gave a unit back after its successor n1 applied the replica of
+// its counter (3), and the replica that said so (2) was lost. n0, declared
+// dead and knowing no member, keeps its counter of 2: its last word on
+// it, as it would be at a node it sent it to. n1's counter, started from
+// the replica of 3, comes back as n0 joins again, holding that replica;
+// the unit given back since is in it, and comes off.
+func TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsItsLastWord(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	k := h.keyOwnedBy("n0", "n1")
+	h.unacked[[2]string{"n0", "n1"}] = true
+	load := h.spent(k, "n0", 3)
+	h.advance(20 * time.Millisecond)
+
+	// n0 gives a unit back; the replica that says so is lost.
+	h.oneway = map[[2]string]bool{{"n0", "n1"}: true}
+	h.cores["n0"].refund(h.now, load.unitOf(k))
+	load.admitted--
+	h.advance(20 * time.Millisecond)
+	if got := h.count("n0", k); got != 2 {
+		t.Fatalf("n0 counts %d after a unit given back; want 2", got)
+	}
+	h.oneway[[2]string{"n0", "n1"}] = false
+
+	h.standsStillAndIsDeclaredDead("n0")
+	if got := h.count("n1", k); got != 3 {
+		t.Fatalf("n1 did not take the key over from its replica of 3: count %d", got)
+	}
+	h.setMembership("n0", []string{"n1", "n2"})
+	h.learnsItWasDeclaredDead("n0")
+	if n0 := h.cores["n0"]; n0.Member() || n0.view.Load().ring.Len() != 0 || h.count("n0", k) != 2 {
+		t.Fatalf("n0: member %v, ring %d, counts %d; want no member, no ring, its counter of 2 kept", n0.Member(), n0.view.Load().ring.Len(), h.count("n0", k))
+	}
+
+	h.unacked[[2]string{"n0", "n1"}] = false
+	h.joinsAgain("n0", 2*time.Second)
+	h.heldBy(k, load.admitted, h.names...)
+	load.spendsToTheLimit(t, "n0", "n1", "n2")
+}

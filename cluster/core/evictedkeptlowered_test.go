@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -13,34 +14,41 @@ import (
 // the replica of 3, comes back as n0 joins again, holding that replica;
 // the unit given back since is in it, and comes off.
 func TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsItsLastWord(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2")
-	k := h.keyOwnedBy("n0", "n1")
-	h.unacked[[2]string{"n0", "n1"}] = true
-	load := h.spent(k, "n0", 3)
-	h.advance(20 * time.Millisecond)
+	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
+		h := newHandNet(t, "n0", "n1", "n2")
+		h.bucket.on = bucket
+		k := h.keyOwnedBy("n0", "n1")
+		h.unacked[[2]string{"n0", "n1"}] = true
+		load := newHandLoad(h, k, 30)
+		load.spend("n0")
+		load.spend("n0")
+		tk := load.spend("n0")
+		load.resume()
+		h.advance(20 * time.Millisecond)
 
-	// n0 gives a unit back; the replica that says so is lost.
-	h.oneway = map[[2]string]bool{{"n0", "n1"}: true}
-	h.cores["n0"].refund(h.now, load.unitOf(k))
-	load.admitted--
-	h.advance(20 * time.Millisecond)
-	if got := h.count("n0", k); got != 2 {
-		t.Fatalf("n0 counts %d after a unit given back; want 2", got)
-	}
-	h.oneway[[2]string{"n0", "n1"}] = false
+		// n0 gives a unit back; the replica that says so is lost.
+		h.oneway = map[[2]string]bool{{"n0", "n1"}: true}
+		h.cores["n0"].refund(h.now, slices.Clone(tk.reqs))
+		load.admitted--
+		h.advance(20 * time.Millisecond)
+		if got := h.count("n0", k); got != 2 {
+			t.Fatalf("n0 counts %d after a unit given back; want 2", got)
+		}
+		h.oneway = nil
 
-	h.standsStillAndIsDeclaredDead("n0")
-	if got := h.count("n1", k); got != 3 {
-		t.Fatalf("n1 did not take the key over from its replica of 3: count %d", got)
-	}
-	h.setMembership("n0", []string{"n1", "n2"})
-	h.learnsItWasDeclaredDead("n0")
-	if n0 := h.cores["n0"]; n0.Member() || n0.view.Load().ring.Len() != 0 || h.count("n0", k) != 2 {
-		t.Fatalf("n0: member %v, ring %d, counts %d; want no member, no ring, its counter of 2 kept", n0.Member(), n0.view.Load().ring.Len(), h.count("n0", k))
-	}
+		h.standsStillAndIsDeclaredDead("n0")
+		if got := h.count("n1", k); got != 3 {
+			t.Fatalf("n1 did not take the key over from its replica of 3: count %d", got)
+		}
+		h.setMembership("n0", []string{"n1", "n2"})
+		h.learnsItWasDeclaredDead("n0")
+		if n0 := h.cores["n0"]; n0.Member() || n0.view.Load().ring.Len() != 0 || h.count("n0", k) != 2 {
+			t.Fatalf("n0: member %v, ring %d, counts %d; want no member, no ring, its counter of 2 kept", n0.Member(), n0.view.Load().ring.Len(), h.count("n0", k))
+		}
 
-	h.unacked[[2]string{"n0", "n1"}] = false
-	h.joinsAgain("n0", 2*time.Second)
-	h.heldBy(k, load.admitted, h.names...)
-	load.spendsToTheLimit(t, "n0", "n1", "n2")
+		h.unacked[[2]string{"n0", "n1"}] = false
+		h.joinsAgain("n0", 2*time.Second)
+		h.heldBy(k, load.admitted, h.names...)
+		load.spendsToTheLimit(t, "n0", "n1", "n2")
+	})
 }

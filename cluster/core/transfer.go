@@ -1961,7 +1961,7 @@ func (c *Core) appliedResent(x Resent) bool {
 // from now on, as evictedApplied lowers the record of it, and this run's
 // counter, weighed against it, holds no less. Put back into the counter
 // instead, they were to come off again as this run's counter came
-// holding less than the copy: nothing comes off a token bucket, and it
+// holding less than the copy: nothing came off a token bucket then, and it
 // counted them twice
 // (TestUnitsGivenBackAgainComingToTheRunThatAppliedTheGiveBackAreOffTheCopyOfItsCounter).
 // A counter holding no copy of this run's counter, or holding its last

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // As in TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsWeighedAsItsCounter,
@@ -15,40 +17,76 @@ import (
 // the unit given back since is in it, and comes off.
 func TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsItsLastWord(t *testing.T) {
 	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
-		h := newHandNet(t, "n0", "n1", "n2")
-		h.bucket.on = bucket
-		k := h.keyOwnedBy("n0", "n1")
-		h.unacked[[2]string{"n0", "n1"}] = true
-		load := newHandLoad(h, k, 30)
-		load.spend("n0")
-		load.spend("n0")
-		tk := load.spend("n0")
-		load.resume()
-		h.advance(20 * time.Millisecond)
-
-		// n0 gives a unit back; the replica that says so is lost.
-		h.oneway = map[[2]string]bool{{"n0", "n1"}: true}
-		h.cores["n0"].refund(h.now, slices.Clone(tk.reqs))
-		load.admitted--
-		h.advance(20 * time.Millisecond)
-		if got := h.count("n0", k); got != 2 {
-			t.Fatalf("n0 counts %d after a unit given back; want 2", got)
-		}
-		h.oneway = nil
-
-		h.standsStillAndIsDeclaredDead("n0")
-		if got := h.count("n1", k); got != 3 {
-			t.Fatalf("n1 did not take the key over from its replica of 3: count %d", got)
-		}
-		h.setMembership("n0", []string{"n1", "n2"})
-		h.learnsItWasDeclaredDead("n0")
-		if n0 := h.cores["n0"]; n0.Member() || n0.view.Load().ring.Len() != 0 || h.count("n0", k) != 2 {
-			t.Fatalf("n0: member %v, ring %d, counts %d; want no member, no ring, its counter of 2 kept", n0.Member(), n0.view.Load().ring.Len(), h.count("n0", k))
-		}
-
-		h.unacked[[2]string{"n0", "n1"}] = false
+		h, k, load := n0KeepsItsCounterBelowItsReplica(t, bucket)
 		h.joinsAgain("n0", 2*time.Second)
 		h.heldBy(k, load.admitted, h.names...)
 		load.spendsToTheLimit(t, "n0", "n1", "n2")
 	})
+}
+
+// As above, but n0 keeps a snapshot of its counters while it holds the
+// counter it kept, crashes, and a new run restores the snapshot as it
+// joins. The snapshot holds the record of the counter it kept (it goes
+// with the counter that holds it), its last word, and the copy of n0's
+// counter, named as its run's, takes the unit given back off the counter
+// n1 started from the replica where the two meet. Weighed as a copy, the
+// record let the unit stand (3 held of 2 admitted).
+func TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsItsLastWordInASnapshot(t *testing.T) {
+	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
+		h, k, load := n0KeepsItsCounterBelowItsReplica(t, bucket)
+		n0 := h.cores["n0"]
+		snapshot := n0.Keep(h.now, n0.engine.StatesOf(h.now, []limiter.Key{k}))
+		h.down["n0"] = true
+		h.advance(100 * time.Millisecond)
+		h.declareDead("n0")
+		n0 = h.start("n0", true)
+		n0.RestoreCounters(h.now, snapshot)
+		h.joinsInPlaceOfItsLeavingRun(n0)
+		h.advance(2 * time.Second)
+		if !n0.Member() || n0.HandoffUnderway() {
+			t.Fatalf("the new run of n0: member %v, hand-off under way %v", n0.Member(), n0.HandoffUnderway())
+		}
+		h.heldBy(k, load.admitted, h.names...)
+		load.spendsToTheLimit(t, "n0", "n1", "n2")
+	})
+}
+
+// n0KeepsItsCounterBelowItsReplica has n0, the owner of a key whose
+// successor is n1, admit 3 (n1 applies the replica, n0 never hears so),
+// give one back (the replica that says so is lost), and, declared dead,
+// keep its counter of 2, knowing no member.
+func n0KeepsItsCounterBelowItsReplica(t *testing.T, bucket bool) (*handNet, limiter.Key, *handLoad) {
+	t.Helper()
+	h := newHandNet(t, "n0", "n1", "n2")
+	h.bucket.on = bucket
+	k := h.keyOwnedBy("n0", "n1")
+	h.unacked[[2]string{"n0", "n1"}] = true
+	load := newHandLoad(h, k, 30)
+	load.spend("n0")
+	load.spend("n0")
+	tk := load.spend("n0")
+	load.resume()
+	h.advance(20 * time.Millisecond)
+
+	// n0 gives a unit back; the replica that says so is lost.
+	h.oneway = map[[2]string]bool{{"n0", "n1"}: true}
+	h.cores["n0"].refund(h.now, slices.Clone(tk.reqs))
+	load.admitted--
+	h.advance(20 * time.Millisecond)
+	if got := h.count("n0", k); got != 2 {
+		t.Fatalf("n0 counts %d after a unit given back; want 2", got)
+	}
+	h.oneway = nil
+
+	h.standsStillAndIsDeclaredDead("n0")
+	if got := h.count("n1", k); got != 3 {
+		t.Fatalf("n1 did not take the key over from its replica of 3: count %d", got)
+	}
+	h.setMembership("n0", []string{"n1", "n2"})
+	h.learnsItWasDeclaredDead("n0")
+	if n0 := h.cores["n0"]; n0.Member() || n0.view.Load().ring.Len() != 0 || h.count("n0", k) != 2 {
+		t.Fatalf("n0: member %v, ring %d, counts %d; want no member, no ring, its counter of 2 kept", n0.Member(), n0.view.Load().ring.Len(), h.count("n0", k))
+	}
+	h.unacked[[2]string{"n0", "n1"}] = false
+	return h, k, load
 }

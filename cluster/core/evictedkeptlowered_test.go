@@ -90,3 +90,55 @@ func n0KeepsItsCounterBelowItsReplica(t *testing.T, bucket bool) (*handNet, limi
 	h.unacked[[2]string{"n0", "n1"}] = false
 	return h, k, load
 }
+
+// n0 is declared dead twice. The first time, knowing no member and no
+// node that holds a replica of its counter, it keeps its counter (3), as
+// in TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsWeighedAsItsCounter,
+// and joins again; it admits 2 more, which n1 replicates, and is declared
+// dead again: its counter (5, holding the record of the one it kept) goes
+// to n1 this time, which took the key over from its replica of it. Each
+// time the cluster counts what was admitted, and after the second join
+// the key spends to its limit, and no further.
+func TestANodeDeclaredDeadTwiceThatKeptItsCounterTheFirstTimeCountsItOnce(t *testing.T) {
+	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
+		h := newHandNet(t, "n0", "n1", "n2")
+		h.bucket.on = bucket
+		k := h.keyOwnedBy("n0", "n1")
+		load := newHandLoad(h, k, 30)
+		declaredDead := func(spend int, unacked bool, want int64) {
+			t.Helper()
+			h.unacked[[2]string{"n0", "n1"}] = unacked
+			for range spend {
+				load.spend("n0")
+			}
+			load.resume()
+			h.advance(20 * time.Millisecond)
+			epoch := h.cores["n0"].gate.joinEpoch()
+			h.standsStillAndIsDeclaredDead("n0")
+			if got := h.count("n1", k); got != want {
+				t.Fatalf("n1 took the key over with %d; want its replica, %d", got, want)
+			}
+			h.setMembership("n0", []string{"n1", "n2"})
+			h.down["n0"] = false
+			for range 300 {
+				h.advance(10 * time.Millisecond)
+				if h.cores["n0"].gate.joinEpoch() > epoch {
+					break
+				}
+			}
+			kept := int64(0)
+			if unacked {
+				kept = want // it knows no node to send it to
+			}
+			if n0 := h.cores["n0"]; n0.Member() || h.count("n0", k) != kept {
+				t.Fatalf("n0: member %v, counts %d; want no member, counting %d", n0.Member(), h.count("n0", k), kept)
+			}
+			h.unacked[[2]string{"n0", "n1"}] = false
+			h.joinsAgain("n0", 2*time.Second)
+			h.heldBy(k, load.admitted, h.names...)
+		}
+		declaredDead(3, true, 3)
+		declaredDead(2, false, 5)
+		load.spendsToTheLimit(t, "n0", "n1", "n2")
+	})
+}

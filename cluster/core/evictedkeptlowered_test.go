@@ -192,3 +192,79 @@ func TestAnEvictedCounterKeptBesideFallbackCountsOfItsKeyIsCountedOnce(t *testin
 	h.heldBy(k, load.admitted, h.names...)
 	load.spendsToTheLimit(t, "n0", "n1", "n2")
 }
+
+// As in TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsItsLastWord, in
+// a cluster of four, but n1 leaves before n0 hears of anyone: the key's
+// counter, started from n0's replica of 3, moves on to the key's owner
+// without n0 and n1 (n3). n0, hearing of n2 and n3, sends its counter
+// on as its last word (2, with the record of the one it kept), and the
+// unit given back comes off at n3; the counter comes back to n0 as it
+// joins again. Weighed as a copy, the counter kept let the replica of 3
+// stand (3 held of 2 admitted).
+func TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsItsLastWordWhereTheKeyMovedOn(t *testing.T) {
+	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
+		h := newHandNet(t, "n0", "n1", "n2", "n3")
+		h.bucket.on = bucket
+		k := h.keyOwnedBy("n0", "n1")
+		h.unacked[[2]string{"n0", "n1"}] = true
+		load := newHandLoad(h, k, 30)
+		load.spend("n0")
+		load.spend("n0")
+		tk := load.spend("n0")
+		load.resume()
+		h.advance(20 * time.Millisecond)
+		h.oneway = map[[2]string]bool{{"n0", "n1"}: true}
+		h.cores["n0"].refund(h.now, slices.Clone(tk.reqs))
+		load.admitted--
+		h.advance(20 * time.Millisecond)
+		h.oneway = nil
+		h.standsStillAndIsDeclaredDead("n0")
+		if got := h.count("n1", k); got != 3 {
+			t.Fatalf("n1 did not take the key over from its replica of 3: count %d", got)
+		}
+		h.setMembership("n0", []string{"n1", "n2", "n3"})
+		h.learnsItWasDeclaredDead("n0")
+		if n0 := h.cores["n0"]; n0.Member() || n0.view.Load().ring.Len() != 0 || h.count("n0", k) != 2 {
+			t.Fatalf("n0: member %v, ring %d, counts %d; want no member, no ring, its counter of 2 kept", n0.Member(), n0.view.Load().ring.Len(), h.count("n0", k))
+		}
+		h.unacked[[2]string{"n0", "n1"}] = false
+
+		// n1 leaves; the key's counter moves on to n3.
+		dead := []Peer{h.member("n0").Peer()}
+		h.cores["n1"].Leave(h.now)
+		h.pump()
+		for _, x := range []string{"n2", "n3"} {
+			h.cores[x].SetMembership(h.now, Membership{Members: h.othersThan(x, "n0", "n1"), Leaving: []Member{h.member("n1")}, Dead: dead})
+			h.pump()
+		}
+		h.advance(200*time.Millisecond, "n1", "n2", "n3")
+		h.down["n1"] = true
+		for _, x := range []string{"n2", "n3"} {
+			h.list(x, h.othersThan(x, "n0", "n1"), dead)
+		}
+		h.advance(time.Second, "n2", "n3")
+		if got := h.count("n3", k); got != 3 {
+			t.Fatalf("n3 counts %d of the key; want n1's counter, 3", got)
+		}
+
+		// n0 hears of n2 and n3, then joins again.
+		h.list("n0", h.othersThan("n0", "n1"), nil)
+		h.advance(500 * time.Millisecond)
+		for _, x := range []string{"n0", "n2", "n3"} {
+			h.list(x, h.othersThan(x, "n1"), nil)
+		}
+		h.advance(2 * time.Second)
+		if !h.cores["n0"].Member() {
+			t.Fatal("n0 did not join again")
+		}
+		h.heldBy(k, load.admitted, h.names...)
+		o, _ := h.cores["n2"].Ring().Owner(k.Route())
+		var through []string
+		for _, x := range []string{"n0", "n2", "n3"} {
+			if x != o.Name {
+				through = append(through, x)
+			}
+		}
+		load.spendsToTheLimit(t, o.Name, through...)
+	})
+}

@@ -222,8 +222,11 @@ func (e *Engine) merge(now time.Time, states []State, newer bool) {
 // Lower takes counts off this engine's counters: each of states is what
 // a copy of a counter added here held beyond the counter itself, as its
 // own run later handed it over (units given back there since the copy
-// was taken). Windows come down window by window, never below nothing;
-// other counters, and keys not held, are left as they are.
+// was taken), as SubState gives it at now. Windows come down window by
+// window, never below nothing; a bucket's arrival time comes back by the
+// time the copy's had moved beyond the counter's, never before now (a
+// bucket owes nothing then). Other counters, and keys not held, are left
+// as they are.
 func (e *Engine) Lower(now time.Time, states []State) {
 	ns := now.UnixNano()
 	for _, st := range states {
@@ -233,25 +236,36 @@ func (e *Engine) Lower(now time.Time, states []State) {
 		s := &e.shards[shardOf(st.Key)]
 		s.mu.Lock()
 		if cur, ok := s.entries[st.Key]; ok && cur.expires > ns {
-			cur.entry = lessEntry(cur.entry, st.entry())
+			cur.entry = lessEntry(cur.entry, st.entry(), ns)
 			s.entries[st.Key] = cur
 		}
 		s.mu.Unlock()
 	}
 }
 
-// LessState returns counter s with the counts of less taken off, as Lower
-// takes them off a counter the engine holds.
-func LessState(s, less State) State {
+// LessState returns counter s with the counts of less (as SubState gives
+// them at now) taken off, as Lower takes them off a counter the engine
+// holds.
+func LessState(now time.Time, s, less State) State {
 	if s.Kind >= KindGrant || less.Kind >= KindGrant {
 		return s
 	}
-	return stateOf(s.Key, lessEntry(s.entry(), less.entry()))
+	return stateOf(s.Key, lessEntry(s.entry(), less.entry(), now.UnixNano()))
 }
 
-// lessEntry returns window counts a less b's, window by window, never
-// below nothing; a of another kind is returned as it is.
-func lessEntry(a, b entry) entry {
+// lessEntry returns a less b, b what a copy held beyond a as SubState
+// gives it at now: window counts window by window, never below nothing;
+// a bucket's arrival time by what b owes beyond now, never before now.
+// a of another kind is returned as it is.
+func lessEntry(a, b entry, now int64) entry {
+	if a.kind() == kindBucket && b.kind() == kindBucket {
+		moved := b.stamp - now
+		if moved <= 0 || a.stamp <= now {
+			return a
+		}
+		tat := max(a.stamp-moved, now)
+		return entry{stamp: tat, expires: tat, prev: markBucket}
+	}
 	if a.kind() != kindWindow || b.kind() != kindWindow {
 		return a
 	}
@@ -351,7 +365,7 @@ func SubState(now time.Time, later, earlier State) (delta State, ok bool) {
 	if a.stamp < b.stamp {
 		return State{}, false // not an earlier copy
 	}
-	a = lessEntry(a, b)
+	a = lessEntry(a, b, now.UnixNano())
 	if a.cur == 0 && a.prev == 0 {
 		return State{}, false
 	}

@@ -295,6 +295,44 @@ func TestExtractReturnsCountersSortedByKey(t *testing.T) {
 	}
 }
 
+// As above, on a token bucket: its arrival time comes back by the time
+// the copy's had moved beyond the counter handed over, never before now.
+func TestLowerTakesOffWhatACopyOfABucketHeldBeyondItsCounter(t *testing.T) {
+	lim := Limit{Algorithm: TokenBucket, Quota: 20, Window: time.Minute}
+	req := Request{Key: 7, Limit: lim}
+	every := time.Minute / 20
+	debt := func(s State) time.Duration { return time.Duration(s.Stamp - t0.UnixNano()) }
+	owner := New(Config{})
+	for range 5 {
+		owner.TakeOne(t0, req)
+	}
+	copied := owner.StatesOf(t0, []Key{7})[0]
+	owner.Refund(t0, req)
+	owner.Refund(t0, req)
+	handed := owner.StatesOf(t0, []Key{7})[0]
+	excess, ok := SubState(t0, copied, handed)
+	if !ok {
+		t.Fatal("the copy holds nothing beyond the counter handed over")
+	}
+
+	here := New(Config{})
+	for range 3 { // what others admitted, counted here
+		here.TakeOne(t0, req)
+	}
+	here.Merge(t0, []State{copied})
+	here.Lower(t0, []State{excess})
+	if got, want := debt(here.StatesOf(t0, []Key{7})[0]), (3+3)*every; got != want {
+		t.Errorf("after Lower the bucket owes %v; want %v", got, want)
+	}
+	if got, want := debt(LessState(t0, copied, excess)), debt(handed); got != want {
+		t.Errorf("LessState leaves a debt of %v; want %v", got, want)
+	}
+	here.Lower(t0, []State{copied, copied})
+	if states := here.StatesOf(t0, []Key{7}); len(states) > 0 && debt(states[0]) > 0 {
+		t.Errorf("lowered by more than it owes, the bucket owes %v; want nothing", debt(states[0]))
+	}
+}
+
 // A copy of a counter counted where the counter's own run later handed it
 // over holding less (units given back since the copy): Lower takes what
 // the copy held beyond it off the engine's counter, and LessState off a
@@ -326,7 +364,7 @@ func TestLowerTakesOffWhatACopyHeldBeyondItsCounter(t *testing.T) {
 			if got, want := here.StatesOf(t0, []Key{7})[0].Cur, uint32(3+3); got != want {
 				t.Errorf("after Lower the counter holds %d; want %d", got, want)
 			}
-			if got := LessState(copied, excess).Cur; got != handed.Cur {
+			if got := LessState(t0, copied, excess).Cur; got != handed.Cur {
 				t.Errorf("LessState leaves %d; want %d", got, handed.Cur)
 			}
 			here.Lower(t0, []State{copied, copied})

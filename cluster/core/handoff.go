@@ -724,7 +724,7 @@ func (c *Core) settleLocked(k limiter.Key, mk *moving, now time.Time, into *sett
 	}
 	if has && hasLess {
 		c.debugCounts("a run's counter handed over holds less than its copy that came before: the difference comes off", []limiter.State{lower})
-		out = limiter.LessState(out, lower)
+		out = limiter.LessState(now, out, lower)
 	}
 	switch {
 	case has && mk.hasCopy:

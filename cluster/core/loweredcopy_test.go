@@ -1,6 +1,7 @@
 package core
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -69,32 +70,36 @@ func loweredCounter(now time.Time, k limiter.Key, n int) (before, after limiter.
 // from the replica beyond them was given back since, and comes off.
 // Weighed as a copy that only grows, it stood (9 counted, 8 held).
 func TestAnEvictedCounterLoweredByAGiveBackLowersTheCounterStartedFromItsReplica(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2")
-	k := h.keyOrdered("n1", "n2", "n0")
-	load := newHandLoad(h, k, 30)
-	for range 9 {
-		load.spend("n1")
-	}
-	load.resume()
-	h.advance(50 * time.Millisecond) // replicated to n2
-	n1 := h.cores["n1"]
-	n1.refund(h.now, load.unitOf(k))
-	h.cut["n1"] = true
-	h.advance(50 * time.Millisecond)
-	if got := h.count("n1", k); got != 8 {
-		t.Fatalf("n1 counts %d of the key after a unit given back; want 8", got)
-	}
-	h.setMembership("n0", []string{"n1"})
-	h.setMembership("n2", []string{"n1"})
-	h.advance(2 * time.Second)
-	if got := h.count("n2", k); got != 9 {
-		t.Fatalf("n2 took the key over with %d; want its replica, 9", got)
-	}
-	h.cut["n1"] = false
-	h.advance(3 * time.Second)
-	if total := h.count("n0", k) + h.count("n1", k) + h.count("n2", k); total != 8 {
-		t.Errorf("the cluster counts %d of the key (n2 %d); n1's counter, evicted, holds 8", total, h.count("n2", k))
-	}
+	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
+		h := newHandNet(t, "n0", "n1", "n2")
+		h.bucket.on = bucket
+		k := h.keyOrdered("n1", "n2", "n0")
+		load := newHandLoad(h, k, 30)
+		var tk *handTake
+		for range 9 {
+			tk = load.spend("n1")
+		}
+		load.resume()
+		h.advance(50 * time.Millisecond) // replicated to n2
+		n1 := h.cores["n1"]
+		n1.refund(h.now, slices.Clone(tk.reqs))
+		h.cut["n1"] = true
+		h.advance(50 * time.Millisecond)
+		if got := h.count("n1", k); got != 8 {
+			t.Fatalf("n1 counts %d of the key after a unit given back; want 8", got)
+		}
+		h.setMembership("n0", []string{"n1"})
+		h.setMembership("n2", []string{"n1"})
+		h.advance(2 * time.Second)
+		if got := h.count("n2", k); got != 9 {
+			t.Fatalf("n2 took the key over with %d; want its replica, 9", got)
+		}
+		h.cut["n1"] = false
+		h.advance(3 * time.Second)
+		if total := h.count("n0", k) + h.count("n1", k) + h.count("n2", k); total != 8 {
+			t.Errorf("the cluster counts %d of the key (n2 %d); n1's counter, evicted, holds 8", total, h.count("n2", k))
+		}
+	})
 }
 
 // unitOf returns a request of one unit of k under the load's limit:

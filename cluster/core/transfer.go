@@ -1974,7 +1974,7 @@ func (c *Core) appliedResent(x Resent) bool {
 // from now on, as evictedApplied lowers the record of it, and this run's
 // counter, weighed against it, holds no less. Put back into the counter
 // instead, they were to come off again as this run's counter came
-// holding less than the copy: nothing comes off a token bucket, and it
+// holding less than the copy: nothing came off a token bucket then, and it
 // counted them twice
 // (TestUnitsGivenBackAgainComingToTheRunThatAppliedTheGiveBackAreOffTheCopyOfItsCounter).
 // A counter holding no copy of this run's counter, or holding its last
@@ -2341,14 +2341,28 @@ func (c *Core) appliedHeld(states []limiter.State, own bool, of Peer, holds []He
 // first names none, so it is named here. Added as plain counts, it went
 // on with the run's next counter under that counter's name, and was
 // added again where its replica had been counted.
+//
+// s is the run's last word on that counter (Held.Last), as it is where
+// it arrives handed over, or sent as the run stopped counting: an
+// earlier copy of it (the replica a counter was started from) may hold
+// units given back since, which come off where that copy comes. Weighed
+// as a copy, the larger stood, and those units were counted again
+// (TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsItsLastWord).
 func (c *Core) cameBack(s limiter.State, holds []Held) []Held {
 	if s.Kind >= limiter.KindGrant || c.replicas.genOf(s.Key) == 0 {
 		return holds
 	}
-	if slices.ContainsFunc(holds, func(h Held) bool { return h.Run == c.self && h.State.Key == s.Key }) {
-		return holds // it names itself
+	out := slices.Clone(holds)
+	if !slices.ContainsFunc(out, func(h Held) bool { return h.Run == c.self && h.State.Key == s.Key }) {
+		return append(out, Held{Run: c.self, State: s, Last: true}) // the first names none
 	}
-	return append(slices.Clone(holds), Held{Run: c.self, State: s})
+	gen := genIn(out, s.Key, c.self) // it names itself: the latest of the run's it holds
+	for i, h := range out {
+		if h.Run == c.self && h.State.Key == s.Key && h.Gen == gen {
+			out[i].State, out[i].Last = s, true
+		}
+	}
+	return out
 }
 
 // placeHere keeps states of keys this node owns (or that nobody owns yet),

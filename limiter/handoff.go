@@ -2,6 +2,8 @@ package limiter
 
 import (
 	"cmp"
+	"math"
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -299,6 +301,34 @@ func AddState(now time.Time, a, b State) State {
 		return b
 	}
 	return stateOf(b.Key, mergeEntries(a.entry(), b.entry(), now.UnixNano()))
+}
+
+// BucketAtRate returns token bucket s, counted where each unit admitted
+// moved its arrival time on by counted, as counted where each unit moves
+// it on by at: what it owes beyond now, made units of counted, is owed in
+// units of at (rounded up, to the nanosecond: never less than it owes).
+// A bucket counted at a share of a limit's rate (a node's fallback
+// share) goes so to the key's owner, which counts it at the limit's
+// rate: as it is, each unit would count there as many of the owner's
+// units as its own interval holds. Other counters, a bucket owing
+// nothing, and intervals not positive leave s as it is.
+func BucketAtRate(now time.Time, s State, counted, at time.Duration) State {
+	ns := now.UnixNano()
+	if s.Kind != kindBucket || counted <= 0 || at <= 0 || counted == at || s.Stamp <= ns {
+		return s
+	}
+	hi, lo := bits.Mul64(uint64(s.Stamp-ns), uint64(at))
+	room := uint64(math.MaxInt64 - ns)
+	owed := room
+	if hi < uint64(counted) {
+		q, r := bits.Div64(hi, lo, uint64(counted))
+		if r > 0 {
+			q++
+		}
+		owed = min(q, room)
+	}
+	tat := ns + int64(owed)
+	return stateOf(s.Key, entry{stamp: tat, expires: tat, prev: markBucket})
 }
 
 // RefundState returns counter s with req's units, counted at the instant

@@ -374,3 +374,53 @@ func TestLowerTakesOffWhatACopyHeldBeyondItsCounter(t *testing.T) {
 		})
 	}
 }
+
+// A bucket counted at a share of the limit's rate (15 of 30 an hour)
+// goes to the owner as the units it owes, at the owner's rate: 2 taken
+// there and 3 at the owner leave 25, not 23; refilled half a unit's
+// interval at the share's rate, it owes a half unit of the share's, a
+// half of the owner's; a bucket owing nothing, and windows, are left as
+// they are.
+func TestBucketAtRateOwesItsUnitsAtTheOtherRate(t *testing.T) {
+	own := Limit{Algorithm: TokenBucket, Quota: 30, Window: time.Hour}
+	share := own.Scale(0.5)
+	if own.Interval() != 2*time.Minute || share.Interval() != 4*time.Minute {
+		t.Fatalf("intervals %v and %v; want 2m and 4m", own.Interval(), share.Interval())
+	}
+	node, owner := New(Config{}), New(Config{})
+	for range 2 {
+		node.TakeOne(t0, Request{Key: 5, Limit: share})
+	}
+	for range 3 {
+		owner.TakeOne(t0, Request{Key: 5, Limit: own})
+	}
+	states := node.ExtractKeys(t0, []Key{5})
+	moved := BucketAtRate(t0, states[0], share.Interval(), own.Interval())
+	if got := time.Duration(moved.Stamp - t0.UnixNano()); got != 4*time.Minute {
+		t.Fatalf("the bucket owes %v at the owner's rate; want 4m (2 units)", got)
+	}
+	owner.Merge(t0, []State{moved})
+	allowed := 0
+	for range 30 {
+		if owner.TakeOne(t0, Request{Key: 5, Limit: own}).Allowed {
+			allowed++
+		}
+	}
+	if allowed != 25 {
+		t.Fatalf("after 3 and 2 of 30, %d more allowed; want 25", allowed)
+	}
+
+	later := t0.Add(2 * time.Minute) // the share's bucket earned half a unit back
+	if got := BucketAtRate(later, states[0], share.Interval(), own.Interval()); got.Stamp-later.UnixNano() != int64(3*time.Minute) {
+		t.Fatalf("half a unit on, the bucket owes %v at the owner's rate; want 3m", time.Duration(got.Stamp-later.UnixNano()))
+	}
+	if got := BucketAtRate(t0.Add(time.Hour), states[0], share.Interval(), own.Interval()); !reflect.DeepEqual(got, states[0]) {
+		t.Fatalf("a bucket owing nothing comes out %+v; want it as it was", got)
+	}
+	win := New(Config{})
+	win.TakeOne(t0, Request{Key: 6, Limit: Limit{Algorithm: FixedWindow, Quota: 10, Window: time.Minute}})
+	w := win.ExtractKeys(t0, []Key{6})[0]
+	if got := BucketAtRate(t0, w, share.Interval(), own.Interval()); !reflect.DeepEqual(got, w) {
+		t.Fatalf("a window comes out %+v; want it as it was", got)
+	}
+}

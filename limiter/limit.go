@@ -392,6 +392,20 @@ func ceilDuration(ns float64) time.Duration {
 // interval is the time a token bucket takes to earn one token, in ns.
 func (l Limit) interval() int64 { return max(int64(l.Window)/l.Quota, 1) }
 
+// Interval is what each unit a token bucket of l admits moves its arrival
+// time on by: the time it takes to earn one unit back. It is zero for a
+// limit that fails Validate.
+func (l Limit) Interval() time.Duration {
+	if l.Quota < 1 || l.Window <= 0 {
+		return 0
+	}
+	return time.Duration(l.interval())
+}
+
+// Capacity is what a fresh key may spend of l at once: a token bucket's
+// burst, else the quota.
+func (l Limit) Capacity() int64 { return l.capacity() }
+
 // windowUsed returns the units a window entry holds as spent at now: the
 // current window's count plus the previous one's, weighted as the sliding
 // window weighs it. The window length is recovered from the entry.

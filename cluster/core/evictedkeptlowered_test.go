@@ -152,45 +152,47 @@ func TestANodeDeclaredDeadTwiceThatKeptItsCounterTheFirstTimeCountsItOnce(t *tes
 // the one it kept, go to n1, which weighs the counter against its
 // replica, and the key's counter comes back as n0 joins again. The
 // cluster counts the 7 admitted, and
-// the key spends to its limit and no further. (On token buckets the 2
-// admitted in fallback count as more at the owner: a known limit, see
-// TestFallbackAdmissionsOfABucketReachTheOwnerAsTheUnitsAdmitted.)
+// the key spends to its limit and no further, on windows and on token
+// buckets.
 func TestAnEvictedCounterKeptBesideFallbackCountsOfItsKeyIsCountedOnce(t *testing.T) {
-	h := newHandNet(t, "n0", "n1", "n2")
-	k := h.keyOwnedBy("n0", "n1")
-	h.unacked[[2]string{"n0", "n1"}] = true
-	load := newHandLoad(h, k, 30)
-	for range 3 {
-		load.spend("n0")
-	}
-	load.resume()
-	h.advance(20 * time.Millisecond)
-	h.cut["n0"] = true
-	h.setMembership("n1", []string{"n0"})
-	h.setMembership("n2", []string{"n0"})
-	h.setMembership("n0", []string{"n1", "n2"})
-	h.advance(2 * time.Second)
-	for range 2 {
-		load.spend("n0")
-		load.spend("n1")
-	}
-	load.resume()
-	if load.admitted != 7 || load.by[SourceFallback] != 2 {
-		t.Fatalf("admitted %d by %v; want 7, 2 of them by fallback", load.admitted, load.by)
-	}
-	h.advance(100 * time.Millisecond)
-	h.cut["n0"] = false
-	h.learnsItWasDeclaredDead("n0")
-	if n0 := h.cores["n0"]; n0.Member() || n0.view.Load().ring.Len() != 0 {
-		t.Fatalf("n0: member %v, ring %d; want no member, no ring", n0.Member(), n0.view.Load().ring.Len())
-	}
-	h.unacked[[2]string{"n0", "n1"}] = false
-	// n0 hears of the others before they hear of it again.
-	h.setMembership("n0", nil)
-	h.advance(500 * time.Millisecond)
-	h.joinsAgain("n0", 2*time.Second)
-	h.heldBy(k, load.admitted, h.names...)
-	load.spendsToTheLimit(t, "n0", "n1", "n2")
+	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
+		h := newHandNet(t, "n0", "n1", "n2")
+		h.bucket.on = bucket
+		k := h.keyOwnedBy("n0", "n1")
+		h.unacked[[2]string{"n0", "n1"}] = true
+		load := newHandLoad(h, k, 30)
+		for range 3 {
+			load.spend("n0")
+		}
+		load.resume()
+		h.advance(20 * time.Millisecond)
+		h.cut["n0"] = true
+		h.setMembership("n1", []string{"n0"})
+		h.setMembership("n2", []string{"n0"})
+		h.setMembership("n0", []string{"n1", "n2"})
+		h.advance(2 * time.Second)
+		for range 2 {
+			load.spend("n0")
+			load.spend("n1")
+		}
+		load.resume()
+		if load.admitted != 7 || load.by[SourceFallback] != 2 {
+			t.Fatalf("admitted %d by %v; want 7, 2 of them by fallback", load.admitted, load.by)
+		}
+		h.advance(100 * time.Millisecond)
+		h.cut["n0"] = false
+		h.learnsItWasDeclaredDead("n0")
+		if n0 := h.cores["n0"]; n0.Member() || n0.view.Load().ring.Len() != 0 {
+			t.Fatalf("n0: member %v, ring %d; want no member, no ring", n0.Member(), n0.view.Load().ring.Len())
+		}
+		h.unacked[[2]string{"n0", "n1"}] = false
+		// n0 hears of the others before they hear of it again.
+		h.setMembership("n0", nil)
+		h.advance(500 * time.Millisecond)
+		h.joinsAgain("n0", 2*time.Second)
+		h.heldBy(k, load.admitted, h.names...)
+		load.spendsToTheLimit(t, "n0", "n1", "n2")
+	})
 }
 
 // As in TestAnEvictedCounterKeptByANodeThatKnowsNoMemberIsItsLastWord, in

@@ -54,6 +54,10 @@ type fallback struct {
 	// dead (see Transfer.Resent): they go with the counts wherever they
 	// go (see keepResent, takeResent).
 	resent map[limiter.Key][]Resent
+	// rates records, per key, the rate the engine's token bucket counter
+	// of the key is counted at (see rate): written as the counter is,
+	// with outMu held (read), and taken with it (see extract).
+	rates map[limiter.Key]rate
 
 	// outMu orders what engine admits against the counters that leave
 	// it (see extract, take): outs numbers the extractions, and outAt
@@ -72,6 +76,29 @@ type fallback struct {
 type extraction struct {
 	n       uint64
 	expires int64
+}
+
+// rate is the rate a key's fallback token bucket counter is counted at:
+// counted, the least interval a unit it admitted moved its arrival time on
+// by (its share of the limit's rate: see fallbackLimits); of, the most
+// interval of the limit's own rate, the owner's. plain: some of its time
+// was not counted here at a rate known (counts kept here for the key's
+// owner, a charge), and it goes on as it is. The record holds until
+// expires (Unix ns): no write moved the counter's arrival time beyond.
+//
+// What the counter owes is sent on as owed at the owner's rate (see
+// limiter.BucketAtRate): the units admitted, each once. Sent as it is,
+// each unit counted at the owner as many of its units as the share's
+// interval holds (2 admitted of a share of 15 of 30 counted 4), and
+// requests under the limit were refused there. Deciding by a bucket of
+// the owner's rate instead, the nodes falling back together would refill
+// faster than the limit. Of intervals that differ (a client's reputation
+// factor, a ratio changed), the least counted and the most of the
+// owner's count a unit as no less than one.
+type rate struct {
+	counted, of time.Duration
+	plain       bool
+	expires     int64
 }
 
 // share is one key's fallback share in one window.
@@ -275,6 +302,11 @@ func (f *fallback) sweep(now time.Time) {
 			f.resent[k] = xs
 		}
 	}
+	for k, r := range f.rates {
+		if r.expires <= ns {
+			delete(f.rates, k)
+		}
+	}
 	f.mu.Unlock()
 	f.outMu.Lock()
 	for k, e := range f.outAt {
@@ -288,13 +320,121 @@ func (f *fallback) sweep(now time.Time) {
 // take admits reqs in engine, filling res (see limiter.Engine.TakeFor,
 // without reputation), and returns the number of the last extraction
 // before it: what it admitted is here until an extraction after it (see
-// here).
-func (f *fallback) take(now time.Time, reqs []limiter.Request, res []limiter.Result) (ok bool, mark uint64) {
+// here). own are reqs at their limits' own rates (their owner's), in the
+// same order: the rates of token buckets are recorded (see rate).
+func (f *fallback) take(now time.Time, own, reqs []limiter.Request, res []limiter.Result) (ok bool, mark uint64) {
 	f.outMu.RLock()
 	defer f.outMu.RUnlock()
+	f.countedAt(now, own, reqs)
 	ok, _ = f.engine.TakeFor(now, 0, reqs, res)
 	f.wrote()
 	return ok, f.outs
+}
+
+// countedAt records the rates the token buckets of reqs are counted at
+// here, own being reqs at their limits' own rates (see rate), before they
+// are counted. f.outMu is held (read).
+func (f *fallback) countedAt(now time.Time, own, reqs []limiter.Request) {
+	ns := now.UnixNano()
+	for i, r := range reqs {
+		if r.Limit.Algorithm != limiter.TokenBucket {
+			continue
+		}
+		counted := r.Limit.Interval()
+		of := counted
+		if len(own) == len(reqs) && own[i].Limit.Algorithm == limiter.TokenBucket {
+			of = own[i].Limit.Interval()
+		}
+		f.noteRate(r.Key, rate{counted: counted, of: of, expires: owedUntil(r, ns)}, ns)
+	}
+}
+
+// owedUntil is the latest a take or a charge of r at ns (Unix ns) moves a
+// token bucket's arrival time on to, where it was no later: its capacity
+// and cost past ns (booked, past the instant booked).
+func owedUntil(r limiter.Request, ns int64) int64 {
+	every, from := int64(r.Limit.Interval()), ns+int64(max(r.MaxDelay, 0))
+	n := r.Limit.Capacity() + max(r.Cost, 1)
+	if every <= 0 || n > (math.MaxInt64-from)/every {
+		return math.MaxInt64
+	}
+	return from + every*n
+}
+
+// merge adds counter s, kept here for its key's owner, to engine's: it
+// was counted at the owner's rate, and goes on as it is (see rate).
+func (f *fallback) merge(now time.Time, s limiter.State) {
+	f.outMu.RLock()
+	defer f.outMu.RUnlock()
+	ns := now.UnixNano()
+	f.countedPlainly(s.Key, s.Expires, ns)
+	f.engine.Merge(now, []limiter.State{s})
+	f.wrote()
+	// Added to a bucket owing already, it owes beyond s's arrival time.
+	for _, x := range f.engine.StatesOf(now, []limiter.Key{s.Key}) {
+		f.countedPlainly(s.Key, x.Expires, ns)
+	}
+}
+
+// settle gives r's units back in engine, or charges them (see settleIn),
+// counted at the instant at (Unix ns, 0 for now). A token bucket charged
+// at the rate asked, not the share's, goes on as it is (see rate).
+func (f *fallback) settle(now time.Time, at int64, charge bool, r limiter.Request) {
+	f.outMu.RLock()
+	defer f.outMu.RUnlock()
+	if charge && r.Limit.Algorithm == limiter.TokenBucket {
+		f.countedPlainly(r.Key, owedUntil(r, now.UnixNano()), now.UnixNano())
+	}
+	settleIn(f.engine, now, at, charge, r)
+	f.wrote()
+}
+
+// countedPlainly records that k's counter holds time not counted here at
+// a rate known, until expires (Unix ns): it goes on as it is (see rate).
+func (f *fallback) countedPlainly(k limiter.Key, expires int64, now int64) {
+	f.noteRate(k, rate{plain: true, expires: expires}, now)
+}
+
+// noteRate records that k's counter is counted at x too (see rate).
+func (f *fallback) noteRate(k limiter.Key, x rate, now int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rates == nil {
+		f.rates = map[limiter.Key]rate{}
+	}
+	r, ok := f.rates[k]
+	switch {
+	case !ok || r.expires <= now:
+		r = x
+	default:
+		r.plain = r.plain || x.plain
+		if r.counted == 0 || x.counted > 0 && x.counted < r.counted {
+			r.counted = x.counted
+		}
+		r.of = max(r.of, x.of)
+		r.expires = max(r.expires, x.expires)
+	}
+	f.rates[k] = r
+}
+
+// atOwnersRate returns states, taken out of engine, with their token
+// buckets owed at their owners' rates (see rate), and forgets their
+// rates here: they go with the counters. f.outMu is held.
+func (f *fallback) atOwnersRate(now time.Time, states []limiter.State) []limiter.State {
+	ns := now.UnixNano()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, s := range states {
+		r, ok := f.rates[s.Key]
+		if !ok {
+			continue
+		}
+		delete(f.rates, s.Key)
+		if !r.plain && r.expires > ns && r.counted > r.of && r.of > 0 {
+			states[i] = limiter.BucketAtRate(now, s, r.counted, r.of)
+		}
+	}
+	return states
 }
 
 // extract takes the counters of the keys keep accepts out of engine,
@@ -306,6 +446,7 @@ func (f *fallback) extract(now time.Time, keep func(limiter.Key) bool) []limiter
 	if len(states) == 0 {
 		return nil
 	}
+	states = f.atOwnersRate(now, states)
 	f.outs++
 	for _, s := range states {
 		e := f.outAt[s.Key]
@@ -353,6 +494,7 @@ func (f *fallback) forget(keys []limiter.Key) {
 	f.mu.Lock()
 	for _, k := range keys {
 		delete(f.shares, k)
+		delete(f.rates, k)
 	}
 	f.mu.Unlock()
 }
@@ -405,11 +547,12 @@ func (c *Core) fallbackLimits(now time.Time, v *view, client limiter.Key, reqs [
 	return scaled, none
 }
 
-// decideFallback performs op for reqs (limits scaled already) by the
-// fallback mode, filling res; none names a zone whose share is used up.
+// decideFallback performs op for reqs (limits scaled already; own are
+// them at their limits' own rates) by the fallback mode, filling res;
+// none names a zone whose share is used up.
 // With what it admitted in the fallback engine, it returns the mark that
 // tells whether the units are still there (see fallback.here).
-func (c *Core) decideFallback(now time.Time, op Op, reqs []limiter.Request, none int, res []limiter.Result) (bool, uint64) {
+func (c *Core) decideFallback(now time.Time, op Op, own, reqs []limiter.Request, none int, res []limiter.Result) (bool, uint64) {
 	deny := func(i int) bool {
 		for j := range res {
 			res[j] = limiter.Result{Allowed: true, Remaining: -1}
@@ -442,7 +585,7 @@ func (c *Core) decideFallback(now time.Time, op Op, reqs []limiter.Request, none
 	if none >= 0 {
 		return deny(none), 0
 	}
-	return c.fallback.take(now, reqs, res) // no reputation: a fallback denial is not the client's doing
+	return c.fallback.take(now, own, reqs, res) // no reputation: a fallback denial is not the client's doing
 }
 
 // reconcile sends what this node admitted in fallback to the owners that

@@ -3,6 +3,8 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // A key's owner n0 stands still; n1 admits 2 of the key in fallback, of
@@ -33,6 +35,47 @@ func TestFallbackAdmissionsOfABucketReachTheOwnerAsTheUnitsAdmitted(t *testing.T
 			t.Fatalf("admitted %v; want 2 by fallback", load.by)
 		}
 		h.down["n0"] = false
+		h.advance(time.Second)
+		h.heldBy(k, load.admitted, h.names...)
+		load.spendsToTheLimit(t, "n0", "n1", "n2")
+	})
+}
+
+// As above, then a unit n1 admitted of the bucket in fallback, sent on,
+// is given back (another key denied the request): it comes off n0's
+// counter as one of n0's units, the rate it reached n0 at. Given back
+// at n1's share of the rate, it took two of n0's units off, one nobody
+// gave back.
+func TestAUnitOfABucketAdmittedInFallbackAndSentOnIsGivenBackAtTheOwnersRate(t *testing.T) {
+	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
+		h := newHandNet(t, "n0", "n1", "n2")
+		h.bucket.on = bucket
+		k := h.keyOwnedBy("n0", "n1")
+		load := h.spent(k, "n0", 3)
+		n0, n1 := h.cores["n0"], h.cores["n1"]
+
+		admit := func() *takeGroup {
+			t.Helper()
+			req := limiter.Request{Key: k, Zone: 1, Limit: load.limit, Cost: 1}
+			g := &takeGroup{reqs: []limiter.Request{req}, res: make([]limiter.Result, 1)}
+			n1.decideByFallback(h.now, n1.view.Load(), &TakeOp{op: OpTake}, g)
+			if !g.allowed {
+				t.Fatal("n1's fallback denies the unit")
+			}
+			load.admitted++
+			return g
+		}
+		first := admit()
+		admit()
+		if !n1.reconcileTo(h.now, n1.view.Load(), n0.self) {
+			t.Fatal("n1 sends no fallback count")
+		}
+		h.pump()
+		h.heldBy(k, load.admitted, h.names...)
+
+		// Another key denied the first request: its unit goes back.
+		n1.giveBack(h.now, first)
+		load.admitted--
 		h.advance(time.Second)
 		h.heldBy(k, load.admitted, h.names...)
 		load.spendsToTheLimit(t, "n0", "n1", "n2")

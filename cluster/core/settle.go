@@ -49,8 +49,7 @@ func (c *Core) Settle(now, at time.Time, src Source, charge bool, reqs []limiter
 		var rest []limiter.Request
 		for _, r := range reqs {
 			if r.Limit.Algorithm == limiter.Concurrency || c.fallback.engine.Has(now, r.Key) {
-				settleIn(c.fallback.engine, now, ns, charge, r)
-				c.fallback.wrote()
+				c.fallback.settle(now, ns, charge, r)
 				continue
 			}
 			rest = append(rest, r)

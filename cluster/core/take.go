@@ -656,7 +656,7 @@ func (c *Core) patience() time.Duration { return 10 * c.cfg.CallTimeout }
 func (c *Core) decideByFallback(now time.Time, v *view, op *TakeOp, g *takeGroup) {
 	var buf [8]limiter.Request
 	scaled, none := c.fallbackLimits(now, v, op.client, g.reqs, buf[:])
-	ok, mark := c.decideFallback(now, op.op, scaled, none, g.res)
+	ok, mark := c.decideFallback(now, op.op, g.reqs, scaled, none, g.res)
 	if c.fallback.mode() == FallbackLocal {
 		for i := range scaled { // the limit these were counted against, for the client's headers
 			if scaled[i].Limit.Algorithm != limiter.Concurrency {
@@ -906,12 +906,18 @@ func (c *Core) giveBack(now time.Time, g *takeGroup) {
 		// after holds what was admitted since only: given back from it,
 		// the units would come off others' (and a counter holding
 		// nothing goes no lower), and stay counted where they went.
+		// Sent on, they are counted at the limit's own rate, not the
+		// share's (see rate): given back there at the share's, a
+		// token bucket's unit took more of the owner's off.
 		var sent []limiter.Request
-		for _, r := range g.fallback {
+		for i, r := range g.fallback {
 			if r.Limit.Algorithm == limiter.Concurrency {
 				c.fallback.engine.Refund(now, r)
 				c.fallback.wrote()
 			} else if !c.fallback.refundIfHere(now, r, g.fallbackMark) {
+				if len(g.reqs) == len(g.fallback) {
+					r.Limit = g.reqs[i].Limit
+				}
 				sent = append(sent, r)
 			}
 		}

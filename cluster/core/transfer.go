@@ -2509,8 +2509,7 @@ func (c *Core) placeHere(now time.Time, v *view, like Transfer, states []limiter
 				kept = append(slices.Clip(kept), Resent{Marks: marks, State: s})
 			}
 			c.fallback.keepResent(kept, now.UnixNano())
-			c.fallback.engine.Merge(now, []limiter.State{s})
-			c.fallback.wrote()
+			c.fallback.merge(now, s)
 			if mode == ModeAdd {
 				c.carried.fallback.keep(c.mono(now), []limiter.Key{s.Key}, like.Applied)
 			}

@@ -601,9 +601,10 @@ func (w *weighing) share(x limiter.State) {
 // hold the older of the two; from now on this node holds the newer.
 //
 // in, where of a kind, is what the arriving counter holds of x (see Held.In):
-// both hold no more of the run's counts than that, whatever the record
-// here says. What the counter here holds of its record (promotion.in)
-// grows by what x holds beyond the record.
+// both hold no more of the run's counts than the more of that and what
+// the counter here holds of its record (see shareIn). What the counter
+// here holds of its record (promotion.in) grows by what x holds beyond
+// the record.
 func (w *weighing) weigh(run Peer, gen uint32, x limiter.State, in limiter.State) {
 	r := w.r
 	p, _, found := r.promotionLocked(w.k, run, gen)
@@ -614,10 +615,10 @@ func (w *weighing) weigh(run Peer, gen uint32, x limiter.State, in limiter.State
 	if p.last {
 		// The run handed the counter over, and it is held here as
 		// handed: x, a copy of it, holds nothing more.
-		w.shareIn(x, in)
+		w.shareIn(x, in, p.in)
 		return
 	}
-	w.shareIn(olderState(w.now, x, p.state), in)
+	w.shareIn(olderState(w.now, x, p.state), in, p.in)
 	if p.in.Kind != 0 {
 		if d, ok := limiter.SubState(w.now, x, p.state); ok && d.Kind == p.in.Kind {
 			p.in = limiter.AddState(w.now, p.in, d)
@@ -627,11 +628,23 @@ func (w *weighing) weigh(run Peer, gen uint32, x limiter.State, in limiter.State
 	r.setPromotionLocked(w.k, p)
 }
 
-// shareIn notes x as counts both hold, no more than in (where of x's
-// kind): what the arriving counter holds of the counter x is a copy of.
-func (w *weighing) shareIn(x limiter.State, in limiter.State) {
-	if in.Kind != 0 && in.Kind == x.Kind {
-		x = olderState(w.now, x, in)
+// shareIn notes x, counts of a run's counter, as counts both hold, no
+// more than the more of what each holds of that counter: in, what the
+// arriving counter holds of it (see Held.In), and here, what the counter
+// here holds of its record (promotion.in); of no kind, all of it. Units
+// given back to one counter alone are still in the other: where the
+// counter here holds the copy whole (the run's own counter came here,
+// with no replica of the arriving counter's), the unit given back to the
+// arriving counter is in it, and the two share all of the copy; shared
+// no more than the arriving counter holds, that unit was counted again
+// (TestACounterBelowTheCopyItHoldsSharesAllOfItWhereTheCounterHereHoldsTheCopyWhole).
+// Where the counter here went on from the arriving counter's replica,
+// it lacks the same units, and holds no more of the copy than the
+// arriving counter does
+// (TestACounterBelowTheCopyItHoldsAddsWhatItAdmittedBeyondItsReplica).
+func (w *weighing) shareIn(x, in, here limiter.State) {
+	if in.Kind != 0 && in.Kind == x.Kind && here.Kind != 0 && here.Kind == x.Kind {
+		x = olderState(w.now, x, limiter.NewerState(in, here))
 	}
 	w.share(x)
 }
@@ -654,7 +667,7 @@ func (w *weighing) weighLast(run Peer, gen uint32, x limiter.State, in limiter.S
 	r := w.r
 	p, _, found := r.promotionLocked(w.k, run, gen)
 	if found && p.last {
-		w.shareIn(olderState(w.now, x, p.state), in)
+		w.shareIn(olderState(w.now, x, p.state), in, p.in)
 		return
 	}
 	if !found {
@@ -670,7 +683,7 @@ func (w *weighing) weighLast(run Peer, gen uint32, x limiter.State, in limiter.S
 		held = olderState(w.now, held, x)
 	}
 	r.setPromotionLocked(w.k, promotion{owner: run, gen: gen, state: x, at: w.m, last: true, in: held})
-	w.shareIn(olderState(w.now, x, p.state), in)
+	w.shareIn(olderState(w.now, x, p.state), in, p.in)
 	w.lower(givenBackSince(w.now, p.state, x))
 }
 
@@ -709,7 +722,7 @@ func (w *weighing) holds(self Peer, cur uint32, of Peer, gen uint32, holds []Hel
 		}
 		switch {
 		case h.Run == self && h.Gen == cur:
-			w.shareIn(h.State, h.In)
+			w.shareIn(h.State, h.In, limiter.State{}) // the counter here, whole
 		case h.Last:
 			w.weighLast(h.Run, h.Gen, h.State, h.In)
 		default:

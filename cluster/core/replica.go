@@ -469,6 +469,9 @@ func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limite
 	w.holds(self, cur, of, gen, holds)
 	w.unions(self, cur, of, gen, s, holds)
 	delta, ok = w.beyond(s)
+	if !ok {
+		w.lowerBelow(s)
+	}
 	return delta, ok, w.less, w.lowered
 }
 
@@ -580,6 +583,12 @@ type weighing struct {
 	anyShare bool
 	less     limiter.State
 	lowered  bool
+	// below: what the arriving counter says it went below the copies it
+	// holds (Held.In): units given back to it since it took them, the
+	// most that may come off the counter here (see lowerBelow); anyBelow
+	// whether any.
+	below    limiter.State
+	anyBelow bool
 }
 
 // weighingLocked starts a weighing of a counter of k. r.mu is held.
@@ -720,6 +729,7 @@ func (w *weighing) holds(self Peer, cur uint32, of Peer, gen uint32, holds []Hel
 		if h.State.Key != w.k || h.Run == of && h.Gen == gen {
 			continue // the arriving counter itself
 		}
+		w.noteBelow(h)
 		switch {
 		case h.Run == self && h.Gen == cur:
 			w.shareIn(h.State, h.In, limiter.State{}) // the counter here, whole
@@ -738,6 +748,65 @@ func (w *weighing) beyond(s limiter.State) (limiter.State, bool) {
 		return s, true
 	}
 	return limiter.SubState(w.now, s, w.shared)
+}
+
+// noteBelow notes what the counter here holds of the copy h of a run's
+// counter that the arriving counter holds, beyond what the arriving
+// counter holds of it (Held.In): units given back to the arriving
+// counter since it took the copy, still in the counter here (see
+// lowerBelow). Before h is weighed.
+func (w *weighing) noteBelow(h Held) {
+	if h.In.Kind == 0 || h.In.Kind != h.State.Kind {
+		return
+	}
+	p, _, found := w.r.promotionLocked(w.k, h.Run, h.Gen)
+	if !found {
+		return
+	}
+	here := p.state
+	if p.in.Kind != 0 {
+		here = p.in
+	}
+	if here.Kind != h.State.Kind {
+		return
+	}
+	d, ok := limiter.SubState(w.now, olderState(w.now, here, h.State), h.In)
+	switch {
+	case !ok:
+	case !w.anyBelow:
+		w.below, w.anyBelow = d, true
+	case w.below.Kind == d.Kind:
+		w.below = limiter.AddState(w.now, w.below, d)
+	}
+}
+
+// lowerBelow notes, where s holds less than the largest share, what it
+// lacks of it beyond what comes off already (w.less), and no more than it
+// says it went below the copies it holds (w.below), as coming off the
+// counter here: the share is counts the counter here holds, and s went
+// below them by units given back to it (or to a counter it went on
+// from) after it took its copy, which are in the counter here still
+// (a give-back comes off one counter). Weighed as holding nothing beyond
+// the share, s took nothing off, and those units were counted again
+// (TestAUnitGivenBackToACounterBelowACopyComesOffACounterHoldingTheCopyWhole).
+func (w *weighing) lowerBelow(s limiter.State) {
+	if !w.anyShare || !w.anyBelow || s.Kind >= limiter.KindGrant || w.shared.Kind != s.Kind || w.below.Kind != s.Kind {
+		return
+	}
+	gap, ok := limiter.SubState(w.now, w.shared, s)
+	if !ok {
+		return
+	}
+	gap = olderState(w.now, gap, w.below) // no more than it says it went below
+	if w.lowered {
+		if w.less.Kind != gap.Kind {
+			return
+		}
+		if gap, ok = limiter.SubState(w.now, gap, w.less); !ok {
+			return
+		}
+	}
+	w.lower(gap, true)
 }
 
 // olderState returns what two copies of one run's counter, possibly of

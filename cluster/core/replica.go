@@ -469,6 +469,9 @@ func (r *replicaStore) weighHere(now time.Time, m int64, self, of Peer, s limite
 	w.holds(self, cur, of, gen, holds)
 	w.unions(self, cur, of, gen, s, holds)
 	delta, ok = w.beyond(s)
+	if !ok {
+		w.lowerBelow(s)
+	}
 	return delta, ok, w.less, w.lowered
 }
 
@@ -580,6 +583,12 @@ type weighing struct {
 	anyShare bool
 	less     limiter.State
 	lowered  bool
+	// below: what the arriving counter says it went below the copies it
+	// holds (Held.In): units given back to it since it took them, the
+	// most that may come off the counter here (see lowerBelow); anyBelow
+	// whether any.
+	below    limiter.State
+	anyBelow bool
 }
 
 // weighingLocked starts a weighing of a counter of k. r.mu is held.
@@ -601,9 +610,10 @@ func (w *weighing) share(x limiter.State) {
 // hold the older of the two; from now on this node holds the newer.
 //
 // in, where of a kind, is what the arriving counter holds of x (see Held.In):
-// both hold no more of the run's counts than that, whatever the record
-// here says. What the counter here holds of its record (promotion.in)
-// grows by what x holds beyond the record.
+// both hold no more of the run's counts than the more of that and what
+// the counter here holds of its record (see shareIn). What the counter
+// here holds of its record (promotion.in) grows by what x holds beyond
+// the record.
 func (w *weighing) weigh(run Peer, gen uint32, x limiter.State, in limiter.State) {
 	r := w.r
 	p, _, found := r.promotionLocked(w.k, run, gen)
@@ -614,10 +624,10 @@ func (w *weighing) weigh(run Peer, gen uint32, x limiter.State, in limiter.State
 	if p.last {
 		// The run handed the counter over, and it is held here as
 		// handed: x, a copy of it, holds nothing more.
-		w.shareIn(x, in)
+		w.shareIn(x, in, p.in)
 		return
 	}
-	w.shareIn(olderState(w.now, x, p.state), in)
+	w.shareIn(olderState(w.now, x, p.state), in, p.in)
 	if p.in.Kind != 0 {
 		if d, ok := limiter.SubState(w.now, x, p.state); ok && d.Kind == p.in.Kind {
 			p.in = limiter.AddState(w.now, p.in, d)
@@ -627,11 +637,23 @@ func (w *weighing) weigh(run Peer, gen uint32, x limiter.State, in limiter.State
 	r.setPromotionLocked(w.k, p)
 }
 
-// shareIn notes x as counts both hold, no more than in (where of x's
-// kind): what the arriving counter holds of the counter x is a copy of.
-func (w *weighing) shareIn(x limiter.State, in limiter.State) {
-	if in.Kind != 0 && in.Kind == x.Kind {
-		x = olderState(w.now, x, in)
+// shareIn notes x, counts of a run's counter, as counts both hold, no
+// more than the more of what each holds of that counter: in, what the
+// arriving counter holds of it (see Held.In), and here, what the counter
+// here holds of its record (promotion.in); of no kind, all of it. Units
+// given back to one counter alone are still in the other: where the
+// counter here holds the copy whole (the run's own counter came here,
+// with no replica of the arriving counter's), the unit given back to the
+// arriving counter is in it, and the two share all of the copy; shared
+// no more than the arriving counter holds, that unit was counted again
+// (TestACounterBelowTheCopyItHoldsSharesAllOfItWhereTheCounterHereHoldsTheCopyWhole).
+// Where the counter here went on from the arriving counter's replica,
+// it lacks the same units, and holds no more of the copy than the
+// arriving counter does
+// (TestACounterBelowTheCopyItHoldsAddsWhatItAdmittedBeyondItsReplica).
+func (w *weighing) shareIn(x, in, here limiter.State) {
+	if in.Kind != 0 && in.Kind == x.Kind && here.Kind != 0 && here.Kind == x.Kind {
+		x = olderState(w.now, x, limiter.NewerState(in, here))
 	}
 	w.share(x)
 }
@@ -654,7 +676,7 @@ func (w *weighing) weighLast(run Peer, gen uint32, x limiter.State, in limiter.S
 	r := w.r
 	p, _, found := r.promotionLocked(w.k, run, gen)
 	if found && p.last {
-		w.shareIn(olderState(w.now, x, p.state), in)
+		w.shareIn(olderState(w.now, x, p.state), in, p.in)
 		return
 	}
 	if !found {
@@ -670,7 +692,7 @@ func (w *weighing) weighLast(run Peer, gen uint32, x limiter.State, in limiter.S
 		held = olderState(w.now, held, x)
 	}
 	r.setPromotionLocked(w.k, promotion{owner: run, gen: gen, state: x, at: w.m, last: true, in: held})
-	w.shareIn(olderState(w.now, x, p.state), in)
+	w.shareIn(olderState(w.now, x, p.state), in, p.in)
 	w.lower(givenBackSince(w.now, p.state, x))
 }
 
@@ -707,9 +729,10 @@ func (w *weighing) holds(self Peer, cur uint32, of Peer, gen uint32, holds []Hel
 		if h.State.Key != w.k || h.Run == of && h.Gen == gen {
 			continue // the arriving counter itself
 		}
+		w.noteBelow(h)
 		switch {
 		case h.Run == self && h.Gen == cur:
-			w.shareIn(h.State, h.In)
+			w.shareIn(h.State, h.In, limiter.State{}) // the counter here, whole
 		case h.Last:
 			w.weighLast(h.Run, h.Gen, h.State, h.In)
 		default:
@@ -725,6 +748,65 @@ func (w *weighing) beyond(s limiter.State) (limiter.State, bool) {
 		return s, true
 	}
 	return limiter.SubState(w.now, s, w.shared)
+}
+
+// noteBelow notes what the counter here holds of the copy h of a run's
+// counter that the arriving counter holds, beyond what the arriving
+// counter holds of it (Held.In): units given back to the arriving
+// counter since it took the copy, still in the counter here (see
+// lowerBelow). Before h is weighed.
+func (w *weighing) noteBelow(h Held) {
+	if h.In.Kind == 0 || h.In.Kind != h.State.Kind {
+		return
+	}
+	p, _, found := w.r.promotionLocked(w.k, h.Run, h.Gen)
+	if !found {
+		return
+	}
+	here := p.state
+	if p.in.Kind != 0 {
+		here = p.in
+	}
+	if here.Kind != h.State.Kind {
+		return
+	}
+	d, ok := limiter.SubState(w.now, olderState(w.now, here, h.State), h.In)
+	switch {
+	case !ok:
+	case !w.anyBelow:
+		w.below, w.anyBelow = d, true
+	case w.below.Kind == d.Kind:
+		w.below = limiter.AddState(w.now, w.below, d)
+	}
+}
+
+// lowerBelow notes, where s holds less than the largest share, what it
+// lacks of it beyond what comes off already (w.less), and no more than it
+// says it went below the copies it holds (w.below), as coming off the
+// counter here: the share is counts the counter here holds, and s went
+// below them by units given back to it (or to a counter it went on
+// from) after it took its copy, which are in the counter here still
+// (a give-back comes off one counter). Weighed as holding nothing beyond
+// the share, s took nothing off, and those units were counted again
+// (TestAUnitGivenBackToACounterBelowACopyComesOffACounterHoldingTheCopyWhole).
+func (w *weighing) lowerBelow(s limiter.State) {
+	if !w.anyShare || !w.anyBelow || s.Kind >= limiter.KindGrant || w.shared.Kind != s.Kind || w.below.Kind != s.Kind {
+		return
+	}
+	gap, ok := limiter.SubState(w.now, w.shared, s)
+	if !ok {
+		return
+	}
+	gap = olderState(w.now, gap, w.below) // no more than it says it went below
+	if w.lowered {
+		if w.less.Kind != gap.Kind {
+			return
+		}
+		if gap, ok = limiter.SubState(w.now, gap, w.less); !ok {
+			return
+		}
+	}
+	w.lower(gap, true)
 }
 
 // olderState returns what two copies of one run's counter, possibly of

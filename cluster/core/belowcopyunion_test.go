@@ -1,0 +1,71 @@
+package core
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// As TestACounterBelowTheCopyItHoldsSharesAllOfItWhereTheCounterHereHoldsTheCopyWhole,
+// but n2 admits nothing before n0's counter comes: n0's counter (5) is
+// all its counter holds (a counter of nothing it joined: a union of it
+// alone), and n1's counters (5: 4 of n0's and its one) are weighed
+// against that union, all of which they hold a copy of, as holding all
+// of it: they add nothing, the unit given back to n1 and the one it
+// admitted making up for each other (5 of 5), and the owner admits up
+// to the limit, no further.
+func TestACounterBelowTheCopyItHoldsSharesAllOfItWhereTheCopyJoinedACounterHereOfNothing(t *testing.T) {
+	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
+		h := newHandNet(t, "n0", "n1", "n2", "n3", "n4", "n5")
+		h.bucket.on = bucket
+		k := h.keyWhere(func(owner func(names ...string) Member) bool {
+			for i, name := range h.names[:4] {
+				if owner(h.names[i:]...).Name != name {
+					return false
+				}
+			}
+			return true
+		})
+		load := newHandLoad(h, k, 30)
+		for range 4 {
+			load.spend("n0")
+		}
+		tk := load.spend("n2")
+		h.advance(100 * time.Millisecond) // replicated to n1
+		h.down["n0"] = true
+		h.drops = func(from string, o Outgoing) bool {
+			t, ok := o.Msg.(Transfer)
+			return ok && from == "n1" && t.Mode == ModeReplica
+		}
+		h.declareDead("n0")
+		n1, n2 := h.cores["n1"], h.cores["n2"]
+		n1.handleTransfer(h.now, n2.self, Transfer{Seq: 900, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: h.now.UnixNano()}, true)
+		h.pump()
+		load.admitted--
+		load.spend("n1")
+		h.advance(100 * time.Millisecond)
+		if got := h.count("n1", k); got != int64(load.admitted) {
+			t.Fatalf("n1 counts %d; %d were admitted", got, load.admitted)
+		}
+		h.down["n1"] = true
+		h.declareDead("n0", "n1")
+		h.drops = nil
+		if got := h.count("n2", k); got != 0 {
+			t.Fatalf("n2 counts %d after taking the key over; want 0 (no replica of n1's)", got)
+		}
+		h.learnsItWasDeclaredDead("n0")
+		h.setMembership("n0", []string{"n1"})
+		h.advance(time.Second, "n0", "n2", "n3", "n4", "n5")
+		h.down["n0"] = true
+		if got := h.count("n2", k); got != 5 {
+			t.Fatalf("n2 counts %d once n0's counters came; want n0's 5", got)
+		}
+		h.learnsItWasDeclaredDead("n1")
+		h.advance(time.Second, "n1", "n2", "n3", "n4", "n5")
+		h.down["n1"] = true
+		alive := []string{"n2", "n3", "n4", "n5"}
+		h.leaveAlive(alive, "n0", "n1")
+		h.countsExactly(k, load, alive)
+		load.spendsToTheLimit(t, "n2", "n3", "n4", "n5")
+	})
+}

@@ -1,0 +1,72 @@
+package core
+
+import (
+	"testing"
+	"time"
+)
+
+// As TestUnitsGivenBackToARunAndToTheCounterHoldingItsLastWordComeOffOnceEachAtAStaleReplica,
+// but nothing is given back to n1, which admits one more in place (5,
+// as its stale replica at n2): n1's last word is not below the replica,
+// and the unit given back to n0 is not in it; taken off n2 for n0's
+// last word inside n1's, it comes off a counter that does not hold it
+// (4 counted of 5).
+func TestAUnitGivenBackToARunComesOffOnceAtAStaleReplicaWhereTheCounterHoldingItsLastWordAdmittedMore(t *testing.T) {
+	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
+		h := newHandNet(t, "n0", "n1", "n2", "n3", "n4", "n5")
+		h.bucket.on = bucket
+		k := h.keyWhere(func(owner func(names ...string) Member) bool {
+			for i, name := range h.names[:4] {
+				if owner(h.names[i:]...).Name != name {
+					return false
+				}
+			}
+			return true
+		})
+		load := newHandLoad(h, k, 30)
+		var own *handTake
+		for range 4 {
+			own = load.spend("n0")
+		}
+		load.spend("n2")
+		h.advance(100 * time.Millisecond) // replicated to n1
+		h.down["n0"] = true
+		h.declareDead("n0")
+		h.advance(100 * time.Millisecond) // n1's counter (5) replicated to n2
+		n0 := h.cores["n0"]
+		if got := h.count("n1", k); got != 5 {
+			t.Fatalf("n1 counts %d after taking the key over; want n0's 5", got)
+		}
+		n0.engine.Refund(h.now, own.reqs[0])
+		load.admitted--
+		h.drops = func(from string, o Outgoing) bool {
+			t, ok := o.Msg.(Transfer)
+			return ok && from == "n1" && t.Mode == ModeReplica
+		}
+		h.learnsItWasDeclaredDead("n0")
+		h.setMembership("n0", nil)
+		h.advance(time.Second)
+		h.down["n0"] = true
+		if got := h.count("n1", k); got != 4 {
+			t.Fatalf("n1 counts %d once n0's last word came; want 4 (%v)", got, h.counts(k))
+		}
+		load.spend("n1")
+		h.advance(100 * time.Millisecond)
+		if got := h.count("n1", k); got != 5 {
+			t.Fatalf("n1 counts %d; want 5", got)
+		}
+		h.down["n1"] = true
+		h.declareDead("n0", "n1")
+		h.drops = nil
+		if got := h.count("n2", k); got != 5 {
+			t.Fatalf("n2 counts %d after taking the key over; want 5 (n1's stale replica)", got)
+		}
+		h.learnsItWasDeclaredDead("n1")
+		h.advance(time.Second, "n1", "n2", "n3", "n4", "n5")
+		h.down["n1"] = true
+		alive := []string{"n2", "n3", "n4", "n5"}
+		h.leaveAlive(alive, "n0", "n1")
+		h.countsExactly(k, load, alive)
+		load.spendsToTheLimit(t, "n2", "n3", "n4", "n5")
+	})
+}

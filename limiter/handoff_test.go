@@ -374,3 +374,26 @@ func TestLowerTakesOffWhatACopyHeldBeyondItsCounter(t *testing.T) {
 		})
 	}
 }
+
+// ChargeState spends units again on a counter as ChargeAt does on one
+// the engine holds: into the window they were counted in, or as a
+// bucket's debt, on a counter at nothing too.
+func TestChargeStatePutsUnitsBackIntoACounterAtNothing(t *testing.T) {
+	for _, alg := range []Algorithm{FixedWindow, TokenBucket} {
+		lim := Limit{Algorithm: alg, Quota: 20, Window: time.Minute}
+		req := Request{Key: 7, Limit: lim, Cost: 2}
+		held := New(Config{})
+		held.ChargeAt(t0, t0, req)
+		want := held.StatesOf(t0, []Key{7})[0]
+		if got := ChargeState(t0, t0, State{Key: 7}, req); !reflect.DeepEqual(got, want) {
+			t.Errorf("%v: ChargeState on nothing gives %+v; want %+v", alg, got, want)
+		}
+		before := New(Config{})
+		before.TakeOne(t0, Request{Key: 7, Limit: lim})
+		s := before.StatesOf(t0, []Key{7})[0]
+		before.ChargeAt(t0, t0, req)
+		if got, want := ChargeState(t0, t0, s, req), before.StatesOf(t0, []Key{7})[0]; !reflect.DeepEqual(got, want) {
+			t.Errorf("%v: ChargeState gives %+v; want %+v", alg, got, want)
+		}
+	}
+}

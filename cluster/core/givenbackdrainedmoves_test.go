@@ -55,7 +55,22 @@ func TestUnitsGivenBackAgainInPlaceOfAllTheDeadOwnerHeldArePutBackWhereTheRecord
 				h.declareDead("n0", "n1")
 				h.advance(2*time.Second, "n2", "n3")
 			}
-			h.n0ComesBackWithout(k, load, "n1")
+			if how == "leaves" {
+				h.n0ComesBackWithout(k, load, "n1")
+				return
+			}
+			// n1 is listed as dead as n0 comes back: not listed at all,
+			// it is taken to have left gracefully, and its replica for
+			// stale.
+			h.drops = nil
+			h.learnsItWasDeclaredDead("n0")
+			h.advance(2 * time.Second)
+			alive := []string{"n0", "n2", "n3"}
+			for _, name := range alive {
+				h.list(name, h.othersThan(name, "n1"), []Peer{h.member("n1").Peer()})
+			}
+			h.advance(3 * time.Second)
+			h.countsAndLimits(k, load, alive)
 		})
 	}
 }

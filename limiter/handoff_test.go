@@ -397,3 +397,25 @@ func TestChargeStatePutsUnitsBackIntoACounterAtNothing(t *testing.T) {
 		}
 	}
 }
+
+// A bucket given back all it owed is still its key's counter, at
+// nothing, until the arrival time it had: a copy of it taken before the
+// give-back holds units it lacks, and its run's last word on the key,
+// sent as it stops counting, is that counter at nothing. Once that time
+// passes, it is none.
+func TestABucketGivenBackAllItOwedIsACounterUntilItsArrivalTimeHad(t *testing.T) {
+	lim := Limit{Algorithm: TokenBucket, Quota: 20, Window: time.Minute}
+	req := Request{Key: 7, Limit: lim}
+	e := New(Config{})
+	e.TakeOne(t0, req)
+	e.Refund(t0, req)
+	if !e.Has(t0, 7) {
+		t.Fatal("the bucket given back all it owed is no counter")
+	}
+	if states := e.StatesOf(t0, []Key{7}); len(states) != 1 || states[0].Stamp != t0.UnixNano() {
+		t.Fatalf("StatesOf gives %+v; want the bucket at nothing", states)
+	}
+	if e.Has(t0.Add(time.Minute/20), 7) {
+		t.Error("the bucket is a counter past the arrival time it had")
+	}
+}

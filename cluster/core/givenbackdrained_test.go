@@ -19,10 +19,11 @@ import (
 // record (see withUnitsBack).
 //
 // Open on token buckets (pinned below as a known limit, docs/cluster.md
-// "Known limits"): a bucket at nothing is no counter, and n1's, its own
-// unit given back, holds nothing either; nothing of the key goes from
-// either node, the record stays at n1 with nothing to meet, and the unit
-// is lost (0 counted of 1 admitted: one request past the limit admitted).
+// "Known limits"): n0's bucket at nothing comes to n1 naming no transfer
+// n0 applied and joins n1's, at nothing too, as nothing: a bucket at
+// nothing merged is no counter, nothing of the key goes back to n0, the
+// record stays at n1 with nothing to meet, and the unit is lost (0
+// counted of 1 admitted: one request past the limit admitted).
 func TestUnitsGivenBackAgainInPlaceOfAllTheDeadOwnerHeldArePutBackWhereItsCountersCome(t *testing.T) {
 	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
 		h := newHandNet(t, "n0", "n1", "n2", "n3")

@@ -81,3 +81,41 @@ func TestAUnitOfABucketAdmittedInFallbackAndSentOnIsGivenBackAtTheOwnersRate(t *
 		load.spendsToTheLimit(t, "n0", "n1", "n2")
 	})
 }
+
+// As above, but the first unit is given back through Settle (the
+// response cost nothing) while n1's fallback counter still holds it: the
+// caller gives it back at the limit's own rate, and it comes off as the
+// unit n1's counter counted, at its share's rate. Taken off at the
+// owner's rate, half the share's unit stayed in the counter and reached
+// n0 (5 held of 4 admitted, a request under the limit refused).
+func TestAUnitOfABucketAdmittedInFallbackAndSettledThereComesOffAsTheShareCountedIt(t *testing.T) {
+	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
+		h := newHandNet(t, "n0", "n1", "n2")
+		h.bucket.on = bucket
+		k := h.keyOwnedBy("n0", "n1")
+		load := h.spent(k, "n0", 3)
+		n0, n1 := h.cores["n0"], h.cores["n1"]
+
+		req := limiter.Request{Key: k, Zone: 1, Limit: load.limit, Cost: 1}
+		for range 2 {
+			g := &takeGroup{reqs: []limiter.Request{req}, res: make([]limiter.Result, 1)}
+			n1.decideByFallback(h.now, n1.view.Load(), &TakeOp{op: OpTake}, g)
+			if !g.allowed {
+				t.Fatal("n1's fallback denies the unit")
+			}
+			load.admitted++
+		}
+		// The response of the first cost nothing: its unit is given back
+		// where fallback counted it, at the limit the caller asked for.
+		if sent := n1.Settle(h.now, h.now, SourceFallback, false, []limiter.Request{req}); len(sent) != 0 {
+			t.Fatalf("the unit is given back in transfers %v; want in n1's fallback counter", sent)
+		}
+		load.admitted--
+		if !n1.reconcileTo(h.now, n1.view.Load(), n0.self) {
+			t.Fatal("n1 sends no fallback count")
+		}
+		h.pump()
+		h.heldBy(k, load.admitted, h.names...)
+		load.spendsToTheLimit(t, "n0", "n1", "n2")
+	})
+}

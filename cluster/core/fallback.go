@@ -378,15 +378,36 @@ func (f *fallback) merge(now time.Time, s limiter.State) {
 
 // settle gives r's units back in engine, or charges them (see settleIn),
 // counted at the instant at (Unix ns, 0 for now). A token bucket charged
-// at the rate asked, not the share's, goes on as it is (see rate).
+// at the rate asked, not the share's, goes on as it is (see rate). Units
+// of a token bucket given back come off as this node counted them, at
+// the least interval its share moved the counter's arrival time on by
+// (see rate), not at the rate asked (the limit's own, the caller's): at
+// that rate a unit took off a part of the share's unit only, and the
+// rest went on to the key's owner as units nobody was admitted.
 func (f *fallback) settle(now time.Time, at int64, charge bool, r limiter.Request) {
 	f.outMu.RLock()
 	defer f.outMu.RUnlock()
-	if charge && r.Limit.Algorithm == limiter.TokenBucket {
-		f.countedPlainly(r.Key, owedUntil(r, now.UnixNano()), now.UnixNano())
+	if r.Limit.Algorithm == limiter.TokenBucket {
+		if charge {
+			f.countedPlainly(r.Key, owedUntil(r, now.UnixNano()), now.UnixNano())
+		} else if every := f.countedEvery(r.Key, now.UnixNano()); every > 0 {
+			r.Limit = limiter.Limit{Algorithm: limiter.TokenBucket, Quota: 1, Window: every}
+		}
 	}
 	settleIn(f.engine, now, at, charge, r)
 	f.wrote()
+}
+
+// countedEvery is the least interval a unit of k's token bucket counter
+// admitted here moved its arrival time on by (see rate), or 0 if none
+// is on record.
+func (f *fallback) countedEvery(k limiter.Key, now int64) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if r, ok := f.rates[k]; ok && r.expires > now {
+		return r.counted
+	}
+	return 0
 }
 
 // countedPlainly records that k's counter holds time not counted here at

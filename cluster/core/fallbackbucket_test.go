@@ -119,3 +119,45 @@ func TestAUnitOfABucketAdmittedInFallbackAndSettledThereComesOffAsTheShareCounte
 		load.spendsToTheLimit(t, "n0", "n1", "n2")
 	})
 }
+
+// n1 admits a unit of the key in fallback at a share of 15 an hour of 30,
+// its fallback ratio is lowered (a configuration reloaded: a share of 7
+// an hour), and it admits two more at that share; the first is given
+// back (another key denied the request). The counter, counted at two
+// rates, reaches n0 as the 2 units it holds: converted at the least
+// interval as a whole, each unit of the second share counted as two of
+// the owner's and more (7 held of 5 admitted, a request under the limit
+// refused).
+func TestUnitsOfABucketAdmittedInFallbackAtTwoSharesReachTheOwnerOnceEach(t *testing.T) {
+	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
+		h := newHandNet(t, "n0", "n1", "n2")
+		h.bucket.on = bucket
+		k := h.keyOwnedBy("n0", "n1")
+		load := h.spent(k, "n0", 3)
+		n0, n1 := h.cores["n0"], h.cores["n1"]
+
+		admit := func() *takeGroup {
+			t.Helper()
+			req := limiter.Request{Key: k, Zone: 1, Limit: load.limit, Cost: 1}
+			g := &takeGroup{reqs: []limiter.Request{req}, res: make([]limiter.Result, 1)}
+			n1.decideByFallback(h.now, n1.view.Load(), &TakeOp{op: OpTake}, g)
+			if !g.allowed {
+				t.Fatal("n1's fallback denies the unit")
+			}
+			load.admitted++
+			return g
+		}
+		first := admit()
+		n1.SetFallback(FallbackLocal, 0.25)
+		admit()
+		admit()
+		n1.giveBack(h.now, first)
+		load.admitted--
+		if !n1.reconcileTo(h.now, n1.view.Load(), n0.self) {
+			t.Fatal("n1 sends no fallback count")
+		}
+		h.pump()
+		h.heldBy(k, load.admitted, h.names...)
+		load.spendsToTheLimit(t, "n0", "n1", "n2")
+	})
+}

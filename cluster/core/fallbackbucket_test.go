@@ -161,3 +161,46 @@ func TestUnitsOfABucketAdmittedInFallbackAtTwoSharesReachTheOwnerOnceEach(t *tes
 		load.spendsToTheLimit(t, "n0", "n1", "n2")
 	})
 }
+
+// A bucket whose burst (10) is less than its quota (30 an hour): n1's
+// share (of what n0 said remained of its burst, a quota of 5 an hour,
+// the burst 10 as it is) counts each unit at six times the owner's
+// interval, and the 2 it admits reach n0 as 2 of its units: n0, holding
+// 5, admits the 5 its burst leaves and refuses the next.
+func TestFallbackAdmissionsOfABucketWithABurstBelowItsQuotaReachTheOwnerAsTheUnitsAdmitted(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2")
+	h.bucket.on = true
+	k := h.keyOwnedBy("n0", "n1")
+	load := newHandLoad(h, k, 30)
+	load.limit.Burst = 10
+	for range 3 {
+		load.spend("n0")
+	}
+	load.resume()
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+	for range 2 {
+		req := limiter.Request{Key: k, Zone: 1, Limit: load.limit, Cost: 1}
+		g := &takeGroup{reqs: []limiter.Request{req}, res: make([]limiter.Result, 1)}
+		n1.decideByFallback(h.now, n1.view.Load(), &TakeOp{op: OpTake}, g)
+		if !g.allowed {
+			t.Fatal("n1's fallback denies the unit")
+		}
+		if got := g.fallback[0].Limit.Interval(); got <= 2*time.Minute {
+			t.Fatalf("n1 counts the unit at %v; want longer than 2m, the owner's", got)
+		}
+		load.admitted++
+	}
+	if !n1.reconcileTo(h.now, n1.view.Load(), n0.self) {
+		t.Fatal("n1 sends no fallback count")
+	}
+	h.pump()
+	h.heldBy(k, load.admitted, h.names...)
+	for i := range 6 {
+		tk := load.spend("n0")
+		load.resume()
+		if want := i < 5; tk.d.Allowed != want || want && tk.d.Source != SourceOwner {
+			t.Fatalf("the %d. request after the 5 counted: allowed %v by %v; want allowed %v by the owner (counts %v)", i+1, tk.d.Allowed, tk.d.Source, want, h.counts(k))
+		}
+	}
+	h.heldBy(k, 10, h.names...)
+}

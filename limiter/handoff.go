@@ -342,6 +342,22 @@ func RefundState(now, at time.Time, s State, req Request) State {
 	return stateOf(s.Key, req.Limit.refund(s.entry(), now.UnixNano(), at.UnixNano(), req.cost()))
 }
 
+// ChargeState returns counter s with req's units, counted at the instant
+// at, spent again as ChargeAt spends them on a counter the engine holds:
+// in the window of at, or as a bucket's debt; s may be a counter at
+// nothing (State{Key: k}). Grants and leases are not counters: s is
+// returned for them.
+func ChargeState(now, at time.Time, s State, req Request) State {
+	if s.Kind >= KindGrant || req.Limit.Algorithm == Concurrency {
+		return s
+	}
+	e := s.entry()
+	if e.expires <= now.UnixNano() {
+		e = entry{}
+	}
+	return stateOf(s.Key, req.Limit.charge(e, now.UnixNano(), at.UnixNano(), min(req.cost(), int64(MaxQuota))))
+}
+
 // UnitsOff returns the units of req that came off counter s to leave
 // after, s given back req's units (RefundState): a window's counts, or a
 // bucket's debt in whole units, rounded up. A counter holding fewer than

@@ -424,3 +424,48 @@ func TestBucketAtRateOwesItsUnitsAtTheOtherRate(t *testing.T) {
 		t.Fatalf("a window comes out %+v; want it as it was", got)
 	}
 }
+
+// ChargeState spends units again on a counter as ChargeAt does on one
+// the engine holds: into the window they were counted in, or as a
+// bucket's debt, on a counter at nothing too.
+func TestChargeStatePutsUnitsBackIntoACounterAtNothing(t *testing.T) {
+	for _, alg := range []Algorithm{FixedWindow, TokenBucket} {
+		lim := Limit{Algorithm: alg, Quota: 20, Window: time.Minute}
+		req := Request{Key: 7, Limit: lim, Cost: 2}
+		held := New(Config{})
+		held.ChargeAt(t0, t0, req)
+		want := held.StatesOf(t0, []Key{7})[0]
+		if got := ChargeState(t0, t0, State{Key: 7}, req); !reflect.DeepEqual(got, want) {
+			t.Errorf("%v: ChargeState on nothing gives %+v; want %+v", alg, got, want)
+		}
+		before := New(Config{})
+		before.TakeOne(t0, Request{Key: 7, Limit: lim})
+		s := before.StatesOf(t0, []Key{7})[0]
+		before.ChargeAt(t0, t0, req)
+		if got, want := ChargeState(t0, t0, s, req), before.StatesOf(t0, []Key{7})[0]; !reflect.DeepEqual(got, want) {
+			t.Errorf("%v: ChargeState gives %+v; want %+v", alg, got, want)
+		}
+	}
+}
+
+// A bucket given back all it owed is still its key's counter, at
+// nothing, until the arrival time it had: a copy of it taken before the
+// give-back holds units it lacks, and its run's last word on the key,
+// sent as it stops counting, is that counter at nothing. Once that time
+// passes, it is none.
+func TestABucketGivenBackAllItOwedIsACounterUntilItsArrivalTimeHad(t *testing.T) {
+	lim := Limit{Algorithm: TokenBucket, Quota: 20, Window: time.Minute}
+	req := Request{Key: 7, Limit: lim}
+	e := New(Config{})
+	e.TakeOne(t0, req)
+	e.Refund(t0, req)
+	if !e.Has(t0, 7) {
+		t.Fatal("the bucket given back all it owed is no counter")
+	}
+	if states := e.StatesOf(t0, []Key{7}); len(states) != 1 || states[0].Stamp != t0.UnixNano() {
+		t.Fatalf("StatesOf gives %+v; want the bucket at nothing", states)
+	}
+	if e.Has(t0.Add(time.Minute/20), 7) {
+		t.Error("the bucket is a counter past the arrival time it had")
+	}
+}

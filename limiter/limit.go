@@ -496,8 +496,11 @@ func (l Limit) refund(e entry, now, at, n int64) entry {
 		if e.kind() != kindBucket {
 			return e
 		}
+		// It stays its key's counter until the arrival time it had, at
+		// nothing if it owed no more: a copy of it taken before holds
+		// units it lacks, and, gone, it was no last word on them
+		// (TestACounterAllGivenBackAfterItsReplicaLowersTheCounterStartedFromIt).
 		e.stamp = max(e.stamp-n*l.interval(), now)
-		e.expires = e.stamp
 		return e
 	}
 	if e.kind() != kindWindow {

@@ -92,9 +92,11 @@ type extraction struct {
 // interval holds (2 admitted of a share of 15 of 30 counted 4), and
 // requests under the limit were refused there. Deciding by a bucket of
 // the owner's rate instead, the nodes falling back together would refill
-// faster than the limit. Of intervals that differ (a client's reputation
-// factor, a ratio changed), the least counted and the most of the
-// owner's count a unit as no less than one.
+// faster than the limit. A counter is converted to the interval a take
+// counts at where that differs from the one on record (a client's
+// reputation factor, a ratio changed: see rerate); of intervals that
+// differ still (takes at both at once), the least counted and the most
+// of the owner's count a unit as no less than one.
 type rate struct {
 	counted, of time.Duration
 	plain       bool
@@ -323,12 +325,83 @@ func (f *fallback) sweep(now time.Time) {
 // here). own are reqs at their limits' own rates (their owner's), in the
 // same order: the rates of token buckets are recorded (see rate).
 func (f *fallback) take(now time.Time, own, reqs []limiter.Request, res []limiter.Result) (ok bool, mark uint64) {
+	f.rerate(now, reqs)
 	f.outMu.RLock()
 	defer f.outMu.RUnlock()
 	f.countedAt(now, own, reqs)
 	ok, _ = f.engine.TakeFor(now, 0, reqs, res)
 	f.wrote()
 	return ok, f.outs
+}
+
+// rerate converts the token bucket counters of reqs' keys counted here
+// at an interval other than the one reqs are counted at now (the share
+// changed: a ratio, a reputation factor, what the owner said remained)
+// to that interval, each unit owed kept one unit (see
+// limiter.BucketAtRate), and records them counted at it: a counter holds
+// units of one rate, which it goes on at converted, and what is given
+// back comes off at (see atCountedRate). Counted at both, its units were
+// converted at the least, and each unit of the other counted as more of
+// the owner's than one (7 held of 5 admitted, a request under the limit
+// refused). A counter holding time not counted at a known rate goes on
+// as it is (see rate), and is left as it is.
+func (f *fallback) rerate(now time.Time, reqs []limiter.Request) {
+	ns := now.UnixNano()
+	differs := func(r limiter.Request) (rate, bool) {
+		x, ok := f.rates[r.Key]
+		every := r.Limit.Interval()
+		return x, r.Limit.Algorithm == limiter.TokenBucket && ok && x.expires > ns && !x.plain &&
+			x.counted > 0 && every > 0 && x.counted != every
+	}
+	f.mu.Lock()
+	convert := false
+	for _, r := range reqs {
+		if _, ok := differs(r); ok {
+			convert = true
+		}
+	}
+	f.mu.Unlock()
+	if !convert {
+		return
+	}
+	f.outMu.Lock() // no take, settlement or extraction meanwhile
+	defer f.outMu.Unlock()
+	for _, r := range reqs {
+		f.mu.Lock()
+		x, ok := differs(r)
+		f.mu.Unlock()
+		if !ok {
+			continue
+		}
+		every := r.Limit.Interval()
+		for _, st := range f.engine.ExtractKeys(now, []limiter.Key{r.Key}) {
+			st = limiter.BucketAtRate(now, st, x.counted, every)
+			f.engine.Merge(now, []limiter.State{st})
+			x.expires = max(x.expires, st.Expires)
+		}
+		x.counted = every
+		f.mu.Lock()
+		f.rates[r.Key] = x
+		f.mu.Unlock()
+		f.wrote()
+	}
+}
+
+// atCountedRate returns r, a token bucket's units to give back in
+// engine, at the interval its counter is counted at here (see rate), if
+// one is on record: units come off as the counter counted them, never
+// more than a unit added.
+func (f *fallback) atCountedRate(r limiter.Request, now int64) limiter.Request {
+	if r.Limit.Algorithm != limiter.TokenBucket {
+		return r
+	}
+	f.mu.Lock()
+	x, ok := f.rates[r.Key]
+	f.mu.Unlock()
+	if ok && x.expires > now && x.counted > 0 {
+		r.Limit = limiter.Limit{Algorithm: limiter.TokenBucket, Quota: 1, Window: x.counted}
+	}
+	return r
 }
 
 // countedAt records the rates the token buckets of reqs are counted at
@@ -378,12 +451,21 @@ func (f *fallback) merge(now time.Time, s limiter.State) {
 
 // settle gives r's units back in engine, or charges them (see settleIn),
 // counted at the instant at (Unix ns, 0 for now). A token bucket charged
-// at the rate asked, not the share's, goes on as it is (see rate).
+// at the rate asked, not the share's, goes on as it is (see rate). Units
+// of a token bucket given back come off as this node counted them, at
+// the least interval its share moved the counter's arrival time on by
+// (see rate), not at the rate asked (the limit's own, the caller's): at
+// that rate a unit took off a part of the share's unit only, and the
+// rest went on to the key's owner as units nobody was admitted.
 func (f *fallback) settle(now time.Time, at int64, charge bool, r limiter.Request) {
 	f.outMu.RLock()
 	defer f.outMu.RUnlock()
-	if charge && r.Limit.Algorithm == limiter.TokenBucket {
-		f.countedPlainly(r.Key, owedUntil(r, now.UnixNano()), now.UnixNano())
+	if r.Limit.Algorithm == limiter.TokenBucket {
+		if charge {
+			f.countedPlainly(r.Key, owedUntil(r, now.UnixNano()), now.UnixNano())
+		} else {
+			r = f.atCountedRate(r, now.UnixNano())
+		}
 	}
 	settleIn(f.engine, now, at, charge, r)
 	f.wrote()
@@ -475,7 +557,7 @@ func (f *fallback) refundIfHere(now time.Time, r limiter.Request, mark uint64) b
 	if !f.engine.Has(now, r.Key) || !f.here(r.Key, mark) {
 		return false
 	}
-	f.engine.Refund(now, r)
+	f.engine.Refund(now, f.atCountedRate(r, now.UnixNano()))
 	f.wrote()
 	return true
 }

@@ -3406,14 +3406,15 @@ func foreignApplied(list []Applied, of Peer, holds []Held) []Applied {
 	return out
 }
 
-// withUnitsBack returns s with the units of g put back: the units as s
-// holds them, what giving them back would take off it.
+// withUnitsBack returns s with the units of g put back, in the window
+// they were counted in: they came off another counter (the one they were
+// given back again to), not off s, so s need hold none of them. Put back
+// as far as s held them, a counter at nothing (its run gave back all it
+// held) got none back, and the units that came off the other counter
+// were lost
+// (TestUnitsGivenBackAgainInPlaceOfAllTheDeadOwnerHeldArePutBackWhereItsCountersCome).
 func withUnitsBack(now time.Time, s limiter.State, g GivenAgain) limiter.State {
-	unit, ok := limiter.SubState(now, s, limiter.RefundState(now, time.Unix(0, g.At), s, g.Req))
-	if !ok {
-		return s
-	}
-	return limiter.AddState(now, s, unit)
+	return limiter.ChargeState(now, time.Unix(0, g.At), s, g.Req)
 }
 
 // givenBackInRun weighs given, units given back here in place of

@@ -152,3 +152,25 @@ func (h *handNet) countsExactly(k limiter.Key, load *handLoad, alive []string) {
 		h.t.Fatalf("the cluster counts %d (%v); %d were admitted", total, h.counts(k), load.admitted)
 	}
 }
+
+// countsAsKnownLimit pins a known limit (docs/cluster.md, "Known
+// limits") both ways: the alive nodes count the key as the limit has
+// them count it (known), and the test fails if they count exactly what
+// was admitted (the limit is closed: assert countsExactly and
+// spendsToTheLimit there instead, and strike it from the docs) or any
+// other way.
+func (h *handNet) countsAsKnownLimit(k limiter.Key, load *handLoad, alive []string, known int64) {
+	h.t.Helper()
+	var total int64
+	for _, name := range alive {
+		total += h.count(name, k)
+	}
+	switch total {
+	case known:
+		h.t.Logf("known limit: the cluster counts %d; %d were admitted", total, load.admitted)
+	case int64(load.admitted):
+		h.t.Fatalf("the cluster counts %d, as admitted: the known limit is closed; check both sides with countsExactly and spendsToTheLimit, and strike it from docs/cluster.md", total)
+	default:
+		h.t.Errorf("the cluster counts %d (%v); %d were admitted, %d with the known limit", total, h.counts(k), load.admitted, known)
+	}
+}

@@ -81,10 +81,11 @@ type extraction struct {
 // rate is the rate a key's fallback token bucket counter is counted at:
 // counted, the least interval a unit it admitted moved its arrival time on
 // by (its share of the limit's rate: see fallbackLimits); of, the most
-// interval of the limit's own rate, the owner's. plain: some of its time
-// was not counted here at a rate known (counts kept here for the key's
-// owner, a charge), and it goes on as it is. The record holds until
-// expires (Unix ns): no write moved the counter's arrival time beyond.
+// interval of the limit's own rate, the owner's. plain: the counter is
+// counted at the owner's rate, at an interval not known here (counts kept
+// here for the key's owner, a charge at the rate asked), and goes on as
+// it is. The record holds until expires (Unix ns): no write moved the
+// counter's arrival time beyond.
 //
 // What the counter owes is sent on as owed at the owner's rate (see
 // limiter.BucketAtRate): the units admitted, each once. Sent as it is,
@@ -92,11 +93,13 @@ type extraction struct {
 // interval holds (2 admitted of a share of 15 of 30 counted 4), and
 // requests under the limit were refused there. Deciding by a bucket of
 // the owner's rate instead, the nodes falling back together would refill
-// faster than the limit. A counter is converted to the interval a take
-// counts at where that differs from the one on record (a client's
-// reputation factor, a ratio changed: see rerate); of intervals that
-// differ still (takes at both at once), the least counted and the most
-// of the owner's count a unit as no less than one.
+// faster than the limit. A counter holds units of one rate throughout:
+// it is converted to the interval a take counts at where that differs
+// from the one on record (a client's reputation factor, a ratio changed:
+// see rerate), and to the owner's rate before counts at the owner's rate
+// join it (see plainly). Of intervals that differ still (takes at both
+// at once), the least counted and the most of the owner's count a unit
+// as no less than one.
 type rate struct {
 	counted, of time.Duration
 	plain       bool
@@ -325,8 +328,16 @@ func (f *fallback) sweep(now time.Time) {
 // here). own are reqs at their limits' own rates (their owner's), in the
 // same order: the rates of token buckets are recorded (see rate).
 func (f *fallback) take(now time.Time, own, reqs []limiter.Request, res []limiter.Result) (ok bool, mark uint64) {
-	f.rerate(now, reqs)
-	f.outMu.RLock()
+	for {
+		f.rerate(now, own, reqs)
+		f.outMu.RLock()
+		// A counter counted at the owner's rate meanwhile (see merge) is
+		// converted before the take counts in it.
+		if !f.rerates(now.UnixNano(), own, reqs, true) {
+			break
+		}
+		f.outMu.RUnlock()
+	}
 	defer f.outMu.RUnlock()
 	f.countedAt(now, own, reqs)
 	ok, _ = f.engine.TakeFor(now, 0, reqs, res)
@@ -343,48 +354,87 @@ func (f *fallback) take(now time.Time, own, reqs []limiter.Request, res []limite
 // back comes off at (see atCountedRate). Counted at both, its units were
 // converted at the least, and each unit of the other counted as more of
 // the owner's than one (7 held of 5 admitted, a request under the limit
-// refused). A counter holding time not counted at a known rate goes on
-// as it is (see rate), and is left as it is.
-func (f *fallback) rerate(now time.Time, reqs []limiter.Request) {
+// refused). A counter counted at the owner's rate (plain: counts kept
+// here for the owner, a charge) is converted from the rate of own, reqs
+// at their limits' own rates, in the same order: left as it was, each
+// unit a share admitted in it went on as more than one of the owner's
+// (15 held of 7 admitted).
+func (f *fallback) rerate(now time.Time, own, reqs []limiter.Request) {
 	ns := now.UnixNano()
-	differs := func(r limiter.Request) (rate, bool) {
-		x, ok := f.rates[r.Key]
-		every := r.Limit.Interval()
-		return x, r.Limit.Algorithm == limiter.TokenBucket && ok && x.expires > ns && !x.plain &&
-			x.counted > 0 && every > 0 && x.counted != every
+	differs := func(i int, r limiter.Request) (rate, time.Duration, bool) {
+		return f.differs(ns, own, reqs, i)
 	}
-	f.mu.Lock()
-	convert := false
-	for _, r := range reqs {
-		if _, ok := differs(r); ok {
-			convert = true
-		}
-	}
-	f.mu.Unlock()
-	if !convert {
+	if !f.rerates(ns, own, reqs, false) {
 		return
 	}
 	f.outMu.Lock() // no take, settlement or extraction meanwhile
 	defer f.outMu.Unlock()
-	for _, r := range reqs {
+	for i, r := range reqs {
 		f.mu.Lock()
-		x, ok := differs(r)
+		x, from, ok := differs(i, r)
 		f.mu.Unlock()
 		if !ok {
 			continue
 		}
 		every := r.Limit.Interval()
-		for _, st := range f.engine.ExtractKeys(now, []limiter.Key{r.Key}) {
-			st = limiter.BucketAtRate(now, st, x.counted, every)
-			f.engine.Merge(now, []limiter.State{st})
-			x.expires = max(x.expires, st.Expires)
+		x.expires = max(x.expires, f.convert(now, r.Key, from, every))
+		if x.plain {
+			x.plain, x.of = false, from
 		}
 		x.counted = every
 		f.mu.Lock()
 		f.rates[r.Key] = x
 		f.mu.Unlock()
-		f.wrote()
 	}
+}
+
+// rerates reports whether rerate would convert a counter of reqs' keys
+// at ns (Unix ns); plain: a counter counted at the owner's rate only.
+func (f *fallback) rerates(ns int64, own, reqs []limiter.Request, plain bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i := range reqs {
+		if x, _, ok := f.differs(ns, own, reqs, i); ok && (x.plain || !plain) {
+			return true
+		}
+	}
+	return false
+}
+
+// differs returns the rate on record of reqs[i]'s key's counter, the
+// interval it is counted at (the owner's, own[i]'s, where it is counted
+// plainly), and whether that differs from the interval reqs[i] counts at.
+// f.mu is held.
+func (f *fallback) differs(ns int64, own, reqs []limiter.Request, i int) (rate, time.Duration, bool) {
+	r := reqs[i]
+	x, ok := f.rates[r.Key]
+	every := r.Limit.Interval()
+	if r.Limit.Algorithm != limiter.TokenBucket || !ok || x.expires <= ns || every <= 0 {
+		return x, 0, false
+	}
+	from := x.counted
+	if x.plain {
+		from = 0
+		if len(own) == len(reqs) && own[i].Limit.Algorithm == limiter.TokenBucket {
+			from = own[i].Limit.Interval()
+		}
+	}
+	return x, from, from > 0 && from != every
+}
+
+// convert converts k's counter in engine, counted at the interval from,
+// to the interval to, each unit owed kept one (see limiter.BucketAtRate),
+// and returns when it is owed until (Unix ns; 0 if there is none).
+// f.outMu is held.
+func (f *fallback) convert(now time.Time, k limiter.Key, from, to time.Duration) int64 {
+	var until int64
+	for _, st := range f.engine.ExtractKeys(now, []limiter.Key{k}) {
+		st = limiter.BucketAtRate(now, st, from, to)
+		f.engine.Merge(now, []limiter.State{st})
+		until = max(until, st.Expires)
+	}
+	f.wrote()
+	return until
 }
 
 // atCountedRate returns r, a token bucket's units to give back in
@@ -435,35 +485,38 @@ func owedUntil(r limiter.Request, ns int64) int64 {
 }
 
 // merge adds counter s, kept here for its key's owner, to engine's: it
-// was counted at the owner's rate, and goes on as it is (see rate).
+// was counted at the owner's rate, and the counter, converted to that
+// rate first, goes on as it is (see plainly).
 func (f *fallback) merge(now time.Time, s limiter.State) {
-	f.outMu.RLock()
-	defer f.outMu.RUnlock()
-	ns := now.UnixNano()
-	f.countedPlainly(s.Key, s.Expires, ns)
+	f.outMu.Lock()
+	defer f.outMu.Unlock()
+	f.plainly(now, s.Key, 0, s.Expires)
 	f.engine.Merge(now, []limiter.State{s})
 	f.wrote()
 	// Added to a bucket owing already, it owes beyond s's arrival time.
 	for _, x := range f.engine.StatesOf(now, []limiter.Key{s.Key}) {
-		f.countedPlainly(s.Key, x.Expires, ns)
+		f.plainly(now, s.Key, 0, x.Expires)
 	}
 }
 
 // settle gives r's units back in engine, or charges them (see settleIn),
 // counted at the instant at (Unix ns, 0 for now). A token bucket charged
-// at the rate asked, not the share's, goes on as it is (see rate). Units
-// of a token bucket given back come off as this node counted them, at
-// the least interval its share moved the counter's arrival time on by
-// (see rate), not at the rate asked (the limit's own, the caller's): at
-// that rate a unit took off a part of the share's unit only, and the
-// rest went on to the key's owner as units nobody was admitted.
+// at the rate asked (the limit's own, the owner's) is converted to that
+// rate first, and goes on as it is (see plainly). Units of a token bucket
+// given back come off as this node counted them, at the least interval
+// its share moved the counter's arrival time on by (see rate), not at
+// the rate asked: at that rate a unit took off a part of the share's
+// unit only, and the rest went on to the key's owner as units nobody was
+// admitted.
 func (f *fallback) settle(now time.Time, at int64, charge bool, r limiter.Request) {
-	f.outMu.RLock()
-	defer f.outMu.RUnlock()
-	if r.Limit.Algorithm == limiter.TokenBucket {
-		if charge {
-			f.countedPlainly(r.Key, owedUntil(r, now.UnixNano()), now.UnixNano())
-		} else {
+	if r.Limit.Algorithm == limiter.TokenBucket && charge {
+		f.outMu.Lock()
+		defer f.outMu.Unlock()
+		f.plainly(now, r.Key, r.Limit.Interval(), owedUntil(r, now.UnixNano()))
+	} else {
+		f.outMu.RLock()
+		defer f.outMu.RUnlock()
+		if r.Limit.Algorithm == limiter.TokenBucket {
 			r = f.atCountedRate(r, now.UnixNano())
 		}
 	}
@@ -471,13 +524,43 @@ func (f *fallback) settle(now time.Time, at int64, charge bool, r limiter.Reques
 	f.wrote()
 }
 
-// countedPlainly records that k's counter holds time not counted here at
-// a rate known, until expires (Unix ns): it goes on as it is (see rate).
-func (f *fallback) countedPlainly(k limiter.Key, expires int64, now int64) {
-	f.noteRate(k, rate{plain: true, expires: expires}, now)
+// plainly records that k's counter is counted at the owner's rate (of,
+// if known here), until expires (Unix ns), as counts at that rate join
+// it (see rate). A counter counted at a share's interval is converted to
+// the owner's rate first: the counter holds units of one rate. Marked
+// plain as it was, the share's units went on unconverted, each counted at
+// the owner as more than one of its units (15 held of 7 admitted, a
+// request under the limit refused). f.outMu is held.
+func (f *fallback) plainly(now time.Time, k limiter.Key, of time.Duration, expires int64) {
+	ns := now.UnixNano()
+	f.mu.Lock()
+	if f.rates == nil {
+		f.rates = map[limiter.Key]rate{}
+	}
+	r, ok := f.rates[k]
+	f.mu.Unlock()
+	switch {
+	case !ok || r.expires <= ns:
+		r = rate{plain: true, expires: expires}
+	case r.plain:
+		r.expires = max(r.expires, expires)
+	default:
+		if r.of > 0 {
+			of = r.of
+		}
+		if r.counted > 0 && of > 0 && r.counted != of {
+			r.expires = max(r.expires, f.convert(now, k, r.counted, of))
+		}
+		r = rate{plain: true, expires: max(r.expires, expires)}
+	}
+	f.mu.Lock()
+	f.rates[k] = r
+	f.mu.Unlock()
 }
 
 // noteRate records that k's counter is counted at x too (see rate).
+// Counted at the owner's rate (plain) already, it was converted to x's
+// interval before (see rerate), and is counted at x now.
 func (f *fallback) noteRate(k limiter.Key, x rate, now int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -488,8 +571,10 @@ func (f *fallback) noteRate(k limiter.Key, x rate, now int64) {
 	switch {
 	case !ok || r.expires <= now:
 		r = x
+	case r.plain:
+		x.expires = max(x.expires, r.expires)
+		r = x
 	default:
-		r.plain = r.plain || x.plain
 		if r.counted == 0 || x.counted > 0 && x.counted < r.counted {
 			r.counted = x.counted
 		}

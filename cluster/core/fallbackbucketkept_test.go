@@ -3,6 +3,8 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // n0, the key's owner, and n1 are cut off from the other three: neither
@@ -24,14 +26,7 @@ func TestBucketCountsKeptForTheOwnerAndTakenAtAShareReachTheOwnerOnceEach(t *tes
 	if n0.majority(n0.view.Load()) || n1.majority(n1.view.Load()) {
 		t.Fatal("a node cut off with one other has a majority")
 	}
-	admit := func(c *Core) {
-		t.Helper()
-		tk := load.spend(c.self.Name)
-		load.resume()
-		if !tk.d.Allowed || tk.d.Source != SourceFallback {
-			t.Fatalf("through %s: allowed %v by %v; want admitted by fallback", c.self.Name, tk.d.Allowed, tk.d.Source)
-		}
-	}
+	admit := func(c *Core) { load.admitsInFallback(t, c.self.Name) }
 	admit(n1)
 	admit(n1)
 	if !n1.reconcileTo(h.now, n1.view.Load(), n0.self) {
@@ -51,4 +46,75 @@ func TestBucketCountsKeptForTheOwnerAndTakenAtAShareReachTheOwnerOnceEach(t *tes
 	}
 	h.heldBy(k, load.admitted, h.names...)
 	load.spendsToTheLimit(t, "n0", "n1", "n2")
+}
+
+// As above, but n0 admits one at its share before n1's 2 come, one after,
+// and gives the first back: the counter, at the owner's rate as they
+// join it, is at the share's again for the next take, and the unit given
+// back comes off as one.
+func TestBucketCountsKeptForTheOwnerBetweenTakesAtAShareReachTheOwnerOnceEach(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	h.bucket.on = true
+	k := h.keyOwnedBy("n0", "n1")
+	load := h.spent(k, "n0", 3)
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+
+	h.cut["n0"], h.cut["n1"] = true, true
+	h.advance(time.Second)
+	load.admitsInFallback(t, "n0")
+	load.admitsInFallback(t, "n1")
+	load.admitsInFallback(t, "n1")
+	if !n1.reconcileTo(h.now, n1.view.Load(), n0.self) {
+		t.Fatal("n1 sends no fallback count")
+	}
+	h.pump()
+	load.admitsInFallback(t, "n0")
+	n0.Settle(h.now, h.now, SourceFallback, false, []limiter.Request{{Key: k, Zone: 1, Limit: load.limit, Cost: 1}})
+	load.admitted--
+	load.admitsInFallback(t, "n0")
+
+	h.cut["n0"], h.cut["n1"] = false, false
+	h.advance(3 * time.Second)
+	h.heldBy(k, load.admitted, h.names...)
+	load.spendsToTheLimit(t, "n0", "n1", "n2")
+}
+
+// A node without a majority admits 2 of a token bucket in fallback at its
+// share, is charged one more (at the limit's own rate, the owner's), then
+// admits one and gives one back: the counter, converted to the owner's
+// rate for the charge and to the share's again for the take, reaches the
+// owner as the 3 units it owes, each once (13 held of 6 before).
+func TestABucketChargedInFallbackBetweenTakesAtAShareReachesTheOwnerAsTheUnitsOwed(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	h.bucket.on = true
+	k := h.keyOwnedBy("n0", "n1")
+	load := h.spent(k, "n0", 3)
+	n1 := h.cores["n1"]
+	unit := []limiter.Request{{Key: k, Zone: 1, Limit: load.limit, Cost: 1}}
+
+	h.cut["n0"], h.cut["n1"] = true, true
+	h.advance(time.Second)
+	load.admitsInFallback(t, "n1")
+	load.admitsInFallback(t, "n1")
+	n1.Settle(h.now, h.now, SourceFallback, true, unit)
+	load.admitted++
+	load.admitsInFallback(t, "n1")
+	n1.Settle(h.now, h.now, SourceFallback, false, unit)
+	load.admitted--
+
+	h.cut["n0"], h.cut["n1"] = false, false
+	h.advance(3 * time.Second)
+	h.heldBy(k, load.admitted, h.names...)
+	load.spendsToTheLimit(t, "n0", "n1", "n2")
+}
+
+// admitsInFallback spends one request through node, and fails the test
+// unless its fallback admits it.
+func (l *handLoad) admitsInFallback(t *testing.T, node string) {
+	t.Helper()
+	tk := l.spend(node)
+	l.resume()
+	if !tk.d.Allowed || tk.d.Source != SourceFallback {
+		t.Fatalf("through %s: allowed %v by %v; want admitted by fallback", node, tk.d.Allowed, tk.d.Source)
+	}
 }

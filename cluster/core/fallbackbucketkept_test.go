@@ -118,3 +118,47 @@ func (l *handLoad) admitsInFallback(t *testing.T, node string) {
 		t.Fatalf("through %s: allowed %v by %v; want admitted by fallback", node, tk.d.Allowed, tk.d.Source)
 	}
 }
+
+// n0, cut off with n1, admits its share of a token bucket in fallback (6
+// of the 27 left, an hour), then keeps a unit n1 sends it for the key's
+// owner. 13 minutes later its share has refilled one unit, and it admits
+// no more than that (the unit kept takes room in the counter as counts
+// kept there do on windows): the counts kept for the owner join the
+// counter at the share's interval, and the share's units go on refilling
+// at the share's rate (converted to the owner's rate instead, they
+// refilled five times as fast: 5 admitted).
+func TestBucketCountsKeptForTheOwnerLeaveTheShareRefillingAtItsRate(t *testing.T) {
+	h := newHandNet(t, "n0", "n1", "n2", "n3", "n4")
+	h.bucket.on = true
+	k := h.keyOwnedBy("n0", "n1")
+	load := h.spent(k, "n0", 3)
+	n0, n1 := h.cores["n0"], h.cores["n1"]
+
+	h.cut["n0"], h.cut["n1"] = true, true
+	h.advance(time.Second)
+	load.admitsInFallback(t, "n1")
+	admitted := func() int {
+		n := 0
+		for range 20 {
+			tk := load.spend("n0")
+			load.resume()
+			if !tk.d.Allowed {
+				break
+			}
+			n++
+		}
+		return n
+	}
+	if n := admitted(); n != 6 {
+		t.Fatalf("n0 admits %d in fallback; want its share, 6", n)
+	}
+	if !n1.reconcileTo(h.now, n1.view.Load(), n0.self) {
+		t.Fatal("n1 sends no fallback count")
+	}
+	h.pump()
+	h.now = h.now.Add(13 * time.Minute)
+	h.advance(10 * time.Millisecond)
+	if n := admitted(); n > 1 {
+		t.Errorf("13 minutes on, n0 admits %d more in fallback; want no more than the one its share refilled", n)
+	}
+}

@@ -96,8 +96,8 @@ type extraction struct {
 // faster than the limit. A counter holds units of one rate throughout:
 // it is converted to the interval a take counts at where that differs
 // from the one on record (a client's reputation factor, a ratio changed:
-// see rerate), and to the owner's rate before counts at the owner's rate
-// join it (see plainly). Of intervals that differ still (takes at both
+// see rerate), and counts at the owner's rate join it converted to the
+// interval it is counted at (see merge). Of intervals that differ still (takes at both
 // at once), the least counted and the most of the owner's count a unit
 // as no less than one.
 type rate struct {
@@ -485,38 +485,77 @@ func owedUntil(r limiter.Request, ns int64) int64 {
 }
 
 // merge adds counter s, kept here for its key's owner, to engine's: it
-// was counted at the owner's rate, and the counter, converted to that
-// rate first, goes on as it is (see plainly).
+// was counted at the owner's rate. Where the counter is counted at a
+// share's interval, s joins it converted to that interval, each unit owed
+// kept one (see limiter.BucketAtRate): the counter holds units of one
+// rate. Marked as counted at the owner's rate (plain) instead, the
+// share's units went on unconverted, each counted at the owner as more
+// than one of its units (15 held of 7 admitted, a request under the limit
+// refused); converted to the owner's rate, they refilled at it, not at the
+// share's, and this node admitted more than its share (5 for 1 in 13
+// minutes). Where it is not, the counter goes on as it is (see rate).
 func (f *fallback) merge(now time.Time, s limiter.State) {
-	f.outMu.Lock()
-	defer f.outMu.Unlock()
-	f.plainly(now, s.Key, 0, s.Expires)
+	f.outMu.RLock()
+	defer f.outMu.RUnlock()
+	f.mergeLocked(now, s)
+}
+
+// mergeLocked is merge, f.outMu held (read).
+func (f *fallback) mergeLocked(now time.Time, s limiter.State) {
+	ns := now.UnixNano()
+	x, share := f.shareRate(s.Key, ns)
+	note := func(expires int64) {
+		if share {
+			f.noteRate(s.Key, rate{counted: x.counted, of: x.of, expires: expires}, ns)
+			return
+		}
+		f.countedPlainly(s.Key, expires, ns)
+	}
+	if share {
+		s = limiter.BucketAtRate(now, s, x.of, x.counted)
+	}
+	note(s.Expires)
 	f.engine.Merge(now, []limiter.State{s})
 	f.wrote()
 	// Added to a bucket owing already, it owes beyond s's arrival time.
-	for _, x := range f.engine.StatesOf(now, []limiter.Key{s.Key}) {
-		f.plainly(now, s.Key, 0, x.Expires)
+	for _, st := range f.engine.StatesOf(now, []limiter.Key{s.Key}) {
+		note(st.Expires)
 	}
+}
+
+// shareRate returns the rate on record of k's counter, and whether it is
+// counted at a share's interval (not plainly) at ns (Unix ns).
+func (f *fallback) shareRate(k limiter.Key, ns int64) (rate, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	x, ok := f.rates[k]
+	return x, ok && x.expires > ns && !x.plain && x.counted > 0 && x.of > 0
 }
 
 // settle gives r's units back in engine, or charges them (see settleIn),
 // counted at the instant at (Unix ns, 0 for now). A token bucket charged
-// at the rate asked (the limit's own, the owner's) is converted to that
-// rate first, and goes on as it is (see plainly). Units of a token bucket
-// given back come off as this node counted them, at the least interval
-// its share moved the counter's arrival time on by (see rate), not at
-// the rate asked: at that rate a unit took off a part of the share's
-// unit only, and the rest went on to the key's owner as units nobody was
-// admitted.
+// at the rate asked (the limit's own, the owner's) is charged as counts
+// kept for the owner join it (see merge). Units of a token bucket given
+// back come off as this node counted them, at the least interval its
+// share moved the counter's arrival time on by (see rate), not at the
+// rate asked (the limit's own, the caller's): at that rate a unit took
+// off a part of the share's unit only, and the rest went on to the key's
+// owner as units nobody was admitted.
 func (f *fallback) settle(now time.Time, at int64, charge bool, r limiter.Request) {
-	if r.Limit.Algorithm == limiter.TokenBucket && charge {
-		f.outMu.Lock()
-		defer f.outMu.Unlock()
-		f.plainly(now, r.Key, r.Limit.Interval(), owedUntil(r, now.UnixNano()))
-	} else {
-		f.outMu.RLock()
-		defer f.outMu.RUnlock()
-		if r.Limit.Algorithm == limiter.TokenBucket {
+	f.outMu.RLock()
+	defer f.outMu.RUnlock()
+	if r.Limit.Algorithm == limiter.TokenBucket {
+		if charge {
+			if _, share := f.shareRate(r.Key, now.UnixNano()); share {
+				when := now
+				if at != 0 {
+					when = time.Unix(0, at)
+				}
+				f.mergeLocked(now, limiter.ChargeState(now, when, limiter.State{Key: r.Key}, r))
+				return
+			}
+			f.countedPlainly(r.Key, owedUntil(r, now.UnixNano()), now.UnixNano())
+		} else {
 			r = f.atCountedRate(r, now.UnixNano())
 		}
 	}
@@ -524,38 +563,11 @@ func (f *fallback) settle(now time.Time, at int64, charge bool, r limiter.Reques
 	f.wrote()
 }
 
-// plainly records that k's counter is counted at the owner's rate (of,
-// if known here), until expires (Unix ns), as counts at that rate join
-// it (see rate). A counter counted at a share's interval is converted to
-// the owner's rate first: the counter holds units of one rate. Marked
-// plain as it was, the share's units went on unconverted, each counted at
-// the owner as more than one of its units (15 held of 7 admitted, a
-// request under the limit refused). f.outMu is held.
-func (f *fallback) plainly(now time.Time, k limiter.Key, of time.Duration, expires int64) {
-	ns := now.UnixNano()
-	f.mu.Lock()
-	if f.rates == nil {
-		f.rates = map[limiter.Key]rate{}
-	}
-	r, ok := f.rates[k]
-	f.mu.Unlock()
-	switch {
-	case !ok || r.expires <= ns:
-		r = rate{plain: true, expires: expires}
-	case r.plain:
-		r.expires = max(r.expires, expires)
-	default:
-		if r.of > 0 {
-			of = r.of
-		}
-		if r.counted > 0 && of > 0 && r.counted != of {
-			r.expires = max(r.expires, f.convert(now, k, r.counted, of))
-		}
-		r = rate{plain: true, expires: max(r.expires, expires)}
-	}
-	f.mu.Lock()
-	f.rates[k] = r
-	f.mu.Unlock()
+// countedPlainly records that k's counter holds time counted at the
+// owner's rate only, until expires (Unix ns): it goes on as it is (see
+// rate).
+func (f *fallback) countedPlainly(k limiter.Key, expires int64, now int64) {
+	f.noteRate(k, rate{plain: true, expires: expires}, now)
 }
 
 // noteRate records that k's counter is counted at x too (see rate).

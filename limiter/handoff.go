@@ -286,9 +286,14 @@ func lessEntry(a, b entry, now int64) entry {
 // counted, added.
 func mergeEntries(a, b entry, now int64) entry {
 	if a.kind() == kindBucket && b.kind() == kindBucket {
-		// Arrival times: add what b had spent beyond now to a.
+		// Arrival times: add what b had spent beyond now to a. It stays
+		// the key's counter, at nothing if neither owes any more, until
+		// the later arrival time either had, as a bucket given back all
+		// it owed does: merged as one ending now, units given back again
+		// had no counter of the key to be put back into
+		// (TestUnitsGivenBackAgainInPlaceOfAllTheDeadOwnerHeldArePutBackWhereItsCountersCome).
 		tat := max(a.stamp, now) + max(0, b.stamp-now)
-		return entry{stamp: tat, expires: tat, prev: markBucket}
+		return entry{stamp: tat, expires: max(tat, a.expires, b.expires), prev: markBucket}
 	}
 	return combineEntries(a, b, addCounts)
 }

@@ -469,3 +469,35 @@ func TestABucketGivenBackAllItOwedIsACounterUntilItsArrivalTimeHad(t *testing.T)
 		t.Error("the bucket is a counter past the arrival time it had")
 	}
 }
+
+// A bucket at nothing merged with another at nothing stays its key's
+// counter, at nothing, until the later arrival time either had: merged as
+// a bucket whose arrival time is now, it was no counter, and units given
+// back again had no counter of the key to be put back into.
+func TestBucketsAtNothingMergedStayACounterUntilTheLaterArrivalTime(t *testing.T) {
+	lim := Limit{Algorithm: TokenBucket, Quota: 20, Window: time.Minute}
+	req := Request{Key: 7, Limit: lim}
+	a, b := New(Config{}), New(Config{})
+	a.TakeOne(t0, req)
+	a.Refund(t0, req)
+	for range 2 {
+		b.TakeOne(t0, req)
+	}
+	for range 2 {
+		b.Refund(t0, req)
+	}
+	at := t0.Add(time.Millisecond)
+	a.Merge(at, b.StatesOf(at, []Key{7}))
+	if !a.Has(at, 7) {
+		t.Fatal("the buckets at nothing merged are no counter")
+	}
+	if states := a.StatesOf(at, []Key{7}); len(states) != 1 || states[0].Stamp > at.UnixNano() {
+		t.Fatalf("StatesOf gives %+v; want a bucket at nothing", states)
+	}
+	if !a.Has(t0.Add(time.Minute/20), 7) {
+		t.Error("the merged bucket is no counter before the later arrival time either had")
+	}
+	if a.Has(t0.Add(2*time.Minute/20), 7) {
+		t.Error("the merged bucket is a counter past the later arrival time either had")
+	}
+}

@@ -14,16 +14,14 @@ import (
 // come off. n0's counters, coming back, hold no counter of the key (a
 // counter at nothing is none), so none meets the record, and the unit
 // was never put back: 0 counted of 1 admitted, and one request past the
-// limit admitted. On windows n0's counter at nothing still comes (a
-// window of nothing), and the unit is put back into it where it meets the
-// record (see withUnitsBack).
-//
-// Open on token buckets (pinned below as a known limit, docs/cluster.md
-// "Known limits"): n0's bucket at nothing comes to n1 naming no transfer
-// n0 applied and joins n1's, at nothing too, as nothing: a bucket at
-// nothing merged is no counter, nothing of the key goes back to n0, the
-// record stays at n1 with nothing to meet, and the unit is lost (0
-// counted of 1 admitted: one request past the limit admitted).
+// limit admitted. n0's counter at nothing still comes (a window of
+// nothing, or a bucket at nothing until the arrival time it had), and
+// the unit is put back into it where it meets the record (see
+// withUnitsBack). On buckets, n0's bucket at nothing comes to n1 naming
+// no transfer n0 applied and joins n1's, at nothing too: merged, it
+// stays a counter at nothing until the later of their arrival times, and
+// goes back to n0 to meet the record; merged as a bucket whose arrival
+// time is now, it was no counter, and the unit was lost.
 func TestUnitsGivenBackAgainInPlaceOfAllTheDeadOwnerHeldArePutBackWhereItsCountersCome(t *testing.T) {
 	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
 		h := newHandNet(t, "n0", "n1", "n2", "n3")
@@ -65,28 +63,7 @@ func TestUnitsGivenBackAgainInPlaceOfAllTheDeadOwnerHeldArePutBackWhereItsCounte
 			t.Fatalf("n1 counts %d after the give-back again; want 0", got)
 		}
 		h.advance(200*time.Millisecond, "n1", "n2", "n3")
-		if !bucket {
-			h.n0ComesBackWithout(k, load)
-			return
-		}
-		h.drops = nil
-		h.learnsItWasDeclaredDead("n0")
-		h.advance(2 * time.Second)
-		for _, name := range h.names {
-			h.list(name, h.othersThan(name), nil)
-		}
-		h.advance(3 * time.Second)
-		// The known limit, pinned both ways: it fails if the count comes
-		// out exact (the limit is closed: check it as on windows, and
-		// strike it from the docs) and if it comes out any other way.
-		switch total := h.clusterCount(k); total {
-		case int64(load.admitted) - 1:
-			t.Logf("known limit: the cluster counts %d; %d were admitted", total, load.admitted)
-		case int64(load.admitted):
-			t.Fatalf("the cluster counts %d, as admitted: the known limit is closed; check both sides as on windows and strike it from docs/cluster.md", total)
-		default:
-			t.Errorf("the cluster counts %d (%v); %d were admitted, 1 fewer at worst (a known limit)", total, h.counts(k), load.admitted)
-		}
+		h.n0ComesBackWithout(k, load)
 	})
 }
 

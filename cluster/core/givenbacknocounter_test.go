@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tollgate/tollgate/limiter"
 )
 
 // n0, the key's owner, never replicated it (every replica to n1 lost),
@@ -19,36 +21,68 @@ func TestUnitsGivenBackAgainWhereNoCounterHeldThemArePutBackNowhere(t *testing.T
 		h := newHandNet(t, "n0", "n1", "n2", "n3")
 		h.bucket.on = bucket
 		k := h.keyOwnedBy("n0", "n1")
-		h.drops = func(from string, o Outgoing) bool {
-			t, ok := o.Msg.(Transfer)
-			return ok && from == "n0" && t.Mode == ModeReplica
-		}
 		load := newHandLoad(h, k, 30)
-		for range 4 {
-			load.spend("n0")
-		}
-		n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-		tk := load.spend("n2")
-		if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
-			t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
-		}
-		h.advance(100 * time.Millisecond)
-		const refund = 77
-		at := h.now.UnixNano()
-		n0.handleTransfer(h.now, n2.self, Transfer{Seq: refund, To: n0.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: at}, true)
-		h.pump()
-		load.admitted--
-		h.advance(100 * time.Millisecond)
-		h.down["n0"] = true
-		h.advance(100 * time.Millisecond)
+		g := h.n0GivesBackUnreplicatedAndStops(t, load, 4, 1)
 		h.declareDead("n0")
 		h.advance(time.Second, "n1", "n2", "n3")
 		if got := h.count("n1", k); got != 0 {
 			t.Fatalf("n1 counts %d after taking the key over; want 0 (no replica)", got)
 		}
-		n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: at, Was: refund, WasTo: n0.self}, true)
+		h.givesBackAgainAtN1(g)
 		h.pump()
 		h.advance(200*time.Millisecond, "n1", "n2", "n3")
 		h.n0ComesBackWithout(k, load)
 	})
+}
+
+// deadOwnerGaveBack is a give-back a dead owner applied, whose answer was
+// lost: the units given back and the instant they were counted at.
+type deadOwnerGaveBack struct {
+	reqs []limiter.Request
+	at   int64
+}
+
+// deadOwnersGiveBack numbers the give-back n0 applies in
+// n0GivesBackUnreplicatedAndStops.
+const deadOwnersGiveBack = 77
+
+// n0GivesBackUnreplicatedAndStops is the start the tests of units given
+// back again in place of a dead owner's give-back share: n0 owns the key
+// and every replica it sends is lost; it admits own units of it, then n2
+// admits one through it; n0 applies a give-back of cost of n2's units
+// whose answer is lost, and stops (down, not yet declared dead).
+func (h *handNet) n0GivesBackUnreplicatedAndStops(t testing.TB, load *handLoad, own int, cost int64) deadOwnerGaveBack {
+	t.Helper()
+	h.drops = func(from string, o Outgoing) bool {
+		t, ok := o.Msg.(Transfer)
+		return ok && from == "n0" && t.Mode == ModeReplica
+	}
+	for range own {
+		load.spend("n0")
+	}
+	n0, n2 := h.cores["n0"], h.cores["n2"]
+	tk := load.spend("n2")
+	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
+		t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
+	}
+	g := deadOwnerGaveBack{reqs: slices.Clone(tk.reqs)}
+	if cost > 1 {
+		g.reqs[0].Cost = cost
+	}
+	h.advance(100 * time.Millisecond)
+	g.at = h.now.UnixNano()
+	n0.handleTransfer(h.now, n2.self, Transfer{Seq: deadOwnersGiveBack, To: n0.self.Inc, Mode: ModeRefund, Reqs: g.reqs, At: g.at}, true)
+	h.pump()
+	load.admitted -= int(cost)
+	h.advance(100 * time.Millisecond)
+	h.down["n0"] = true
+	h.advance(100 * time.Millisecond)
+	return g
+}
+
+// givesBackAgainAtN1 gives g's units back again at n1, in n0's place, as
+// n2 does when n0 is declared dead.
+func (h *handNet) givesBackAgainAtN1(g deadOwnerGaveBack) {
+	n1 := h.cores["n1"]
+	n1.handleTransfer(h.now, h.cores["n2"].self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(g.reqs), At: g.at, Was: deadOwnersGiveBack, WasTo: h.cores["n0"].self}, true)
 }

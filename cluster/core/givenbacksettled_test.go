@@ -1,7 +1,6 @@
 package core
 
 import (
-	"slices"
 	"testing"
 	"time"
 
@@ -17,32 +16,11 @@ import (
 func TestUnitsGivenBackAgainWhileTheKeyMovesArePutBackAsFarAsTheyCameOffTheCounterItGathered(t *testing.T) {
 	h := newHandNet(t, "n0", "n1", "n2", "n3")
 	k := h.keyOwnedBy("n0", "n1")
-	h.drops = func(from string, o Outgoing) bool {
-		t, ok := o.Msg.(Transfer)
-		return ok && from == "n0" && t.Mode == ModeReplica
-	}
 	load := newHandLoad(h, k, 30)
-	for range 4 {
-		load.spend("n0")
-	}
+	g := h.n0GivesBackUnreplicatedAndStops(t, load, 4, 2)
 	n0, n1, n2 := h.cores["n0"], h.cores["n1"], h.cores["n2"]
-	tk := load.spend("n2")
-	if !tk.done || !tk.d.Allowed || tk.d.Source != SourcePeer {
-		t.Fatalf("n2's request: %+v; want admitted by its owner", tk.d)
-	}
-	two := slices.Clone(tk.reqs)
-	two[0].Cost = 2
-	h.advance(100 * time.Millisecond)
-	const refund = 77
-	at := h.now.UnixNano()
-	n0.handleTransfer(h.now, n2.self, Transfer{Seq: refund, To: n0.self.Inc, Mode: ModeRefund, Reqs: two, At: at}, true)
-	h.pump()
-	load.admitted -= 2
 	unit := n0.engine.StatesOf(h.now, []limiter.Key{k})
 	unit[0].Cur = 1
-	h.advance(100 * time.Millisecond)
-	h.down["n0"] = true
-	h.advance(100 * time.Millisecond)
 	for _, x := range []string{"n2", "n3"} {
 		h.setMembership(x, []string{"n0"})
 	}
@@ -54,7 +32,7 @@ func TestUnitsGivenBackAgainWhileTheKeyMovesArePutBackAsFarAsTheyCameOffTheCount
 	// A unit n2 admitted in fallback, and the give-back again in n0's place.
 	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 999, To: n1.self.Inc, Mode: ModeAdd, States: unit}, true)
 	load.admitted++
-	n1.handleTransfer(h.now, n2.self, Transfer{Seq: 1000, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(two), At: at, Was: refund, WasTo: n0.self}, true)
+	h.givesBackAgainAtN1(g)
 	h.drops = nil
 	h.pump()
 	h.advance(time.Second, "n1", "n2", "n3")

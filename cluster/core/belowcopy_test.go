@@ -94,14 +94,7 @@ func TestACounterBelowTheCopyItHoldsAddsWhatItAdmittedBeyondItsReplicaTwoTakeove
 func (h *handNet) admitsBelowTheCopyItHolds() (limiter.Key, *handLoad) {
 	t := h.t
 	t.Helper()
-	k := h.keyWhere(func(owner func(names ...string) Member) bool {
-		for i, name := range h.names[:4] {
-			if owner(h.names[i:]...).Name != name {
-				return false
-			}
-		}
-		return true
-	})
+	k := h.keyOwnedInTurn(4)
 	load := newHandLoad(h, k, 30)
 	for range 4 {
 		load.spend("n0")

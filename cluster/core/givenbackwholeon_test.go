@@ -17,14 +17,7 @@ func TestUnitsGivenBackToACounterBelowACopyComeOffAsFarAsItAdmittedNoMoreAfterTh
 	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
 		h := newHandNet(t, "n0", "n1", "n2", "n3", "n4", "n5")
 		h.bucket.on = bucket
-		k := h.keyWhere(func(owner func(names ...string) Member) bool {
-			for i, name := range h.names[:4] {
-				if owner(h.names[i:]...).Name != name {
-					return false
-				}
-			}
-			return true
-		})
+		k := h.keyOwnedInTurn(4)
 		load := newHandLoad(h, k, 30)
 		for range 4 {
 			load.spend("n0")

@@ -64,6 +64,19 @@ func TestAKeyLentToAJoiningNodeStaysLentWhenTheLenderHearsItJoining(t *testing.T
 	}
 }
 
+// keyOwnedInTurn returns a key the first n nodes own in turn: h.names[i]
+// owns it once those before it are gone, for each i below n.
+func (h *handNet) keyOwnedInTurn(n int) limiter.Key {
+	return h.keyWhere(func(owner func(names ...string) Member) bool {
+		for i, name := range h.names[:n] {
+			if owner(h.names[i:]...).Name != name {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // keyWhere returns a key for which ok holds, given the owner of the key
 // by a ring of the current runs of the nodes named.
 func (h *handNet) keyWhere(ok func(owner func(names ...string) Member) bool) limiter.Key {

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"slices"
 	"testing"
 	"time"
 )
@@ -16,36 +15,9 @@ import (
 // to the limit, no further.
 func TestACounterBelowTheCopyItHoldsSharesAllOfItWhereTheCopyJoinedACounterHereOfNothing(t *testing.T) {
 	forWindowsAndBuckets(t, func(t *testing.T, bucket bool) {
-		h := newHandNet(t, "n0", "n1", "n2", "n3", "n4", "n5")
-		h.bucket.on = bucket
-		k := h.keyOwnedInTurn(4)
-		load := newHandLoad(h, k, 30)
-		for range 4 {
-			load.spend("n0")
-		}
-		tk := load.spend("n2")
-		h.advance(100 * time.Millisecond) // replicated to n1
-		h.down["n0"] = true
-		h.drops = func(from string, o Outgoing) bool {
-			t, ok := o.Msg.(Transfer)
-			return ok && from == "n1" && t.Mode == ModeReplica
-		}
-		h.declareDead("n0")
-		n1, n2 := h.cores["n1"], h.cores["n2"]
-		n1.handleTransfer(h.now, n2.self, Transfer{Seq: 900, To: n1.self.Inc, Mode: ModeRefund, Reqs: slices.Clone(tk.reqs), At: h.now.UnixNano()}, true)
-		h.pump()
-		load.admitted--
+		h, k, load := n1TakesTheKeyOverAndIsGivenBackAUnit(t, bucket)
 		load.spend("n1")
-		h.advance(100 * time.Millisecond)
-		if got := h.count("n1", k); got != int64(load.admitted) {
-			t.Fatalf("n1 counts %d; %d were admitted", got, load.admitted)
-		}
-		h.down["n1"] = true
-		h.declareDead("n0", "n1")
-		h.drops = nil
-		if got := h.count("n2", k); got != 0 {
-			t.Fatalf("n2 counts %d after taking the key over; want 0 (no replica of n1's)", got)
-		}
+		h.n1StopsUnreplicated(t, k, load)
 		h.learnsItWasDeclaredDead("n0")
 		h.setMembership("n0", []string{"n1"})
 		h.advance(time.Second, "n0", "n2", "n3", "n4", "n5")

@@ -328,6 +328,13 @@ func (f *fallback) sweep(now time.Time) {
 // here). own are reqs at their limits' own rates (their owner's), in the
 // same order: the rates of token buckets are recorded (see rate).
 func (f *fallback) take(now time.Time, own, reqs []limiter.Request, res []limiter.Result) (ok bool, mark uint64) {
+	if !anyBucket(reqs) { // windows: no rate to record or convert
+		f.outMu.RLock()
+		defer f.outMu.RUnlock()
+		ok, _ = f.engine.TakeFor(now, 0, reqs, res)
+		f.wrote()
+		return ok, f.outs
+	}
 	for {
 		f.rerate(now, own, reqs)
 		f.outMu.RLock()
@@ -343,6 +350,16 @@ func (f *fallback) take(now time.Time, own, reqs []limiter.Request, res []limite
 	ok, _ = f.engine.TakeFor(now, 0, reqs, res)
 	f.wrote()
 	return ok, f.outs
+}
+
+// anyBucket reports whether any of reqs is a token bucket's.
+func anyBucket(reqs []limiter.Request) bool {
+	for _, r := range reqs {
+		if r.Limit.Algorithm == limiter.TokenBucket {
+			return true
+		}
+	}
+	return false
 }
 
 // rerate converts the token bucket counters of reqs' keys counted here
@@ -361,9 +378,6 @@ func (f *fallback) take(now time.Time, own, reqs []limiter.Request, res []limite
 // (15 held of 7 admitted).
 func (f *fallback) rerate(now time.Time, own, reqs []limiter.Request) {
 	ns := now.UnixNano()
-	differs := func(i int, r limiter.Request) (rate, time.Duration, bool) {
-		return f.differs(ns, own, reqs, i)
-	}
 	if !f.rerates(ns, own, reqs, false) {
 		return
 	}
@@ -371,7 +385,7 @@ func (f *fallback) rerate(now time.Time, own, reqs []limiter.Request) {
 	defer f.outMu.Unlock()
 	for i, r := range reqs {
 		f.mu.Lock()
-		x, from, ok := differs(i, r)
+		x, from, ok := f.differs(ns, own, reqs, i)
 		f.mu.Unlock()
 		if !ok {
 			continue
@@ -407,9 +421,12 @@ func (f *fallback) rerates(ns int64, own, reqs []limiter.Request, plain bool) bo
 // f.mu is held.
 func (f *fallback) differs(ns int64, own, reqs []limiter.Request, i int) (rate, time.Duration, bool) {
 	r := reqs[i]
+	if r.Limit.Algorithm != limiter.TokenBucket {
+		return rate{}, 0, false
+	}
 	x, ok := f.rates[r.Key]
 	every := r.Limit.Interval()
-	if r.Limit.Algorithm != limiter.TokenBucket || !ok || x.expires <= ns || every <= 0 {
+	if !ok || x.expires <= ns || every <= 0 {
 		return x, 0, false
 	}
 	from := x.counted
